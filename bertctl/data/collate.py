@@ -1,0 +1,52 @@
+"""Turning variable-length token sequences into padded batches.
+
+Shared by pretraining and fine-tuning so both pad the same way: batches are padded only to their
+own longest sequence (dynamic padding), and sequences of similar length are batched together so
+little compute is spent on padding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+
+def pad_to_tensor(seqs: Sequence[np.ndarray], pad_value: int = 0, length: int | None = None,
+                  dtype: torch.dtype = torch.long) -> torch.Tensor:
+    """Stack 1-D arrays into a (batch, length) tensor, right-padded with `pad_value`.
+
+    `length` defaults to the longest sequence in the batch.
+    """
+    lengths = np.fromiter((len(s) for s in seqs), dtype=np.int64, count=len(seqs))
+    width = int(lengths.max(initial=0)) if length is None else length
+    out = np.full((len(seqs), width), pad_value, dtype=np.int64)
+    # One flat copy instead of a Python loop per row: positions where column < row length.
+    mask = np.arange(width)[None, :] < lengths[:, None]
+    if len(seqs):
+        out[mask] = np.concatenate([np.asarray(s, dtype=np.int64)[:width] for s in seqs])
+    return torch.from_numpy(out).to(dtype)
+
+
+def length_grouped_batches(lengths: np.ndarray, batch_size: int, seed: int | None,
+                           window: int = 50) -> list[np.ndarray]:
+    """Indices split into batches of similar-length examples, in a seeded random order.
+
+    Examples are shuffled, then sorted by length inside windows of `window` batches, so batches
+    are tight on padding but training still sees a random mix. `seed=None` keeps the input
+    order sorted by length (for inference, where order does not matter and padding does).
+    """
+    lengths = np.asarray(lengths)
+    if seed is None:
+        order = np.argsort(-lengths, kind="stable")
+        return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(lengths))
+    span = batch_size * window
+    for start in range(0, len(order), span):
+        chunk = order[start:start + span]
+        order[start:start + span] = chunk[np.argsort(-lengths[chunk], kind="stable")]
+    batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+    rng.shuffle(batches)
+    return batches
