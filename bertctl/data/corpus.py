@@ -1,0 +1,199 @@
+"""Reading pretraining corpora, streamed: memory stays flat whatever the corpus size.
+
+The unit is Google's format: one sentence per line, a blank line between documents. Plain text
+files (optionally .gz) are read as such. Tabular files (JSON lines, CSV, parquet) hold one document
+per row in `text_column`; a row's text is split into sentences at its line breaks.
+
+Text is decoded as UTF-8 with universal newlines (CRLF and CR become LF) and a leading BOM dropped.
+Invalid bytes are replaced with U+FFFD and counted, never fatal: one bad byte in a 100 GB crawl
+must not cost a day's run.
+"""
+
+from __future__ import annotations
+
+import codecs
+import glob
+import gzip
+import io
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from bertctl.errors import BertctlError
+
+TEXT_SUFFIXES = {".txt", ".text", ".raw", ".tokens", ".md"}
+TABULAR_FORMATS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".tsv": "csv",
+                   ".parquet": "parquet"}
+
+
+@dataclass
+class CorpusStats:
+    files: int = 0
+    lines: int = 0
+    documents: int = 0
+    sentences: int = 0
+    characters: int = 0
+    invalid_bytes_replaced: int = 0
+    paths: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d.pop("paths")
+        return d
+
+
+# A codec error handler cannot carry state of its own, so it counts into this module-level tally;
+# readers take the difference before and after a file.
+_invalid_bytes = 0
+
+
+def _count_and_replace(err: UnicodeDecodeError):
+    global _invalid_bytes
+    _invalid_bytes += err.end - err.start
+    return "\ufffd", err.end
+
+
+codecs.register_error("bertctl-count", _count_and_replace)
+
+
+def _base_suffix(path: Path) -> str:
+    """The suffix that names the format, looking through a trailing .gz."""
+    suffixes = [s.lower() for s in path.suffixes]
+    if suffixes and suffixes[-1] == ".gz":
+        suffixes = suffixes[:-1]
+    return suffixes[-1] if suffixes else ""
+
+
+def _format_of(path: Path) -> str:
+    return TABULAR_FORMATS.get(_base_suffix(path), "text")
+
+
+def expand_sources(sources: Iterable[str | os.PathLike]) -> list[Path]:
+    """Files, glob patterns and directories (searched recursively) as a sorted, de-duplicated list.
+
+    Sorting makes the corpus order, and so every artifact id and output, independent of the order
+    the file system lists entries in.
+    """
+    found: list[Path] = []
+    for source in sources:
+        text = str(source)
+        path = Path(text)
+        if path.is_dir():
+            files = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
+            if not files:
+                raise BertctlError(f"{text}: directory holds no files")
+            found.extend(files)
+        elif path.is_file():
+            found.append(path)
+        elif glob.has_magic(text):
+            files = sorted(Path(p) for p in glob.glob(text, recursive=True) if Path(p).is_file())
+            if not files:
+                raise BertctlError(f"{text}: pattern matches no files")
+            found.extend(files)
+        elif path.exists():
+            raise BertctlError(f"{text}: not a regular file")
+        else:
+            raise BertctlError(f"{text}: no such file or directory")
+    if not found:
+        raise BertctlError("no corpus files given")
+    unique = list(dict.fromkeys(p.resolve() for p in found))
+    return unique
+
+
+def _open_text(path: Path) -> io.TextIOBase:
+    raw = gzip.open(path, "rb") if path.suffix.lower() == ".gz" else open(path, "rb")
+    return io.TextIOWrapper(raw, encoding="utf-8-sig", errors="bertctl-count", newline=None)
+
+
+def _text_file_lines(path: Path) -> Iterator[str]:
+    try:
+        with _open_text(path) as fh:
+            yield from fh
+    except (OSError, EOFError) as exc:  # unreadable, or a truncated/corrupt .gz
+        raise BertctlError(f"{path}: cannot read: {exc}") from None
+
+
+def _tabular_rows(path: Path, fmt: str, text_column: str | None) -> Iterator[str]:
+    if text_column is None:
+        raise BertctlError(f"{path}: {fmt} corpus files need --text-column")
+    # Imported here: `datasets` costs a second at import and plain-text corpora never need it.
+    import datasets
+
+    datasets.disable_progress_bars()
+    kwargs = {"delimiter": "\t"} if _base_suffix(path) == ".tsv" else {}
+    try:
+        stream = datasets.load_dataset(fmt, data_files=str(path), split="train", streaming=True,
+                                       **kwargs)
+        columns = stream.column_names
+        if columns is None:  # some streaming builders only know them after the first row
+            first = next(iter(stream), None)
+            columns = list(first) if first else []
+        if text_column not in columns:
+            raise BertctlError(f"{path}: no column {text_column!r} (columns: "
+                               f"{', '.join(map(str, columns)) or 'none'})")
+        for row in stream.select_columns([text_column]):
+            value = row[text_column]
+            yield "" if value is None else str(value)
+    except BertctlError:
+        raise
+    except Exception as exc:  # datasets wraps parse errors in many exception types
+        raise BertctlError(f"{path}: cannot read as {fmt}: {str(exc).splitlines()[0]}") from None
+
+
+def iter_documents(sources: Iterable[str | os.PathLike], text_column: str | None = None,
+                   stats: CorpusStats | None = None) -> Iterator[list[str]]:
+    """Yield documents, each a list of stripped, non-empty sentences, in corpus order.
+
+    A blank line ends a document in text files; a document never spans two files.
+    `stats`, when given, is filled in as the stream is consumed.
+    """
+    global _invalid_bytes
+    stats = stats if stats is not None else CorpusStats()
+    for path in expand_sources(sources):
+        stats.files += 1
+        stats.paths.append(str(path))
+        before = _invalid_bytes
+        fmt = _format_of(path)
+        doc: list[str] = []
+        if fmt == "text":
+            for line in _text_file_lines(path):
+                stats.lines += 1
+                stats.characters += len(line)
+                line = line.strip()
+                if line:
+                    doc.append(line)
+                elif doc:
+                    stats.documents += 1
+                    stats.sentences += len(doc)
+                    yield doc
+                    doc = []
+            if doc:
+                stats.documents += 1
+                stats.sentences += len(doc)
+                yield doc
+        else:
+            for text in _tabular_rows(path, fmt, text_column):
+                stats.lines += 1
+                stats.characters += len(text)
+                doc = [s for s in (part.strip() for part in text.splitlines()) if s]
+                if doc:
+                    stats.documents += 1
+                    stats.sentences += len(doc)
+                    yield doc
+        stats.invalid_bytes_replaced += _invalid_bytes - before
+
+
+def iter_sentence_batches(sources: Iterable[str | os.PathLike], text_column: str | None = None,
+                          stats: CorpusStats | None = None,
+                          batch_size: int = 1000) -> Iterator[list[str]]:
+    """Sentences in lists of about `batch_size`: the shape the tokenizers library trains and
+    encodes fastest from."""
+    batch: list[str] = []
+    for doc in iter_documents(sources, text_column, stats):
+        batch.extend(doc)
+        if len(batch) >= batch_size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
