@@ -1,0 +1,346 @@
+"""Evaluation metrics in plain numpy.
+
+Each metric follows a reference implementation exactly, and the tests compare them against it on
+random inputs: scikit-learn for accuracy, F1, Matthews correlation, macro-F1 and the confusion
+matrix; scipy for Pearson and Spearman. Neither library is needed at run time.
+
+Conventions:
+- Every function takes `(predictions, labels)` in that order. For the confusion matrix, rows are the
+  true labels and columns the predictions, as in scikit-learn.
+- Classification predictions and labels are integer class indices; regression ones are floats.
+- Empty input raises `BertctlError` (an empty evaluation set is a data problem a user can fix);
+  predictions and labels of different lengths raise `ValueError` (a bug in the caller).
+- Undefined ratios follow scikit-learn's `zero_division=0`: F1 with no true and no predicted
+  positives is 0, and the Matthews correlation of constant predictions or labels is 0.
+- Pearson and Spearman of a constant input are `nan`, as scipy returns them (with a warning there).
+  `nan` compares False with everything, so a model-selection `value > best` never picks it; a
+  writer of strict JSON must turn it into `null`.
+
+`compute_metrics(name, predictions, labels)` gives a task's metric dict by metric name and
+`main_metric(name)` the key that model selection maximises (all metrics here are higher-is-better).
+
+SQuAD exact match / F1 (`squad_scores`) follow the official v1.1/v2.0 evaluation script, and
+`entity_scores` the conlleval entity-level precision / recall / F1.
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+import string
+from collections.abc import Sequence
+
+import numpy as np
+
+from bertctl.errors import BertctlError
+
+
+def _pair(predictions, labels, name: str, dtype=None) -> tuple[np.ndarray, np.ndarray]:
+    p = np.asarray(predictions, dtype=dtype).reshape(-1)
+    y = np.asarray(labels, dtype=dtype).reshape(-1)
+    if p.shape != y.shape:
+        raise ValueError(f"{name}: {p.size} predictions but {y.size} labels")
+    if p.size == 0:
+        raise BertctlError(f"{name}: cannot compute on 0 examples (empty evaluation set)")
+    return p, y
+
+
+def accuracy(predictions, labels) -> float:
+    """Fraction of predictions equal to the label."""
+    p, y = _pair(predictions, labels, "accuracy")
+    return float(np.mean(p == y))
+
+
+def precision_recall_f1(predictions, labels, positive=1) -> tuple[float, float, float]:
+    """Precision, recall and F1 of the `positive` class (binary F1 as scikit-learn, zero_division=0)."""
+    p, y = _pair(predictions, labels, "f1")
+    pred_pos = p == positive
+    true_pos = y == positive
+    tp = float(np.sum(pred_pos & true_pos))
+    fp = float(np.sum(pred_pos & ~true_pos))
+    fn = float(np.sum(~pred_pos & true_pos))
+    precision = tp / (tp + fp) if tp + fp else 0.0
+    recall = tp / (tp + fn) if tp + fn else 0.0
+    f1 = 2 * tp / (2 * tp + fp + fn) if tp else 0.0
+    return precision, recall, f1
+
+
+def f1_score(predictions, labels, positive=1) -> float:
+    """F1 of the `positive` class, as `sklearn.metrics.f1_score(labels, predictions, pos_label=positive)`."""
+    return precision_recall_f1(predictions, labels, positive)[2]
+
+
+def _classes(p: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Sorted union of the values in both arrays, and each array as indices into it."""
+    classes, inverse = np.unique(np.concatenate([y, p]), return_inverse=True)
+    inverse = inverse.reshape(-1)
+    return classes, inverse[len(y):], inverse[:len(y)]
+
+
+def confusion_matrix(predictions, labels, num_labels: int | None = None) -> np.ndarray:
+    """Counts (true label, prediction) as an int64 matrix: rows are true labels, columns predictions.
+
+    With `num_labels`, values must be class indices in [0, num_labels) and the matrix is
+    num_labels × num_labels (classes never seen still get a row and a column). Without it, rows and
+    columns are the sorted union of the values seen, as scikit-learn's `confusion_matrix`.
+    """
+    p, y = _pair(predictions, labels, "confusion_matrix")
+    if num_labels is None:
+        classes, pi, yi = _classes(p, y)
+        k = len(classes)
+    else:
+        pi, yi, k = p.astype(np.int64), y.astype(np.int64), num_labels
+        if pi.min() < 0 or yi.min() < 0 or max(pi.max(), yi.max()) >= k:
+            raise ValueError(f"confusion_matrix: values outside [0, {k})")
+    return np.bincount(yi * k + pi, minlength=k * k).reshape(k, k).astype(np.int64)
+
+
+def matthews_corrcoef(predictions, labels) -> float:
+    """Matthews correlation coefficient, binary or multiclass (Gorodkin's R_K), as scikit-learn.
+
+    0 when the predictions or the labels are all one class (the ratio is undefined there).
+    """
+    c = confusion_matrix(predictions, labels).astype(np.float64)
+    t_sum = c.sum(axis=1)
+    p_sum = c.sum(axis=0)
+    n_correct = np.trace(c)
+    n = c.sum()
+    cov_ytyp = n_correct * n - t_sum @ p_sum
+    cov_ypyp = n * n - p_sum @ p_sum
+    cov_ytyt = n * n - t_sum @ t_sum
+    if cov_ypyp * cov_ytyt == 0:
+        return 0.0
+    return float(cov_ytyp / np.sqrt(cov_ytyt * cov_ypyp))
+
+
+def macro_f1(predictions, labels) -> float:
+    """Unweighted mean of the per-class F1 over every class seen in labels or predictions,
+    as `sklearn.metrics.f1_score(labels, predictions, average="macro")`."""
+    c = confusion_matrix(predictions, labels).astype(np.float64)
+    tp = np.diag(c)
+    denom = c.sum(axis=0) + c.sum(axis=1)  # 2tp + fp + fn
+    f1 = np.divide(2 * tp, denom, out=np.zeros_like(tp), where=denom > 0)
+    return float(f1.mean())
+
+
+def pearson(predictions, labels) -> float:
+    """Pearson correlation, as `scipy.stats.pearsonr(...)[0]`; nan if either input is constant."""
+    x, y = _pair(predictions, labels, "pearson", dtype=np.float64)
+    if x.size < 2:
+        raise BertctlError("pearson: needs at least 2 examples")
+    # Centre, then scale by the largest magnitude first, as scipy does, so huge or tiny values
+    # neither overflow nor underflow.
+    xm = x - x.mean()
+    ym = y - y.mean()
+    xmax = np.abs(xm).max()
+    ymax = np.abs(ym).max()
+    if not (np.isfinite(xmax) and np.isfinite(ymax)) or xmax == 0 or ymax == 0:
+        return float("nan")
+    xm = xm / xmax
+    ym = ym / ymax
+    r = float(np.dot(xm / np.linalg.norm(xm), ym / np.linalg.norm(ym)))
+    return max(min(r, 1.0), -1.0)
+
+
+def rankdata(a) -> np.ndarray:
+    """Ranks 1..n with ties given their average rank (`scipy.stats.rankdata(a, method="average")`)."""
+    a = np.asarray(a).reshape(-1)
+    sorter = np.argsort(a, kind="mergesort")
+    inv = np.empty(sorter.size, dtype=np.intp)
+    inv[sorter] = np.arange(sorter.size, dtype=np.intp)
+    arr = a[sorter]
+    obs = np.r_[True, arr[1:] != arr[:-1]]
+    dense = obs.cumsum()[inv]
+    count = np.r_[np.nonzero(obs)[0], len(obs)]
+    return 0.5 * (count[dense] + count[dense - 1] + 1)
+
+
+def spearman(predictions, labels) -> float:
+    """Spearman rank correlation with average ranks for ties, as `scipy.stats.spearmanr(...)[0]`;
+    nan if either input is constant or holds a nan."""
+    x, y = _pair(predictions, labels, "spearman", dtype=np.float64)
+    if np.isnan(x).any() or np.isnan(y).any():
+        return float("nan")
+    return pearson(rankdata(x), rankdata(y))
+
+
+# --- task metrics by name ------------------------------------------------------------------------
+
+def _accuracy(p, y):
+    return {"accuracy": accuracy(p, y)}
+
+
+def _f1_accuracy(p, y):
+    return {"f1": f1_score(p, y, positive=1), "accuracy": accuracy(p, y)}
+
+
+def _matthews(p, y):
+    return {"mcc": matthews_corrcoef(p, y), "accuracy": accuracy(p, y)}
+
+
+def _pearson_spearman(p, y):
+    return {"pearson": pearson(p, y), "spearman": spearman(p, y)}
+
+
+def _macro_f1(p, y):
+    return {"macro_f1": macro_f1(p, y), "accuracy": accuracy(p, y)}
+
+
+# name -> (function of (predictions, labels) -> dict, key of the main metric)
+TASK_METRICS = {
+    "accuracy": (_accuracy, "accuracy"),
+    "f1_accuracy": (_f1_accuracy, "f1"),          # MRPC, QQP: F1 of class index 1, and accuracy
+    "matthews": (_matthews, "mcc"),               # CoLA
+    "pearson_spearman": (_pearson_spearman, "spearman"),  # STS-B: the BERT paper reports Spearman
+    "macro_f1": (_macro_f1, "macro_f1"),
+}
+
+
+def _lookup(name: str):
+    try:
+        return TASK_METRICS[name]
+    except KeyError:
+        raise BertctlError(
+            f"unknown metric '{name}' (known: {', '.join(sorted(TASK_METRICS))})") from None
+
+
+def compute_metrics(name: str, predictions, labels) -> dict[str, float]:
+    """A task's metrics by metric name, e.g. `compute_metrics("f1_accuracy", preds, labels)` ->
+    `{"f1": ..., "accuracy": ...}`. Classification predictions are class indices (argmax of the
+    logits); regression predictions are the raw scores."""
+    return _lookup(name)[0](predictions, labels)
+
+
+def main_metric(name: str) -> str:
+    """The key of `compute_metrics(name, ...)` that model selection maximises."""
+    return _lookup(name)[1]
+
+
+# --- SQuAD ---------------------------------------------------------------------------------------
+
+_PUNCT = set(string.punctuation)
+_ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
+
+
+def normalize_answer(s: str) -> str:
+    """The official SQuAD normalisation: lowercase, drop punctuation, the articles a/an/the, and
+    extra white space (in the official script's order)."""
+    s = s.lower()
+    s = "".join(ch for ch in s if ch not in _PUNCT)
+    s = _ARTICLES.sub(" ", s)
+    return " ".join(s.split())
+
+
+def squad_exact(prediction: str, gold: str) -> int:
+    return int(normalize_answer(prediction) == normalize_answer(gold))
+
+
+def squad_f1(prediction: str, gold: str) -> float:
+    """Token F1 after normalisation. As the v2.0 script: if either side is empty (no answer), 1 when
+    both are, else 0."""
+    pred_toks = normalize_answer(prediction).split()
+    gold_toks = normalize_answer(gold).split()
+    if not pred_toks or not gold_toks:
+        return float(pred_toks == gold_toks)
+    common = collections.Counter(pred_toks) & collections.Counter(gold_toks)
+    same = sum(common.values())
+    if same == 0:
+        return 0.0
+    precision = same / len(pred_toks)
+    recall = same / len(gold_toks)
+    return 2 * precision * recall / (precision + recall)
+
+
+def squad_scores(predictions: dict[str, str], gold_answers: dict[str, Sequence[str]]
+                 ) -> dict[str, float]:
+    """Exact match and F1 in percent, each the max over a question's gold answers, averaged over the
+    gold questions (a question without a prediction scores 0, as the official script).
+
+    `gold_answers[qid]` is the list of answer texts; an empty list (SQuAD 2.0 unanswerable) is
+    scored against the empty answer [""], so predicting "" is correct, as the v2.0 script does.
+    """
+    if not gold_answers:
+        raise BertctlError("squad: cannot compute on 0 questions")
+    em = f1 = 0.0
+    for qid, golds in gold_answers.items():
+        golds = [g for g in golds if normalize_answer(g)] or [""]
+        if qid not in predictions:
+            continue
+        pred = predictions[qid]
+        em += max(squad_exact(pred, g) for g in golds)
+        f1 += max(squad_f1(pred, g) for g in golds)
+    n = len(gold_answers)
+    return {"exact_match": 100.0 * em / n, "f1": 100.0 * f1 / n}
+
+
+# --- CoNLL entity F1 -----------------------------------------------------------------------------
+
+def _split_tag(tag: str) -> tuple[str, str]:
+    # conlleval: /^([^-]*)-(.*)$/ splits prefix and type at the first "-"; no "-" means no type.
+    prefix, dash, etype = tag.partition("-")
+    return (prefix, etype) if dash else (tag, "")
+
+
+def _chunk_end(prev_tag: str, tag: str, prev_type: str, type_: str) -> bool:
+    # conlleval's endOfChunk, rule for rule.
+    return ((prev_tag in ("B", "I") and tag in ("B", "O"))
+            or (prev_tag == "E" and tag in ("E", "I", "O"))
+            or (prev_tag not in ("O", ".") and prev_type != type_)
+            or prev_tag in ("[", "]"))
+
+
+def _chunk_start(prev_tag: str, tag: str, prev_type: str, type_: str) -> bool:
+    # conlleval's startOfChunk, rule for rule.
+    return ((prev_tag in ("B", "I", "O") and tag == "B")
+            or (prev_tag in ("O", "E") and tag in ("I", "E"))
+            or (tag not in ("O", ".") and prev_type != type_)
+            or tag in ("[", "]"))
+
+
+def get_entities(tags: Sequence[str]) -> list[tuple[str, int, int]]:
+    """Entities (type, start, end inclusive) in one sequence of tags, as conlleval chunks them.
+
+    Works for IOB1 (I- starts an entity unless it continues one of the same type; B- only splits two
+    adjacent entities of one type) and IOB2 (B- starts every entity) alike. Ill-formed sequences are
+    chunked as conlleval does (an I- after O or after another type starts a new entity).
+    """
+    entities = []
+    prev_tag, prev_type = "O", ""
+    start = None
+    for i, raw in enumerate(list(tags) + ["O"]):
+        tag, type_ = _split_tag(raw)
+        if start is not None and _chunk_end(prev_tag, tag, prev_type, type_):
+            entities.append((prev_type, start, i - 1))
+            start = None
+        if _chunk_start(prev_tag, tag, prev_type, type_):
+            start = i
+        prev_tag, prev_type = tag, type_
+    return entities
+
+
+def entity_scores(predictions: Sequence[Sequence[str]], labels: Sequence[Sequence[str]]
+                  ) -> dict[str, float]:
+    """Entity-level precision, recall and F1 in percent over sentences of tags, as conlleval:
+    a predicted entity counts only when its span and type both match a gold entity.
+    Also the token accuracy (every tag, "O" included), as conlleval's first line.
+    """
+    if len(predictions) != len(labels):
+        raise ValueError(f"entity_scores: {len(predictions)} predicted sentences, {len(labels)} gold")
+    n_pred = n_gold = n_correct = n_tokens = n_tok_correct = 0
+    for pred, gold in zip(predictions, labels):
+        if len(pred) != len(gold):
+            raise ValueError("entity_scores: a sentence's predicted and gold tags differ in length")
+        p_ents = set(get_entities(pred))
+        g_ents = set(get_entities(gold))
+        n_pred += len(p_ents)
+        n_gold += len(g_ents)
+        n_correct += len(p_ents & g_ents)
+        n_tokens += len(gold)
+        n_tok_correct += sum(a == b for a, b in zip(pred, gold))
+    if n_tokens == 0:
+        raise BertctlError("entity_scores: cannot compute on 0 tokens")
+    precision = 100.0 * n_correct / n_pred if n_pred else 0.0
+    recall = 100.0 * n_correct / n_gold if n_gold else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return {"precision": precision, "recall": recall, "f1": f1,
+            "accuracy": 100.0 * n_tok_correct / n_tokens}
