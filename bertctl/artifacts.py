@@ -1,0 +1,345 @@
+"""Versioned artifact directories: the manifest, ids, atomic writes, reading checks and lineage.
+
+An artifact is a directory whose `artifact.json` is written last; a directory without it is never
+an artifact. A stage's id is a hash of its kind, its resolved settings and its inputs' ids, so it
+is known before any work starts: rerunning a stage whose output already holds that id is a no-op,
+which is what lets make, CI and shell scripts chain stages safely.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import os
+import platform
+import shutil
+import sys
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+import bertctl
+from bertctl.errors import BertctlError, IntegrityError
+
+FORMAT = "bertctl-artifact"
+MANIFEST = "artifact.json"
+Kind = Literal["tokenizer", "pretrain-data", "model", "eval"]
+# The layout version of each kind this code writes and can read. Bump one when its files change
+# in a way older readers would misread.
+SCHEMA_VERSIONS: dict[str, int] = {"tokenizer": 1, "pretrain-data": 1, "model": 1, "eval": 1}
+_TMP_MARK = ".tmp-"
+
+
+class FileEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    sha256: str
+    size: int
+
+
+class InputRef(BaseModel):
+    """A parent of an artifact: another artifact (with its own lineage, so the chain survives
+    the parent being moved or deleted) or a plain file identified by its content hash."""
+
+    model_config = ConfigDict(extra="forbid")
+    role: str
+    kind: str
+    id: str
+    path: str
+    size: int | None = None
+    config: dict[str, Any] | None = None
+    inputs: list["InputRef"] = []
+
+
+class Manifest(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    format: str
+    schema_version: int
+    kind: str
+    id: str
+    created_at: str
+    bertctl_version: str
+    config: dict[str, Any]
+    inputs: list[InputRef]
+    files: dict[str, FileEntry]
+    environment: dict[str, Any]
+    stats: dict[str, Any] = {}
+    metrics: dict[str, Any] = {}
+
+
+class Artifact:
+    """A complete artifact on disk, as read and checked by `read_artifact`."""
+
+    def __init__(self, path: Path, manifest: Manifest):
+        self.path = path
+        self.manifest = manifest
+
+    @property
+    def id(self) -> str:
+        return self.manifest.id
+
+    @property
+    def kind(self) -> str:
+        return self.manifest.kind
+
+    def file(self, name: str) -> Path:
+        path = self.path / name
+        if not path.is_file():
+            raise BertctlError(f"{path}: missing from the {self.kind} artifact")
+        return path
+
+    def as_input(self, role: str) -> InputRef:
+        m = self.manifest
+        return InputRef(role=role, kind=m.kind, id=m.id, path=str(self.path), config=m.config,
+                        inputs=m.inputs)
+
+
+# ---------------------------------------------------------------------------------------------
+# Hashing and ids
+
+def sha256_file(path: str | os.PathLike) -> str:
+    with open(path, "rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
+
+
+def file_input(path: str | os.PathLike, role: str) -> InputRef:
+    path = Path(path)
+    try:
+        return InputRef(role=role, kind="file", id=sha256_file(path), path=str(path.resolve()),
+                        size=path.stat().st_size)
+    except OSError as exc:
+        raise BertctlError(f"{path}: cannot read: {exc.strerror}") from None
+
+
+def compute_id(kind: str, config: dict[str, Any], inputs: list[InputRef]) -> str:
+    """Hash of what determines the output. Input paths are left out on purpose: the same
+    content read from elsewhere is the same artifact."""
+    payload = {
+        "kind": kind,
+        "schema_version": SCHEMA_VERSIONS[kind],
+        "config": config,
+        "inputs": sorted([i.role, i.kind, i.id] for i in inputs),
+    }
+    blob = json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def environment() -> dict[str, Any]:
+    env: dict[str, Any] = {"python": platform.python_version(), "platform": platform.platform()}
+    for name in ("torch", "tokenizers", "numpy"):
+        module = sys.modules.get(name)
+        if module is not None:
+            env[name] = getattr(module, "__version__", "?")
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        env["device"] = (torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu")
+    return env
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading
+
+def read_manifest(path: str | os.PathLike) -> Manifest:
+    """Parse DIR/artifact.json, with one clear line for anything that is not a bertctl artifact."""
+    path = Path(path)
+    mpath = path / MANIFEST
+    if not path.exists():
+        raise BertctlError(f"{path}: no such artifact directory")
+    if not path.is_dir():
+        raise BertctlError(f"{path}: not a directory (an artifact is a directory)")
+    if not mpath.is_file():
+        raise BertctlError(f"{path}: not a bertctl artifact (no {MANIFEST}; an interrupted run "
+                           f"leaves none, so rerun the stage that makes it)")
+    try:
+        data = json.loads(mpath.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BertctlError(f"{mpath}: corrupted manifest: {exc}") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise BertctlError(f"{mpath}: not a bertctl artifact manifest")
+    try:
+        return Manifest(**data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = ".".join(str(p) for p in err["loc"])
+        raise BertctlError(f"{mpath}: corrupted manifest: {key}: {err['msg']}") from None
+
+
+def read_artifact(path: str | os.PathLike, kinds: str | tuple[str, ...] | None = None) -> Artifact:
+    """Read an artifact, checking its kind against `kinds` and its schema version against what
+    this bertctl understands."""
+    path = Path(path)
+    manifest = read_manifest(path)
+    wanted = (kinds,) if isinstance(kinds, str) else kinds
+    if wanted and manifest.kind not in wanted:
+        raise BertctlError(f"{path}: is a {manifest.kind} artifact, expected "
+                           f"{' or '.join(wanted)}")
+    supported = SCHEMA_VERSIONS.get(manifest.kind)
+    if supported is None:
+        raise BertctlError(f"{path}: unknown artifact kind {manifest.kind!r}")
+    if manifest.schema_version > supported:
+        raise BertctlError(f"{path}: {manifest.kind} schema version {manifest.schema_version} is "
+                           f"newer than this bertctl {bertctl.__version__} reads "
+                           f"({supported}); upgrade bertctl")
+    return Artifact(path, manifest)
+
+
+def verify(artifact: Artifact) -> list[str]:
+    """Recompute every file's checksum. Returns the problems, one line each (empty: all good)."""
+    problems = []
+    for name, entry in sorted(artifact.manifest.files.items()):
+        path = artifact.path / name
+        if not path.is_file():
+            problems.append(f"{path}: missing")
+        elif path.stat().st_size != entry.size or sha256_file(path) != entry.sha256:
+            problems.append(f"{path}: changed since it was written (checksum mismatch)")
+    return problems
+
+
+def verify_or_raise(artifact: Artifact) -> None:
+    problems = verify(artifact)
+    if problems:
+        raise IntegrityError("; ".join(problems))
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing
+
+class Outcome(BaseModel):
+    manifest: Manifest
+    path: str
+    up_to_date: bool
+
+
+def resolve_out(out: str | os.PathLike, artifact_id: str) -> Path:
+    """`--out` may hold `{id}` so each configuration lands in its own directory."""
+    return Path(str(out).replace("{id}", artifact_id))
+
+
+def _hash_files(root: Path) -> dict[str, FileEntry]:
+    files = {}
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        rel = path.relative_to(root).as_posix()
+        if rel != MANIFEST:
+            files[rel] = FileEntry(sha256=sha256_file(path), size=path.stat().st_size)
+    return files
+
+
+def _remove_stale_tmp(out: Path) -> None:
+    """Temporary siblings left by a killed run (SIGKILL leaves no chance to clean up)."""
+    for tmp in out.parent.glob(f".{out.name}{_TMP_MARK}*"):
+        try:
+            pid = int(tmp.name.rsplit("-", 2)[-2])
+            os.kill(pid, 0)  # the writer is still alive: leave its directory alone
+        except (ValueError, IndexError):
+            continue
+        except ProcessLookupError:
+            shutil.rmtree(tmp, ignore_errors=True)
+        except PermissionError:
+            continue
+
+
+def check_out(out: Path, kind: str, artifact_id: str, force: bool) -> Manifest | None:
+    """Decide what may happen at `out`: returns the existing manifest when it is up to date,
+    None when the stage should run, and raises when running would clobber something."""
+    if not out.exists():
+        return None
+    if not out.is_dir():
+        raise BertctlError(f"{out}: --out exists and is not a directory")
+    if not (out / MANIFEST).exists():
+        if any(out.iterdir()) and not force:
+            raise BertctlError(f"{out}: --out is a non-empty directory that is not an artifact; "
+                               f"choose another --out or pass --force to replace it")
+        return None
+    try:
+        existing = read_manifest(out)
+    except BertctlError as exc:
+        if force:
+            return None
+        raise BertctlError(f"{exc} (pass --force to replace it)") from None
+    if existing.kind != kind:
+        if force:
+            return None
+        raise BertctlError(f"{out}: holds a {existing.kind} artifact, not {kind}; "
+                           f"choose another --out or pass --force")
+    if existing.id == artifact_id and not force:
+        return existing
+    if existing.id != artifact_id and not force:
+        raise BertctlError(f"{out}: holds {kind} artifact {existing.id} made with other settings "
+                           f"or inputs (this run is {artifact_id}); pass --force to replace it, "
+                           f"or put {{id}} in --out to keep both")
+    return None
+
+
+def produce(kind: str, config: dict[str, Any], inputs: list[InputRef], out: str | os.PathLike,
+            build: Callable[[Path], dict[str, Any]], force: bool = False,
+            on_start: Callable[[str, Path], None] | None = None,
+            extra: dict[str, Any] | None = None) -> Outcome:
+    """Run `build(tmp_dir)` for an artifact unless `out` already holds it, and move the result
+    into place atomically.
+
+    `build` writes the stage's files into the temporary directory and returns the manifest's
+    `stats` (and, under the key "metrics", its metrics). The manifest is written last, then the
+    directory is renamed over `out`: an interrupted run leaves only a hidden temporary sibling,
+    which the next run removes.
+    """
+    artifact_id = compute_id(kind, config, inputs)
+    out_path = resolve_out(out, artifact_id)
+    existing = check_out(out_path, kind, artifact_id, force)
+    if existing is not None:
+        return Outcome(manifest=existing, path=str(out_path), up_to_date=True)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_tmp(out_path)
+    tmp = out_path.parent / f".{out_path.name}{_TMP_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    try:
+        if on_start:
+            on_start(artifact_id, out_path)
+        stats = dict(build(tmp) or {})
+        metrics = stats.pop("metrics", {})
+        manifest = Manifest(
+            format=FORMAT, schema_version=SCHEMA_VERSIONS[kind], kind=kind, id=artifact_id,
+            created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            bertctl_version=bertctl.__version__, config=config, inputs=inputs,
+            files=_hash_files(tmp), environment=environment(), stats=stats, metrics=metrics,
+            **(extra or {}))
+        (tmp / MANIFEST).write_text(manifest.model_dump_json(indent=2) + "\n", encoding="utf-8")
+        _replace(tmp, out_path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return Outcome(manifest=manifest, path=str(out_path), up_to_date=False)
+
+
+def _replace(tmp: Path, out: Path) -> None:
+    """Rename `tmp` to `out`. An old `out` is first renamed aside (so at no moment is a
+    half-replaced artifact visible) and deleted only after the new one is in place."""
+    if not out.exists():
+        os.replace(tmp, out)
+        return
+    old = out.parent / f".{out.name}{_TMP_MARK}{os.getpid()}-old-{uuid.uuid4().hex[:8]}"
+    os.replace(out, old)
+    os.replace(tmp, out)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Lineage
+
+def lineage_lines(ref_inputs: list[InputRef], depth: int = 1) -> list[str]:
+    """The chain of parents as indented lines, back to the source files."""
+    lines = []
+    for ref in ref_inputs:
+        pad = "  " * depth
+        if ref.kind == "file":
+            size = f", {ref.size:,} bytes" if ref.size is not None else ""
+            lines.append(f"{pad}{ref.role}: file {ref.path} (sha256 {ref.id[:12]}{size})")
+        else:
+            lines.append(f"{pad}{ref.role}: {ref.kind} {ref.id} at {ref.path}")
+            if ref.config:
+                settings = ", ".join(f"{k}={v}" for k, v in ref.config.items())
+                lines.append(f"{pad}  settings: {settings}")
+            lines.extend(lineage_lines(ref.inputs, depth + 1))
+    return lines

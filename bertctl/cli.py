@@ -1,0 +1,216 @@
+"""The `bertctl` command tree. Each command only declares its inputs and calls its stage.
+
+A stage's settings flags are derived from its pydantic settings class, so a flag and the
+`--config` key of the same name are one definition: the help text, the default and the
+validation cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import signal
+import sys
+import traceback
+import types
+import typing
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from pydantic.fields import FieldInfo
+
+import bertctl
+from bertctl import console
+from bertctl.config import StageConfig, TokenizeConfig, resolve
+from bertctl.errors import BertctlError
+
+app = typer.Typer(
+    name="bertctl",
+    help="BERT pretraining and fine-tuning pipelines: each command is a stage that reads and "
+         "writes versioned artifact directories.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # help texts name tokens like [MASK]; they are not markup
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"bertctl {bertctl.__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                                help="Print the version and exit.")] = False):
+    pass
+
+
+# ---------------------------------------------------------------------------------------------
+# Error handling shared by every command
+
+@contextmanager
+def _handled(json_mode: bool, debug: bool):
+    """Expected errors: one line, their exit code. Anything else: exit 1, traceback on --debug."""
+    try:
+        yield
+    except BertctlError as exc:
+        _fail(str(exc), exc.exit_code, json_mode, debug)
+    except KeyboardInterrupt:
+        _fail("interrupted; nothing was written", 130, json_mode, debug)
+    except (typer.Exit, typer.Abort, SystemExit):
+        raise
+    except Exception as exc:  # noqa: BLE001 - the last line of defence
+        _fail(f"{type(exc).__name__}: {exc} (run with --debug for the traceback)", 1,
+              json_mode, debug)
+
+
+def _fail(message: str, code: int, json_mode: bool, debug: bool):
+    if debug:
+        traceback.print_exc()
+    if json_mode:
+        console.emit_json({"error": message, "exit_code": code})
+    console.error(message)
+    raise typer.Exit(code)
+
+
+def _report(outcome, json_mode: bool) -> None:
+    m = outcome.manifest
+    if json_mode:
+        console.emit_json(m.model_dump(mode="json"))
+        return
+    state = "up to date" if outcome.up_to_date else "written"
+    print(f"{m.kind} artifact {m.id} {state}: {outcome.path}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Deriving options from settings classes
+
+def _option_type(annotation: Any) -> tuple[Any, str]:
+    """The Python type typer parses a flag's text into, and a hint for help text. Choices
+    (Literal) are parsed as str and checked by pydantic, whose error names the allowed values."""
+    origin = typing.get_origin(annotation)
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if origin in (typing.Union, types.UnionType):
+        return _option_type(args[0]) if len(args) == 1 else (str, "")
+    if origin is typing.Literal:
+        return str, " Choices: " + ", ".join(map(str, args)) + "."
+    if origin in (list, tuple):
+        return list[_option_type(args[0])[0]] if args else list[str], ""
+    return annotation, ""
+
+
+def _field_parameter(name: str, field: FieldInfo) -> inspect.Parameter:
+    kind, hint = _option_type(field.annotation)
+    extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+    flag = extra.get("flag") or "--" + name.replace("_", "-")
+    if kind is bool and "/" not in flag:
+        flag = f"{flag}/--no-{flag[2:]}"
+    default = field.get_default(call_default_factory=True)
+    if kind is bool and isinstance(default, bool):
+        shown = flag.split("/")[0 if default else 1].lstrip("-")
+    else:
+        shown = "unset" if default is None else json.dumps(default)
+    help_text = f"{field.description or ''}{hint} [default: {shown}]"
+    option = typer.Option(*flag.split("/") if kind is bool else (flag,), help=help_text,
+                          show_default=False, rich_help_panel="Settings (also --config keys)")
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY,
+                             annotation=Annotated[Optional[kind], option], default=None)
+
+
+_COMMON = {
+    "out": (Annotated[Path, typer.Option("--out", "-o", help="Artifact directory to write; may "
+                                         "contain {id}.")], inspect.Parameter.empty),
+    "config": (Annotated[Optional[Path], typer.Option("--config", "-c", help="YAML file of "
+                                                      "settings; flags override it.")], None),
+    "force": (Annotated[bool, typer.Option("--force", help="Replace what --out holds.")], False),
+    "json_output": (Annotated[bool, typer.Option("--json", help="Print the manifest (or the "
+                                                 "error) as one JSON object on stdout.")], False),
+    "debug": (Annotated[bool, typer.Option("--debug", help="Show tracebacks.")], False),
+}
+
+
+def stage(name: str, settings: type[StageConfig], help: str):
+    """Register `fn(settings, out, force, **inputs)` as a command taking the stage's inputs,
+    the common options and one flag per settings field."""
+
+    def register(fn):
+        hints = typing.get_type_hints(fn, include_extras=True)
+        own = [p.replace(annotation=hints[p.name])
+               for p in inspect.signature(fn).parameters.values()
+               if p.name not in ("settings", "out", "force")]
+        common = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, annotation=a, default=d)
+                  for n, (a, d) in _COMMON.items()]
+        fields = [_field_parameter(n, f) for n, f in settings.model_fields.items()]
+
+        def command(**kwargs):
+            json_mode, debug = kwargs.pop("json_output"), kwargs.pop("debug")
+            config_file = kwargs.pop("config")
+            overrides = {n: kwargs.pop(n) for n in settings.model_fields}
+            console.set_quiet(False)
+            with _handled(json_mode, debug):
+                resolved = resolve(settings, config_file, overrides)
+                outcome = fn(settings=resolved, **kwargs)
+                _report(outcome, json_mode)
+
+        command.__signature__ = inspect.Signature(own + common + fields)
+        command.__doc__ = help
+        command.__name__ = fn.__name__
+        app.command(name, help=help)(command)
+        return fn
+
+    return register
+
+
+# ---------------------------------------------------------------------------------------------
+# Commands
+
+@stage("tokenize", TokenizeConfig, help="Train a BERT WordPiece tokenizer on corpus files (or "
+       "import a vocab.txt or a Hugging Face tokenizer directory) into a tokenizer artifact.")
+def tokenize(settings: TokenizeConfig, out: Path, force: bool,
+             corpus: Annotated[Optional[list[str]], typer.Argument(
+                 help="Corpus files, globs or directories: text (one sentence per line, blank "
+                      "line between documents; .gz too), or .jsonl/.csv/.tsv/.parquet with "
+                      "--text-column.", show_default=False)] = None,
+             from_vocab: Annotated[Optional[Path], typer.Option(
+                 help="Import this vocab.txt instead of training.")] = None,
+             from_pretrained: Annotated[Optional[Path], typer.Option(
+                 help="Import a local Hugging Face BERT tokenizer directory.")] = None):
+    from bertctl.stages import tokenize as stage_module
+
+    return stage_module.run(settings, corpus or [], str(out), force,
+                            from_vocab=str(from_vocab) if from_vocab else None,
+                            from_pretrained=str(from_pretrained) if from_pretrained else None)
+
+
+@app.command("inspect")
+def inspect_artifact(
+    directory: Annotated[Path, typer.Argument(help="Any artifact directory.")],
+    verify: Annotated[bool, typer.Option("--verify", help="Recompute every file's checksum; "
+                                         "exit 1 naming any changed or missing file.")] = False,
+    json_output: Annotated[bool, typer.Option("--json", help="Print the manifest as JSON.")] = False,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
+):
+    """Show an artifact's manifest, its lineage back to the source files, and check it."""
+    from bertctl.stages import inspect as stage_module
+
+    with _handled(json_output, debug):
+        stage_module.run(directory, verify=verify, json_output=json_output)
+
+
+def _terminate(signum, frame):
+    # SIGTERM (a kill, a CI timeout) unwinds like Ctrl-C so temporary directories are removed.
+    raise KeyboardInterrupt
+
+
+def main() -> None:
+    signal.signal(signal.SIGTERM, _terminate)
+    app(prog_name="bertctl")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

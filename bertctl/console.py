@@ -1,0 +1,96 @@
+"""The one place output is made: logs and progress on stderr, results on stdout.
+
+stdout carries only results (a summary line, or with --json exactly one JSON object), so scripts
+can parse it; everything else goes to stderr. On a terminal progress is a rich bar; elsewhere (CI,
+make, pipes) it becomes a plain log line every few seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from contextlib import contextmanager
+from typing import Any
+
+from rich.console import Console
+
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+out = Console(highlight=False, soft_wrap=True)
+_quiet = False
+
+
+def set_quiet(quiet: bool) -> None:
+    global _quiet
+    _quiet = quiet
+
+
+def log(message: str) -> None:
+    if not _quiet:
+        err.print(message, markup=False)
+
+
+def error(message: str) -> None:
+    err.print(f"error: {message}", markup=False, style="red")
+
+
+def emit_json(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
+    sys.stdout.flush()
+
+
+class _LineProgress:
+    """Progress for a non-terminal: one line every `interval` seconds and one at the end."""
+
+    def __init__(self, description: str, total: float | None, unit: str, interval: float):
+        self.description, self.total, self.unit, self.interval = description, total, unit, interval
+        self.done = 0.0
+        self.fields: dict[str, Any] = {}
+        self.start = self.last = time.monotonic()
+
+    def update(self, advance: float = 0, **fields: Any) -> None:
+        self.done += advance
+        self.fields.update(fields)
+        now = time.monotonic()
+        if now - self.last >= self.interval:
+            self.last = now
+            self._line()
+
+    def _line(self) -> None:
+        elapsed = time.monotonic() - self.start
+        if self.total:
+            pos = f"{self.done:,.0f}/{self.total:,.0f} {self.unit} ({100 * self.done / self.total:.0f}%)"
+        else:
+            pos = f"{self.done:,.0f} {self.unit}"
+        extra = "".join(f" {k}={v}" for k, v in self.fields.items())
+        log(f"{self.description}: {pos} in {elapsed:.0f}s{extra}")
+
+
+class _BarProgress:
+    def __init__(self, bar, task):
+        self.bar, self.task = bar, task
+
+    def update(self, advance: float = 0, **fields: Any) -> None:
+        info = " ".join(f"{k}={v}" for k, v in fields.items())
+        self.bar.update(self.task, advance=advance, **({"info": info} if fields else {}))
+
+
+@contextmanager
+def progress(description: str, total: float | None = None, unit: str = "items",
+             interval: float = 10.0):
+    """Yields an object with `update(advance=0, **fields)`."""
+    if _quiet:
+        yield _LineProgress(description, total, unit, float("inf"))
+        return
+    if err.is_terminal:
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                                   TimeElapsedColumn, TimeRemainingColumn)
+
+        columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[info]}")]
+        with Progress(*columns, console=err, transient=False) as bar:
+            yield _BarProgress(bar, bar.add_task(description, total=total, info=""))
+    else:
+        p = _LineProgress(description, total, unit, interval)
+        yield p
+        p._line()

@@ -1,0 +1,71 @@
+"""`bertctl tokenize`: corpus files -> tokenizer artifact."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bertctl import artifacts, console
+from bertctl.config import TokenizeConfig, as_dict
+from bertctl.data import corpus, tokenizer
+from bertctl.errors import BertctlError
+
+
+def run(config: TokenizeConfig, sources: list[str], out: str, force: bool = False,
+        from_vocab: str | None = None, from_pretrained: str | None = None) -> artifacts.Outcome:
+    if from_vocab and from_pretrained:
+        raise BertctlError("give either --from-vocab or --from-pretrained, not both")
+    if not sources and not (from_vocab or from_pretrained):
+        raise BertctlError("no corpus files given (a tokenizer is trained on a corpus, or "
+                           "imported with --from-vocab / --from-pretrained)")
+    files = corpus.expand_sources(sources) if sources else []
+    inputs = [artifacts.file_input(f, "corpus") for f in files]
+    if from_vocab:
+        inputs.append(artifacts.file_input(from_vocab, "vocab"))
+    if from_pretrained:
+        hf_dir = Path(from_pretrained)
+        if not hf_dir.is_dir():
+            raise BertctlError(f"{hf_dir}: not a directory")
+        inputs += [artifacts.file_input(hf_dir / n, "pretrained")
+                   for n in ("tokenizer.json", "vocab.txt", "tokenizer_config.json")
+                   if (hf_dir / n).is_file()]
+    total_bytes = sum(f.stat().st_size for f in files)
+
+    def build(tmp: Path) -> dict:
+        stats = corpus.CorpusStats()
+        sample: list[list[str]] = []
+        lowercase = not config.cased
+        with console.progress("reading corpus", total=total_bytes, unit="bytes") as bar:
+            def batches():
+                for batch in corpus.iter_sentence_batches(files, config.text_column, stats):
+                    bar.update(sum(map(len, batch)))
+                    yield batch
+
+            strip = config.strip_accents
+            if from_pretrained:
+                tok, lowercase, strip = tokenizer.from_hf_directory(Path(from_pretrained))
+            elif from_vocab:
+                tok = tokenizer.from_vocab(Path(from_vocab), lowercase, config.strip_accents)
+            else:
+                try:
+                    tok = tokenizer.train(tokenizer.sample_batches(batches(), sample),
+                                          config.vocab_size, lowercase, config.strip_accents,
+                                          config.min_frequency, config.limit_alphabet,
+                                          config.unused_tokens)
+                except BertctlError:
+                    if stats.sentences == 0:
+                        raise BertctlError(f"{', '.join(sources)}: corpus holds no text") from None
+                    raise
+            if files and (from_vocab or from_pretrained):
+                # An imported vocabulary is still measured against the corpus it will encode.
+                for _ in tokenizer.sample_batches(batches(), sample):
+                    pass
+        if files and stats.sentences == 0:
+            raise BertctlError(f"{', '.join(map(str, sources))}: corpus holds no text")
+        tokenizer.save(tok, tmp, lowercase, strip)
+        info = tokenizer.TokenizerInfo.of(tok, lowercase)
+        measured = tokenizer.measure(tok, [s for b in sample for s in b])
+        console.log(f"vocabulary of {info.vocab_size:,} tokens; unknown-token rate "
+                    f"{measured['unk_rate']:.4%}, {measured['pieces_per_word']:.2f} pieces/word")
+        return {"tokenizer": info.as_dict(), **stats.as_dict(), **measured}
+
+    return artifacts.produce("tokenizer", as_dict(config), inputs, out, build, force=force)
