@@ -22,7 +22,10 @@ from pathlib import Path
 
 from bertctl.errors import BertctlError
 
-TEXT_SUFFIXES = {".txt", ".text", ".raw", ".tokens", ".md"}
+# What a directory contributes: files with these endings (optionally .gz), so that a README or
+# a script beside the data is not read as corpus. Files named explicitly are read whatever
+# their ending.
+TEXT_SUFFIXES = {".txt", ".text", ".raw", ".tokens"}
 TABULAR_FORMATS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".tsv": "csv",
                    ".parquet": "parquet"}
 
@@ -80,9 +83,12 @@ def expand_sources(sources: Iterable[str | os.PathLike]) -> list[Path]:
         text = str(source)
         path = Path(text)
         if path.is_dir():
-            files = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
+            known = TEXT_SUFFIXES | set(TABULAR_FORMATS)
+            files = sorted(p for p in path.rglob("*") if p.is_file()
+                           and not p.name.startswith(".") and _base_suffix(p) in known)
             if not files:
-                raise BertctlError(f"{text}: directory holds no files")
+                raise BertctlError(f"{text}: directory holds no corpus files "
+                                   f"({', '.join(sorted(known))}, optionally .gz)")
             found.extend(files)
         elif path.is_file():
             found.append(path)

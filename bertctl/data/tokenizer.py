@@ -24,6 +24,10 @@ _UNUSED_BEFORE_UNK = 99
 MODEL_MAX_LENGTH = 512
 
 
+class EmptyCorpus(BertctlError):
+    pass
+
+
 def reserved_layout(unused_tokens: int) -> list[str]:
     """The special and [unused] tokens, in id order, that open the vocabulary."""
     unused = [f"[unused{i}]" for i in range(unused_tokens)]
@@ -38,8 +42,14 @@ def _normalize(tok: Tokenizer, lowercase: bool, strip_accents: bool | None) -> N
 
 
 def _configure(tok: Tokenizer, lowercase: bool, strip_accents: bool | None) -> Tokenizer:
-    """The full BERT pipeline around a WordPiece model that holds the special tokens."""
+    """The full BERT pipeline around a WordPiece model that holds the special tokens.
+
+    Truncation and padding are switched off: an imported tokenizer.json may carry its own, and
+    each stage sets the lengths it needs explicitly.
+    """
     _normalize(tok, lowercase, strip_accents)
+    tok.no_truncation()
+    tok.no_padding()
     tok.decoder = decoders.WordPiece(prefix="##")
     cls_id, sep_id = tok.token_to_id(CLS), tok.token_to_id(SEP)
     tok.post_processor = processors.TemplateProcessing(
@@ -71,9 +81,26 @@ def train(batches: Iterable[list[str]], vocab_size: int, lowercase: bool,
     trainer = trainers.WordPieceTrainer(
         vocab_size=vocab_size, min_frequency=min_frequency, limit_alphabet=limit_alphabet,
         special_tokens=reserved, continuing_subword_prefix="##", show_progress=False)
-    tok.train_from_iterator(batches, trainer=trainer)
+    # An exception raised inside the iterator (a bad file, Ctrl-C) crosses the Rust boundary as
+    # a generic error or an early end of input; keep the original and raise it here instead.
+    failure: list[BaseException] = []
+
+    def guarded():
+        try:
+            yield from batches
+        except BaseException as exc:
+            failure.append(exc)
+            raise
+
+    try:
+        tok.train_from_iterator(guarded(), trainer=trainer)
+    except Exception:
+        if not failure:
+            raise
+    if failure:
+        raise failure[0]
     if tok.get_vocab_size() <= len(reserved):
-        raise BertctlError("the corpus yielded no words to build a vocabulary from")
+        raise EmptyCorpus("the corpus yielded no words to build a vocabulary from")
     if tok.get_vocab_size() > vocab_size:
         # The trainer keeps every alphabet character even past vocab_size.
         alphabet = tok.get_vocab_size() - len(reserved)

@@ -51,10 +51,8 @@ def run(config: TokenizeConfig, sources: list[str], out: str, force: bool = Fals
                                           config.vocab_size, lowercase, config.strip_accents,
                                           config.min_frequency, config.limit_alphabet,
                                           config.unused_tokens)
-                except BertctlError:
-                    if stats.sentences == 0:
-                        raise BertctlError(f"{', '.join(sources)}: corpus holds no text") from None
-                    raise
+                except tokenizer.EmptyCorpus:
+                    raise BertctlError(f"{', '.join(sources)}: corpus holds no text") from None
             if files and (from_vocab or from_pretrained):
                 # An imported vocabulary is still measured against the corpus it will encode.
                 for _ in tokenizer.sample_batches(batches(), sample):

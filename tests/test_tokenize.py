@@ -1,0 +1,218 @@
+"""`bertctl tokenize`, settings handling and the CLI contract, on real example text."""
+
+import gzip
+import json
+
+import pytest
+from tokenizers import Tokenizer
+
+from bertctl.data import corpus
+
+from conftest import CORPUS, run_bertctl
+
+HELD_OUT = [
+    "Mr. Sherlock Holmes, who was usually very late in the mornings, was seated at breakfast.",
+    "Café naïve RÉSUMÉ — accents and CAPITALS, 力加勝北区 and numbers 1,234.56!",
+    "unbelievably-hyphenated words & symbols: <tag> {brace} ~tilde~ ##hash",
+]
+
+
+def test_trained_tokenizer_loads_in_transformers_and_agrees(small_tokenizer):
+    transformers = pytest.importorskip("transformers")
+    ours = Tokenizer.from_file(str(small_tokenizer / "tokenizer.json"))
+    hf = transformers.BertTokenizerFast.from_pretrained(str(small_tokenizer))
+    for text in HELD_OUT:
+        enc = ours.encode(text)
+        assert hf(text)["input_ids"] == enc.ids
+        assert hf.convert_ids_to_tokens(enc.ids) == enc.tokens
+    a, b = HELD_OUT[0], HELD_OUT[1]
+    pair = ours.encode(a, b)
+    got = hf(a, b)
+    assert got["input_ids"] == pair.ids and got["token_type_ids"] == pair.type_ids
+    # The slow (pure Python) tokenizer reads only vocab.txt and tokenizer_config.json.
+    slow = transformers.BertTokenizer.from_pretrained(str(small_tokenizer))
+    assert slow(HELD_OUT[0])["input_ids"] == ours.encode(HELD_OUT[0]).ids
+
+
+def test_tokenizer_layout_and_manifest(small_tokenizer, cli):
+    vocab = (small_tokenizer / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    assert len(vocab) <= 4000
+    # Google's layout: [PAD]=0, 99 [unused] slots, then [UNK] [CLS] [SEP] [MASK] at 100..103.
+    assert vocab[0] == "[PAD]" and vocab[1] == "[unused0]" and vocab[99] == "[unused98]"
+    assert vocab[100:104] == ["[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    assert any(t.startswith("##") for t in vocab)
+    m = cli("inspect", small_tokenizer, "--json").json()
+    assert m["kind"] == "tokenizer"
+    s = m["stats"]
+    assert s["tokenizer"]["special_ids"] == {"[PAD]": 0, "[UNK]": 100, "[CLS]": 101,
+                                             "[SEP]": 102, "[MASK]": 103}
+    assert s["tokenizer"]["lowercase"] is True and s["tokenizer"]["vocab_size"] == len(vocab)
+    assert s["documents"] > 300 and s["sentences"] > 8000 and s["files"] == 4
+    assert 0 <= s["unk_rate"] < 0.01 and 1.0 <= s["pieces_per_word"] < 2.0
+    assert {i["role"] for i in m["inputs"]} == {"corpus"}
+    assert all(len(i["id"]) == 64 for i in m["inputs"])  # content hashes of the files
+
+
+def test_cased_no_unused_and_nearly_reproducible(tmp_path, cli):
+    args = ["tokenize", CORPUS / "alice.txt", "--vocab-size", "1500", "--cased",
+            "--unused-tokens", "0"]
+    r = cli(*args, "--out", tmp_path / "a", "--json")
+    assert r.exit_code == 0, r.stderr
+    tok = Tokenizer.from_file(str(tmp_path / "a" / "tokenizer.json"))
+    assert [tok.id_to_token(i) for i in range(5)] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    assert "Alice" in tok.encode("Alice").tokens
+    cli(*args, "--out", tmp_path / "b")
+    # tokenizers' WordPiece trainer breaks ties between equally frequent merges in hash-map order
+    # (huggingface/tokenizers#1794), so two trainings agree on nearly all, not all, pieces.
+    a = set((tmp_path / "a" / "vocab.txt").read_text().splitlines())
+    b = set((tmp_path / "b" / "vocab.txt").read_text().splitlines())
+    assert len(a & b) / len(a | b) > 0.8
+
+
+def test_import_vocab_and_hf_directory(tmp_path, cli, minilm_dir):
+    reference = Tokenizer.from_file(str(minilm_dir / "tokenizer.json"))
+    reference.no_padding()  # the shipped file pads to 128; ours leaves lengths to each stage
+    text = HELD_OUT[0]
+    r = cli("tokenize", "--from-vocab", minilm_dir / "vocab.txt", "--out", tmp_path / "v")
+    assert r.exit_code == 0, r.stderr
+    r = cli("tokenize", "--from-pretrained", minilm_dir, CORPUS / "alice.txt",
+            "--out", tmp_path / "p", "--json")
+    assert r.exit_code == 0, r.stderr
+    assert r.json()["stats"]["tokenizer"]["vocab_size"] == 30522
+    assert r.json()["stats"]["unk_rate"] < 0.01
+    for d in ("v", "p"):
+        ours = Tokenizer.from_file(str(tmp_path / d / "tokenizer.json"))
+        assert ours.encode(text).ids == reference.encode(text).ids
+
+
+def test_settings_precedence_and_config_written(tmp_path, cli):
+    cfg = tmp_path / "tok.yaml"
+    cfg.write_text("vocab-size: 5000\nmin_frequency: 3\n")
+    r = cli("tokenize", CORPUS / "alice.txt", "--config", cfg, "--vocab-size", "1200",
+            "--out", tmp_path / "t", "--json")
+    assert r.exit_code == 0, r.stderr
+    config = r.json()["config"]
+    assert config["vocab_size"] == 1200  # the flag wins over the file
+    assert config["min_frequency"] == 3  # the file wins over the default
+    assert config["limit_alphabet"] == 1000  # the default
+    saved = json.loads((tmp_path / "t" / "artifact.json").read_text())
+    assert saved["config"] == config
+
+
+@pytest.mark.parametrize("yaml_text, message", [
+    ("vocab_sise: 10\n", "unknown setting 'vocab_sise'"),
+    ("vocab_size: lots\n", "setting 'vocab_size' = 'lots'"),
+    ("min_frequency: 0\n", "setting 'min_frequency' = 0: Input should be greater than or equal to 1"),
+    ("vocab_size: [1, 2\n", "invalid YAML"),
+    ("- a list\n", "must be a mapping"),
+])
+def test_bad_settings_are_one_line_exit_2(tmp_path, cli, yaml_text, message):
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text(yaml_text)
+    r = cli("tokenize", CORPUS / "alice.txt", "--config", cfg, "--out", tmp_path / "t")
+    assert r.exit_code == 2
+    assert message in r.stderr and str(cfg) in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "t").exists()
+
+
+def _write(path, data: bytes):
+    path.write_bytes(data)
+    return path
+
+
+@pytest.mark.parametrize("setup, message", [
+    (lambda d: [d / "missing.txt"], "no such file or directory"),
+    (lambda d: [_write(d / "empty.txt", b"\n\n  \n")], "corpus holds no text"),
+    (lambda d: [(d / "emptydir").mkdir() or d / "emptydir"], "directory holds no corpus files"),
+    (lambda d: [str(d / "*.nomatch")], "pattern matches no files"),
+    (lambda d: [_write(d / "rows.jsonl", b'{"body": "text"}\n')], "need --text-column"),
+])
+def test_bad_corpus_is_one_line_exit_2(tmp_path, cli, setup, message):
+    sources = setup(tmp_path)
+    r = cli("tokenize", *sources, "--out", tmp_path / "t")
+    assert r.exit_code == 2, r.stderr
+    assert message in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "t").exists()
+
+
+def test_vocab_too_small_for_the_alphabet(tmp_path, cli):
+    r = cli("tokenize", CORPUS / "alice.txt", "--vocab-size", "60", "--unused-tokens", "0",
+            "--out", tmp_path / "t")
+    assert r.exit_code == 2 and "smaller than the 5 special" in r.stderr
+    r = cli("tokenize", CORPUS / "alice.txt", "--vocab-size", "50", "--out", tmp_path / "t")
+    assert r.exit_code == 2 and "leaves no room" in r.stderr
+    assert not (tmp_path / "t").exists()
+
+
+def test_bad_out_and_bad_vocab(tmp_path, cli, small_tokenizer):
+    plain = tmp_path / "plain.txt"
+    plain.write_text("x")
+    r = cli("tokenize", CORPUS / "alice.txt", "--out", plain)
+    assert r.exit_code == 2 and "not a directory" in r.stderr
+    # A tokenizer with other settings already there.
+    r = cli("tokenize", CORPUS / "alice.txt", "--out", small_tokenizer)
+    assert r.exit_code == 2 and "pass --force" in r.stderr
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("hello\nworld\n")
+    r = cli("tokenize", "--from-vocab", vocab, "--out", tmp_path / "v")
+    assert r.exit_code == 2 and "lacks the special token(s) [PAD], [UNK]" in r.stderr
+
+
+def test_truncated_manifest_at_out(tmp_path, cli):
+    out = tmp_path / "t"
+    assert cli("tokenize", CORPUS / "alice.txt", "--vocab-size", "1500", "--out", out).exit_code == 0
+    manifest = out / "artifact.json"
+    manifest.write_text(manifest.read_text()[:100])
+    r = cli("tokenize", CORPUS / "alice.txt", "--vocab-size", "1500", "--out", out)
+    assert r.exit_code == 2 and "corrupted manifest" in r.stderr
+    r = cli("inspect", out)
+    assert r.exit_code == 2 and "corrupted manifest" in r.stderr
+    r = cli("tokenize", CORPUS / "alice.txt", "--vocab-size", "1500", "--out", out, "--force")
+    assert r.exit_code == 0 and json.loads(manifest.read_text())["kind"] == "tokenizer"
+
+
+def test_corpus_reading_quirks(tmp_path):
+    crlf = _write(tmp_path / "crlf.txt", b"\xef\xbb\xbfFirst line.\r\nSecond \xff line.\r\n\r\nDoc two.\r\n")
+    gz = tmp_path / "more.txt.gz"
+    with gzip.open(gz, "wb") as fh:
+        fh.write(b"Zipped sentence.\n\nAnother doc.")
+    rows = _write(tmp_path / "rows.jsonl", b'{"text": "Row one.\\nRow one b."}\n{"text": ""}\n'
+                  b'{"text": "Row two."}\n')
+    csv = _write(tmp_path / "rows.csv", b"id,text\n1,Csv row.\n")
+    stats = corpus.CorpusStats()
+    docs = list(corpus.iter_documents([crlf, gz], stats=stats))
+    assert docs == [["First line.", "Second \ufffd line."], ["Doc two."],
+                    ["Zipped sentence."], ["Another doc."]]
+    assert stats.invalid_bytes_replaced == 1 and stats.documents == 4 and stats.files == 2
+    docs = list(corpus.iter_documents([rows, csv], text_column="text"))
+    assert docs == [["Row one.", "Row one b."], ["Row two."], ["Csv row."]]
+    with pytest.raises(Exception, match="no column 'body' \\(columns: text\\)"):
+        list(corpus.iter_documents([rows], text_column="body"))
+
+
+def test_subprocess_contract_json_and_exit_codes(tmp_path):
+    """A real process: stdout holds exactly one JSON object, logs go to stderr, no traceback."""
+    out = tmp_path / "t"
+    r = run_bertctl("tokenize", CORPUS / "alice.txt", "--vocab-size", "1500", "--out", out, "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["id"] == json.loads((out / "artifact.json").read_text())["id"]
+    r = run_bertctl("tokenize", CORPUS / "alice.txt", "--vocab-size", "1500", "--out", out)
+    assert r.returncode == 0 and "up to date" in r.stdout
+    r = run_bertctl("tokenize", tmp_path / "nope.txt", "--out", tmp_path / "x", "--json")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert json.loads(r.stdout) == {"error": f"{tmp_path / 'nope.txt'}: no such file or directory",
+                                    "exit_code": 2}
+    r = run_bertctl("tokenize", tmp_path / "nope.txt", "--out", tmp_path / "x", "--debug")
+    assert r.returncode == 2 and "Traceback" in r.stderr
+    r = run_bertctl("--help")
+    assert r.returncode == 0 and "tokenize" in r.stdout and "inspect" in r.stdout
+
+
+def test_inspect_shows_lineage(small_tokenizer, cli):
+    r = cli("inspect", small_tokenizer)
+    assert r.exit_code == 0
+    assert "tokenizer artifact" in r.stdout and "lineage:" in r.stdout
+    assert "sherlock_holmes.txt" in r.stdout
+    r = cli("inspect", small_tokenizer.parent / "nothing")
+    assert r.exit_code == 2 and "no such artifact directory" in r.stderr
