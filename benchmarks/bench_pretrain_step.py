@@ -1,0 +1,171 @@
+"""Pretraining step throughput: bertctl's BertForPreTraining against transformers' (sdpa).
+
+    /work/venv/bin/python benchmarks/bench_pretrain_step.py                 # mini + small, fp32 + bf16
+    /work/venv/bin/python benchmarks/bench_pretrain_step.py --presets base --precisions bf16 --repeats 3
+
+A step is forward + backward + AdamW on a (batch, seq) batch with 15% of the positions masked,
+BERT's pretraining workload. Both models start from the same weights and see the same batch;
+their eval-mode losses on it are printed first and must agree. The two models are timed in
+alternation (who goes first flips each repeat) so load from other processes on the machine hits
+both alike, and the median step time over the repeats is reported. MFU divides the model FLOPs
+(encoder, plus the MLM head at the masked positions only: the work the task needs) by a matmul
+peak measured here, per precision.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+import time
+
+import torch
+
+from bertctl.model import BertConfig, BertForPreTraining, flops_per_token
+from bertctl.model.hf import load_state_dict
+
+CLS, SEP, MASK, FIRST_WORD = 101, 102, 103, 1000  # BERT uncased vocabulary ids
+
+
+def make_batch(batch: int, seq: int, vocab: int, mask_prob: float, gen: torch.Generator) -> dict:
+    """Random sentence pairs shaped like Google's pretraining data: most rows fill the window,
+    one in ten is shorter (short_seq_prob 0.1) and padded; [CLS] A [SEP] B [SEP]."""
+    ids = torch.randint(FIRST_WORD, vocab, (batch, seq), generator=gen)
+    lengths = torch.full((batch,), seq)
+    short = torch.rand(batch, generator=gen) < 0.1
+    lengths[short] = torch.randint(16, seq, (int(short.sum()),), generator=gen)
+    pos = torch.arange(seq)
+    attention_mask = (pos[None] < lengths[:, None]).long()
+    split = lengths // 2
+    token_type_ids = ((pos[None] > split[:, None]) & attention_mask.bool()).long()
+    ids[:, 0] = CLS
+    ids[torch.arange(batch), split] = SEP
+    ids[torch.arange(batch), lengths - 1] = SEP
+    ids[attention_mask == 0] = 0
+    special = (ids == CLS) | (ids == SEP) | (attention_mask == 0)
+    chosen = (torch.rand(batch, seq, generator=gen) < mask_prob) & ~special
+    labels = torch.where(chosen, ids, torch.full_like(ids, -100))
+    # 80% [MASK], 10% a random word, 10% unchanged.
+    r = torch.rand(batch, seq, generator=gen)
+    ids = torch.where(chosen & (r < 0.8), torch.full_like(ids, MASK), ids)
+    rand_words = torch.randint(FIRST_WORD, vocab, (batch, seq), generator=gen)
+    ids = torch.where(chosen & (r >= 0.8) & (r < 0.9), rand_words, ids)
+    return {"input_ids": ids, "token_type_ids": token_type_ids, "attention_mask": attention_mask,
+            "labels": labels, "next_sentence_label": torch.randint(0, 2, (batch,), generator=gen)}
+
+
+def autocast(precision: str):
+    if precision == "bf16":
+        return torch.autocast("cpu", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def matmul_peak(dtype: torch.dtype, n: int = 2048, seconds: float = 1.0) -> float:
+    """Best observed GFLOP/s of an n x n x n matmul: the ceiling the model's matmuls work under."""
+    a = torch.randn(n, n).to(dtype)
+    b = torch.randn(n, n).to(dtype)
+    best = 0.0
+    end = time.perf_counter() + seconds
+    a @ b
+    while time.perf_counter() < end:
+        t = time.perf_counter()
+        a @ b
+        best = max(best, 2 * n ** 3 / (time.perf_counter() - t) / 1e9)
+    return best
+
+
+def build_pair(config: BertConfig):
+    """Our model and transformers' with identical weights (HF initialises, we copy)."""
+    import transformers
+
+    hf_config = transformers.BertConfig(**config.to_hf_dict(), attn_implementation="sdpa")
+    torch.manual_seed(0)
+    hf = transformers.BertForPreTraining(hf_config)
+    ours = BertForPreTraining(config)
+    report = load_state_dict(ours, hf.state_dict(), source="transformers")
+    assert not (report.missing or report.mismatched), report
+    return ours, hf
+
+
+def run_ours(model, batch):
+    return model(**batch)["loss"]
+
+
+def run_hf(model, batch):
+    return model(**batch).loss
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--presets", nargs="+", default=["mini", "small"])
+    ap.add_argument("--precisions", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--vocab", type=int, default=30522)
+    ap.add_argument("--mask-prob", type=float, default=0.15)
+    ap.add_argument("--steps", type=int, default=2, help="timed steps per repeat")
+    ap.add_argument("--repeats", type=int, default=5, help="alternating timed repeats per model")
+    ap.add_argument("--warmup", type=int, default=1, help="untimed steps per model first")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    import transformers
+
+    print(f"torch {torch.__version__}, transformers {transformers.__version__}, "
+          f"{torch.get_num_threads()} threads; batch {args.batch} x seq {args.seq}, "
+          f"vocab {args.vocab}, {args.mask_prob:.0%} masked; median of {args.repeats} x "
+          f"{args.steps} steps")
+    peaks = {"fp32": matmul_peak(torch.float32), "bf16": matmul_peak(torch.bfloat16)}
+    print("matmul peak (2048^3): " + ", ".join(f"{k} {v:,.0f} GFLOP/s" for k, v in peaks.items()))
+    header = (f"{'preset':<7}{'prec':<6}{'ours tok/s':>11}{'hf tok/s':>10}{'ratio':>7}"
+              f"{'ours MFU':>10}{'hf MFU':>8}  {'loss ours':>10}{'loss hf':>10}")
+    print(header)
+
+    gen = torch.Generator().manual_seed(1234)
+    for preset in args.presets:
+        config = BertConfig.from_preset(preset, vocab_size=args.vocab)
+        batch = make_batch(args.batch, args.seq, args.vocab, args.mask_prob, gen)
+        tokens = args.batch * args.seq
+        step_flops = flops_per_token(config, args.seq, args.mask_prob) * tokens
+        for precision in args.precisions:
+            ours, hf = build_pair(config)
+            # Same weights, same batch, no dropout: the losses must match.
+            losses = []
+            for model, run in ((ours, run_ours), (hf, run_hf)):
+                model.eval()
+                with torch.no_grad(), autocast(precision):
+                    losses.append(run(model, batch).item())
+                model.train()
+            entries = []
+            for model, run in ((ours, run_ours), (hf, run_hf)):
+                opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, fused=True)
+
+                def step(model=model, run=run, opt=opt):
+                    opt.zero_grad(set_to_none=True)
+                    with autocast(precision):
+                        loss = run(model, batch)
+                    loss.backward()
+                    opt.step()
+
+                entries.append((step, []))
+            for step, _ in entries:
+                for _ in range(args.warmup):
+                    step()
+            for r in range(args.repeats):
+                for step, times in (entries if r % 2 == 0 else entries[::-1]):
+                    t = time.perf_counter()
+                    for _ in range(args.steps):
+                        step()
+                    times.append((time.perf_counter() - t) / args.steps)
+            t_ours, t_hf = (statistics.median(times) for _, times in entries)
+            mfu = [step_flops / t / 1e9 / peaks[precision] for t in (t_ours, t_hf)]
+            print(f"{preset:<7}{precision:<6}{tokens / t_ours:>11,.0f}{tokens / t_hf:>10,.0f}"
+                  f"{t_hf / t_ours:>6.2f}x{mfu[0]:>10.1%}{mfu[1]:>8.1%}  "
+                  f"{losses[0]:>10.5f}{losses[1]:>10.5f}", flush=True)
+            del ours, hf, entries
+
+
+if __name__ == "__main__":
+    main()

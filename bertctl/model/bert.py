@@ -1,0 +1,371 @@
+"""The BERT encoder (Devlin et al., 2018), in one file that reads top to bottom.
+
+Module and parameter names follow Hugging Face's `BertModel` exactly (`embeddings.LayerNorm`,
+`encoder.layer.3.attention.self.query`, ...), so a state dict moves between the two with no
+renaming and any HF BERT checkpoint is also ours. Everything else is written for speed and
+clarity: attention goes through `F.scaled_dot_product_attention`, position and segment embeddings
+are added without building index tensors, and there is no decoder/cache machinery.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bertctl.errors import BertctlError
+
+# ---------------------------------------------------------------------------------------------
+# Configuration
+
+
+@dataclass
+class BertConfig:
+    """Hyper-parameters under Hugging Face's field names, so config.json maps one to one.
+
+    The defaults are BERT-Base with the uncased English vocabulary.
+    """
+
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    initializer_range: float = 0.02
+    layer_norm_eps: float = 1e-12
+    pad_token_id: int | None = 0
+    # HF's optional override of the dropout before sequence/token classifiers (None: hidden's).
+    classifier_dropout: float | None = None
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise BertctlError for settings no BERT can be built from."""
+        def bad(problem: str) -> BertctlError:
+            return BertctlError(f"model config: {problem}")
+
+        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                     "intermediate_size", "max_position_embeddings", "type_vocab_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise bad(f"{name} must be a positive integer, got {value!r}")
+        if self.hidden_size % self.num_attention_heads:
+            raise bad(f"hidden_size {self.hidden_size} is not a multiple of "
+                      f"num_attention_heads {self.num_attention_heads}")
+        if self.hidden_act not in ACTIVATIONS:
+            raise bad(f"hidden_act {self.hidden_act!r} is not supported "
+                      f"(one of {', '.join(sorted(ACTIVATIONS))})")
+        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise bad(f"{name} must be in [0, 1), got {getattr(self, name)!r}")
+        if self.pad_token_id is not None and not 0 <= self.pad_token_id < self.vocab_size:
+            raise bad(f"pad_token_id {self.pad_token_id} is outside the vocabulary "
+                      f"of {self.vocab_size}")
+
+    @property
+    def head_size(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    # -- Hugging Face config.json --------------------------------------------------------------
+
+    def to_hf_dict(self) -> dict[str, Any]:
+        """The config.json content transformers' BertConfig reads (without `architectures`)."""
+        return {"model_type": "bert", **asdict(self), "position_embedding_type": "absolute",
+                "tie_word_embeddings": True}
+
+    @classmethod
+    def from_hf_dict(cls, d: dict[str, Any], source: str = "config.json") -> BertConfig:
+        """Build from a parsed HF config.json; unknown keys are ignored, known ones checked.
+
+        The size fields must be present: HF would silently fall back to BERT-Base for a missing
+        one, which then fails later with a confusing shape error.
+        """
+        if not isinstance(d, dict):
+            raise BertctlError(f"{source}: expected a JSON object, got {type(d).__name__}")
+        model_type = d.get("model_type", "bert")
+        if model_type != "bert":
+            raise BertctlError(f"{source}: model_type is {model_type!r}, not 'bert'")
+        missing = [k for k in ESSENTIAL_KEYS if k not in d]
+        if missing:
+            raise BertctlError(f"{source}: missing {', '.join(missing)}")
+        # Variants this encoder does not implement must fail here, not load wrong weights quietly.
+        if d.get("position_embedding_type", "absolute") != "absolute":
+            raise BertctlError(f"{source}: position_embedding_type "
+                               f"{d['position_embedding_type']!r} is not supported (only 'absolute')")
+        if d.get("is_decoder") or d.get("add_cross_attention"):
+            raise BertctlError(f"{source}: decoder/cross-attention BERT is not supported")
+        known = {f.name for f in fields(cls)}
+        try:
+            return cls(**{k: v for k, v in d.items() if k in known})
+        except BertctlError as exc:  # say which file holds the bad value
+            raise BertctlError(str(exc).replace("model config:", f"{source}:", 1)) from None
+        except TypeError as exc:  # e.g. a string where a number belongs
+            raise BertctlError(f"{source}: {exc}") from None
+
+    # -- size presets --------------------------------------------------------------------------
+
+    @classmethod
+    def from_preset(cls, name: str, *, num_hidden_layers: int | None = None,
+                    hidden_size: int | None = None, num_attention_heads: int | None = None,
+                    intermediate_size: int | None = None, **overrides: Any) -> BertConfig:
+        """A preset from PRESETS with overrides (vocab_size, max_position_embeddings, ...).
+
+        Overriding hidden_size without intermediate_size keeps the paper's 4H feed-forward.
+        """
+        if name not in PRESETS:
+            raise BertctlError(f"model size {name!r}: unknown preset "
+                               f"(one of {', '.join(PRESETS)})")
+        layers, hidden, heads = PRESETS[name]
+        hidden = hidden_size or hidden
+        return cls(num_hidden_layers=num_hidden_layers or layers, hidden_size=hidden,
+                   num_attention_heads=num_attention_heads or heads,
+                   intermediate_size=intermediate_size or 4 * hidden, **overrides)
+
+
+# (layers, hidden, heads): Google's released sizes; the feed-forward is always 4 * hidden.
+PRESETS: dict[str, tuple[int, int, int]] = {
+    "tiny": (2, 128, 2),
+    "mini": (4, 256, 4),
+    "small": (4, 512, 8),
+    "medium": (8, 512, 8),
+    "base": (12, 768, 12),
+    "large": (24, 1024, 16),
+}
+
+ESSENTIAL_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads")
+
+# HF's names for the activations BERT checkpoints use. "gelu" is the exact erf form, as in the
+# original TF code; the tanh approximation is a different function and gives different outputs.
+ACTIVATIONS = {
+    "gelu": F.gelu,
+    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
+    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "relu": F.relu,
+    "silu": F.silu,
+    "swish": F.silu,
+}
+
+# ---------------------------------------------------------------------------------------------
+# Building blocks
+
+
+class BertEmbeddings(nn.Module):
+    """token + segment + learned position embedding, then LayerNorm and dropout."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        # padding_idx as in HF: the [PAD] row starts at zero and gets no gradient from lookups.
+        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size,
+                                            padding_idx=config.pad_token_id)
+        self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
+        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None) -> torch.Tensor:
+        seq_len = input_ids.size(1)
+        if seq_len > self.position_embeddings.num_embeddings:
+            raise ValueError(f"sequence length {seq_len} exceeds max_position_embeddings "
+                             f"{self.position_embeddings.num_embeddings}")
+        x = self.word_embeddings(input_ids)
+        # Positions are always 0..T-1, so slicing the table is a lookup without an index tensor.
+        x = x + self.position_embeddings.weight[:seq_len]
+        if token_type_ids is None:
+            x = x + self.token_type_embeddings.weight[0]
+        else:
+            x = x + self.token_type_embeddings(token_type_ids)
+        return self.dropout(self.LayerNorm(x))
+
+
+class BertSelfAttention(nn.Module):
+    """Multi-head scaled dot-product attention (the projections only; HF's `attention.self`)."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.num_heads = config.num_attention_heads
+        self.query = nn.Linear(config.hidden_size, config.hidden_size)
+        self.key = nn.Linear(config.hidden_size, config.hidden_size)
+        self.value = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dropout_p = config.attention_probs_dropout_prob
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        B, T, H = x.shape
+
+        def heads(t: torch.Tensor) -> torch.Tensor:  # (B, T, H) -> (B, heads, T, head_size)
+            return t.view(B, T, self.num_heads, H // self.num_heads).transpose(1, 2)
+
+        # SDPA picks a fused kernel (flash/memory-efficient on CUDA, flash on CPU) and applies the
+        # dropout on the attention probabilities inside it.
+        y = F.scaled_dot_product_attention(
+            heads(self.query(x)), heads(self.key(x)), heads(self.value(x)), attn_mask=mask,
+            dropout_p=self.dropout_p if self.training else 0.0)
+        return y.transpose(1, 2).reshape(B, T, H)
+
+
+class BertProjectAddNorm(nn.Module):
+    """dense -> dropout -> add the block's input -> LayerNorm: BERT's post-LN sub-layer output.
+
+    HF names it BertSelfOutput after attention and BertOutput after the feed-forward; the two
+    differ only in the input width.
+    """
+
+    def __init__(self, in_features: int, config: BertConfig):
+        super().__init__()
+        self.dense = nn.Linear(in_features, config.hidden_size)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        return self.LayerNorm(self.dropout(self.dense(x)) + residual)
+
+
+class BertAttention(nn.Module):
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.self = BertSelfAttention(config)
+        self.output = BertProjectAddNorm(config.hidden_size, config)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        return self.output(self.self(x, mask), x)
+
+
+class BertIntermediate(nn.Module):
+    """The feed-forward's expansion to intermediate_size and its activation."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.intermediate_size)
+        self.act = ACTIVATIONS[config.hidden_act]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(self.dense(x))
+
+
+class BertLayer(nn.Module):
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.attention = BertAttention(config)
+        self.intermediate = BertIntermediate(config)
+        self.output = BertProjectAddNorm(config.intermediate_size, config)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        x = self.attention(x, mask)
+        return self.output(self.intermediate(x), x)
+
+
+class BertEncoder(nn.Module):
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.layer = nn.ModuleList(BertLayer(config) for _ in range(config.num_hidden_layers))
+
+
+class BertPooler(nn.Module):
+    """tanh(W h_[CLS] + b): the sentence vector NSP and the sentence-level heads read."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.dense(hidden[:, 0]))
+
+
+# ---------------------------------------------------------------------------------------------
+# The model
+
+
+def init_bert_weights(module: nn.Module, std: float) -> None:
+    """BERT's initialisation: N(0, std) weights (truncation aside), zero biases, LayerNorm 1/0."""
+    if isinstance(module, (nn.Linear, nn.Embedding)):
+        nn.init.normal_(module.weight, mean=0.0, std=std)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+        if isinstance(module, nn.Embedding) and module.padding_idx is not None:
+            with torch.no_grad():
+                module.weight[module.padding_idx].zero_()
+    elif isinstance(module, nn.LayerNorm):
+        nn.init.ones_(module.weight)
+        nn.init.zeros_(module.bias)
+
+
+def attention_bias(attention_mask: torch.Tensor | None) -> torch.Tensor | None:
+    """HF's (B, T) 1 = token / 0 = padding mask as SDPA's boolean (B, 1, 1, T) "may attend".
+
+    A batch without padding gets None, which lets SDPA use its fastest unmasked kernel.
+    Padded query rows still attend to the real tokens, so no row is ever fully masked unless a
+    sequence has no tokens at all.
+    """
+    if attention_mask is None:
+        return None
+    keep = attention_mask.bool()
+    if keep.all():
+        return None
+    return keep[:, None, None, :]
+
+
+class BertModel(nn.Module):
+    """Embeddings, `num_hidden_layers` post-LN encoder blocks and (optionally) the pooler.
+
+    forward(input_ids, token_type_ids=None, attention_mask=None, output_hidden_states=False)
+    returns {"last_hidden_state": (B, T, H), "pooler_output": (B, H) or None,
+             "hidden_states": tuple of L + 1 tensors (embeddings first), if asked}.
+    """
+
+    def __init__(self, config: BertConfig, add_pooling_layer: bool = True):
+        super().__init__()
+        self.config = config
+        self.embeddings = BertEmbeddings(config)
+        self.encoder = BertEncoder(config)
+        # HF's token-classification and QA models have no pooler; matching that keeps their
+        # checkpoints free of unused weights.
+        self.pooler = BertPooler(config) if add_pooling_layer else None
+        self.apply(lambda m: init_bert_weights(m, config.initializer_range))
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None,
+                output_hidden_states: bool = False) -> dict[str, Any]:
+        mask = attention_bias(attention_mask)
+        x = self.embeddings(input_ids, token_type_ids)
+        states = [x]
+        for layer in self.encoder.layer:
+            x = layer(x, mask)
+            states.append(x)
+        return {
+            "last_hidden_state": x,
+            "pooler_output": self.pooler(x) if self.pooler is not None else None,
+            **({"hidden_states": tuple(states)} if output_hidden_states else {}),
+        }
+
+    def num_parameters(self, exclude_embeddings: bool = False) -> int:
+        skip = {id(p) for p in self.embeddings.parameters()} if exclude_embeddings else set()
+        return sum(p.numel() for p in self.parameters() if id(p) not in skip)
+
+
+def flops_per_token(config: BertConfig, seq_len: int, mlm_fraction: float = 0.15,
+                    training: bool = True) -> float:
+    """Matmul FLOPs per input token for pretraining (2 per multiply-add; backward = 2x forward).
+
+    Counts the encoder (projections, attention scores and mixing), the pooler/NSP once per
+    sequence, and the MLM transform + vocabulary projection only at the predicted fraction of
+    positions, which is all the work the model needs. Used for model-FLOPs utilisation.
+    """
+    H, I, L, V = (config.hidden_size, config.intermediate_size, config.num_hidden_layers,
+                  config.vocab_size)
+    per_layer = 2 * (4 * H * H + 2 * H * I) + 2 * 2 * seq_len * H
+    mlm = mlm_fraction * 2 * (H * H + H * V)
+    per_sequence = 2 * (H * H + 2 * H) / seq_len
+    forward = L * per_layer + mlm + per_sequence
+    return forward * (3 if training else 1)
+
+
+__all__ = ["ACTIVATIONS", "BertConfig", "BertModel", "PRESETS", "attention_bias",
+           "flops_per_token", "init_bert_weights"]

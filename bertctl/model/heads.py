@@ -1,0 +1,288 @@
+"""Task heads on the shared encoder: pretraining (MLM + NSP) and the fine-tuning families.
+
+Each model keeps the encoder at `bert` and names its head as Hugging Face does (`cls.*`,
+`classifier`, `qa_outputs`), so state dicts and config.json `architectures` match HF's classes
+of the same name. Every forward returns a dict with "loss" only when labels were given.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bertctl.model.bert import ACTIVATIONS, BertConfig, BertModel, init_bert_weights
+
+IGNORE_INDEX = -100  # label value for positions that carry no target (HF's convention)
+
+
+class BertWithHead(nn.Module):
+    """The encoder at `bert` plus a head; subclasses build the head and call `_init_head()`."""
+
+    add_pooling_layer = True
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.config = config
+        self.bert = BertModel(config, add_pooling_layer=self.add_pooling_layer)
+
+    def _init_head(self) -> None:
+        # The encoder initialised itself; only the head's modules are still at PyTorch defaults.
+        for name, child in self.named_children():
+            if name != "bert":
+                child.apply(lambda m: init_bert_weights(m, self.config.initializer_range))
+
+    def _classifier_dropout(self) -> nn.Dropout:
+        p = self.config.classifier_dropout
+        return nn.Dropout(self.config.hidden_dropout_prob if p is None else p)
+
+    def hf_config(self) -> dict[str, Any]:
+        """Keys this head adds to config.json (num_labels, problem_type, ...)."""
+        return {}
+
+    @classmethod
+    def kwargs_from_hf(cls, hf_config: dict[str, Any]) -> dict[str, Any]:
+        """Constructor arguments recovered from a config.json this head wrote."""
+        return {}
+
+
+# ---------------------------------------------------------------------------------------------
+# Pretraining
+
+
+class BertPredictionHeadTransform(nn.Module):
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.act = ACTIVATIONS[config.hidden_act]
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.LayerNorm(self.act(self.dense(x)))
+
+
+class BertLMPredictionHead(nn.Module):
+    """transform, then the vocabulary projection. Its weight is the word embedding table, passed
+    in at call time, so the tie cannot break (resizing, loading, DDP) and is never saved twice;
+    only the output bias is the head's own."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.transform = BertPredictionHeadTransform(config)
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+
+    def forward(self, x: torch.Tensor, word_embeddings: torch.Tensor) -> torch.Tensor:
+        return F.linear(self.transform(x), word_embeddings, self.bias)
+
+
+class BertPreTrainingHeads(nn.Module):
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.predictions = BertLMPredictionHead(config)
+        self.seq_relationship = nn.Linear(config.hidden_size, 2)
+
+
+class BertForPreTraining(BertWithHead):
+    """Masked LM + next-sentence prediction, BERT's two pretraining tasks.
+
+    With `labels` ((B, T), IGNORE_INDEX where nothing is predicted) the hidden states of the
+    labelled positions are gathered *before* the MLM head: only ~15% of positions pay for the
+    vocabulary projection, which for small models costs more than the whole encoder.
+    `next_sentence_label=None` trains MLM only (data built without NSP).
+    """
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.cls = BertPreTrainingHeads(config)
+        self._init_head()
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None, labels: torch.Tensor | None = None,
+                next_sentence_label: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        enc = self.bert(input_ids, token_type_ids, attention_mask)
+        hidden = enc["last_hidden_state"]
+        out: dict[str, torch.Tensor] = {}
+        if labels is not None:
+            flat = labels.reshape(-1)
+            where = (flat != IGNORE_INDEX).nonzero().squeeze(1)
+            hidden = hidden.reshape(-1, hidden.size(-1)).index_select(0, where)
+            out["mlm_targets"] = flat.index_select(0, where)
+        out["mlm_logits"] = self.cls.predictions(hidden, self.bert.embeddings.word_embeddings.weight)
+        out["nsp_logits"] = self.cls.seq_relationship(enc["pooler_output"])
+
+        losses = []
+        if labels is not None:
+            if out["mlm_targets"].numel():
+                out["mlm_loss"] = F.cross_entropy(out["mlm_logits"].float(), out["mlm_targets"])
+            else:  # nothing masked in this batch: a zero that still reaches every parameter
+                out["mlm_loss"] = out["mlm_logits"].sum() * 0.0
+            losses.append(out["mlm_loss"])
+        if next_sentence_label is not None:
+            out["nsp_loss"] = F.cross_entropy(out["nsp_logits"].float(), next_sentence_label.reshape(-1))
+            losses.append(out["nsp_loss"])
+        if losses:
+            out["loss"] = sum(losses[1:], losses[0])
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Fine-tuning
+
+
+class BertForSequenceClassification(BertWithHead):
+    """Dropout + linear on the pooled [CLS]: classification (CE) or regression (MSE, 1 output)."""
+
+    PROBLEM_TYPES = ("single_label_classification", "regression")
+
+    def __init__(self, config: BertConfig, num_labels: int | None = None,
+                 problem_type: str = "single_label_classification"):
+        super().__init__(config)
+        if problem_type not in self.PROBLEM_TYPES:
+            raise ValueError(f"problem_type must be one of {self.PROBLEM_TYPES}, got {problem_type!r}")
+        if num_labels is None:
+            num_labels = 1 if problem_type == "regression" else 2
+        if problem_type == "regression" and num_labels != 1:
+            raise ValueError(f"regression has one output, got num_labels={num_labels}")
+        self.num_labels, self.problem_type = num_labels, problem_type
+        self.dropout = self._classifier_dropout()
+        self.classifier = nn.Linear(config.hidden_size, num_labels)
+        self._init_head()
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None,
+                labels: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        pooled = self.bert(input_ids, token_type_ids, attention_mask)["pooler_output"]
+        logits = self.classifier(self.dropout(pooled))
+        out = {"logits": logits}
+        if labels is not None:
+            if self.problem_type == "regression":
+                out["loss"] = F.mse_loss(logits.float().squeeze(-1), labels.float().reshape(-1))
+            else:
+                out["loss"] = F.cross_entropy(logits.float(), labels.reshape(-1))
+        return out
+
+    def hf_config(self) -> dict[str, Any]:
+        return {"problem_type": self.problem_type, **_label_maps(self.num_labels)}
+
+    @classmethod
+    def kwargs_from_hf(cls, hf_config: dict[str, Any]) -> dict[str, Any]:
+        kwargs = {"num_labels": _num_labels(hf_config)}
+        if hf_config.get("problem_type") in cls.PROBLEM_TYPES:
+            kwargs["problem_type"] = hf_config["problem_type"]
+        elif kwargs["num_labels"] == 1:
+            kwargs["problem_type"] = "regression"
+        return {k: v for k, v in kwargs.items() if v is not None}
+
+
+class BertForMultipleChoice(BertWithHead):
+    """One score per (context, choice) pair from the pooled [CLS]; softmax over the choices.
+
+    Inputs are (B, C, T); the C choices run through the encoder as C * B sequences.
+    """
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.dropout = self._classifier_dropout()
+        self.classifier = nn.Linear(config.hidden_size, 1)
+        self._init_head()
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None,
+                labels: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        B, C, T = input_ids.shape
+
+        def flat(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else t.reshape(B * C, T)
+
+        pooled = self.bert(flat(input_ids), flat(token_type_ids), flat(attention_mask))["pooler_output"]
+        logits = self.classifier(self.dropout(pooled)).view(B, C)
+        out = {"logits": logits}
+        if labels is not None:
+            out["loss"] = F.cross_entropy(logits.float(), labels.reshape(-1))
+        return out
+
+
+class BertForQuestionAnswering(BertWithHead):
+    """Start and end logits per token for extractive span QA (SQuAD).
+
+    Gold positions outside the window (>= T, e.g. an answer cut off by the doc stride) carry no
+    loss, as in HF; the loss is the mean of the start and end cross-entropies.
+    """
+
+    add_pooling_layer = False
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.qa_outputs = nn.Linear(config.hidden_size, 2)
+        self._init_head()
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None,
+                start_positions: torch.Tensor | None = None,
+                end_positions: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        hidden = self.bert(input_ids, token_type_ids, attention_mask)["last_hidden_state"]
+        start_logits, end_logits = self.qa_outputs(hidden).float().unbind(-1)
+        out = {"start_logits": start_logits, "end_logits": end_logits}
+        if start_positions is not None and end_positions is not None:
+            T = start_logits.size(1)
+            start = start_positions.reshape(-1).clamp(0, T)
+            end = end_positions.reshape(-1).clamp(0, T)
+            out["loss"] = (F.cross_entropy(start_logits, start, ignore_index=T)
+                           + F.cross_entropy(end_logits, end, ignore_index=T)) / 2
+        return out
+
+    def hf_config(self) -> dict[str, Any]:
+        return _label_maps(2)  # HF sizes qa_outputs by num_labels, which defaults to 2
+
+
+class BertForTokenClassification(BertWithHead):
+    """Per-token labels (NER tagging); positions labelled IGNORE_INDEX carry no loss."""
+
+    add_pooling_layer = False
+
+    def __init__(self, config: BertConfig, num_labels: int = 2):
+        super().__init__(config)
+        self.num_labels = num_labels
+        self.dropout = self._classifier_dropout()
+        self.classifier = nn.Linear(config.hidden_size, num_labels)
+        self._init_head()
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None,
+                labels: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        hidden = self.bert(input_ids, token_type_ids, attention_mask)["last_hidden_state"]
+        logits = self.classifier(self.dropout(hidden))
+        out = {"logits": logits}
+        if labels is not None:
+            out["loss"] = F.cross_entropy(logits.float().reshape(-1, self.num_labels),
+                                          labels.reshape(-1), ignore_index=IGNORE_INDEX)
+        return out
+
+    def hf_config(self) -> dict[str, Any]:
+        return _label_maps(self.num_labels)
+
+    @classmethod
+    def kwargs_from_hf(cls, hf_config: dict[str, Any]) -> dict[str, Any]:
+        n = _num_labels(hf_config)
+        return {} if n is None else {"num_labels": n}
+
+
+def _label_maps(num_labels: int) -> dict[str, Any]:
+    # HF derives num_labels from id2label; these placeholders are what it writes by default.
+    # The caller's real label names (extra_config) replace them.
+    return {"id2label": {str(i): f"LABEL_{i}" for i in range(num_labels)},
+            "label2id": {f"LABEL_{i}": i for i in range(num_labels)}}
+
+
+def _num_labels(hf_config: dict[str, Any]) -> int | None:
+    if isinstance(hf_config.get("id2label"), dict) and hf_config["id2label"]:
+        return len(hf_config["id2label"])
+    n = hf_config.get("num_labels")
+    return n if isinstance(n, int) and n > 0 else None
+
+
+HEADS: dict[str, type[nn.Module]] = {cls.__name__: cls for cls in (
+    BertModel, BertForPreTraining, BertForSequenceClassification, BertForMultipleChoice,
+    BertForQuestionAnswering, BertForTokenClassification)}

@@ -1,0 +1,230 @@
+"""Hugging Face names in and out: config.json + model.safetensors, as transformers writes them.
+
+Our parameter names already are HF's, so writing is a plain dump of the state dict. Reading
+accepts any local HF BERT directory: our artifacts, `save_pretrained` output of any BERT head,
+a bare `BertModel` checkpoint (keys without the `bert.` prefix, e.g. sentence-transformers
+models), and old TF-converted names (`gamma`/`beta`, an explicit decoder). Only safetensors is
+read: a pickle (`pytorch_model.bin`) can run code when loaded, so it is refused.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+from torch import nn
+
+from bertctl.errors import BertctlError
+from bertctl.model.bert import BertConfig, BertModel
+from bertctl.model.heads import HEADS, BertWithHead
+
+CONFIG_NAME = "config.json"
+WEIGHTS_NAME = "model.safetensors"
+WEIGHTS_INDEX_NAME = "model.safetensors.index.json"  # sharded checkpoints
+PICKLE_NAMES = ("pytorch_model.bin", "pytorch_model.bin.index.json", "tf_model.h5",
+                "flax_model.msgpack")
+
+ENCODER_PREFIX = "bert."
+# Checkpoint entries that are not parameters of ours and need no report: HF's non-persistent
+# index buffers (older versions saved them) and the decoder weight, which is the word embeddings.
+SILENTLY_IGNORED = ("bert.embeddings.position_ids", "bert.embeddings.token_type_ids",
+                    "cls.predictions.decoder.weight")
+
+
+@dataclass
+class LoadReport:
+    """What loading a checkpoint did, for the log: nothing here is an error by itself."""
+
+    source: str
+    missing: list[str] = field(default_factory=list)     # ours, not in the file: initialised
+    unexpected: list[str] = field(default_factory=list)  # in the file, not ours: ignored
+    mismatched: list[str] = field(default_factory=list)  # head weights of another shape: initialised
+
+    @property
+    def complete(self) -> bool:
+        return not (self.missing or self.unexpected or self.mismatched)
+
+    def __str__(self) -> str:
+        parts = [f"loaded {self.source}"]
+        for name in ("missing", "mismatched", "unexpected"):
+            keys = getattr(self, name)
+            if keys:
+                shown = ", ".join(keys[:6]) + (f", ... ({len(keys)} in all)" if len(keys) > 6 else "")
+                verb = "ignored" if name == "unexpected" else "initialised"
+                parts.append(f"{name} ({verb}): {shown}")
+        return "; ".join(parts)
+
+
+# ---------------------------------------------------------------------------------------------
+# config.json
+
+
+def read_config_dict(directory: str | Path) -> dict[str, Any]:
+    """The parsed config.json of a model directory, with a clear error for each way it fails."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise BertctlError(f"{directory}: not a directory")
+    path = directory / CONFIG_NAME
+    if not path.is_file():
+        raise BertctlError(f"{path}: not found (not a Hugging Face model directory?)")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BertctlError(f"{path}: cannot read: {exc}") from None
+    if not isinstance(data, dict):
+        raise BertctlError(f"{path}: expected a JSON object")
+    return data
+
+
+def read_config(directory: str | Path) -> BertConfig:
+    """The BertConfig of a model directory; BertctlError if it is not a BERT we can build."""
+    return BertConfig.from_hf_dict(read_config_dict(directory), source=str(Path(directory) / CONFIG_NAME))
+
+
+# ---------------------------------------------------------------------------------------------
+# Saving
+
+
+def _unwrap(model: nn.Module) -> nn.Module:
+    # DDP keeps the model at .module, torch.compile at ._orig_mod; both prefix the state dict.
+    while hasattr(model, "module") or hasattr(model, "_orig_mod"):
+        model = getattr(model, "module", None) or model._orig_mod
+    return model
+
+
+def save_model(model: nn.Module, directory: str | Path, extra_config: dict[str, Any] | None = None) -> None:
+    """Write config.json and model.safetensors so `transformers` loads them with from_pretrained.
+
+    `extra_config` adds or overrides config.json keys: id2label/label2id with the real label
+    names, problem_type, and anything a later stage wants to read back.
+    """
+    model = _unwrap(model)
+    if not isinstance(model, (BertModel, BertWithHead)):
+        raise TypeError(f"save_model expects a bertctl BERT model, got {type(model).__name__}")
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    config = model.config.to_hf_dict()
+    config["architectures"] = [type(model).__name__]
+    if isinstance(model, BertWithHead):
+        config.update(model.hf_config())
+    config.update(extra_config or {})
+    (directory / CONFIG_NAME).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n",
+                                         encoding="utf-8")
+    # The decoder is not a parameter of ours (it reads the embedding table), so nothing is shared
+    # and transformers re-ties it from `tie_word_embeddings`, exactly as for its own files.
+    tensors = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    save_file(tensors, str(directory / WEIGHTS_NAME), metadata={"format": "pt"})
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+
+
+def read_safetensors(directory: str | Path) -> dict[str, torch.Tensor]:
+    """All tensors of model.safetensors (or its shards); refuses pickle-only checkpoints."""
+    directory = Path(directory)
+    files: list[Path]
+    if (directory / WEIGHTS_NAME).is_file():
+        files = [directory / WEIGHTS_NAME]
+    elif (directory / WEIGHTS_INDEX_NAME).is_file():
+        index_path = directory / WEIGHTS_INDEX_NAME
+        try:
+            weight_map = json.loads(index_path.read_text(encoding="utf-8"))["weight_map"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise BertctlError(f"{index_path}: cannot read the shard index: {exc}") from None
+        files = [directory / name for name in sorted(set(weight_map.values()))]
+    else:
+        present = [name for name in PICKLE_NAMES if (directory / name).exists()]
+        if present:
+            raise BertctlError(f"{directory / present[0]}: only pickle/TF/Flax weights found; bertctl "
+                               f"loads model.safetensors only (convert the checkpoint first)")
+        raise BertctlError(f"{directory / WEIGHTS_NAME}: not found")
+    tensors: dict[str, torch.Tensor] = {}
+    for path in files:
+        try:
+            with safe_open(str(path), framework="pt") as f:
+                for key in f.keys():
+                    tensors[key] = f.get_tensor(key)
+        except Exception as exc:  # safetensors raises several types for truncated/corrupt files
+            raise BertctlError(f"{path}: cannot read safetensors file: {exc}") from None
+    return tensors
+
+
+def _canonical_name(key: str) -> str:
+    """A checkpoint key as a full HF head-model name (`bert.` prefix, current LayerNorm names)."""
+    if key.startswith(("embeddings.", "encoder.", "pooler.")):  # a bare BertModel's file
+        key = ENCODER_PREFIX + key
+    if "LayerNorm." in key:  # TF-converted checkpoints call the LayerNorm affine gamma/beta
+        key = key.replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta", "LayerNorm.bias")
+    return key
+
+
+def load_state_dict(model: nn.Module, state_dict: dict[str, torch.Tensor], source: str = "state dict") -> LoadReport:
+    """Copy a HF-named state dict into `model` and report what did not match.
+
+    Works for any mix of bare/headed checkpoint and bare/headed model. Encoder shapes must agree
+    with the model's config (BertctlError otherwise); a head of another shape (a 3-label
+    classifier loaded for a 2-label task) is left initialised and reported as mismatched.
+    """
+    model = _unwrap(model)
+    ours = model.state_dict()
+    prefix = "" if isinstance(model, BertModel) else ENCODER_PREFIX  # how our keys start
+
+    incoming: dict[str, torch.Tensor] = {}
+    for key, tensor in state_dict.items():
+        incoming[_canonical_name(key)] = tensor
+    # Old HF files hold the MLM output bias as the decoder's bias too (or only there).
+    decoder_bias = incoming.pop("cls.predictions.decoder.bias", None)
+    if decoder_bias is not None and "cls.predictions.bias" not in incoming:
+        incoming["cls.predictions.bias"] = decoder_bias
+
+    report = LoadReport(source=source)
+    to_load: dict[str, torch.Tensor] = {}
+    for key, tensor in incoming.items():
+        name = key if prefix else key.removeprefix(ENCODER_PREFIX)
+        if key in SILENTLY_IGNORED:
+            continue
+        if name not in ours:
+            report.unexpected.append(key)
+        elif ours[name].shape != tensor.shape:
+            if name.startswith(prefix + "embeddings.") or name.startswith(prefix + "encoder."):
+                raise BertctlError(f"{source}: {key} has shape {tuple(tensor.shape)} but the "
+                                   f"config gives {tuple(ours[name].shape)}")
+            report.mismatched.append(name)
+        else:
+            to_load[name] = tensor
+    report.missing = [k for k in ours if k not in to_load and k not in report.mismatched]
+    model.load_state_dict(to_load, strict=False)
+    return report
+
+
+def load_model(directory: str | Path, head_class: type[nn.Module] | None = None,
+               **head_kwargs: Any) -> tuple[nn.Module, LoadReport]:
+    """Build `head_class` from a model directory's config.json and load its weights.
+
+    `head_class=None` takes the class from config.json `architectures` (BertModel if unknown).
+    Head arguments not given (num_labels, problem_type) come from config.json when it has them.
+    The returned model is in train mode on the CPU, in float32.
+    """
+    directory = Path(directory)
+    hf_config = read_config_dict(directory)
+    config = BertConfig.from_hf_dict(hf_config, source=str(directory / CONFIG_NAME))
+    if head_class is None:
+        names = hf_config.get("architectures") or []
+        head_class = next((HEADS[n] for n in names if n in HEADS), BertModel)
+    if issubclass(head_class, BertWithHead) and head_class.__name__ in (hf_config.get("architectures") or []):
+        # A checkpoint of this very head type knows its label count; another head's does not.
+        head_kwargs = {**head_class.kwargs_from_hf(hf_config), **head_kwargs}
+    model = head_class(config, **head_kwargs)
+    tensors = read_safetensors(directory)
+    report = load_state_dict(model, tensors, source=str(directory))
+    return model, report
+
+
+__all__ = ["LoadReport", "load_model", "load_state_dict", "read_config", "read_config_dict",
+           "read_safetensors", "save_model"]
