@@ -315,7 +315,9 @@ def test_tokenization_matches_transformers(preset, max_len, tokenizer, model_dir
     hf = BertTokenizerFast.from_pretrained(str(model_dir))
     d = GLUE[preset][0]
     ex = read(preset, FIX / d / "dev.tsv")
+    before = (tokenizer.truncation, tokenizer.padding)
     feats = tasks.encode_examples(ex, tokenizer, max_len)
+    assert (tokenizer.truncation, tokenizer.padding) == before   # the caller's tokenizer is untouched
     args = (ex.text_a, ex.text_b) if ex.text_b is not None else (ex.text_a,)
     ref = hf(*args, truncation="longest_first", max_length=max_len)
     for i in range(len(ex)):
@@ -324,8 +326,6 @@ def test_tokenization_matches_transformers(preset, max_len, tokenizer, model_dir
         assert feats.token_type_ids[s:e].tolist() == ref["token_type_ids"][i]
     assert feats.lengths.tolist() == [len(x) for x in ref["input_ids"]]
     assert feats.lengths.max() <= max_len
-    # The caller's tokenizer is left as it was.
-    assert tokenizer.truncation is None or tokenizer.truncation.get("max_length") != max_len or max_len == 128
 
 
 def test_batch(tokenizer):
@@ -380,3 +380,13 @@ def test_too_short_max_seq_length(tokenizer):
     ex = read("glue/rte", FIX / "RTE" / "dev.tsv")
     with pytest.raises(BertctlError, match="max_seq_length 2 is too short"):
         tasks.encode_examples(ex, tokenizer, 2)
+
+
+def test_core_does_not_import_cli_libraries():
+    import subprocess
+    import sys
+    code = ("import sys, bertctl.data.tasks, bertctl.metrics; "
+            "print(sorted(m for m in ('typer', 'rich') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=pathlib.Path(__file__).parent.parent)
+    assert out.stdout.strip() == "[]"

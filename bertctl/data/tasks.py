@@ -17,7 +17,7 @@ merges across rows (MRPC, STS-B, RTE). A headerless file's columns are named "0"
 spec names them.
 
 Problems a user can fix raise `BertctlError` as one line naming the file, the row (1-based, counting
-data rows only: the header is not a row) and the column.
+data rows only: the header and blank lines are not rows) and the column.
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ class TaskSpec(BaseModel):
     quoting: bool | None = None                   # None: off for TSV, on for CSV
     # Classification labels in index order; None takes them from the training file, sorted.
     labels: tuple[str, ...] | None = None
-    metric: str = None                            # None: the family's default  # type: ignore[assignment]
+    metric: str | None = None                     # None: the family's default, filled in on validation
     # Presets: split name -> file name inside the task's data directory.
     files: dict[str, str] = {}
 
