@@ -23,6 +23,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 import bertctl
+from bertctl import config as config_mod
+from bertctl.config import StageConfig
 from bertctl.errors import BertctlError, IntegrityError
 
 FORMAT = "bertctl-artifact"
@@ -273,10 +275,29 @@ def check_out(out: Path, kind: str, artifact_id: str, force: bool) -> Manifest |
     return None
 
 
-def produce(kind: str, config: dict[str, Any], inputs: list[InputRef], out: str | os.PathLike,
-            build: Callable[[Path], dict[str, Any]], force: bool = False,
-            on_start: Callable[[str, Path], None] | None = None,
-            extra: dict[str, Any] | None = None) -> Outcome:
+def _settings(settings: StageConfig | dict[str, Any]) -> tuple[dict, dict]:
+    """(what the manifest records, what the id hashes)."""
+    if isinstance(settings, dict):
+        return settings, settings
+    return config_mod.as_dict(settings), config_mod.identity(settings)
+
+
+def plan(kind: str, settings: StageConfig | dict[str, Any], inputs: list[InputRef],
+         out: str | os.PathLike) -> tuple[str, Path]:
+    """The id an artifact will have and the directory it will be written to."""
+    artifact_id = compute_id(kind, _settings(settings)[1], inputs)
+    return artifact_id, resolve_out(out, artifact_id)
+
+
+def work_dir(out_path: Path, artifact_id: str) -> Path:
+    """A hidden sibling for state that must outlive a crash (training checkpoints), keyed by
+    the id so that rerunning the same command finds it and a changed one does not."""
+    return out_path.parent / f".{out_path.name}.run-{artifact_id}"
+
+
+def produce(kind: str, settings: StageConfig | dict[str, Any], inputs: list[InputRef],
+            out: str | os.PathLike, build: Callable[[Path], dict[str, Any]],
+            force: bool = False) -> Outcome:
     """Run `build(tmp_dir)` for an artifact unless `out` already holds it, and move the result
     into place atomically.
 
@@ -285,8 +306,8 @@ def produce(kind: str, config: dict[str, Any], inputs: list[InputRef], out: str 
     directory is renamed over `out`: an interrupted run leaves only a hidden temporary sibling,
     which the next run removes.
     """
-    artifact_id = compute_id(kind, config, inputs)
-    out_path = resolve_out(out, artifact_id)
+    recorded, _ = _settings(settings)
+    artifact_id, out_path = plan(kind, settings, inputs, out)
     existing = check_out(out_path, kind, artifact_id, force)
     if existing is not None:
         return Outcome(manifest=existing, path=str(out_path), up_to_date=True)
@@ -295,16 +316,13 @@ def produce(kind: str, config: dict[str, Any], inputs: list[InputRef], out: str 
     tmp = out_path.parent / f".{out_path.name}{_TMP_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
     try:
-        if on_start:
-            on_start(artifact_id, out_path)
         stats = dict(build(tmp) or {})
         metrics = stats.pop("metrics", {})
         manifest = Manifest(
             format=FORMAT, schema_version=SCHEMA_VERSIONS[kind], kind=kind, id=artifact_id,
             created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            bertctl_version=bertctl.__version__, config=config, inputs=inputs,
-            files=_hash_files(tmp), environment=environment(), stats=stats, metrics=metrics,
-            **(extra or {}))
+            bertctl_version=bertctl.__version__, config=recorded, inputs=inputs,
+            files=_hash_files(tmp), environment=environment(), stats=stats, metrics=metrics)
         (tmp / MANIFEST).write_text(manifest.model_dump_json(indent=2) + "\n", encoding="utf-8")
         _replace(tmp, out_path)
     except BaseException:

@@ -76,8 +76,20 @@ def resolve(cls: type[C], config_file: str | Path | None = None,
 
 
 def as_dict(config: StageConfig) -> dict[str, Any]:
-    """The resolved settings as plain JSON values, the form stored in manifests and hashed."""
+    """The resolved settings as plain JSON values, the form stored in manifests."""
     return config.model_dump(mode="json")
+
+
+def identity(config: StageConfig) -> dict[str, Any]:
+    """The settings that determine the output, the part an artifact id hashes. Fields marked
+    `json_schema_extra={"identity": False}` (worker counts, logging intervals) change how a
+    stage runs, not what it makes, so changing them must not invalidate an artifact."""
+    values = as_dict(config)
+    for name, field in type(config).model_fields.items():
+        extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+        if extra.get("identity") is False:
+            values.pop(name, None)
+    return values
 
 
 # ---------------------------------------------------------------------------------------------

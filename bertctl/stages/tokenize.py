@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bertctl import artifacts, console
-from bertctl.config import TokenizeConfig, as_dict
+from bertctl.config import TokenizeConfig
 from bertctl.data import corpus, tokenizer
 from bertctl.errors import BertctlError
 
@@ -66,4 +66,4 @@ def run(config: TokenizeConfig, sources: list[str], out: str, force: bool = Fals
                     f"{measured['unk_rate']:.4%}, {measured['pieces_per_word']:.2f} pieces/word")
         return {"tokenizer": info.as_dict(), **stats.as_dict(), **measured}
 
-    return artifacts.produce("tokenizer", as_dict(config), inputs, out, build, force=force)
+    return artifacts.produce("tokenizer", config, inputs, out, build, force=force)
