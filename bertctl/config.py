@@ -8,7 +8,7 @@ than a silently ignored setting.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -114,3 +114,32 @@ class TokenizeConfig(StageConfig):
                                "adding domain words later (Google's layout: [UNK]=100 with 99).")
     text_column: str | None = Field(None, description="Column holding the text in JSON lines, "
                                     "CSV or parquet corpus files.")
+
+
+class TaskSettings(StageConfig):
+    """How to read a fine-tuning task's files: a preset, or the columns of a task no preset
+    knows (flags alone), or a preset with some fields replaced. Shared by finetune and eval."""
+
+    task: str | None = Field(None, description="A preset: glue/sst2, glue/cola, glue/mrpc, "
+                             "glue/rte, glue/sts-b, glue/wnli, glue/qnli, glue/qqp, glue/mnli, "
+                             "swag.")
+    family: Literal["single", "pair", "regression", "multiple_choice"] | None = Field(
+        None, description="Task family, for a task without a preset.")
+    text_column: list[str] | None = Field(None, description="Text column(s): one for single "
+                                          "sentences, two for pairs (repeat the flag).")
+    label_column: str | None = Field(None, description="Label column.")
+    context_column: str | None = Field(None, description="Multiple choice: the context column.")
+    choice_columns: list[str] | None = Field(None, description="Multiple choice: the choice "
+                                             "columns (repeat the flag).")
+    labels: list[str] | None = Field(None, description="Classification labels in index order "
+                                     "(default: the sorted labels of the training file).")
+    max_seq_length: int = Field(128, ge=8, le=512, description="Tokens per example; pairs are "
+                                "truncated longest-first.")
+
+    def task_spec(self):
+        """The TaskSpec these settings describe (BertctlError if they describe none)."""
+        from bertctl.data.tasks import make_task_spec
+
+        return make_task_spec(self.task, family=self.family, text_columns=self.text_column,
+                              label_column=self.label_column, context_column=self.context_column,
+                              choice_columns=self.choice_columns, labels=self.labels)

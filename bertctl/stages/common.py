@@ -1,0 +1,107 @@
+"""What several stages share: opening a model input and writing a model directory.
+
+A model input is either a bertctl model artifact or any local Hugging Face BERT directory; a
+model artifact is itself a Hugging Face directory (config.json, model.safetensors and the
+tokenizer files) plus `artifact.json` and, after fine-tuning, `bertctl_task.json`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bertctl import artifacts
+from bertctl.data import tokenizer as tokenizer_mod
+from bertctl.errors import BertctlError
+
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json",
+                   "special_tokens_map.json")
+TASK_FILE = "bertctl_task.json"
+MODEL_FILES = ("config.json", "model.safetensors", "model.safetensors.index.json")
+
+
+@dataclass
+class ModelSource:
+    """An opened model input: where it is, its lineage entry, its config.json, its task."""
+
+    path: Path
+    ref: artifacts.InputRef
+    hf_config: dict[str, Any]
+    task: dict[str, Any] | None
+
+    def tokenizer(self):
+        """The model's tokenizer, with its lowercase flag; a clear error if it ships none."""
+        if not any((self.path / n).is_file() for n in ("tokenizer.json", "vocab.txt")):
+            raise BertctlError(f"{self.path}: model directory has no tokenizer "
+                               f"(tokenizer.json or vocab.txt)")
+        tok, lowercase, _ = tokenizer_mod.from_hf_directory(self.path)
+        return tok, lowercase
+
+    def load(self, head_class=None, **head_kwargs):
+        from bertctl.model import load_model
+
+        return load_model(self.path, head_class, **head_kwargs)
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.hf_config["vocab_size"])
+
+
+def _hf_directory_ref(path: Path, role: str) -> artifacts.InputRef:
+    """A plain Hugging Face directory is identified by the hashes of the files that define it."""
+    digest = hashlib.sha256()
+    size = 0
+    for name in MODEL_FILES + TOKENIZER_FILES:
+        f = path / name
+        if f.is_file():
+            digest.update(f"{name}:{artifacts.sha256_file(f)}\n".encode())
+            size += f.stat().st_size
+    return artifacts.InputRef(role=role, kind="hf-model", id=digest.hexdigest(),
+                              path=str(path.resolve()), size=size)
+
+
+def open_model(path: str | Path, role: str = "model") -> ModelSource:
+    from bertctl.model import read_config, read_config_dict
+
+    path = Path(path)
+    if (path / artifacts.MANIFEST).exists():
+        art = artifacts.read_artifact(path, "model")
+        ref = art.as_input(role)
+    else:
+        if not path.is_dir():
+            raise BertctlError(f"{path}: no such model directory")
+        ref = _hf_directory_ref(path, role)
+    read_config(path)  # a clear error now if this is not a BERT we can build
+    hf_config = read_config_dict(path)
+    task = None
+    if (path / TASK_FILE).is_file():
+        task = json.loads((path / TASK_FILE).read_text(encoding="utf-8"))
+    return ModelSource(path, ref, hf_config, task)
+
+
+def copy_tokenizer(source: Path, directory: Path) -> None:
+    for name in TOKENIZER_FILES:
+        if (source / name).is_file():
+            shutil.copyfile(source / name, directory / name)
+
+
+def write_model(model, directory: Path, tokenizer_dir: Path, extra_config: dict | None = None,
+                task: dict | None = None) -> None:
+    """A Hugging Face compatible model directory: weights, config, tokenizer and task."""
+    from bertctl.model import save_model
+
+    save_model(model, directory, extra_config)
+    copy_tokenizer(tokenizer_dir, directory)
+    if task is not None:
+        (directory / TASK_FILE).write_text(json.dumps(task, indent=2) + "\n", encoding="utf-8")
+
+
+def check_vocab(model_vocab: int, tokenizer_vocab: int, where: str) -> None:
+    if model_vocab < tokenizer_vocab:
+        raise BertctlError(f"{where}: the model's vocabulary ({model_vocab} tokens) is smaller "
+                           f"than the tokenizer's ({tokenizer_vocab}); ids past the model's "
+                           f"embedding table would crash training")
