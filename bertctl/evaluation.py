@@ -1,0 +1,235 @@
+"""Running a model over a data set and scoring it: the one inference path of bertctl.
+
+Used by `bertctl eval` and by the validation passes of `finetune` and `pretrain`, so it knows
+nothing about artifacts, the CLI or the console (progress is a callback).
+
+- `predict` runs any model over batches built in length order (little padding) and returns its
+  per-example outputs as numpy arrays, back in the original example order.
+- `evaluate_task` scores a fine-tuned classification / regression / multiple-choice model on
+  encoded task features with the task's metric.
+- `evaluate_pretraining` measures masked-LM loss, accuracy and perplexity (and next-sentence
+  accuracy when the data has NSP labels) of a `BertForPreTraining` model on a pretraining split.
+
+Inference runs under `torch.inference_mode()` with the model in eval mode (dropout off); the
+model's previous train/eval mode is restored afterwards, so a training loop can call these
+between steps. `precision="bf16"` runs under bfloat16 autocast (CPU or CUDA); outputs are
+returned as float32.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from bertctl import metrics as metrics_mod
+from bertctl.data.collate import length_grouped_batches
+from bertctl.data.tasks import TaskFeatures, TaskSpec, make_batch
+from bertctl.model.heads import IGNORE_INDEX
+
+Batches = Iterable[tuple[np.ndarray, dict[str, torch.Tensor]]]
+Progress = Callable[[int], None]  # called with the number of examples just done
+
+PRECISIONS = ("fp32", "bf16")
+
+
+@contextlib.contextmanager
+def inference(model: torch.nn.Module, device: str | torch.device, precision: str) -> Iterator[None]:
+    """Eval mode, no autograd, and bf16 autocast if asked; restores the model's mode after."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    device = torch.device(device)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode(), torch.autocast(device_type=device.type, dtype=torch.bfloat16,
+                                                    enabled=precision == "bf16"):
+            yield
+    finally:
+        model.train(was_training)
+
+
+def _to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+
+
+def _numpy(t: torch.Tensor) -> np.ndarray:
+    if t.is_floating_point():
+        t = t.float()  # numpy has no bfloat16
+    return t.detach().cpu().numpy()
+
+
+def predict(model: torch.nn.Module, source_batches: Batches, device: str | torch.device,
+            precision: str = "fp32", *, progress: Progress | None = None) -> dict[str, np.ndarray]:
+    """Run `model(**inputs)` on each `(indices, inputs)` of `source_batches` and return every
+    per-example output (a tensor whose first dimension is the batch's size: "logits", ...)
+    concatenated as numpy arrays, row i belonging to example i.
+
+    The indices of all batches together must be a permutation of 0..n-1: batches may come in any
+    order (longest first, from `task_batches`), the result is in example order. Outputs that are
+    not per example (a batch's scalar "loss") are dropped. Inputs are moved to `device`; the
+    model is expected to be there already.
+    """
+    device = torch.device(device)
+    orders: list[np.ndarray] = []
+    chunks: dict[str, list[np.ndarray]] = {}
+    with inference(model, device, precision):
+        for indices, inputs in source_batches:
+            indices = np.asarray(indices, dtype=np.int64).reshape(-1)
+            out = model(**_to_device(inputs, device))
+            for name, value in out.items():
+                if isinstance(value, torch.Tensor) and value.dim() >= 1 and value.size(0) == len(indices):
+                    chunks.setdefault(name, []).append(_numpy(value))
+            orders.append(indices)
+            if progress is not None:
+                progress(len(indices))
+    if not orders:
+        return {}
+    order = np.concatenate(orders)
+    n = len(order)
+    if not np.array_equal(np.sort(order), np.arange(n)):
+        raise ValueError("predict: the batches' indices are not a permutation of 0..n-1")
+    result = {}
+    for name, parts in chunks.items():
+        if len(parts) != len(orders):  # an output some batches lack cannot be put in order
+            continue
+        # Batches may be padded to different widths (per-token outputs): pad to the widest.
+        width = max(p.shape[1] for p in parts) if parts[0].ndim > 1 else None
+        if width is not None and any(p.shape[1] != width for p in parts):
+            parts = [np.pad(p, [(0, 0), (0, width - p.shape[1])] + [(0, 0)] * (p.ndim - 2))
+                     for p in parts]
+        stacked = np.concatenate(parts)
+        values = np.empty_like(stacked)
+        values[order] = stacked
+        result[name] = values
+    return result
+
+
+def task_batches(features: TaskFeatures, batch_size: int, with_labels: bool = False) -> Batches:
+    """`(indices, inputs)` for every example of `features`, longest first so that each batch is
+    padded to about its own length. Labels are left out unless `with_labels` (pure inference)."""
+    for indices in length_grouped_batches(features.lengths, batch_size, seed=None):
+        batch = make_batch(features, indices)
+        if not with_labels:
+            batch.pop("labels", None)
+        yield indices, batch
+
+
+def predictions_from_logits(spec: TaskSpec, logits: np.ndarray) -> np.ndarray:
+    """Class / choice indices (argmax; int64), or the regression value (float32)."""
+    if spec.family == "regression":
+        return logits.reshape(len(logits), -1)[:, 0].astype(np.float32)
+    return logits.argmax(axis=-1).astype(np.int64)
+
+
+def evaluate_task(model: torch.nn.Module, spec: TaskSpec, features: TaskFeatures,
+                  labels_list: tuple[str, ...] | list[str] | None, batch_size: int,
+                  device: str | torch.device, precision: str = "fp32", *,
+                  progress: Progress | None = None) -> tuple[dict[str, Any], np.ndarray]:
+    """Predict every example of `features` and score the predictions against its labels.
+
+    Returns `(metrics, predictions)`. Predictions are class indices (argmax) for classification,
+    choice indices for multiple choice, float32 values for regression. Metrics are
+    `compute_metrics(spec.metric, ...)` plus, for classification, "macro_f1" and
+    "confusion_matrix" ({"labels": names, "matrix": rows = true label, columns = prediction});
+    empty when the features have no labels (prediction only). `labels_list` names the classes.
+    """
+    outputs = predict(model, task_batches(features, batch_size), device, precision,
+                      progress=progress)
+    if "logits" not in outputs:
+        raise ValueError(f"{type(model).__name__} returned no per-example 'logits'")
+    predictions = predictions_from_logits(spec, outputs["logits"])
+    if features.labels is None:
+        return {}, predictions
+    return score(spec, predictions, features.labels, labels_list), predictions
+
+
+def score(spec: TaskSpec, predictions: np.ndarray, labels: np.ndarray,
+          labels_list: tuple[str, ...] | list[str] | None) -> dict[str, Any]:
+    """The metric dict of `evaluate_task` for predictions already made."""
+    result: dict[str, Any] = dict(metrics_mod.compute_metrics(spec.metric, predictions, labels))
+    if spec.is_classification:
+        num = len(labels_list) if labels_list else int(max(predictions.max(), labels.max())) + 1
+        names = list(labels_list) if labels_list else [str(i) for i in range(num)]
+        result["macro_f1"] = metrics_mod.macro_f1(predictions, labels)
+        matrix = metrics_mod.confusion_matrix(predictions, labels, num_labels=num)
+        result["confusion_matrix"] = {"labels": names, "matrix": matrix.tolist()}
+    return result
+
+
+def evaluate_pretraining(model: torch.nn.Module, dataset, batch_size: int,
+                         device: str | torch.device, precision: str = "fp32",
+                         max_batches: int | None = None, *, nsp: bool | None = None,
+                         progress: Progress | None = None) -> dict[str, float]:
+    """Masked-LM and next-sentence metrics of a `BertForPreTraining` model on a
+    `PretrainingDataset` split (its masks of epoch 0, so the numbers are reproducible).
+
+    Returns "mlm_loss" (cross-entropy averaged over all masked positions, not per batch),
+    "mlm_accuracy", "perplexity" (exp(mlm_loss)), and "nsp_loss" / "nsp_accuracy" when the data
+    has next-sentence labels; plus the counts "examples" and "masked_tokens". With
+    `max_batches`, a fixed random subset of max_batches * batch_size instances is scored (the
+    same one every call, so values are comparable across a training run). `nsp=False` skips
+    next-sentence scoring (a checkpoint without the NSP head); None scores it if the data has it.
+    """
+    device = torch.device(device)
+    n = len(dataset)
+    lengths = np.asarray(dataset.lengths)
+    subset = np.arange(n)
+    if max_batches is not None and max_batches * batch_size < n:
+        subset = np.sort(np.random.default_rng(0).permutation(n)[:max_batches * batch_size])
+    nsp = bool(getattr(dataset, "nsp", False)) and nsp is not False
+    mlm_sum = mlm_correct = 0.0
+    mlm_count = 0
+    nsp_sum = nsp_correct = 0.0
+    with inference(model, device, precision):
+        for local in length_grouped_batches(lengths[subset], batch_size, seed=None):
+            indices = subset[local]
+            batch = _to_device(dataset.batch(indices, epoch=0), device)
+            out = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"],
+                        labels=batch["labels"])
+            targets = out["mlm_targets"]
+            logits = out["mlm_logits"].float()
+            if targets.numel():
+                mlm_sum += float(F.cross_entropy(logits, targets, reduction="sum"))
+                mlm_correct += float((logits.argmax(-1) == targets).sum())
+                mlm_count += int(targets.numel())
+            if nsp:
+                nsp_logits = out["nsp_logits"].float()
+                nsp_labels = batch["next_sentence_label"].reshape(-1)
+                nsp_sum += float(F.cross_entropy(nsp_logits, nsp_labels, reduction="sum"))
+                nsp_correct += float((nsp_logits.argmax(-1) == nsp_labels).sum())
+            if progress is not None:
+                progress(len(indices))
+    examples = len(subset)
+    mlm_loss = mlm_sum / mlm_count if mlm_count else float("nan")
+    result = {"mlm_loss": mlm_loss,
+              "mlm_accuracy": mlm_correct / mlm_count if mlm_count else float("nan"),
+              "perplexity": float("inf") if mlm_loss > 709 else math.exp(mlm_loss)}
+    if nsp:
+        result["nsp_loss"] = nsp_sum / examples
+        result["nsp_accuracy"] = nsp_correct / examples
+    result["examples"] = examples
+    result["masked_tokens"] = mlm_count
+    return result
+
+
+def json_safe(value: Any) -> Any:
+    """`value` with every NaN / infinity replaced by None, so it can be written as strict JSON."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    if isinstance(value, np.generic):
+        return json_safe(value.item())
+    return value
+
+
+__all__ = ["evaluate_pretraining", "evaluate_task", "inference", "json_safe", "predict",
+           "predictions_from_logits", "score", "task_batches"]
