@@ -1,0 +1,788 @@
+"""Pretraining data: sentence-pair instances for masked LM + next-sentence prediction.
+
+The instance builder follows Google's `create_pretraining_data.py` (google-research/bert):
+- per document, sentences are packed into a chunk until it reaches a target length
+  (max_seq_length - 3, or with probability short_seq_prob a random target in [2, that]); as in
+  Google's code the target is drawn once per document and pass;
+- the chunk is split at a random sentence boundary into A and B; B is the real continuation, or
+  (half the time, and always when the chunk is a single sentence) a span of a random other
+  document starting at a random sentence, long enough to fill the target; the chunk's sentences
+  not used as A are then put back and start the next instance;
+- the longer of A and B loses one token at a time, from the front or the back at random, until
+  the pair fits; `[CLS] A [SEP] B [SEP]`, token_type 0 for `[CLS] A [SEP]`, 1 for `B [SEP]`;
+- masking per `pretraining_masking` (static: drawn here, `dupe_factor` passes over the corpus
+  give different packings and masks; dynamic: drawn by the loader per epoch).
+
+Where we differ, and why:
+- Streaming. Google reads the whole corpus into memory, shuffles all documents and all instances.
+  We stream: documents are grouped into chunks of about `chunk_chars` characters (the boundaries
+  depend only on the document stream), each chunk is built independently with random generators
+  seeded from (seed, chunk index), and its instances are shuffled within the chunk. The "random
+  other document" of a NotNext pair is therefore drawn from the documents of the same chunk and
+  split (a bounded window, like NVIDIA's sharded BERT data preparation), not the whole corpus;
+  with a single-document window it falls back to the same document as Google does when its
+  10 draws all hit the current document (counted in the stats as random_next_same_document).
+  Global order does not matter: the training loop samples indices at random.
+- Truncation draws its front/back choices as a binomial count per side instead of one coin per
+  token (same distribution, no per-token loop). The random replacement token is drawn from the
+  vocabulary minus the special tokens (Google draws from the whole vocabulary).
+- no_nsp (the paper's ablation): B is always the real continuation, or there is no B when the
+  chunk is a single sentence (`[CLS] A [SEP]`); no next_sentence_label is stored.
+- validation_fraction holds out whole documents (chosen by a hash of (seed, document number)),
+  whose instances go to the "validation" split and draw their random B only from other held-out
+  documents of the same chunk.
+
+Scale. `workers` processes build chunks in parallel; results are written in chunk order, so the
+output is byte-identical for any worker count. Beyond one machine, run the build K times with
+`num_shards=K, shard_index=i` (i = 0..K-1, same corpus, settings and tokenizer): slice i builds the
+chunks whose index is i modulo K (every slice still reads the whole stream to find the chunk
+boundaries, but only tokenizes its own chunks) and names its files with `<i>of<K>`. Copy all
+slices' files into one directory and `PretrainingDataset` reads them as one dataset (it checks that
+all K slices are there and were built with the same settings and tokenizer); the combined instances
+are exactly those of a single build with num_shards=1, in a different file order.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import json
+import math
+import os
+import random
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from itertools import chain
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from bertctl.data.pretraining_masking import (
+    KEPT, MASKED, RANDOM, MaskingRules, apply_masking, hashed_uniforms)
+from bertctl.data.pretraining_shards import (
+    FORMAT, FORMAT_VERSION, ShardReader, ShardWriter, slice_tag, token_dtype, write_json)
+from bertctl.errors import BertctlError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+    from tokenizers import Tokenizer
+
+SPLITS = ("train", "validation")
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+_WHERE = "build-pretrain-data"
+_BLOCK = 4096  # instances masked at once (bounds the (instances x length) work arrays)
+
+
+@dataclass(frozen=True)
+class PretrainingDataConfig:
+    """Settings that determine the data (the same settings give the same bytes).
+
+    `dupe_factor=None` means Google's 10 for static masking and 1 for dynamic masking (the loader
+    draws new masks every epoch, so passes are only needed to vary the A/B pairings).
+    """
+
+    max_seq_length: int = 128
+    dupe_factor: int | None = None
+    short_seq_prob: float = 0.1
+    masked_lm_prob: float = 0.15
+    max_predictions_per_seq: int = 20
+    seed: int = 12345
+    whole_word_mask: bool = False
+    masking: str = "static"          # static | dynamic
+    no_nsp: bool = False
+    validation_fraction: float = 0.0
+    chunk_chars: int = 1 << 20       # chunk size: bounds memory and the random-document window
+    shard_max_tokens: int = 1 << 28  # start a new shard file after this many tokens
+
+    def __post_init__(self) -> None:
+        def bad(what: str) -> BertctlError:
+            return BertctlError(f"{_WHERE}: {what}")
+        if not 8 <= self.max_seq_length <= 512:
+            raise bad(f"max_seq_length must be in [8, 512], got {self.max_seq_length}")
+        if self.dupe_factor is not None and self.dupe_factor < 1:
+            raise bad(f"dupe_factor must be >= 1, got {self.dupe_factor}")
+        if not 0.0 <= self.short_seq_prob <= 1.0:
+            raise bad(f"short_seq_prob must be in [0, 1], got {self.short_seq_prob}")
+        if not 0.0 < self.masked_lm_prob < 1.0:
+            raise bad(f"masked_lm_prob must be in (0, 1), got {self.masked_lm_prob}")
+        if self.max_predictions_per_seq < 1:
+            raise bad(f"max_predictions_per_seq must be >= 1, got {self.max_predictions_per_seq}")
+        if self.seed < 0:
+            raise bad(f"seed must be >= 0, got {self.seed}")
+        if self.masking not in ("static", "dynamic"):
+            raise bad(f"masking must be 'static' or 'dynamic', got {self.masking!r}")
+        if not 0.0 <= self.validation_fraction < 1.0:
+            raise bad(f"validation_fraction must be in [0, 1), got {self.validation_fraction}")
+        if self.chunk_chars < 1 or self.shard_max_tokens < 1:
+            raise bad("chunk_chars and shard_max_tokens must be >= 1")
+
+    @property
+    def passes(self) -> int:
+        if self.dupe_factor is not None:
+            return self.dupe_factor
+        return 10 if self.masking == "static" else 1
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["dupe_factor"] = self.passes
+        return d
+
+
+# ---- tokenizer facts -------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class VocabInfo:
+    vocab_size: int
+    special_ids: dict[str, int]
+    sha256: str  # of the tokenizer's JSON: slices must agree on it
+
+    @classmethod
+    def of(cls, tokenizer: Tokenizer) -> VocabInfo:
+        special = {}
+        for tok in SPECIAL_TOKENS:
+            i = tokenizer.token_to_id(tok)
+            if i is None:
+                raise BertctlError(f"tokenizer: no {tok} token in the vocabulary")
+            special[tok] = int(i)
+        digest = hashlib.sha256(tokenizer.to_str().encode("utf-8")).hexdigest()
+        return cls(int(tokenizer.get_vocab_size(with_added_tokens=True)), special, digest)
+
+
+def masking_rules(tokenizer: Tokenizer, config: PretrainingDataConfig) -> MaskingRules:
+    vocab = VocabInfo.of(tokenizer)
+    is_cont = np.zeros(vocab.vocab_size, dtype=bool)
+    for tok, i in tokenizer.get_vocab(with_added_tokens=True).items():
+        if tok.startswith("##") and i < vocab.vocab_size:
+            is_cont[i] = True
+    specials = np.array(sorted(vocab.special_ids.values()))
+    replacement = np.setdiff1d(np.arange(vocab.vocab_size), specials)
+    return MaskingRules(config.masked_lm_prob, config.max_predictions_per_seq,
+                        config.whole_word_mask, vocab.special_ids["[MASK]"], is_cont, replacement)
+
+
+# ---- building one chunk (runs in a worker process, or in-process) --------------------------
+
+class _ChunkBuilder:
+    """Everything a worker needs, built once per process."""
+
+    def __init__(self, tokenizer_json: str, config: PretrainingDataConfig):
+        from tokenizers import Tokenizer
+        self.tokenizer = Tokenizer.from_str(tokenizer_json)
+        # Sentences are encoded whole: no truncation/padding that a tokenizer.json may carry.
+        self.tokenizer.no_truncation()
+        self.tokenizer.no_padding()
+        self.config = config
+        self.vocab = VocabInfo.of(self.tokenizer)
+        self.rules = masking_rules(self.tokenizer, config)
+        self.encode = getattr(self.tokenizer, "encode_batch_fast", self.tokenizer.encode_batch)
+
+    def build(self, chunk_index: int, first_doc: int, docs: list[Sequence[str]]) -> dict:
+        cfg = self.config
+        sents = [s for d in docs for s in d]
+        n_per_doc = np.fromiter((len(d) for d in docs), dtype=np.int64, count=len(docs))
+        encodings = self.encode(sents, add_special_tokens=False)
+        ids = [e.ids for e in encodings]
+        del encodings
+        sent_len = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+        flat = np.fromiter(chain.from_iterable(ids), dtype=np.int64, count=int(sent_len.sum()))
+        del ids
+        # Google drops sentences that tokenize to nothing, then documents left empty.
+        kept = sent_len > 0
+        doc_of_sent = np.repeat(np.arange(len(docs)), n_per_doc)
+        kept_per_doc = np.bincount(doc_of_sent[kept], minlength=len(docs))
+        cum = np.concatenate([[0], np.cumsum(sent_len[kept])])
+        doc_hi = np.cumsum(kept_per_doc)
+        doc_lo = doc_hi - kept_per_doc
+        tokens_per_doc = cum[doc_hi] - cum[doc_lo]
+        nonempty = kept_per_doc > 0
+        held_out = np.zeros(len(docs), dtype=bool)
+        if cfg.validation_fraction > 0:
+            held_out = validation_documents(cfg.seed, first_doc, len(docs), cfg.validation_fraction)
+        cum_list = cum.tolist()
+        out = {}
+        for split_id, split in enumerate(SPLITS):
+            sel = nonempty & (held_out if split == "validation" else ~held_out)
+            stats = _zero_stats()
+            stats["documents"] = int(sel.sum())
+            stats["sentences"] = int(kept_per_doc[sel].sum())
+            stats["source_tokens"] = int(tokens_per_doc[sel].sum())
+            stats["sentences_dropped"] = int(((~kept) & np.repeat(
+                (held_out if split == "validation" else ~held_out), n_per_doc)).sum())
+            arrays = None
+            if stats["documents"]:
+                ss = np.random.SeedSequence(cfg.seed, spawn_key=(chunk_index, split_id))
+                arrays = self._instances(flat, cum_list, doc_lo[sel].tolist(),
+                                         doc_hi[sel].tolist(), ss, stats)
+            out[split] = (arrays, stats)
+        return out
+
+    def _instances(self, flat: np.ndarray, cum: list[int], lo: list[int], hi: list[int],
+                   ss: np.random.SeedSequence, stats: dict) -> dict[str, np.ndarray]:
+        cfg = self.config
+        max_num = cfg.max_seq_length - 3
+        g = np.random.default_rng(ss)
+        a0: list[int] = []
+        a1: list[int] = []
+        b0: list[int] = []
+        b1: list[int] = []
+        nsp: list[int] = []
+        for p in range(cfg.passes):
+            py = random.Random(int(g.integers(1 << 62)))
+            _pack(py, cum, lo, hi, max_num, cfg.short_seq_prob, cfg.no_nsp, stats,
+                  a0, a1, b0, b1, nsp)
+        a0a, a1a, b0a, b1a = (np.array(x, dtype=np.int64) for x in (a0, a1, b0, b1))
+        nspa = np.array(nsp, dtype=np.uint8)
+        del a0, a1, b0, b1, nsp
+        # Truncate the longer side, front or back at random (see _truncation for the closed form).
+        la, lb = a1a - a0a, b1a - b0a
+        budget = np.where(lb > 0, max_num, cfg.max_seq_length - 2)
+        ra, rb = _truncation(la, lb, budget)
+        fa, fb = g.binomial(ra, 0.5), g.binomial(rb, 0.5)
+        a0a += fa
+        a1a -= ra - fa
+        b0a += fb
+        b1a -= rb - fb
+        stats["truncated"] += int(((ra + rb) > 0).sum())
+        stats["truncated_tokens"] += int((ra + rb).sum())
+        # Instances of all passes in a random order (Google shuffles all its instances).
+        perm = g.permutation(len(a0a))
+        a0a, a1a, b0a, b1a, nspa = a0a[perm], a1a[perm], b0a[perm], b1a[perm], nspa[perm]
+        ext = np.concatenate([flat, [self.vocab.special_ids["[CLS]"],
+                                     self.vocab.special_ids["[SEP]"]]])
+        parts = [self._assemble(ext, len(flat), a0a[i:i + _BLOCK], a1a[i:i + _BLOCK],
+                                b0a[i:i + _BLOCK], b1a[i:i + _BLOCK], g, stats)
+                 for i in range(0, len(a0a), _BLOCK)]
+        arrays = {k: np.concatenate([q[k] for q in parts]) for k in parts[0]}
+        if not cfg.no_nsp:
+            arrays["nsp"] = nspa
+            stats["not_next"] += int(nspa.sum())
+        stats["instances"] += len(nspa)
+        stats["single_segment"] += int(((b1a - b0a) == 0).sum())
+        return arrays
+
+    def _assemble(self, ext: np.ndarray, n_flat: int, a0, a1, b0, b1, g: np.random.Generator,
+                  stats: dict) -> dict[str, np.ndarray]:
+        """`[CLS] A [SEP] B [SEP]` for a block of instances, masked if static."""
+        la, lb = a1 - a0, b1 - b0
+        n = len(a0)
+        cls_at, sep_at = np.full(n, n_flat), np.full(n, n_flat + 1)
+        starts = np.stack([cls_at, a0, sep_at, b0, sep_at], axis=1).ravel()
+        lens = np.stack([np.ones(n, np.int64), la, np.ones(n, np.int64), lb,
+                         (lb > 0).astype(np.int64)], axis=1).ravel()
+        tokens = ext[ranges(starts, lens)]
+        lengths = la + lb + 2 + (lb > 0)
+        b_start = la + 2
+        stats["tokens"] += int(lengths.sum())
+        out = {"tokens": tokens, "lengths": lengths, "b_start": b_start}
+        if self.config.masking == "static":
+            width = int(lengths.max())
+            inside = np.arange(width)[None, :] < lengths[:, None]
+            ids2d = np.zeros((n, width), dtype=np.int64)
+            ids2d[inside] = tokens
+            u = [g.random((n, width), dtype=np.float32) for _ in range(3)]
+            res = apply_masking(ids2d, lengths, b_start, self.rules, *u)
+            rows, cols = np.nonzero(res.chosen)
+            out["tokens"] = res.input_ids[inside]
+            out["n_masked"] = res.chosen.sum(axis=1)
+            out["mask_positions"] = cols
+            out["mask_labels"] = ids2d[rows, cols]
+            stats["masked"] += len(cols)
+            stats["masked_as_mask"] += int((res.action == MASKED).sum())
+            stats["masked_as_random"] += int((res.action == RANDOM).sum())
+            stats["masked_as_kept"] += int((res.action == KEPT).sum())
+        return out
+
+
+def _pack(py: random.Random, cum: list[int], lo: list[int], hi: list[int], max_num: int,
+          short_seq_prob: float, no_nsp: bool, stats: dict,
+          a0: list, a1: list, b0: list, b1: list, nsp: list) -> None:
+    """One pass of Google's create_instances_from_document over the documents of a window.
+
+    Documents are sentence ranges [lo[d], hi[d]); sentence s is tokens [cum[s], cum[s + 1]).
+    Instances are appended as token ranges A = [a0, a1), B = [b0, b1) and the NotNext flag.
+    """
+    rand, randint, randrange = py.random, py.randint, py.randrange
+    n_docs = len(lo)
+    same_doc = short = forced = 0
+    for d in range(n_docs):
+        s_hi = hi[d]
+        target = max_num
+        if rand() < short_seq_prob:
+            target = randint(2, max_num)
+            short += 1
+        cs = lo[d]
+        while cs < s_hi:
+            # The chunk: sentences cs..e, the first whose running length reaches the target
+            # (or the document's last).
+            end = bisect.bisect_left(cum, cum[cs] + target, cs + 1, s_hi)
+            n_seg = end - cs
+            a_end = cs + (randint(1, n_seg - 1) if n_seg >= 2 else 1)
+            a0.append(cum[cs])
+            a1.append(cum[a_end])
+            forced += n_seg == 1
+            if not no_nsp and (n_seg == 1 or rand() < 0.5):
+                target_b = target - (cum[a_end] - cum[cs])
+                for _ in range(10):
+                    rd = randrange(n_docs)
+                    if rd != d:
+                        break
+                same_doc += rd == d
+                rs = randint(lo[rd], hi[rd] - 1)
+                re_ = bisect.bisect_left(cum, cum[rs] + target_b, rs + 1, hi[rd])
+                b0.append(cum[rs])
+                b1.append(cum[re_])
+                nsp.append(1)
+                cs = a_end  # the unused sentences of the chunk are put back
+            else:
+                b0.append(cum[a_end])
+                b1.append(cum[end])
+                nsp.append(0)
+                cs = end
+    stats["random_next_same_document"] += same_doc
+    stats["short_targets"] += short
+    stats["single_sentence_chunks"] += forced
+
+
+def _truncation(la: np.ndarray, lb: np.ndarray, budget: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Tokens removed from A and from B by Google's loop "while too long, shorten the longer
+    (B on a tie)": first the longer comes down to the shorter's length, then they alternate,
+    B first."""
+    excess = np.maximum(la + lb - budget, 0)
+    da = np.where(la > lb, np.minimum(excess, la - lb), 0)
+    db = np.where(lb > la, np.minimum(excess, lb - la), 0)
+    rest = excess - da - db
+    return da + rest // 2, db + (rest + 1) // 2
+
+
+def ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Concatenation of arange(s, s + n) for each (s, n), without a Python loop."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    total = int(lengths.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    offsets = np.cumsum(lengths) - lengths
+    return np.repeat(np.asarray(starts, dtype=np.int64) - offsets, lengths) + np.arange(total)
+
+
+def validation_documents(seed: int, first_doc: int, n: int, fraction: float) -> np.ndarray:
+    """Which of documents first_doc..first_doc+n-1 are held out: a hash of (seed, document
+    number), so the choice does not depend on chunking, workers or slices."""
+    u = hashed_uniforms(seed, 0x76616C6964, np.arange(first_doc, first_doc + n), 1, streams=1)[0]
+    return u[:, 0] < fraction
+
+
+_COUNTS = ("documents", "sentences", "sentences_dropped", "source_tokens", "instances", "tokens",
+           "truncated", "truncated_tokens", "single_segment", "not_next",
+           "random_next_same_document", "short_targets", "single_sentence_chunks", "masked", "masked_as_mask",
+           "masked_as_random", "masked_as_kept")
+
+
+def _zero_stats() -> dict[str, int]:
+    return dict.fromkeys(_COUNTS, 0)
+
+
+def finish_stats(counts: dict[str, int], nsp: bool, static: bool) -> dict[str, Any]:
+    """Counts plus the derived shares (rounded, so the JSON is stable)."""
+    s: dict[str, Any] = {k: int(counts.get(k, 0)) for k in _COUNTS}
+    n = s["instances"]
+    s["mean_length"] = round(s["tokens"] / n, 4) if n else 0.0
+    if nsp:
+        s["is_next"] = n - s["not_next"]
+        s["is_next_share"] = round(s["is_next"] / n, 6) if n else 0.0
+    else:
+        for k in ("not_next", "random_next_same_document"):
+            s.pop(k)
+    if static:
+        m = s["masked"]
+        s["masked_share"] = round(m / s["tokens"], 6) if s["tokens"] else 0.0
+        s["mask_split"] = {k: round(s[f"masked_as_{k}"] / m, 6) if m else 0.0
+                           for k in ("mask", "random", "kept")}
+    else:
+        for k in ("masked", "masked_as_mask", "masked_as_random", "masked_as_kept"):
+            s.pop(k)
+    return s
+
+
+# ---- the build -------------------------------------------------------------------------------
+
+@dataclass
+class BuildProgress:
+    """Passed to the `progress` callback after each chunk is written."""
+    chunks: int = 0
+    documents: int = 0
+    instances: int = 0
+
+
+def _chunked(documents: Iterable[Sequence[str]], chunk_chars: int):
+    """(chunk index, number of its first document, documents): consecutive non-empty documents
+    until they hold at least chunk_chars characters. Depends only on the stream."""
+    buf: list[Sequence[str]] = []
+    size = index = first = n_docs = 0
+    for doc in documents:
+        if isinstance(doc, str):
+            raise TypeError("documents must be sequences of sentence strings, got a str")
+        if not doc:
+            continue
+        buf.append(doc)
+        n_docs += 1
+        size += sum(map(len, doc))
+        if size >= chunk_chars:
+            yield index, first, buf
+            index, first, buf, size = index + 1, n_docs, [], 0
+    if buf:
+        yield index, first, buf
+
+
+_WORKER: _ChunkBuilder | None = None
+
+
+def _init_worker(tokenizer_json: str, config: PretrainingDataConfig) -> None:
+    global _WORKER
+    # Parallelism comes from the worker processes; don't let each start a thread pool too.
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    _WORKER = _ChunkBuilder(tokenizer_json, config)
+
+
+def _build_in_worker(task: tuple[int, int, list]) -> dict:
+    assert _WORKER is not None
+    return _WORKER.build(*task)
+
+
+def default_workers() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def build_pretraining_data(documents: Iterable[Sequence[str]], tokenizer: Tokenizer,
+                           out_dir: str | Path, config: PretrainingDataConfig | None = None, *,
+                           workers: int | None = None, num_shards: int = 1, shard_index: int = 0,
+                           progress: Callable[[BuildProgress], None] | None = None
+                           ) -> dict[str, Any]:
+    """Build pretraining instances from `documents` (each a list of sentence strings, in corpus
+    order) into `out_dir`, streaming: memory is bounded by a few chunks per worker.
+
+    Writes the shard files, a copy of the tokenizer (`tokenizer.json`) and, last, the slice
+    summary `build-<i>of<K>.json`, whose content is returned: settings, vocabulary facts, and per
+    split the shard names and stats. `workers` (default: all cores) does not change the output.
+    Raises BertctlError when the corpus has no documents or yields no training instance.
+    """
+    config = config or PretrainingDataConfig()
+    if num_shards < 1 or not 0 <= shard_index < num_shards:
+        raise BertctlError(f"{_WHERE}: shard_index must be in [0, num_shards), got "
+                           f"shard_index={shard_index} num_shards={num_shards}")
+    workers = default_workers() if workers is None else workers
+    if workers < 1:
+        raise BertctlError(f"{_WHERE}: workers must be >= 1, got {workers}")
+    vocab = VocabInfo.of(tokenizer)
+    tokenizer_json = tokenizer.to_str()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tag = slice_tag(shard_index, num_shards)
+    tok_dt = token_dtype(vocab.vocab_size)
+    static = config.masking == "static"
+    writers = {s: ShardWriter(out, s, tag, tok_dt, not config.no_nsp, static,
+                              config.shard_max_tokens) for s in SPLITS}
+    totals = {s: _zero_stats() for s in SPLITS}
+    prog = BuildProgress()
+    chunks_seen = [0, 0]  # chunks in the corpus, documents in the corpus
+
+    def tasks():
+        for index, first, docs in _chunked(documents, config.chunk_chars):
+            chunks_seen[0] = index + 1
+            chunks_seen[1] = first + len(docs)
+            if index % num_shards == shard_index:
+                yield index, first, docs
+
+    def consume(result: dict) -> None:
+        for split, (arrays, stats) in result.items():
+            for k, v in stats.items():
+                totals[split][k] += v
+            if arrays is not None:
+                writers[split].append(arrays)
+        prog.chunks += 1
+        prog.documents += sum(r[1]["documents"] for r in result.values())
+        prog.instances += sum(r[1]["instances"] for r in result.values())
+        if progress is not None:
+            progress(prog)
+
+    try:
+        if workers == 1:
+            builder = _ChunkBuilder(tokenizer_json, config)
+            for task in tasks():
+                consume(builder.build(*task))
+        else:
+            import multiprocessing as mp
+            # spawn: fresh interpreters (no forked tokenizer thread pools, no torch in workers).
+            with mp.get_context("spawn").Pool(workers, _init_worker,
+                                              (tokenizer_json, config)) as pool:
+                pending: deque = deque()
+                for task in tasks():
+                    pending.append(pool.apply_async(_build_in_worker, (task,)))
+                    # Bounded look-ahead; results are consumed in chunk order.
+                    while len(pending) > 2 * workers or (pending and pending[0].ready()):
+                        consume(pending.popleft().get())
+                while pending:
+                    consume(pending.popleft().get())
+        shards = {s: w.close() for s, w in writers.items()}
+        if chunks_seen[1] == 0:
+            raise BertctlError("corpus: no documents (the input is empty or whitespace only)")
+        if totals["train"]["instances"] == 0:
+            raise BertctlError(_no_instances_message(totals, chunks_seen, num_shards,
+                                                     shard_index, config))
+    except BaseException:
+        for w in writers.values():
+            w.close()
+            for name in w.shards:
+                for p in out.glob(f"{name}.*"):
+                    p.unlink()
+        raise
+
+    (out / "tokenizer.json").write_text(tokenizer_json, encoding="utf-8")
+    summary = {
+        "format": FORMAT, "format_version": FORMAT_VERSION,
+        "slice": {"index": shard_index, "count": num_shards},
+        "settings": config.to_dict(),
+        "vocab": {"size": vocab.vocab_size, "special_ids": vocab.special_ids,
+                  "token_dtype": tok_dt.str, "tokenizer_sha256": vocab.sha256},
+        "corpus": {"chunks": chunks_seen[0], "documents": chunks_seen[1]},
+        "chunks_built": prog.chunks,
+        "splits": {s: {"shards": shards[s],
+                       "stats": finish_stats(totals[s], not config.no_nsp, static)}
+                   for s in SPLITS},
+    }
+    write_json(out / f"build-{tag}.json", summary)
+    return summary
+
+
+def _no_instances_message(totals, chunks_seen, num_shards, shard_index, config) -> str:
+    tr, va = totals["train"], totals["validation"]
+    if num_shards > 1 and chunks_seen[0] <= shard_index:
+        return (f"{_WHERE}: slice {shard_index} of {num_shards} is empty: the corpus has only "
+                f"{chunks_seen[0]} chunk(s) of {config.chunk_chars} characters")
+    if tr["documents"] == 0 and va["documents"] > 0:
+        return (f"{_WHERE}: no training instances: all {va['documents']} document(s) went to "
+                f"validation (validation_fraction={config.validation_fraction})")
+    return (f"corpus: no document yields a training instance ({chunks_seen[1]} document(s), "
+            "every sentence tokenizes to nothing)")
+
+
+# ---- reading ---------------------------------------------------------------------------------
+
+@dataclass
+class PretrainingDataInfo:
+    """What a pretraining-data directory holds, merged over its slices."""
+
+    path: Path
+    settings: dict[str, Any]
+    vocab_size: int
+    special_ids: dict[str, int]
+    token_dtype: str
+    num_slices: int
+    stats: dict[str, dict[str, Any]]     # per split, as finish_stats
+    shards: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def nsp(self) -> bool:
+        return not self.settings["no_nsp"]
+
+    @property
+    def masking(self) -> str:
+        return self.settings["masking"]
+
+
+def read_pretraining_info(path: str | Path) -> PretrainingDataInfo:
+    """Read and check the slice summaries of a directory (all slices present, same settings,
+    same tokenizer); stats are summed over slices. For the manifest: `info.stats`,
+    `info.settings`, `info.vocab_size`, `info.special_ids`."""
+    path = Path(path)
+    files = sorted(path.glob("build-*of*.json"))
+    if not files:
+        raise BertctlError(f"{path}: not pretraining data (no build-*.json)")
+    summaries = [json.loads(f.read_text(encoding="utf-8")) for f in files]
+    first = summaries[0]
+    for f, s in zip(files, summaries):
+        if s.get("format") != FORMAT or s.get("format_version", 0) > FORMAT_VERSION:
+            raise BertctlError(f"{f}: unknown format {s.get('format')!r} "
+                               f"version {s.get('format_version')!r}")
+        for key in ("settings", "vocab"):
+            if s[key] != first[key]:
+                raise BertctlError(f"{f}: built with different {key} than {files[0].name}; "
+                                   "slices of one dataset need the same settings and tokenizer")
+        if s["slice"]["count"] != first["slice"]["count"]:
+            raise BertctlError(f"{f}: slice count {s['slice']['count']} differs from "
+                               f"{files[0].name}")
+    count = first["slice"]["count"]
+    have = sorted(s["slice"]["index"] for s in summaries)
+    if have != list(range(count)):
+        missing = sorted(set(range(count)) - set(have))
+        raise BertctlError(f"{path}: incomplete dataset: missing slice(s) {missing} of {count}")
+    settings = first["settings"]
+    nsp, static = not settings["no_nsp"], settings["masking"] == "static"
+    stats, shards = {}, {}
+    for split in SPLITS:
+        totals = _zero_stats()
+        for s in summaries:
+            for k in _COUNTS:
+                totals[k] += s["splits"][split]["stats"].get(k, 0)
+        stats[split] = finish_stats(totals, nsp, static)
+        shards[split] = [n for s in summaries for n in s["splits"][split]["shards"]]
+    v = first["vocab"]
+    return PretrainingDataInfo(path, settings, v["size"], v["special_ids"], v["token_dtype"],
+                               count, stats, shards)
+
+
+class PretrainingDataset:
+    """Random access to one split of a pretraining-data directory, memory-mapped.
+
+    `batch(indices, epoch)` returns torch tensors: input_ids, token_type_ids, attention_mask
+    (B, T) padded to the batch's longest instance, labels (B, T) with -100 where nothing is
+    predicted, and next_sentence_label (B,) unless the data is no-NSP. With dynamic masking the
+    masks are drawn from (mask_seed, epoch, index): the same epoch and index always give the same
+    mask, whatever the batch. `mask_seed` defaults to the build seed.
+    """
+
+    def __init__(self, path: str | Path, split: str = "train", *, mask_seed: int | None = None):
+        if split not in SPLITS:
+            raise BertctlError(f"{path}: unknown split {split!r} (expected one of {SPLITS})")
+        self.info = read_pretraining_info(path)
+        self.path, self.split = Path(path), split
+        self.shards = [ShardReader(self.path, n) for n in self.info.shards[split]]
+        counts = np.array([s.n for s in self.shards], dtype=np.int64)
+        self._starts = np.concatenate([[0], np.cumsum(counts)])
+        if self._starts[-1] == 0:
+            hint = (" (built with validation_fraction=0)"
+                    if split == "validation" and not self.info.settings["validation_fraction"]
+                    else "")
+            raise BertctlError(f"{path}: no {split} instances{hint}")
+        self.mask_seed = self.info.settings["seed"] if mask_seed is None else mask_seed
+        self.pad_id = self.info.special_ids["[PAD]"]
+        self._rules: MaskingRules | None = None
+        self._tokenizer: Tokenizer | None = None
+        self._lengths: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return int(self._starts[-1])
+
+    @property
+    def nsp(self) -> bool:
+        return self.info.nsp
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """Token count of every instance (for length-grouped batching)."""
+        if self._lengths is None:
+            self._lengths = np.concatenate([np.diff(s.arrays["offsets"]) for s in self.shards])
+        return self._lengths
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        """The tokenizer the data was built with (the copy stored next to the shards)."""
+        if self._tokenizer is None:
+            from tokenizers import Tokenizer
+            self._tokenizer = Tokenizer.from_file(str(self.path / "tokenizer.json"))
+        return self._tokenizer
+
+    def _masking_rules(self) -> MaskingRules:
+        if self._rules is None:
+            cfg = PretrainingDataConfig(**self.info.settings)
+            self._rules = masking_rules(self.tokenizer, cfg)
+        return self._rules
+
+    def arrays(self, indices: Sequence[int] | np.ndarray, epoch: int = 0) -> dict[str, np.ndarray]:
+        """The batch as numpy arrays (what `batch` wraps in tensors), plus `lengths`."""
+        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        if len(idx) and (idx.min() < 0 or idx.max() >= len(self)):
+            raise IndexError(f"instance index out of range [0, {len(self)})")
+        shard_of = np.searchsorted(self._starts, idx, side="right") - 1
+        local = idx - self._starts[shard_of]
+        n = len(idx)
+        lengths = np.zeros(n, dtype=np.int64)
+        starts = np.zeros(n, dtype=np.int64)
+        b_start = np.zeros(n, dtype=np.int64)
+        nsp = np.zeros(n, dtype=np.int64)
+        for s in np.unique(shard_of):
+            sel = shard_of == s
+            a, loc = self.shards[s].arrays, local[sel]
+            starts[sel] = a["offsets"][loc]
+            lengths[sel] = a["offsets"][loc + 1] - starts[sel]
+            b_start[sel] = a["b_start"][loc]
+            if "nsp" in a:
+                nsp[sel] = a["nsp"][loc]
+        width = int(lengths.max(initial=0))
+        col = np.arange(width)[None, :]
+        inside = col < lengths[:, None]
+        ids = np.full((n, width), self.pad_id, dtype=np.int64)
+        labels = np.full((n, width), -100, dtype=np.int64)
+        for s in np.unique(shard_of):
+            sel = np.nonzero(shard_of == s)[0]
+            a = self.shards[s].arrays
+            sub = ids[sel]
+            sub[inside[sel]] = a["tokens"][ranges(starts[sel], lengths[sel])]
+            ids[sel] = sub
+            if "mask_offsets" in a:
+                loc = local[sel]
+                m0 = a["mask_offsets"][loc]
+                mc = a["mask_offsets"][loc + 1] - m0
+                pick = ranges(m0, mc)
+                rows = np.repeat(sel, mc)
+                labels[rows, a["mask_positions"][pick].astype(np.int64)] = a["mask_labels"][pick]
+        if self.info.masking == "dynamic":
+            u = hashed_uniforms(self.mask_seed, epoch, idx, width)
+            res = apply_masking(ids, lengths, b_start, self._masking_rules(), *u)
+            labels = np.where(res.chosen, ids, -100)
+            ids = res.input_ids
+        out = {"input_ids": ids, "token_type_ids": ((col >= b_start[:, None]) & inside)
+               .astype(np.int64), "attention_mask": inside.astype(np.int64), "labels": labels,
+               "lengths": lengths}
+        if self.nsp:
+            out["next_sentence_label"] = nsp
+        return out
+
+    def batch(self, indices: Sequence[int] | np.ndarray, epoch: int = 0) -> dict[str, torch.Tensor]:
+        import torch
+        arrays = self.arrays(indices, epoch)
+        del arrays["lengths"]
+        return {k: torch.from_numpy(v) for k, v in arrays.items()}
+
+
+def decode_instances(dataset: PretrainingDataset, indices: Sequence[int], epoch: int = 0
+                     ) -> list[str]:
+    """Readable text of some instances (for `bertctl inspect` and logs): A and B with WordPiece
+    joined, predicted positions as `[MASK→word]`, `[tok→word]` (replaced by the random token
+    tok) or `[=word]` (kept), and the NSP label."""
+    tok = dataset.tokenizer
+    arr = dataset.arrays(indices, epoch)
+    out = []
+    for r, i in enumerate(np.asarray(indices).reshape(-1)):
+        n = int(arr["lengths"][r])
+        ids, labels = arr["input_ids"][r, :n], arr["labels"][r, :n]
+        b = int(np.argmax(arr["token_type_ids"][r, :n])) if arr["token_type_ids"][r, :n].any() else n
+        pieces = []
+        for p in range(n):
+            t = tok.id_to_token(int(ids[p])) or f"<{int(ids[p])}>"
+            if labels[p] != -100:
+                word = tok.id_to_token(int(labels[p]))
+                t = (f"[MASK→{word}]" if t == "[MASK]" else
+                     f"[={word}]" if labels[p] == ids[p] else f"[{t}→{word}]")
+            pieces.append(t)
+        text_a, text_b = _join(pieces[1:b - 1]), _join(pieces[b:n - 1])
+        head = f"#{int(i)}"
+        if dataset.nsp:
+            head += " IsNext" if arr["next_sentence_label"][r] == 0 else " NotNext"
+        head += f" ({n} tokens, {int((labels != -100).sum())} predicted)"
+        out.append(f"{head}\nA: {text_a}\nB: {text_b}" if b < n else f"{head}\nA: {text_a}")
+    return out
+
+
+def _join(pieces: list[str]) -> str:
+    text = ""
+    for p in pieces:
+        if p.startswith("##") and text:
+            text += p[2:]
+        else:
+            text += (" " if text else "") + p
+    return text
