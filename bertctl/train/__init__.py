@@ -1,0 +1,16 @@
+"""The one training loop for pretraining and fine-tuning (loop.py), BERT's optimiser and
+schedule (optim.py), exact-resume checkpoints (checkpoint.py) and torchrun/DDP plumbing
+(distributed.py). No CLI or console code: progress is reported through callbacks."""
+
+from bertctl.train import distributed
+from bertctl.train.checkpoint import CorruptCheckpoint, seed_everything
+from bertctl.train.loop import (
+    METRICS_FILE, BatchOrder, DataSource, TrainingDiverged, TrainResult, TrainSettings, accuracy,
+    pretraining_metrics, train)
+from bertctl.train.optim import lr_at, make_optimizer, param_groups, warmup_steps
+
+__all__ = [
+    "METRICS_FILE", "BatchOrder", "CorruptCheckpoint", "DataSource", "TrainResult",
+    "TrainSettings", "TrainingDiverged", "accuracy", "distributed", "lr_at", "make_optimizer",
+    "param_groups", "pretraining_metrics", "seed_everything", "train", "warmup_steps",
+]

@@ -1,0 +1,461 @@
+"""The shared training loop (bertctl.train), single process on CPU.
+
+Most tests use `RepeatedTokens`, a small synthetic data source defined here (not real text): each
+example is `[CLS] c c ... c [SEP]` for one random token c, with 15% of the c's masked per epoch,
+and an NSP-style label c % 2. It is learnable in a few dozen steps by a 2-layer, 32-wide BERT,
+which keeps every run to a second or two. One smoke test at the end runs the loop on a real
+`PretrainingDataset` built from the text in tests/fixtures/pretrain/.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from bertctl.errors import BertctlError
+from bertctl.model import BertConfig, BertForPreTraining, BertForSequenceClassification
+from bertctl.train import (
+    BatchOrder, CorruptCheckpoint, TrainingDiverged, TrainSettings, lr_at, param_groups,
+    pretraining_metrics, train, warmup_steps)
+from bertctl.train import checkpoint as ckpt
+from bertctl.train.optim import make_optimizer, no_decay_names
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+TINY = dict(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+            intermediate_size=64, max_position_embeddings=32)
+PAD, CLS, SEP, MASK = 0, 2, 3, 4
+TIMING = ("tokens_per_s", "examples_per_s")
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    # A 32-wide model is all overhead: on a shared 2-core machine one intra-op thread is ~10x
+    # faster than two, and the numbers do not depend on it.
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+class RepeatedTokens:
+    """Synthetic data source (see the module docstring); `task` "pretrain" gives MLM + NSP
+    labels, "classify" gives sequence-classification labels."""
+
+    def __init__(self, n: int = 128, seed: int = 0, task: str = "pretrain"):
+        self.task = task
+        self.seqs, self.labels = [], []
+        for i in range(n):
+            rng = np.random.default_rng([seed, i])
+            c = int(rng.integers(5, TINY["vocab_size"]))
+            self.seqs.append(np.array([CLS] + [c] * int(rng.integers(6, 23)) + [SEP]))
+            self.labels.append(c % 2)
+
+    def __len__(self) -> int:
+        return len(self.seqs)
+
+    def lengths(self) -> np.ndarray:
+        return np.array([len(s) for s in self.seqs])
+
+    def batch(self, indices: np.ndarray, epoch: int) -> dict[str, torch.Tensor]:
+        B, T = len(indices), max(len(self.seqs[i]) for i in indices)
+        ids = np.full((B, T), PAD, dtype=np.int64)
+        mask = np.zeros((B, T), dtype=np.int64)
+        labels = np.full((B, T), -100, dtype=np.int64)
+        for r, i in enumerate(indices):
+            seq = self.seqs[i]
+            ids[r, :len(seq)], mask[r, :len(seq)] = seq, 1
+            if self.task == "pretrain":
+                rng = np.random.default_rng([7, epoch, int(i)])  # a new mask every epoch
+                pos = 1 + rng.choice(len(seq) - 2, size=max(1, (len(seq) - 2) * 15 // 100),
+                                     replace=False)
+                labels[r, pos], ids[r, pos] = seq[pos], MASK
+        out = {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask),
+               "token_type_ids": torch.zeros(B, T, dtype=torch.long)}
+        nsp = torch.tensor([self.labels[i] for i in indices])
+        if self.task == "pretrain":
+            return {**out, "labels": torch.from_numpy(labels), "next_sentence_label": nsp}
+        return {**out, "labels": nsp}
+
+
+def tiny_pretraining(seed: int = 0, **overrides) -> BertForPreTraining:
+    torch.manual_seed(seed)
+    return BertForPreTraining(BertConfig(**{**TINY, **overrides}))
+
+
+def records(work_dir: Path, split: str | None = None) -> list[dict]:
+    lines = (work_dir / "metrics.jsonl").read_text().splitlines()
+    out = [json.loads(line) for line in lines]
+    return [r for r in out if split is None or r["split"] == split]
+
+
+def without_timing(rs: list[dict]) -> list[dict]:
+    return [{k: v for k, v in r.items() if k not in TIMING} for r in rs]
+
+
+def fixed_eval(data: RepeatedTokens, n: int = 32):
+    """An evaluate callback: the loss on a fixed batch (deterministic in eval mode)."""
+    batch = data.batch(np.arange(n), epoch=0)
+
+    def evaluate(model):
+        return {"val_loss": float(model(**batch)["loss"])}
+    return evaluate
+
+
+# ---------------------------------------------------------------------------------------------
+# Learning, accumulation, schedule, weight decay
+
+
+def test_loss_decreases_on_a_learnable_task(tmp_path):
+    settings = TrainSettings(steps=80, batch_size=16, lr=1e-2, warmup=0.1, log_every=10)
+    result = train(tiny_pretraining(), RepeatedTokens(), settings, tmp_path,
+                   step_metrics=pretraining_metrics)
+    train_records = records(tmp_path, "train")
+    assert [r["step"] for r in train_records] == list(range(10, 81, 10))
+    assert result.step == 80 and result.history == train_records
+    first, last = train_records[0], train_records[-1]
+    assert last["loss"] < first["loss"] - 1.0, (first, last)
+    assert last["mlm_accuracy"] > first["mlm_accuracy"] + 0.2
+    for r in train_records:
+        assert r["tokens_per_s"] > 0 and r["examples_per_s"] > 0 and r["grad_norm"] > 0
+        assert 0 <= r["nsp_accuracy"] <= 1
+
+
+def test_micro_batches_give_the_same_update_as_one_batch(tmp_path):
+    # No dropout, so both runs compute the same function; the micro-batches are also padded to
+    # their own longest example, which the attention mask must make irrelevant.
+    data = RepeatedTokens(n=64, task="classify")
+    finals, losses = [], []
+    for micro in (None, 2):
+        torch.manual_seed(0)
+        model = BertForSequenceClassification(BertConfig(**TINY, hidden_dropout_prob=0.0,
+                                                         attention_probs_dropout_prob=0.0))
+        settings = TrainSettings(steps=3, batch_size=8, micro_batch_size=micro, lr=1e-3,
+                                 warmup=0, log_every=1)
+        result = train(model, data, settings, tmp_path / f"micro-{micro}")
+        finals.append(result.model.state_dict())
+        losses.append([r["loss"] for r in result.history])
+    np.testing.assert_allclose(losses[0], losses[1], rtol=1e-5)
+    for name, p in finals[0].items():
+        torch.testing.assert_close(finals[1][name], p, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_schedule_warms_up_then_decays_linearly_to_zero():
+    assert warmup_steps(0.1, 1000) == 100 and warmup_steps(10_000, 1_000_000) == 10_000
+    assert warmup_steps(0, 50) == 0
+    lrs = [lr_at(t, 1.0, 4, 12) for t in range(12)]
+    # the first update already moves; peak at the end of warm-up; the last is the smallest > 0
+    assert lrs[:4] == [0.25, 0.5, 0.75, 1.0]
+    assert lrs[4:] == [1.0, 7 / 8, 6 / 8, 5 / 8, 4 / 8, 3 / 8, 2 / 8, 1 / 8]
+    assert lr_at(12, 1.0, 4, 12) == 0.0
+    assert [lr_at(t, 2.0, 0, 4) for t in range(4)] == [2.0, 1.5, 1.0, 0.5]
+
+
+def test_a_second_phase_continues_the_step_count_and_schedule(tmp_path):
+    # The paper's recipe: 90% of the steps at 128 tokens, then 10% at 512 continuing the same
+    # schedule. Here: 6 of 10 steps, then 4 more starting at step 6.
+    data = RepeatedTokens()
+    common = dict(batch_size=8, lr=1e-3, warmup=0.2, total_steps=10, log_every=1)
+    one = train(tiny_pretraining(), data, TrainSettings(steps=6, **common), tmp_path / "one")
+    two = train(one.model, data, TrainSettings(steps=4, start_step=6, **common), tmp_path / "two")
+    logged = [(r["step"], r["lr"]) for r in one.history + two.history]
+    assert logged == [(t + 1, lr_at(t, 1e-3, 2, 10)) for t in range(10)]
+    assert two.step == 10 and two.history[0]["epoch"] == 0.0625  # the epoch count restarts
+
+
+def test_weight_decay_skips_biases_and_layernorm_weights():
+    model = tiny_pretraining()
+    expected = sorted(n for n, _ in model.named_parameters()
+                      if n.endswith("bias") or "LayerNorm" in n)
+    assert sorted(no_decay_names(model)) == expected
+    decay, rest = param_groups(model, 0.01)
+    assert decay["weight_decay"] == 0.01 and rest["weight_decay"] == 0.0
+    names = {id(p): n for n, p in model.named_parameters()}
+    decayed = {names[id(p)] for p in decay["params"]}
+    assert "bert.embeddings.word_embeddings.weight" in decayed
+    assert "bert.encoder.layer.0.attention.self.query.weight" in decayed
+    assert len(decay["params"]) + len(rest["params"]) == len(list(model.parameters()))
+    opt = make_optimizer(model, lr=1e-4)
+    assert opt.defaults["eps"] == 1e-6 and opt.defaults["betas"] == (0.9, 0.999)
+
+
+# ---------------------------------------------------------------------------------------------
+# Data order
+
+
+def test_batch_order_is_a_function_of_seed_and_epoch():
+    lengths = RepeatedTokens(n=100).lengths()
+    for grouped in (None, lengths):
+        order = BatchOrder(100, 8, seed=3, lengths=grouped)
+        assert order.steps_per_epoch == 12  # the incomplete last batch is dropped
+        e0 = order.epoch(0)
+        flat = np.concatenate(e0)
+        assert len(e0) == 12 and all(len(b) == 8 for b in e0) and len(set(flat)) == 96
+        again = BatchOrder(100, 8, seed=3, lengths=grouped)
+        assert all((a == b).all() for a, b in zip(again.epoch(0), e0))
+        assert not all((a == b).all() for a, b in zip(order.epoch(1), e0))
+        epoch, batch = order.at(13)  # second batch of epoch 1
+        assert epoch == 1 and (batch == order.epoch(1)[1]).all()
+    # grouping by length pads less
+    plain, grouped = BatchOrder(100, 8, 3, None), BatchOrder(100, 8, 3, lengths)
+
+    def padding(o):
+        return sum(int(lengths[b].max() * len(b) - lengths[b].sum()) for b in o.epoch(0))
+    assert padding(grouped) < padding(plain) / 2
+
+
+def test_epochs_evaluate_at_each_epoch_end(tmp_path):
+    data = RepeatedTokens(n=40)
+    settings = TrainSettings(epochs=2, batch_size=8, micro_batch_size=4, lr=1e-3, log_every=2,
+                             group_by_length=True)
+    result = train(tiny_pretraining(), data, settings, tmp_path, evaluate=fixed_eval(data))
+    evals = records(tmp_path, "validation")
+    assert [(r["step"], r["epoch"]) for r in evals] == [(5, 1.0), (10, 2.0)]
+    assert [r["step"] for r in records(tmp_path, "train")] == [2, 4, 6, 8, 10]
+    assert result.eval_metrics == evals[-1] and result.best_metrics is None
+
+
+# ---------------------------------------------------------------------------------------------
+# Checkpoints and exact resume
+
+
+RESUME_BASE = dict(steps=12, batch_size=8, micro_batch_size=4, lr=3e-3, log_every=1,
+                        checkpoint_every=4, keep_last=2, eval_every=3, group_by_length=True)
+
+
+@pytest.mark.parametrize("log_every", [1, 5])  # 5: the checkpoint falls inside a log interval
+def test_resume_is_bit_exact_in_fp32(tmp_path, log_every):
+    RESUME = {**RESUME_BASE, "log_every": log_every}
+    data = RepeatedTokens()
+    evaluate = fixed_eval(data)
+    select = ("val_loss", "min")
+    full = train(tiny_pretraining(), data, TrainSettings(**RESUME), tmp_path / "full",
+                 evaluate=evaluate, select=select, step_metrics=pretraining_metrics)
+    assert not full.stopped_early and full.resumed_from is None
+    # keep_last: only the newest two checkpoints remain
+    assert [s for s, _ in ckpt.list_checkpoints(tmp_path / "full")] == [8, 12]
+
+    # Interrupted at step 6 (a checkpoint is written when stopping) ...
+    work = tmp_path / "interrupted"
+    part = train(tiny_pretraining(), data, TrainSettings(**RESUME, stop_after=6), work,
+                 evaluate=evaluate, select=select, step_metrics=pretraining_metrics)
+    assert part.stopped_early and part.step == 6
+    assert [s for s, _ in ckpt.list_checkpoints(work)] == [4, 6]
+    # ... and, to look like a kill just before that checkpoint, remove it: metrics.jsonl now
+    # holds records (steps 5, 6) past the newest checkpoint, which resuming must drop.
+    ckpt.clear_best(work)  # best/ may also be newer than the checkpoint (eval at step 6)
+    import shutil
+    shutil.rmtree(ckpt.step_dir(work, 6))
+
+    # A fresh model (other init) resumes from step 4 and ends exactly where `full` did.
+    resumed = train(tiny_pretraining(seed=123), data, TrainSettings(**RESUME), work,
+                    evaluate=evaluate, select=select, step_metrics=pretraining_metrics)
+    assert resumed.resumed_from == 4 and resumed.step == 12
+    assert without_timing(records(work)) == without_timing(records(tmp_path / "full"))
+    assert [r["step"] for r in records(work, "train")] == (
+        list(range(1, 13)) if log_every == 1 else [5, 10, 12])
+    assert resumed.best_step == full.best_step and resumed.best_metrics == full.best_metrics
+    a, b = full.model.state_dict(), resumed.model.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+    # A finished run re-run is a no-op returning the same result.
+    again = train(tiny_pretraining(seed=5), data, TrainSettings(**RESUME), work,
+                  evaluate=evaluate, select=select)
+    assert again.resumed_from == 12 and again.step == 12
+    assert again.eval_metrics == resumed.eval_metrics
+    assert all(torch.equal(a[k], again.model.state_dict()[k]) for k in a)
+
+
+def test_resume_refuses_other_data_settings(tmp_path):
+    data = RepeatedTokens()
+    settings = dict(steps=4, batch_size=8, lr=1e-3, checkpoint_every=2)
+    train(tiny_pretraining(), data, TrainSettings(**settings, stop_after=2), tmp_path)
+    with pytest.raises(BertctlError, match="batch_size differ"):
+        train(tiny_pretraining(), data, TrainSettings(**{**settings, "batch_size": 4}), tmp_path)
+
+
+def _corrupt_model(path: Path) -> None:
+    f = path / "model.safetensors"
+    raw = bytearray(f.read_bytes())
+    raw[-3] ^= 0xFF
+    f.write_bytes(bytes(raw))
+
+
+@pytest.mark.parametrize("damage, problem", [
+    (_corrupt_model, "model.safetensors does not match its checksum"),
+    (lambda p: (p / "optimizer.pt").unlink(), "optimizer.pt is missing"),
+    (lambda p: (p / "checksums.json").write_text("{"), "checksums.json is unreadable"),
+])
+def test_a_corrupted_checkpoint_is_named_and_an_earlier_one_can_be_used(tmp_path, damage,
+                                                                       problem):
+    data = RepeatedTokens()
+    settings = dict(steps=6, batch_size=8, lr=1e-3, log_every=1, checkpoint_every=2,
+                    keep_last=3)
+    train(tiny_pretraining(), data, TrainSettings(**settings, stop_after=4), tmp_path)
+    newest = ckpt.step_dir(tmp_path, 4)
+    damage(newest)
+    with pytest.raises(CorruptCheckpoint) as err:
+        train(tiny_pretraining(), data, TrainSettings(**settings), tmp_path)
+    message = str(err.value)
+    assert str(newest) in message and problem in message
+    assert "set resume_from to 2" in message and err.value.exit_code == 2
+
+    result = train(tiny_pretraining(), data, TrainSettings(**settings, resume_from=2), tmp_path)
+    assert result.resumed_from == 2 and result.step == 6
+    assert [s for s, _ in ckpt.list_checkpoints(tmp_path)] == [2, 4, 6]
+    assert ckpt.verify_checkpoint(ckpt.step_dir(tmp_path, 4)) is None  # rewritten
+    assert list((tmp_path / "checkpoints").glob("step-00000004.set-aside-*"))  # kept aside
+    assert [r["step"] for r in records(tmp_path, "train")] == list(range(1, 7))
+
+
+def test_corrupted_only_checkpoint_says_to_delete_it(tmp_path):
+    data = RepeatedTokens()
+    settings = dict(steps=4, batch_size=8, lr=1e-3, checkpoint_every=2)
+    train(tiny_pretraining(), data, TrainSettings(**settings, stop_after=2), tmp_path)
+    _corrupt_model(ckpt.step_dir(tmp_path, 2))
+    with pytest.raises(CorruptCheckpoint, match="no earlier checkpoint: delete"):
+        train(tiny_pretraining(), data, TrainSettings(**settings), tmp_path)
+
+
+def test_checkpoint_files_load_without_pickle(tmp_path):
+    train(tiny_pretraining(), RepeatedTokens(), TrainSettings(
+        steps=2, batch_size=8, lr=1e-3, checkpoint_every=2), tmp_path)
+    path = ckpt.step_dir(tmp_path, 2)
+    for name in ("optimizer.pt", "state.pt"):
+        torch.load(path / name, weights_only=True)  # raises on anything but plain data
+    trainer = json.loads((path / "trainer.json").read_text())
+    assert trainer["step"] == 2 and trainer["position"] == 2 and trainer["epoch"] == 0.125
+    assert not list((tmp_path / "checkpoints").glob(".tmp-*"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Divergence, precision, settings
+
+
+class NaNFrom(torch.nn.Module):
+    """A model whose loss turns NaN from its `start`-th forward call on."""
+
+    def __init__(self, inner: torch.nn.Module, start: int):
+        super().__init__()
+        self.inner, self.start, self.calls = inner, start, 0
+
+    def forward(self, **batch):
+        out = self.inner(**batch)
+        self.calls += 1
+        if self.calls >= self.start:
+            out["loss"] = out["loss"] * float("nan")
+        return out
+
+
+def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path):
+    model = NaNFrom(tiny_pretraining(), start=5)
+    settings = TrainSettings(steps=10, batch_size=8, lr=1e-3, log_every=1, checkpoint_every=2)
+    with pytest.raises(TrainingDiverged) as err:
+        train(model, RepeatedTokens(), settings, tmp_path)
+    assert err.value.exit_code == 1
+    message = str(err.value)
+    assert "step 5" in message and "loss is nan" in message
+    assert str(ckpt.step_dir(tmp_path, 4)) in message
+    assert [s for s, _ in ckpt.list_checkpoints(tmp_path)] == [2, 4]
+    assert ckpt.verify_checkpoint(ckpt.step_dir(tmp_path, 4)) is None
+    assert [r["step"] for r in records(tmp_path)] == [1, 2, 3, 4]
+    assert all(torch.isfinite(p).all() for p in model.parameters())  # not updated with NaN
+
+
+def test_bf16_autocast_trains(tmp_path):
+    dtypes = set()
+
+    def watch(outputs, batch):
+        dtypes.add(outputs["mlm_logits"].dtype)
+        return pretraining_metrics(outputs, batch)
+
+    result = train(tiny_pretraining(), RepeatedTokens(), TrainSettings(
+        steps=4, batch_size=8, lr=1e-3, log_every=1, precision="bf16"), tmp_path,
+        step_metrics=watch)
+    assert dtypes == {torch.bfloat16}
+    assert all(math.isfinite(r["loss"]) for r in result.history)
+    assert all(p.dtype == torch.float32 for p in result.model.parameters())  # master weights
+
+
+def test_fp16_on_cpu_is_refused(tmp_path):
+    with pytest.raises(BertctlError, match="fp16 needs a CUDA GPU.*use bf16"):
+        train(tiny_pretraining(), RepeatedTokens(), TrainSettings(
+            steps=2, batch_size=8, precision="fp16", device="cpu"), tmp_path)
+
+
+@pytest.mark.parametrize("settings, match", [
+    (dict(steps=2, batch_size=8, micro_batch_size=3), "not a multiple of micro_batch_size 3"),
+    (dict(steps=2, epochs=1), "exactly one of steps and epochs"),
+    (dict(batch_size=8), "exactly one of steps and epochs"),
+    (dict(steps=2, batch_size=1000), "larger than the training data"),
+    (dict(steps=2, precision="fp8"), "precision must be one of"),
+    (dict(steps=4, total_steps=3), "total_steps 3 is before"),
+    (dict(steps=2, resume_from="newest"), "resume_from must be"),
+])
+def test_bad_settings_are_user_errors(tmp_path, settings, match):
+    with pytest.raises(BertctlError, match=match) as err:
+        train(tiny_pretraining(), RepeatedTokens(), TrainSettings(**settings), tmp_path)
+    assert err.value.exit_code == 2
+
+
+def test_select_needs_a_returned_metric(tmp_path):
+    with pytest.raises(BertctlError, match="evaluate returned no 'accuracy'"):
+        train(tiny_pretraining(), RepeatedTokens(), TrainSettings(steps=2, batch_size=8),
+              tmp_path, evaluate=lambda m: {"loss": 1.0}, select=("accuracy", "max"))
+
+
+def test_select_returns_the_best_weights(tmp_path):
+    # An evaluation that likes the earliest weights best: the model returned is step 2's.
+    data = RepeatedTokens()
+    calls = iter(range(100))
+    settings = TrainSettings(steps=6, batch_size=8, lr=1e-2, eval_every=2, checkpoint_every=2,
+                             keep_last=None)
+    result = train(tiny_pretraining(), data, settings, tmp_path,
+                   evaluate=lambda m: {"score": -next(calls)}, select=("score", "max"))
+    assert result.best_step == 2 and result.best_metrics["score"] == 0
+    assert result.eval_metrics["score"] == -2
+    best = ckpt.step_dir(tmp_path, 2) / "model.safetensors"
+    from safetensors.torch import load_file
+    expected = load_file(str(best))
+    assert all(torch.equal(expected[k], v) for k, v in result.model.state_dict().items())
+    # every checkpoint carries the best weights as of its step (a hard link: no extra space)
+    link = ckpt.step_dir(tmp_path, 6) / "best.safetensors"
+    assert link.is_file() and os.stat(link).st_ino == os.stat(tmp_path / "best" /
+                                                               "model.safetensors").st_ino
+
+
+# ---------------------------------------------------------------------------------------------
+# Real data: a PretrainingDataset built from the fixture text
+
+
+def _documents(path: Path) -> list[list[str]]:
+    docs, doc = [], []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            doc.append(line.strip())
+        elif doc:
+            docs.append(doc)
+            doc = []
+    return docs + ([doc] if doc else [])
+
+
+def test_trains_on_a_real_pretraining_dataset(tmp_path, small_tokenizer):
+    pretraining = pytest.importorskip("bertctl.data.pretraining")
+    from tokenizers import Tokenizer
+    tokenizer = Tokenizer.from_file(str(small_tokenizer / "tokenizer.json"))
+    docs = _documents(FIXTURES / "pretrain" / "bert_sample_text.txt")
+    config = pretraining.PretrainingDataConfig(max_seq_length=64, dupe_factor=1,
+                                               masking="dynamic")
+    pretraining.build_pretraining_data(docs, tokenizer, tmp_path / "data", config, workers=1)
+    data = pretraining.PretrainingDataset(tmp_path / "data", "train")
+    model = tiny_pretraining(vocab_size=tokenizer.get_vocab_size(), max_position_embeddings=64)
+    settings = TrainSettings(steps=3, batch_size=4, micro_batch_size=2, lr=1e-3, log_every=1,
+                             group_by_length=True, checkpoint_every=3)
+    result = train(model, data, settings, tmp_path / "run", step_metrics=pretraining_metrics)
+    assert [r["step"] for r in result.history] == [1, 2, 3]
+    assert all(math.isfinite(r["loss"]) and 0 <= r["mlm_accuracy"] <= 1 for r in result.history)
