@@ -345,7 +345,8 @@ def _pack(py: random.Random, cum: list[int], lo: list[int], hi: list[int], max_n
     stats["single_sentence_chunks"] += forced
 
 
-def _truncation(la: np.ndarray, lb: np.ndarray, budget: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _truncation(la: np.ndarray, lb: np.ndarray,
+                budget: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Tokens removed from A and from B by Google's loop "while too long, shorten the longer
     (B on a tie)": first the longer comes down to the shorter's length, then they alternate,
     B first."""
@@ -375,8 +376,8 @@ def validation_documents(seed: int, first_doc: int, n: int, fraction: float) -> 
 
 _COUNTS = ("documents", "sentences", "sentences_dropped", "source_tokens", "instances", "tokens",
            "truncated", "truncated_tokens", "single_segment", "not_next",
-           "random_next_same_document", "short_targets", "single_sentence_chunks", "masked", "masked_as_mask",
-           "masked_as_random", "masked_as_kept")
+           "random_next_same_document", "short_targets", "single_sentence_chunks", "masked",
+           "masked_as_mask", "masked_as_random", "masked_as_kept")
 
 
 def _zero_stats() -> dict[str, int]:
@@ -760,7 +761,8 @@ def decode_instances(dataset: PretrainingDataset, indices: Sequence[int], epoch:
     for r, i in enumerate(np.asarray(indices).reshape(-1)):
         n = int(arr["lengths"][r])
         ids, labels = arr["input_ids"][r, :n], arr["labels"][r, :n]
-        b = int(np.argmax(arr["token_type_ids"][r, :n])) if arr["token_type_ids"][r, :n].any() else n
+        tt = arr["token_type_ids"][r, :n]
+        b = int(np.argmax(tt)) if tt.any() else n
         pieces = []
         for p in range(n):
             t = tok.id_to_token(int(ids[p])) or f"<{int(ids[p])}>"
