@@ -459,3 +459,12 @@ def test_trains_on_a_real_pretraining_dataset(tmp_path, small_tokenizer):
     result = train(model, data, settings, tmp_path / "run", step_metrics=pretraining_metrics)
     assert [r["step"] for r in result.history] == [1, 2, 3]
     assert all(math.isfinite(r["loss"]) and 0 <= r["mlm_accuracy"] <= 1 for r in result.history)
+
+
+def test_a_checkpoint_of_another_model_is_a_user_error(tmp_path):
+    data = RepeatedTokens()
+    settings = dict(steps=4, batch_size=8, lr=1e-3, checkpoint_every=2)
+    train(tiny_pretraining(), data, TrainSettings(**settings, stop_after=2), tmp_path)
+    with pytest.raises(BertctlError, match="does not fit this model"):
+        train(tiny_pretraining(hidden_size=64, intermediate_size=128), data,
+              TrainSettings(**settings), tmp_path)

@@ -203,7 +203,12 @@ def clear_best(work_dir: Path) -> None:
 
 
 def load_weights(path: Path, model: nn.Module) -> None:
-    model.load_state_dict(load_file(str(path), device="cpu"))
+    try:
+        model.load_state_dict(load_file(str(path), device="cpu"))
+    except RuntimeError as exc:  # other names or shapes: another model wrote this checkpoint
+        last = str(exc).strip().splitlines()[-1].strip()
+        raise BertctlError(f"{path}: does not fit this model ({last}); use the model it was "
+                           f"trained with, or another work directory") from None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -224,8 +229,12 @@ class Checkpoint:
         load_weights(self.path / WEIGHTS, model)
 
     def load_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
-        optimizer.load_state_dict(torch.load(self.path / OPTIMIZER, map_location="cpu",
-                                             weights_only=True))
+        state = torch.load(self.path / OPTIMIZER, map_location="cpu", weights_only=True)
+        try:
+            optimizer.load_state_dict(state)
+        except ValueError as exc:
+            raise BertctlError(f"{self.path / OPTIMIZER}: does not fit this model's "
+                               f"parameters ({exc})") from None
 
     def load_state(self) -> dict[str, Any]:
         return torch.load(self.path / STATE, map_location="cpu", weights_only=True)
@@ -316,7 +325,8 @@ def set_aside_later(work_dir: Path, step: int) -> list[Path]:
     return moved
 
 
-__all__ = ["BEST", "CHECKPOINTS", "Checkpoint", "CorruptCheckpoint", "best_step_on_disk", "clear_best",
-           "find_resume_checkpoint", "list_checkpoints", "load_weights", "open_checkpoint",
-           "remove_stale_tmp", "restore_best", "rng_state", "save_checkpoint", "seed_everything",
-           "set_aside_later", "set_rng_state", "step_dir", "verify_checkpoint", "write_best"]
+__all__ = ["BEST", "CHECKPOINTS", "Checkpoint", "CorruptCheckpoint", "best_step_on_disk",
+           "clear_best", "find_resume_checkpoint", "list_checkpoints", "load_weights",
+           "open_checkpoint", "remove_stale_tmp", "restore_best", "rng_state", "save_checkpoint",
+           "seed_everything", "set_aside_later", "set_rng_state", "step_dir", "verify_checkpoint",
+           "write_best"]

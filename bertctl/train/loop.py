@@ -252,6 +252,13 @@ def _rewrite_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
     os.replace(tmp, path)
 
 
+def _plain(value: Any) -> Any:
+    """numpy and 0-d torch scalars as Python numbers, so records serialise as JSON."""
+    if isinstance(value, (torch.Tensor, np.generic)) and np.ndim(value) == 0:
+        return value.item()
+    return value
+
+
 def _better(value: float, best: float | None, mode: str) -> bool:
     if not isinstance(value, (int, float)) or math.isnan(value):
         return False
@@ -266,6 +273,7 @@ class _Interval:
     steps: int = 0
     loss: float = 0.0
     grad_norm: float = 0.0
+    finite_norms: int = 0  # fp16 steps the loss scaler skipped (inf gradients) do not count
     metrics: dict[str, list[float]] = field(default_factory=dict)  # name -> [numerator, denom]
 
 
@@ -361,7 +369,7 @@ def train(model: nn.Module, train_data: DataSource, settings: TrainSettings, wor
             ckpt.seed_everything(s.seed + 1_000_003 * found.step + rank)
         step = found.step
         iv = t["interval"]
-        interval = _Interval(iv["steps"], iv["loss"], iv["grad_norm"], iv["metrics"])
+        interval = _Interval(**iv)
         best = t.get("best")
         if best:
             best_value, best_step, best_metrics = best["value"], best["step"], best["metrics"]
@@ -411,7 +419,7 @@ def train(model: nn.Module, train_data: DataSource, settings: TrainSettings, wor
         nonlocal best_value, best_step, best_metrics, last_eval
         raw.eval()
         with torch.no_grad(), _autocast(device, s.precision):
-            metrics = dict(evaluate(raw))
+            metrics = {k: _plain(v) for k, v in evaluate(raw).items()}
         raw.train()
         record = {"split": "validation", "step": step, "epoch": epoch_of(step), **metrics}
         last_eval = record
@@ -511,7 +519,9 @@ def train(model: nn.Module, train_data: DataSource, settings: TrainSettings, wor
 
             interval.steps += 1
             interval.loss += loss_value
-            interval.grad_norm += grad_norm
+            if math.isfinite(grad_norm):
+                interval.grad_norm += grad_norm
+                interval.finite_norms += 1
             for j, name in enumerate(names):
                 acc = interval.metrics.setdefault(name, [0.0, 0.0])
                 acc[0] += values[1 + 2 * j]
@@ -525,7 +535,8 @@ def train(model: nn.Module, train_data: DataSource, settings: TrainSettings, wor
                 elapsed = max(time.perf_counter() - clock, 1e-9)
                 record = {"split": "train", "step": step, "epoch": epoch_of(step),
                           "loss": interval.loss / interval.steps, "lr": lr,
-                          "grad_norm": interval.grad_norm / interval.steps,
+                          "grad_norm": (interval.grad_norm / interval.finite_norms
+                                        if interval.finite_norms else float("nan")),
                           **{n: (a / b if b else float("nan"))
                              for n, (a, b) in sorted(interval.metrics.items())},
                           "tokens_per_s": round(seen_tokens / elapsed, 1),
