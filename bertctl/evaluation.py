@@ -12,8 +12,8 @@ nothing about artifacts, the CLI or the console (progress is a callback).
 
 Inference runs under `torch.inference_mode()` with the model in eval mode (dropout off); the
 model's previous train/eval mode is restored afterwards, so a training loop can call these
-between steps. `precision="bf16"` runs under bfloat16 autocast (CPU or CUDA); outputs are
-returned as float32.
+between steps. `precision="bf16"` runs under bfloat16 autocast (CPU or CUDA), "fp16" under
+float16 autocast (for GPUs); outputs are returned as float32.
 """
 
 from __future__ import annotations
@@ -30,12 +30,13 @@ import torch.nn.functional as F
 from bertctl import metrics as metrics_mod
 from bertctl.data.collate import length_grouped_batches
 from bertctl.data.tasks import TaskFeatures, TaskSpec, make_batch
-from bertctl.model.heads import IGNORE_INDEX
 
 Batches = Iterable[tuple[np.ndarray, dict[str, torch.Tensor]]]
 Progress = Callable[[int], None]  # called with the number of examples just done
 
-PRECISIONS = ("fp32", "bf16")
+# Autocast dtype per precision name (the training loop's names; fp16 is for GPUs).
+_AUTOCAST = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+PRECISIONS = tuple(_AUTOCAST)
 
 
 @contextlib.contextmanager
@@ -44,11 +45,12 @@ def inference(model: torch.nn.Module, device: str | torch.device, precision: str
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
     device = torch.device(device)
+    dtype = _AUTOCAST[precision]
     was_training = model.training
     model.eval()
     try:
-        with torch.inference_mode(), torch.autocast(device_type=device.type, dtype=torch.bfloat16,
-                                                    enabled=precision == "bf16"):
+        with torch.inference_mode(), torch.autocast(device_type=device.type, dtype=dtype,
+                                                    enabled=dtype is not None):
             yield
     finally:
         model.train(was_training)
