@@ -23,7 +23,7 @@ from pydantic.fields import FieldInfo
 
 import bertctl
 from bertctl import console
-from bertctl.config import StageConfig, TokenizeConfig, resolve
+from bertctl.config import EvalConfig, StageConfig, TokenizeConfig, resolve
 from bertctl.errors import BertctlError
 
 app = typer.Typer(
@@ -185,6 +185,21 @@ def tokenize(settings: TokenizeConfig, out: Path, force: bool,
     return stage_module.run(settings, corpus or [], str(out), force,
                             from_vocab=str(from_vocab) if from_vocab else None,
                             from_pretrained=str(from_pretrained) if from_pretrained else None)
+
+
+@stage("eval", EvalConfig, help="Evaluate a model on task data (metrics and GLUE-style "
+       "predictions) or, for a pretrain-data artifact, its masked-LM loss, accuracy and "
+       "perplexity, into an eval artifact.")
+def evaluate(settings: EvalConfig, out: Path, force: bool,
+             model: Annotated[Path, typer.Argument(
+                 help="A model artifact or a local Hugging Face BERT directory.",
+                 show_default=False)],
+             data: Annotated[Path, typer.Argument(
+                 help="A task data file (.tsv/.csv/.jsonl/.parquet or a save_to_disk directory), "
+                      "or a pretrain-data artifact.", show_default=False)]):
+    from bertctl.stages import evaluate as stage_module
+
+    return stage_module.run(settings, str(model), str(data), str(out), force)
 
 
 @app.command("inspect")

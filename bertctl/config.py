@@ -143,3 +143,24 @@ class TaskSettings(StageConfig):
         return make_task_spec(self.task, family=self.family, text_columns=self.text_column,
                               label_column=self.label_column, context_column=self.context_column,
                               choice_columns=self.choice_columns, labels=self.labels)
+
+
+class EvalConfig(TaskSettings):
+    """`bertctl eval`: the task settings (read from the model's task file unless given) plus
+    how to run. The label list always comes from the model."""
+
+    labels: list[str] | None = Field(None, description="Label names in index order, for a "
+                                     "model whose config.json has only LABEL_0... placeholders; "
+                                     "must agree with the model's own names otherwise.")
+    max_seq_length: int | None = Field(None, ge=8, le=512, description="Tokens per example; "
+                                       "unset: the model's fine-tuning length, else 128.")
+    batch_size: int = Field(64, ge=1, description="Examples per forward pass.",
+                            json_schema_extra={"identity": False})
+    precision: Literal["fp32", "bf16"] = Field("fp32", description="fp32, or bf16 autocast "
+                                               "(CPU or GPU).")
+    split: Literal["train", "validation"] | None = Field(
+        None, description="Pretrain data only: the split to evaluate; unset: "
+        "validation.")
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: cuda when "
+                                                   "available.",
+                                                   json_schema_extra={"identity": False})
