@@ -266,9 +266,9 @@ def check_out(out: Path, kind: str, artifact_id: str, force: bool) -> Manifest |
             return None
         raise BertctlError(f"{out}: holds a {existing.kind} artifact, not {kind}; "
                            f"choose another --out or pass --force")
-    if existing.id == artifact_id and not force:
-        return existing
-    if existing.id != artifact_id and not force:
+    if existing.id == artifact_id:
+        return existing  # even with --force: the same id is the same result
+    if not force:
         raise BertctlError(f"{out}: holds {kind} artifact {existing.id} made with other settings "
                            f"or inputs (this run is {artifact_id}); pass --force to replace it, "
                            f"or put {{id}} in --out to keep both")

@@ -23,7 +23,8 @@ from pydantic.fields import FieldInfo
 
 import bertctl
 from bertctl import console
-from bertctl.config import EvalConfig, StageConfig, TokenizeConfig, resolve
+from bertctl.config import (BuildPretrainDataConfig, EvalConfig, FinetuneConfig, PretrainConfig,
+                            StageConfig, TokenizeConfig, resolve)
 from bertctl.errors import BertctlError
 
 app = typer.Typer(
@@ -127,7 +128,8 @@ _COMMON = {
                                          "contain {id}.")], inspect.Parameter.empty),
     "config": (Annotated[Optional[Path], typer.Option("--config", "-c", help="YAML file of "
                                                       "settings; flags override it.")], None),
-    "force": (Annotated[bool, typer.Option("--force", help="Replace what --out holds.")], False),
+    "force": (Annotated[bool, typer.Option("--force", help="Replace what --out holds when it is not this very artifact (an up-to-date "
+             "artifact is kept).")], False),
     "json_output": (Annotated[bool, typer.Option("--json", help="Print the manifest (or the "
                                                  "error) as one JSON object on stdout.")], False),
     "debug": (Annotated[bool, typer.Option("--debug", help="Show tracebacks.")], False),
@@ -155,7 +157,8 @@ def stage(name: str, settings: type[StageConfig], help: str):
             with _handled(json_mode, debug):
                 resolved = resolve(settings, config_file, overrides)
                 outcome = fn(settings=resolved, **kwargs)
-                _report(outcome, json_mode)
+                if outcome is not None:  # None: a non-zero rank of a distributed run
+                    _report(outcome, json_mode)
 
         command.__signature__ = inspect.Signature(own + common + fields)
         command.__doc__ = help
@@ -187,6 +190,25 @@ def tokenize(settings: TokenizeConfig, out: Path, force: bool,
                             from_pretrained=str(from_pretrained) if from_pretrained else None)
 
 
+@stage("build-pretrain-data", BuildPretrainDataConfig, help="Build masked-LM + next-sentence "
+       "instances (Google's algorithm) from a tokenizer artifact and corpus files into a "
+       "pretrain-data artifact; or combine slices built separately.")
+def build_pretrain_data(
+        settings: BuildPretrainDataConfig, out: Path, force: bool,
+        tokenizer: Annotated[Optional[Path], typer.Argument(
+            help="The tokenizer artifact.", show_default=False)] = None,
+        corpus: Annotated[Optional[list[str]], typer.Argument(
+            help="Corpus files, globs or directories, as for tokenize.",
+            show_default=False)] = None,
+        combine: Annotated[Optional[list[Path]], typer.Option(
+            help="Combine these slice artifacts (built with --num-shards/--shard-index) into "
+                 "one; repeat the flag per slice.")] = None):
+    from bertctl.stages import build_pretrain_data as stage_module
+
+    return stage_module.run(settings, str(tokenizer) if tokenizer else None, corpus or [],
+                            str(out), force, combine=[str(c) for c in combine or []])
+
+
 @stage("eval", EvalConfig, help="Evaluate a model on task data (metrics and GLUE-style "
        "predictions) or, for a pretrain-data artifact, its masked-LM loss, accuracy and "
        "perplexity, into an eval artifact.")
@@ -200,6 +222,44 @@ def evaluate(settings: EvalConfig, out: Path, force: bool,
     from bertctl.stages import evaluate as stage_module
 
     return stage_module.run(settings, str(model), str(data), str(out), force)
+
+
+@stage("pretrain", PretrainConfig, help="Pretrain BERT (masked LM + next-sentence prediction) "
+       "on a pretrain-data artifact into a model artifact; from a size preset, a config.json, "
+       "or continuing from a model. Runs data-parallel under torchrun.")
+def pretrain(settings: PretrainConfig, out: Path, force: bool,
+             data: Annotated[Path, typer.Argument(help="The pretrain-data artifact.",
+                                                   show_default=False)],
+             init_from: Annotated[Optional[Path], typer.Option(
+                 help="Start from this model artifact or Hugging Face BERT directory "
+                      "(continued pretraining).")] = None,
+             model_config: Annotated[Optional[Path], typer.Option(
+                 help="Build the model from this Hugging Face config.json instead of a "
+                      "preset.")] = None):
+    from bertctl.stages import pretrain as stage_module
+
+    return stage_module.run(settings, str(data), str(out), force,
+                            init_from=str(init_from) if init_from else None,
+                            model_config=str(model_config) if model_config else None)
+
+
+@stage("finetune", FinetuneConfig, help="Fine-tune a model artifact or Hugging Face BERT "
+       "directory on a task (sentence or pair classification, regression, multiple choice) "
+       "into a model artifact with the task head. Runs data-parallel under torchrun.")
+def finetune(settings: FinetuneConfig, out: Path, force: bool,
+             model: Annotated[Path, typer.Argument(
+                 help="A model artifact or a local Hugging Face BERT directory.",
+                 show_default=False)],
+             train: Annotated[Path, typer.Argument(
+                 help="The training file (TSV, CSV, JSON lines, parquet or a saved dataset "
+                      "directory), or a preset task's data directory.", show_default=False)],
+             dev: Annotated[Optional[Path], typer.Option(
+                 help="Validation file, evaluated after each epoch (default: the preset's dev "
+                      "file when TRAIN is a directory).")] = None):
+    from bertctl.stages import finetune as stage_module
+
+    return stage_module.run(settings, str(model), str(train), str(out), force,
+                            dev_path=str(dev) if dev else None)
 
 
 @app.command("inspect")

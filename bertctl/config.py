@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from bertctl.errors import BertctlError
 
@@ -48,7 +48,9 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
 
 
 def _describe(err: dict, source: str) -> str:
-    key = ".".join(str(p) for p in err["loc"]) or "config"
+    key = ".".join(str(p) for p in err["loc"])
+    if not key:  # a rule across several settings
+        return f"{source}{err['msg'].removeprefix('Value error, ')}"
     if err["type"] == "extra_forbidden":
         return f"{source}unknown setting {key!r}"
     value = err.get("input")
@@ -145,6 +147,130 @@ class TaskSettings(StageConfig):
                               choice_columns=self.choice_columns, labels=self.labels)
 
 
+class BuildPretrainDataConfig(StageConfig):
+    max_seq_length: int = Field(128, ge=8, le=512, description="Tokens per instance, [CLS] and "
+                                "both [SEP] included (BERT's positions stop at 512).")
+    dupe_factor: int | None = Field(None, ge=1, description="Passes over the corpus with "
+                                    "different pairings and masks; unset: 10 for static masking, "
+                                    "1 for dynamic.")
+    short_seq_prob: float = Field(0.1, ge=0, le=1, description="Share of instances packed to a "
+                                  "random shorter target length.")
+    masked_lm_prob: float = Field(0.15, gt=0, lt=1, description="Share of tokens predicted.")
+    max_predictions_per_seq: int = Field(20, ge=1, description="Most predictions per instance.")
+    seed: int = Field(12345, ge=0, description="Seed for pairing, truncation and masking.")
+    whole_word_mask: bool = Field(False, description="Mask all pieces of a word together.")
+    masking: Literal["static", "dynamic"] = Field(
+        "static", description="static: masks drawn here (Google); dynamic: pretrain draws new "
+        "masks every epoch (RoBERTa).")
+    no_nsp: bool = Field(False, description="No next-sentence prediction: B is always the real "
+                         "continuation (the paper's ablation).")
+    validation_fraction: float = Field(0.0, ge=0, lt=1, description="Share of documents held "
+                                       "out as a validation split.")
+    chunk_chars: int = Field(1 << 20, ge=1, description="Characters per chunk of documents: the "
+                             "unit of parallel work and the window random B segments come from.")
+    shard_max_tokens: int = Field(1 << 28, ge=1, description="Tokens per shard file.")
+    num_shards: int = Field(1, ge=1, description="Split the build into this many slices (for a "
+                            "cluster's job array); combine them with --combine.")
+    shard_index: int = Field(0, ge=0, description="Which slice this run builds (0-based).")
+    workers: int | None = Field(None, ge=1, description="Worker processes; unset: all cores. "
+                                "The output does not depend on it.",
+                                json_schema_extra={"identity": False})
+    text_column: str | None = Field(None, description="Column holding the text in JSON lines, "
+                                    "CSV or parquet corpus files.")
+
+    @model_validator(mode="after")
+    def _slice(self):
+        if self.shard_index >= self.num_shards:
+            raise ValueError(f"shard_index {self.shard_index} must be below num_shards "
+                             f"{self.num_shards}")
+        return self
+
+
+_RUN_ONLY = {"identity": False}  # changes how a run goes, not what it makes
+
+
+class TrainingSettings(StageConfig):
+    """The training loop's settings, shared by pretrain and finetune (which set other defaults)."""
+
+    steps: int | None = Field(None, ge=1, description="Optimizer steps (or give --epochs).")
+    epochs: float | None = Field(None, gt=0, description="Passes over the training data (or "
+                                 "give --steps).")
+    batch_size: int = Field(32, ge=1, description="Examples per optimizer step, over all "
+                            "processes.")
+    micro_batch_size: int | None = Field(None, ge=1, description="Examples per forward pass; "
+                                         "gradients accumulate up to --batch-size. Unset: "
+                                         "batch size / processes.", json_schema_extra=_RUN_ONLY)
+    lr: float = Field(1e-4, gt=0, description="Peak learning rate.")
+    weight_decay: float = Field(0.01, ge=0, description="AdamW weight decay (not on biases and "
+                                "LayerNorm).")
+    warmup: float = Field(0.1, ge=0, description="Linear warm-up: a fraction of the steps if "
+                          "below 1, else a step count; then linear decay to 0.")
+    max_grad_norm: float | None = Field(1.0, gt=0, description="Gradient clipping norm.")
+    precision: Literal["fp32", "bf16", "fp16"] = Field(
+        "fp32", description="fp32; bf16 autocast (CPU or GPU; several times faster on CPUs with "
+        "AMX); fp16 with a gradient scaler (GPU only).")
+    seed: int = Field(0, ge=0, description="Seed for initialisation, data order and dropout.")
+    group_by_length: bool = Field(False, description="Batch examples of similar length "
+                                  "together (less padding).")
+    log_every: int = Field(10, ge=1, description="Steps between log lines.",
+                           json_schema_extra=_RUN_ONLY)
+    eval_every: int | None = Field(None, ge=1, description="Steps between validation passes; "
+                                   "unset: at each epoch's end and the run's end.",
+                                   json_schema_extra=_RUN_ONLY)
+    checkpoint_every: int | None = Field(200, ge=1, description="Steps between resumable "
+                                         "checkpoints; unset: none.", json_schema_extra=_RUN_ONLY)
+    keep_last: int = Field(2, ge=1, description="Checkpoints kept.", json_schema_extra=_RUN_ONLY)
+    resume_from: str = Field("latest", pattern=r"^(latest|never|\d+)$", description="Checkpoint "
+                             "to resume from when the same command is rerun: latest, never, or "
+                             "a step (to skip a corrupted newer one).",
+                             json_schema_extra=_RUN_ONLY)
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: cuda when "
+                                                   "available (cuda:LOCAL_RANK under torchrun).",
+                                                   json_schema_extra=_RUN_ONLY)
+
+    @model_validator(mode="after")
+    def _length(self):
+        if (self.steps is None) == (self.epochs is None):
+            raise ValueError("give exactly one of steps and epochs")
+        return self
+
+    def train_settings(self, **extra):
+        """The loop's own settings object."""
+        from bertctl.train.loop import TrainSettings
+
+        resume = int(self.resume_from) if self.resume_from.isdigit() else self.resume_from
+        fields = set(TrainSettings.__dataclass_fields__)
+        values = {k: v for k, v in self.model_dump().items() if k in fields}
+        return TrainSettings(**{**values, "resume_from": resume, **extra})
+
+
+class PretrainConfig(TrainingSettings):
+    model_size: Literal["tiny", "mini", "small", "medium", "base", "large"] = Field(
+        "base", description="Google's sizes (L/H/A): tiny 2/128/2, mini 4/256/4, small 4/512/8, "
+        "medium 8/512/8, base 12/768/12, large 24/1024/16. Ignored with --init-from or "
+        "--model-config.")
+    num_hidden_layers: int | None = Field(None, ge=1, description="Override the preset's layers.")
+    hidden_size: int | None = Field(None, ge=1, description="Override the preset's hidden size.")
+    num_attention_heads: int | None = Field(None, ge=1, description="Override the preset's heads.")
+    intermediate_size: int | None = Field(None, ge=1, description="Override the feed-forward "
+                                          "size (default 4 x hidden).")
+    max_position_embeddings: int = Field(512, ge=8, description="Position embeddings (at least "
+                                         "the data's max_seq_length).")
+    batch_size: int = Field(256, ge=1, description="Examples per optimizer step, over all "
+                            "processes (the paper: 256).")
+    lr: float = Field(1e-4, gt=0, description="Peak learning rate (the paper: 1e-4).")
+    warmup: float = Field(0.01, ge=0, description="Linear warm-up: a fraction of the total steps "
+                          "if below 1, else a step count (the paper: 10,000 of 1M).")
+    total_steps: int | None = Field(None, ge=1, description="Length of the learning-rate "
+                                    "schedule when it is longer than this run (phase 1 of the "
+                                    "paper's two phases: --steps 900000 --total-steps 1000000).")
+    continue_schedule: bool = Field(False, description="With --init-from a bertctl model "
+                                    "artifact: continue its step count and schedule (phase 2).")
+    eval_batches: int | None = Field(50, ge=1, description="Validation batches per evaluation; "
+                                     "unset: the whole validation split.",
+                                     json_schema_extra=_RUN_ONLY)
+
+
 class EvalConfig(TaskSettings):
     """`bertctl eval`: the task settings (read from the model's task file unless given) plus
     how to run. The label list always comes from the model."""
@@ -164,3 +290,28 @@ class EvalConfig(TaskSettings):
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: cuda when "
                                                    "available.",
                                                    json_schema_extra={"identity": False})
+
+
+class FinetuneConfig(TrainingSettings, TaskSettings):
+    epochs: float | None = Field(3, gt=0, description="Passes over the training data (the "
+                                 "paper: 2 to 4).")
+    batch_size: int = Field(32, ge=1, description="Examples per optimizer step, over all "
+                            "processes (the paper: 16 or 32).")
+    lr: float = Field(2e-5, gt=0, description="Peak learning rate (the paper: 5e-5, 3e-5 or "
+                      "2e-5).")
+    warmup: float = Field(0.1, ge=0, description="Linear warm-up: a fraction of the steps if "
+                          "below 1, else a step count; then linear decay to 0.")
+    group_by_length: bool = Field(True, description="Batch examples of similar length together "
+                                  "(less padding).")
+    keep: Literal["best", "last"] = Field("best", description="Keep the weights with the best "
+                                          "validation metric, or the last ones.")
+    eval_batch_size: int = Field(64, ge=1, description="Examples per validation forward pass.",
+                                 json_schema_extra=_RUN_ONLY)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _steps_replace_default_epochs(cls, data):
+        # --steps alone means "this many steps", not a clash with the default epochs.
+        if isinstance(data, dict) and data.get("steps") is not None and data.get("epochs") is None:
+            data = {**data, "epochs": None}
+        return data

@@ -94,3 +94,31 @@ def progress(description: str, total: float | None = None, unit: str = "items",
         p = _LineProgress(description, total, unit, interval)
         yield p
         p._line()
+
+
+_HIDDEN = {"step", "epoch", "split"}
+
+
+def _fmt(record: dict) -> str:
+    return " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                    for k, v in record.items() if k not in _HIDDEN)
+
+
+@contextmanager
+def training_progress(description: str, total_steps: int | None):
+    """Yields an `on_log(record)` callback for the training loop: training records move the
+    bar (or print a line every few seconds off a terminal), validation records always print."""
+    with progress(description, total=total_steps, unit="steps") as bar:
+        last = [0]
+
+        def on_log(record: dict) -> None:
+            step = int(record.get("step", last[0]))
+            if record.get("split") == "validation":
+                log(f"validation at step {step}: {_fmt(record)}")
+                return
+            keep = ("loss", "lr", "mlm_accuracy", "nsp_accuracy", "accuracy", "tokens_per_s")
+            bar.update(step - last[0], **{k: (f"{v:.4g}" if isinstance(v, float) else v)
+                                          for k, v in record.items() if k in keep})
+            last[0] = step
+
+        yield on_log

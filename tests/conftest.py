@@ -53,3 +53,32 @@ def small_tokenizer(tmp_path_factory):
                                       "--vocab-size", "4000"], catch_exceptions=False)
     assert result.exit_code == 0, result.stderr
     return out
+
+
+TINY_MODEL = ["--model-size", "tiny", "--hidden-size", "32", "--num-attention-heads", "2",
+              "--intermediate-size", "64", "--max-position-embeddings", "128"]
+
+
+@pytest.fixture(scope="session")
+def pretrain_data(tmp_path_factory, small_tokenizer):
+    """Pretraining data from one real book: 64-token instances, 10% of documents held out."""
+    out = tmp_path_factory.mktemp("pdata") / "data"
+    result = CliRunner().invoke(app, ["build-pretrain-data", str(small_tokenizer),
+                                      str(CORPUS / "alice.txt"), "--out", str(out),
+                                      "--max-seq-length", "64", "--dupe-factor", "2",
+                                      "--validation-fraction", "0.1", "--workers", "1"],
+                                catch_exceptions=False)
+    assert result.exit_code == 0, result.stderr
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_pretrained(tmp_path_factory, pretrain_data):
+    """A tiny BERT pretrained for a few steps through the CLI: the base for fine-tuning tests."""
+    out = tmp_path_factory.mktemp("pmodel") / "model"
+    result = CliRunner().invoke(app, ["pretrain", str(pretrain_data), "--out", str(out),
+                                      *TINY_MODEL, "--steps", "10", "--batch-size", "16",
+                                      "--lr", "1e-3", "--log-every", "5", "--eval-batches", "2",
+                                      "--device", "cpu"], catch_exceptions=False)
+    assert result.exit_code == 0, result.stderr
+    return out

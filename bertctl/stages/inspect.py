@@ -11,9 +11,9 @@ from bertctl.errors import IntegrityError
 def _samples(artifact: artifacts.Artifact) -> list[str]:
     """Kind-specific lines that show a person what the artifact holds."""
     if artifact.kind == "pretrain-data":
-        from bertctl.data import pretraining
+        from bertctl.stages.build_pretrain_data import describe
 
-        return pretraining.describe(artifact.path)
+        return describe(artifact.path)
     return []
 
 

@@ -1,0 +1,134 @@
+"""`bertctl build-pretrain-data`: tokenizer + corpus -> pretrain-data artifact (MLM + NSP
+instances in memory-mappable shards), or slices built apart -> one combined artifact."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from bertctl import artifacts, console
+from bertctl.config import BuildPretrainDataConfig, as_dict
+from bertctl.data import corpus, pretraining
+from bertctl.data import tokenizer as tokenizer_mod
+from bertctl.errors import BertctlError
+from bertctl.stages.common import copy_tokenizer
+
+# The settings that determine the instances, i.e. the core builder's own.
+_CORE_FIELDS = set(pretraining.PretrainingDataConfig.__dataclass_fields__)
+
+
+def _tokenizer_stats(tok_art: artifacts.Artifact) -> dict:
+    return {"id": tok_art.id, **tok_art.manifest.stats.get("tokenizer", {})}
+
+
+def run(config: BuildPretrainDataConfig, tokenizer_dir: str | None, sources: list[str], out: str,
+        force: bool = False, combine: list[str] | None = None) -> artifacts.Outcome:
+    if combine:
+        if tokenizer_dir or sources:
+            raise BertctlError("--combine takes only the slice artifacts, no tokenizer or corpus")
+        return _combine(combine, out, force)
+    if not tokenizer_dir:
+        raise BertctlError("missing the tokenizer artifact (first argument)")
+    tok_art = artifacts.read_artifact(tokenizer_dir, "tokenizer")
+    tok = tokenizer_mod.load(tok_art.file("tokenizer.json"))
+    if not sources:
+        raise BertctlError("no corpus files given")
+    files = corpus.expand_sources(sources)
+    inputs = [tok_art.as_input("tokenizer")] + [artifacts.file_input(f, "corpus") for f in files]
+    core = pretraining.PretrainingDataConfig(
+        **{k: v for k, v in as_dict(config).items() if k in _CORE_FIELDS})
+
+    def build(tmp: Path) -> dict:
+        stats = corpus.CorpusStats()
+        with console.progress("building instances", unit="chunks") as bar:
+            summary = pretraining.build_pretraining_data(
+                corpus.iter_documents(files, config.text_column, stats), tok, tmp, core,
+                workers=config.workers, num_shards=config.num_shards,
+                shard_index=config.shard_index,
+                progress=lambda p: bar.update(1, documents=p.documents, instances=p.instances))
+        copy_tokenizer(tok_art.path, tmp)
+        splits = {k: v["stats"] for k, v in summary["splits"].items()}
+        return _stats(summary["settings"], splits, _tokenizer_stats(tok_art),
+                      corpus=stats.as_dict(), slice=summary["slice"])
+
+    outcome = artifacts.produce("pretrain-data", config, inputs, out, build, force=force)
+    _show_sample(outcome)
+    return outcome
+
+
+def _stats(settings: dict, splits: dict, tokenizer: dict, **extra) -> dict:
+    return {"tokenizer": tokenizer, **extra, "max_seq_length": settings["max_seq_length"],
+            "nsp": not settings["no_nsp"], "masking": settings["masking"], "splits": splits}
+
+
+def _show_sample(outcome: artifacts.Outcome) -> None:
+    """One decoded instance, so a person sees what the model will see."""
+    if outcome.up_to_date:
+        return
+    for line in describe(Path(outcome.path), count=1):
+        console.log(line)
+
+
+def describe(path: Path, count: int = 3) -> list[str]:
+    """Decoded instances of the training split, for logs and `bertctl inspect`."""
+    try:
+        info = pretraining.read_pretraining_info(path)
+        dataset = pretraining.PretrainingDataset(path, "train")
+    except BertctlError as exc:  # e.g. one slice of a sharded build: readable once combined
+        return [f"no sample instances: {exc}"]
+    picks = [int(i) for i in
+             sorted(set((len(dataset) * k) // max(count, 1) for k in range(count)))]
+    lines = [f"sample instances ({info.masking} masking"
+             f"{', epoch 0' if info.masking == 'dynamic' else ''}):"]
+    for text in pretraining.decode_instances(dataset, picks):
+        lines.extend("  " + line for line in text.splitlines())
+    return lines
+
+
+def _combine(slices: list[str], out: str, force: bool) -> artifacts.Outcome:
+    """One artifact from slices built separately with --num-shards/--shard-index."""
+    arts = [artifacts.read_artifact(s, "pretrain-data") for s in slices]
+    first = arts[0].manifest
+    common = {k: v for k, v in first.config.items() if k not in ("shard_index", "workers")}
+    tokenizer_id = first.stats.get("tokenizer", {}).get("id")
+    seen = {}
+    for art in arts:
+        m = art.manifest
+        mine = {k: v for k, v in m.config.items() if k not in ("shard_index", "workers")}
+        if mine != common:
+            diff = sorted(k for k in set(mine) | set(common) if mine.get(k) != common.get(k))
+            raise BertctlError(f"{art.path}: built with other settings than {arts[0].path} "
+                               f"({', '.join(diff)})")
+        if m.stats.get("tokenizer", {}).get("id") != tokenizer_id:
+            raise BertctlError(f"{art.path}: built with another tokenizer than {arts[0].path}")
+        index = m.config["shard_index"]
+        if index in seen:
+            raise BertctlError(f"{art.path}: slice {index} given twice (also {seen[index]})")
+        seen[index] = art.path
+    missing = sorted(set(range(common["num_shards"])) - set(seen))
+    if missing:
+        raise BertctlError(f"--combine: missing slice(s) {missing} of {common['num_shards']}")
+    inputs = [a.as_input("slice") for a in arts]
+    settings = {**common, "combined": True}
+
+    def build(tmp: Path) -> dict:
+        for art in arts:
+            for name in art.manifest.files:
+                target = tmp / name
+                if target.exists():  # the tokenizer files, identical in every slice
+                    continue
+                target.parent.mkdir(parents=True, exist_ok=True)
+                try:  # shards can be large: link rather than copy where the file system allows
+                    os.link(art.path / name, target)
+                except OSError:
+                    shutil.copyfile(art.path / name, target)
+        corpus_stats = {}
+        for art in arts:
+            for k, v in art.manifest.stats.get("corpus", {}).items():
+                corpus_stats[k] = max(corpus_stats.get(k, 0), v)  # every slice read the corpus
+        info = pretraining.read_pretraining_info(tmp)  # checks that the slices form a whole
+        return _stats(info.settings, info.stats, first.stats.get("tokenizer", {}),
+                      corpus=corpus_stats, slice={"index": None, "count": common["num_shards"]})
+
+    return artifacts.produce("pretrain-data", settings, inputs, out, build, force=force)

@@ -1,0 +1,164 @@
+"""`bertctl pretrain`: pretrain-data [+ model] -> model artifact (BertForPreTraining).
+
+The settings that must agree between the data and the model (vocabulary, special tokens,
+sequence length) are read from the data artifact and checked against the model, never
+re-typed. A rerun of the same command after a crash resumes from the run's last checkpoint,
+kept in a hidden sibling of --out keyed by the artifact id.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from bertctl import artifacts, console
+from bertctl.config import PretrainConfig
+from bertctl.errors import BertctlError
+from bertctl.stages import common
+
+ARCHITECTURE = "BertForPreTraining"
+
+
+def _build_model(config: PretrainConfig, vocab_size: int, init: common.ModelSource | None,
+                 model_config: Path | None):
+    import torch
+
+    from bertctl.model import BertConfig, BertForPreTraining
+
+    torch.manual_seed(config.seed)  # the initial weights are part of what --seed fixes
+    if init is not None:
+        model, report = init.load(BertForPreTraining)
+        console.log(str(report))
+        return model
+    if model_config is not None:
+        try:
+            hf = json.loads(Path(model_config).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise BertctlError(f"{model_config}: cannot read model config: {exc}") from None
+        cfg = BertConfig.from_hf_dict({**hf, "vocab_size": hf.get("vocab_size", vocab_size)},
+                                      source=str(model_config))
+    else:
+        cfg = BertConfig.from_preset(
+            config.model_size, num_hidden_layers=config.num_hidden_layers,
+            hidden_size=config.hidden_size, num_attention_heads=config.num_attention_heads,
+            intermediate_size=config.intermediate_size, vocab_size=vocab_size,
+            max_position_embeddings=config.max_position_embeddings)
+    return BertForPreTraining(cfg)
+
+
+def _check_agreement(model, data: artifacts.Artifact, init: common.ModelSource | None) -> None:
+    """Refuse a model that cannot read this data: ids past its embeddings, sequences past its
+    positions, or another tokenizer's ids."""
+    stats = data.manifest.stats
+    tok = stats.get("tokenizer", {})
+    where = str(init.path if init else "model")
+    common.check_vocab(model.config.vocab_size, tok.get("vocab_size", 0), where)
+    if model.config.max_position_embeddings < stats["max_seq_length"]:
+        raise BertctlError(f"{where}: {model.config.max_position_embeddings} position "
+                           f"embeddings are fewer than the data's max_seq_length "
+                           f"{stats['max_seq_length']}")
+    pad = tok.get("special_ids", {}).get("[PAD]")
+    if model.config.pad_token_id is not None and pad is not None and model.config.pad_token_id != pad:
+        raise BertctlError(f"{where}: pad_token_id {model.config.pad_token_id} differs from the "
+                           f"data's [PAD] id {pad}")
+    if init is not None and (init.path / "vocab.txt").is_file():
+        mine = (init.path / "vocab.txt").read_text(encoding="utf-8")
+        theirs = (data.path / "vocab.txt").read_text(encoding="utf-8")
+        if mine != theirs:
+            raise BertctlError(f"{init.path}: its vocab.txt differs from the data's tokenizer "
+                               f"({data.path / 'vocab.txt'}); build the data with the model's "
+                               f"tokenizer (bertctl tokenize --from-pretrained {init.path})")
+
+
+def _schedule(config: PretrainConfig, init: common.ModelSource | None) -> dict:
+    """start_step/total_steps: fresh, or continuing the parent run's schedule (phase 2)."""
+    if not config.continue_schedule:
+        return {}
+    if init is None or init.ref.kind != "model" or not init.ref.config:
+        raise BertctlError("--continue-schedule needs --init-from a bertctl model artifact")
+    parent = artifacts.read_artifact(init.path, "model").manifest
+    start = int(parent.stats.get("step", 0))
+    total = config.total_steps or parent.stats.get("total_steps")
+    return {"start_step": start, "total_steps": total}
+
+
+def run(config: PretrainConfig, data_dir: str, out: str, force: bool = False,
+        init_from: str | None = None, model_config: str | None = None):
+    from bertctl.train import distributed as dist
+
+    if init_from and model_config:
+        raise BertctlError("give either --init-from or --model-config, not both")
+    dist.init(config.device)  # under torchrun: join the group now, to know who writes
+    try:
+        return _run(config, data_dir, out, force, init_from, model_config)
+    finally:
+        dist.cleanup()
+
+
+def _run(config, data_dir, out, force, init_from, model_config):
+    from bertctl.data.pretraining import PretrainingDataset
+    from bertctl.evaluation import evaluate_pretraining
+    from bertctl.train import distributed as dist
+    from bertctl.train.loop import pretraining_metrics, train
+
+    data = artifacts.read_artifact(data_dir, "pretrain-data")
+    inputs = [data.as_input("data")]
+    init = common.open_model(init_from, "init") if init_from else None
+    if init:
+        inputs.append(init.ref)
+    if model_config:
+        inputs.append(artifacts.file_input(model_config, "model-config"))
+
+    artifact_id, out_path = artifacts.plan("model", config, inputs, out)
+    existing = artifacts.check_out(out_path, "model", artifact_id, force)
+    if existing is not None:  # decided the same way on every rank: no one trains
+        return artifacts.Outcome(manifest=existing, path=str(out_path), up_to_date=True)
+
+    train_data = PretrainingDataset(data.path, "train")
+    val_instances = data.manifest.stats["splits"].get("validation", {}).get("instances", 0)
+    validation = PretrainingDataset(data.path, "validation") if val_instances else None
+    model = _build_model(config, data.manifest.stats["tokenizer"]["vocab_size"], init,
+                         Path(model_config) if model_config else None)
+    _check_agreement(model, data, init)
+    settings = config.train_settings(find_unused_parameters=not train_data.nsp,
+                                     **_schedule(config, init))
+    evaluate = None
+    if validation is not None:
+        def evaluate(m):
+            return evaluate_pretraining(m, validation, batch_size=settings.micro_batch_size
+                                        or config.batch_size, device=next(m.parameters()).device,
+                                        precision=config.precision,
+                                        max_batches=config.eval_batches)
+    elif dist.is_main():
+        console.log("no validation split in the data (build it with --validation-fraction): "
+                    "training without evaluation")
+
+    work = artifacts.work_dir(out_path, artifact_id)
+
+    def fit():
+        with console.training_progress("pretraining", config.steps) as on_log:
+            return train(model, train_data, settings, work, evaluate=evaluate, on_log=on_log,
+                         step_metrics=pretraining_metrics)
+
+    def build(tmp: Path) -> dict:
+        result = fit()
+        common.write_model(result.model, tmp, data.path)
+        shutil.copyfile(work / "metrics.jsonl", tmp / "metrics.jsonl")
+        train_records = [r for r in result.history if r.get("split", "train") == "train"]
+        stats = {"architecture": ARCHITECTURE, "step": result.step,
+                 "total_steps": settings.total_steps or result.step,
+                 "epochs": round(result.epoch, 4), "parameters":
+                 sum(p.numel() for p in result.model.parameters()),
+                 "final_train": train_records[-1] if train_records else {},
+                 "tokenizer": data.manifest.stats.get("tokenizer", {})}
+        if result.resumed_from is not None:
+            stats["resumed_from_step"] = result.resumed_from
+        return {**stats, "metrics": result.eval_metrics or {}}
+
+    if not dist.is_main():
+        fit()  # the other ranks train; rank 0 alone writes the artifact
+        return None
+    outcome = artifacts.produce("model", config, inputs, out, build, force=force)
+    shutil.rmtree(work, ignore_errors=True)
+    return outcome

@@ -1,0 +1,133 @@
+"""`bertctl pretrain` end to end on real text: the artifact, resume, phases and bad input."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import TINY_MODEL
+
+
+def _records(path, split="train"):
+    lines = (path / "metrics.jsonl").read_text().splitlines()
+    return [r for r in map(json.loads, lines) if r.get("split", "train") == split]
+
+
+def test_pretrained_artifact_loads_in_transformers(tiny_pretrained, pretrain_data, cli):
+    transformers = pytest.importorskip("transformers")
+    import torch
+
+    from bertctl.data.pretraining import PretrainingDataset
+    from bertctl.model import BertForPreTraining, load_model
+
+    m = cli("inspect", tiny_pretrained, "--json").json()
+    assert m["kind"] == "model" and m["stats"]["architecture"] == "BertForPreTraining"
+    assert m["stats"]["step"] == 10
+    assert {"mlm_loss", "mlm_accuracy", "perplexity", "nsp_accuracy"} <= set(m["metrics"])
+    assert [i["role"] for i in m["inputs"]] == ["data"]
+    config = json.loads((tiny_pretrained / "config.json").read_text())
+    assert config["architectures"] == ["BertForPreTraining"] and config["hidden_size"] == 32
+    hf = transformers.BertForPreTraining.from_pretrained(str(tiny_pretrained)).eval()
+    ours, report = load_model(tiny_pretrained, BertForPreTraining)
+    assert report.complete
+    batch = PretrainingDataset(pretrain_data, "validation").batch([0, 1, 2])
+    with torch.no_grad():
+        mine = ours.eval()(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
+        theirs = hf(input_ids=batch["input_ids"], token_type_ids=batch["token_type_ids"],
+                    attention_mask=batch["attention_mask"])
+    torch.testing.assert_close(mine["mlm_logits"], theirs.prediction_logits, atol=1e-5, rtol=1e-5)
+    tok = transformers.BertTokenizerFast.from_pretrained(str(tiny_pretrained))
+    assert tok.vocab_size == config["vocab_size"]
+
+
+def test_mlm_loss_falls_and_validation_is_reported(tmp_path, pretrain_data, cli):
+    out = tmp_path / "m"
+    r = cli("pretrain", pretrain_data, "--out", out, *TINY_MODEL, "--steps", "60",
+            "--batch-size", "16", "--lr", "2e-3", "--warmup", "5", "--log-every", "5",
+            "--eval-every", "30", "--eval-batches", "4", "--device", "cpu", "--json")
+    assert r.exit_code == 0, r.stderr
+    train = _records(out)
+    first, last = train[0]["loss"], sum(x["loss"] for x in train[-3:]) / 3
+    assert last < first - 1.0, (first, last)
+    val = _records(out, "validation")
+    assert [v["step"] for v in val] == [30, 60]
+    assert val[-1]["mlm_loss"] < val[0]["mlm_loss"]
+    assert "validation at step 60" in r.stderr
+    r = cli("pretrain", pretrain_data, "--out", out, *TINY_MODEL, "--steps", "60",
+            "--batch-size", "16", "--lr", "2e-3", "--warmup", "5", "--log-every", "100",
+            "--eval-every", "30", "--eval-batches", "4", "--device", "cpu")
+    assert r.exit_code == 0 and "up to date" in r.stdout  # run-only settings keep the id
+
+
+def test_killed_run_resumes_with_identical_losses(tmp_path, pretrain_data):
+    args = [sys.executable, "-m", "bertctl", "pretrain", str(pretrain_data), *TINY_MODEL,
+            "--steps", "24", "--batch-size", "8", "--log-every", "2", "--checkpoint-every", "8",
+            "--eval-batches", "1", "--device", "cpu"]
+    straight = subprocess.run(args + ["--out", str(tmp_path / "a")], capture_output=True,
+                              text=True, timeout=600)
+    assert straight.returncode == 0, straight.stderr
+    out = tmp_path / "b"
+    proc = subprocess.Popen(args + ["--out", str(out)], stderr=subprocess.DEVNULL)
+    work = list(tmp_path.glob(".b.run-*"))
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        work = list(tmp_path.glob(".b.run-*"))
+        if work and any((work[0] / "checkpoints").glob("step-*")):
+            break
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not out.exists()
+    resumed = subprocess.run(args + ["--out", str(out)], capture_output=True, text=True,
+                             timeout=600)
+    assert resumed.returncode == 0, resumed.stderr
+    manifest = json.loads((out / "artifact.json").read_text())
+    if "resumed_from_step" not in manifest["stats"]:
+        pytest.skip("the first run finished before it was killed")
+    assert [r["loss"] for r in _records(out)] == [r["loss"] for r in _records(tmp_path / "a")]
+    assert not list(tmp_path.glob(".b.run-*"))  # the work directory is gone once complete
+
+
+def test_second_phase_continues_step_count_and_schedule(tmp_path, pretrain_data, cli):
+    p1 = tmp_path / "p1"
+    r = cli("pretrain", pretrain_data, "--out", p1, *TINY_MODEL, "--steps", "6",
+            "--total-steps", "10", "--batch-size", "8", "--log-every", "2", "--device", "cpu")
+    assert r.exit_code == 0, r.stderr
+    r = cli("pretrain", pretrain_data, "--out", tmp_path / "p2", "--init-from", p1,
+            "--continue-schedule", "--steps", "4", "--batch-size", "8", "--log-every", "2",
+            "--device", "cpu", "--json")
+    assert r.exit_code == 0, r.stderr
+    m = r.json()
+    assert m["stats"]["step"] == 10 and m["stats"]["total_steps"] == 10
+    steps = [x["step"] for x in _records(tmp_path / "p2")]
+    assert steps[0] == 8 and steps[-1] == 10
+    assert _records(tmp_path / "p2")[-1]["lr"] < _records(p1)[-1]["lr"]
+    assert [i["role"] for i in m["inputs"]] == ["data", "init"]
+
+
+def test_bad_inputs(tmp_path, pretrain_data, small_tokenizer, minilm_dir, cli):
+    out = tmp_path / "m"
+    r = cli("pretrain", small_tokenizer, "--out", out, "--steps", "1")
+    assert r.exit_code == 2 and "expected pretrain-data" in r.stderr
+    r = cli("pretrain", pretrain_data, "--out", out, "--init-from", small_tokenizer, "--steps", "1")
+    assert r.exit_code == 2 and "expected model" in r.stderr
+    r = cli("pretrain", pretrain_data, "--out", out, "--init-from", tmp_path, "--steps", "1")
+    assert r.exit_code == 2 and "config.json" in r.stderr
+    r = cli("pretrain", pretrain_data, "--out", out, "--init-from", minilm_dir, "--steps", "1",
+            "--batch-size", "4")
+    assert r.exit_code == 2 and "vocab.txt differs from the data's tokenizer" in r.stderr
+    r = cli("pretrain", pretrain_data, "--out", out, *TINY_MODEL, "--steps", "1",
+            "--batch-size", "10", "--micro-batch-size", "4", "--device", "cpu")
+    assert r.exit_code == 2 and "not a multiple of micro_batch_size" in r.stderr
+    r = cli("pretrain", pretrain_data, "--out", out, "--model-size", "tiny",
+            "--max-position-embeddings", "32", "--steps", "1")
+    assert r.exit_code == 2 and "fewer than the data's max_seq_length 64" in r.stderr
+    r = cli("pretrain", pretrain_data, "--out", out, "--model-size", "tiny")
+    assert r.exit_code == 2 and "give exactly one of steps and epochs" in r.stderr
+    r = cli("pretrain", pretrain_data, "--out", out, *TINY_MODEL, "--steps", "1",
+            "--precision", "fp16", "--device", "cpu")
+    assert r.exit_code == 2 and "bf16" in r.stderr
+    assert not out.exists()
