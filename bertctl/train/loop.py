@@ -289,6 +289,11 @@ def train(model: nn.Module, train_data: DataSource, settings: TrainSettings, wor
                                  dict[str, tuple[Any, Any]]] | None = None) -> TrainResult:
     """Train `model` on `train_data`; resumes from `work_dir`'s newest checkpoint if there is one.
 
+    work_dir (shared by all ranks; rank 0 writes) receives metrics.jsonl (one JSON record per
+    line: "split" "train" every log_every steps with the interval's mean loss and grad_norm, the
+    lr, tokens_per_s, examples_per_s and the step metrics; "split" "validation" per evaluation),
+    checkpoints/step-XXXXXXXX/ (see checkpoint.py) and, with `select`, best/model.safetensors.
+
     evaluate(model) -> metrics: called on every rank (it may shard the data and reduce with
         `distributed.all_reduce_sum`, or evaluate everything; all ranks must return the same
         numbers), with the unwrapped model in eval mode, under no_grad and the run's autocast.
