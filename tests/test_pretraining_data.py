@@ -247,7 +247,7 @@ def instance_set(ds: PretrainingDataset) -> Counter:
 
 
 def test_slices_built_separately_read_as_the_full_build(tmp_path_factory, corpus, tokenizer):
-    settings = dict(chunk_chars=20_000, dupe_factor=1, shard_max_tokens=30_000,
+    settings = dict(chunk_chars=20_000, dupe_factor=1, shard_max_tokens=10_000,
                     validation_fraction=0.1)
     full = tmp_path_factory.mktemp("full")
     build_pretraining_data(corpus, tokenizer, full, PretrainingDataConfig(**settings))

@@ -17,6 +17,7 @@ with whole-word masking; we draw per word so a word is either fully hidden or no
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,9 +38,18 @@ class MaskingRules:
 
 @dataclass
 class MaskResult:
-    input_ids: np.ndarray  # (I, T) ids after masking
-    chosen: np.ndarray     # (I, T) bool: position is predicted
-    action: np.ndarray     # (I, T) int8: NOT_MASKED / MASKED / RANDOM / KEPT
+    """The predicted positions, row-major (ascending position within an instance)."""
+    rows: np.ndarray    # instance (row) of each prediction
+    cols: np.ndarray    # its position
+    labels: np.ndarray  # the original id there
+    action: np.ndarray  # int8: MASKED / RANDOM / KEPT
+
+
+# (stream, rows, cols) -> uniforms in [0, 1), one per (row, col) pair. Stream 1 decides
+# [MASK]/random/kept, stream 2 picks the random token.
+UniformAt = Callable[[int, np.ndarray, np.ndarray], np.ndarray]
+
+SELECT_BITS = 22  # random bits per position for the candidate order; 9 more bits hold the column
 
 
 def num_to_predict(lengths: np.ndarray, masked_lm_prob: float, max_predictions: int) -> np.ndarray:
@@ -60,74 +70,91 @@ def candidate_positions(lengths: np.ndarray, b_starts: np.ndarray, width: int) -
     return (col > 0) & (col < lengths - 1) & (col != b_starts - 1)
 
 
+def _first_k(keys: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, the low 9 bits (a column or word number) of the k[row] smallest keys.
+
+    Keys are unique within a row (the number is in them), so any sort algorithm gives the same
+    answer: the result does not depend on the numpy build or CPU."""
+    kmax = int(k.max(initial=0))
+    if kmax == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    smallest = np.sort(keys, axis=1)[:, :kmax] & 511
+    take = np.arange(kmax)[None, :] < k[:, None]
+    return np.nonzero(take)[0], smallest[take].astype(np.int64)
+
+
 def apply_masking(ids: np.ndarray, lengths: np.ndarray, b_starts: np.ndarray, rules: MaskingRules,
-                  u_select: np.ndarray, u_action: np.ndarray, u_random: np.ndarray) -> MaskResult:
-    """Mask a padded (I, T) batch. The three uniform [0, 1) arrays, shaped like `ids`, are the only
-    source of randomness: a position's (or a word's first piece's) `u_select` orders the
-    candidates, `u_action` picks [MASK]/random/kept, `u_random` picks the random token."""
+                  select_bits: np.ndarray, uniform_at: UniformAt) -> MaskResult:
+    """Mask a padded (I, T) batch of ids in place (T <= 512) and return what was predicted.
+
+    `select_bits` (I, T) holds random integers in [0, 2**SELECT_BITS): a position's value (a
+    word's first piece's, with whole-word masking) orders the candidates. `uniform_at` draws
+    the 80/10/10 decision and the random token, only where needed.
+    """
     n_rows, width = ids.shape
+    assert width <= 512
     rows = np.arange(n_rows)
+    col = np.arange(width, dtype=np.int32)[None, :]
     cand = candidate_positions(lengths, b_starts, width)
     n_cand = cand.sum(axis=1)
     k = np.minimum(num_to_predict(lengths, rules.masked_lm_prob, rules.max_predictions_per_seq),
                    n_cand)
+    top = np.int32(np.iinfo(np.int32).max)
 
     if not rules.whole_word_mask:
-        # Random order of the candidates = ascending key, non-candidates last; the first k win.
-        key = np.where(cand, u_select, np.inf)
-        order = np.argsort(key, axis=1, kind="stable")
-        rank = np.empty_like(order)
-        rank[rows[:, None], order] = np.arange(width)[None, :]
-        chosen = rank < k[:, None]
-        action_u = u_action
+        # Random order of the candidates = ascending key; the first k win.
+        keys = np.where(cand, (select_bits.astype(np.int32) << 9) | col, top)
+        r, c = _first_k(keys, k)
+        chosen = np.zeros((n_rows, width), dtype=bool)
+        chosen[r, c] = True
+        pr, pc = np.nonzero(chosen)
+        action_u = uniform_at(1, pr, pc)
     else:
         # A word starts at every candidate that is not a `##` piece directly after another
         # candidate (so a `##` piece right after [CLS]/[SEP], left by truncation, starts a word).
         prev_cand = np.zeros_like(cand)
         prev_cand[:, 1:] = cand[:, :-1]
-        cont = rules.is_continuation[ids] & cand & prev_cand
-        start = cand & ~cont
-        word = np.cumsum(start, axis=1) - 1           # word number of each position (-1 before any)
-        word = np.where(cand, word, 0)
+        start = cand & ~(rules.is_continuation[ids] & prev_cand)
+        word = np.where(cand, np.cumsum(start, axis=1) - 1, 0)
         n_words = start.sum(axis=1)
-        flat = (rows[:, None] * width + word)[cand]
-        sizes = np.bincount(flat, minlength=n_rows * width).reshape(n_rows, width)
-        # Per word: its first piece's random key and action draw.
+        sizes = np.bincount((rows[:, None] * width + word)[cand],
+                            minlength=n_rows * width).reshape(n_rows, width)
         srow, scol = np.nonzero(start)
         sword = word[srow, scol]
-        word_key = np.full((n_rows, width), np.inf)
-        word_key[srow, sword] = u_select[srow, scol]
-        word_act = np.zeros((n_rows, width), dtype=u_action.dtype)
-        word_act[srow, sword] = u_action[srow, scol]
-        order = np.argsort(word_key, axis=1, kind="stable")
-        # Google's greedy pass over the shuffled words, one column (= rank) at a time for all rows:
-        # take a word if it fits in what is left of the budget, otherwise skip it.
+        start_col = np.zeros((n_rows, width), dtype=np.int64)
+        start_col[srow, sword] = scol
+        keys = np.full((n_rows, width), top, dtype=np.int32)
+        keys[srow, sword] = (select_bits[srow, scol].astype(np.int32) << 9) | sword
+        order = np.minimum(np.sort(keys, axis=1) & 511, width - 1)  # past n_words: unused
+        # Google's greedy pass over the shuffled words, one rank at a time for all rows: take a
+        # word if it fits in what is left of the budget, otherwise skip it.
         taken = np.zeros((n_rows, width), dtype=bool)
         count = np.zeros(n_rows, dtype=np.int64)
-        for r in range(int(n_words.max(initial=0))):
-            w = order[:, r]
+        for rank in range(int(n_words.max(initial=0))):
+            w = order[:, rank]
             size = sizes[rows, w]
-            ok = (r < n_words) & (count + size <= k)
+            ok = (rank < n_words) & (count + size <= k)
             taken[rows[ok], w[ok]] = True
             count += np.where(ok, size, 0)
-            if np.all((count >= k) | (r + 1 >= n_words)):
+            if np.all((count >= k) | (rank + 1 >= n_words)):
                 break
+        tr, tw = np.nonzero(taken)
+        word_u = np.zeros((n_rows, width))
+        word_u[tr, tw] = uniform_at(1, tr, start_col[tr, tw])  # one draw per word
         chosen = cand & taken[rows[:, None], word]
-        action_u = word_act[rows[:, None], word]
+        pr, pc = np.nonzero(chosen)
+        action_u = word_u[pr, word[pr, pc]]
 
-    masked = chosen & (action_u < 0.8)
-    kept = chosen & (action_u >= 0.8) & (action_u < 0.9)
-    randomised = chosen & (action_u >= 0.9)
-    out = ids.copy()
-    out[masked] = rules.mask_id
-    pick = np.minimum((u_random[randomised] * len(rules.replacement_ids)).astype(np.int64),
-                      len(rules.replacement_ids) - 1)
-    out[randomised] = rules.replacement_ids[pick]
-    action = np.zeros(ids.shape, dtype=np.int8)
-    action[masked] = MASKED
-    action[randomised] = RANDOM
-    action[kept] = KEPT
-    return MaskResult(out, chosen, action)
+    labels = ids[pr, pc].copy()
+    action = np.where(action_u < 0.8, MASKED, np.where(action_u < 0.9, KEPT, RANDOM))
+    action = action.astype(np.int8)
+    ids[pr[action == MASKED], pc[action == MASKED]] = rules.mask_id
+    rr, rc = pr[action == RANDOM], pc[action == RANDOM]
+    if len(rr):
+        n_rep = len(rules.replacement_ids)
+        pick = np.minimum((uniform_at(2, rr, rc) * n_rep).astype(np.int64), n_rep - 1)
+        ids[rr, rc] = rules.replacement_ids[pick]
+    return MaskResult(pr, pc, labels, action)
 
 
 # ---- counter-based random numbers for dynamic masking ----------------------------------------
@@ -144,20 +171,35 @@ def _splitmix64(x: np.ndarray) -> np.ndarray:
     return x ^ (x >> np.uint64(31))
 
 
-def hashed_uniforms(seed: int, epoch: int, indices: np.ndarray, width: int,
-                    streams: int = 3) -> list[np.ndarray]:
-    """`streams` arrays (len(indices), width) of uniforms in [0, 1), each value a pure function of
-    (seed, epoch, instance index, stream, column): the same instance in the same epoch always
-    gets the same numbers, whatever batch or process it is loaded in."""
+def hashed_bits(seed: int, epoch: int, index: np.ndarray, col: np.ndarray,
+                stream: int) -> np.ndarray:
+    """64 random bits per (index, col) pair (broadcast), a pure function of
+    (seed, epoch, index, col, stream): the same instance in the same epoch always gets the same
+    numbers, whatever batch or process it is loaded in."""
     with np.errstate(over="ignore"):
         base = _splitmix64(_splitmix64(np.array([int(seed) & _M64], dtype=np.uint64))
                            ^ np.array([int(epoch) & _M64], dtype=np.uint64))[0]
-    with np.errstate(over="ignore"):
-        row = _splitmix64(np.asarray(indices, dtype=np.uint64) * np.uint64(0xD6E8FEB86659FD93)
+        row = _splitmix64(np.asarray(index, dtype=np.uint64) * np.uint64(0xD6E8FEB86659FD93)
                           ^ base)
-        cols = np.arange(width, dtype=np.uint64) * np.uint64(streams)
-        out = []
-        for s in range(streams):
-            h = _splitmix64(row[:, None] ^ _splitmix64(cols + np.uint64(s + 1))[None, :])
-            out.append((h >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53)))
-    return out
+        cell = _splitmix64(np.asarray(col, dtype=np.uint64) * np.uint64(4)
+                           + np.uint64(stream + 1))
+        return _splitmix64(row ^ cell)
+
+
+def hashed_uniform(seed: int, epoch: int, index: np.ndarray, col: np.ndarray,
+                   stream: int) -> np.ndarray:
+    """Uniforms in [0, 1) from `hashed_bits`."""
+    return (hashed_bits(seed, epoch, index, col, stream) >> np.uint64(11)).astype(
+        np.float64) * (1.0 / (1 << 53))
+
+
+def hashed_masking_inputs(seed: int, epoch: int, indices: np.ndarray,
+                          width: int) -> tuple[np.ndarray, UniformAt]:
+    """`select_bits` and `uniform_at` for `apply_masking`, keyed by instance index."""
+    indices = np.asarray(indices, dtype=np.int64)
+    bits = hashed_bits(seed, epoch, indices[:, None], np.arange(width)[None, :], 0)
+    select = (bits >> np.uint64(64 - SELECT_BITS)).astype(np.int32)
+
+    def uniform_at(stream: int, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        return hashed_uniform(seed, epoch, indices[rows], cols, stream)
+    return select, uniform_at
