@@ -290,6 +290,15 @@ def test_other_format_with_the_models_task(cli, models, tmp_path):
     assert {i["role"]: i["kind"] for i in r.json()["inputs"]}["data"] == "directory"
 
 
+def test_preset_directory_means_its_dev_file(cli, models, tmp_path):
+    r = cli("eval", models["sst2"], GLUE / "SST-2", "--out", tmp_path / "e", "--json")
+    assert r.exit_code == 0, r.stderr
+    data = {i["role"]: i for i in r.json()["inputs"]}["data"]
+    assert data["id"] == artifacts.sha256_file(GLUE / "SST-2" / "dev.tsv")
+    r = cli("eval", models["sst2"], GLUE, "--out", tmp_path / "f")
+    assert_one_line_error(r, "not a directory written by save_to_disk")
+
+
 def test_bf16(cli, models, tmp_path):
     r = cli("eval", models["sst2"], GLUE / "SST-2" / "dev.tsv", "--out", tmp_path / "e",
             "--precision", "bf16")

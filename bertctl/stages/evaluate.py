@@ -28,6 +28,7 @@ METRICS_FILE = "metrics.json"
 PREDICTIONS_FILE = "predictions.tsv"
 CLASSIFIER = "BertForSequenceClassification"
 MULTIPLE_CHOICE = "BertForMultipleChoice"
+_SAVED_DATASET_FILES = ("dataset_info.json", "state.json", "dataset_dict.json")
 _FORMATS = {".tsv": "tsv", ".csv": "csv", ".json": "json", ".jsonl": "json", ".parquet": "parquet"}
 
 
@@ -70,9 +71,11 @@ def _run_task(config: EvalConfig, source: ModelSource, data: Path, out: str,
     if config.split is not None:
         raise BertctlError(f"--split applies to pretrain-data artifacts; {data} is a task data "
                            f"file (one split already)")
-    spec = _fit_format(resolve_task(config, source), data)
+    spec = resolve_task(config, source)
     label_list = resolve_labels(config, source, spec)
     check_head(source, spec, label_list)
+    data = _task_file(spec, data)
+    spec = _fit_format(spec, data)
     max_len = config.max_seq_length or int((source.task or {}).get("max_seq_length") or 128)
     max_pos = int(source.hf_config.get("max_position_embeddings", 512))
     if max_len > max_pos:
@@ -144,6 +147,21 @@ def resolve_task(config: EvalConfig, source: ModelSource):
         return make_task_spec(None, **flags)
     raise BertctlError(f"{source.path}: the model has no task file (bertctl_task.json); give the "
                        f"task with --task (e.g. glue/sst2) or --family and the columns")
+
+
+def _task_file(spec, data: Path) -> Path:
+    """A preset task's data directory (GLUE's SST-2/) stands for its dev file; any other
+    directory must be one written by `datasets`' save_to_disk."""
+    if not data.is_dir() or any((data / n).is_file() for n in _SAVED_DATASET_FILES):
+        return data
+    found = spec.split_files(data)
+    if "dev" in found:
+        console.log(f"{data}: evaluating the task's dev file {found['dev'].name}")
+        return found["dev"]
+    if found:
+        raise BertctlError(f"{data}: give one of the task's files: "
+                           f"{', '.join(str(p) for p in found.values())}")
+    return data  # read_examples explains what a saved dataset directory needs
 
 
 def _fit_format(spec, path: Path):
