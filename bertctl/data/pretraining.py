@@ -44,12 +44,10 @@ are exactly those of a single build with num_shards=1, in a different file order
 
 from __future__ import annotations
 
-import bisect
 import hashlib
 import json
 import math
 import os
-import random
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -61,7 +59,7 @@ import numpy as np
 
 from bertctl.data.pretraining_masking import (
     KEPT, MASKED, RANDOM, SELECT_BITS, MaskingRules, apply_masking, hashed_masking_inputs,
-    hashed_uniform)
+    hashed_uniform, ranges)
 from bertctl.data.pretraining_shards import (
     FORMAT, FORMAT_VERSION, ShardReader, ShardWriter, slice_tag, token_dtype, write_json)
 from bertctl.errors import BertctlError
@@ -201,7 +199,6 @@ class _ChunkBuilder:
         held_out = np.zeros(len(docs), dtype=bool)
         if cfg.validation_fraction > 0:
             held_out = validation_documents(cfg.seed, first_doc, len(docs), cfg.validation_fraction)
-        cum_list = cum.tolist()
         out = {}
         for split_id, split in enumerate(SPLITS):
             sel = nonempty & (held_out if split == "validation" else ~held_out)
@@ -214,28 +211,17 @@ class _ChunkBuilder:
             arrays = None
             if stats["documents"]:
                 ss = np.random.SeedSequence(cfg.seed, spawn_key=(chunk_index, split_id))
-                arrays = self._instances(flat, cum_list, doc_lo[sel].tolist(),
-                                         doc_hi[sel].tolist(), ss, stats)
+                arrays = self._instances(flat, cum, doc_lo[sel], doc_hi[sel], ss, stats)
             out[split] = (arrays, stats)
         return out
 
-    def _instances(self, flat: np.ndarray, cum: list[int], lo: list[int], hi: list[int],
+    def _instances(self, flat: np.ndarray, cum: np.ndarray, lo: np.ndarray, hi: np.ndarray,
                    ss: np.random.SeedSequence, stats: dict) -> dict[str, np.ndarray]:
         cfg = self.config
         max_num = cfg.max_seq_length - 3
         g = np.random.default_rng(ss)
-        a0: list[int] = []
-        a1: list[int] = []
-        b0: list[int] = []
-        b1: list[int] = []
-        nsp: list[int] = []
-        for p in range(cfg.passes):
-            py = random.Random(int(g.integers(1 << 62)))
-            _pack(py, cum, lo, hi, max_num, cfg.short_seq_prob, cfg.no_nsp, stats,
-                  a0, a1, b0, b1, nsp)
-        a0a, a1a, b0a, b1a = (np.array(x, dtype=np.int64) for x in (a0, a1, b0, b1))
-        nspa = np.array(nsp, dtype=np.uint8)
-        del a0, a1, b0, b1, nsp
+        a0a, a1a, b0a, b1a, nspa = _pack(g, cum, lo, hi, cfg.passes, max_num,
+                                         cfg.short_seq_prob, cfg.no_nsp, stats)
         # Truncate the longer side, front or back at random (see _truncation for the closed form).
         la, lb = a1a - a0a, b1a - b0a
         budget = np.where(lb > 0, max_num, cfg.max_seq_length - 2)
@@ -296,56 +282,68 @@ class _ChunkBuilder:
         return out
 
 
-def _pack(py: random.Random, cum: list[int], lo: list[int], hi: list[int], max_num: int,
-          short_seq_prob: float, no_nsp: bool, stats: dict,
-          a0: list, a1: list, b0: list, b1: list, nsp: list) -> None:
-    """One pass of Google's create_instances_from_document over the documents of a window.
+def _pack(g: np.random.Generator, cum: np.ndarray, lo: np.ndarray, hi: np.ndarray, passes: int,
+          max_num: int, short_seq_prob: float, no_nsp: bool, stats: dict) -> tuple:
+    """`passes` passes of Google's create_instances_from_document over the documents of a window.
 
     Documents are sentence ranges [lo[d], hi[d]); sentence s is tokens [cum[s], cum[s + 1]).
-    Instances are appended as token ranges A = [a0, a1), B = [b0, b1) and the NotNext flag.
+    Returns token ranges A = [a0, a1), B = [b0, b1) and the NotNext flag of every instance.
+
+    Each (pass, document) pair is an independent lane running Google's loop; all lanes advance
+    in lockstep, one instance per live lane per step, so the Python loop runs once per step
+    (about the number of instances in the longest document) instead of once per instance.
+    Google's decisions, per document: the target length (drawn once per document and pass);
+    per instance: the chunk (sentences until the target is reached or the document ends), the
+    split point, IsNext (50%, NotNext when the chunk is one sentence), for NotNext a uniformly
+    chosen other document of the window (Google retries 10 times to avoid the current one; we
+    draw among the others directly) and a random start sentence there, B then running until it
+    fills the rest of the target; the chunk's unused sentences start the next instance.
     """
-    # Integers as int(random() * n): several times faster than randint/randrange (the bias of
-    # a 53-bit float is far below anything measurable here).
-    rand = py.random
     n_docs = len(lo)
-    same_doc = short = forced = 0
-    for d in range(n_docs):
-        s_hi = hi[d]
-        target = max_num
-        if rand() < short_seq_prob:
-            target = 2 + int(rand() * (max_num - 1))
-            short += 1
-        cs = lo[d]
-        while cs < s_hi:
-            # The chunk: sentences cs..e, the first whose running length reaches the target
-            # (or the document's last).
-            end = bisect.bisect_left(cum, cum[cs] + target, cs + 1, s_hi)
-            n_seg = end - cs
-            a_end = cs + (1 + int(rand() * (n_seg - 1)) if n_seg >= 2 else 1)
-            a0.append(cum[cs])
-            a1.append(cum[a_end])
-            forced += n_seg == 1
-            if not no_nsp and (n_seg == 1 or rand() < 0.5):
-                target_b = target - (cum[a_end] - cum[cs])
-                for _ in range(10):
-                    rd = int(rand() * n_docs)
-                    if rd != d:
-                        break
-                same_doc += rd == d
-                rs = lo[rd] + int(rand() * (hi[rd] - lo[rd]))
-                re_ = bisect.bisect_left(cum, cum[rs] + target_b, rs + 1, hi[rd])
-                b0.append(cum[rs])
-                b1.append(cum[re_])
-                nsp.append(1)
-                cs = a_end  # the unused sentences of the chunk are put back
+    lane_doc = np.tile(np.arange(n_docs), passes)
+    n_lanes = len(lane_doc)
+    u = g.random((2, n_lanes))
+    short = u[0] < short_seq_prob
+    target = np.where(short, 2 + (u[1] * (max_num - 1)).astype(np.int64), max_num)
+    stats["short_targets"] += int(short.sum())
+    cs = lo[lane_doc].copy()
+    live = np.arange(n_lanes)
+    out: list[tuple[np.ndarray, ...]] = []
+    while len(live):
+        d, c, t = lane_doc[live], cs[live], target[live]
+        doc_end = hi[d]
+        start_tok = cum[c]
+        # The chunk: sentences c..end-1, the first whose running length reaches the target (or
+        # the document's last). cum strictly increases, so a global search lands after c.
+        end = np.minimum(np.searchsorted(cum, start_tok + t, side="left"), doc_end)
+        n_seg = end - c
+        u = g.random((4, len(live)))
+        a_end = c + np.where(n_seg >= 2, 1 + (u[0] * (n_seg - 1)).astype(np.int64), 1)
+        a0, a1 = start_tok, cum[a_end]
+        stats["single_sentence_chunks"] += int((n_seg == 1).sum())
+        if no_nsp:
+            rnd = np.zeros(len(live), dtype=bool)
+        else:
+            rnd = (n_seg == 1) | (u[1] < 0.5)
+        b0, b1 = cum[a_end].copy(), cum[end].copy()
+        if rnd.any():
+            ri = np.nonzero(rnd)[0]
+            if n_docs > 1:
+                other = (u[2, ri] * (n_docs - 1)).astype(np.int64)
+                other += other >= d[ri]
             else:
-                b0.append(cum[a_end])
-                b1.append(cum[end])
-                nsp.append(0)
-                cs = end
-    stats["random_next_same_document"] += same_doc
-    stats["short_targets"] += short
-    stats["single_sentence_chunks"] += forced
+                other = d[ri]
+                stats["random_next_same_document"] += len(ri)
+            rs = lo[other] + (u[3, ri] * (hi[other] - lo[other])).astype(np.int64)
+            target_b = t[ri] - (a1[ri] - a0[ri])
+            re_ = np.clip(np.searchsorted(cum, cum[rs] + target_b, side="left"), rs + 1,
+                          hi[other])
+            b0[ri], b1[ri] = cum[rs], cum[re_]
+        out.append((a0, a1, b0, b1, rnd))
+        cs[live] = np.where(rnd, a_end, end)  # NotNext: the unused sentences are put back
+        live = live[cs[live] < hi[lane_doc[live]]]
+    a0, a1, b0, b1, rnd = (np.concatenate(x) for x in zip(*out))
+    return a0, a1, b0, b1, rnd.astype(np.uint8)
 
 
 def _truncation(la: np.ndarray, lb: np.ndarray,
@@ -358,16 +356,6 @@ def _truncation(la: np.ndarray, lb: np.ndarray,
     db = np.where(lb > la, np.minimum(excess, lb - la), 0)
     rest = excess - da - db
     return da + rest // 2, db + (rest + 1) // 2
-
-
-def ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Concatenation of arange(s, s + n) for each (s, n), without a Python loop."""
-    lengths = np.asarray(lengths, dtype=np.int64)
-    total = int(lengths.sum())
-    if total == 0:
-        return np.zeros(0, dtype=np.int64)
-    offsets = np.cumsum(lengths) - lengths
-    return np.repeat(np.asarray(starts, dtype=np.int64) - offsets, lengths) + np.arange(total)
 
 
 def validation_documents(seed: int, first_doc: int, n: int, fraction: float) -> np.ndarray:

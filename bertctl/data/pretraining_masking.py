@@ -70,16 +70,29 @@ def candidate_positions(lengths: np.ndarray, b_starts: np.ndarray, width: int) -
     return (col > 0) & (col < lengths - 1) & (col != b_starts - 1)
 
 
+def ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Concatenation of arange(s, s + n) for each (s, n), without a Python loop."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    total = int(lengths.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    offsets = np.cumsum(lengths) - lengths
+    return np.repeat(np.asarray(starts, dtype=np.int64) - offsets, lengths) + np.arange(total)
+
+
 def _first_k(keys: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per row, the low 9 bits (a column or word number) of the k[row] smallest keys.
+    """Per row, the low 9 bits (a column or word number) of the k[row] smallest keys, returned
+    as (rows, numbers) in row-major order with the numbers ascending within a row.
 
     Keys are unique within a row (the number is in them), so any sort algorithm gives the same
     answer: the result does not depend on the numpy build or CPU."""
     kmax = int(k.max(initial=0))
     if kmax == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    smallest = np.sort(keys, axis=1)[:, :kmax] & 511
-    take = np.arange(kmax)[None, :] < k[:, None]
+    smallest = np.partition(keys, kmax - 1, axis=1)[:, :kmax] if kmax < keys.shape[1] else keys
+    smallest = np.sort(smallest, axis=1) & 511
+    take = np.arange(smallest.shape[1])[None, :] < k[:, None]
+    smallest = np.sort(np.where(take, smallest, 1 << 20), axis=1)  # ascending numbers first
     return np.nonzero(take)[0], smallest[take].astype(np.int64)
 
 
@@ -104,46 +117,51 @@ def apply_masking(ids: np.ndarray, lengths: np.ndarray, b_starts: np.ndarray, ru
     if not rules.whole_word_mask:
         # Random order of the candidates = ascending key; the first k win.
         keys = np.where(cand, (select_bits.astype(np.int32) << 9) | col, top)
-        r, c = _first_k(keys, k)
-        chosen = np.zeros((n_rows, width), dtype=bool)
-        chosen[r, c] = True
-        pr, pc = np.nonzero(chosen)
+        pr, pc = _first_k(keys, k)
         action_u = uniform_at(1, pr, pc)
     else:
         # A word starts at every candidate that is not a `##` piece directly after another
-        # candidate (so a `##` piece right after [CLS]/[SEP], left by truncation, starts a word).
+        # candidate (so a `##` piece right after [CLS]/[SEP], left by truncation, starts a word)
+        # and runs over the candidates after it that do not start a word. Flat (row-major)
+        # indices throughout: much cheaper than 2-D fancy indexing.
         prev_cand = np.zeros_like(cand)
         prev_cand[:, 1:] = cand[:, :-1]
         start = cand & ~(rules.is_continuation[ids] & prev_cand)
-        word = np.where(cand, np.cumsum(start, axis=1) - 1, 0)
-        n_words = start.sum(axis=1)
-        sizes = np.bincount((rows[:, None] * width + word)[cand],
-                            minlength=n_rows * width).reshape(n_rows, width)
-        srow, scol = np.nonzero(start)
-        sword = word[srow, scol]
-        start_col = np.zeros((n_rows, width), dtype=np.int64)
-        start_col[srow, sword] = scol
-        keys = np.full((n_rows, width), top, dtype=np.int32)
-        keys[srow, sword] = (select_bits[srow, scol].astype(np.int32) << 9) | sword
-        order = np.minimum(np.sort(keys, axis=1) & 511, width - 1)  # past n_words: unused
-        # Google's greedy pass over the shuffled words, one rank at a time for all rows: take a
-        # word if it fits in what is left of the budget, otherwise skip it.
-        taken = np.zeros((n_rows, width), dtype=bool)
+        next_continues = np.zeros_like(cand)
+        next_continues[:, :-1] = cand[:, 1:] & ~start[:, 1:]
+        first = np.flatnonzero(start)                       # each word's first cell
+        last = np.flatnonzero(cand & ~next_continues)       # each word's last cell
+        size = last - first + 1
+        wrow = first // width
+        n_words = np.bincount(wrow, minlength=n_rows)
+        row_first_word = np.cumsum(n_words) - n_words
+        wnum = np.arange(len(first)) - row_first_word[wrow]  # word number within its row
+        slot = wrow * width + wnum                           # (row, word number), flat
+        keys = np.full(n_rows * width, top, dtype=np.int32)
+        keys[slot] = (select_bits.ravel()[first].astype(np.int32) << 9) | wnum
+        order = np.minimum(np.sort(keys.reshape(n_rows, width), axis=1) & 511, width - 1)
+        size_at = np.zeros(n_rows * width, dtype=np.int64)
+        size_at[slot] = size
+        # Google's greedy pass over the shuffled words, one rank at a time for the rows still
+        # open: take a word if it fits in what is left of the budget, otherwise skip it.
+        taken = np.zeros(n_rows * width, dtype=bool)
         count = np.zeros(n_rows, dtype=np.int64)
+        active = rows[(k > 0) & (n_words > 0)]
         for rank in range(int(n_words.max(initial=0))):
-            w = order[:, rank]
-            size = sizes[rows, w]
-            ok = (rank < n_words) & (count + size <= k)
-            taken[rows[ok], w[ok]] = True
-            count += np.where(ok, size, 0)
-            if np.all((count >= k) | (rank + 1 >= n_words)):
+            at = active * width + order[active, rank]
+            fits = count[active] + size_at[at] <= k[active]
+            taken[at[fits]] = True
+            count[active[fits]] += size_at[at[fits]]
+            active = active[(count[active] < k[active]) & (rank + 1 < n_words[active])]
+            if not len(active):
                 break
-        tr, tw = np.nonzero(taken)
-        word_u = np.zeros((n_rows, width))
-        word_u[tr, tw] = uniform_at(1, tr, start_col[tr, tw])  # one draw per word
-        chosen = cand & taken[rows[:, None], word]
-        pr, pc = np.nonzero(chosen)
-        action_u = word_u[pr, word[pr, pc]]
+        chosen_words = np.nonzero(taken[slot])[0]           # ascending = row-major cell order
+        w_first, w_size = first[chosen_words], size[chosen_words]
+        word_u = uniform_at(1, wrow[chosen_words], w_first - wrow[chosen_words] * width)
+        cells = ranges(w_first, w_size)
+        pr = cells // width
+        pc = cells - pr * width
+        action_u = np.repeat(word_u, w_size)                # one draw per word
 
     labels = ids[pr, pc].copy()
     action = np.where(action_u < 0.8, MASKED, np.where(action_u < 0.9, KEPT, RANDOM))
