@@ -209,21 +209,6 @@ def build_pretrain_data(
                             str(out), force, combine=[str(c) for c in combine or []])
 
 
-@stage("eval", EvalConfig, help="Evaluate a model on task data (metrics and GLUE-style "
-       "predictions) or, for a pretrain-data artifact, its masked-LM loss, accuracy and "
-       "perplexity, into an eval artifact.")
-def evaluate(settings: EvalConfig, out: Path, force: bool,
-             model: Annotated[Path, typer.Argument(
-                 help="A model artifact or a local Hugging Face BERT directory.",
-                 show_default=False)],
-             data: Annotated[Path, typer.Argument(
-                 help="A task data file (.tsv/.csv/.jsonl/.parquet or a save_to_disk directory), "
-                      "or a pretrain-data artifact.", show_default=False)]):
-    from bertctl.stages import evaluate as stage_module
-
-    return stage_module.run(settings, str(model), str(data), str(out), force)
-
-
 @stage("pretrain", PretrainConfig, help="Pretrain BERT (masked LM + next-sentence prediction) "
        "on a pretrain-data artifact into a model artifact; from a size preset, a config.json, "
        "or continuing from a model. Runs data-parallel under torchrun.")
@@ -260,6 +245,21 @@ def finetune(settings: FinetuneConfig, out: Path, force: bool,
 
     return stage_module.run(settings, str(model), str(train), str(out), force,
                             dev_path=str(dev) if dev else None)
+
+
+@stage("eval", EvalConfig, help="Evaluate a model on task data (metrics and GLUE-style "
+       "predictions) or, for a pretrain-data artifact, its masked-LM loss, accuracy and "
+       "perplexity, into an eval artifact.")
+def evaluate(settings: EvalConfig, out: Path, force: bool,
+             model: Annotated[Path, typer.Argument(
+                 help="A model artifact or a local Hugging Face BERT directory.",
+                 show_default=False)],
+             data: Annotated[Path, typer.Argument(
+                 help="A task data file (.tsv/.csv/.jsonl/.parquet or a save_to_disk directory), "
+                      "or a pretrain-data artifact.", show_default=False)]):
+    from bertctl.stages import evaluate as stage_module
+
+    return stage_module.run(settings, str(model), str(data), str(out), force)
 
 
 @app.command("inspect")
