@@ -5,9 +5,15 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from bertctl.cli import app
+
+# The tests' models are tiny: a second thread costs more in synchronisation than it gains, and
+# one thread keeps timings steady when the machine is shared.
+torch.set_num_threads(1)
+os.environ["OMP_NUM_THREADS"] = "1"  # the same for the bertctl processes tests start
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"

@@ -168,14 +168,15 @@ def test_killed_write_leaves_no_artifact_and_rerun_works(tmp_path, sig):
 
 
 def test_killed_cli_stage_leaves_no_artifact(tmp_path):
-    """SIGTERM to a real `bertctl tokenize` run: no artifact, no temporary directory."""
+    """SIGTERM to a real `bertctl tokenize` run mid-write: no artifact, no temporary directory."""
     big = tmp_path / "big.txt"
-    text = (CORPUS / "sherlock_holmes.txt").read_text()
-    big.write_text(text * 40)
+    big.write_text((CORPUS / "sherlock_holmes.txt").read_text() * 10)
     out = tmp_path / "tok"
     proc = subprocess.Popen([sys.executable, "-m", "bertctl", "tokenize", str(big), "--out",
                              str(out)], stderr=subprocess.PIPE, text=True)
-    time.sleep(2.5)
+    deadline = time.time() + 120
+    while not list(tmp_path.glob(".tok.tmp-*")) and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
     proc.terminate()
     proc.wait(timeout=60)
     if proc.returncode == 0:

@@ -45,20 +45,20 @@ def test_pretrained_artifact_loads_in_transformers(tiny_pretrained, pretrain_dat
 
 def test_mlm_loss_falls_and_validation_is_reported(tmp_path, pretrain_data, cli):
     out = tmp_path / "m"
-    r = cli("pretrain", pretrain_data, "--out", out, *TINY_MODEL, "--steps", "60",
-            "--batch-size", "16", "--lr", "2e-3", "--warmup", "5", "--log-every", "5",
-            "--eval-every", "30", "--eval-batches", "4", "--device", "cpu", "--json")
+    r = cli("pretrain", pretrain_data, "--out", out, *TINY_MODEL, "--steps", "40",
+            "--batch-size", "16", "--lr", "3e-3", "--warmup", "4", "--log-every", "4",
+            "--eval-every", "20", "--eval-batches", "4", "--device", "cpu", "--json")
     assert r.exit_code == 0, r.stderr
     train = _records(out)
     first, last = train[0]["loss"], sum(x["loss"] for x in train[-3:]) / 3
     assert last < first - 1.0, (first, last)
     val = _records(out, "validation")
-    assert [v["step"] for v in val] == [30, 60]
+    assert [v["step"] for v in val] == [20, 40]
     assert val[-1]["mlm_loss"] < val[0]["mlm_loss"]
-    assert "validation at step 60" in r.stderr
-    r = cli("pretrain", pretrain_data, "--out", out, *TINY_MODEL, "--steps", "60",
-            "--batch-size", "16", "--lr", "2e-3", "--warmup", "5", "--log-every", "100",
-            "--eval-every", "30", "--eval-batches", "4", "--device", "cpu")
+    assert "validation at step 40" in r.stderr
+    r = cli("pretrain", pretrain_data, "--out", out, *TINY_MODEL, "--steps", "40",
+            "--batch-size", "16", "--lr", "3e-3", "--warmup", "4", "--log-every", "100",
+            "--eval-every", "20", "--eval-batches", "4", "--device", "cpu")
     assert r.exit_code == 0 and "up to date" in r.stdout  # run-only settings keep the id
 
 
