@@ -105,3 +105,39 @@ def check_vocab(model_vocab: int, tokenizer_vocab: int, where: str) -> None:
         raise BertctlError(f"{where}: the model's vocabulary ({model_vocab} tokens) is smaller "
                            f"than the tokenizer's ({tokenizer_vocab}); ids past the model's "
                            f"embedding table would crash training")
+
+
+def train_to_artifact(config, inputs: list[artifacts.InputRef], out: str, force: bool, prepare):
+    """What every training stage shares.
+
+    `prepare(work_dir)` does the stage's own loading and returns `(fit, write)`: `fit()` runs
+    the training loop and returns its result, `write(result, tmp)` writes the model directory and
+    returns the manifest stats. Under torchrun every rank decides "up to date" the same way and
+    trains; rank 0 alone writes the artifact (the others return None). The work directory holds
+    the checkpoints, so it outlives a crash (the rerun resumes from it) and is removed once the
+    artifact is in place.
+    """
+    from bertctl.train import distributed as dist
+
+    dist.init(config.device)  # under torchrun: join the group first, to know who writes
+    try:
+        artifact_id, out_path = artifacts.plan("model", config, inputs, out)
+        existing = artifacts.check_out(out_path, "model", artifact_id, force)
+        if existing is not None:
+            return artifacts.Outcome(manifest=existing, path=str(out_path), up_to_date=True)
+        work = artifacts.work_dir(out_path, artifact_id)
+        fit, write = prepare(work)
+        if not dist.is_main():
+            fit()
+            return None
+
+        def build(tmp: Path) -> dict:
+            stats = write(fit(), tmp)
+            shutil.copyfile(work / "metrics.jsonl", tmp / "metrics.jsonl")
+            return stats
+
+        outcome = artifacts.produce("model", config, inputs, out, build, force=force)
+        shutil.rmtree(work, ignore_errors=True)
+        return outcome
+    finally:
+        dist.cleanup()

@@ -7,7 +7,6 @@ id2label and bertctl_task.json), so eval never re-derives it.
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -68,22 +67,6 @@ def _data_files(spec, train: Path, dev: Path | None) -> tuple[Path, Path | None]
 
 def run(config: FinetuneConfig, model_dir: str, train_path: str, out: str, force: bool = False,
         dev_path: str | None = None):
-    from bertctl.train import distributed as dist
-
-    dist.init(config.device)
-    try:
-        return _run(config, model_dir, train_path, out, force, dev_path)
-    finally:
-        dist.cleanup()
-
-
-def _run(config, model_dir, train_path, out, force, dev_path):
-    from bertctl.data.tasks import encode_examples, read_examples
-    from bertctl.evaluation import evaluate_task
-    from bertctl.metrics import main_metric
-    from bertctl.train import distributed as dist
-    from bertctl.train.loop import train
-
     spec = config.task_spec()
     source = common.open_model(model_dir, "model")
     train_file, dev_file = _data_files(spec, Path(train_path),
@@ -91,76 +74,73 @@ def _run(config, model_dir, train_path, out, force, dev_path):
     inputs = [source.ref, artifacts.file_input(train_file, "train")]
     if dev_file is not None:
         inputs.append(artifacts.file_input(dev_file, "dev"))
-    artifact_id, out_path = artifacts.plan("model", config, inputs, out)
-    existing = artifacts.check_out(out_path, "model", artifact_id, force)
-    if existing is not None:
-        return artifacts.Outcome(manifest=existing, path=str(out_path), up_to_date=True)
 
-    tok, _ = source.tokenizer()
-    common.check_vocab(source.vocab_size, tok.get_vocab_size(), str(source.path))
-    train_examples = read_examples(spec, train_file, label_list=spec.labels, require_labels=True)
-    label_list = train_examples.label_list
-    dev_examples = (read_examples(spec, dev_file, label_list=label_list, require_labels=True)
-                    if dev_file is not None else None)
-    train_features = encode_examples(train_examples, tok, config.max_seq_length)
-    dev_features = (encode_examples(dev_examples, tok, config.max_seq_length)
-                    if dev_examples is not None else None)
+    def prepare(work: Path):
+        import torch
 
-    head, head_kwargs = head_for(spec, label_list)
-    import torch
+        from bertctl.data.tasks import encode_examples, read_examples
+        from bertctl.evaluation import evaluate_task
+        from bertctl.metrics import main_metric
+        from bertctl.train import distributed as dist
+        from bertctl.train.loop import train
 
-    torch.manual_seed(config.seed)  # the new head's initial weights are part of what --seed fixes
-    model, report = source.load(head, **head_kwargs)
-    if dist.is_main():
-        console.log(str(report))
-        console.log(f"task {spec.name} ({spec.family}): {len(train_examples):,} training "
-                    f"examples" + (f", {len(dev_examples):,} validation" if dev_examples else "")
-                    + (f"; labels {', '.join(label_list)}" if label_list else ""))
+        tok, _ = source.tokenizer()
+        common.check_vocab(source.vocab_size, tok.get_vocab_size(), str(source.path))
+        train_examples = read_examples(spec, train_file, label_list=spec.labels,
+                                       require_labels=True)
+        label_list = train_examples.label_list
+        dev_examples = (read_examples(spec, dev_file, label_list=label_list,
+                                      require_labels=True) if dev_file is not None else None)
+        train_features = encode_examples(train_examples, tok, config.max_seq_length)
+        dev_features = (encode_examples(dev_examples, tok, config.max_seq_length)
+                        if dev_examples is not None else None)
 
-    metric_key = main_metric(spec.metric)
-    evaluate = select = None
-    if dev_features is not None:
-        def evaluate(m):
-            metrics, _ = evaluate_task(m, spec, dev_features, label_list,
-                                       config.eval_batch_size, next(m.parameters()).device,
-                                       "bf16" if config.precision == "bf16" else "fp32")
-            metrics.pop("confusion_matrix", None)  # kept for the eval stage's report
-            return metrics
-        if config.keep == "best":
-            select = (metric_key, "max")
-    elif config.keep == "best" and dist.is_main():
-        console.log("no --dev file: keeping the last weights")
+        head, head_kwargs = head_for(spec, label_list)
+        torch.manual_seed(config.seed)  # the new head's initial weights are part of --seed
+        model, report = source.load(head, **head_kwargs)
+        if dist.is_main():
+            console.log(str(report))
+            console.log(f"task {spec.name} ({spec.family}): {len(train_examples):,} training "
+                        f"examples" + (f", {len(dev_examples):,} validation" if dev_examples
+                                       else "")
+                        + (f"; labels {', '.join(label_list)}" if label_list else ""))
 
-    settings = config.train_settings()
-    work = artifacts.work_dir(out_path, artifact_id)
-    task_record = {"spec": spec.model_dump(mode="json"),
-                   "label_list": list(label_list) if label_list else None,
-                   "max_seq_length": config.max_seq_length}
+        metric_key = main_metric(spec.metric)
+        evaluate = select = None
+        if dev_features is not None:
+            def evaluate(m):
+                metrics, _ = evaluate_task(m, spec, dev_features, label_list,
+                                           config.eval_batch_size, next(m.parameters()).device,
+                                           config.precision)
+                metrics.pop("confusion_matrix", None)  # the eval stage reports it
+                return metrics
+            if config.keep == "best":
+                select = (metric_key, "max")
+        elif config.keep == "best" and dist.is_main():
+            console.log("no --dev file: keeping the last weights")
+        settings = config.train_settings()
+        task_record = {"spec": spec.model_dump(mode="json"),
+                       "label_list": list(label_list) if label_list else None,
+                       "max_seq_length": config.max_seq_length}
 
-    def fit():
-        steps = config.steps
-        with console.training_progress(f"fine-tuning {spec.name}", steps) as on_log:
-            return train(model, TaskData(train_features), settings, work, evaluate=evaluate,
-                         select=select, on_log=on_log)
+        def fit():
+            with console.training_progress(f"fine-tuning {spec.name}", config.steps) as on_log:
+                return train(model, TaskData(train_features), settings, work,
+                             evaluate=evaluate, select=select, on_log=on_log)
 
-    def build(tmp: Path) -> dict:
-        result = fit()
-        common.write_model(result.model, tmp, source.path,
-                           extra_config=label_config(spec, label_list), task=task_record)
-        shutil.copyfile(work / "metrics.jsonl", tmp / "metrics.jsonl")
-        chosen = result.best_metrics if select else result.eval_metrics
-        return {"architecture": type(result.model).__name__, "task": spec.name,
-                "family": spec.family, "label_list": task_record["label_list"],
-                "train_examples": len(train_examples),
-                "dev_examples": len(dev_examples) if dev_examples else 0,
-                "step": result.step, "epochs": round(result.epoch, 4),
-                "selected_step": result.best_step if select else result.step,
-                "selection": f"best {metric_key}" if select else "last",
-                "metrics": chosen or {}}
+        def write(result, tmp: Path) -> dict:
+            common.write_model(result.model, tmp, source.path,
+                               extra_config=label_config(spec, label_list), task=task_record)
+            chosen = result.best_metrics if select else result.eval_metrics
+            return {"architecture": type(result.model).__name__, "task": spec.name,
+                    "family": spec.family, "label_list": task_record["label_list"],
+                    "train_examples": len(train_examples),
+                    "dev_examples": len(dev_examples) if dev_examples else 0,
+                    "step": result.step, "epochs": round(result.epoch, 4),
+                    "selected_step": result.best_step if select else result.step,
+                    "selection": f"best {metric_key}" if select else "last",
+                    "metrics": chosen or {}}
 
-    if not dist.is_main():
-        fit()
-        return None
-    outcome = artifacts.produce("model", config, inputs, out, build, force=force)
-    shutil.rmtree(work, ignore_errors=True)
-    return outcome
+        return fit, write
+
+    return common.train_to_artifact(config, inputs, out, force, prepare)

@@ -9,7 +9,6 @@ kept in a hidden sibling of --out keyed by the artifact id.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 from bertctl import artifacts, console
@@ -85,23 +84,8 @@ def _schedule(config: PretrainConfig, init: common.ModelSource | None) -> dict:
 
 def run(config: PretrainConfig, data_dir: str, out: str, force: bool = False,
         init_from: str | None = None, model_config: str | None = None):
-    from bertctl.train import distributed as dist
-
     if init_from and model_config:
         raise BertctlError("give either --init-from or --model-config, not both")
-    dist.init(config.device)  # under torchrun: join the group now, to know who writes
-    try:
-        return _run(config, data_dir, out, force, init_from, model_config)
-    finally:
-        dist.cleanup()
-
-
-def _run(config, data_dir, out, force, init_from, model_config):
-    from bertctl.data.pretraining import PretrainingDataset
-    from bertctl.evaluation import evaluate_pretraining
-    from bertctl.train import distributed as dist
-    from bertctl.train.loop import pretraining_metrics, train
-
     data = artifacts.read_artifact(data_dir, "pretrain-data")
     inputs = [data.as_input("data")]
     init = common.open_model(init_from, "init") if init_from else None
@@ -110,55 +94,50 @@ def _run(config, data_dir, out, force, init_from, model_config):
     if model_config:
         inputs.append(artifacts.file_input(model_config, "model-config"))
 
-    artifact_id, out_path = artifacts.plan("model", config, inputs, out)
-    existing = artifacts.check_out(out_path, "model", artifact_id, force)
-    if existing is not None:  # decided the same way on every rank: no one trains
-        return artifacts.Outcome(manifest=existing, path=str(out_path), up_to_date=True)
+    def prepare(work: Path):
+        from bertctl.data.pretraining import PretrainingDataset
+        from bertctl.evaluation import evaluate_pretraining
+        from bertctl.train import distributed as dist
+        from bertctl.train.loop import pretraining_metrics, train
 
-    train_data = PretrainingDataset(data.path, "train")
-    val_instances = data.manifest.stats["splits"].get("validation", {}).get("instances", 0)
-    validation = PretrainingDataset(data.path, "validation") if val_instances else None
-    model = _build_model(config, data.manifest.stats["tokenizer"]["vocab_size"], init,
-                         Path(model_config) if model_config else None)
-    _check_agreement(model, data, init)
-    settings = config.train_settings(find_unused_parameters=not train_data.nsp,
-                                     **_schedule(config, init))
-    evaluate = None
-    if validation is not None:
-        def evaluate(m):
-            return evaluate_pretraining(m, validation, batch_size=settings.micro_batch_size
-                                        or config.batch_size, device=next(m.parameters()).device,
-                                        precision=config.precision,
-                                        max_batches=config.eval_batches)
-    elif dist.is_main():
-        console.log("no validation split in the data (build it with --validation-fraction): "
-                    "training without evaluation")
+        train_data = PretrainingDataset(data.path, "train")
+        splits = data.manifest.stats["splits"]
+        validation = (PretrainingDataset(data.path, "validation")
+                      if splits.get("validation", {}).get("instances") else None)
+        model = _build_model(config, data.manifest.stats["tokenizer"]["vocab_size"], init,
+                             Path(model_config) if model_config else None)
+        _check_agreement(model, data, init)
+        # MLM-only data leaves the NSP head without gradients, which DDP must be told.
+        settings = config.train_settings(find_unused_parameters=not train_data.nsp,
+                                         **_schedule(config, init))
+        evaluate = None
+        if validation is not None:
+            def evaluate(m):
+                return evaluate_pretraining(m, validation, settings.micro_batch_size
+                                            or config.batch_size, next(m.parameters()).device,
+                                            config.precision, max_batches=config.eval_batches)
+        elif dist.is_main():
+            console.log("no validation split in the data (build it with --validation-fraction):"
+                        " training without evaluation")
 
-    work = artifacts.work_dir(out_path, artifact_id)
+        def fit():
+            with console.training_progress("pretraining", config.steps) as on_log:
+                return train(model, train_data, settings, work, evaluate=evaluate,
+                             on_log=on_log, step_metrics=pretraining_metrics)
 
-    def fit():
-        with console.training_progress("pretraining", config.steps) as on_log:
-            return train(model, train_data, settings, work, evaluate=evaluate, on_log=on_log,
-                         step_metrics=pretraining_metrics)
+        def write(result, tmp: Path) -> dict:
+            common.write_model(result.model, tmp, data.path)
+            train_records = [r for r in result.history if r.get("split", "train") == "train"]
+            stats = {"architecture": ARCHITECTURE, "step": result.step,
+                     "total_steps": settings.total_steps or result.step,
+                     "epochs": round(result.epoch, 4),
+                     "parameters": sum(p.numel() for p in result.model.parameters()),
+                     "final_train": train_records[-1] if train_records else {},
+                     "tokenizer": data.manifest.stats.get("tokenizer", {})}
+            if result.resumed_from is not None:
+                stats["resumed_from_step"] = result.resumed_from
+            return {**stats, "metrics": result.eval_metrics or {}}
 
-    def build(tmp: Path) -> dict:
-        result = fit()
-        common.write_model(result.model, tmp, data.path)
-        shutil.copyfile(work / "metrics.jsonl", tmp / "metrics.jsonl")
-        train_records = [r for r in result.history if r.get("split", "train") == "train"]
-        stats = {"architecture": ARCHITECTURE, "step": result.step,
-                 "total_steps": settings.total_steps or result.step,
-                 "epochs": round(result.epoch, 4), "parameters":
-                 sum(p.numel() for p in result.model.parameters()),
-                 "final_train": train_records[-1] if train_records else {},
-                 "tokenizer": data.manifest.stats.get("tokenizer", {})}
-        if result.resumed_from is not None:
-            stats["resumed_from_step"] = result.resumed_from
-        return {**stats, "metrics": result.eval_metrics or {}}
+        return fit, write
 
-    if not dist.is_main():
-        fit()  # the other ranks train; rank 0 alone writes the artifact
-        return None
-    outcome = artifacts.produce("model", config, inputs, out, build, force=force)
-    shutil.rmtree(work, ignore_errors=True)
-    return outcome
+    return common.train_to_artifact(config, inputs, out, force, prepare)
