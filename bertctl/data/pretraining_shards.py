@@ -105,16 +105,20 @@ class ShardWriter:
             self._cur = self._open()
         cur, dt = self._cur, self._fields()
         offs = cur.n_tokens + np.cumsum(arrays["lengths"], dtype=np.int64)
-        cur.files["tokens"].write(arrays["tokens"].astype(dt["tokens"], copy=False).tobytes())
-        cur.files["offsets"].write(offs.astype("<i8").tobytes())
-        cur.files["b_start"].write(arrays["b_start"].astype("<u2").tobytes())
+
+        def put(key: str, values: np.ndarray, dtype) -> None:
+            # Already in the storage dtype when it comes from the builder: no copy then.
+            np.ascontiguousarray(values, dtype=dtype).tofile(cur.files[key])
+        put("tokens", arrays["tokens"], dt["tokens"])
+        put("offsets", offs, "<i8")
+        put("b_start", arrays["b_start"], "<u2")
         if self.nsp:
-            cur.files["nsp"].write(arrays["nsp"].astype("u1").tobytes())
+            put("nsp", arrays["nsp"], "u1")
         if self.static_masks:
             moffs = cur.n_masked + np.cumsum(arrays["n_masked"], dtype=np.int64)
-            cur.files["mask_offsets"].write(moffs.astype("<i8").tobytes())
-            cur.files["mask_positions"].write(arrays["mask_positions"].astype("<u2").tobytes())
-            cur.files["mask_labels"].write(arrays["mask_labels"].astype(dt["tokens"]).tobytes())
+            put("mask_offsets", moffs, "<i8")
+            put("mask_positions", arrays["mask_positions"], "<u2")
+            put("mask_labels", arrays["mask_labels"], dt["tokens"])
             cur.n_masked += int(len(arrays["mask_positions"]))
         cur.n_instances += n
         cur.n_tokens = int(offs[-1])
