@@ -12,8 +12,11 @@ tokenizer, each in a fresh subprocess so time and peak memory are its own:
   floor    the tokenizers library alone encoding every sentence of the corpus in batches on all
            cores (no instances, nothing written): what no builder can beat.
 
-Peak memory is the largest sum of resident memory over a contender's process tree (parent and
-workers), sampled every 20 ms from /proc; the largest single process (ru_maxrss) is shown too.
+Peak memory is the largest sum over a contender's process tree (parent and workers), sampled
+every 20 ms from /proc: PSS (shared pages split between the processes sharing them, the fair
+sum with forked workers) and RSS (shared pages counted in every process); the largest single
+process (ru_maxrss) is shown too. Wall time and CPU time (user + system of the whole tree,
+interpreter start-up excluded) are both shown: on a shared machine wall time is noisy.
 
     python benchmarks/bench_build_pretrain_data.py                 # Gutenberg books x2 (~5 MB)
     python benchmarks/bench_build_pretrain_data.py --repeat 20 --only bertctl   # ~50 MB
@@ -230,22 +233,17 @@ def run_one(args) -> dict:
             "max_process_rss_mb": max(own.ru_maxrss, kids.ru_maxrss) / 1024}
 
 
-def _tree_rss_kb(root: int) -> int:
-    """Resident memory of `root` and all its descendants, from /proc."""
+def _tree_memory_kb(root: int) -> tuple[int, int]:
+    """(RSS, PSS) summed over `root` and all its descendants, from /proc. PSS splits pages shared
+    between processes (forked workers share the parent's) among them, so it is the fair sum."""
     parents: dict[int, int] = {}
-    rss: dict[int, int] = {}
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                stat = f.read()
-            with open(f"/proc/{entry}/statm") as f:
-                pages = int(f.read().split()[1])
-        except OSError:
-            continue
-        parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
-        rss[int(entry)] = pages * (os.sysconf("SC_PAGE_SIZE") // 1024)
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                continue
     tree, frontier = {root}, [root]
     while frontier:
         p = frontier.pop()
@@ -253,7 +251,18 @@ def _tree_rss_kb(root: int) -> int:
             if pp == p and c not in tree:
                 tree.add(c)
                 frontier.append(c)
-    return sum(rss.get(p, 0) for p in tree)
+    rss = pss = 0
+    for p in tree:
+        try:
+            with open(f"/proc/{p}/smaps_rollup") as f:
+                for line in f:
+                    if line.startswith("Rss:"):
+                        rss += int(line.split()[1])
+                    elif line.startswith("Pss:"):
+                        pss += int(line.split()[1])
+        except OSError:
+            continue
+    return rss, pss
 
 
 def measure(name: str, corpus: Path, tok: Path, args, workdir: Path) -> dict:
@@ -262,11 +271,12 @@ def measure(name: str, corpus: Path, tok: Path, args, workdir: Path) -> dict:
            str(tok), "--out", str(out), "--workers", str(args.workers), "--seed", str(args.seed),
            "--max-seq-length", str(args.max_seq_length), "--dupe-factor", str(args.dupe_factor)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
-    peak = [0]
+    peak = [0, 0]
 
     def sample():
         while proc.poll() is None:
-            peak[0] = max(peak[0], _tree_rss_kb(proc.pid))
+            rss, pss = _tree_memory_kb(proc.pid)
+            peak[0], peak[1] = max(peak[0], rss), max(peak[1], pss)
             time.sleep(0.02)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -277,6 +287,7 @@ def measure(name: str, corpus: Path, tok: Path, args, workdir: Path) -> dict:
         raise SystemExit(f"{name} failed with exit code {proc.returncode}")
     result = json.loads(stdout.strip().splitlines()[-1])
     result["peak_tree_rss_mb"] = peak[0] / 1024
+    result["peak_tree_pss_mb"] = peak[1] / 1024
     result["output_mb"] = sum(p.stat().st_size for p in out.rglob("*") if p.is_file()) / 2**20
     subprocess.run(["rm", "-rf", str(out)], check=True)
     return result
@@ -327,11 +338,14 @@ def main() -> None:
             big_r = measure("bertctl", big, tok, args, work)
             for label, sz, r in ((f"{size / 1e6:.0f} MB", size, small_r),
                                  (f"{big_size / 1e6:.0f} MB", big_size, big_r)):
-                print(f"bertctl {label:>7}: {r['seconds']:7.2f} s  peak tree RSS "
-                      f"{r['peak_tree_rss_mb']:7.1f} MB  largest process "
+                print(f"bertctl {label:>7}: {r['seconds']:7.2f} s  peak PSS "
+                      f"{r['peak_tree_pss_mb']:7.1f} MB  peak RSS {r['peak_tree_rss_mb']:7.1f} MB"
+                      f"  largest process "
                       f"{r['max_process_rss_mb']:6.1f} MB  ({r['count']} instances)")
-            print(f"peak memory ratio (10x corpus): "
-                  f"{big_r['peak_tree_rss_mb'] / small_r['peak_tree_rss_mb']:.2f}")
+            print(f"peak memory ratio (10x corpus): PSS "
+                  f"{big_r['peak_tree_pss_mb'] / small_r['peak_tree_pss_mb']:.2f}, RSS "
+                  f"{big_r['peak_tree_rss_mb'] / small_r['peak_tree_rss_mb']:.2f}, largest process "
+                  f"{big_r['max_process_rss_mb'] / small_r['max_process_rss_mb']:.2f}")
             return
         results = collections.defaultdict(list)
         for run in range(args.runs):
@@ -339,20 +353,22 @@ def main() -> None:
                 r = measure(name, corpus, tok, args, work)
                 results[name].append(r)
                 print(f"  run {run + 1} {name:8s} {r['seconds']:7.2f} s  cpu {r['cpu_seconds']:7.2f} s"
-                      f"  peak {r['peak_tree_rss_mb']:7.1f} MB", flush=True)
+                      f"  peak {r['peak_tree_pss_mb']:7.1f} MB", flush=True)
         med = {n: {k: statistics.median(r[k] for r in rs) for k in rs[0]}
                for n, rs in results.items()}
         print(f"\n{'':8s} {'wall (median)':>14s} {'min':>8s} {'CPU (median)':>13s} "
-              f"{'peak tree RSS':>14s} {'largest proc':>13s} {'output':>9s}")
+              f"{'peak PSS':>11s} {'peak RSS':>11s} {'largest proc':>13s} {'output':>9s}")
         for n, m in med.items():
             print(f"{n:8s} {m['seconds']:12.2f} s {min(r['seconds'] for r in results[n]):7.2f}s "
-                  f"{m['cpu_seconds']:11.2f} s {m['peak_tree_rss_mb']:11.1f} MB "
-                  f"{m['max_process_rss_mb']:10.1f} MB {m['output_mb']:7.1f} MB")
+                  f"{m['cpu_seconds']:11.2f} s {m['peak_tree_pss_mb']:8.1f} MB "
+                  f"{m['peak_tree_rss_mb']:8.1f} MB {m['max_process_rss_mb']:10.1f} MB "
+                  f"{m['output_mb']:7.1f} MB")
         if "bertctl" in med and "plain" in med:
             print(f"plain / bertctl time: {med['plain']['seconds'] / med['bertctl']['seconds']:.1f}x "
                   f"wall (target >= 5x), "
-                  f"{med['plain']['cpu_seconds'] / med['bertctl']['cpu_seconds']:.1f}x CPU; memory: bertctl {med['bertctl']['peak_tree_rss_mb']:.0f} MB vs "
-                  f"plain {med['plain']['peak_tree_rss_mb']:.0f} MB")
+                  f"{med['plain']['cpu_seconds'] / med['bertctl']['cpu_seconds']:.1f}x CPU; "
+                  f"peak PSS: bertctl {med['bertctl']['peak_tree_pss_mb']:.0f} MB vs "
+                  f"plain {med['plain']['peak_tree_pss_mb']:.0f} MB")
         if "bertctl" in med and "floor" in med:
             print(f"bertctl / tokenize-only floor: "
                   f"{med['bertctl']['seconds'] / med['floor']['seconds']:.2f}x wall (target <= 1.5x),"

@@ -22,6 +22,9 @@ Where we differ, and why:
   split (a bounded window, like NVIDIA's sharded BERT data preparation), not the whole corpus;
   with a single-document window it falls back to the same document as Google does when its
   10 draws all hit the current document (counted in the stats as random_next_same_document).
+  The default window (1 MiB of text) holds a few hundred Wikipedia-sized documents; for
+  book-length documents raise chunk_chars so a window holds many (memory per worker grows with
+  it), and watch random_next_same_document.
   Global order does not matter: the training loop samples indices at random.
 - Truncation draws its front/back choices as a binomial count per side instead of one coin per
   token (same distribution, no per-token loop). The random replacement token is drawn from the
@@ -32,8 +35,9 @@ Where we differ, and why:
   whose instances go to the "validation" split and draw their random B only from other held-out
   documents of the same chunk.
 
-Scale. `workers` processes build chunks in parallel; results are written in chunk order, so the
-output is byte-identical for any worker count. Beyond one machine, run the build K times with
+Scale. `workers` processes (forked on Linux, spawned elsewhere) build chunks in parallel; results
+are written in chunk order, so the output is byte-identical for any worker count. With spawn, a
+script calling the builder needs the usual `if __name__ == "__main__":` guard. Beyond one machine, run the build K times with
 `num_shards=K, shard_index=i` (i = 0..K-1, same corpus, settings and tokenizer): slice i builds the
 chunks whose index is i modulo K (every slice still reads the whole stream to find the chunk
 boundaries, but only tokenizes its own chunks) and names its files with `<i>of<K>`. Copy all
@@ -656,6 +660,11 @@ def read_pretraining_info(path: str | Path) -> PretrainingDataInfo:
 
 class PretrainingDataset:
     """Random access to one split of a pretraining-data directory, memory-mapped.
+
+    Typical training use: `ds = PretrainingDataset(path, "train")`, batches of indices from
+    `collate.length_grouped_batches(ds.lengths, batch_size, seed)`, then `ds.batch(idx, epoch)`.
+    Opening is cheap (nothing is read until used), so each DataLoader worker or DDP rank can
+    open its own.
 
     `batch(indices, epoch)` returns torch tensors: input_ids, token_type_ids, attention_mask
     (B, T) padded to the batch's longest instance, labels (B, T) with -100 where nothing is
