@@ -103,7 +103,7 @@ def main() -> None:
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--vocab", type=int, default=30522)
     ap.add_argument("--mask-prob", type=float, default=0.15)
-    ap.add_argument("--steps", type=int, default=2, help="timed steps per repeat")
+    ap.add_argument("--steps", type=int, default=1, help="timed steps per repeat")
     ap.add_argument("--repeats", type=int, default=5, help="alternating timed repeats per model")
     ap.add_argument("--warmup", type=int, default=1, help="untimed steps per model first")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")

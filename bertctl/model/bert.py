@@ -10,6 +10,7 @@ are added without building index tensors, and there is no decoder/cache machiner
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
+from functools import partial
 from typing import Any
 
 import torch
@@ -147,8 +148,8 @@ ESSENTIAL_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attenti
 # original TF code; the tanh approximation is a different function and gives different outputs.
 ACTIVATIONS = {
     "gelu": F.gelu,
-    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
-    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "gelu_new": partial(F.gelu, approximate="tanh"),
+    "gelu_pytorch_tanh": partial(F.gelu, approximate="tanh"),
     "relu": F.relu,
     "silu": F.silu,
     "swish": F.silu,
@@ -203,11 +204,19 @@ class BertSelfAttention(nn.Module):
         def heads(t: torch.Tensor) -> torch.Tensor:  # (B, T, H) -> (B, heads, T, head_size)
             return t.view(B, T, self.num_heads, H // self.num_heads).transpose(1, 2)
 
-        # SDPA picks a fused kernel (flash/memory-efficient on CUDA, flash on CPU) and applies the
-        # dropout on the attention probabilities inside it.
-        y = F.scaled_dot_product_attention(
-            heads(self.query(x)), heads(self.key(x)), heads(self.value(x)), attn_mask=mask,
-            dropout_p=self.dropout_p if self.training else 0.0)
+        q, k, v = heads(self.query(x)), heads(self.key(x)), heads(self.value(x))
+        if self.training and self.dropout_p > 0 and x.device.type == "cpu":
+            # PyTorch has no fused CPU attention kernel with dropout: SDPA would fall back to its
+            # math path, which also upcasts bf16 q/k/v to fp32. Written out, autocast's dtype is
+            # kept (about 10% of a bf16 training step) and the result is the same softmax.
+            scores = (q * q.size(-1) ** -0.5) @ k.transpose(-2, -1)
+            if mask is not None:
+                scores = scores.masked_fill(~mask, float("-inf"))
+            y = F.dropout(scores.softmax(-1), self.dropout_p) @ v
+        else:
+            # A fused kernel (flash or memory-efficient on CUDA, flash on CPU), dropout included.
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                               dropout_p=self.dropout_p if self.training else 0.0)
         return y.transpose(1, 2).reshape(B, T, H)
 
 
