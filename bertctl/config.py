@@ -8,7 +8,7 @@ than a silently ignored setting.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
@@ -18,6 +18,23 @@ from bertctl.errors import BertctlError
 
 class StageConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+    # What a settings error is prefixed with when the settings are built directly (in code
+    # rather than by `resolve`, which names the config file instead).
+    where: ClassVar[str] = "settings"
+
+    def __init__(self, /, **data: Any):
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise SettingsError(exc.errors(), f"{self.where}: ") from None
+
+
+class SettingsError(BertctlError):
+    """Invalid settings: names the key, the value and the reason of the first problem."""
+
+    def __init__(self, errors: list[dict], prefix: str = ""):
+        self.errors = errors
+        super().__init__(prefix + _describe(errors[0], ""))
 
 
 C = TypeVar("C", bound=StageConfig)
@@ -70,8 +87,8 @@ def resolve(cls: type[C], config_file: str | Path | None = None,
     values.update(given)
     try:
         return cls(**values)
-    except ValidationError as exc:
-        err = exc.errors()[0]
+    except SettingsError as exc:
+        err = exc.errors[0]
         key = str(err["loc"][0]) if err["loc"] else ""
         source = f"{config_file}: " if config_file and key in file_values and key not in given else ""
         raise BertctlError(_describe(err, source)) from None
@@ -147,7 +164,11 @@ class TaskSettings(StageConfig):
                               choice_columns=self.choice_columns, labels=self.labels)
 
 
-class BuildPretrainDataConfig(StageConfig):
+class PretrainingDataSettings(StageConfig):
+    """The settings that determine pretraining instances: the same settings (and tokenizer and
+    corpus) give the same bytes. The core builder takes these; the stage adds how to run."""
+
+    where: ClassVar[str] = "build-pretrain-data"
     max_seq_length: int = Field(128, ge=8, le=512, description="Tokens per instance, [CLS] and "
                                 "both [SEP] included (BERT's positions stop at 512).")
     dupe_factor: int | None = Field(None, ge=1, description="Passes over the corpus with "
@@ -169,6 +190,20 @@ class BuildPretrainDataConfig(StageConfig):
     chunk_chars: int = Field(1 << 20, ge=1, description="Characters per chunk of documents: the "
                              "unit of parallel work and the window random B segments come from.")
     shard_max_tokens: int = Field(1 << 28, ge=1, description="Tokens per shard file.")
+    @property
+    def passes(self) -> int:
+        """dupe_factor, with its default resolved: Google's 10 for static masking, 1 for dynamic
+        (the loader draws new masks every epoch, so passes only vary the A/B pairings)."""
+        if self.dupe_factor is not None:
+            return self.dupe_factor
+        return 10 if self.masking == "static" else 1
+
+    def to_dict(self) -> dict[str, Any]:
+        """The settings as stored beside the data, dupe_factor resolved."""
+        return {**self.model_dump(mode="json"), "dupe_factor": self.passes}
+
+
+class BuildPretrainDataConfig(PretrainingDataSettings):
     num_shards: int = Field(1, ge=1, description="Split the build into this many slices (for a "
                             "cluster's job array); combine them with --combine.")
     shard_index: int = Field(0, ge=0, description="Which slice this run builds (0-based).")

@@ -54,7 +54,7 @@ import math
 import os
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from itertools import chain
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -66,6 +66,7 @@ from bertctl.data.pretraining_masking import (
     hashed_uniform, ranges)
 from bertctl.data.pretraining_shards import (
     FORMAT, FORMAT_VERSION, ShardReader, ShardWriter, slice_tag, token_dtype, write_json)
+from bertctl.config import PretrainingDataSettings
 from bertctl.errors import BertctlError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -78,59 +79,9 @@ _WHERE = "build-pretrain-data"
 _BLOCK = 4096  # instances masked at once (bounds the (instances x length) work arrays)
 
 
-@dataclass(frozen=True)
-class PretrainingDataConfig:
-    """Settings that determine the data (the same settings give the same bytes).
-
-    `dupe_factor=None` means Google's 10 for static masking and 1 for dynamic masking (the loader
-    draws new masks every epoch, so passes are only needed to vary the A/B pairings).
-    """
-
-    max_seq_length: int = 128
-    dupe_factor: int | None = None
-    short_seq_prob: float = 0.1
-    masked_lm_prob: float = 0.15
-    max_predictions_per_seq: int = 20
-    seed: int = 12345
-    whole_word_mask: bool = False
-    masking: str = "static"          # static | dynamic
-    no_nsp: bool = False
-    validation_fraction: float = 0.0
-    chunk_chars: int = 1 << 20       # chunk size: bounds memory and the random-document window
-    shard_max_tokens: int = 1 << 28  # start a new shard file after this many tokens
-
-    def __post_init__(self) -> None:
-        def bad(what: str) -> BertctlError:
-            return BertctlError(f"{_WHERE}: {what}")
-        if not 8 <= self.max_seq_length <= 512:
-            raise bad(f"max_seq_length must be in [8, 512], got {self.max_seq_length}")
-        if self.dupe_factor is not None and self.dupe_factor < 1:
-            raise bad(f"dupe_factor must be >= 1, got {self.dupe_factor}")
-        if not 0.0 <= self.short_seq_prob <= 1.0:
-            raise bad(f"short_seq_prob must be in [0, 1], got {self.short_seq_prob}")
-        if not 0.0 < self.masked_lm_prob < 1.0:
-            raise bad(f"masked_lm_prob must be in (0, 1), got {self.masked_lm_prob}")
-        if self.max_predictions_per_seq < 1:
-            raise bad(f"max_predictions_per_seq must be >= 1, got {self.max_predictions_per_seq}")
-        if self.seed < 0:
-            raise bad(f"seed must be >= 0, got {self.seed}")
-        if self.masking not in ("static", "dynamic"):
-            raise bad(f"masking must be 'static' or 'dynamic', got {self.masking!r}")
-        if not 0.0 <= self.validation_fraction < 1.0:
-            raise bad(f"validation_fraction must be in [0, 1), got {self.validation_fraction}")
-        if self.chunk_chars < 1 or self.shard_max_tokens < 1:
-            raise bad("chunk_chars and shard_max_tokens must be >= 1")
-
-    @property
-    def passes(self) -> int:
-        if self.dupe_factor is not None:
-            return self.dupe_factor
-        return 10 if self.masking == "static" else 1
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["dupe_factor"] = self.passes
-        return d
+# The settings live with the other stage settings (one definition for the core, the CLI flags
+# and the config file); the core knows them by this name.
+PretrainingDataConfig = PretrainingDataSettings
 
 
 # ---- tokenizer facts -------------------------------------------------------------------------

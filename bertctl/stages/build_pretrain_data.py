@@ -8,14 +8,12 @@ import shutil
 from pathlib import Path
 
 from bertctl import artifacts, console
-from bertctl.config import BuildPretrainDataConfig, as_dict
+from bertctl.config import BuildPretrainDataConfig, PretrainingDataSettings
 from bertctl.data import corpus, pretraining
 from bertctl.data import tokenizer as tokenizer_mod
 from bertctl.errors import BertctlError
 from bertctl.stages.common import copy_tokenizer
 
-# The settings that determine the instances, i.e. the core builder's own.
-_CORE_FIELDS = set(pretraining.PretrainingDataConfig.__dataclass_fields__)
 
 
 def _tokenizer_stats(tok_art: artifacts.Artifact) -> dict:
@@ -36,8 +34,8 @@ def run(config: BuildPretrainDataConfig, tokenizer_dir: str | None, sources: lis
         raise BertctlError("no corpus files given")
     files = corpus.expand_sources(sources)
     inputs = [tok_art.as_input("tokenizer")] + [artifacts.file_input(f, "corpus") for f in files]
-    core = pretraining.PretrainingDataConfig(
-        **{k: v for k, v in as_dict(config).items() if k in _CORE_FIELDS})
+    core = PretrainingDataSettings(
+        **config.model_dump(include=set(PretrainingDataSettings.model_fields)))
 
     def build(tmp: Path) -> dict:
         stats = corpus.CorpusStats()
