@@ -9,7 +9,12 @@ their eval-mode losses on it are printed first and must agree. The two models ar
 alternation (who goes first flips each repeat) so load from other processes on the machine hits
 both alike, and the median step time over the repeats is reported. MFU divides the model FLOPs
 (encoder, plus the MLM head at the masked positions only: the work the task needs) by a matmul
-peak measured here, per precision.
+peak measured here, per precision, just before each row's timings.
+
+On a machine shared with other busy processes, pass --threads 1: with more OpenMP threads than
+free cores every small op waits at a barrier for a descheduled thread, which slows the model made
+of many small ops (ours: the encoder plus a small gathered MLM head) far more than the one that
+spends its time in a single huge vocabulary matmul, and the ratio then measures the load.
 """
 
 from __future__ import annotations
@@ -117,10 +122,10 @@ def main() -> None:
           f"{torch.get_num_threads()} threads; batch {args.batch} x seq {args.seq}, "
           f"vocab {args.vocab}, {args.mask_prob:.0%} masked; median of {args.repeats} x "
           f"{args.steps} steps")
-    peaks = {"fp32": matmul_peak(torch.float32), "bf16": matmul_peak(torch.bfloat16)}
-    print("matmul peak (2048^3): " + ", ".join(f"{k} {v:,.0f} GFLOP/s" for k, v in peaks.items()))
+    print("MFU: model FLOPs (MLM head at the masked positions only) / the best 2048^3 matmul "
+          "GFLOP/s measured just before that row, in the row's precision")
     header = (f"{'preset':<7}{'prec':<6}{'ours tok/s':>11}{'hf tok/s':>10}{'ratio':>7}"
-              f"{'ours MFU':>10}{'hf MFU':>8}  {'loss ours':>10}{'loss hf':>10}")
+              f"{'ours MFU':>10}{'hf MFU':>8}{'peak GF/s':>10}  {'loss ours':>10}{'loss hf':>10}")
     print(header)
 
     gen = torch.Generator().manual_seed(1234)
@@ -153,6 +158,8 @@ def main() -> None:
             for step, _ in entries:
                 for _ in range(args.warmup):
                     step()
+            # Measured now, so the peak sees the same load from other processes as the timings.
+            peak = matmul_peak(torch.bfloat16 if precision == "bf16" else torch.float32, seconds=0.5)
             for r in range(args.repeats):
                 for step, times in (entries if r % 2 == 0 else entries[::-1]):
                     t = time.perf_counter()
@@ -160,9 +167,9 @@ def main() -> None:
                         step()
                     times.append((time.perf_counter() - t) / args.steps)
             t_ours, t_hf = (statistics.median(times) for _, times in entries)
-            mfu = [step_flops / t / 1e9 / peaks[precision] for t in (t_ours, t_hf)]
+            mfu = [step_flops / t / 1e9 / peak for t in (t_ours, t_hf)]
             print(f"{preset:<7}{precision:<6}{tokens / t_ours:>11,.0f}{tokens / t_hf:>10,.0f}"
-                  f"{t_hf / t_ours:>6.2f}x{mfu[0]:>10.1%}{mfu[1]:>8.1%}  "
+                  f"{t_hf / t_ours:>6.2f}x{mfu[0]:>10.1%}{mfu[1]:>8.1%}{peak:>10,.0f}  "
                   f"{losses[0]:>10.5f}{losses[1]:>10.5f}", flush=True)
             del ours, hf, entries
 
