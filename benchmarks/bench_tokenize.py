@@ -39,13 +39,13 @@ def bertctl_stage(files, vocab_size, out):
     from bertctl.config import TokenizeConfig
     from bertctl.stages import tokenize
 
-    outcome = tokenize.run(TokenizeConfig(vocab_size=vocab_size), files, out, force=True)
+    outcome = tokenize.run(TokenizeConfig(vocab_size=vocab_size), files, out)
     return outcome.manifest.stats["tokenizer"]["vocab_size"]
 
 
 def bertctl_cli(files, vocab_size, out):
     subprocess.run([sys.executable, "-m", "bertctl", "tokenize", *files, "--out", out,
-                    "--vocab-size", str(vocab_size), "--force"], check=True,
+                    "--vocab-size", str(vocab_size)], check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
@@ -67,13 +67,14 @@ def main():
           f"{args.repeats} repeats, {os.cpu_count()} cores")
     times = {"direct": [], "stage": [], "cli": []}
     with tempfile.TemporaryDirectory() as tmp:
-        out = str(Path(tmp) / "tok")
-        bertctl_stage(files, args.vocab_size, out)  # warm imports and caches for both
+        # A new --out each time: an existing artifact with the same id would be up to date.
+        outs = (str(Path(tmp) / f"tok{i}") for i in range(10 ** 6))
+        bertctl_stage(files, args.vocab_size, next(outs))  # warm imports and caches for both
         direct(files, args.vocab_size)
         for _ in range(args.repeats):
             times["direct"].append(timed(direct, files, args.vocab_size))
-            times["stage"].append(timed(bertctl_stage, files, args.vocab_size, out))
-            times["cli"].append(timed(bertctl_cli, files, args.vocab_size, out))
+            times["stage"].append(timed(bertctl_stage, files, args.vocab_size, next(outs)))
+            times["cli"].append(timed(bertctl_cli, files, args.vocab_size, next(outs)))
     med = {k: statistics.median(v) for k, v in times.items()}
     print(f"{'tokenizers trainer, direct':<44}{med['direct']:8.2f} s")
     print(f"{'bertctl tokenize (stage, in process)':<44}{med['stage']:8.2f} s   "
