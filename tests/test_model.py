@@ -476,3 +476,16 @@ def test_all_minilm_loads_under_pretraining_head(minilm_dir):
     model, report = load_model(minilm_dir, BertForPreTraining)
     assert report.missing and all(k.startswith("cls.") for k in report.missing)
     assert not report.unexpected and "cls.predictions.bias" in str(report)
+
+
+def test_regression_scores_keep_fp32_resolution_under_bf16_autocast():
+    """bf16 would round 0-5 scores to steps of 1/64, tying ranks that Spearman compares."""
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=1,
+                        num_attention_heads=2, intermediate_size=64)
+    model = BertForSequenceClassification(config, problem_type="regression").eval()
+    ids = torch.randint(5, 100, (64, 12))
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        scores = model(ids)["logits"]
+    assert scores.dtype == torch.float32
+    assert len(torch.unique(scores)) == 64

@@ -154,7 +154,14 @@ class BertForSequenceClassification(BertWithHead):
                 attention_mask: torch.Tensor | None = None,
                 labels: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         pooled = self.bert(input_ids, token_type_ids, attention_mask)["pooler_output"]
-        logits = self.classifier(self.dropout(pooled))
+        if self.problem_type == "regression":
+            # A score is read as a number, not an argmax: bf16's 8 bits of mantissa would round
+            # STS-B's 0-5 scores to steps of 1/64 and tie their ranks (Spearman). One output
+            # costs nothing to compute in fp32, under autocast or not.
+            with torch.autocast(pooled.device.type, enabled=False):
+                logits = self.classifier(self.dropout(pooled).float())
+        else:
+            logits = self.classifier(self.dropout(pooled))
         out = {"logits": logits}
         if labels is not None:
             if self.problem_type == "regression":
