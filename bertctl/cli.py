@@ -117,7 +117,7 @@ def _field_parameter(name: str, field: FieldInfo) -> inspect.Parameter:
     else:
         shown = "unset" if default is None else json.dumps(default)
     help_text = f"{field.description or ''}{hint} [default: {shown}]"
-    option = typer.Option(*flag.split("/") if kind is bool else (flag,), help=help_text,
+    option = typer.Option(flag, help=help_text,
                           show_default=False, rich_help_panel="Settings (also --config keys)")
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY,
                              annotation=Annotated[Optional[kind], option], default=None)

@@ -216,3 +216,22 @@ def test_inspect_shows_lineage(small_tokenizer, cli):
     assert "sherlock_holmes.txt" in r.stdout
     r = cli("inspect", small_tokenizer.parent / "nothing")
     assert r.exit_code == 2 and "no such artifact directory" in r.stderr
+
+
+def test_every_boolean_setting_has_an_off_flag(tmp_path, cli):
+    """`--x/--no-x` (or `--cased/--uncased`): the second spelling must switch the setting off."""
+    import typer
+
+    from bertctl.cli import app
+
+    commands = typer.main.get_command(app).commands
+    for name in ("tokenize", "build-pretrain-data", "pretrain", "finetune", "eval"):
+        for param in commands[name].params:
+            if getattr(param, "is_bool_flag", False) and param.name not in ("force", "json_output",
+                                                                            "debug", "help"):
+                assert param.secondary_opts, f"{name} {param.opts}: no off switch"
+    cfg = tmp_path / "cased.yaml"
+    cfg.write_text("cased: true\n")
+    r = cli("tokenize", CORPUS / "alice.txt", "--vocab-size", "1500", "--config", cfg,
+            "--uncased", "--out", tmp_path / "t", "--json")
+    assert r.exit_code == 0 and r.json()["config"]["cased"] is False
