@@ -136,9 +136,12 @@ def test_verify_catches_one_changed_byte_and_a_missing_file(tmp_path, cli):
 
 
 KILLABLE = r"""
-import sys, time
+import signal, sys, time
 from pathlib import Path
 from bertctl import artifacts
+# A process started in the background by a non-interactive shell (as CI may run the tests)
+# inherits SIGINT ignored; the test is about what Ctrl-C does, so restore Python's handler.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 def build(tmp):
     (tmp / "part.txt").write_text("partial")
     print("started", flush=True)
