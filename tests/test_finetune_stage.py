@@ -114,3 +114,21 @@ def test_bad_task_data(tmp_path, tiny_pretrained, cli):
     assert r.exit_code == 2 and "preset name or a family" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "m").exists()
+
+
+def test_train_from_a_saved_dataset_directory(tmp_path, tiny_pretrained, cli):
+    """`datasets`' save_to_disk output is task data too, not a preset's data directory."""
+    datasets = pytest.importorskip("datasets")
+    from bertctl.data.tasks import make_task_spec, read_examples
+
+    rows = read_examples(make_task_spec("glue/sst2"), GLUE / "SST-2" / "train.tsv")
+    saved = tmp_path / "sst2-saved"
+    datasets.Dataset.from_dict({"text": rows.text_a,
+                                "label": [int(x) for x in rows.labels]}).save_to_disk(str(saved))
+    r = cli("finetune", tiny_pretrained, saved, "--family", "single", "--text-column", "text",
+            "--label-column", "label", "--out", tmp_path / "m", "--steps", "2", *FAST, "--json")
+    assert r.exit_code == 0, r.stderr
+    m = r.json()
+    assert m["stats"]["train_examples"] == 200
+    train_ref = next(i for i in m["inputs"] if i["role"] == "train")
+    assert train_ref["kind"] == "directory" and len(train_ref["id"]) == 64

@@ -51,16 +51,42 @@ class ModelSource:
         return int(self.hf_config["vocab_size"])
 
 
-def _hf_directory_ref(path: Path, role: str) -> artifacts.InputRef:
-    """A plain Hugging Face directory is identified by the hashes of the files that define it."""
+def _digest(root: Path, files) -> tuple[str, int]:
+    """One hash for a set of files: each file's relative path and content hash, in order."""
     digest = hashlib.sha256()
     size = 0
-    for name in MODEL_FILES + TOKENIZER_FILES:
-        f = path / name
-        if f.is_file():
-            digest.update(f"{name}:{artifacts.sha256_file(f)}\n".encode())
-            size += f.stat().st_size
-    return artifacts.InputRef(role=role, kind="hf-model", id=digest.hexdigest(),
+    for f in files:
+        digest.update(f"{f.relative_to(root).as_posix()}:{artifacts.sha256_file(f)}\n".encode())
+        size += f.stat().st_size
+    return digest.hexdigest(), size
+
+
+def _hf_directory_ref(path: Path, role: str) -> artifacts.InputRef:
+    """A plain Hugging Face directory is identified by the hashes of the files that define it."""
+    files = [path / n for n in MODEL_FILES + TOKENIZER_FILES if (path / n).is_file()]
+    digest, size = _digest(path, files)
+    return artifacts.InputRef(role=role, kind="hf-model", id=digest,
+                              path=str(path.resolve()), size=size)
+
+
+# What `datasets`' save_to_disk leaves in a directory (a Dataset, or a DatasetDict).
+SAVED_DATASET_FILES = ("dataset_info.json", "state.json", "dataset_dict.json")
+
+
+def is_saved_dataset(path: Path) -> bool:
+    return path.is_dir() and any((path / n).is_file() for n in SAVED_DATASET_FILES)
+
+
+def data_input(path: Path, role: str = "data") -> artifacts.InputRef:
+    """A data file by its content hash; a save_to_disk directory by the hashes of its files."""
+    if path.is_file():
+        return artifacts.file_input(path, role)
+    if not path.is_dir():
+        raise BertctlError(f"{path}: no such file or directory")
+    digest, size = _digest(path, sorted(p for p in path.rglob("*") if p.is_file()))
+    if size == 0 and not any(path.iterdir()):
+        raise BertctlError(f"{path}: empty directory")
+    return artifacts.InputRef(role=role, kind="directory", id=digest,
                               path=str(path.resolve()), size=size)
 
 

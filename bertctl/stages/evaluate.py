@@ -11,7 +11,6 @@ the task (2 labels for a 3-label task, a regression head for classification) is 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from pathlib import Path
@@ -22,13 +21,13 @@ import numpy as np
 from bertctl import artifacts, console, evaluation
 from bertctl.config import EvalConfig
 from bertctl.errors import BertctlError
-from bertctl.stages.common import ModelSource, check_vocab, open_model
+from bertctl.stages import common
+from bertctl.stages.common import ModelSource, check_vocab, data_input, open_model
 
 METRICS_FILE = "metrics.json"
 PREDICTIONS_FILE = "predictions.tsv"
 CLASSIFIER = "BertForSequenceClassification"
 MULTIPLE_CHOICE = "BertForMultipleChoice"
-_SAVED_DATASET_FILES = ("dataset_info.json", "state.json", "dataset_dict.json")
 _FORMATS = {".tsv": "tsv", ".csv": "csv", ".json": "json", ".jsonl": "json", ".parquet": "parquet"}
 
 
@@ -152,7 +151,7 @@ def resolve_task(config: EvalConfig, source: ModelSource):
 def _task_file(spec, data: Path) -> Path:
     """A preset task's data directory (GLUE's SST-2/) stands for its dev file; any other
     directory must be one written by `datasets`' save_to_disk."""
-    if not data.is_dir() or any((data / n).is_file() for n in _SAVED_DATASET_FILES):
+    if not data.is_dir() or common.is_saved_dataset(data):
         return data
     found = spec.split_files(data)
     if "dev" in found:
@@ -277,22 +276,6 @@ def _load_task_model(source: ModelSource):
         console.log(f"{source.path}: ignored {len(report.unexpected)} checkpoint entries not "
                     f"used by {type(model).__name__}")
     return model
-
-
-def data_input(path: Path, role: str = "data") -> artifacts.InputRef:
-    """A data file by its content hash; a save_to_disk directory by the hashes of its files."""
-    if path.is_file():
-        return artifacts.file_input(path, role)
-    digest = hashlib.sha256()
-    size = 0
-    for f in sorted(p for p in path.rglob("*") if p.is_file()):
-        rel = f.relative_to(path).as_posix()
-        digest.update(f"{rel}:{artifacts.sha256_file(f)}\n".encode())
-        size += f.stat().st_size
-    if size == 0 and not any(path.iterdir()):
-        raise BertctlError(f"{path}: empty directory")
-    return artifacts.InputRef(role=role, kind="directory", id=digest.hexdigest(),
-                              path=str(path.resolve()), size=size)
 
 
 def write_predictions(path: Path, spec, predictions: np.ndarray,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bertctl import artifacts, console
+from bertctl import console
 from bertctl.config import FinetuneConfig
 from bertctl.errors import BertctlError
 from bertctl.stages import common
@@ -54,8 +54,9 @@ def label_config(spec, label_list) -> dict:
 
 
 def _data_files(spec, train: Path, dev: Path | None) -> tuple[Path, Path | None]:
-    """A file, or a preset's data directory holding its train and dev files."""
-    if train.is_dir():
+    """A file or a save_to_disk directory, or a preset's data directory holding its train and
+    dev files."""
+    if train.is_dir() and not common.is_saved_dataset(train):
         found = spec.split_files(train)
         if "train" not in found:
             raise BertctlError(f"{train}: no training file for task {spec.name} "
@@ -71,9 +72,9 @@ def run(config: FinetuneConfig, model_dir: str, train_path: str, out: str, force
     source = common.open_model(model_dir, "model")
     train_file, dev_file = _data_files(spec, Path(train_path),
                                        Path(dev_path) if dev_path else None)
-    inputs = [source.ref, artifacts.file_input(train_file, "train")]
+    inputs = [source.ref, common.data_input(train_file, "train")]
     if dev_file is not None:
-        inputs.append(artifacts.file_input(dev_file, "dev"))
+        inputs.append(common.data_input(dev_file, "dev"))
 
     def prepare(work: Path):
         import torch
