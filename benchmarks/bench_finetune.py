@@ -284,7 +284,7 @@ def main() -> None:
     print(f"model {model}\nglue {a.glue}\nepochs {a.epochs:g}, batch {a.batch_size}, lr {a.lr:g}, "
           f"max length {a.max_seq_length}, {a.precision}, warmup 0.1, weight decay 0.01, "
           f"threads {a.threads or 'torch default'}"
-          + (f", Trainer length-grouped" if a.hf_group_by_length else ""), flush=True)
+          + (", Trainer length-grouped" if a.hf_group_by_length else ""), flush=True)
 
     results = []
     for i, (task, seed) in enumerate(runs):

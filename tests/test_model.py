@@ -24,7 +24,6 @@ from bertctl.model import (
     read_config,
     save_model,
 )
-from bertctl.model.hf import load_state_dict
 
 transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()

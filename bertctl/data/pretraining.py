@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
