@@ -187,7 +187,7 @@ class PretrainingDataSettings(StageConfig):
                          "continuation (the paper's ablation).")
     validation_fraction: float = Field(0.0, ge=0, lt=1, description="Share of documents held "
                                        "out as a validation split.")
-    chunk_chars: int = Field(1 << 20, ge=1, description="Characters per chunk of documents: the "
+    chunk_chars: int = Field(1 << 18, ge=1, description="Characters per chunk of documents: the "
                              "unit of parallel work and the window random B segments come from.")
     shard_max_tokens: int = Field(1 << 28, ge=1, description="Tokens per shard file.")
     @property

@@ -13,7 +13,8 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 from bertctl.data.pretraining import (
     PretrainingDataConfig, PretrainingDataset, build_pretraining_data, decode_instances,
     read_pretraining_info, validation_documents)
-from bertctl.data.pretraining_masking import num_to_predict
+from bertctl.data.pretraining_masking import (
+    _sample_without_replacement, generator_uniform_at, hashed_uniform_at, num_to_predict)
 from bertctl.errors import BertctlError
 
 FIXTURES = Path(__file__).parent / "fixtures" / "pretrain"
@@ -134,6 +135,34 @@ def test_no_mask_on_a_special_token_and_google_prediction_count(static, tokenize
     assert masked.sum(axis=1).tolist() == expected
     assert (num_to_predict(np.array([4, 10, 13, 100, 128, 200]), 0.15, 20)
             == [1, 2, 2, 15, 19, 20]).all()  # round half to even: 13 * 0.15 = 1.95 -> 2
+
+
+@pytest.mark.parametrize("source", ["generator", "hashed"])
+def test_masked_positions_are_a_uniform_sample_without_replacement(source):
+    """Every row gets k distinct values in [0, n), ascending; each value is equally likely, also
+    for rows where k = n or k close to n (the draws run short and start over)."""
+    rows = 20_000
+    n = np.array([6, 6, 40, 100, 7] * (rows // 5))
+    k = np.array([6, 1, 20, 15, 5] * (rows // 5))
+    uniform_at = (generator_uniform_at(np.random.default_rng(0)) if source == "generator"
+                  else hashed_uniform_at(7, 0, np.arange(rows)))
+    r, v = _sample_without_replacement(n, k, uniform_at)
+    assert np.array_equal(r, np.repeat(np.arange(rows), k))
+    starts = np.cumsum(k) - k
+    for row in range(10):
+        got = v[starts[row]:starts[row] + k[row]]
+        assert np.all(np.diff(got) > 0) and got.min() >= 0 and got.max() < n[row]
+    for kind in range(5):
+        rows_of_kind = np.arange(kind, rows, 5)
+        picked = v[np.isin(r, rows_of_kind)]
+        counts = np.bincount(picked, minlength=n[kind])
+        expected = len(rows_of_kind) * k[kind] / n[kind]
+        # chi-square against the uniform inclusion probability k/n
+        chi2 = float(((counts - expected) ** 2 / expected).sum())
+        assert chi2 < 3 * n[kind] + 30, (kind, counts)
+    hashed = hashed_uniform_at(7, 0, np.arange(rows))
+    assert np.array_equal(_sample_without_replacement(n, k, hashed)[1],
+                          _sample_without_replacement(n, k, hashed)[1])
 
 
 def test_nsp_and_mask_shares(static, static_dir, tokenizer):

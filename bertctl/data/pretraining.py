@@ -22,9 +22,11 @@ Where we differ, and why:
   split (a bounded window, like NVIDIA's sharded BERT data preparation), not the whole corpus;
   with a single-document window it falls back to the same document as Google does when its
   10 draws all hit the current document (counted in the stats as random_next_same_document).
-  The default window (1 MiB of text) holds a few hundred Wikipedia-sized documents; for
+  The default window (256 KiB of text) holds about a hundred Wikipedia-sized documents; for
   book-length documents raise chunk_chars so a window holds many (memory per worker grows with
-  it), and watch random_next_same_document.
+  it), and watch random_next_same_document. It is also the unit of parallel work, so it is kept
+  small enough that the workers finish together on small corpora (with 1 MiB a 5 MB corpus gave
+  5 chunks to 2 workers: one idled through the last).
   Global order does not matter: the training loop samples indices at random.
 - Truncation draws its front/back choices as a binomial count per side instead of one coin per
   token (same distribution, no per-token loop). The random replacement token is drawn from the
@@ -61,7 +63,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from bertctl.data.pretraining_masking import (
-    KEPT, MASKED, RANDOM, SELECT_BITS, MaskingRules, apply_masking, hashed_masking_inputs,
+    KEPT, MASKED, RANDOM, MaskingRules, apply_masking, generator_uniform_at, hashed_uniform_at,
     hashed_uniform, ranges)
 from bertctl.data.pretraining_shards import (
     FORMAT, FORMAT_VERSION, ShardReader, ShardWriter, slice_tag, token_dtype, write_json)
@@ -223,14 +225,8 @@ class _ChunkBuilder:
         stats["tokens"] += int(lengths.sum())
         out = {"tokens": tokens, "lengths": lengths, "b_start": b_start}
         if self.config.masking == "static":
-            width = int(lengths.max())
-            inside = np.arange(width)[None, :] < lengths[:, None]
-            ids2d = np.zeros((n, width), dtype=np.int32)
-            ids2d[inside] = tokens
-            bits = g.integers(0, 1 << SELECT_BITS, (n, width), dtype=np.int32)
-            res = apply_masking(ids2d, lengths, b_start, self.rules, bits,
-                                lambda _stream, r, _c: g.random(len(r)))
-            out["tokens"] = ids2d[inside]
+            res = apply_masking(tokens, lengths, b_start, self.rules, generator_uniform_at(g),
+                                row_base=np.cumsum(lengths) - lengths)
             out["n_masked"] = np.bincount(res.rows, minlength=n)
             out["mask_positions"] = res.cols
             out["mask_labels"] = res.labels
@@ -709,8 +705,8 @@ class PretrainingDataset:
                 rows = np.repeat(sel, mc)
                 labels[rows, a["mask_positions"][pick].astype(np.int64)] = a["mask_labels"][pick]
         if self.info.masking == "dynamic":
-            bits, uniform_at = hashed_masking_inputs(self.mask_seed, epoch, idx, width)
-            res = apply_masking(ids, lengths, b_start, self._masking_rules(), bits, uniform_at)
+            res = apply_masking(ids, lengths, b_start, self._masking_rules(),
+                                hashed_uniform_at(self.mask_seed, epoch, idx))
             labels[res.rows, res.cols] = res.labels
         out = {"input_ids": ids, "token_type_ids": ((col >= b_start[:, None]) & inside)
                .astype(np.int64), "attention_mask": inside.astype(np.int64), "labels": labels,

@@ -1,14 +1,16 @@
-"""Masked-LM masking over a padded batch of instances, vectorised with numpy.
+"""Masked-LM masking over a batch of instances, vectorised with numpy.
 
 One function serves both masking modes: static masking (the builder, random numbers from the
 chunk's numpy Generator) and dynamic masking (the loader, random numbers from a counter-based hash
-of (seed, epoch, instance index, position), so an instance gets the same mask in the same epoch
-whatever batch it lands in and whichever process loads it).
+of (seed, epoch, instance index, draw number or position), so an instance gets the same mask in
+the same epoch whatever batch it lands in and whichever process loads it).
 
 The rules are Google's `create_masked_lm_predictions`: candidates are every position except
 [CLS] and the [SEP]s; the number of predictions is
 min(max_predictions_per_seq, max(1, round(len(tokens) * masked_lm_prob))) with len(tokens)
-counting the special tokens; candidates are taken in random order; each chosen one becomes [MASK]
+counting the special tokens; the chosen candidates are a uniformly random subset of that size
+(Google shuffles the candidates and takes the first ones; we sample without replacement, which
+draws a few numbers per prediction instead of one per position); each chosen one becomes [MASK]
 80% of the time, a random token 10% and stays itself 10%. With whole-word masking the candidates
 are words (a piece plus the `##` pieces after it), a word that would overshoot the budget is
 skipped, and the 80/10/10 draw is made once per word. (Google's reference draws it per piece even
@@ -45,11 +47,13 @@ class MaskResult:
     action: np.ndarray  # int8: MASKED / RANDOM / KEPT
 
 
-# (stream, rows, cols) -> uniforms in [0, 1), one per (row, col) pair. Stream 1 decides
-# [MASK]/random/kept, stream 2 picks the random token.
+# (stream, rows, cols) -> uniforms in [0, 1), one per (row, col) pair (the arrays broadcast
+# against each other; the result has their broadcast shape). Stream 0 orders the
+# candidates (col = a draw number, or a word's first position with whole-word masking), stream 1
+# decides [MASK]/random/kept, stream 2 picks the random token.
 UniformAt = Callable[[int, np.ndarray, np.ndarray], np.ndarray]
 
-SELECT_BITS = 22  # random bits per position for the candidate order; 9 more bits hold the column
+_ORDER_BITS = 22  # random bits of a word's sort key; 9 more bits hold its number (< 512)
 
 
 def num_to_predict(lengths: np.ndarray, masked_lm_prob: float, max_predictions: int) -> np.ndarray:
@@ -80,99 +84,163 @@ def ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return np.repeat(np.asarray(starts, dtype=np.int64) - offsets, lengths) + np.arange(total)
 
 
-def _first_k(keys: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per row, the low 9 bits (a column or word number) of the k[row] smallest keys, returned
-    as (rows, numbers) in row-major order with the numbers ascending within a row.
+def _row_major(rows: np.ndarray, values: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The first k[r] entries of each row of `values` (I, m), as (rows, values) in row-major
+    order with the values ascending within a row."""
+    take = np.arange(values.shape[1])[None, :] < k[:, None]
+    values = np.sort(np.where(take, values, np.iinfo(values.dtype).max), axis=1)
+    return np.repeat(rows, k), values[take].astype(np.int64)
 
-    Keys are unique within a row (the number is in them), so any sort algorithm gives the same
-    answer: the result does not depend on the numpy build or CPU."""
-    kmax = int(k.max(initial=0))
-    if kmax == 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    smallest = np.partition(keys, kmax - 1, axis=1)[:, :kmax] if kmax < keys.shape[1] else keys
-    smallest = np.sort(smallest, axis=1) & 511
-    take = np.arange(smallest.shape[1])[None, :] < k[:, None]
-    smallest = np.sort(np.where(take, smallest, 1 << 20), axis=1)  # ascending numbers first
-    return np.nonzero(take)[0], smallest[take].astype(np.int64)
+
+def _sample_without_replacement(n: np.ndarray, k: np.ndarray, uniform_at: UniformAt
+                                ) -> tuple[np.ndarray, np.ndarray]:
+    """A uniformly random k[r]-subset of range(n[r]) per row (k <= n <= 512), as (rows, values)
+    in row-major order, ascending within a row.
+
+    Rejection sampling: row r draws values floor(u * n[r]) with u = uniform_at(0, r, j) for
+    draw numbers j = 0, 1, ..., and keeps the first k[r] distinct ones (the sequential definition
+    of sampling without replacement). A few draws more than k suffice nearly always; the rare
+    row left short draws more. Work is O(rows x k), not O(rows x length) like ranking every
+    position, and the numbers are addressed by draw number, so the loader's hashed uniforms give
+    an instance the same sample wherever it is loaded.
+    """
+    rows_out, vals_out = [], []
+    pending = np.nonzero(k > 0)[0]
+    # Draws per row, a power of two so that (value, draw) packs into an int32 by shifting.
+    shift = max(3, int(k.max(initial=0)) + 8 - 1).bit_length()
+    drawn = 0
+    while len(pending):
+        m = 1 << shift
+        kp, np_ = k[pending], n[pending]
+        u = uniform_at(0, pending[:, None], np.arange(drawn, drawn + m)[None, :])
+        values = np.minimum((u * np_[:, None]).astype(np.int32),
+                            (np_[:, None] - 1).astype(np.int32))
+        # Sorted by (value, draw), each value's first draw comes first among its copies.
+        keyed = np.sort((values << shift) | np.arange(m, dtype=np.int32)[None, :], axis=1)
+        value = keyed >> shift
+        first = np.ones(keyed.shape, dtype=bool)
+        first[:, 1:] = value[:, 1:] != value[:, :-1]
+        done = first.sum(axis=1) >= kp
+        # The distinct values ordered by their first draw; the first k win.
+        by_draw = np.sort(np.where(first, ((keyed & (m - 1)) << 9) | value,
+                                   np.iinfo(np.int32).max), axis=1)
+        r, v = _row_major(pending[done], by_draw[done] & 511, kp[done])
+        rows_out.append(r)
+        vals_out.append(v)
+        # Rows left short start over with twice the draws (fresh numbers: draw numbers go on).
+        pending, drawn, shift = pending[~done], drawn + m, shift + 1
+    if len(rows_out) == 1:
+        return rows_out[0], vals_out[0]
+    rows, values = np.concatenate(rows_out), np.concatenate(vals_out)
+    order = np.argsort(rows, kind="stable")  # rows finished in later rounds go back in place
+    return rows[order], values[order]
 
 
 def apply_masking(ids: np.ndarray, lengths: np.ndarray, b_starts: np.ndarray, rules: MaskingRules,
-                  select_bits: np.ndarray, uniform_at: UniformAt) -> MaskResult:
-    """Mask a padded (I, T) batch of ids in place (T <= 512) and return what was predicted.
+                  uniform_at: UniformAt, row_base: np.ndarray | None = None) -> MaskResult:
+    """Mask a batch of instances in place (each at most 512 tokens) and return what was
+    predicted.
 
-    `select_bits` (I, T) holds random integers in [0, 2**SELECT_BITS): a position's value (a
-    word's first piece's, with whole-word masking) orders the candidates. `uniform_at` draws
-    the 80/10/10 decision and the random token, only where needed.
+    `ids` is a padded (I, T) array, or 1-D with instance r's tokens at
+    ids[row_base[r]:row_base[r] + lengths[r]] (the builder's packed layout, no padding).
+    `uniform_at` supplies every random number: the candidates' order, the 80/10/10 decision
+    and the random token, drawn only where needed.
     """
-    n_rows, width = ids.shape
-    assert width <= 512
-    rows = np.arange(n_rows)
-    col = np.arange(width, dtype=np.int32)[None, :]
-    cand = candidate_positions(lengths, b_starts, width)
-    n_cand = cand.sum(axis=1)
-    k = np.minimum(num_to_predict(lengths, rules.masked_lm_prob, rules.max_predictions_per_seq),
-                   n_cand)
-    top = np.int32(np.iinfo(np.int32).max)
+    lengths = np.asarray(lengths, dtype=np.int64)
+    b_starts = np.asarray(b_starts, dtype=np.int64)
+    n_rows = len(lengths)
+    assert int(lengths.max(initial=0)) <= 512
+    if ids.ndim == 2:
+        row_base = np.arange(n_rows, dtype=np.int64) * ids.shape[1]
+    flat_ids = ids.reshape(-1)  # a view: writes go to ids
 
     if not rules.whole_word_mask:
-        # Random order of the candidates = ascending key; the first k win.
-        keys = np.where(cand, (select_bits.astype(np.int32) << 9) | col, top)
-        pr, pc = _first_k(keys, k)
+        # Candidates are A's tokens (columns 1..la) then B's (la+2..): number them 0..n-1,
+        # sample among the numbers, and skip the middle [SEP] when mapping back to columns.
+        has_b = b_starts < lengths
+        n_cand = lengths - 2 - has_b
+        k = np.minimum(num_to_predict(lengths, rules.masked_lm_prob,
+                                      rules.max_predictions_per_seq), n_cand)
+        pr, v = _sample_without_replacement(n_cand, k, uniform_at)
+        pc = v + 1 + (v >= b_starts[pr] - 2)
         action_u = uniform_at(1, pr, pc)
     else:
-        # A word starts at every candidate that is not a `##` piece directly after another
-        # candidate (so a `##` piece right after [CLS]/[SEP], left by truncation, starts a word)
-        # and runs over the candidates after it that do not start a word. Flat (row-major)
-        # indices throughout: much cheaper than 2-D fancy indexing.
-        prev_cand = np.zeros_like(cand)
-        prev_cand[:, 1:] = cand[:, :-1]
-        start = cand & ~(rules.is_continuation[ids] & prev_cand)
-        next_continues = np.zeros_like(cand)
-        next_continues[:, :-1] = cand[:, 1:] & ~start[:, 1:]
-        first = np.flatnonzero(start)                       # each word's first cell
-        last = np.flatnonzero(cand & ~next_continues)       # each word's last cell
-        size = last - first + 1
-        wrow = first // width
-        n_words = np.bincount(wrow, minlength=n_rows)
-        row_first_word = np.cumsum(n_words) - n_words
-        wnum = np.arange(len(first)) - row_first_word[wrow]  # word number within its row
-        slot = wrow * width + wnum                           # (row, word number), flat
-        keys = np.full(n_rows * width, top, dtype=np.int32)
-        keys[slot] = (select_bits.ravel()[first].astype(np.int32) << 9) | wnum
-        order = np.minimum(np.sort(keys.reshape(n_rows, width), axis=1) & 511, width - 1)
-        size_at = np.zeros(n_rows * width, dtype=np.int64)
-        size_at[slot] = size
-        # Google's greedy pass over the shuffled words, one rank at a time for the rows still
-        # open: take a word if it fits in what is left of the budget, otherwise skip it.
-        taken = np.zeros(n_rows * width, dtype=bool)
-        count = np.zeros(n_rows, dtype=np.int64)
-        active = rows[(k > 0) & (n_words > 0)]
-        for rank in range(int(n_words.max(initial=0))):
-            at = active * width + order[active, rank]
-            fits = count[active] + size_at[at] <= k[active]
-            taken[at[fits]] = True
-            count[active[fits]] += size_at[at[fits]]
-            active = active[(count[active] < k[active]) & (rank + 1 < n_words[active])]
-            if not len(active):
-                break
-        chosen_words = np.nonzero(taken[slot])[0]           # ascending = row-major cell order
-        w_first, w_size = first[chosen_words], size[chosen_words]
-        word_u = uniform_at(1, wrow[chosen_words], w_first - wrow[chosen_words] * width)
-        cells = ranges(w_first, w_size)
-        pr = cells // width
-        pc = cells - pr * width
-        action_u = np.repeat(word_u, w_size)                # one draw per word
+        if ids.ndim == 2:
+            padded = ids
+        else:
+            width = int(lengths.max(initial=0))
+            padded = np.zeros((n_rows, width), dtype=ids.dtype)
+            padded[np.arange(width)[None, :] < lengths[:, None]] = ids[ranges(row_base, lengths)]
+        pr, pc, action_u = _whole_word_choice(padded, lengths, b_starts, rules, uniform_at)
 
-    labels = ids[pr, pc].copy()
+    at = row_base[pr] + pc
+    labels = flat_ids[at]
     action = np.where(action_u < 0.8, MASKED, np.where(action_u < 0.9, KEPT, RANDOM))
     action = action.astype(np.int8)
-    ids[pr[action == MASKED], pc[action == MASKED]] = rules.mask_id
-    rr, rc = pr[action == RANDOM], pc[action == RANDOM]
-    if len(rr):
+    flat_ids[at[action == MASKED]] = rules.mask_id
+    rnd = action == RANDOM
+    if rnd.any():
         n_rep = len(rules.replacement_ids)
-        pick = np.minimum((uniform_at(2, rr, rc) * n_rep).astype(np.int64), n_rep - 1)
-        ids[rr, rc] = rules.replacement_ids[pick]
+        pick = np.minimum((uniform_at(2, pr[rnd], pc[rnd]) * n_rep).astype(np.int64), n_rep - 1)
+        flat_ids[at[rnd]] = rules.replacement_ids[pick]
     return MaskResult(pr, pc, labels, action)
+
+
+def _whole_word_choice(ids: np.ndarray, lengths: np.ndarray, b_starts: np.ndarray,
+                       rules: MaskingRules, uniform_at: UniformAt) -> tuple[np.ndarray, ...]:
+    """Whole-word masking's predicted (rows, cols) of a padded batch, and each one's 80/10/10
+    uniform (one per word)."""
+    n_rows, width = ids.shape
+    rows = np.arange(n_rows)
+    cand = candidate_positions(lengths, b_starts, width)
+    k = np.minimum(num_to_predict(lengths, rules.masked_lm_prob,
+                                  rules.max_predictions_per_seq), cand.sum(axis=1))
+    # A word starts at every candidate that is not a `##` piece directly after another
+    # candidate (so a `##` piece right after [CLS]/[SEP], left by truncation, starts a word)
+    # and runs over the candidates after it that do not start a word. Flat (row-major)
+    # indices throughout: much cheaper than 2-D fancy indexing.
+    prev_cand = np.zeros_like(cand)
+    prev_cand[:, 1:] = cand[:, :-1]
+    start = cand & ~(rules.is_continuation[ids] & prev_cand)
+    next_continues = np.zeros_like(cand)
+    next_continues[:, :-1] = cand[:, 1:] & ~start[:, 1:]
+    first = np.flatnonzero(start)                       # each word's first cell
+    last = np.flatnonzero(cand & ~next_continues)       # each word's last cell
+    size = last - first + 1
+    wrow = first // width
+    n_words = np.bincount(wrow, minlength=n_rows)
+    row_first_word = np.cumsum(n_words) - n_words
+    wnum = np.arange(len(first)) - row_first_word[wrow]  # word number within its row
+    slot = wrow * width + wnum                           # (row, word number), flat
+    # Random order of a row's words = ascending key (random bits, then the word number).
+    order_bits = (uniform_at(0, wrow, first - wrow * width) * (1 << _ORDER_BITS))
+    keys = np.full(n_rows * width, np.iinfo(np.int32).max, dtype=np.int32)
+    keys[slot] = (order_bits.astype(np.int32) << 9) | wnum.astype(np.int32)
+    order = np.minimum(np.sort(keys.reshape(n_rows, width), axis=1) & 511, width - 1)
+    size_at = np.zeros(n_rows * width, dtype=np.int64)
+    size_at[slot] = size
+    # Google's greedy pass over the shuffled words, one rank at a time for the rows still
+    # open: take a word if it fits in what is left of the budget, otherwise skip it.
+    taken = np.zeros(n_rows * width, dtype=bool)
+    count = np.zeros(n_rows, dtype=np.int64)
+    active = rows[(k > 0) & (n_words > 0)]
+    for rank in range(int(n_words.max(initial=0))):
+        at = active * width + order[active, rank]
+        fits = count[active] + size_at[at] <= k[active]
+        taken[at[fits]] = True
+        count[active[fits]] += size_at[at[fits]]
+        active = active[(count[active] < k[active]) & (rank + 1 < n_words[active])]
+        if not len(active):
+            break
+    chosen_words = np.nonzero(taken[slot])[0]           # ascending = row-major cell order
+    w_first, w_size = first[chosen_words], size[chosen_words]
+    word_u = uniform_at(1, wrow[chosen_words], w_first - wrow[chosen_words] * width)
+    cells = ranges(w_first, w_size)
+    pr = cells // width
+    pc = cells - pr * width
+    action_u = np.repeat(word_u, w_size)                # one draw per word
+
+    return pr, pc, action_u
 
 
 # ---- counter-based random numbers for dynamic masking ----------------------------------------
@@ -211,13 +279,17 @@ def hashed_uniform(seed: int, epoch: int, index: np.ndarray, col: np.ndarray,
         np.float64) * (1.0 / (1 << 53))
 
 
-def hashed_masking_inputs(seed: int, epoch: int, indices: np.ndarray,
-                          width: int) -> tuple[np.ndarray, UniformAt]:
-    """`select_bits` and `uniform_at` for `apply_masking`, keyed by instance index."""
+def generator_uniform_at(g: np.random.Generator) -> UniformAt:
+    """`uniform_at` for `apply_masking` drawing from `g` in call order (the builder's static
+    masks: one generator per chunk, so the numbers depend only on the chunk)."""
+    return lambda _stream, rows, cols: g.random(np.broadcast_shapes(np.shape(rows),
+                                                                    np.shape(cols)))
+
+
+def hashed_uniform_at(seed: int, epoch: int, indices: np.ndarray) -> UniformAt:
+    """`uniform_at` for `apply_masking`, keyed by instance index (rows are batch positions)."""
     indices = np.asarray(indices, dtype=np.int64)
-    bits = hashed_bits(seed, epoch, indices[:, None], np.arange(width)[None, :], 0)
-    select = (bits >> np.uint64(64 - SELECT_BITS)).astype(np.int32)
 
     def uniform_at(stream: int, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
         return hashed_uniform(seed, epoch, indices[rows], cols, stream)
-    return select, uniform_at
+    return uniform_at
