@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
 from bertctl.errors import BertctlError
 
@@ -263,6 +263,11 @@ class TrainingSettings(StageConfig):
                                                    "available (cuda:LOCAL_RANK under torchrun).",
                                                    json_schema_extra=_RUN_ONLY)
 
+    @field_validator("resume_from", mode="before")
+    @classmethod
+    def _step_number(cls, value: Any) -> Any:
+        return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
     @model_validator(mode="after")
     def _length(self):
         if (self.steps is None) == (self.epochs is None):
@@ -270,13 +275,11 @@ class TrainingSettings(StageConfig):
         return self
 
     def train_settings(self, **extra):
-        """The loop's own settings object."""
+        """The loop's settings: these plus `extra` (its code-only ones, see loop.TrainSettings)."""
         from bertctl.train.loop import TrainSettings
 
-        resume = int(self.resume_from) if self.resume_from.isdigit() else self.resume_from
-        fields = set(TrainSettings.__dataclass_fields__)
-        values = {k: v for k, v in self.model_dump().items() if k in fields}
-        return TrainSettings(**{**values, "resume_from": resume, **extra})
+        own = self.model_dump(include=set(TrainSettings.model_fields))  # e.g. pretrain's total_steps
+        return TrainSettings(**{**own, **extra})
 
 
 class PretrainConfig(TrainingSettings):

@@ -393,9 +393,11 @@ def test_fp16_on_cpu_is_refused(tmp_path):
     (dict(steps=2, epochs=1), "exactly one of steps and epochs"),
     (dict(batch_size=8), "exactly one of steps and epochs"),
     (dict(steps=2, batch_size=1000), "larger than the training data"),
-    (dict(steps=2, precision="fp8"), "precision must be one of"),
+    (dict(steps=2, precision="fp8"), "train settings: setting .precision. = .fp8.: Input should be"),
     (dict(steps=4, total_steps=3), "total_steps 3 is before"),
-    (dict(steps=2, resume_from="newest"), "resume_from must be"),
+    (dict(steps=2, resume_from="newest"), "setting .resume_from. = .newest.: String should match"),
+    (dict(steps=2, lr=0), "setting .lr. = 0: Input should be greater than 0"),
+    (dict(steps=2, betas=(0.9, 1.0)), "betas must be in \\[0, 1\\)"),
 ])
 def test_bad_settings_are_user_errors(tmp_path, settings, match):
     with pytest.raises(BertctlError, match=match) as err:

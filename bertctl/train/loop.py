@@ -26,12 +26,14 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 import torch
+from pydantic import Field, field_validator
 from torch import nn
 
+from bertctl.config import TrainingSettings
 from bertctl.data.collate import length_grouped_batches
 from bertctl.errors import BertctlError
 from bertctl.train import checkpoint as ckpt
@@ -39,7 +41,6 @@ from bertctl.train import distributed as dist
 from bertctl.train.optim import lr_at, make_optimizer, set_lr, warmup_steps
 
 METRICS_FILE = "metrics.jsonl"
-PRECISIONS = ("fp32", "bf16", "fp16")
 
 
 @runtime_checkable
@@ -64,71 +65,41 @@ class TrainingDiverged(BertctlError):
     exit_code = 1
 
 
-@dataclass
-class TrainSettings:
-    """How to train; the stages fill this from their validated config.
+class TrainSettings(TrainingSettings):
+    """How to train: the stages' settings (`config.TrainingSettings`, where each one is described
+    and checked) plus those that only code sets. Checked when built: a bad value raises a
+    `SettingsError` naming it. The defaults suit a call from code: no checkpoints (the stages
+    checkpoint every 200 steps), and keep_last=None keeps every checkpoint.
 
     Step numbers (log/eval/checkpoint cadences, stop_after, resume_from, checkpoint names) are
-    global: a continued phase with start_step=900_000 logs step 900_001 first.
+    global: a continued phase with start_step=900_000 logs step 900_001 first. batch_size is
+    GLOBAL, over all ranks; micro_batch_size defaults to batch_size / world size; warmup below 1
+    is a fraction of total_steps, otherwise a step count.
     """
 
-    steps: int | None = None            # optimizer steps in this run (or give epochs)
-    epochs: float | None = None         # passes over the data; steps = round(epochs * steps/epoch)
-    batch_size: int = 32                # GLOBAL examples per optimizer step, over all ranks
-    micro_batch_size: int | None = None  # examples per forward/backward; default batch/world
-    lr: float = 1e-4                    # peak learning rate
-    weight_decay: float = 0.01          # decoupled (AdamW); never on biases and LayerNorm
+    where: ClassVar[str] = "train settings"
+
+    checkpoint_every: int | None = Field(None, ge=1)
+    keep_last: int | None = Field(2, ge=1)
     betas: tuple[float, float] = (0.9, 0.999)
-    eps: float = 1e-6                   # BERT's Adam epsilon (PyTorch's default is 1e-8)
-    warmup: float = 0.1                 # < 1: fraction of total_steps; >= 1: a step count
-    max_grad_norm: float | None = 1.0   # None: no clipping (the norm is still logged)
-    precision: str = "fp32"             # fp32 | bf16 (autocast, CPU or GPU) | fp16 (CUDA only)
-    seed: int = 0                       # data order, dropout
-    log_every: int = 10
-    eval_every: int | None = None       # None: at the end of every epoch and of the run
-    checkpoint_every: int | None = None  # None: no checkpoints (so no resume)
-    keep_last: int | None = 2           # checkpoints kept; None keeps all
-    group_by_length: bool = False       # batch similar lengths together (needs data.lengths)
-    device: str = "auto"                # auto | cpu | cuda (cuda:LOCAL_RANK under torchrun)
-    start_step: int = 0                 # continue the step count of an earlier phase ...
-    total_steps: int | None = None      # ... and its schedule (default start_step + steps)
-    resume_from: int | str = "latest"   # latest | a checkpoint step | never
-    stop_after: int | None = None       # stop at this global step as if interrupted
-    find_unused_parameters: bool = False  # DDP: set when some parameters get no gradient
-                                          # (e.g. the NSP head of MLM-only pretraining)
+    eps: float = Field(1e-6, gt=0)       # BERT's Adam epsilon (PyTorch's default is 1e-8)
+    start_step: int = Field(0, ge=0)     # continue the step count of an earlier phase ...
+    total_steps: int | None = Field(None, ge=1)  # ... and its schedule (default: its end)
+    stop_after: int | None = Field(None, ge=0)   # stop at this global step as if interrupted
+    # DDP: set when some parameters get no gradient (the NSP head of MLM-only pretraining).
+    find_unused_parameters: bool = False
 
-    def validate(self) -> None:
-        def bad(what: str) -> BertctlError:
-            return BertctlError(f"train settings: {what}")
+    @field_validator("betas")
+    @classmethod
+    def _betas_in_range(cls, betas: tuple[float, float]) -> tuple[float, float]:
+        if not all(0 <= b < 1 for b in betas):
+            raise ValueError("betas must be in [0, 1)")
+        return betas
 
-        if (self.steps is None) == (self.epochs is None):
-            raise bad("give exactly one of steps and epochs")
-        if self.steps is not None and self.steps < 1:
-            raise bad(f"steps must be >= 1, got {self.steps}")
-        if self.epochs is not None and not self.epochs > 0:
-            raise bad(f"epochs must be > 0, got {self.epochs}")
-        for name in ("batch_size", "log_every"):
-            if getattr(self, name) < 1:
-                raise bad(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("micro_batch_size", "eval_every", "checkpoint_every", "keep_last"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise bad(f"{name} must be >= 1 (or unset), got {value}")
-        if not self.lr > 0:
-            raise bad(f"lr must be > 0, got {self.lr}")
-        if self.weight_decay < 0 or self.warmup < 0 or self.eps <= 0:
-            raise bad("weight_decay and warmup must be >= 0 and eps > 0")
-        if not all(0 <= b < 1 for b in self.betas):
-            raise bad(f"betas must be in [0, 1), got {self.betas}")
-        if self.max_grad_norm is not None and not self.max_grad_norm > 0:
-            raise bad(f"max_grad_norm must be > 0 (or unset), got {self.max_grad_norm}")
-        if self.precision not in PRECISIONS:
-            raise bad(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
-        if self.start_step < 0:
-            raise bad(f"start_step must be >= 0, got {self.start_step}")
-        if not (self.resume_from in ("latest", "never")
-                or (isinstance(self.resume_from, int) and self.resume_from >= 0)):
-            raise bad(f"resume_from must be 'latest', 'never' or a step, got {self.resume_from!r}")
+    @property
+    def resume_step(self) -> int | str:
+        """resume_from as "latest", "never" or a step number."""
+        return int(self.resume_from) if self.resume_from.isdigit() else self.resume_from
 
 
 @dataclass
@@ -307,7 +278,6 @@ def train(model: nn.Module, train_data: DataSource, settings: TrainSettings, wor
         ratio (e.g. MLM accuracy = (correct, predicted)). Tensors are fine (no sync needed).
     """
     s = settings
-    s.validate()
     if select is not None and (evaluate is None or select[1] not in ("max", "min")):
         raise BertctlError("train: select needs an evaluate function and a mode 'max' or 'min'")
     work_dir = Path(work_dir)
@@ -343,7 +313,7 @@ def train(model: nn.Module, train_data: DataSource, settings: TrainSettings, wor
         work_dir.mkdir(parents=True, exist_ok=True)
         ckpt.remove_stale_tmp(work_dir)
     dist.barrier()
-    found = ckpt.find_resume_checkpoint(work_dir, s.resume_from)
+    found = ckpt.find_resume_checkpoint(work_dir, s.resume_step)
     data_key = {"num_examples": len(train_data), "batch_size": s.batch_size, "seed": s.seed,
                 "group_by_length": s.group_by_length, "start_step": s.start_step}
     step = s.start_step
