@@ -33,6 +33,10 @@ Kind = Literal["tokenizer", "pretrain-data", "model", "eval"]
 # The layout version of each kind this code writes and can read. Bump one when its files change
 # in a way older readers would misread.
 SCHEMA_VERSIONS: dict[str, int] = {"tokenizer": 1, "pretrain-data": 1, "model": 1, "eval": 1}
+# Raised when the code makes a different output from the same settings and inputs (the schema,
+# what the files look like, stays), so an artifact made before is not taken as up to date.
+# pretrain-data 2: masked positions sampled per prediction; model 2: length-grouping windows of 8.
+REVISIONS: dict[str, int] = {"pretrain-data": 2, "model": 2}
 _TMP_MARK = ".tmp-"
 
 
@@ -122,6 +126,7 @@ def compute_id(kind: str, config: dict[str, Any], inputs: list[InputRef]) -> str
     payload = {
         "kind": kind,
         "schema_version": SCHEMA_VERSIONS[kind],
+        **({"revision": REVISIONS[kind]} if kind in REVISIONS else {}),
         "config": config,
         "inputs": sorted([i.role, i.kind, i.id] for i in inputs),
     }

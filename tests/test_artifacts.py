@@ -24,7 +24,7 @@ def _build(content="x"):
     return build
 
 
-def test_id_is_stable_and_depends_on_config_and_inputs(tmp_path):
+def test_id_is_stable_and_depends_on_config_and_inputs(tmp_path, monkeypatch):
     f = tmp_path / "in.txt"
     f.write_text("hello")
     ref = artifacts.file_input(f, "corpus")
@@ -32,6 +32,10 @@ def test_id_is_stable_and_depends_on_config_and_inputs(tmp_path):
     assert a == artifacts.compute_id("tokenizer", {"b": [1, 2], "a": 1}, [ref])
     assert a != artifacts.compute_id("tokenizer", {"a": 2, "b": [1, 2]}, [ref])
     assert a != artifacts.compute_id("model", {"a": 1, "b": [1, 2]}, [ref])
+    # a new revision of the code behind a kind gives its artifacts new ids
+    before = artifacts.compute_id("model", {"a": 1}, [ref])
+    monkeypatch.setitem(artifacts.REVISIONS, "model", artifacts.REVISIONS["model"] + 1)
+    assert artifacts.compute_id("model", {"a": 1}, [ref]) != before
     # The same content elsewhere is the same input; different content is not.
     g = tmp_path / "copy.txt"
     g.write_text("hello")
