@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from bertctl import metrics as metrics_mod
 from bertctl.data.collate import length_grouped_batches
 from bertctl.data.tasks import TaskFeatures, TaskSpec, make_batch
+from bertctl.train import distributed as dist
 
 Batches = Iterable[tuple[np.ndarray, dict[str, torch.Tensor]]]
 Progress = Callable[[int], None]  # called with the number of examples just done
@@ -188,8 +189,12 @@ def evaluate_pretraining(model: torch.nn.Module, dataset, batch_size: int,
     mlm_sum = mlm_correct = 0.0
     mlm_count = 0
     nsp_sum = nsp_correct = 0.0
+    # Under torchrun each rank scores every world-th batch and the sums are added over ranks
+    # (every rank must call this); a single process scores them all.
+    batches = length_grouped_batches(lengths[subset], batch_size, seed=None)
+    batches = batches[dist.rank()::dist.world_size()]
     with inference(model, device, precision):
-        for local in length_grouped_batches(lengths[subset], batch_size, seed=None):
+        for local in batches:
             indices = subset[local]
             batch = _to_device(dataset.batch(indices, epoch=0), device)
             out = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"],
@@ -207,6 +212,11 @@ def evaluate_pretraining(model: torch.nn.Module, dataset, batch_size: int,
                 nsp_correct += float((nsp_logits.argmax(-1) == nsp_labels).sum())
             if progress is not None:
                 progress(len(indices))
+    sums = dist.all_reduce_sum(torch.tensor(
+        [mlm_sum, mlm_correct, mlm_count, nsp_sum, nsp_correct], dtype=torch.float64,
+        device=device)).tolist()
+    mlm_sum, mlm_correct, nsp_sum, nsp_correct = sums[0], sums[1], sums[3], sums[4]
+    mlm_count = int(sums[2])
     examples = len(subset)
     mlm_loss = mlm_sum / mlm_count if mlm_count else float("nan")
     result = {"mlm_loss": mlm_loss,

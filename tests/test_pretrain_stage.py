@@ -131,3 +131,32 @@ def test_bad_inputs(tmp_path, pretrain_data, small_tokenizer, minilm_dir, cli):
             "--precision", "fp16", "--device", "cpu")
     assert r.exit_code == 2 and "bf16" in r.stderr
     assert not out.exists()
+
+
+def test_validation_is_shared_between_ranks(tiny_pretrained, pretrain_data, monkeypatch):
+    """Under torchrun each rank scores every world-th validation batch and the sums are added:
+    rank 0's result after the reduction equals one process scoring everything."""
+    import torch
+
+    from bertctl import evaluation
+    from bertctl.data.pretraining import PretrainingDataset
+    from bertctl.model.hf import load_model
+
+    torch.manual_seed(0)
+    model, _ = load_model(tiny_pretrained)
+    data = PretrainingDataset(pretrain_data, "validation")
+    whole = evaluation.evaluate_pretraining(model, data, 4, "cpu")
+    assert len(data) > 8  # several batches to share out
+
+    sums = {}
+    monkeypatch.setattr(evaluation.dist, "world_size", lambda: 2)
+    for rank in (1, 0):  # rank 1 first; rank 0's "all-reduce" then adds rank 1's sums
+        monkeypatch.setattr(evaluation.dist, "rank", lambda rank=rank: rank)
+        monkeypatch.setattr(evaluation.dist, "all_reduce_sum",
+                            lambda t, rank=rank: sums.setdefault(rank, t.clone())
+                            + (sums[1] if rank == 0 else 0))
+        shared = evaluation.evaluate_pretraining(model, data, 4, "cpu")
+    assert sums[0][2] > 0 and sums[1][2] > 0  # each rank predicted part of the masked tokens
+    assert shared.keys() == whole.keys()
+    for key, value in whole.items():
+        assert shared[key] == pytest.approx(value, rel=1e-6), key
