@@ -152,7 +152,6 @@ def apply_masking(ids: np.ndarray, lengths: np.ndarray, b_starts: np.ndarray, ru
     assert int(lengths.max(initial=0)) <= 512
     if ids.ndim == 2:
         row_base = np.arange(n_rows, dtype=np.int64) * ids.shape[1]
-    flat_ids = ids.reshape(-1)  # a view: writes go to ids
 
     if not rules.whole_word_mask:
         # Candidates are A's tokens (columns 1..la) then B's (la+2..): number them 0..n-1,
@@ -173,16 +172,16 @@ def apply_masking(ids: np.ndarray, lengths: np.ndarray, b_starts: np.ndarray, ru
             padded[np.arange(width)[None, :] < lengths[:, None]] = ids[ranges(row_base, lengths)]
         pr, pc, action_u = _whole_word_choice(padded, lengths, b_starts, rules, uniform_at)
 
-    at = row_base[pr] + pc
-    labels = flat_ids[at]
+    at = row_base[pr] + pc  # flat (C-order) indices: np.take / np.put address any ids that way
+    labels = np.take(ids, at)
     action = np.where(action_u < 0.8, MASKED, np.where(action_u < 0.9, KEPT, RANDOM))
     action = action.astype(np.int8)
-    flat_ids[at[action == MASKED]] = rules.mask_id
+    np.put(ids, at[action == MASKED], rules.mask_id)
     rnd = action == RANDOM
     if rnd.any():
         n_rep = len(rules.replacement_ids)
         pick = np.minimum((uniform_at(2, pr[rnd], pc[rnd]) * n_rep).astype(np.int64), n_rep - 1)
-        flat_ids[at[rnd]] = rules.replacement_ids[pick]
+        np.put(ids, at[rnd], rules.replacement_ids[pick])
     return MaskResult(pr, pc, labels, action)
 
 
