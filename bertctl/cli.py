@@ -228,13 +228,15 @@ def pretrain(settings: PretrainConfig, out: Path, force: bool,
                             model_config=str(model_config) if model_config else None)
 
 
+ModelArgument = Annotated[Path, typer.Argument(
+    help="A model artifact or a local Hugging Face BERT directory.", show_default=False)]
+
+
 @stage("finetune", FinetuneConfig, help="Fine-tune a model artifact or Hugging Face BERT "
        "directory on a task (sentence or pair classification, regression, multiple choice) "
        "into a model artifact with the task head. Runs data-parallel under torchrun.")
 def finetune(settings: FinetuneConfig, out: Path, force: bool,
-             model: Annotated[Path, typer.Argument(
-                 help="A model artifact or a local Hugging Face BERT directory.",
-                 show_default=False)],
+             model: ModelArgument,
              train: Annotated[Path, typer.Argument(
                  help="The training file (TSV, CSV, JSON lines, parquet or a saved dataset "
                       "directory), or a preset task's data directory.", show_default=False)],
@@ -251,9 +253,7 @@ def finetune(settings: FinetuneConfig, out: Path, force: bool,
        "predictions) or, for a pretrain-data artifact, its masked-LM loss, accuracy and "
        "perplexity, into an eval artifact.")
 def evaluate(settings: EvalConfig, out: Path, force: bool,
-             model: Annotated[Path, typer.Argument(
-                 help="A model artifact or a local Hugging Face BERT directory.",
-                 show_default=False)],
+             model: ModelArgument,
              data: Annotated[Path, typer.Argument(
                  help="A task data file (.tsv/.csv/.jsonl/.parquet or a save_to_disk directory), "
                       "or a pretrain-data artifact.", show_default=False)]):

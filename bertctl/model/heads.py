@@ -34,9 +34,13 @@ class BertWithHead(nn.Module):
             if name != "bert":
                 child.apply(lambda m: init_bert_weights(m, self.config.initializer_range))
 
-    def _classifier_dropout(self) -> nn.Dropout:
+    def _add_classifier(self, num_outputs: int) -> None:
+        """HF's classifier head: `dropout` (classifier_dropout, else the hidden dropout) then a
+        linear `classifier`, initialised; the names match HF's weights."""
         p = self.config.classifier_dropout
-        return nn.Dropout(self.config.hidden_dropout_prob if p is None else p)
+        self.dropout = nn.Dropout(self.config.hidden_dropout_prob if p is None else p)
+        self.classifier = nn.Linear(self.config.hidden_size, num_outputs)
+        self._init_head()
 
     def hf_config(self) -> dict[str, Any]:
         """Keys this head adds to config.json (num_labels, problem_type, ...)."""
@@ -146,9 +150,7 @@ class BertForSequenceClassification(BertWithHead):
         if problem_type == "regression" and num_labels != 1:
             raise ValueError(f"regression has one output, got num_labels={num_labels}")
         self.num_labels, self.problem_type = num_labels, problem_type
-        self.dropout = self._classifier_dropout()
-        self.classifier = nn.Linear(config.hidden_size, num_labels)
-        self._init_head()
+        self._add_classifier(num_labels)
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None,
@@ -191,9 +193,7 @@ class BertForMultipleChoice(BertWithHead):
 
     def __init__(self, config: BertConfig):
         super().__init__(config)
-        self.dropout = self._classifier_dropout()
-        self.classifier = nn.Linear(config.hidden_size, 1)
-        self._init_head()
+        self._add_classifier(1)
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None,
@@ -252,9 +252,7 @@ class BertForTokenClassification(BertWithHead):
     def __init__(self, config: BertConfig, num_labels: int = 2):
         super().__init__(config)
         self.num_labels = num_labels
-        self.dropout = self._classifier_dropout()
-        self.classifier = nn.Linear(config.hidden_size, num_labels)
-        self._init_head()
+        self._add_classifier(num_labels)
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None,
