@@ -184,7 +184,8 @@ class PretrainingDataSettings(StageConfig):
         "static", description="static: masks drawn here (Google); dynamic: pretrain draws new "
         "masks every epoch (RoBERTa).")
     no_nsp: bool = Field(False, description="No next-sentence prediction: B is always the real "
-                         "continuation (the paper's ablation).")
+                         "continuation (the paper's ablation).",
+                         json_schema_extra={"flag": "--no-nsp/--nsp"})
     validation_fraction: float = Field(0.0, ge=0, lt=1, description="Share of documents held "
                                        "out as a validation split.")
     chunk_chars: int = Field(1 << 18, ge=1, description="Characters per chunk of documents: the "
