@@ -29,10 +29,11 @@ from bertctl.errors import BertctlError, IntegrityError
 
 FORMAT = "bertctl-artifact"
 MANIFEST = "artifact.json"
-Kind = Literal["tokenizer", "pretrain-data", "model", "eval"]
+Kind = Literal["tokenizer", "pretrain-data", "model", "eval", "report"]
 # The layout version of each kind this code writes and can read. Bump one when its files change
 # in a way older readers would misread.
-SCHEMA_VERSIONS: dict[str, int] = {"tokenizer": 1, "pretrain-data": 1, "model": 1, "eval": 1}
+SCHEMA_VERSIONS: dict[str, int] = {"tokenizer": 1, "pretrain-data": 1, "model": 1, "eval": 1,
+                                   "report": 1}
 # Raised when the code makes a different output from the same settings and inputs (the schema,
 # what the files look like, stays), so an artifact made before is not taken as up to date.
 # pretrain-data 2: masked positions sampled per prediction; model 2: length-grouping windows of 8.
@@ -347,22 +348,3 @@ def _replace(tmp: Path, out: Path) -> None:
     os.replace(tmp, out)
     shutil.rmtree(old, ignore_errors=True)
 
-
-# ---------------------------------------------------------------------------------------------
-# Lineage
-
-def lineage_lines(ref_inputs: list[InputRef], depth: int = 1) -> list[str]:
-    """The chain of parents as indented lines, back to the source files."""
-    lines = []
-    for ref in ref_inputs:
-        pad = "  " * depth
-        if ref.kind == "file":
-            size = f", {ref.size:,} bytes" if ref.size is not None else ""
-            lines.append(f"{pad}{ref.role}: file {ref.path} (sha256 {ref.id[:12]}{size})")
-        else:
-            lines.append(f"{pad}{ref.role}: {ref.kind} {ref.id} at {ref.path}")
-            if ref.config:
-                settings = ", ".join(f"{k}={v}" for k, v in ref.config.items())
-                lines.append(f"{pad}  settings: {settings}")
-            lines.extend(lineage_lines(ref.inputs, depth + 1))
-    return lines

@@ -24,7 +24,7 @@ from pydantic.fields import FieldInfo
 import bertctl
 from bertctl import console
 from bertctl.config import (BuildPretrainDataConfig, EvalConfig, FinetuneConfig, PretrainConfig,
-                            StageConfig, TokenizeConfig, resolve)
+                            ReportConfig, StageConfig, TokenizeConfig, resolve)
 from bertctl.errors import BertctlError
 
 app = typer.Typer(
@@ -275,6 +275,34 @@ def inspect_artifact(
 
     with _handled(json_output, debug):
         stage_module.run(directory, verify=verify, json_output=json_output)
+
+
+@stage("report", ReportConfig, help="One self-contained HTML page (plots inline, no network "
+       "needed) for one or several artifacts: training curves, metrics, confusion matrices, "
+       "lineage; for several runs a side-by-side table, overlaid curves and mean +- sd over "
+       "seeds. The page is a report artifact.")
+def report(settings: ReportConfig, out: Path, force: bool,
+           artifact: Annotated[list[Path], typer.Argument(
+               help="The artifacts to show (any kind).", show_default=False)]):
+    from bertctl.stages import report as stage_module
+
+    return stage_module.run(settings, [str(a) for a in artifact], str(out), force)
+
+
+@app.command("diff")
+def diff_artifacts(
+    a: Annotated[Path, typer.Argument(help="An artifact directory.", show_default=False)],
+    b: Annotated[Path, typer.Argument(help="Another artifact directory.", show_default=False)],
+    json_output: Annotated[bool, typer.Option("--json", help="Print the differences as one "
+                                              "JSON object.")] = False,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
+):
+    """What differs between two artifacts' lineages (settings at every level, inputs by content
+    hash, bertctl versions, environments), one line per difference."""
+    from bertctl.stages import diff as stage_module
+
+    with _handled(json_output, debug):
+        stage_module.run(a, b, json_output=json_output)
 
 
 def _terminate(signum, frame):

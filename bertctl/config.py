@@ -263,6 +263,9 @@ class TrainingSettings(StageConfig):
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: cuda when "
                                                    "available (cuda:LOCAL_RANK under torchrun).",
                                                    json_schema_extra=_RUN_ONLY)
+    tensorboard: str | None = Field(None, description="Also write the logged scalars as "
+                                    "TensorBoard event files to this directory (needs the "
+                                    "tensorboard extra).", json_schema_extra=_RUN_ONLY)
 
     @field_validator("resume_from", mode="before")
     @classmethod
@@ -354,3 +357,10 @@ class FinetuneConfig(TrainingSettings, TaskSettings):
         if isinstance(data, dict) and data.get("steps") is not None and data.get("epochs") is None:
             data = {**data, "epochs": None}
         return data
+
+
+class ReportConfig(StageConfig):
+    """`bertctl report`: the page shows its input artifacts; these only label it."""
+
+    title: str | None = Field(None, description="The page's title; unset: named after the "
+                              "artifacts shown.")

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bertctl import artifacts
+from bertctl import artifacts, modelcard
+from bertctl import config as config_mod
 from bertctl.data import tokenizer as tokenizer_mod
 from bertctl.errors import BertctlError
 
@@ -160,6 +161,7 @@ def train_to_artifact(config, inputs: list[artifacts.InputRef], out: str, force:
         def build(tmp: Path) -> dict:
             stats = write(fit(), tmp)
             shutil.copyfile(work / "metrics.jsonl", tmp / "metrics.jsonl")
+            modelcard.write(tmp, artifact_id, out_path, config_mod.as_dict(config), inputs, stats)
             return stats
 
         outcome = artifacts.produce("model", config, inputs, out, build, force=force)

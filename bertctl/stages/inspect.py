@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bertctl import artifacts, console
+from bertctl import artifacts, console, lineage
 from bertctl.errors import IntegrityError
 
 
@@ -47,7 +47,7 @@ def run(directory: Path, verify: bool = False, json_output: bool = False) -> Non
             lines += ["stats:", *_flat(m.stats)]
         if m.metrics:
             lines += ["metrics:", *_flat(m.metrics)]
-        lines += ["lineage:", *artifacts.lineage_lines(m.inputs)]
+        lines += ["lineage:", *lineage.lineage_lines(m.inputs)]
         if m.environment:
             lines += ["environment:", *_flat(m.environment)]
         lines += _samples(artifact)

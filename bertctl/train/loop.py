@@ -38,6 +38,7 @@ from bertctl.data.collate import length_grouped_batches
 from bertctl.errors import BertctlError
 from bertctl.train import checkpoint as ckpt
 from bertctl.train import distributed as dist
+from bertctl.train import tensorboard
 from bertctl.train.optim import lr_at, make_optimizer, set_lr, warmup_steps
 
 METRICS_FILE = "metrics.jsonl"
@@ -245,6 +246,7 @@ class _Interval:
     loss: float = 0.0
     grad_norm: float = 0.0
     finite_norms: int = 0  # fp16 steps the loss scaler skipped (inf gradients) do not count
+    tokens: int = 0        # non-pad tokens trained on (all ranks): the model card's total
     metrics: dict[str, list[float]] = field(default_factory=dict)  # name -> [numerator, denom]
 
 
@@ -281,6 +283,8 @@ def train(model: nn.Module, train_data: DataSource, settings: TrainSettings, wor
     if select is not None and (evaluate is None or select[1] not in ("max", "min")):
         raise BertctlError("train: select needs an evaluate function and a mode 'max' or 'min'")
     work_dir = Path(work_dir)
+    if s.tensorboard:
+        tensorboard.require()
     info = dist.init(s.device)
     device, world, rank = info.device, info.world_size, info.rank
     _check_precision(s.precision, device)
@@ -363,6 +367,8 @@ def train(model: nn.Module, train_data: DataSource, settings: TrainSettings, wor
             ckpt.clear_best(work_dir)  # a fresh run owns no best weights yet
     dist.barrier()
 
+    board = (tensorboard.ScalarWriter(s.tensorboard, purge_step=step + 1 if found else None)
+             if info.is_main and s.tensorboard else None)
     ddp = dist.wrap(raw, info, s.find_unused_parameters)
     sync_scale = world / num_micro  # DDP averages over ranks; we want the mean over micro-batches
     autocast = _autocast(device, s.precision)
@@ -386,6 +392,8 @@ def train(model: nn.Module, train_data: DataSource, settings: TrainSettings, wor
             _append_jsonl(metrics_path, record)
             if on_log is not None:
                 on_log(record)
+            if board is not None:
+                board.log(record)
 
     def epoch_of(global_step: int) -> float:
         return round((global_step - s.start_step) / order.steps_per_epoch, 4)
@@ -502,6 +510,7 @@ def train(model: nn.Module, train_data: DataSource, settings: TrainSettings, wor
                 acc[0] += values[1 + 2 * j]
                 acc[1] += values[2 + 2 * j]
             seen_tokens += int(values[-2])
+            interval.tokens += int(values[-2])
             seen_examples += int(values[-1])
 
             # -- bookkeeping: log, evaluate, checkpoint (in this order, so a checkpoint
@@ -514,6 +523,7 @@ def train(model: nn.Module, train_data: DataSource, settings: TrainSettings, wor
                                         if interval.finite_norms else float("nan")),
                           **{n: (a / b if b else float("nan"))
                              for n, (a, b) in sorted(interval.metrics.items())},
+                          "tokens": interval.tokens,
                           "tokens_per_s": round(seen_tokens / elapsed, 1),
                           "examples_per_s": round(seen_examples / elapsed, 2)}
                 emit(record)
@@ -534,6 +544,8 @@ def train(model: nn.Module, train_data: DataSource, settings: TrainSettings, wor
             clock += time.perf_counter() - paused  # throughput excludes eval and checkpoints
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+        if board is not None:
+            board.close()
 
     # -- the weights to return: the best evaluated ones, or the final ones
     stopped_early = step < end_step
