@@ -88,3 +88,26 @@ def tiny_pretrained(tmp_path_factory, pretrain_data):
                                       "--device", "cpu"], catch_exceptions=False)
     assert result.exit_code == 0, result.stderr
     return out
+
+
+@pytest.fixture(scope="session")
+def sst2_seed_runs(tmp_path_factory, tiny_pretrained):
+    """Two fine-tunings of the tiny model on SST-2 rows that differ only in their seed, and an
+    eval artifact of the first: runs for reports and diffs."""
+    root = tmp_path_factory.mktemp("seeds")
+    runs = []
+    for seed in (0, 1):
+        out = root / f"ft-seed{seed}"
+        result = CliRunner().invoke(app, [
+            "finetune", str(tiny_pretrained), str(FIXTURES / "glue" / "SST-2"), "--task",
+            "glue/sst2", "--out", str(out), "--steps", "6", "--batch-size", "8", "--log-every",
+            "2", "--eval-every", "3", "--device", "cpu", "--max-seq-length", "64", "--lr", "1e-3",
+            "--seed", str(seed)], catch_exceptions=False)
+        assert result.exit_code == 0, result.stderr
+        runs.append(out)
+    ev = root / "eval-seed0"
+    result = CliRunner().invoke(app, ["eval", str(runs[0]), str(FIXTURES / "glue" / "SST-2" /
+                                                                "dev.tsv"), "--out", str(ev)],
+                                catch_exceptions=False)
+    assert result.exit_code == 0, result.stderr
+    return runs[0], runs[1], ev

@@ -1,0 +1,305 @@
+"""The HTML page of `bertctl report`: one file, no scripts, no network, plots inline as SVG.
+
+The page reads top to bottom: an overview table (one column per artifact), mean +- sd over
+runs that differ only in their seed, the training curves of every run overlaid (and the seed
+groups' mean curves with their sd band), then one section per artifact with its settings,
+stats, metrics, confusion matrix and lineage back to the source files.
+
+Every number in a table carries its exact value in `data-value` (JSON) next to the shown,
+rounded text, and every element a reader may look for has a stable id or class, so a program
+(the tests) can check the page against the artifacts.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bertctl import lineage
+from bertctl.artifacts import Artifact, InputRef
+from bertctl.report import plots
+
+# Fields of metrics.jsonl records that are not curves (bookkeeping and counts).
+NOT_CURVES = {"split", "step", "epoch", "tokens", "examples", "masked_tokens"}
+# Curves people look for first; the others follow in name order.
+FIRST = ["loss", "mlm_loss", "mlm_accuracy", "nsp_loss", "nsp_accuracy", "accuracy", "f1",
+         "perplexity", "lr", "grad_norm", "tokens_per_s", "examples_per_s"]
+
+CSS = """
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }
+table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.9em; }
+th, td { border: 1px solid #ccc; padding: 0.2em 0.6em; text-align: left; vertical-align: top; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+.plots { display: flex; flex-wrap: wrap; gap: 1em; }
+figure { margin: 0; } figure svg { width: 540px; height: auto; }
+ul.lineage { font-family: monospace; font-size: 0.85em; }
+.settings { color: #666; }
+section.artifact { border-top: 2px solid #888; margin-top: 2em; }
+"""
+
+
+@dataclass
+class Run:
+    """One artifact shown on the page, with what it logged."""
+
+    index: int
+    artifact: Artifact
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return f"{self.artifact.path.name} ({self.artifact.id})"
+
+
+def esc(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def shown(value: Any) -> str:
+    """How a value is written in a cell: numbers to 6 significant digits, JSON otherwise."""
+    if isinstance(value, float):
+        return "NaN" if math.isnan(value) else f"{value:.6g}"
+    if isinstance(value, (int, str)) and not isinstance(value, bool):
+        return str(value)
+    return json.dumps(value)
+
+
+def cell(value: Any, **attrs: str) -> str:
+    extra = "".join(f' data-{k}="{esc(v)}"' for k, v in attrs.items())
+    klass = ' class="num"' if is_number(value) else ""
+    return (f"<td{klass}{extra} data-value=\"{esc(json.dumps(value))}\">"
+            f"{esc(shown(value))}</td>")
+
+
+def flatten(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested dicts as dotted keys (stats hold a few levels)."""
+    out = {}
+    for key, value in values.items():
+        if isinstance(value, dict) and value:
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def numeric_metrics(metrics: dict[str, Any]) -> dict[str, float]:
+    return {k: v for k, v in metrics.items() if is_number(v) and k not in NOT_CURVES}
+
+
+def key_table(table_class: str, values: dict[str, Any], run: Run) -> str:
+    rows = "".join(f"<tr><th>{esc(k)}</th>{cell(v, key=k, artifact=run.artifact.id)}</tr>"
+                   for k, v in values.items())
+    return f'<table class="{table_class}">{rows}</table>'
+
+
+# ---------------------------------------------------------------------------------------------
+# Sections
+
+
+def overview(runs: list[Run]) -> str:
+    """One column per artifact: what it is, its metrics, and the settings that differ."""
+    head = "".join(f"<th>{esc(r.label)}</th>" for r in runs)
+    rows = [("kind", lambda r: r.artifact.kind), ("id", lambda r: r.artifact.id),
+            ("path", lambda r: str(r.artifact.path)),
+            ("created", lambda r: r.artifact.manifest.created_at),
+            ("bertctl_version", lambda r: r.artifact.manifest.bertctl_version)]
+    configs = [r.artifact.manifest.config for r in runs]
+    keys = sorted({k for c in configs for k in c}, key=str)
+    differing = [k for k in keys if len({json.dumps(c.get(k)) for c in configs}) > 1]
+    body = []
+    for name, get in rows:
+        body.append(f"<tr><th>{esc(name)}</th>"
+                    + "".join(cell(get(r), key=name, artifact=r.artifact.id) for r in runs)
+                    + "</tr>")
+    for k in differing:
+        body.append(f"<tr><th>settings.{esc(k)}</th>"
+                    + "".join(cell(c.get(k), key=f"settings.{k}", artifact=r.artifact.id)
+                              for r, c in zip(runs, configs)) + "</tr>")
+    metric_keys = sorted({k for r in runs for k in numeric_metrics(r.artifact.manifest.metrics)})
+    for k in metric_keys:
+        body.append(f"<tr><th>metrics.{esc(k)}</th>"
+                    + "".join(cell(r.artifact.manifest.metrics[k], key=f"metrics.{k}",
+                                   artifact=r.artifact.id)
+                              if k in r.artifact.manifest.metrics else "<td></td>"
+                              for r in runs) + "</tr>")
+    return (f'<h2>Overview</h2><table id="overview"><tr><th></th>{head}</tr>'
+            + "".join(body) + "</table>")
+
+
+def seed_groups(runs: list[Run]) -> list[list[Run]]:
+    """Runs whose lineages differ only in `seed` settings, in groups of two or more."""
+    groups: list[list[Run]] = []
+    for run in runs:
+        for group in groups:
+            if lineage.differ_only_in_seed(group[0].artifact.manifest, run.artifact.manifest):
+                group.append(run)
+                break
+        else:
+            groups.append([run])
+    return [g for g in groups if len(g) > 1]
+
+
+def seed_table(groups: list[list[Run]]) -> str:
+    """Mean and sample standard deviation (n - 1) of each metric over a group's seeds."""
+    if not groups:
+        return ""
+    parts = ["<h2>Mean &plusmn; sd over seeds</h2>",
+             "<p>Runs whose lineages differ only in their seed; sd is the sample standard "
+             "deviation (n &minus; 1).</p>"]
+    for g, group in enumerate(groups, 1):
+        ids = ", ".join(r.artifact.id for r in group)
+        seeds = [r.artifact.manifest.config.get("seed") for r in group]
+        rows = []
+        keys = sorted(set.intersection(*(set(numeric_metrics(r.artifact.manifest.metrics))
+                                         for r in group)))
+        for k in keys:
+            values = [float(r.artifact.manifest.metrics[k]) for r in group]
+            mean, sd = statistics.fmean(values), statistics.stdev(values)
+            rows.append(f'<tr data-metric="{esc(k)}"><th>{esc(k)}</th>'
+                        f'<td class="num" data-mean="{esc(json.dumps(mean))}" '
+                        f'data-sd="{esc(json.dumps(sd))}">{shown(mean)} &plusmn; {shown(sd)}</td>'
+                        + "".join(cell(v, artifact=r.artifact.id) for v, r in zip(values, group))
+                        + "</tr>")
+        head = "".join(f"<th>seed {esc(s)}</th>" for s in seeds)
+        parts.append(f'<h3>Group {g}: {len(group)} runs ({esc(ids)})</h3>'
+                     f'<table class="seed-group" data-ids="{esc(ids)}"><tr><th>metric</th>'
+                     f'<th>mean &plusmn; sd</th>{head}</tr>{"".join(rows)}</table>')
+    return "".join(parts)
+
+
+def curve_keys(runs: list[Run]) -> list[tuple[str, str]]:
+    found = {(r.get("split", "train"), k) for run in runs for r in run.history
+             for k, v in r.items() if k not in NOT_CURVES and is_number(v)}
+    order = {k: i for i, k in enumerate(FIRST)}
+    return sorted(found, key=lambda sk: (sk[0] != "train", order.get(sk[1], len(order)), sk[1]))
+
+
+def series(run: Run, split: str, key: str) -> tuple[list[int], list[float]]:
+    """The finite points of one curve (a NaN, e.g. a grad norm of skipped fp16 steps, is a
+    gap rather than a point)."""
+    points = [(r["step"], float(r[key])) for r in run.history
+              if r.get("split", "train") == split and is_number(r.get(key))
+              and math.isfinite(r[key])]
+    return [p[0] for p in points], [p[1] for p in points]
+
+
+def curves(runs: list[Run], groups: list[list[Run]]) -> str:
+    with_history = [r for r in runs if r.history]
+    if not with_history:
+        return ""
+    figures = []
+    for split, key in curve_keys(with_history):
+        lines = []
+        for run in with_history:
+            x, y = series(run, split, key)
+            if x:
+                lines.append(plots.Line(f"line-{split}-{key}-{run.index}", run.label, x, y))
+        figures.append(_figure(f"curve-{split}-{key}", f"{split}: {key}", lines))
+    parts = ['<h2>Training curves</h2><div class="plots">', *figures, "</div>"]
+    means = []
+    for g, group in enumerate(groups, 1):
+        members = [r for r in group if r.history]
+        if len(members) < 2:
+            continue
+        for split, key in curve_keys(members):
+            x, mean, sd = group_curve(members, split, key)
+            if x:
+                line = plots.Line(f"mean-{split}-{key}-{g}", f"group {g} mean", x, mean, sd)
+                means.append(_figure(f"seed-curve-{g}-{split}-{key}",
+                                     f"group {g}, {split}: {key} (mean ± sd, "
+                                     f"{len(members)} seeds)", [line]))
+    if means:
+        parts += ['<h3>Mean &plusmn; sd over seeds</h3><div class="plots">', *means, "</div>"]
+    return "".join(parts)
+
+
+def group_curve(members: list[Run], split: str, key: str):
+    """Mean and sample sd at the steps every run of the group logged."""
+    per_run = [dict(zip(*series(r, split, key))) for r in members]
+    steps = sorted(set.intersection(*(set(p) for p in per_run)))
+    mean = [statistics.fmean(p[s] for p in per_run) for s in steps]
+    sd = [statistics.stdev([p[s] for p in per_run]) for s in steps]
+    return steps, mean, sd
+
+
+def _figure(plot_id: str, title: str, lines: list[plots.Line]) -> str:
+    svg = plots.line_plot(title, "step", lines)
+    return f'<figure class="plot" id="{esc(plot_id)}">{svg}</figure>'
+
+
+def confusion(run: Run) -> str:
+    matrix = run.artifact.manifest.metrics.get("confusion_matrix")
+    if not isinstance(matrix, dict):
+        return ""
+    labels = [str(x) for x in matrix["labels"]]
+    head = "".join(f"<th>{esc(x)}</th>" for x in labels)
+    rows = "".join(f"<tr><th>{esc(t)}</th>" + "".join(cell(v) for v in row) + "</tr>"
+                   for t, row in zip(labels, matrix["matrix"]))
+    return ("<h3>Confusion matrix</h3><p>Rows: the true label; columns: the prediction.</p>"
+            f'<table class="confusion"><tr><th>true \\ predicted</th>{head}</tr>{rows}</table>')
+
+
+def lineage_tree(inputs: list[InputRef]) -> str:
+    if not inputs:
+        return ""
+    items = []
+    for ref in inputs:
+        if ref.kind in ("file", "directory", "hf-model"):
+            size = f", {ref.size:,} bytes" if ref.size is not None else ""
+            text = f"{ref.role}: {ref.kind} {ref.path} (sha256 {ref.id[:12]}{size})"
+        else:
+            text = f"{ref.role}: {ref.kind} {ref.id} at {ref.path}"
+        settings = ""
+        if ref.config:
+            settings = ('<div class="settings">' + esc(", ".join(
+                f"{k}={json.dumps(v)}" for k, v in ref.config.items())) + "</div>")
+        items.append(f'<li data-role="{esc(ref.role)}" data-kind="{esc(ref.kind)}" '
+                     f'data-id="{esc(ref.id)}">{esc(text)}{settings}'
+                     f"{lineage_tree(ref.inputs)}</li>")
+    return f'<ul class="lineage">{"".join(items)}</ul>'
+
+
+def artifact_section(run: Run) -> str:
+    m = run.artifact.manifest
+    parts = [f'<section class="artifact" id="artifact-{run.index}" data-id="{esc(m.id)}">',
+             f"<h2>{esc(m.kind)} {esc(m.id)}</h2>",
+             f"<p>{esc(run.artifact.path)} &middot; made {esc(m.created_at)} by bertctl "
+             f"{esc(m.bertctl_version)}</p>"]
+    metrics = {k: v for k, v in m.metrics.items() if k != "confusion_matrix"}
+    if metrics:
+        parts += ["<h3>Metrics</h3>", key_table("metrics", flatten(metrics), run)]
+    parts.append(confusion(run))
+    parts += ["<h3>Settings</h3>", key_table("settings", m.config, run)]
+    if m.stats:
+        parts += ["<h3>Stats</h3>", key_table("stats", flatten(m.stats), run)]
+    parts += ["<h3>Lineage</h3>", lineage_tree(m.inputs) or "<p>no inputs</p>"]
+    if m.environment:
+        parts += ["<h3>Environment</h3>", key_table("environment", m.environment, run)]
+    parts.append("</section>")
+    return "".join(parts)
+
+
+def render(runs: list[Run], title: str) -> str:
+    groups = seed_groups(runs)
+    body = [f"<h1>{esc(title)}</h1>", overview(runs), seed_table(groups), curves(runs, groups),
+            *(artifact_section(r) for r in runs)]
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>{esc(title)}</title><style>{CSS}</style></head><body>"
+            + "\n".join(b for b in body if b) + "</body></html>\n")
+
+
+def read_history(path: Path) -> list[dict[str, Any]]:
+    file = path / "metrics.jsonl"
+    if not file.is_file():
+        return []
+    return [json.loads(line) for line in file.read_text(encoding="utf-8").splitlines()
+            if line.strip()]

@@ -1,0 +1,229 @@
+"""`bertctl report` through the CLI: the page is parsed and every plot and number is checked
+against the artifacts' own files (manifests, metrics.jsonl, metrics.json)."""
+
+import json
+import math
+import re
+import statistics
+from html.parser import HTMLParser
+
+import numpy as np
+import pytest
+
+pytest.importorskip("matplotlib", reason="pip install 'bertctl[report]'")
+
+
+class Node:
+    def __init__(self, tag, attrs, parent):
+        self.tag, self.attrs, self.parent, self.children, self.text = tag, dict(attrs), parent, [], ""
+
+    def all(self, tag=None, **attrs):
+        for child in self.children:
+            if (tag is None or child.tag == tag) and all(
+                    child.attrs.get(k.replace("_", "-")) == v for k, v in attrs.items()):
+                yield child
+            yield from child.all(tag, **attrs)
+
+    def one(self, tag=None, **attrs):
+        found = list(self.all(tag, **attrs))
+        assert len(found) == 1, (tag, attrs, len(found))
+        return found[0]
+
+    def full_text(self):
+        return self.text + "".join(c.full_text() for c in self.children)
+
+
+class Tree(HTMLParser):
+    VOID = {"meta", "br", "img", "link", "input", "hr"}
+
+    def __init__(self, text):
+        super().__init__()
+        self.root = self.current = Node("root", {}, None)
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        node = Node(tag, attrs, self.current)
+        self.current.children.append(node)
+        if tag not in self.VOID:
+            self.current = node
+
+    def handle_startendtag(self, tag, attrs):
+        self.current.children.append(Node(tag, attrs, self.current))
+
+    def handle_endtag(self, tag):
+        node = self.current
+        while node is not None and node.tag != tag:
+            node = node.parent
+        if node is not None:
+            self.current = node.parent
+
+    def handle_data(self, data):
+        self.current.text += data
+
+
+def _records(path):
+    return [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
+
+
+def _manifest(path):
+    return json.loads((path / "artifact.json").read_text())
+
+
+def _vertices(g):
+    """The (x, y) vertices of a line's SVG path (its first path element)."""
+    d = next(g.all("path")).attrs["d"]
+    numbers = [float(x) for x in re.findall(r"-?\d+(?:\.\d+)?(?:e-?\d+)?", d)]
+    return np.array(numbers).reshape(-1, 2)
+
+
+def _axis_map(figure, axis):
+    """pixel = a * value + b for one axis, from the plot's tick marks and their labels."""
+    pixels, values = [], []
+    for tick in figure.all("g"):
+        if tick.attrs.get("id", "").startswith(f"{axis}tick_"):
+            use = next(tick.all("use"))
+            pixels.append(float(use.attrs[axis]))
+            values.append(float(next(tick.all("text")).full_text().replace("\u2212", "-")))
+    assert len(pixels) >= 2
+    a, b = np.polyfit(values, pixels, 1)
+    assert np.abs(np.polyval([a, b], values) - pixels).max() < 1e-3
+    return a, b
+
+
+def _assert_draws(figure, gid, steps, values):
+    """The line's path vertices are the points (step, value), in order, at the places the
+    plot's own axes give them: the plot shows exactly these numbers."""
+    xy = _vertices(figure.one("g", id=gid))
+    assert len(xy) == len(steps)
+    for k, (axis, data) in enumerate((("x", steps), ("y", values))):
+        a, b = _axis_map(figure, axis)
+        expected = a * np.array(data, float) + b
+        assert np.abs(xy[:, k] - expected).max() < 0.01, (gid, axis)
+
+
+def _check_cell(td, value):
+    assert json.loads(td.attrs["data-value"]) == value
+    text = td.full_text()
+    if isinstance(value, float):
+        assert float(text) == pytest.approx(value, rel=1e-5)
+    elif isinstance(value, (str, int)) and not isinstance(value, bool):
+        assert text == str(value)
+    else:
+        assert json.loads(text) == value
+
+
+def test_report_of_several_runs(tmp_path, tiny_pretrained, sst2_seed_runs, cli):
+    ft0, ft1, ev = sst2_seed_runs
+    shown = [tiny_pretrained, ft0, ft1, ev]
+    out = tmp_path / "report"
+    r = cli("report", *shown, "--out", out, "--json")
+    assert r.exit_code == 0, r.stderr
+    m = r.json()
+    manifests = [_manifest(p) for p in shown]
+    assert m["kind"] == "report"
+    assert [(i["role"], i["id"]) for i in m["inputs"]] == [
+        (f"artifact-{k}", x["id"]) for k, x in enumerate(manifests, 1)]
+    assert m["stats"]["seed_groups"] == [[manifests[1]["id"], manifests[2]["id"]]]
+    assert set(m["files"]) == {"report.html"}
+
+    text = (out / "report.html").read_text()
+    doc = Tree(text).root
+    # Self-contained: no scripts, nothing loaded from elsewhere.
+    assert not list(doc.all("script")) and not list(doc.all("link")) and not list(doc.all("img"))
+    assert not re.search(r'(src|href)="(https?:)?//', text)
+
+    # -- every curve of every run, drawn from its metrics.jsonl
+    expected = {}
+    for k, path in enumerate(shown, 1):
+        if not (path / "metrics.jsonl").is_file():
+            continue
+        for rec in _records(path):
+            for key, value in rec.items():
+                if key in ("split", "step", "epoch", "tokens", "examples", "masked_tokens"):
+                    continue
+                if isinstance(value, (int, float)) and math.isfinite(value):
+                    expected.setdefault((rec["split"], key, k), []).append((rec["step"], value))
+    assert ("train", "loss", 1) in expected and ("validation", "mlm_loss", 1) in expected
+    assert ("validation", "accuracy", 2) in expected and ("train", "lr", 3) in expected
+    figures = {f.attrs["id"]: f for f in doc.all("figure")}
+    for (split, key, k), points in expected.items():
+        figure = figures[f"curve-{split}-{key}"]
+        assert len(list(figure.all("svg"))) == 1
+        _assert_draws(figure, f"line-{split}-{key}-{k}", *zip(*points))
+    assert {f for f in figures if f.startswith("curve-")} == {
+        f"curve-{s}-{k}" for s, k, _ in expected}
+
+    # -- mean +- sd of the two seeds: the table and the curves
+    group = doc.one("table", **{"class": "seed-group"})
+    for key in ("accuracy", "macro_f1"):
+        values = [manifests[1]["metrics"][key], manifests[2]["metrics"][key]]
+        row = group.one("tr", **{"data-metric": key})
+        mean_cell = next(td for td in row.all("td") if "data-mean" in td.attrs)
+        assert json.loads(mean_cell.attrs["data-mean"]) == pytest.approx(np.mean(values))
+        assert json.loads(mean_cell.attrs["data-sd"]) == pytest.approx(np.std(values, ddof=1))
+        cells = [td for td in row.all("td") if "data-artifact" in td.attrs]
+        for td, value in zip(cells, values):
+            _check_cell(td, value)
+    steps0 = dict(expected[("train", "loss", 2)])
+    steps1 = dict(expected[("train", "loss", 3)])
+    common = sorted(set(steps0) & set(steps1))
+    _assert_draws(figures["seed-curve-1-train-loss"], "mean-train-loss-1", common,
+                  [statistics.fmean([steps0[s], steps1[s]]) for s in common])
+    assert list(figures["seed-curve-1-train-loss"].all("g", id="band-mean-train-loss-1"))
+
+    # -- the overview and each artifact's tables hold the manifests' numbers
+    overview = doc.one("table", id="overview")
+    for man in manifests:
+        for key, value in man["metrics"].items():
+            if isinstance(value, (int, float)) and key not in ("step", "epoch", "examples",
+                                                              "masked_tokens"):
+                _check_cell(overview.one("td", **{"data-key": f"metrics.{key}",
+                                                  "data-artifact": man["id"]}), value)
+    differing = {td.attrs["data-key"] for td in overview.all("td")
+                 if td.attrs.get("data-key", "").startswith("settings.")}
+    assert "settings.seed" in differing and "settings.task" in differing
+    for k, (path, man) in enumerate(zip(shown, manifests), 1):
+        section = doc.one("section", id=f"artifact-{k}")
+        assert section.attrs["data-id"] == man["id"]
+        for td in section.one("table", **{"class": "settings"}).all("td"):
+            _check_cell(td, man["config"][td.attrs["data-key"]])
+        metrics = {k2: v for k2, v in man["metrics"].items() if k2 != "confusion_matrix"}
+        tds = list(section.one("table", **{"class": "metrics"}).all("td"))
+        assert {td.attrs["data-key"] for td in tds} == set(metrics)
+        for td in tds:
+            _check_cell(td, metrics[td.attrs["data-key"]])
+        # the lineage reaches the corpus files, by content hash
+        ids = {li.attrs["data-id"] for li in section.all("li")}
+        walk = [man["inputs"]]
+        while walk:
+            for ref in walk.pop():
+                assert ref["id"] in ids
+                walk.append(ref["inputs"])
+    corpus = _manifest(tiny_pretrained)["inputs"][0]["inputs"]
+    assert any(ref["role"] == "corpus" for ref in corpus)
+
+    # -- the eval artifact's confusion matrix, cell by cell
+    cm = json.loads((ev / "metrics.json").read_text())["confusion_matrix"]
+    table = doc.one("section", id="artifact-4").one("table", **{"class": "confusion"})
+    rows = [tr for tr in table.all("tr")][1:]
+    assert [tr.one("th").full_text() for tr in rows] == [str(x) for x in cm["labels"]]
+    for tr, expected_row in zip(rows, cm["matrix"]):
+        cells = list(tr.all("td"))
+        assert len(cells) == len(expected_row)
+        for td, value in zip(cells, expected_row):
+            _check_cell(td, value)
+
+    r = cli("report", *shown, "--out", out)
+    assert r.exit_code == 0 and "up to date" in r.stdout
+
+
+def test_report_bad_input(tmp_path, tiny_pretrained, cli, monkeypatch):
+    r = cli("report", tmp_path, "--out", tmp_path / "r")
+    assert r.exit_code == 2 and "not a bertctl artifact" in r.stderr
+    r = cli("report", tiny_pretrained, tiny_pretrained, "--out", tmp_path / "r")
+    assert r.exit_code == 2 and "given twice" in r.stderr
+    monkeypatch.setitem(__import__("sys").modules, "matplotlib", None)
+    r = cli("report", tiny_pretrained, "--out", tmp_path / "r")
+    assert r.exit_code == 2 and "pip install 'bertctl[report]'" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "r").exists()
