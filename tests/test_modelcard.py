@@ -81,8 +81,8 @@ def test_pretrained_model_card(tiny_pretrained, pretrain_data):
     dataset = PretrainingDataset(pretrain_data, "train")
     order = BatchOrder(len(dataset), model["config"]["batch_size"], model["config"]["seed"], None)
     tokens = 0
-    # global step t trains the batch order.at(t - start_step), as the loop's load_step reads it
-    for step in range(1, model["stats"]["step"] + 1):
+    # global step t (from 1) trains the run's batch t - 1
+    for step in range(model["stats"]["step"]):
         epoch, indices = order.at(step)
         tokens += int(dataset.batch(indices, epoch)["attention_mask"].sum())
     assert _number(pre["tokens trained on"]) == tokens

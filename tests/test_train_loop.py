@@ -209,6 +209,24 @@ def test_batch_order_is_a_function_of_seed_and_epoch():
     assert padding(grouped) < padding(plain) / 2
 
 
+def test_each_epoch_trains_every_batch_of_its_order_once(tmp_path):
+    # Step 1 is the first batch of epoch 0, step steps_per_epoch its last, and so on: no batch
+    # skipped, none taken from the next epoch.
+    class Recording(RepeatedTokens):
+        seen: list = []
+
+        def batch(self, indices, epoch):
+            self.seen.append((epoch, tuple(int(i) for i in indices)))
+            return super().batch(indices, epoch)
+
+    data = Recording(n=40)
+    settings = TrainSettings(epochs=2, batch_size=8, lr=1e-3, log_every=5, seed=4)
+    train(tiny_pretraining(), data, settings, tmp_path)
+    order = BatchOrder(40, 8, seed=4, lengths=None)
+    expected = [(e, tuple(int(i) for i in b)) for e in (0, 1) for b in order.epoch(e)]
+    assert data.seen == expected
+
+
 def test_epochs_evaluate_at_each_epoch_end(tmp_path):
     data = RepeatedTokens(n=40)
     settings = TrainSettings(epochs=2, batch_size=8, micro_batch_size=4, lr=1e-3, log_every=2,

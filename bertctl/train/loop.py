@@ -376,7 +376,7 @@ def train(model: nn.Module, train_data: DataSource, settings: TrainSettings, wor
 
     def load_step(global_step: int) -> tuple[list[dict[str, Any]], int, int]:
         """This rank's micro-batches of a global step: micro-batches rank, rank+W, ..."""
-        epoch, indices = order.at(global_step - s.start_step)
+        epoch, indices = order.at(global_step - 1 - s.start_step)  # step 1 is batch 0
         batches, tokens = [], 0
         for m in range(rank, num_micro, world):
             b = train_data.batch(indices[m * micro:(m + 1) * micro], epoch)
