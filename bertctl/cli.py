@@ -26,6 +26,7 @@ from bertctl import console
 from bertctl.config import (BuildPretrainDataConfig, EvalConfig, FinetuneConfig, PretrainConfig,
                             ReportConfig, StageConfig, TokenizeConfig, resolve)
 from bertctl.errors import BertctlError
+from bertctl.expectations import ExpectationsUnmet
 
 app = typer.Typer(
     name="bertctl",
@@ -59,6 +60,11 @@ def _handled(json_mode: bool, debug: bool):
     """Expected errors: one line, their exit code. Anything else: exit 1, traceback on --debug."""
     try:
         yield
+    except ExpectationsUnmet as exc:  # the artifact stands; the gate's verdict follows it
+        _report(exc.outcome, json_mode)
+        for line in exc.lines:
+            console.error(line)
+        raise typer.Exit(exc.exit_code) from None
     except BertctlError as exc:
         _fail(str(exc), exc.exit_code, json_mode, debug)
     except KeyboardInterrupt:
@@ -256,10 +262,20 @@ def evaluate(settings: EvalConfig, out: Path, force: bool,
              model: ModelArgument,
              data: Annotated[Path, typer.Argument(
                  help="A task data file (.tsv/.csv/.jsonl/.parquet or a save_to_disk directory), "
-                      "or a pretrain-data artifact.", show_default=False)]):
+                      "or a pretrain-data artifact.", show_default=False)],
+             expect: Annotated[Optional[list[str]], typer.Option(
+                 help="A quality gate on metrics.json, e.g. 'accuracy>=0.85' (repeatable; "
+                      "dotted paths reach nested metrics). The artifact is written either way; "
+                      "each unmet one is a line on stderr and the exit code is 3.")] = None):
+    from bertctl import expectations
     from bertctl.stages import evaluate as stage_module
 
-    return stage_module.run(settings, str(model), str(data), str(out), force)
+    gates = [expectations.parse(e) for e in expect or []]  # a typo fails before any work
+    outcome = stage_module.run(settings, str(model), str(data), str(out), force)
+    unmet = expectations.unmet(gates, outcome.manifest.metrics or {}, outcome.path)
+    if unmet:
+        raise ExpectationsUnmet(outcome, unmet)
+    return outcome
 
 
 @app.command("inspect")
