@@ -225,6 +225,19 @@ class BuildPretrainDataConfig(PretrainingDataSettings):
 _RUN_ONLY = {"identity": False}  # changes how a run goes, not what it makes
 
 
+def _resolve_precision(cls, data: Any) -> Any:
+    """`auto` becomes the precision this machine runs fastest (bertctl.hardware), before the
+    settings are validated: the manifest records it, and the artifact id hashes it."""
+    if not isinstance(data, dict):
+        return data
+    precision = data.get("precision", cls.model_fields["precision"].default)
+    if precision != "auto":
+        return data
+    from bertctl.hardware import auto_precision
+
+    return {**data, "precision": auto_precision(str(data.get("device") or "auto"))}
+
+
 class TrainingSettings(StageConfig):
     """The training loop's settings, shared by pretrain and finetune (which set other defaults)."""
 
@@ -242,9 +255,13 @@ class TrainingSettings(StageConfig):
     warmup: float = Field(0.1, ge=0, description="Linear warm-up: a fraction of the steps if "
                           "below 1, else a step count; then linear decay to 0.")
     max_grad_norm: float | None = Field(1.0, gt=0, description="Gradient clipping norm.")
-    precision: Literal["fp32", "bf16", "fp16"] = Field(
-        "fp32", description="fp32; bf16 autocast (CPU or GPU; several times faster on CPUs with "
-        "AMX); fp16 with a gradient scaler (GPU only).")
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = Field(
+        "auto", description="auto: bf16 where the hardware runs bf16 matmuls natively (CPUs "
+        "with AMX or AVX512-BF16, GPUs that support it), else fp32; fp32; bf16 autocast; fp16 "
+        "with a gradient scaler (GPU only). Recorded resolved.")
+    threads: int | None = Field(None, ge=1, description="CPU threads per process; unset: "
+                                "OMP_NUM_THREADS if set, else the cores this process may use "
+                                "(affinity and cgroup quota).", json_schema_extra=_RUN_ONLY)
     seed: int = Field(0, ge=0, description="Seed for initialisation, data order and dropout.")
     group_by_length: bool = Field(False, description="Batch examples of similar length "
                                   "together (less padding).")
@@ -266,6 +283,11 @@ class TrainingSettings(StageConfig):
     tensorboard: str | None = Field(None, description="Also write the logged scalars as "
                                     "TensorBoard event files to this directory (needs the "
                                     "tensorboard extra).", json_schema_extra=_RUN_ONLY)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _auto_precision(cls, data: Any) -> Any:
+        return _resolve_precision(cls, data)
 
     @field_validator("resume_from", mode="before")
     @classmethod
@@ -324,14 +346,23 @@ class EvalConfig(TaskSettings):
                                        "unset: the model's fine-tuning length, else 128.")
     batch_size: int = Field(64, ge=1, description="Examples per forward pass.",
                             json_schema_extra={"identity": False})
-    precision: Literal["fp32", "bf16"] = Field("fp32", description="fp32, or bf16 autocast "
-                                               "(CPU or GPU).")
+    precision: Literal["auto", "fp32", "bf16"] = Field(
+        "auto", description="auto: bf16 where the hardware runs bf16 matmuls natively, else "
+        "fp32; fp32; or bf16 autocast (CPU or GPU). Recorded resolved.")
+    threads: int | None = Field(None, ge=1, description="CPU threads; unset: OMP_NUM_THREADS "
+                                "if set, else the cores this process may use.",
+                                json_schema_extra={"identity": False})
     split: Literal["train", "validation"] | None = Field(
         None, description="Pretrain data only: the split to evaluate; unset: "
         "validation.")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: cuda when "
                                                    "available.",
                                                    json_schema_extra={"identity": False})
+
+    @model_validator(mode="before")
+    @classmethod
+    def _auto_precision(cls, data: Any) -> Any:
+        return _resolve_precision(cls, data)
 
 
 class FinetuneConfig(TrainingSettings, TaskSettings):

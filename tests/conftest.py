@@ -14,6 +14,9 @@ from bertctl.cli import app
 # one thread keeps timings steady when the machine is shared.
 torch.set_num_threads(1)
 os.environ["OMP_NUM_THREADS"] = "1"  # the same for the bertctl processes tests start
+# `--precision auto` resolves to fp32 in every test on every machine (AMX or not); the tests of
+# the detection itself set this variable themselves.
+os.environ["BERTCTL_CPU_BF16"] = "0"
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bertctl import artifacts, modelcard
+from bertctl import artifacts, hardware, modelcard
 from bertctl import config as config_mod
 from bertctl.data import tokenizer as tokenizer_mod
 from bertctl.errors import BertctlError
@@ -147,6 +147,7 @@ def train_to_artifact(config, inputs: list[artifacts.InputRef], out: str, force:
     from bertctl.train import distributed as dist
 
     dist.init(config.device)  # under torchrun: join the group first, to know who writes
+    hardware.set_threads(config.threads)
     try:
         artifact_id, out_path = artifacts.plan("model", config, inputs, out)
         existing = artifacts.check_out(out_path, "model", artifact_id, force)

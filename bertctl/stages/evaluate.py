@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from bertctl import artifacts, console, evaluation
+from bertctl import artifacts, console, evaluation, hardware
 from bertctl.config import EvalConfig
 from bertctl.errors import BertctlError
 from bertctl.stages import common
@@ -33,6 +33,7 @@ _FORMATS = {".tsv": "tsv", ".csv": "csv", ".json": "json", ".jsonl": "json", ".p
 
 def run(config: EvalConfig, model_path: str, data_path: str, out: str,
         force: bool = False) -> artifacts.Outcome:
+    hardware.set_threads(config.threads)
     source = open_model(model_path)
     data = Path(data_path)
     if not data.exists():

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -81,6 +81,7 @@ class TrainSettings(TrainingSettings):
     where: ClassVar[str] = "train settings"
 
     checkpoint_every: int | None = Field(None, ge=1)
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = "fp32"  # code asks for what it wants
     keep_last: int | None = Field(2, ge=1)
     betas: tuple[float, float] = (0.9, 0.999)
     eps: float = Field(1e-6, gt=0)       # BERT's Adam epsilon (PyTorch's default is 1e-8)

@@ -1,0 +1,102 @@
+"""What the machine runs fast: the `auto` precision and the default thread count.
+
+bf16 autocast is several times faster than fp32 where matmuls run natively in bf16 (CPUs with
+AMX or AVX512-BF16, CUDA devices that support it) and about 4x slower where it is emulated (a
+CPU without those instructions), so `--precision auto` asks the hardware instead of baking one
+machine's answer into a default. It never picks fp16: on CPU there is no fast fp16 path, and on
+GPUs fp16 needs loss scaling, which a user should choose knowingly.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+
+def cuda_wanted(device: str) -> bool:
+    """Whether a `--device` setting (auto, cpu, cuda) runs on CUDA here."""
+    return device == "cuda" or (device == "auto" and torch.cuda.is_available())
+
+
+# Overrides the detection: 1/0. For a CPU that reports the instructions but runs them slowly
+# (some virtual machines), and for test suites that must resolve `auto` alike on every machine.
+CPU_BF16_ENV = "BERTCTL_CPU_BF16"
+
+
+def cpu_bf16_native() -> bool:
+    """AMX tiles or AVX512-BF16 dot products, as torch detects them (or BERTCTL_CPU_BF16)."""
+    forced = os.environ.get(CPU_BF16_ENV, "").strip()
+    if forced in ("0", "1"):
+        return forced == "1"
+    probes = ("_is_amx_tile_supported", "_is_avx512_bf16_supported")
+    for name in probes:
+        probe = getattr(torch.cpu, name, None)
+        if probe is not None:
+            try:
+                if probe():
+                    return True
+            except RuntimeError:  # a build without the probe's backend
+                continue
+    return False
+
+
+def auto_precision(device: str) -> str:
+    """bf16 where this device's matmuls run natively in bf16, else fp32."""
+    if cuda_wanted(device):
+        return "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "fp32"
+    return "bf16" if cpu_bf16_native() else "fp32"
+
+
+def describe() -> str:
+    """One line for logs and benchmark tables: the CPU and what it runs natively."""
+    caps = getattr(torch.cpu, "get_capabilities", None)
+    name = caps().get("cpu_name", "") if caps is not None else ""
+    isa = torch.backends.cpu.get_cpu_capability()
+    amx = getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)()
+    bf16 = cpu_bf16_native()
+    return (f"{name or 'CPU'} ({isa}, AMX {'yes' if amx else 'no'}, native bf16 "
+            f"{'yes' if bf16 else 'no'}, {usable_cpus()} usable cores)")
+
+
+def _cgroup_cpus() -> float | None:
+    """The CPU quota of this process's cgroup (v2 cpu.max, else v1 cfs), in cores."""
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        return None if quota == "max" else int(quota) / int(period)
+    except (OSError, ValueError):
+        pass
+    try:
+        quota = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").read_text())
+        period = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us").read_text())
+        return quota / period if quota > 0 and period > 0 else None
+    except (OSError, ValueError):
+        return None
+
+
+def usable_cpus() -> int:
+    """The cores this process may use: its affinity mask, capped by a cgroup CPU quota (a
+    container limited to 2 CPUs on a 64-core host must not start 64 threads)."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        n = os.cpu_count() or 1
+    quota = _cgroup_cpus()
+    if quota is not None:
+        n = min(n, max(1, int(quota)))
+    return max(1, n)
+
+
+def set_threads(threads: int | None) -> int:
+    """Intra-op threads: `threads` if given; else OMP_NUM_THREADS if the environment sets it
+    (torch already honours it); else the usable cores, shared by the processes torchrun starts
+    on this node. Returns the number in force."""
+    if threads is None and os.environ.get("OMP_NUM_THREADS"):
+        return torch.get_num_threads()
+    if threads is None:
+        per_node = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+        threads = max(1, usable_cpus() // max(1, per_node))
+    if threads != torch.get_num_threads():
+        torch.set_num_threads(threads)
+    return threads

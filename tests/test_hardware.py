@@ -1,0 +1,101 @@
+"""`--precision auto` and the default thread count (bertctl.hardware)."""
+
+import json
+
+import pytest
+import torch
+
+from bertctl import hardware
+from bertctl.config import EvalConfig, FinetuneConfig, PretrainConfig, identity
+from bertctl.train.loop import TrainSettings
+
+
+@pytest.fixture
+def cpu_probes(monkeypatch):
+    """Pretend torch detected (or not) AMX / AVX512-BF16, with no override in the environment."""
+    monkeypatch.delenv(hardware.CPU_BF16_ENV, raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+
+    def set_probes(amx: bool, avx512_bf16: bool):
+        monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx, raising=False)
+        monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16,
+                            raising=False)
+    return set_probes
+
+
+@pytest.mark.parametrize("amx, avx512_bf16, expected", [
+    (True, False, "bf16"), (False, True, "bf16"), (True, True, "bf16"), (False, False, "fp32")])
+def test_auto_follows_the_cpu(cpu_probes, amx, avx512_bf16, expected):
+    cpu_probes(amx, avx512_bf16)
+    assert hardware.auto_precision("auto") == expected
+    assert hardware.auto_precision("cpu") == expected
+    for config in (FinetuneConfig(), EvalConfig(), PretrainConfig(steps=2)):
+        assert config.precision == expected  # resolved when the settings are made
+
+
+def test_explicit_precision_and_code_defaults_are_kept(cpu_probes):
+    cpu_probes(True, True)
+    assert FinetuneConfig(precision="fp32").precision == "fp32"
+    assert EvalConfig(precision="fp32").precision == "fp32"
+    assert TrainSettings(steps=1).precision == "fp32"  # code asks for what it wants
+    assert TrainSettings(steps=1, precision="auto").precision == "bf16"
+    cpu_probes(False, False)
+    assert PretrainConfig(steps=2, precision="bf16").precision == "bf16"
+
+
+def test_never_fp16_and_cuda_without_bf16_is_fp32(cpu_probes, monkeypatch):
+    cpu_probes(True, True)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+    assert hardware.auto_precision("auto") == "fp32"
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    assert hardware.auto_precision("cuda") == "bf16"
+    assert hardware.auto_precision("cpu") == "bf16"  # --device cpu asks the CPU, not the GPU
+
+
+def test_the_id_hashes_the_resolved_precision(cpu_probes):
+    cpu_probes(False, False)
+    fp32 = FinetuneConfig()
+    cpu_probes(False, True)
+    bf16 = FinetuneConfig()
+    assert identity(fp32)["precision"] == "fp32" and identity(bf16)["precision"] == "bf16"
+    assert identity(FinetuneConfig(precision="fp32")) == identity(fp32)
+    assert "threads" not in identity(fp32)  # how fast, not what
+
+
+def test_environment_override(monkeypatch):
+    for value, native in (("1", True), ("0", False)):
+        monkeypatch.setenv(hardware.CPU_BF16_ENV, value)
+        assert hardware.cpu_bf16_native() is native
+
+
+def test_usable_cpus_honours_the_cgroup_quota(monkeypatch):
+    monkeypatch.setattr(hardware.os, "sched_getaffinity", lambda pid: set(range(64)),
+                        raising=False)
+    monkeypatch.setattr(hardware, "_cgroup_cpus", lambda: 2.5)
+    assert hardware.usable_cpus() == 2
+    monkeypatch.setattr(hardware, "_cgroup_cpus", lambda: None)
+    assert hardware.usable_cpus() == 64
+    monkeypatch.setattr(hardware, "_cgroup_cpus", lambda: 0.5)
+    assert hardware.usable_cpus() == 1
+
+
+def test_set_threads(monkeypatch):
+    before = torch.get_num_threads()
+    try:
+        monkeypatch.setattr(hardware, "usable_cpus", lambda: 4)
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+        monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")  # two torchrun processes share the node
+        assert hardware.set_threads(None) == 2 == torch.get_num_threads()
+        assert hardware.set_threads(1) == 1 == torch.get_num_threads()
+        monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the environment's choice stands
+        assert hardware.set_threads(None) == torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_manifest_records_the_resolved_precision(sst2_seed_runs):
+    model, _, ev = sst2_seed_runs
+    for path in (model, ev):
+        config = json.loads((path / "artifact.json").read_text())["config"]
+        assert config["precision"] == "fp32"  # auto, resolved under BERTCTL_CPU_BF16=0
