@@ -12,11 +12,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import torch
+# torch is imported where it is asked: usable_cpus also serves the data builder, which does not
+# load torch.
 
 
 def cuda_wanted(device: str) -> bool:
     """Whether a `--device` setting (auto, cpu, cuda) runs on CUDA here."""
+    import torch
+
     return device == "cuda" or (device == "auto" and torch.cuda.is_available())
 
 
@@ -27,6 +30,8 @@ CPU_BF16_ENV = "BERTCTL_CPU_BF16"
 
 def cpu_bf16_native() -> bool:
     """AMX tiles or AVX512-BF16 dot products, as torch detects them (or BERTCTL_CPU_BF16)."""
+    import torch
+
     forced = os.environ.get(CPU_BF16_ENV, "").strip()
     if forced in ("0", "1"):
         return forced == "1"
@@ -44,6 +49,8 @@ def cpu_bf16_native() -> bool:
 
 def auto_precision(device: str) -> str:
     """bf16 where this device's matmuls run natively in bf16, else fp32."""
+    import torch
+
     if cuda_wanted(device):
         return "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "fp32"
     return "bf16" if cpu_bf16_native() else "fp32"
@@ -51,6 +58,8 @@ def auto_precision(device: str) -> str:
 
 def describe() -> str:
     """One line for logs and benchmark tables: the CPU and what it runs natively."""
+    import torch
+
     caps = getattr(torch.cpu, "get_capabilities", None)
     name = caps().get("cpu_name", "") if caps is not None else ""
     isa = torch.backends.cpu.get_cpu_capability()
@@ -92,6 +101,8 @@ def set_threads(threads: int | None) -> int:
     """Intra-op threads: `threads` if given; else OMP_NUM_THREADS if the environment sets it
     (torch already honours it); else the usable cores, shared by the processes torchrun starts
     on this node. Returns the number in force."""
+    import torch
+
     if threads is None and os.environ.get("OMP_NUM_THREADS"):
         return torch.get_num_threads()
     if threads is None:
