@@ -17,10 +17,10 @@ import shutil
 import sys
 import uuid
 from collections.abc import Callable
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 import bertctl
 from bertctl import config as config_mod
@@ -61,6 +61,12 @@ class InputRef(BaseModel):
     inputs: list["InputRef"] = []
 
 
+def _inside(name: str) -> bool:
+    """A manifest's file name names a file inside its artifact: relative, without `..`."""
+    pure = PurePosixPath(name)
+    return bool(name) and "\\" not in name and not pure.is_absolute() and ".." not in pure.parts
+
+
 class Manifest(BaseModel):
     model_config = ConfigDict(extra="allow")
     format: str
@@ -75,6 +81,16 @@ class Manifest(BaseModel):
     environment: dict[str, Any]
     stats: dict[str, Any] = {}
     metrics: dict[str, Any] = {}
+
+    @field_validator("files")
+    @classmethod
+    def _names_inside(cls, files: dict[str, FileEntry]) -> dict[str, FileEntry]:
+        # A crafted name would make readers (verify, --combine's links, copies) reach or write
+        # outside the artifact.
+        outside = next((n for n in files if not _inside(n)), None)
+        if outside is not None:
+            raise ValueError(f"file name {outside!r} points outside the artifact")
+        return files
 
 
 class Artifact:
@@ -94,6 +110,9 @@ class Artifact:
 
     def file(self, name: str) -> Path:
         path = self.path / name
+        problem = _outside_problem(self.path, path)
+        if problem:
+            raise BertctlError(f"{path}: {problem}")
         if not path.is_file():
             raise BertctlError(f"{path}: missing from the {self.kind} artifact")
         return path
@@ -194,12 +213,30 @@ def read_artifact(path: str | os.PathLike, kinds: str | tuple[str, ...] | None =
     return Artifact(path, manifest)
 
 
+def _outside_problem(root: Path, path: Path) -> str | None:
+    """Why `path` may not be read as a file of the artifact at `root`, or None: a symbolic link
+    (its target is not what was checksummed when written), or a path resolving elsewhere."""
+    p = path
+    while p != root and p != p.parent:
+        if p.is_symlink():
+            return "a symbolic link in the artifact (refused: it may point anywhere)"
+        p = p.parent
+    try:
+        path.resolve().relative_to(root.resolve())
+    except ValueError:
+        return "resolves outside the artifact"
+    return None
+
+
 def verify(artifact: Artifact) -> list[str]:
     """Recompute every file's checksum. Returns the problems, one line each (empty: all good)."""
     problems = []
     for name, entry in sorted(artifact.manifest.files.items()):
         path = artifact.path / name
-        if not path.is_file():
+        outside = _outside_problem(artifact.path, path)
+        if outside:
+            problems.append(f"{path}: {outside}")
+        elif not path.is_file():
             problems.append(f"{path}: missing")
         elif path.stat().st_size != entry.size or sha256_file(path) != entry.sha256:
             problems.append(f"{path}: changed since it was written (checksum mismatch)")
