@@ -304,8 +304,18 @@ def _corrupt_model(path: Path) -> None:
     f.write_bytes(bytes(raw))
 
 
+def _garbage_pickle_with_matching_checksums(path: Path) -> None:
+    # Written damaged (or replaced along with its checksum): only reading it can tell.
+    f = path / "state.pt"
+    f.write_bytes(b"\x80\x04garbage that is no pickle")
+    sums = json.loads((path / "checksums.json").read_text())
+    sums["state.pt"] = {"sha256": ckpt._sha256(f), "size": f.stat().st_size}
+    (path / "checksums.json").write_text(json.dumps(sums))
+
+
 @pytest.mark.parametrize("damage, problem", [
     (_corrupt_model, "model.safetensors does not match its checksum"),
+    (_garbage_pickle_with_matching_checksums, "state.pt cannot be read"),
     (lambda p: (p / "optimizer.pt").unlink(), "optimizer.pt is missing"),
     (lambda p: (p / "checksums.json").write_text("{"), "checksums.json is unreadable"),
 ])

@@ -28,6 +28,7 @@ import os
 import random
 import re
 import shutil
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -224,12 +225,27 @@ class Checkpoint:
     path: Path
     step: int
     trainer: dict[str, Any]
+    remedy: str = ""   # how to get past this checkpoint if it turns out corrupted
 
     def load_model(self, model: nn.Module) -> None:
         load_weights(self.path / WEIGHTS, model)
 
+    def _load(self, name: str) -> Any:
+        # Checksums catch a damaged file; a file written damaged (or replaced together with
+        # its checksum) still fails here, and must read like any other corrupted checkpoint,
+        # not as torch's multi-line advice to unpickle with weights_only=False.
+        try:
+            with warnings.catch_warnings():  # its pickle-protocol warnings are not for users
+                warnings.simplefilter("ignore")
+                return torch.load(self.path / name, map_location="cpu", weights_only=True)
+        except Exception as exc:  # noqa: BLE001 - UnpicklingError, RuntimeError, EOFError, ...
+            problem = " ".join(str(exc).split("\n")[0].split())[:200] or type(exc).__name__
+            raise CorruptCheckpoint(f"{self.path}: checkpoint is corrupted: {name} cannot be "
+                                    f"read ({type(exc).__name__}: {problem}); "
+                                    f"{self.remedy}") from None
+
     def load_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
-        state = torch.load(self.path / OPTIMIZER, map_location="cpu", weights_only=True)
+        state = self._load(OPTIMIZER)
         try:
             optimizer.load_state_dict(state)
         except ValueError as exc:
@@ -237,7 +253,7 @@ class Checkpoint:
                                f"parameters ({exc})") from None
 
     def load_state(self) -> dict[str, Any]:
-        return torch.load(self.path / STATE, map_location="cpu", weights_only=True)
+        return self._load(STATE)
 
 
 def verify_checkpoint(path: Path) -> str | None:
@@ -275,14 +291,14 @@ def open_checkpoint(path: Path, step: int, earlier: list[int]) -> Checkpoint:
                 problem = f"{TRAINER} says step {trainer.get('step')}, not {step}"
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             problem = f"{TRAINER} is unreadable ({exc})"
+    if earlier:
+        how = (f"to resume from the previous checkpoint instead, set resume_from to "
+               f"{earlier[-1]} (or delete {path})")
+    else:
+        how = f"there is no earlier checkpoint: delete {path} to start from scratch"
     if problem is not None:
-        if earlier:
-            how = (f"to resume from the previous checkpoint instead, set resume_from to "
-                   f"{earlier[-1]} (or delete {path})")
-        else:
-            how = f"there is no earlier checkpoint: delete {path} to start from scratch"
         raise CorruptCheckpoint(f"{path}: checkpoint is corrupted: {problem}; {how}")
-    return Checkpoint(path, step, trainer)
+    return Checkpoint(path, step, trainer, remedy=how)
 
 
 def find_resume_checkpoint(work_dir: Path, resume_from: int | str) -> Checkpoint | None:
