@@ -360,6 +360,7 @@ def produce(kind: str, settings: StageConfig | dict[str, Any], inputs: list[Inpu
     tmp.mkdir()
     try:
         stats = dict(build(tmp) or {})
+        _honour_umask(tmp)
         metrics = stats.pop("metrics", {})
         manifest = Manifest(
             format=FORMAT, schema_version=SCHEMA_VERSIONS[kind], kind=kind, id=artifact_id,
@@ -372,6 +373,16 @@ def produce(kind: str, settings: StageConfig | dict[str, Any], inputs: list[Inpu
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return Outcome(manifest=manifest, path=str(out_path), up_to_date=False)
+
+
+def _honour_umask(root: Path) -> None:
+    """Every file with the mode a plain open() would give it: some writers (safetensors) create
+    theirs 0600, which leaves one file of a shared artifact unreadable to the group."""
+    mask = os.umask(0)
+    os.umask(mask)
+    for path in root.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            path.chmod(0o666 & ~mask)
 
 
 def _replace(tmp: Path, out: Path) -> None:

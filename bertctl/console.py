@@ -113,6 +113,11 @@ def training_progress(description: str, total_steps: int | None):
 
         def on_log(record: dict) -> None:
             step = int(record.get("step", last[0]))
+            if record.get("split") == "resume":
+                log(f"resuming from the checkpoint of step {step} ({record.get('path')})")
+                bar.update(step - last[0])
+                last[0] = step
+                return
             if record.get("split") == "validation":
                 log(f"validation at step {step}: {_fmt(record)}")
                 return

@@ -75,3 +75,21 @@ def test_combine_refuses_a_slice_naming_files_outside(tmp_path, small_tokenizer,
     assert len(r.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
     assert victim.read_text() == "outside" and victim.stat().st_nlink == 1
+
+
+def test_files_get_the_umask_mode(tmp_path):
+    import os
+    import stat
+
+    def build(tmp):
+        (tmp / "a.bin").write_bytes(b"x")
+        os.chmod(tmp / "a.bin", 0o600)  # as safetensors writes model.safetensors
+        (tmp / "b.txt").write_text("y")
+        return {}
+    old = os.umask(0o027)
+    try:
+        artifacts.produce("eval", {"t": 2}, [], tmp_path / "art", build)
+    finally:
+        os.umask(old)
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "art").iterdir()}
+    assert modes == {"a.bin": 0o640, "b.txt": 0o640, "artifact.json": 0o640}

@@ -88,6 +88,8 @@ def test_killed_run_resumes_with_identical_losses(tmp_path, pretrain_data):
     if "resumed_from_step" not in manifest["stats"]:
         pytest.skip("the first run finished before it was killed")
     assert [r["loss"] for r in _records(out)] == [r["loss"] for r in _records(tmp_path / "a")]
+    step = manifest["stats"]["resumed_from_step"]
+    assert f"resuming from the checkpoint of step {step} (" in resumed.stderr
     assert not list(tmp_path.glob(".b.run-*"))  # the work directory is gone once complete
 
 

@@ -274,7 +274,8 @@ def train(model: nn.Module, train_data: DataSource, settings: TrainSettings, wor
     select: (metric key, "max" | "min") keeps the best evaluated weights in work_dir/best/ and
         returns the model holding them; without it the model holds the final weights.
     on_log(record): rank 0 only, for every record written to metrics.jsonl (train and
-        validation), e.g. for a progress display.
+        validation), e.g. for a progress display; and, when the run resumes, once with
+        {"split": "resume", "step": N, "path": checkpoint} (not written to metrics.jsonl).
     step_metrics(outputs, batch) -> {name: (numerator, denominator)}: called after each
         micro-batch's forward (no_grad); numerators and denominators are summed over
         micro-batches, steps of the log interval and ranks, and `name` is logged as their
@@ -439,6 +440,8 @@ def train(model: nn.Module, train_data: DataSource, settings: TrainSettings, wor
 
     # -- the loop
     resumed_from = found.step if found is not None else None
+    if resumed_from is not None and info.is_main and on_log is not None:
+        on_log({"split": "resume", "step": resumed_from, "path": str(found.path)})
     pool = ThreadPoolExecutor(max_workers=1)  # loads the next step's batches during this one
     last_step = end_step if s.stop_after is None else max(step, min(end_step, s.stop_after))
     pending = pool.submit(load_step, step + 1) if step < last_step else None
