@@ -12,3 +12,10 @@ class IntegrityError(BertctlError):
     """An artifact's files no longer match its manifest (inspect --verify): exit code 1."""
 
     exit_code = 1
+
+
+class Interrupted(BertctlError):
+    """Ctrl-C or SIGTERM during a run that keeps something on purpose (training checkpoints,
+    so that the rerun resumes): exit code 130, and the message says what is left where."""
+
+    exit_code = 130

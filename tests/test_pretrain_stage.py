@@ -162,3 +162,24 @@ def test_validation_is_shared_between_ranks(tiny_pretrained, pretrain_data, monk
     assert shared.keys() == whole.keys()
     for key, value in whole.items():
         assert shared[key] == pytest.approx(value, rel=1e-6), key
+
+
+def test_sigterm_keeps_the_checkpoints_and_says_so(tmp_path, pretrain_data):
+    args = [sys.executable, "-m", "bertctl", "pretrain", str(pretrain_data), *TINY_MODEL,
+            "--steps", "400", "--batch-size", "8", "--log-every", "2", "--checkpoint-every", "4",
+            "--eval-batches", "1", "--device", "cpu", "--out", str(tmp_path / "m")]
+    proc = subprocess.Popen(args, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        work = list(tmp_path.glob(".m.run-*"))
+        if work and any((work[0] / "checkpoints").glob("step-*")):
+            break
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr
+    last = stderr.strip().splitlines()[-1]
+    kept = work[0] / "checkpoints"
+    assert last == (f"error: interrupted; no artifact was written; checkpoints kept in {kept}: "
+                    f"rerun the same command to resume")
+    assert not (tmp_path / "m").exists() and any(kept.glob("step-*"))

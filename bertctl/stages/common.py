@@ -17,7 +17,7 @@ from typing import Any
 from bertctl import artifacts, hardware, modelcard
 from bertctl import config as config_mod
 from bertctl.data import tokenizer as tokenizer_mod
-from bertctl.errors import BertctlError
+from bertctl.errors import BertctlError, Interrupted
 
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json",
                    "special_tokens_map.json")
@@ -165,7 +165,14 @@ def train_to_artifact(config, inputs: list[artifacts.InputRef], out: str, force:
             modelcard.write(tmp, artifact_id, out_path, config_mod.as_dict(config), inputs, stats)
             return stats
 
-        outcome = artifacts.produce("model", config, inputs, out, build, force=force)
+        try:
+            outcome = artifacts.produce("model", config, inputs, out, build, force=force)
+        except KeyboardInterrupt:
+            kept = work / "checkpoints"
+            if kept.is_dir() and any(kept.iterdir()):  # kept on purpose: the rerun resumes
+                raise Interrupted(f"interrupted; no artifact was written; checkpoints kept in "
+                                  f"{kept}: rerun the same command to resume") from None
+            raise
         shutil.rmtree(work, ignore_errors=True)
         return outcome
     finally:
