@@ -268,10 +268,17 @@ def evaluate(settings: EvalConfig, out: Path, force: bool,
                       "dotted paths reach nested metrics). The artifact is written either way; "
                       "each unmet one is a line on stderr and the exit code is 3.")] = None):
     from bertctl import expectations
-    from bertctl.stages import evaluate as stage_module
+    from bertctl.stages import common
 
     gates = [expectations.parse(e) for e in expect or []]  # a typo fails before any work
-    outcome = stage_module.run(settings, str(model), str(data), str(out), force)
+    source = common.open_model(model)
+    pretrain_data = common.pretrain_data_artifact(data)
+    if pretrain_data is not None:
+        from bertctl.stages import eval_pretraining as stage_module
+    else:
+        from bertctl.stages import eval_task as stage_module
+    outcome = stage_module.run(settings, source, pretrain_data or data, str(out), force)
+    console.log_metrics(outcome.manifest.metrics)
     unmet = expectations.unmet(gates, outcome.manifest.metrics or {}, outcome.path)
     if unmet:
         raise ExpectationsUnmet(outcome, unmet)

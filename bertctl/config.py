@@ -155,13 +155,18 @@ class TaskSettings(StageConfig):
     max_seq_length: int = Field(128, ge=8, le=512, description="Tokens per example; pairs are "
                                 "truncated longest-first.")
 
+    def task_fields(self) -> dict[str, Any]:
+        """The task spec fields these flags set (only those given)."""
+        fields = {"family": self.family, "text_columns": self.text_column,
+                  "label_column": self.label_column, "context_column": self.context_column,
+                  "choice_columns": self.choice_columns}
+        return {k: v for k, v in fields.items() if v is not None}
+
     def task_spec(self):
         """The TaskSpec these settings describe (BertctlError if they describe none)."""
-        from bertctl.data.tasks import make_task_spec
+        from bertctl.tasks import make_task_spec
 
-        return make_task_spec(self.task, family=self.family, text_columns=self.text_column,
-                              label_column=self.label_column, context_column=self.context_column,
-                              choice_columns=self.choice_columns, labels=self.labels)
+        return make_task_spec(self.task, **self.task_fields(), labels=self.labels)
 
 
 class PretrainingDataSettings(StageConfig):

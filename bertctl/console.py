@@ -127,3 +127,23 @@ def training_progress(description: str, total_steps: int | None):
             last[0] = step
 
         yield on_log
+
+
+def log_metrics(metrics: dict) -> None:
+    """A metrics dict as log lines; a confusion matrix as a table (rows: true label)."""
+    for name, value in metrics.items():
+        if name == "confusion_matrix" and isinstance(value, dict):
+            names = [str(n) for n in value["labels"]]
+            width = max(len(n) for n in names + ["true \\ pred"])
+            cells = [max(len(n), max(len(str(r[j])) for r in value["matrix"]))
+                     for j, n in enumerate(names)]
+            log("confusion matrix (rows: true label, columns: prediction):")
+            log("  " + "true \\ pred".ljust(width) + "  "
+                + "  ".join(n.rjust(c) for n, c in zip(names, cells)))
+            for n, row in zip(names, value["matrix"]):
+                log("  " + n.ljust(width) + "  "
+                    + "  ".join(str(x).rjust(c) for x, c in zip(row, cells)))
+        elif isinstance(value, float):
+            log(f"{name}: {value:.4f}")
+        else:
+            log(f"{name}: {value}")

@@ -5,8 +5,8 @@ nothing about artifacts, the CLI or the console (progress is a callback).
 
 - `predict` runs any model over batches built in length order (little padding) and returns its
   per-example outputs as numpy arrays, back in the original example order.
-- `evaluate_task` scores a fine-tuned classification / regression / multiple-choice model on
-  encoded task features with the task's metric.
+- `evaluate_task` predicts a task's encoded features with a fine-tuned model and lets the task's
+  family (bertctl.tasks) turn the outputs into per-example predictions and metrics.
 - `evaluate_pretraining` measures masked-LM loss, accuracy and perplexity (and next-sentence
   accuracy when the data has NSP labels) of a `BertForPreTraining` model on a pretraining split.
 
@@ -27,17 +27,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from bertctl import metrics as metrics_mod
+from bertctl import hardware
 from bertctl.data.collate import length_grouped_batches
-from bertctl.data.tasks import TaskFeatures, TaskSpec, make_batch
 from bertctl.train import distributed as dist
 
 Batches = Iterable[tuple[np.ndarray, dict[str, torch.Tensor]]]
 Progress = Callable[[int], None]  # called with the number of examples just done
-
-# Autocast dtype per precision name (the training loop's names; fp16 is for GPUs).
-_AUTOCAST = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
-PRECISIONS = tuple(_AUTOCAST)
+PRECISIONS = ("fp32", "bf16", "fp16")
 
 
 @contextlib.contextmanager
@@ -45,20 +41,13 @@ def inference(model: torch.nn.Module, device: str | torch.device, precision: str
     """Eval mode, no autograd, and bf16 autocast if asked; restores the model's mode after."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
-    device = torch.device(device)
-    dtype = _AUTOCAST[precision]
     was_training = model.training
     model.eval()
     try:
-        with torch.inference_mode(), torch.autocast(device_type=device.type, dtype=dtype,
-                                                    enabled=dtype is not None):
+        with torch.inference_mode(), hardware.autocast(device, precision):
             yield
     finally:
         model.train(was_training)
-
-
-def _to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
-    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
 
 
 def _numpy(t: torch.Tensor) -> np.ndarray:
@@ -84,7 +73,7 @@ def predict(model: torch.nn.Module, source_batches: Batches, device: str | torch
     with inference(model, device, precision):
         for indices, inputs in source_batches:
             indices = np.asarray(indices, dtype=np.int64).reshape(-1)
-            out = model(**_to_device(inputs, device))
+            out = model(**hardware.to_device(inputs, device))
             for name, value in out.items():
                 if isinstance(value, torch.Tensor) and value.dim() >= 1 and value.size(0) == len(indices):
                     chunks.setdefault(name, []).append(_numpy(value))
@@ -113,56 +102,33 @@ def predict(model: torch.nn.Module, source_batches: Batches, device: str | torch
     return result
 
 
-def task_batches(features: TaskFeatures, batch_size: int, with_labels: bool = False) -> Batches:
-    """`(indices, inputs)` for every example of `features`, longest first so that each batch is
-    padded to about its own length. Labels are left out unless `with_labels` (pure inference)."""
-    for indices in length_grouped_batches(features.lengths, batch_size, seed=None):
-        batch = make_batch(features, indices)
+def task_batches(features, batch_size: int, with_labels: bool = False) -> Batches:
+    """`(indices, inputs)` for every feature, longest first so that each batch is padded to
+    about its own length. Labels are left out unless `with_labels` (pure inference)."""
+    for indices in length_grouped_batches(np.asarray(features.lengths), batch_size, seed=None):
+        batch = features.batch(indices)
         if not with_labels:
-            batch.pop("labels", None)
+            for target in ("labels", "start_positions", "end_positions"):
+                batch.pop(target, None)
         yield indices, batch
 
 
-def predictions_from_logits(spec: TaskSpec, logits: np.ndarray) -> np.ndarray:
-    """Class / choice indices (argmax; int64), or the regression value (float32)."""
-    if spec.family == "regression":
-        return logits.reshape(len(logits), -1)[:, 0].astype(np.float32)
-    return logits.argmax(axis=-1).astype(np.int64)
+def evaluate_task(model: torch.nn.Module, family, spec, examples, features, label_list,
+                  batch_size: int, device: str | torch.device, precision: str = "fp32", *,
+                  calibration: dict | None = None,
+                  progress: Progress | None = None) -> tuple[dict[str, Any], Any]:
+    """Predict every example with the task's family and score the predictions.
 
-
-def evaluate_task(model: torch.nn.Module, spec: TaskSpec, features: TaskFeatures,
-                  labels_list: tuple[str, ...] | list[str] | None, batch_size: int,
-                  device: str | torch.device, precision: str = "fp32", *,
-                  progress: Progress | None = None) -> tuple[dict[str, Any], np.ndarray]:
-    """Predict every example of `features` and score the predictions against its labels.
-
-    Returns `(metrics, predictions)`. Predictions are class indices (argmax) for classification,
-    choice indices for multiple choice, float32 values for regression. Metrics are
-    `compute_metrics(spec.metric, ...)` plus, for classification, "macro_f1" and
-    "confusion_matrix" ({"labels": names, "matrix": rows = true label, columns = prediction});
-    empty when the features have no labels (prediction only). `labels_list` names the classes.
+    Returns `(metrics, predictions)`: the family's metric dict (empty when the examples have no
+    labels: prediction only) and its per-example predictions. `label_list` names the classes
+    of families that have one.
     """
     outputs = predict(model, task_batches(features, batch_size), device, precision,
                       progress=progress)
-    if "logits" not in outputs:
-        raise ValueError(f"{type(model).__name__} returned no per-example 'logits'")
-    predictions = predictions_from_logits(spec, outputs["logits"])
-    if features.labels is None:
+    predictions = family.predictions(outputs, features, examples, spec, calibration)
+    if not examples.labelled:
         return {}, predictions
-    return score(spec, predictions, features.labels, labels_list), predictions
-
-
-def score(spec: TaskSpec, predictions: np.ndarray, labels: np.ndarray,
-          labels_list: tuple[str, ...] | list[str] | None) -> dict[str, Any]:
-    """The metric dict of `evaluate_task` for predictions already made."""
-    result: dict[str, Any] = dict(metrics_mod.compute_metrics(spec.metric, predictions, labels))
-    if spec.is_classification:
-        num = len(labels_list) if labels_list else int(max(predictions.max(), labels.max())) + 1
-        names = list(labels_list) if labels_list else [str(i) for i in range(num)]
-        result["macro_f1"] = metrics_mod.macro_f1(predictions, labels)
-        matrix = metrics_mod.confusion_matrix(predictions, labels, num_labels=num)
-        result["confusion_matrix"] = {"labels": names, "matrix": matrix.tolist()}
-    return result
+    return family.score(predictions, examples, spec, label_list), predictions
 
 
 def evaluate_pretraining(model: torch.nn.Module, dataset, batch_size: int,
@@ -196,7 +162,7 @@ def evaluate_pretraining(model: torch.nn.Module, dataset, batch_size: int,
     with inference(model, device, precision):
         for local in batches:
             indices = subset[local]
-            batch = _to_device(dataset.batch(indices, epoch=0), device)
+            batch = hardware.to_device(dataset.batch(indices, epoch=0), device)
             out = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"],
                         labels=batch["labels"])
             targets = out["mlm_targets"]
@@ -244,4 +210,4 @@ def json_safe(value: Any) -> Any:
 
 
 __all__ = ["evaluate_pretraining", "evaluate_task", "inference", "json_safe", "predict",
-           "predictions_from_logits", "score", "task_batches"]
+           "task_batches"]

@@ -111,3 +111,48 @@ def set_threads(threads: int | None) -> int:
     if threads != torch.get_num_threads():
         torch.set_num_threads(threads)
     return threads
+
+
+def resolve_device(device: str, local_rank: int = 0):
+    """The torch device of a `--device` setting: "auto" picks the local GPU when there is one
+    (cuda:LOCAL_RANK under torchrun), "cuda" insists on it."""
+    import torch
+
+    if device not in ("auto", "cpu", "cuda"):
+        from bertctl.errors import BertctlError
+
+        raise BertctlError(f"device must be auto, cpu or cuda, got {device!r}")
+    if not cuda_wanted(device):
+        return torch.device("cpu")
+    from bertctl.errors import BertctlError
+
+    if not torch.cuda.is_available():
+        raise BertctlError("--device cuda: no CUDA device is available (use auto or cpu)")
+    if local_rank >= torch.cuda.device_count():
+        raise BertctlError(f"LOCAL_RANK {local_rank} but only {torch.cuda.device_count()} GPU(s) "
+                           f"are visible; start torchrun with --nproc_per_node <= that")
+    return torch.device("cuda", local_rank)
+
+
+def autocast(device, precision: str):
+    """The autocast context of a precision name for a device: none for fp32, bf16 or fp16
+    (the latter for GPUs) otherwise; shared by training and inference."""
+    import contextlib
+
+    import torch
+
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    if precision not in ("bf16", "fp16"):
+        raise ValueError(f"precision must be fp32, bf16 or fp16, got {precision!r}")
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+    return torch.autocast(device_type=torch.device(device).type, dtype=dtype)
+
+
+def to_device(batch: dict, device) -> dict:
+    """A batch's tensors on `device` (non-blocking: from pinned memory the copy overlaps
+    compute); other values as they are."""
+    import torch
+
+    return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v
+            for k, v in batch.items()}

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from bertctl import artifacts, evaluation
-from bertctl.data.tasks import PRESETS, make_task_spec
+from bertctl.tasks import PRESETS, make_task_spec
 from bertctl.model import (BertConfig, BertForMultipleChoice, BertForPreTraining,
                            BertForSequenceClassification)
 from bertctl.stages.common import write_model
@@ -149,7 +149,7 @@ def test_predictions_equal_transformers_argmax(cli, models, tmp_path, which):
 def test_pair_logits_equal_transformers(models, minilm_dir):
     """Core API: evaluation.predict's logits, in file order, equal transformers' on MRPC pairs
     (BOM, no quoting); the length-sorted batches are put back in example order."""
-    from bertctl.data.tasks import encode_examples, read_examples
+    from bertctl.tasks import encode_examples, read_examples
     from bertctl.stages.common import open_model
 
     source = open_model(models["mrpc"])
@@ -379,12 +379,18 @@ def test_predict_restores_example_order_and_mode():
 
 
 def test_evaluate_task_scores_and_json_safe():
+    from types import SimpleNamespace
+
+    from bertctl import tasks
+
     spec = make_task_spec("glue/sts-b")
-    m = evaluation.score(spec, np.zeros(4, dtype=np.float32), np.array([0.0, 1, 2, 3]), None)
+    m = tasks.get("regression").score(np.zeros(4, dtype=np.float32),
+                                      SimpleNamespace(labels=np.array([0.0, 1, 2, 3])), spec, None)
     assert np.isnan(m["pearson"])
     assert evaluation.json_safe(m) == {"pearson": None, "spearman": None}
     spec = make_task_spec("glue/rte")
-    m = evaluation.score(spec, np.array([0, 0, 1, 1]), np.array([0, 1, 1, 1]), spec.labels)
+    m = tasks.get("pair").score(np.array([0, 0, 1, 1]), SimpleNamespace(labels=np.array([0, 1, 1, 1])),
+                                spec, spec.labels)
     assert m["confusion_matrix"] == {"labels": ["entailment", "not_entailment"],
                                      "matrix": [[1, 0], [1, 2]]}
     assert m["accuracy"] == 0.75

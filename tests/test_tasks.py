@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from bertctl.data import tasks
+from bertctl import tasks
 from bertctl.data.collate import length_grouped_batches
 from bertctl.errors import BertctlError
 
@@ -385,7 +385,7 @@ def test_too_short_max_seq_length(tokenizer):
 def test_core_does_not_import_cli_libraries():
     import subprocess
     import sys
-    code = ("import sys, bertctl.data.tasks, bertctl.metrics; "
+    code = ("import sys, bertctl.tasks, bertctl.metrics; "
             "print(sorted(m for m in ('typer', 'rich') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=pathlib.Path(__file__).parent.parent)

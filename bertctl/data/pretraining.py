@@ -423,10 +423,9 @@ def _build_in_worker(task: tuple[int, int, list]) -> dict:
 
 
 def default_workers() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover - not Linux
-        return max(1, os.cpu_count() or 1)
+    from bertctl.hardware import usable_cpus
+
+    return usable_cpus()
 
 
 def build_pretraining_data(documents: Iterable[Sequence[str]], tokenizer: Tokenizer,
@@ -760,3 +759,19 @@ def _join(pieces: list[str]) -> str:
         else:
             text += (" " if text else "") + p
     return text
+
+
+def describe(path: Path, count: int = 3) -> list[str]:
+    """Decoded instances of the training split, for logs and `bertctl inspect`."""
+    try:
+        info = read_pretraining_info(path)
+        dataset = PretrainingDataset(path, "train")
+    except BertctlError as exc:  # e.g. one slice of a sharded build: readable once combined
+        return [f"no sample instances: {exc}"]
+    picks = [int(i) for i in
+             sorted(set((len(dataset) * k) // max(count, 1) for k in range(count)))]
+    lines = [f"sample instances ({info.masking} masking"
+             f"{', epoch 0' if info.masking == 'dynamic' else ''}):"]
+    for text in decode_instances(dataset, picks):
+        lines.extend("  " + line for line in text.splitlines())
+    return lines

@@ -64,24 +64,8 @@ def _show_sample(outcome: artifacts.Outcome) -> None:
     """One decoded instance, so a person sees what the model will see."""
     if outcome.up_to_date:
         return
-    for line in describe(Path(outcome.path), count=1):
+    for line in pretraining.describe(Path(outcome.path), count=1):
         console.log(line)
-
-
-def describe(path: Path, count: int = 3) -> list[str]:
-    """Decoded instances of the training split, for logs and `bertctl inspect`."""
-    try:
-        info = pretraining.read_pretraining_info(path)
-        dataset = pretraining.PretrainingDataset(path, "train")
-    except BertctlError as exc:  # e.g. one slice of a sharded build: readable once combined
-        return [f"no sample instances: {exc}"]
-    picks = [int(i) for i in
-             sorted(set((len(dataset) * k) // max(count, 1) for k in range(count)))]
-    lines = [f"sample instances ({info.masking} masking"
-             f"{', epoch 0' if info.masking == 'dynamic' else ''}):"]
-    for text in pretraining.decode_instances(dataset, picks):
-        lines.extend("  " + line for line in text.splitlines())
-    return lines
 
 
 def _combine(slices: list[str], out: str, force: bool) -> artifacts.Outcome:

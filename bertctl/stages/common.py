@@ -91,6 +91,21 @@ def data_input(path: Path, role: str = "data") -> artifacts.InputRef:
                               path=str(path.resolve()), size=size)
 
 
+def pretrain_data_artifact(data: str | Path) -> artifacts.Artifact | None:
+    """`eval`'s DATA: a pretrain-data artifact (returned), or a task data file or directory
+    (None); any other artifact is an error."""
+    data = Path(data)
+    if not data.exists():
+        raise BertctlError(f"{data}: no such data file or directory")
+    if not (data / artifacts.MANIFEST).is_file():
+        return None
+    manifest = artifacts.read_manifest(data)
+    if manifest.kind != "pretrain-data":
+        raise BertctlError(f"{data}: is a {manifest.kind} artifact; eval reads a task data "
+                           f"file or a pretrain-data artifact")
+    return artifacts.read_artifact(data, "pretrain-data")
+
+
 def open_model(path: str | Path, role: str = "model") -> ModelSource:
     from bertctl.model import read_config, read_config_dict
 
@@ -125,6 +140,14 @@ def write_model(model, directory: Path, tokenizer_dir: Path, extra_config: dict 
     copy_tokenizer(tokenizer_dir, directory)
     if task is not None:
         (directory / TASK_FILE).write_text(json.dumps(task, indent=2) + "\n", encoding="utf-8")
+
+
+def check_positions(source: ModelSource, max_seq_length: int) -> None:
+    """Sequences may not be longer than the model has position embeddings."""
+    max_pos = int(source.hf_config.get("max_position_embeddings", 512))
+    if max_seq_length > max_pos:
+        raise BertctlError(f"{source.path}: max_seq_length {max_seq_length} exceeds the model's "
+                           f"{max_pos} position embeddings")
 
 
 def check_vocab(model_vocab: int, tokenizer_vocab: int, where: str) -> None:

@@ -28,29 +28,7 @@ class TaskData:
         return len(self.features)
 
     def batch(self, indices: np.ndarray, epoch: int):
-        from bertctl.data.tasks import make_batch
-
-        return make_batch(self.features, indices)
-
-
-def head_for(spec, label_list):
-    """The head class and its arguments for a task family."""
-    from bertctl.model import BertForMultipleChoice, BertForSequenceClassification
-
-    if spec.family == "multiple_choice":
-        return BertForMultipleChoice, {}
-    if spec.family == "regression":
-        return BertForSequenceClassification, {"num_labels": 1, "problem_type": "regression"}
-    return BertForSequenceClassification, {"num_labels": len(label_list),
-                                           "problem_type": "single_label_classification"}
-
-
-def label_config(spec, label_list) -> dict:
-    """config.json keys that carry the real label names, as transformers expects them."""
-    if not spec.is_classification:
-        return {}
-    return {"id2label": {str(i): name for i, name in enumerate(label_list)},
-            "label2id": {name: i for i, name in enumerate(label_list)}}
+        return self.features.batch(indices, epoch)
 
 
 def _data_files(spec, train: Path, dev: Path | None) -> tuple[Path, Path | None]:
@@ -68,7 +46,10 @@ def _data_files(spec, train: Path, dev: Path | None) -> tuple[Path, Path | None]
 
 def run(config: FinetuneConfig, model_dir: str, train_path: str, out: str, force: bool = False,
         dev_path: str | None = None):
+    from bertctl import tasks
+
     spec = config.task_spec()
+    family = tasks.get(spec.family)
     source = common.open_model(model_dir, "model")
     train_file, dev_file = _data_files(spec, Path(train_path),
                                        Path(dev_path) if dev_path else None)
@@ -79,26 +60,24 @@ def run(config: FinetuneConfig, model_dir: str, train_path: str, out: str, force
     def prepare(work: Path):
         import torch
 
-        from bertctl.data.tasks import encode_examples, read_examples
         from bertctl.evaluation import evaluate_task
-        from bertctl.metrics import main_metric
         from bertctl.train import distributed as dist
         from bertctl.train.loop import train
 
         tok, _ = source.tokenizer()
         common.check_vocab(source.vocab_size, tok.get_vocab_size(), str(source.path))
-        train_examples = read_examples(spec, train_file, label_list=spec.labels,
-                                       require_labels=True)
-        label_list = train_examples.label_list
-        dev_examples = (read_examples(spec, dev_file, label_list=label_list,
-                                      require_labels=True) if dev_file is not None else None)
-        train_features = encode_examples(train_examples, tok, config.max_seq_length)
-        dev_features = (encode_examples(dev_examples, tok, config.max_seq_length)
+        common.check_positions(source, config.max_seq_length)
+        train_examples = family.read(spec, train_file, label_list=spec.labels,
+                                     require_labels=True)
+        label_list = train_examples.label_list if family.label_list else None
+        dev_examples = (family.read(spec, dev_file, label_list=label_list, require_labels=True)
+                        if dev_file is not None else None)
+        train_features = family.encode(train_examples, tok, config.max_seq_length, training=True)
+        dev_features = (family.encode(dev_examples, tok, config.max_seq_length)
                         if dev_examples is not None else None)
 
-        head, head_kwargs = head_for(spec, label_list)
         torch.manual_seed(config.seed)  # the new head's initial weights are part of --seed
-        model, report = source.load(head, **head_kwargs)
+        model, report = source.load(family.head_class(), **family.head_kwargs(spec, label_list))
         if dist.is_main():
             console.log(str(report))
             console.log(f"task {spec.name} ({spec.family}): {len(train_examples):,} training "
@@ -106,13 +85,13 @@ def run(config: FinetuneConfig, model_dir: str, train_path: str, out: str, force
                                        else "")
                         + (f"; labels {', '.join(label_list)}" if label_list else ""))
 
-        metric_key = main_metric(spec.metric)
+        metric_key = family.main_metric(spec)
         evaluate = select = None
         if dev_features is not None:
             def evaluate(m):
-                metrics, _ = evaluate_task(m, spec, dev_features, label_list,
-                                           config.eval_batch_size, next(m.parameters()).device,
-                                           config.precision)
+                metrics, _ = evaluate_task(m, family, spec, dev_examples, dev_features,
+                                           label_list, config.eval_batch_size,
+                                           next(m.parameters()).device, config.precision)
                 metrics.pop("confusion_matrix", None)  # the eval stage reports it
                 return metrics
             if config.keep == "best":
@@ -130,8 +109,15 @@ def run(config: FinetuneConfig, model_dir: str, train_path: str, out: str, force
                              evaluate=evaluate, select=select, on_log=on_log)
 
         def write(result, tmp: Path) -> dict:
+            if family.calibrates and dev_features is not None:  # e.g. a no-answer threshold
+                _, predictions = evaluate_task(
+                    result.model, family, spec, dev_examples, dev_features, label_list,
+                    config.eval_batch_size, next(result.model.parameters()).device,
+                    config.precision)
+                task_record["calibration"] = family.calibrate(predictions, dev_examples, spec)
             common.write_model(result.model, tmp, source.path,
-                               extra_config=label_config(spec, label_list), task=task_record)
+                               extra_config=family.config_extras(spec, label_list),
+                               task=task_record)
             chosen = result.best_metrics if select else result.eval_metrics
             return {"architecture": type(result.model).__name__, "task": spec.name,
                     "family": spec.family, "label_list": task_record["label_list"],

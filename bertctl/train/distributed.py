@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from bertctl.errors import BertctlError
+from bertctl import hardware
 
 
 @dataclass(frozen=True)
@@ -35,18 +35,7 @@ def launched_by_torchrun() -> bool:
 
 
 def resolve_device(device: str, local_rank: int = 0) -> torch.device:
-    """"auto" picks the local GPU when there is one; "cuda" insists on it."""
-    if device not in ("auto", "cpu", "cuda"):
-        raise BertctlError(f"train settings: device must be auto, cpu or cuda, got {device!r}")
-    if device == "cpu" or (device == "auto" and not torch.cuda.is_available()):
-        return torch.device("cpu")
-    if not torch.cuda.is_available():
-        raise BertctlError("train settings: device cuda requested but no CUDA GPU is available "
-                           "(use device auto or cpu)")
-    if local_rank >= torch.cuda.device_count():
-        raise BertctlError(f"LOCAL_RANK {local_rank} but only {torch.cuda.device_count()} GPU(s) "
-                           f"are visible; start torchrun with --nproc_per_node <= that")
-    return torch.device("cuda", local_rank)
+    return hardware.resolve_device(device, local_rank)
 
 
 def init(device: str = "auto") -> DistInfo:

@@ -35,6 +35,7 @@ from torch import nn
 
 from bertctl.config import TrainingSettings
 from bertctl.data.collate import length_grouped_batches
+from bertctl import hardware
 from bertctl.errors import BertctlError
 from bertctl.train import checkpoint as ckpt
 from bertctl.train import distributed as dist
@@ -168,25 +169,12 @@ def _lengths(data: Any) -> np.ndarray:
 # Helpers
 
 
-def _autocast(device: torch.device, precision: str):
-    if precision == "fp32":
-        return contextlib.nullcontext()
-    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
-    return torch.autocast(device_type=device.type, dtype=dtype)
-
-
 def _check_precision(precision: str, device: torch.device) -> None:
     if precision == "fp16" and device.type != "cuda":
         raise BertctlError("train settings: precision fp16 needs a CUDA GPU (loss scaling); "
                            "on CPU use bf16")
     if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
         raise BertctlError("train settings: this GPU does not support bf16; use fp16")
-
-
-def _to_device(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
-    # Pinned host memory (see _load_step) lets the copy overlap with compute.
-    return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v
-            for k, v in batch.items()}
 
 
 def _count_tokens(batch: dict[str, Any], n: int) -> int:
@@ -373,7 +361,7 @@ def train(model: nn.Module, train_data: DataSource, settings: TrainSettings, wor
              if info.is_main and s.tensorboard else None)
     ddp = dist.wrap(raw, info, s.find_unused_parameters)
     sync_scale = world / num_micro  # DDP averages over ranks; we want the mean over micro-batches
-    autocast = _autocast(device, s.precision)
+    autocast = hardware.autocast(device, s.precision)
     pin = device.type == "cuda"
 
     def load_step(global_step: int) -> tuple[list[dict[str, Any]], int, int]:
@@ -403,7 +391,7 @@ def train(model: nn.Module, train_data: DataSource, settings: TrainSettings, wor
     def run_eval() -> None:
         nonlocal best_value, best_step, best_metrics, last_eval
         raw.eval()
-        with torch.no_grad(), _autocast(device, s.precision):
+        with torch.no_grad(), hardware.autocast(device, s.precision):
             metrics = {k: _plain(v) for k, v in evaluate(raw).items()}
         raw.train()
         record = {"split": "validation", "step": step, "epoch": epoch_of(step), **metrics}
@@ -457,7 +445,7 @@ def train(model: nn.Module, train_data: DataSource, settings: TrainSettings, wor
             loss_sum = torch.zeros((), dtype=torch.float64, device=device)
             sums: dict[str, list[torch.Tensor]] = {}
             for i, cpu_batch in enumerate(batches):
-                batch = _to_device(cpu_batch, device)
+                batch = hardware.to_device(cpu_batch, device)
                 # Gradients are all-reduced on the last micro-step only.
                 last = i == len(batches) - 1
                 no_sync = ddp.no_sync() if ddp is not raw and not last else contextlib.nullcontext()

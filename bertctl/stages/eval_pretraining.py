@@ -1,0 +1,127 @@
+"""`bertctl eval MODEL DATA` on a pretrain-data artifact: the masked-LM (and next-sentence)
+quality of a pretraining checkpoint on one split of the data, into an eval artifact."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from bertctl import artifacts, console, evaluation, hardware
+from bertctl.config import EvalConfig
+from bertctl.errors import BertctlError
+from bertctl.stages.common import ModelSource
+
+METRICS_FILE = "metrics.json"
+
+_TASK_FLAGS = ("task", "family", "text_column", "label_column", "context_column",
+               "choice_columns", "labels", "max_seq_length")
+
+
+def run(config: EvalConfig, source: ModelSource, art: artifacts.Artifact, out: str,
+        force: bool = False) -> artifacts.Outcome:
+    from bertctl.data.pretraining import PretrainingDataset, read_pretraining_info
+
+    hardware.set_threads(config.threads)
+    given = [f"--{k.replace('_', '-')}" for k in _TASK_FLAGS if getattr(config, k) is not None]
+    if given:
+        raise BertctlError(f"{' '.join(given)}: task settings apply to task data files, not to "
+                           f"the pretrain-data artifact {art.path}")
+    split = config.split or "validation"
+    info = read_pretraining_info(art.path)
+    if int(info.stats.get(split, {}).get("instances", 0)) == 0:
+        hint = (" (it was built with validation_fraction 0); evaluate on --split train, or "
+                "rebuild it with --validation-fraction" if split == "validation" else "")
+        raise BertctlError(f"{art.path}: the {split} split is empty{hint}")
+    check_pretraining_agreement(source, info)
+    device = hardware.resolve_device(config.device)
+    inputs = [source.ref, art.as_input("data")]
+
+    def build(tmp: Path) -> dict[str, Any]:
+        dataset = PretrainingDataset(art.path, split)
+        model, nsp = _load_pretraining_model(source, dataset.nsp)
+        model.to(device)
+        console.log(f"{art.path}: {split} split, {len(dataset):,} instances"
+                    f"{', with next-sentence labels' if dataset.nsp else ''}")
+        started = time.monotonic()
+        with console.progress("evaluating", total=len(dataset), unit="instances") as bar:
+            result = evaluation.evaluate_pretraining(
+                model, dataset, config.batch_size, device, config.precision, nsp=nsp,
+                progress=lambda n: bar.update(n))
+        seconds = time.monotonic() - started
+        examples, masked = result.pop("examples"), result.pop("masked_tokens")
+        metrics = evaluation.json_safe(result)
+        (tmp / METRICS_FILE).write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
+        return {"metrics": metrics, "examples": examples, "masked_tokens": masked,
+                "model": str(source.path), "model_id": source.ref.id, "data": str(art.path),
+                "task": "pretraining", "split": split, "precision": config.precision,
+                "device": str(device), "seconds": round(seconds, 3)}
+
+    return artifacts.produce("eval", config, inputs, out, build, force=force)
+
+
+def check_pretraining_agreement(source: ModelSource, info) -> None:
+    """The model must read the data's token ids as the data's tokenizer wrote them."""
+    where = f"{source.path} and {info.path}"
+    model_vocab = source.vocab_size
+    if model_vocab < info.vocab_size:
+        raise BertctlError(f"{where}: the model's vocabulary ({model_vocab} tokens) is smaller "
+                           f"than the data's ({info.vocab_size})")
+    pad = source.hf_config.get("pad_token_id")
+    if pad is not None and int(pad) != info.special_ids.get("[PAD]", pad):
+        raise BertctlError(f"{where}: the model's pad_token_id is {pad} but the data's [PAD] "
+                           f"is {info.special_ids['[PAD]']}")
+    max_len = int(info.settings.get("max_seq_length", 0))
+    max_pos = int(source.hf_config.get("max_position_embeddings", 512))
+    if max_len > max_pos:
+        raise BertctlError(f"{where}: the data's instances are up to {max_len} tokens but the "
+                           f"model has {max_pos} position embeddings")
+    has_tokenizer = any((source.path / n).is_file() for n in ("tokenizer.json", "vocab.txt"))
+    if not has_tokenizer:
+        if model_vocab != info.vocab_size:
+            raise BertctlError(f"{where}: the model's vocabulary has {model_vocab} tokens but "
+                               f"the data's {info.vocab_size}")
+        return
+    tok, _ = source.tokenizer()
+    if tok.get_vocab_size() != info.vocab_size:
+        raise BertctlError(f"{where}: the model's tokenizer has {tok.get_vocab_size()} tokens "
+                           f"but the data was built with {info.vocab_size}")
+    for name, i in info.special_ids.items():
+        if tok.token_to_id(name) != i:
+            raise BertctlError(f"{where}: {name} is id {tok.token_to_id(name)} in the model's "
+                               f"tokenizer but {i} in the data")
+    data_tok = info.path / "tokenizer.json"
+    if data_tok.is_file():
+        from tokenizers import Tokenizer
+
+        theirs = Tokenizer.from_file(str(data_tok)).get_vocab(with_added_tokens=True)
+        ours = tok.get_vocab(with_added_tokens=True)
+        differ = sorted(i for t, i in theirs.items() if ours.get(t) != i)
+        if differ:
+            by_id = {i: t for t, i in ours.items()}
+            data_by_id = {i: t for t, i in theirs.items()}
+            i = differ[0]
+            raise BertctlError(f"{where}: the model's tokenizer and the data's differ in "
+                               f"{len(differ)} tokens (id {i}: {by_id.get(i)!r} in the model, "
+                               f"{data_by_id[i]!r} in the data)")
+
+
+def _load_pretraining_model(source: ModelSource, data_nsp: bool):
+    from bertctl.model import BertForPreTraining
+
+    model, report = source.load(BertForPreTraining)
+    missing = report.missing + report.mismatched
+    mlm = [k for k in missing if not k.startswith(("cls.seq_relationship", "bert.pooler"))]
+    if mlm:
+        arch = "/".join(source.hf_config.get("architectures") or []) or "a bare encoder"
+        what = ("no masked-LM head (cls.predictions)" if any(k.startswith("cls.predictions")
+                                                            for k in mlm)
+                else f"no weights for {', '.join(mlm[:3])}")
+        raise BertctlError(f"{source.path}: the checkpoint ({arch}) has {what}; pretraining "
+                           f"metrics need a BertForPreTraining or BertForMaskedLM checkpoint")
+    nsp = data_nsp and not missing
+    if data_nsp and not nsp:
+        console.log(f"{source.path}: the checkpoint has no next-sentence head; scoring the "
+                    f"masked LM only")
+    return model, nsp

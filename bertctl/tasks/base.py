@@ -1,0 +1,116 @@
+"""What a task family is: the one object the stages ask about everything family-specific.
+
+A family turns a task's files into examples, examples into features (one or several sequences,
+"windows", per example), says which head a model needs and whether a checkpoint's head can
+answer the task, turns the model's outputs back into one prediction per example, scores them,
+and writes them. `finetune` and `eval` call these methods and never branch on a family's name:
+adding a family is adding a module that defines a subclass and registers an instance.
+
+Features are any object with `__len__`, a per-feature `lengths` array (for length-sorted
+prediction and optional length-grouped training batches), and `batch(indices, epoch=0)` giving
+the model's keyword inputs as tensors (with the training targets when the features were encoded
+with `training=True` from labelled examples). Examples are any object with `labelled` and
+`__len__`. Model outputs reach `predictions` as a dict of per-feature numpy arrays, in feature
+order (`evaluation.predict`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from bertctl.errors import BertctlError
+
+
+class Family:
+    name: ClassVar[str]
+    default_metric: ClassVar[str]
+    # Whether labels are classes named by a label list that is stored with the model
+    # (config.json's id2label) and read back by eval.
+    label_list: ClassVar[bool] = False
+    # The model head class's name in bertctl.model (also config.json's "architectures").
+    head: ClassVar[str]
+    # Whether `calibrate` tunes something on the dev set (finetune then predicts it once more).
+    calibrates: ClassVar[bool] = False
+
+    # -- the spec
+
+    def check_spec(self, spec) -> None:
+        """ValueError for a spec this family cannot read (columns, labels)."""
+
+    def check_metric(self, spec) -> None:
+        """ValueError for a metric that does not score this family."""
+
+    # -- data
+
+    def read(self, spec, path: str | Path, label_list: tuple[str, ...] | None = None,
+             require_labels: bool = False):
+        raise NotImplementedError
+
+    def encode(self, examples, tokenizer, max_seq_length: int, training: bool = False):
+        raise NotImplementedError
+
+    # -- the head
+
+    def head_class(self):
+        import bertctl.model as model
+
+        return getattr(model, self.head)
+
+    def head_kwargs(self, spec, label_list: tuple[str, ...] | None) -> dict[str, Any]:
+        return {}
+
+    def config_extras(self, spec, label_list: tuple[str, ...] | None) -> dict[str, Any]:
+        """config.json keys that carry the real label names, as transformers expects them."""
+        if not label_list:
+            return {}
+        return {"id2label": {str(i): name for i, name in enumerate(label_list)},
+                "label2id": {name: i for i, name in enumerate(label_list)}}
+
+    def check_head(self, hf_config: dict[str, Any], spec, label_list, where: str) -> None:
+        """BertctlError unless a checkpoint with this config.json can answer `spec`."""
+        arch = hf_config.get("architectures") or []
+        if self.head not in arch:
+            hint = " (fine-tune it first with bertctl finetune)" if not arch else ""
+            raise BertctlError(f"{where}: task {spec.name} needs a {self.head} head but the model "
+                               f"is {architecture_name(arch)}{hint}")
+
+    def resolve_labels(self, spec, model_task: dict | None, hf_config: dict[str, Any],
+                       given: list[str] | None, where: str) -> tuple[str, ...] | None:
+        """The label names to read an eval file with (None for families without a list)."""
+        return None
+
+    # -- predictions
+
+    def predictions(self, outputs: dict[str, np.ndarray], features, examples, spec,
+                    calibration: dict | None = None):
+        raise NotImplementedError
+
+    def score(self, predictions, examples, spec, label_list) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def write_predictions(self, directory: Path, predictions, examples, spec,
+                          label_list) -> list[str]:
+        """Write the prediction files into `directory`; returns their names."""
+        raise NotImplementedError
+
+    def main_metric(self, spec) -> str:
+        from bertctl.metrics import main_metric
+
+        return main_metric(spec.metric)
+
+    def calibrate(self, predictions, examples, spec) -> dict[str, Any] | None:
+        """State tuned on the dev set during finetune and stored with the model (None: none)."""
+        return None
+
+
+def architecture_name(arch: list[str]) -> str:
+    return "/".join(arch) if arch else "a bare encoder (no architectures in config.json)"
+
+
+def logits_of(outputs: dict[str, np.ndarray], model_name: str = "the model") -> np.ndarray:
+    if "logits" not in outputs:
+        raise ValueError(f"{model_name} returned no per-example 'logits'")
+    return outputs["logits"]

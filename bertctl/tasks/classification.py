@@ -1,0 +1,143 @@
+"""Single-sentence and sentence-pair classification (SST-2, CoLA; MRPC, RTE, MNLI, ...): a class
+label per example from a label list, `[CLS]` pooled into a linear classifier."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from bertctl.errors import BertctlError
+from bertctl.tasks import files
+from bertctl.tasks.registry import register
+from bertctl.tasks.sequence import SequenceFamily
+
+
+def _placeholders(names: list[str]) -> bool:
+    return all(n == f"LABEL_{i}" for i, n in enumerate(names))
+
+
+def model_labels(model_task: dict | None, hf_config: dict[str, Any]) -> tuple[str, ...] | None:
+    """The label names a model was trained with (its task file, else real id2label names)."""
+    if model_task is not None and model_task.get("label_list"):
+        return tuple(str(x) for x in model_task["label_list"])
+    id2label = hf_config.get("id2label")
+    if isinstance(id2label, dict) and id2label:
+        try:
+            names = [str(id2label[k]) for k in sorted(id2label, key=int)]
+        except (ValueError, TypeError):
+            return None
+        if not _placeholders(names):
+            return tuple(names)
+    return None
+
+
+def num_labels(hf_config: dict[str, Any]) -> int | None:
+    from bertctl.model import BertForSequenceClassification
+
+    return BertForSequenceClassification.kwargs_from_hf(hf_config).get("num_labels")
+
+
+class SequenceClassifierHead:
+    """The head rules shared by classification and regression: a BertForSequenceClassification
+    whose problem type and label count fit the task."""
+
+    head = "BertForSequenceClassification"
+    regression = False
+
+    def check_head(self, hf_config, spec, label_list, where: str) -> None:
+        arch = hf_config.get("architectures") or []
+        if self.head not in arch:
+            hint = (" (fine-tune it first with bertctl finetune)"
+                    if "BertForMultipleChoice" not in arch else "")
+            from bertctl.tasks.base import architecture_name
+
+            raise BertctlError(f"{where}: task {spec.name} needs a {self.head} head but the "
+                               f"model is {architecture_name(arch)}{hint}")
+        problem = hf_config.get("problem_type")
+        if problem == "multi_label_classification":
+            raise BertctlError(f"{where}: a multi-label classifier; bertctl tasks have one label "
+                               f"per example")
+        num = num_labels(hf_config) or 2
+        regression = problem == "regression" or (problem is None and num == 1)
+        if self.regression and not regression:
+            raise BertctlError(f"{where}: task {spec.name} is a regression but the model is a "
+                               f"{num}-label classifier")
+        if not self.regression:
+            if regression:
+                raise BertctlError(f"{where}: task {spec.name} is a classification but the "
+                                   f"model has a regression head (one output)")
+            for labels in (spec.labels, label_list):  # the task's own labels, then the model's
+                if labels is not None and len(labels) != num:
+                    raise BertctlError(f"{where}: the model is a {num}-label classifier but "
+                                       f"task {spec.name} has {len(labels)} labels "
+                                       f"({', '.join(labels)})")
+
+
+class Classification(SequenceClassifierHead, SequenceFamily):
+    default_metric = "accuracy"
+    label_list = True
+
+    def __init__(self, name: str, text_columns: int):
+        self.name = name
+        self.text_columns = text_columns
+
+    def check_spec(self, spec) -> None:
+        n = len(spec.text_columns)
+        if n != self.text_columns:
+            raise ValueError(f"a '{self.name}' task takes {self.text_columns} text column"
+                             f"{'s' if self.text_columns > 1 else ''}, got {n}")
+        if spec.context_column or spec.choice_columns or spec.choice_prefix_column:
+            raise ValueError("context_column, choice_prefix_column and choice_columns are for "
+                             "'multiple_choice' tasks only")
+        if spec.labels is not None and (len(set(spec.labels)) != len(spec.labels)
+                                        or len(spec.labels) < 2):
+            raise ValueError(f"labels must be at least 2 distinct values, got {list(spec.labels)}")
+
+    def check_metric(self, spec) -> None:
+        if spec.metric == "pearson_spearman":
+            raise ValueError("metric 'pearson_spearman' is for 'regression' tasks")
+
+    def read_labels(self, values, path, column, spec, label_list):
+        return files.class_labels(values, path, column, label_list)
+
+    def head_kwargs(self, spec, label_list) -> dict[str, Any]:
+        return {"num_labels": len(label_list), "problem_type": "single_label_classification"}
+
+    def resolve_labels(self, spec, model_task, hf_config, given, where):
+        """Always the model's own names; --labels (or a preset's labels) only name the classes
+        of a model whose config.json has placeholders."""
+        own = model_labels(model_task, hf_config)
+        given = tuple(files.label_key(x) for x in given) if given else None
+        if own is not None:
+            if given is not None and given != own:
+                raise BertctlError(f"--labels {list(given)} disagree with the labels the model "
+                                   f"was trained with {list(own)} (read from {where})")
+            return own
+        if given is not None:
+            return given
+        if spec.labels is not None:
+            return spec.labels
+        return tuple(f"LABEL_{i}" for i in range(num_labels(hf_config) or 2))
+
+    def score(self, predictions, examples, spec, label_list) -> dict[str, Any]:
+        """The task's metric plus macro-F1 and the confusion matrix (rows: true label)."""
+        from bertctl import metrics
+
+        labels = examples.labels
+        result = super().score(predictions, examples, spec, label_list)
+        num = len(label_list) if label_list else int(max(predictions.max(), labels.max())) + 1
+        names = list(label_list) if label_list else [str(i) for i in range(num)]
+        result["macro_f1"] = metrics.macro_f1(predictions, labels)
+        matrix = metrics.confusion_matrix(predictions, labels, num_labels=num)
+        result["confusion_matrix"] = {"labels": names, "matrix": matrix.tolist()}
+        return result
+
+    def prediction_values(self, predictions, label_list) -> list[str]:
+        if not label_list:
+            return super().prediction_values(predictions, label_list)
+        return [label_list[int(i)] for i in np.asarray(predictions)]
+
+
+SINGLE = register(Classification("single", 1))
+PAIR = register(Classification("pair", 2))

@@ -1,0 +1,247 @@
+"""Reading task files: one table reader for every family.
+
+Files are read through the `datasets` library (TSV, CSV, JSON lines, parquet, or a directory
+written by `save_to_disk`). TSV/CSV cells are always read as text (no type guessing: a sentence
+"NA" or "1.5" stays text), a UTF-8 byte-order mark is dropped, and quoting is off where the spec
+says so: the GLUE TSVs are written without quoting and hold unbalanced quotes, which a quoting
+parser silently merges across rows (MRPC, STS-B, RTE). A headerless file's columns are named "0",
+"1", ... unless the spec names them.
+
+Problems a user can fix raise `BertctlError` as one line naming the file, the row (1-based,
+counting data rows only: the header and blank lines are not rows) and the column. The label
+helpers at the end turn a label column into class indices, choice indices or floats.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import math
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bertctl.errors import BertctlError
+
+_SUFFIX_FORMATS = {".tsv": "tsv", ".csv": "csv", ".json": "json", ".jsonl": "json",
+                   ".parquet": "parquet"}
+
+
+def column_name(value: Any) -> Any:
+    # Columns of a headerless file are named by their index; accept the index as an int.
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+def label_key(value: Any) -> str:
+    """The label list's spelling of a label value: 1, 1.0, "1" and " 1 " are all "1"."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value).strip()
+
+
+def sort_labels(keys) -> tuple[str, ...]:
+    keys = set(keys)
+    try:
+        return tuple(sorted(keys, key=lambda k: (float(k), k)))   # numeric labels in numeric order
+    except ValueError:
+        return tuple(sorted(keys))
+
+
+def format_of(path: Path) -> str | None:
+    """The format a path's name (or being a directory) says, or None."""
+    if path.is_dir():
+        return "arrow"
+    for s in reversed([s.lower() for s in path.suffixes]):
+        if s in _SUFFIX_FORMATS:
+            return _SUFFIX_FORMATS[s]
+    return None
+
+
+def detect_format(spec, path: Path) -> str:
+    if spec.format != "auto":
+        return spec.format
+    fmt = format_of(path)
+    if fmt is None:
+        raise BertctlError(f"{path}: cannot tell the file format from its name; "
+                           "use .tsv, .csv, .jsonl, .parquet or set the task's format")
+    return fmt
+
+
+@contextlib.contextmanager
+def _quiet_datasets():
+    """No progress bars or info logs from `datasets` while it reads (the console owns stderr)."""
+    import datasets
+    bars = datasets.is_progress_bar_enabled()
+    verbosity = datasets.logging.get_verbosity()
+    datasets.disable_progress_bars()
+    datasets.logging.set_verbosity_error()
+    try:
+        yield datasets
+    finally:
+        datasets.logging.set_verbosity(verbosity)
+        if bars:
+            datasets.enable_progress_bars()
+
+
+def _root_cause(exc: BaseException) -> str:
+    while exc.__cause__ is not None or (exc.__context__ is not None and not exc.__suppress_context__):
+        exc = exc.__cause__ or exc.__context__
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def _read_delimited_header(path: Path, sep: str, quoting: bool, header: bool) -> list[str]:
+    """The first row's cells; also checks that a data row follows a header."""
+    with open(path, encoding="utf-8-sig", newline="") as f:
+        reader = csv.reader(f, delimiter=sep, quoting=csv.QUOTE_MINIMAL if quoting else csv.QUOTE_NONE)
+        try:
+            first = next(reader)
+            if header and not any(row for row in reader):
+                raise BertctlError(f"{path}: no data rows")
+            return first
+        except StopIteration:
+            raise BertctlError(f"{path}: the file is empty") from None
+        except (UnicodeDecodeError, csv.Error) as exc:
+            raise BertctlError(f"{path}: line {reader.line_num}: cannot read: {exc}") from None
+
+
+def read_table(spec, path: Path):
+    """The whole file as a pyarrow Table (TSV/CSV columns all strings)."""
+    import pyarrow as pa
+
+    if not path.exists():
+        raise BertctlError(f"{path}: file not found")
+    fmt = detect_format(spec, path)
+    with _quiet_datasets() as datasets, tempfile.TemporaryDirectory(prefix="bertctl-read-") as cache:
+        try:
+            if fmt == "arrow":
+                try:
+                    ds = datasets.load_from_disk(str(path), keep_in_memory=True)
+                except FileNotFoundError as exc:
+                    raise BertctlError(f"{path}: not a directory written by save_to_disk "
+                                       f"({_root_cause(exc)})") from None
+                if isinstance(ds, datasets.DatasetDict):
+                    raise BertctlError(f"{path}: holds the splits {', '.join(ds)}; "
+                                       f"give one of them, e.g. {path / next(iter(ds))}")
+            elif fmt in ("tsv", "csv"):
+                sep = "\t" if fmt == "tsv" else ","
+                quoting = spec.quoting if spec.quoting is not None else fmt == "csv"
+                first = _read_delimited_header(path, sep, quoting, spec.header)
+                if spec.header:
+                    names = first
+                elif spec.column_names is not None:
+                    names = list(spec.column_names)
+                    if len(names) != len(first):
+                        raise BertctlError(f"{path}: row 1: {len(first)} columns but the task names "
+                                           f"{len(names)} ({', '.join(names)})")
+                else:
+                    names = [str(i) for i in range(len(first))]
+                dupes = sorted({n for n in names if names.count(n) > 1})
+                if dupes:
+                    raise BertctlError(f"{path}: duplicate column names in the header: {', '.join(dupes)}")
+                features = datasets.Features({n: datasets.Value("string") for n in names})
+                kwargs: dict[str, Any] = dict(
+                    sep=sep, quoting=csv.QUOTE_MINIMAL if quoting else csv.QUOTE_NONE,
+                    encoding="utf-8-sig", na_filter=False, keep_default_na=False, features=features)
+                if spec.header:
+                    kwargs["header"] = 0
+                else:
+                    kwargs.update(header=None, column_names=names)
+                ds = datasets.load_dataset("csv", data_files=str(path), split="train", cache_dir=cache,
+                                           keep_in_memory=True, **kwargs)
+            else:
+                ds = datasets.load_dataset(fmt, data_files=str(path), split="train", cache_dir=cache,
+                                           keep_in_memory=True)
+            table = ds.with_format("arrow")[:]
+        except BertctlError:
+            raise
+        except Exception as exc:  # parse errors surface as many types from pandas/pyarrow/datasets
+            where = "quoting off" if fmt == "tsv" and not spec.quoting else ""
+            raise BertctlError(f"{path}: cannot read as {fmt.upper()}"
+                               f"{' (' + where + ')' if where else ''}: {_root_cause(exc)}") from None
+    if not isinstance(table, pa.Table):
+        table = pa.Table.from_batches([table]) if isinstance(table, pa.RecordBatch) else table
+    return table
+
+
+def text_column(table, name: str, path: Path, *, allow_empty: bool = False) -> list[str]:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    col = table.column(name)
+    if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
+        try:
+            col = pc.cast(col, pa.large_string())
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            raise BertctlError(f"{path}: column '{name}' holds {col.type}, not text") from None
+    if not allow_empty:
+        empty = pc.or_kleene(pc.is_null(col), pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(col)), 0))
+        empty = pc.fill_null(empty, True)
+        if pc.any(empty).as_py():
+            row = int(np.flatnonzero(empty.to_numpy(zero_copy_only=False))[0]) + 1
+            raise BertctlError(f"{path}: row {row}, column '{name}': empty text")
+    return [s if s is not None else "" for s in col.to_pylist()]
+
+
+def require_columns(table, columns, path: Path) -> None:
+    missing = [c for c in columns if c not in table.column_names]
+    if missing:
+        have = ", ".join(f"'{c}'" for c in table.column_names)
+        raise BertctlError(f"{path}: column '{missing[0]}' not found; the file has columns {have}")
+
+
+def _empty(v: Any) -> bool:
+    return v is None or (isinstance(v, str) and not v.strip()) or (isinstance(v, float) and math.isnan(v))
+
+
+def float_labels(values: list, path: Path, col: str) -> np.ndarray:
+    out = np.empty(len(values), dtype=np.float64)
+    for i, v in enumerate(values):
+        if _empty(v):
+            raise BertctlError(f"{path}: row {i + 1}, column '{col}': empty label")
+        try:
+            x = float(v) if not isinstance(v, bool) else math.nan
+        except (TypeError, ValueError):
+            x = math.nan
+        if not math.isfinite(x):
+            raise BertctlError(f"{path}: row {i + 1}, column '{col}': regression label {v!r} "
+                               "is not a (finite) number")
+        out[i] = x
+    return out
+
+
+def choice_labels(values: list, path: Path, col: str, num_choices: int) -> np.ndarray:
+    out = np.empty(len(values), dtype=np.int64)
+    for i, v in enumerate(values):
+        key = None if _empty(v) else label_key(v)
+        if key is None or not key.lstrip("-").isdigit() or not 0 <= int(key) < num_choices:
+            raise BertctlError(f"{path}: row {i + 1}, column '{col}': label {v!r} is not a choice "
+                               f"index 0..{num_choices - 1}")
+        out[i] = int(key)
+    return out
+
+
+def class_labels(values: list, path: Path, col: str, label_list: tuple[str, ...] | None
+                  ) -> tuple[np.ndarray, tuple[str, ...]]:
+    keys = []
+    for i, v in enumerate(values):
+        if _empty(v):
+            raise BertctlError(f"{path}: row {i + 1}, column '{col}': empty label")
+        keys.append(label_key(v))
+    if label_list is None:
+        label_list = sort_labels(keys)
+        if len(label_list) < 2:
+            raise BertctlError(f"{path}: column '{col}': only one label ({label_list[0]!r}) in the "
+                               "file; a classifier needs at least 2 (or give the label list)")
+    index = {k: j for j, k in enumerate(label_list)}
+    out = np.empty(len(keys), dtype=np.int64)
+    for i, k in enumerate(keys):
+        j = index.get(k)
+        if j is None:
+            raise BertctlError(f"{path}: row {i + 1}, column '{col}': label {k!r} is not one of the "
+                               f"training labels {list(label_list)}")
+        out[i] = j
+    return out, tuple(label_list)

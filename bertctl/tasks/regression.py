@@ -1,0 +1,49 @@
+"""Regression on one or two sentences (STS-B's 0-5 similarity): one float per example, a linear
+head with one output trained with MSE, scored with Pearson and Spearman."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from bertctl.tasks import files
+from bertctl.tasks.base import logits_of
+from bertctl.tasks.classification import SequenceClassifierHead
+from bertctl.tasks.registry import register
+from bertctl.tasks.sequence import SequenceFamily
+
+
+class Regression(SequenceClassifierHead, SequenceFamily):
+    name = "regression"
+    default_metric = "pearson_spearman"
+    regression = True
+
+    def check_spec(self, spec) -> None:
+        n = len(spec.text_columns)
+        if n not in (1, 2):
+            raise ValueError(f"a 'regression' task takes 1 or 2 text columns, got {n}")
+        if spec.context_column or spec.choice_columns or spec.choice_prefix_column:
+            raise ValueError("context_column, choice_prefix_column and choice_columns are for "
+                             "'multiple_choice' tasks only")
+        if spec.labels is not None:
+            raise ValueError("a 'regression' task has no label list")
+
+    def check_metric(self, spec) -> None:
+        if spec.metric != "pearson_spearman":
+            raise ValueError("a 'regression' task is scored with metric 'pearson_spearman'")
+
+    def read_labels(self, values, path, column, spec, label_list):
+        return files.float_labels(values, path, column), None
+
+    def head_kwargs(self, spec, label_list):
+        return {"num_labels": 1, "problem_type": "regression"}
+
+    def predictions(self, outputs, features, examples, spec, calibration=None) -> np.ndarray:
+        """The regression value (float32)."""
+        logits = logits_of(outputs)
+        return logits.reshape(len(logits), -1)[:, 0].astype(np.float32)
+
+    def prediction_values(self, predictions, label_list) -> list[str]:
+        return [str(np.float32(v)) for v in predictions]
+
+
+REGRESSION = register(Regression())

@@ -1,0 +1,71 @@
+"""The layers and the direction of imports (README, "Architecture"): cli -> stages -> core.
+
+The core (everything but bertctl/cli.py and bertctl/stages/) never imports the stages or the CLI,
+nor typer; a stage never imports another stage (only stages/common.py, their shared helpers).
+Checked on the source's import statements, lazy (function-level) imports included.
+"""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from bertctl import tasks
+
+PACKAGE = Path(__file__).resolve().parents[1] / "bertctl"
+
+
+def _imports(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+            names.update(f"{node.module}.{a.name}" for a in node.names)
+    return names
+
+
+def _module(path: Path) -> str:
+    return ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+
+
+SOURCES = sorted(PACKAGE.rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", [p for p in SOURCES if p.name != "cli.py"
+                                  and "stages" not in p.relative_to(PACKAGE).parts
+                                  and p.name != "__main__.py"], ids=_module)
+def test_core_imports_neither_stages_nor_cli(path):
+    bad = sorted(n for n in _imports(path)
+                 if n.startswith(("bertctl.stages", "bertctl.cli", "typer")))
+    assert not bad, f"{_module(path)} imports {bad}"
+
+
+@pytest.mark.parametrize("path", sorted((PACKAGE / "stages").glob("*.py")), ids=_module)
+def test_stages_do_not_import_each_other(path):
+    mine = _module(path)
+    bad = sorted(n for n in _imports(path) if n.startswith("bertctl.stages")
+                 and n not in ("bertctl.stages", "bertctl.stages.common")
+                 and not n.startswith("bertctl.stages.common.") and n != mine)
+    # `from bertctl.stages import common` names the package and its member
+    bad = [n for n in bad if n != "bertctl.stages.common"]
+    assert not bad, f"{mine} imports {bad}"
+
+
+def test_every_family_is_registered_and_answers_the_protocol():
+    assert set(tasks.FAMILIES) >= {"single", "pair", "regression", "multiple_choice"}
+    for name, family in tasks.FAMILIES.items():
+        assert family.name == name
+        assert family.head_class().__name__ == family.head
+        for method in ("read", "encode", "predictions", "score", "write_predictions"):
+            assert callable(getattr(family, method))
+
+
+def test_stages_never_branch_on_a_family_name():
+    names = {f'"{n}"' for n in tasks.FAMILIES} | {f"'{n}'" for n in tasks.FAMILIES}
+    for path in [*(PACKAGE / "stages").glob("*.py"), PACKAGE / "evaluation.py",
+                 PACKAGE / "train" / "loop.py"]:
+        text = path.read_text(encoding="utf-8")
+        found = sorted(n for n in names if n in text)
+        assert not found, f"{path.name} names families {found}"
