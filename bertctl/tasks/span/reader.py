@@ -63,6 +63,10 @@ class SpanExamples:
     def __len__(self) -> int:
         return len(self.ids)
 
+    def gold_answers(self) -> dict[str, list[str]]:
+        """Question id -> gold answer texts ([] for unanswerable), what the metrics take."""
+        return dict(zip(self.ids, self.answer_texts))
+
 
 def read_span_examples(path: str | Path, version_2: bool, columns: SpanColumns | None = None
                        ) -> SpanExamples:
