@@ -1,0 +1,195 @@
+"""Windows on real SQuAD rows with the real all-MiniLM-L6-v2 WordPiece tokenizer."""
+
+import copy
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bertctl.data import tokenizer as tokenizer_mod
+from bertctl.errors import BertctlError
+from bertctl.tasks.span.reader import read_span_examples
+from bertctl.tasks.span.windows import encode_windows
+
+SQUAD = Path(__file__).resolve().parents[1] / "fixtures" / "squad"
+# Small windows, so that the fixture's passages (up to ~330 tokens) need several each; an odd
+# stride makes a token's context in two overlapping windows tie (the max-context tie rule).
+SMALL = dict(max_seq_length=96, doc_stride=31, max_query_length=24)
+
+
+@pytest.fixture(scope="module")
+def tok(minilm_dir):
+    return tokenizer_mod.from_hf_directory(minilm_dir)[0]
+
+
+@pytest.fixture(scope="module")
+def v2():
+    return read_span_examples(SQUAD / "dev-v2.0-sample.json", version_2=True)
+
+
+def _window(w, i):
+    s, e = w.offsets[i], w.offsets[i + 1]
+    return slice(s, e)
+
+
+def test_windows_are_the_tokenizers_overflow_windows(tok, v2):
+    """Our numpy windows equal the fast tokenizer's own overflow with the same stride."""
+    w = encode_windows(v2, tok, **SMALL)
+    ref = tok.__class__.from_str(tok.to_str())
+    ref.enable_truncation(SMALL["max_seq_length"], stride=SMALL["doc_stride"],
+                          strategy="only_second")
+    compared = 0
+    for i in range(len(v2)):
+        mine = np.flatnonzero(w.example_index == i)
+        q_len = len(ref.encode(v2.questions[i], add_special_tokens=False).ids)
+        if q_len > SMALL["max_query_length"]:
+            assert all(w.passage_offset[mine] == SMALL["max_query_length"] + 2)
+            continue
+        enc = ref.encode(v2.questions[i], v2.contexts[i])
+        theirs = [enc, *enc.overflowing]
+        assert len(mine) == len(theirs)
+        for j, e in zip(mine, theirs):
+            sl = _window(w, j)
+            assert w.input_ids[sl].tolist() == e.ids
+            assert w.token_type_ids[sl].tolist() == e.type_ids
+            passage = [k for k, sid in enumerate(e.sequence_ids) if sid == 1]
+            assert np.flatnonzero(w.char_starts[sl] >= 0).tolist() == passage
+            assert [tuple(x) for x in zip(w.char_starts[sl][passage], w.char_ends[sl][passage])] \
+                == [e.offsets[k] for k in passage]
+        compared += 1
+    assert compared > 50
+    assert w.stats.max_windows_per_question > 3 and w.stats.truncated_questions > 0
+    assert (w.lengths <= SMALL["max_seq_length"]).all()
+
+
+def test_max_context_partitions_the_passage(tok, v2):
+    w = encode_windows(v2, tok, **SMALL)
+    for i in range(len(v2)):
+        wins = np.flatnonzero(w.example_index == i)
+        # Passage token index of every window token, from the window's first passage token.
+        starts = [w.char_starts[_window(w, j)] for j in wins]
+        passage = tok.encode(v2.contexts[i], add_special_tokens=False)
+        first = [passage.offsets.index((int(s[s >= 0][0]), int(w.char_ends[_window(w, j)][
+            w.passage_offset[j]]))) for s, j in zip(starts, wins)]
+        chosen = []
+        for j, p0 in zip(wins, first):
+            sl = _window(w, j)
+            n = int((w.char_starts[sl] >= 0).sum())
+            flags = w.max_context[sl][w.passage_offset[j]:w.passage_offset[j] + n]
+            assert not w.max_context[sl][:w.passage_offset[j]].any()
+            for k, flag in enumerate(flags):
+                # Google's rule, by brute force: min(left, right) + 0.01 * length, first max.
+                p = p0 + k
+                scores = [(min(p - q0, q0 + m - 1 - p) + 0.01 * m, jj)
+                          for jj, q0, m in ((jj, q0, int((w.char_starts[_window(w, jj)] >= 0).sum()))
+                                            for jj, q0 in zip(wins, first)) if q0 <= p < q0 + m]
+                best = max(scores, key=lambda x: (x[0], -x[1]))[1]
+                assert flag == (best == j)
+                if flag:
+                    chosen.append(p)
+        assert sorted(chosen) == list(range(len(passage.ids)))   # each token exactly once
+
+
+def test_training_targets_map_back_to_the_gold_text(tok, v2):
+    w = encode_windows(v2, tok, training=True, **SMALL)
+    assert w.stats.unaligned == 0
+    found = set()
+    for j in range(len(w)):
+        i = w.example_index[j]
+        s, e = w.start_positions[j], w.end_positions[j]
+        if v2.is_impossible[i]:
+            assert s == e == 0
+            continue
+        if s == 0:
+            assert e == 0
+            continue
+        assert w.passage_offset[j] <= s <= e < w.lengths[j] - 1
+        sl = _window(w, j)
+        start_char, end_char = w.char_starts[sl][s], w.char_ends[sl][e]
+        gold_start = v2.answer_starts[i][0]
+        gold = v2.answer_texts[i][0]
+        assert v2.contexts[i][start_char:end_char] == gold
+        assert (start_char, end_char) == (gold_start, gold_start + len(gold))
+        found.add(i)
+    # every answerable question has its answer inside some window (answers are short)
+    assert found == set(np.flatnonzero(~v2.is_impossible).tolist())
+    assert w.stats.answer_outside_windows > 0
+    assert w.trainable.all()
+
+
+def test_answer_inside_a_word_widens_to_whole_tokens(tok, v2):
+    ex = copy.deepcopy(v2)
+    i = int(np.flatnonzero(~v2.is_impossible)[0])           # "France" at 159
+    ex.answer_texts[i] = ["ranc"]
+    ex.answer_starts[i] = [v2.answer_starts[i][0] + 1]
+    w = encode_windows(ex, tok, training=True, **SMALL)
+    assert w.stats.partial_token_answers == 1
+    j = np.flatnonzero((w.example_index == i) & (w.start_positions > 0))[0]
+    sl = _window(w, j)
+    assert ex.contexts[i][w.char_starts[sl][w.start_positions[j]]:
+                          w.char_ends[sl][w.end_positions[j]]] == "France"
+
+
+def test_answer_next_to_punctuation(tok, v2):
+    """Tokens that end where the answer starts or start where it ends stay outside the span."""
+    ex = copy.deepcopy(v2)
+    i = 0
+    at = ex.contexts[i].index('"Norseman")') + 1
+    ex.answer_texts[i], ex.answer_starts[i] = ["Norseman"], [at]
+    w = encode_windows(ex, tok, training=True, **SMALL)
+    assert w.stats.partial_token_answers == 0
+    for j in np.flatnonzero((w.example_index == i) & (w.start_positions > 0)):
+        sl = _window(w, j)
+        assert ex.contexts[i][w.char_starts[sl][w.start_positions[j]]:
+                              w.char_ends[sl][w.end_positions[j]]] == "Norseman"
+
+
+def test_unaligned_answers_are_counted_and_skipped(tok, v2):
+    ex = copy.deepcopy(v2)
+    answerable = np.flatnonzero(~v2.is_impossible)
+    bad = int(answerable[2])
+    ex.answer_starts[bad] = [ex.answer_starts[bad][0] + 3]
+    w = encode_windows(ex, tok, training=True, **SMALL)
+    assert w.stats.unaligned == 1 and w.stats.unaligned_ids == [v2.ids[bad]]
+    assert not w.trainable[w.example_index == bad].any()
+    assert w.trainable[w.example_index != bad].all()
+    assert bad not in w.example_index[w.train_indices()]
+    for i in answerable:
+        ex.answer_starts[i] = [ex.answer_starts[i][0] + 1]
+    with pytest.raises(BertctlError, match=r"none of the 26 answers matches the passage text"):
+        encode_windows(ex, tok, training=True, **SMALL)
+
+
+def test_question_truncation_and_settings(tok, v2):
+    ex = copy.deepcopy(v2)
+    ex.questions[0] = " ".join(["why"] * 100)
+    w = encode_windows(ex, tok, **SMALL)
+    j = np.flatnonzero(w.example_index == 0)[0]
+    assert w.passage_offset[j] == 24 + 2
+    assert w.input_ids[_window(w, j)][1:25].tolist() == [tok.token_to_id("why")] * 24
+    with pytest.raises(BertctlError, match=r"max_seq_length 64 leaves 0 passage tokens"):
+        encode_windows(v2, tok, max_seq_length=64, doc_stride=0, max_query_length=61)
+    with pytest.raises(BertctlError, match=r"must exceed doc_stride 128"):
+        encode_windows(v2, tok, max_seq_length=192, doc_stride=128, max_query_length=64)
+
+
+def test_passage_without_tokens(tok, v2):
+    ex = copy.deepcopy(v2)
+    ex.contexts[3] = "\u200b\u200b"          # zero-width spaces: text, but no tokens
+    with pytest.raises(BertctlError, match=rf"{ex.where[3]}: the passage has no tokens"):
+        encode_windows(ex, tok, **SMALL)
+
+
+def test_default_windows_and_batch(tok, v2):
+    w = encode_windows(v2, tok, training=True)                 # 384 / 128 / 64
+    assert w.stats.windows == len(v2)                          # every passage fits in one
+    idx = np.array([5, 0, 7])
+    b = w.batch(idx)
+    width = int(w.lengths[idx].max())
+    assert b["input_ids"].shape == b["token_type_ids"].shape == (3, width)
+    assert b["attention_mask"].sum(1).tolist() == w.lengths[idx].tolist()
+    assert b["input_ids"][1, : w.lengths[0]].tolist() == w.input_ids[_window(w, 0)].tolist()
+    assert (b["input_ids"][b["attention_mask"] == 0] == w.pad_id).all()
+    assert b["start_positions"].tolist() == w.start_positions[idx].tolist()
+    assert set(encode_windows(v2, tok).batch(idx)) == {"input_ids", "token_type_ids",
+                                                       "attention_mask"}
