@@ -65,29 +65,30 @@ def test_windows_are_the_tokenizers_overflow_windows(tok, v2):
 def test_max_context_partitions_the_passage(tok, v2):
     w = encode_windows(v2, tok, **SMALL)
     for i in range(len(v2)):
-        wins = np.flatnonzero(w.example_index == i)
-        # Passage token index of every window token, from the window's first passage token.
-        starts = [w.char_starts[_window(w, j)] for j in wins]
-        passage = tok.encode(v2.contexts[i], add_special_tokens=False)
-        first = [passage.offsets.index((int(s[s >= 0][0]), int(w.char_ends[_window(w, j)][
-            w.passage_offset[j]]))) for s, j in zip(starts, wins)]
-        chosen = []
-        for j, p0 in zip(wins, first):
+        passage = tok.encode(v2.contexts[i], add_special_tokens=False).offsets
+        # Each window's passage tokens: its first one's index in the passage, and how many.
+        spans = {}
+        for j in np.flatnonzero(w.example_index == i):
             sl = _window(w, j)
+            chars = list(zip(w.char_starts[sl].tolist(), w.char_ends[sl].tolist()))
             n = int((w.char_starts[sl] >= 0).sum())
-            flags = w.max_context[sl][w.passage_offset[j]:w.passage_offset[j] + n]
-            assert not w.max_context[sl][:w.passage_offset[j]].any()
-            for k, flag in enumerate(flags):
-                # Google's rule, by brute force: min(left, right) + 0.01 * length, first max.
+            spans[j] = (passage.index(chars[w.passage_offset[j]]), n)
+        chosen = []
+        for j, (p0, n) in spans.items():
+            sl = _window(w, j)
+            flags = w.max_context[sl]
+            assert not flags[:w.passage_offset[j]].any()
+            assert not flags[w.passage_offset[j] + n:].any()
+            for k in range(n):
                 p = p0 + k
-                scores = [(min(p - q0, q0 + m - 1 - p) + 0.01 * m, jj)
-                          for jj, q0, m in ((jj, q0, int((w.char_starts[_window(w, jj)] >= 0).sum()))
-                                            for jj, q0 in zip(wins, first)) if q0 <= p < q0 + m]
-                best = max(scores, key=lambda x: (x[0], -x[1]))[1]
-                assert flag == (best == j)
-                if flag:
+                # Google's rule by brute force: min(left, right) + 0.01 * length, first max wins.
+                scores = [(min(p - q0, q0 + m - 1 - p) + 0.01 * m, -jj)
+                          for jj, (q0, m) in spans.items() if q0 <= p < q0 + m]
+                best = -max(scores)[1]
+                assert flags[w.passage_offset[j] + k] == (best == j)
+                if best == j:
                     chosen.append(p)
-        assert sorted(chosen) == list(range(len(passage.ids)))   # each token exactly once
+        assert sorted(chosen) == list(range(len(passage)))     # each token exactly once
 
 
 def test_training_targets_map_back_to_the_gold_text(tok, v2):

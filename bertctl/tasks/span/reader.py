@@ -96,11 +96,11 @@ def read_span_examples(path: str | Path, version_2: bool, columns: SpanColumns |
         if not context.strip():
             raise BertctlError(f"{path}: {where}: empty passage (context)")
         if flag and texts:
-            raise BertctlError(f"{path}: {where}: is_impossible is true but the question has answers")
-        if not texts:
-            if not version_2:
-                raise BertctlError(f"{path}: {where}: no answers (a SQuAD v1.1 task; for "
-                                   "unanswerable questions use squad_v2 / --version-2-with-negative)")
+            raise BertctlError(f"{path}: {where}: is_impossible is true but the question "
+                               "has answers")
+        if not texts and not version_2:
+            raise BertctlError(f"{path}: {where}: no answers (a SQuAD v1.1 task; for unanswerable "
+                               "questions use squad_v2 / --version-2-with-negative)")
         for t, s in zip(texts, starts):
             if not t.strip():
                 raise BertctlError(f"{path}: {where}: empty answer text")
