@@ -116,8 +116,8 @@ def _edit(fn, src=V2):
         id=d["data"][0]["paragraphs"][0]["qas"][0]["id"]), True,
      Q0 + r": duplicate question id \(first at "
      r"article 1 'Normans', paragraph 1, question 56ddde6b9a695914005b9628\)"),
-    (lambda d: d["data"][0]["paragraphs"][0]["qas"][0]["answers"][0].update(answer_start=10 ** 6),
-     True, Q0 + r": answer_start 1000000 is outside the passage"),
+    (lambda d: d["data"][0]["paragraphs"][0]["qas"][0]["answers"][2].update(text=" "),
+     True, Q0 + r": empty answer text"),
     (lambda d: d["data"][0]["paragraphs"][0]["qas"][0].update(is_impossible=True), True,
      Q0 + r": is_impossible is true but the question has answers"),
     (lambda d: d.update(data={"Normans": []}), True, r"top level: field 'data' should be list"),

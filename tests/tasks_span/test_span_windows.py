@@ -149,12 +149,14 @@ def test_unaligned_answers_are_counted_and_skipped(tok, v2):
     ex = copy.deepcopy(v2)
     answerable = np.flatnonzero(~v2.is_impossible)
     bad = int(answerable[2])
+    outside = int(answerable[4])
     ex.answer_starts[bad] = [ex.answer_starts[bad][0] + 3]
+    ex.answer_starts[outside] = [10 ** 6]
     w = encode_windows(ex, tok, training=True, **SMALL)
-    assert w.stats.unaligned == 1 and w.stats.unaligned_ids == [v2.ids[bad]]
-    assert not w.trainable[w.example_index == bad].any()
-    assert w.trainable[w.example_index != bad].all()
-    assert bad not in w.example_index[w.train_indices()]
+    assert w.stats.unaligned == 2 and w.stats.unaligned_ids == [v2.ids[bad], v2.ids[outside]]
+    skipped = np.isin(w.example_index, [bad, outside])
+    assert not w.trainable[skipped].any() and w.trainable[~skipped].all()
+    assert not np.isin(w.example_index[w.train_indices()], [bad, outside]).any()
     for i in answerable:
         ex.answer_starts[i] = [ex.answer_starts[i][0] + 1]
     with pytest.raises(BertctlError, match=r"none of the 26 answers matches the passage text"):

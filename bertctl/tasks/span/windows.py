@@ -239,7 +239,7 @@ def _add_targets(w: SpanWindows, examples: SpanExamples, p_chars: np.ndarray,
     char_s = np.array([s[0] if s else 0 for s in examples.answer_starts], np.int64)
     text_len = np.array([len(t[0]) if t else 0 for t in examples.answer_texts], np.int64)
     char_e = char_s + text_len
-    aligned = has & np.array([bool(t) and c[s:s + len(t[0])] == t[0] for c, s, t in
+    aligned = has & np.array([bool(t) and s >= 0 and c[s:s + len(t[0])] == t[0] for c, s, t in
                               zip(examples.contexts, char_s.tolist(), examples.answer_texts)])
     # Token span per example: first token ending after char_s .. last token starting before char_e.
     tok_s = np.zeros(n, np.int64)
