@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 # The shared table reader of the other families (TSV/CSV/JSON lines/parquet/save_to_disk).
-from bertctl.data.tasks import _read_table, _require_columns
+from bertctl.tasks.files import read_table, require_columns
 from bertctl.errors import BertctlError
 
 
@@ -170,9 +170,9 @@ def _nested_rows(path: Path, doc: dict):
 
 
 def _flat_rows(path: Path, cols: SpanColumns):
-    table = _read_table(SimpleNamespace(format="auto", header=True, column_names=None,
+    table = read_table(SimpleNamespace(format="auto", header=True, column_names=None,
                                         quoting=None), path)
-    _require_columns(table, [cols.id, cols.context, cols.question, cols.answers], path)
+    require_columns(table, [cols.id, cols.context, cols.question, cols.answers], path)
     n = table.num_rows
     ids = table.column(cols.id).to_pylist()
     contexts = table.column(cols.context).to_pylist()
