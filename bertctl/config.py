@@ -142,25 +142,70 @@ class TaskSettings(StageConfig):
     task: str | None = Field(None, description="A preset: glue/sst2, glue/cola, glue/mrpc, "
                              "glue/rte, glue/sts-b, glue/wnli, glue/qnli, glue/qqp, glue/mnli, "
                              "swag.")
-    family: Literal["single", "pair", "regression", "multiple_choice"] | None = Field(
+    family: Literal["single", "pair", "regression", "multiple_choice", "span"] | None = Field(
         None, description="Task family, for a task without a preset.")
     text_column: list[str] | None = Field(None, description="Text column(s): one for single "
                                           "sentences, two for pairs (repeat the flag).")
     label_column: str | None = Field(None, description="Label column.")
-    context_column: str | None = Field(None, description="Multiple choice: the context column.")
+    context_column: str | None = Field(None, description="Multiple choice and span QA: the "
+                                       "context (passage) column.")
     choice_columns: list[str] | None = Field(None, description="Multiple choice: the choice "
                                              "columns (repeat the flag).")
     labels: list[str] | None = Field(None, description="Classification labels in index order "
                                      "(default: the sorted labels of the training file).")
     max_seq_length: int = Field(128, ge=8, le=512, description="Tokens per example; pairs are "
-                                "truncated longest-first.")
+                                "truncated longest-first (span QA: 384, the paper's).")
+    # Span QA (SQuAD): the family's own options, kept in the task spec's `options`.
+    version_2_with_negative: bool | None = Field(None, description="Span QA: questions may "
+                                                 "have no answer (SQuAD 2.0; the squad_v2 "
+                                                 "preset sets it).")
+    doc_stride: int | None = Field(None, ge=1, description="Span QA: tokens shared by "
+                                   "consecutive passage windows (default 128).")
+    max_query_length: int | None = Field(None, ge=1, description="Span QA: question tokens "
+                                         "kept (default 64).")
+    n_best: int | None = Field(None, ge=1, description="Span QA: candidate answers kept per "
+                               "question (default 20).")
+    max_answer_length: int | None = Field(None, ge=1, description="Span QA: the longest "
+                                          "answer in tokens (default 30).")
+    question_column: str | None = Field(None, description="Span QA, flat files: the question "
+                                        "column (default question).")
+    id_column: str | None = Field(None, description="Span QA, flat files: the question id "
+                                  "column (default id).")
+    answers_column: str | None = Field(None, description="Span QA, flat files: the answers "
+                                       "column, {text: [...], answer_start: [...]} (default "
+                                       "answers).")
+
+    _OPTIONS: ClassVar[tuple[str, ...]] = (
+        "version_2_with_negative", "doc_stride", "max_query_length", "n_best",
+        "max_answer_length", "question_column", "id_column", "answers_column", "null_threshold")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _family_length(cls, data: Any) -> Any:
+        # A family's own default length (span QA: 384) where the user gave none.
+        if not isinstance(data, dict) or data.get("max_seq_length") is not None:
+            return data
+        if "max_seq_length" not in cls.model_fields or cls.model_fields[
+                "max_seq_length"].default is None:
+            return data
+        from bertctl.tasks import FAMILIES, PRESETS
+
+        task, family = data.get("task"), data.get("family")
+        family = family or (PRESETS[task].family if task in PRESETS else None)
+        length = getattr(FAMILIES.get(family), "default_max_seq_length", None)
+        return {**data, "max_seq_length": length} if length else data
 
     def task_fields(self) -> dict[str, Any]:
         """The task spec fields these flags set (only those given)."""
         fields = {"family": self.family, "text_columns": self.text_column,
                   "label_column": self.label_column, "context_column": self.context_column,
                   "choice_columns": self.choice_columns}
-        return {k: v for k, v in fields.items() if v is not None}
+        fields = {k: v for k, v in fields.items() if v is not None}
+        options = {k: getattr(self, k) for k in self._OPTIONS
+                   if getattr(self, k, None) is not None}
+        if options:
+            fields["options"] = options
+        return fields
 
     def task_spec(self):
         """The TaskSpec these settings describe (BertctlError if they describe none)."""
@@ -357,6 +402,10 @@ class EvalConfig(TaskSettings):
     threads: int | None = Field(None, ge=1, description="CPU threads; unset: OMP_NUM_THREADS "
                                 "if set, else the cores this process may use.",
                                 json_schema_extra={"identity": False})
+    null_threshold: float | None = Field(None, description="Span QA v2: predict no answer "
+                                         "when the null score beats the best span by more "
+                                         "than this; unset: the threshold tuned on the dev set "
+                                         "during finetune (else 0).")
     split: Literal["train", "validation"] | None = Field(
         None, description="Pretrain data only: the split to evaluate; unset: "
         "validation.")

@@ -19,15 +19,13 @@ Conventions:
 `compute_metrics(name, predictions, labels)` gives a task's metric dict by metric name and
 `main_metric(name)` the key that model selection maximises (all metrics here are higher-is-better).
 
-SQuAD exact match / F1 (`squad_scores`) follow the official v1.1/v2.0 evaluation script, and
-`entity_scores` the conlleval entity-level precision / recall / F1.
+`entity_scores` gives the conlleval entity-level precision / recall / F1 (SQuAD's exact match
+and F1 live with the span family, bertctl/tasks/span/metrics.py).
 """
 
 from __future__ import annotations
 
 import collections
-import re
-import string
 from collections.abc import Sequence
 
 import numpy as np
@@ -214,63 +212,6 @@ def compute_metrics(name: str, predictions, labels) -> dict[str, float]:
 def main_metric(name: str) -> str:
     """The key of `compute_metrics(name, ...)` that model selection maximises."""
     return _lookup(name)[1]
-
-
-# --- SQuAD ---------------------------------------------------------------------------------------
-
-_PUNCT = set(string.punctuation)
-_ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
-
-
-def normalize_answer(s: str) -> str:
-    """The official SQuAD normalisation: lowercase, drop punctuation, the articles a/an/the, and
-    extra white space (in the official script's order)."""
-    s = s.lower()
-    s = "".join(ch for ch in s if ch not in _PUNCT)
-    s = _ARTICLES.sub(" ", s)
-    return " ".join(s.split())
-
-
-def squad_exact(prediction: str, gold: str) -> int:
-    return int(normalize_answer(prediction) == normalize_answer(gold))
-
-
-def squad_f1(prediction: str, gold: str) -> float:
-    """Token F1 after normalisation. As the v2.0 script: if either side is empty (no answer), 1 when
-    both are, else 0."""
-    pred_toks = normalize_answer(prediction).split()
-    gold_toks = normalize_answer(gold).split()
-    if not pred_toks or not gold_toks:
-        return float(pred_toks == gold_toks)
-    common = collections.Counter(pred_toks) & collections.Counter(gold_toks)
-    same = sum(common.values())
-    if same == 0:
-        return 0.0
-    precision = same / len(pred_toks)
-    recall = same / len(gold_toks)
-    return 2 * precision * recall / (precision + recall)
-
-
-def squad_scores(predictions: dict[str, str], gold_answers: dict[str, Sequence[str]]
-                 ) -> dict[str, float]:
-    """Exact match and F1 in percent, each the max over a question's gold answers, averaged over the
-    gold questions (a question without a prediction scores 0, as the official script).
-
-    `gold_answers[qid]` is the list of answer texts; an empty list (SQuAD 2.0 unanswerable) is
-    scored against the empty answer [""], so predicting "" is correct, as the v2.0 script does.
-    """
-    if not gold_answers:
-        raise BertctlError("squad: cannot compute on 0 questions")
-    em = f1 = 0.0
-    for qid, golds in gold_answers.items():
-        golds = [g for g in golds if normalize_answer(g)] or [""]
-        if qid not in predictions:
-            continue
-        pred = predictions[qid]
-        em += max(squad_exact(pred, g) for g in golds)
-        f1 += max(squad_f1(pred, g) for g in golds)
-    n = len(gold_answers)
-    return {"exact_match": 100.0 * em / n, "f1": 100.0 * f1 / n}
 
 
 # --- CoNLL entity F1 -----------------------------------------------------------------------------

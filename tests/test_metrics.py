@@ -142,35 +142,6 @@ def test_compute_metrics_by_name():
         metrics.compute_metrics("bleu", p, y)
 
 
-# --- SQuAD: cases worked by hand from the official evaluate-v1.1.py / evaluate-v2.0.py -----------
-
-def test_squad_normalisation():
-    assert metrics.normalize_answer("The  Quick, brown FOX!") == "quick brown fox"
-    assert metrics.normalize_answer("an apple a day") == "apple day"
-    # Articles only as whole words; punctuation removed before articles ("the-end" -> "theend").
-    assert metrics.normalize_answer("theater the-end") == "theater theend"
-    assert metrics.normalize_answer("Denver Broncos.") == "denver broncos"
-
-
-def test_squad_scores():
-    gold = {"q1": ["Denver Broncos", "The Denver Broncos"],
-            "q2": ["Santa Clara, California", "Levi's Stadium"],
-            "q3": ["1,000"],
-            "q4": []}                       # SQuAD 2.0 unanswerable
-    preds = {"q1": "denver broncos!",      # EM 1 (normalised), F1 1
-             "q2": "Levi's Stadium in Santa Clara",  # EM 0; F1 max: vs "levis stadium": p 2/5 r 1 -> 4/7
-             "q4": ""}                      # correct no-answer
-    # q3 has no prediction: scores 0 (v1.1 script counts it in the total).
-    s = metrics.squad_scores(preds, gold)
-    # q2 vs "santa clara california": common {santa, clara} p 2/5 r 2/3 -> 0.5; vs "levis stadium" 4/7.
-    assert s["exact_match"] == pytest.approx(100 * 2 / 4)
-    assert s["f1"] == pytest.approx(100 * (1 + 4 / 7 + 0 + 1) / 4)
-    assert metrics.squad_f1("", "") == 1.0 and metrics.squad_f1("x", "") == 0.0
-    assert metrics.squad_f1("the cat sat", "cat cat sat") == pytest.approx(2 * (2 / 2) * (2 / 3) / (1 + 2 / 3))
-    with pytest.raises(BertctlError):
-        metrics.squad_scores({}, {})
-
-
 # --- conlleval: hand-checked against the chunking rules of conlleval.pl ----------------------------
 
 def test_entities_iob2():

@@ -49,6 +49,9 @@ def run(config: EvalConfig, source: ModelSource, data: Path, out: str,
     def build(tmp: Path) -> dict[str, Any]:
         examples = family.read(spec, data, label_list=label_list)
         features = family.encode(examples, tok, max_len)
+        feature_stats = family.feature_stats(features)
+        if feature_stats:
+            console.log("features: " + ", ".join(f"{k} {v}" for k, v in feature_stats.items()))
         console.log(f"{data}: {len(examples):,} examples, task {spec.name} ({spec.family}), "
                     f"{'labelled' if examples.labelled else 'no labels: predictions only'}"
                     f"{', labels ' + ', '.join(label_list) if label_list else ''}")
@@ -69,6 +72,7 @@ def run(config: EvalConfig, source: ModelSource, data: Path, out: str,
                 "family": spec.family, "metric": spec.metric,
                 "main_metric": family.main_metric(spec) if examples.labelled else None,
                 "labels": list(label_list) if label_list else None, "max_seq_length": max_len,
+                **({"features": feature_stats} if feature_stats else {}),
                 "precision": config.precision, "device": str(device),
                 "seconds": round(seconds, 3),
                 "examples_per_second": round(len(examples) / seconds, 1) if seconds else None}
@@ -93,6 +97,8 @@ def resolve_task(config: EvalConfig, source: ModelSource):
         if "family" in flags and flags["family"] != base["family"]:
             raise BertctlError(f"{source.path}: the model was fine-tuned for a '{base['family']}' "
                                f"task, not '{flags['family']}'")
+        if "options" in flags:  # flags refine the model's options (e.g. --null-threshold)
+            flags = {**flags, "options": {**base.get("options", {}), **flags["options"]}}
         return make_task_spec(None, **{**base, **flags})
     if "family" in flags:
         return make_task_spec(None, **flags)

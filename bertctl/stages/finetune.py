@@ -84,6 +84,12 @@ def run(config: FinetuneConfig, model_dir: str, train_path: str, out: str, force
                         f"examples" + (f", {len(dev_examples):,} validation" if dev_examples
                                        else "")
                         + (f"; labels {', '.join(label_list)}" if label_list else ""))
+            for name, stats in (("training", family.feature_stats(train_features)),
+                                ("validation", family.feature_stats(dev_features)
+                                 if dev_features is not None else {})):
+                if stats:
+                    console.log(f"{name} features: " + ", ".join(f"{k} {v}"
+                                                                  for k, v in stats.items()))
 
         metric_key = family.main_metric(spec)
         evaluate = select = None
@@ -114,7 +120,9 @@ def run(config: FinetuneConfig, model_dir: str, train_path: str, out: str, force
                     result.model, family, spec, dev_examples, dev_features, label_list,
                     config.eval_batch_size, next(result.model.parameters()).device,
                     config.precision)
-                task_record["calibration"] = family.calibrate(predictions, dev_examples, spec)
+                calibration = family.calibrate(predictions, dev_examples, spec)
+                if calibration is not None:
+                    task_record["calibration"] = calibration
             common.write_model(result.model, tmp, source.path,
                                extra_config=family.config_extras(spec, label_list),
                                task=task_record)
@@ -122,6 +130,8 @@ def run(config: FinetuneConfig, model_dir: str, train_path: str, out: str, force
             return {"architecture": type(result.model).__name__, "task": spec.name,
                     "family": spec.family, "label_list": task_record["label_list"],
                     "train_examples": len(train_examples),
+                    **({"train_features": family.feature_stats(train_features)}
+                       if family.feature_stats(train_features) else {}),
                     "dev_examples": len(dev_examples) if dev_examples else 0,
                     "step": result.step, "epochs": round(result.epoch, 4),
                     "selected_step": result.best_step if select else result.step,

@@ -34,6 +34,8 @@ class Family:
     head: ClassVar[str]
     # Whether `calibrate` tunes something on the dev set (finetune then predicts it once more).
     calibrates: ClassVar[bool] = False
+    # max_seq_length when the user gives none (span QA: the paper's 384).
+    default_max_seq_length: ClassVar[int] = 128
 
     # -- the spec
 
@@ -51,6 +53,11 @@ class Family:
 
     def encode(self, examples, tokenizer, max_seq_length: int, training: bool = False):
         raise NotImplementedError
+
+    def feature_stats(self, features) -> dict[str, Any]:
+        """Facts about the encoding for the log and the manifest (span QA: windows per
+        question, answers that could not be aligned)."""
+        return {}
 
     # -- the head
 

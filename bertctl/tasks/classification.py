@@ -95,6 +95,7 @@ class Classification(SequenceClassifierHead, SequenceFamily):
             raise ValueError(f"labels must be at least 2 distinct values, got {list(spec.labels)}")
 
     def check_metric(self, spec) -> None:
+        super().check_metric(spec)
         if spec.metric == "pearson_spearman":
             raise ValueError("metric 'pearson_spearman' is for 'regression' tasks")
 

@@ -27,6 +27,7 @@ class MultipleChoice(SequenceFamily):
             raise ValueError("a 'multiple_choice' task has no label list")
 
     def check_metric(self, spec) -> None:
+        super().check_metric(spec)
         if spec.metric == "pearson_spearman":
             raise ValueError("metric 'pearson_spearman' is for 'regression' tasks")
 

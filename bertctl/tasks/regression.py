@@ -28,6 +28,7 @@ class Regression(SequenceClassifierHead, SequenceFamily):
             raise ValueError("a 'regression' task has no label list")
 
     def check_metric(self, spec) -> None:
+        super().check_metric(spec)
         if spec.metric != "pearson_spearman":
             raise ValueError("a 'regression' task is scored with metric 'pearson_spearman'")
 

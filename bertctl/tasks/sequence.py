@@ -155,6 +155,16 @@ class SequenceFamily(Family):
                   if len(spec.text_columns) == 2 else None)
         return text_a, text_b, None
 
+    def check_metric(self, spec) -> None:
+        from bertctl.metrics import TASK_METRICS
+
+        if spec.metric not in TASK_METRICS:
+            raise ValueError(f"unknown metric '{spec.metric}' (known: "
+                             f"{', '.join(sorted(TASK_METRICS))})")
+        if spec.options:
+            raise ValueError(f"a '{self.name}' task takes no {', '.join(sorted(spec.options))} "
+                             f"(those are span QA settings)")
+
     def read_labels(self, values: list, path: Path, column: str, spec,
                     label_list: tuple[str, ...] | None) -> tuple[np.ndarray, Any]:
         raise NotImplementedError

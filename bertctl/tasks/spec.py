@@ -13,7 +13,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
 from bertctl.errors import BertctlError
-from bertctl.metrics import TASK_METRICS
 from bertctl.tasks.files import column_name, label_key
 from bertctl.tasks.registry import FAMILIES
 
@@ -46,6 +45,8 @@ class TaskSpec(BaseModel):
     quoting: bool | None = None                   # None: off for TSV, on for CSV
     # Classification labels in index order; None takes them from the training file, sorted.
     labels: tuple[str, ...] | None = None
+    # A family's own settings (span QA: doc_stride, version_2_with_negative, ...), checked by it.
+    options: dict[str, Any] = {}
     metric: str | None = None                     # None: the family's default, filled in on validation
     # Presets: split name -> file name inside the task's data directory.
     files: dict[str, str] = {}
@@ -86,8 +87,6 @@ class TaskSpec(BaseModel):
         family.check_spec(self)
         if self.column_names is not None and self.header:
             raise ValueError("column_names names the columns of a file without a header (header: false)")
-        if self.metric not in TASK_METRICS:
-            raise ValueError(f"unknown metric '{self.metric}' (known: {', '.join(sorted(TASK_METRICS))})")
         family.check_metric(self)
         return self
 
@@ -146,6 +145,12 @@ PRESETS: dict[str, TaskSpec] = {s.name: s for s in [
     _glue("glue/sts-b", "regression", ["sentence1", "sentence2"], "score", None,
           metric="pearson_spearman"),
     # SWAG (Zellers et al. 2018): the original CSVs and the JSON-lines form share these columns.
+    # SQuAD (Rajpurkar et al. 2016, 2018): the official nested JSON files.
+    TaskSpec(name="squad", family="span", context_column="context", label_column=None,
+             metric="squad", files={"train": "train-v1.1.json", "dev": "dev-v1.1.json"}),
+    TaskSpec(name="squad_v2", family="span", context_column="context", label_column=None,
+             metric="squad", options={"version_2_with_negative": True},
+             files={"train": "train-v2.0.json", "dev": "dev-v2.0.json"}),
     TaskSpec(name="swag", family="multiple_choice", context_column="sent1",
              choice_prefix_column="sent2", choice_columns=[f"ending{i}" for i in range(4)],
              label_column="label", files={"train": "train.csv", "dev": "val.csv", "test": "test.csv"}),
@@ -173,6 +178,8 @@ def make_task_spec(preset: str | None = None, **fields: Any) -> TaskSpec:
     elif "family" not in fields:
         raise BertctlError("a task needs a preset name or a family "
                            "(single, pair, regression or multiple_choice)")
+    if base.get("options") and "options" in fields:  # flags refine a preset's options
+        fields["options"] = {**base["options"], **fields["options"]}
     try:
         return TaskSpec(**{**base, **fields})
     except ValidationError as exc:
@@ -211,6 +218,12 @@ PRESETS: dict[str, TaskSpec] = {s.name: s for s in [
     _glue("glue/sts-b", "regression", ["sentence1", "sentence2"], "score", None,
           metric="pearson_spearman"),
     # SWAG (Zellers et al. 2018): the original CSVs and the JSON-lines form share these columns.
+    # SQuAD (Rajpurkar et al. 2016, 2018): the official nested JSON files.
+    TaskSpec(name="squad", family="span", context_column="context", label_column=None,
+             metric="squad", files={"train": "train-v1.1.json", "dev": "dev-v1.1.json"}),
+    TaskSpec(name="squad_v2", family="span", context_column="context", label_column=None,
+             metric="squad", options={"version_2_with_negative": True},
+             files={"train": "train-v2.0.json", "dev": "dev-v2.0.json"}),
     TaskSpec(name="swag", family="multiple_choice", context_column="sent1",
              choice_prefix_column="sent2", choice_columns=[f"ending{i}" for i in range(4)],
              label_column="label", files={"train": "train.csv", "dev": "val.csv", "test": "test.csv"}),
@@ -237,6 +250,8 @@ def make_task_spec(preset: str | None = None, **fields: Any) -> TaskSpec:
                                "describe the task without the preset")
     elif "family" not in fields:
         raise BertctlError(f"a task needs a preset name or a family ({', '.join(FAMILIES)})")
+    if base.get("options") and "options" in fields:  # flags refine a preset's options
+        fields["options"] = {**base["options"], **fields["options"]}
     try:
         return TaskSpec(**{**base, **fields})
     except ValidationError as exc:

@@ -135,3 +135,13 @@ def test_calibration_is_the_best_usable_threshold():
 def test_v2_missing_prediction_is_an_error():
     with pytest.raises(BertctlError, match="no prediction for question q2"):
         squad_v2_metrics({"q1": ["x"], "q2": []}, {"q1": "x"})
+
+
+def test_normalisation_cases():
+    from bertctl.tasks.span.metrics import normalize_answer
+
+    assert normalize_answer("The  Quick, brown FOX!") == "quick brown fox"
+    assert normalize_answer("an apple a day") == "apple day"
+    # Articles only as whole words; punctuation removed before articles ("the-end" -> "theend").
+    assert normalize_answer("theater the-end") == "theater theend"
+    assert normalize_answer("Denver Broncos.") == "denver broncos"

@@ -59,9 +59,15 @@ class SpanExamples:
     answer_starts: list[list[int]]
     is_impossible: np.ndarray          # bool, per question
     where: list[str] = field(repr=False)
+    spec: Any = field(default=None, repr=False)   # the task spec it was read with, if any
 
     def __len__(self) -> int:
         return len(self.ids)
+
+    @property
+    def labelled(self) -> bool:
+        """SQuAD files always carry their answers (an unanswerable question's are none)."""
+        return True
 
     def gold_answers(self) -> dict[str, list[str]]:
         """Question id -> gold answer texts ([] for unanswerable), what the metrics take."""
