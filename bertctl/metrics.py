@@ -25,7 +25,6 @@ and F1 live with the span family, bertctl/tasks/span/metrics.py).
 
 from __future__ import annotations
 
-import collections
 from collections.abc import Sequence
 
 import numpy as np

@@ -402,6 +402,7 @@ def test_evaluate_task_scores_and_json_safe():
 @pytest.fixture(scope="module")
 def pretrain_data(tmp_path_factory, minilm_dir):
     pretraining = pytest.importorskip("bertctl.data.pretraining")
+    from bertctl.config import PretrainingDataSettings
     from bertctl.data.corpus import iter_documents
     from bertctl.data.tokenizer import from_hf_directory
     from bertctl.stages.common import copy_tokenizer
@@ -411,7 +412,7 @@ def pretrain_data(tmp_path_factory, minilm_dir):
     made = {}
     for name, corpus, fraction in [("data", "alice_in_wonderland.txt", 0.12),
                                    ("no_validation", "bert_sample_text.txt", 0.0)]:
-        config = pretraining.PretrainingDataConfig(max_seq_length=64, dupe_factor=1,
+        config = PretrainingDataSettings(max_seq_length=64, dupe_factor=1,
                                                    validation_fraction=fraction,
                                                    chunk_chars=40000, seed=3)
 
@@ -431,7 +432,7 @@ def pretrain_data(tmp_path_factory, minilm_dir):
 
 def test_pretraining_metrics_equal_transformers(cli, pretrain_data, tmp_path):
     transformers = pytest.importorskip("transformers")
-    from bertctl.data.pretraining import PretrainingDataset
+    from bertctl.data.pretraining_dataset import PretrainingDataset
 
     out = tmp_path / "eval"
     r = cli("eval", pretrain_data["model"], pretrain_data["data"], "--out", out,

@@ -20,7 +20,7 @@ def test_pretrained_artifact_loads_in_transformers(tiny_pretrained, pretrain_dat
     transformers = pytest.importorskip("transformers")
     import torch
 
-    from bertctl.data.pretraining import PretrainingDataset
+    from bertctl.data.pretraining_dataset import PretrainingDataset
     from bertctl.model import BertForPreTraining, load_model
 
     m = cli("inspect", tiny_pretrained, "--json").json()
@@ -141,7 +141,7 @@ def test_validation_is_shared_between_ranks(tiny_pretrained, pretrain_data, monk
     import torch
 
     from bertctl import evaluation
-    from bertctl.data.pretraining import PretrainingDataset
+    from bertctl.data.pretraining_dataset import PretrainingDataset
     from bertctl.model.hf import load_model
 
     torch.manual_seed(0)

@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
-from bertctl.data.pretraining import (
-    PretrainingDataConfig, PretrainingDataset, build_pretraining_data, decode_instances,
-    read_pretraining_info, validation_documents)
+from bertctl.config import PretrainingDataSettings as PretrainingDataConfig
+from bertctl.data.pretraining import build_pretraining_data, validation_documents
+from bertctl.data.pretraining_dataset import (PretrainingDataset, decode_instances,
+                                              read_pretraining_info)
 from bertctl.data.pretraining_masking import (
     _sample_without_replacement, generator_uniform_at, hashed_uniform_at, num_to_predict)
 from bertctl.errors import BertctlError
@@ -469,7 +470,7 @@ def test_settings_are_checked(tmp_path, tokenizer):
 def test_core_does_not_import_cli_libraries():
     import subprocess
     import sys
-    code = ("import sys, bertctl.data.pretraining as p; p.PretrainingDataset; "
+    code = ("import sys, bertctl.data.pretraining_dataset as p; p.PretrainingDataset; "
             "print(any(m in sys.modules for m in ('typer', 'rich', 'torch')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -477,12 +477,14 @@ def _documents(path: Path) -> list[list[str]]:
 def test_trains_on_a_real_pretraining_dataset(tmp_path, small_tokenizer):
     pretraining = pytest.importorskip("bertctl.data.pretraining")
     from tokenizers import Tokenizer
+
+    from bertctl.config import PretrainingDataSettings
+    from bertctl.data.pretraining_dataset import PretrainingDataset
     tokenizer = Tokenizer.from_file(str(small_tokenizer / "tokenizer.json"))
     docs = _documents(FIXTURES / "pretrain" / "bert_sample_text.txt")
-    config = pretraining.PretrainingDataConfig(max_seq_length=64, dupe_factor=1,
-                                               masking="dynamic")
+    config = PretrainingDataSettings(max_seq_length=64, dupe_factor=1, masking="dynamic")
     pretraining.build_pretraining_data(docs, tokenizer, tmp_path / "data", config, workers=1)
-    data = pretraining.PretrainingDataset(tmp_path / "data", "train")
+    data = PretrainingDataset(tmp_path / "data", "train")
     model = tiny_pretraining(vocab_size=tokenizer.get_vocab_size(), max_position_embeddings=64)
     settings = TrainSettings(steps=3, batch_size=4, micro_batch_size=2, lr=1e-3, log_every=1,
                              group_by_length=True, checkpoint_every=3)

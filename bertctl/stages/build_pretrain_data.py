@@ -9,7 +9,7 @@ from pathlib import Path
 
 from bertctl import artifacts, console
 from bertctl.config import BuildPretrainDataConfig, PretrainingDataSettings
-from bertctl.data import corpus, pretraining
+from bertctl.data import corpus, pretraining, pretraining_dataset
 from bertctl.data import tokenizer as tokenizer_mod
 from bertctl.errors import BertctlError
 from bertctl.stages.common import copy_tokenizer
@@ -64,7 +64,7 @@ def _show_sample(outcome: artifacts.Outcome) -> None:
     """One decoded instance, so a person sees what the model will see."""
     if outcome.up_to_date:
         return
-    for line in pretraining.describe(Path(outcome.path), count=1):
+    for line in pretraining_dataset.describe(Path(outcome.path), count=1):
         console.log(line)
 
 
@@ -109,7 +109,7 @@ def _combine(slices: list[str], out: str, force: bool) -> artifacts.Outcome:
         for art in arts:
             for k, v in art.manifest.stats.get("corpus", {}).items():
                 corpus_stats[k] = max(corpus_stats.get(k, 0), v)  # every slice read the corpus
-        info = pretraining.read_pretraining_info(tmp)  # checks that the slices form a whole
+        info = pretraining_dataset.read_pretraining_info(tmp)  # checks that the slices form a whole
         return _stats(info.settings, info.stats, first.stats.get("tokenizer", {}),
                       corpus=corpus_stats, slice={"index": None, "count": common["num_shards"]})
 

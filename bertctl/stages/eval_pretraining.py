@@ -21,7 +21,7 @@ _TASK_FLAGS = ("task", "family", "text_column", "label_column", "context_column"
 
 def run(config: EvalConfig, source: ModelSource, art: artifacts.Artifact, out: str,
         force: bool = False) -> artifacts.Outcome:
-    from bertctl.data.pretraining import PretrainingDataset, read_pretraining_info
+    from bertctl.data.pretraining_dataset import PretrainingDataset, read_pretraining_info
 
     hardware.set_threads(config.threads)
     given = [f"--{k.replace('_', '-')}" for k in _TASK_FLAGS if getattr(config, k) is not None]

@@ -11,7 +11,7 @@ from bertctl.errors import IntegrityError
 def _samples(artifact: artifacts.Artifact) -> list[str]:
     """Kind-specific lines that show a person what the artifact holds."""
     if artifact.kind == "pretrain-data":
-        from bertctl.data.pretraining import describe
+        from bertctl.data.pretraining_dataset import describe
 
         return describe(artifact.path)
     return []

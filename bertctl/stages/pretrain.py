@@ -95,7 +95,7 @@ def run(config: PretrainConfig, data_dir: str, out: str, force: bool = False,
         inputs.append(artifacts.file_input(model_config, "model-config"))
 
     def prepare(work: Path):
-        from bertctl.data.pretraining import PretrainingDataset
+        from bertctl.data.pretraining_dataset import PretrainingDataset
         from bertctl.evaluation import evaluate_pretraining
         from bertctl.train import distributed as dist
         from bertctl.train.loop import pretraining_metrics, train
