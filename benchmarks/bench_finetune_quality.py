@@ -128,9 +128,9 @@ def run_one(a) -> None:
 
 
 def default_grouping() -> bool:
-    from bertctl.config import FinetuneConfig
+    from bertctl.config import FinetuneSettings
 
-    return FinetuneConfig.model_fields["group_by_length"].default
+    return FinetuneSettings.model_fields["group_by_length"].default
 
 
 def summary(values: list[float]) -> tuple[float, float, float]:

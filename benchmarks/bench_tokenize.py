@@ -36,10 +36,10 @@ def direct(files, vocab_size):
 
 
 def bertctl_stage(files, vocab_size, out):
-    from bertctl.config import TokenizeConfig
+    from bertctl.config import TokenizeSettings
     from bertctl.stages import tokenize
 
-    outcome = tokenize.run(TokenizeConfig(vocab_size=vocab_size), files, out)
+    outcome = tokenize.run(TokenizeSettings(vocab_size=vocab_size), files, out)
     return outcome.manifest.stats["tokenizer"]["vocab_size"]
 
 

@@ -23,8 +23,8 @@ from pydantic.fields import FieldInfo
 
 import bertctl
 from bertctl import console
-from bertctl.config import (BuildPretrainDataConfig, EvalConfig, FinetuneConfig, PretrainConfig,
-                            ReportConfig, StageConfig, TokenizeConfig, resolve)
+from bertctl.config import (BuildPretrainDataSettings, EvalSettings, FinetuneSettings, PretrainSettings,
+                            ReportSettings, StageConfig, TokenizeSettings, resolve)
 from bertctl.errors import BertctlError
 from bertctl.expectations import ExpectationsUnmet
 
@@ -178,9 +178,9 @@ def stage(name: str, settings: type[StageConfig], help: str):
 # ---------------------------------------------------------------------------------------------
 # Commands
 
-@stage("tokenize", TokenizeConfig, help="Train a BERT WordPiece tokenizer on corpus files (or "
+@stage("tokenize", TokenizeSettings, help="Train a BERT WordPiece tokenizer on corpus files (or "
        "import a vocab.txt or a Hugging Face tokenizer directory) into a tokenizer artifact.")
-def tokenize(settings: TokenizeConfig, out: Path, force: bool,
+def tokenize(settings: TokenizeSettings, out: Path, force: bool,
              corpus: Annotated[Optional[list[str]], typer.Argument(
                  help="Corpus files, globs or directories: text (one sentence per line, blank "
                       "line between documents; .gz too), or .jsonl/.csv/.tsv/.parquet with "
@@ -196,11 +196,11 @@ def tokenize(settings: TokenizeConfig, out: Path, force: bool,
                             from_pretrained=str(from_pretrained) if from_pretrained else None)
 
 
-@stage("build-pretrain-data", BuildPretrainDataConfig, help="Build masked-LM + next-sentence "
+@stage("build-pretrain-data", BuildPretrainDataSettings, help="Build masked-LM + next-sentence "
        "instances (Google's algorithm) from a tokenizer artifact and corpus files into a "
        "pretrain-data artifact; or combine slices built separately.")
 def build_pretrain_data(
-        settings: BuildPretrainDataConfig, out: Path, force: bool,
+        settings: BuildPretrainDataSettings, out: Path, force: bool,
         tokenizer: Annotated[Optional[Path], typer.Argument(
             help="The tokenizer artifact.", show_default=False)] = None,
         corpus: Annotated[Optional[list[str]], typer.Argument(
@@ -215,10 +215,10 @@ def build_pretrain_data(
                             str(out), force, combine=[str(c) for c in combine or []])
 
 
-@stage("pretrain", PretrainConfig, help="Pretrain BERT (masked LM + next-sentence prediction) "
+@stage("pretrain", PretrainSettings, help="Pretrain BERT (masked LM + next-sentence prediction) "
        "on a pretrain-data artifact into a model artifact; from a size preset, a config.json, "
        "or continuing from a model. Runs data-parallel under torchrun.")
-def pretrain(settings: PretrainConfig, out: Path, force: bool,
+def pretrain(settings: PretrainSettings, out: Path, force: bool,
              data: Annotated[Path, typer.Argument(help="The pretrain-data artifact.",
                                                    show_default=False)],
              init_from: Annotated[Optional[Path], typer.Option(
@@ -238,10 +238,10 @@ ModelArgument = Annotated[Path, typer.Argument(
     help="A model artifact or a local Hugging Face BERT directory.", show_default=False)]
 
 
-@stage("finetune", FinetuneConfig, help="Fine-tune a model artifact or Hugging Face BERT "
+@stage("finetune", FinetuneSettings, help="Fine-tune a model artifact or Hugging Face BERT "
        "directory on a task (sentence or pair classification, regression, multiple choice) "
        "into a model artifact with the task head. Runs data-parallel under torchrun.")
-def finetune(settings: FinetuneConfig, out: Path, force: bool,
+def finetune(settings: FinetuneSettings, out: Path, force: bool,
              model: ModelArgument,
              train: Annotated[Path, typer.Argument(
                  help="The training file (TSV, CSV, JSON lines, parquet or a saved dataset "
@@ -255,10 +255,10 @@ def finetune(settings: FinetuneConfig, out: Path, force: bool,
                             dev_path=str(dev) if dev else None)
 
 
-@stage("eval", EvalConfig, help="Evaluate a model on task data (metrics and GLUE-style "
+@stage("eval", EvalSettings, help="Evaluate a model on task data (metrics and GLUE-style "
        "predictions) or, for a pretrain-data artifact, its masked-LM loss, accuracy and "
        "perplexity, into an eval artifact.")
-def evaluate(settings: EvalConfig, out: Path, force: bool,
+def evaluate(settings: EvalSettings, out: Path, force: bool,
              model: ModelArgument,
              data: Annotated[Path, typer.Argument(
                  help="A task data file (.tsv/.csv/.jsonl/.parquet or a save_to_disk directory), "
@@ -300,11 +300,11 @@ def inspect_artifact(
         stage_module.run(directory, verify=verify, json_output=json_output)
 
 
-@stage("report", ReportConfig, help="One self-contained HTML page (plots inline, no network "
+@stage("report", ReportSettings, help="One self-contained HTML page (plots inline, no network "
        "needed) for one or several artifacts: training curves, metrics, confusion matrices, "
        "lineage; for several runs a side-by-side table, overlaid curves and mean +- sd over "
        "seeds. The page is a report artifact.")
-def report(settings: ReportConfig, out: Path, force: bool,
+def report(settings: ReportSettings, out: Path, force: bool,
            artifact: Annotated[list[Path], typer.Argument(
                help="The artifacts to show (any kind).", show_default=False)]):
     from bertctl.stages import report as stage_module

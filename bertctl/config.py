@@ -118,7 +118,7 @@ def identity(config: StageConfig) -> dict[str, Any]:
 from pydantic import Field  # noqa: E402
 
 
-class TokenizeConfig(StageConfig):
+class TokenizeSettings(StageConfig):
     vocab_size: int = Field(30522, ge=1, description="Vocabulary size, special and [unused] "
                             "tokens included.")
     cased: bool = Field(False, description="Keep case and accents (a cased model) instead of "
@@ -254,7 +254,7 @@ class PretrainingDataSettings(StageConfig):
         return {**self.model_dump(mode="json"), "dupe_factor": self.passes}
 
 
-class BuildPretrainDataConfig(PretrainingDataSettings):
+class BuildPretrainDataSettings(PretrainingDataSettings):
     num_shards: int = Field(1, ge=1, description="Split the build into this many slices (for a "
                             "cluster's job array); combine them with --combine.")
     shard_index: int = Field(0, ge=0, description="Which slice this run builds (0-based).")
@@ -350,15 +350,9 @@ class TrainingSettings(StageConfig):
             raise ValueError("give exactly one of steps and epochs")
         return self
 
-    def train_settings(self, **extra):
-        """The loop's settings: these plus `extra` (its code-only ones, see loop.TrainSettings)."""
-        from bertctl.train.loop import TrainSettings
-
-        own = self.model_dump(include=set(TrainSettings.model_fields))  # e.g. pretrain's total_steps
-        return TrainSettings(**{**own, **extra})
 
 
-class PretrainConfig(TrainingSettings):
+class PretrainSettings(TrainingSettings):
     model_size: Literal["tiny", "mini", "small", "medium", "base", "large"] = Field(
         "base", description="Google's sizes (L/H/A): tiny 2/128/2, mini 4/256/4, small 4/512/8, "
         "medium 8/512/8, base 12/768/12, large 24/1024/16. Ignored with --init-from or "
@@ -385,7 +379,7 @@ class PretrainConfig(TrainingSettings):
                                      json_schema_extra=_RUN_ONLY)
 
 
-class EvalConfig(TaskSettings):
+class EvalSettings(TaskSettings):
     """`bertctl eval`: the task settings (read from the model's task file unless given) plus
     how to run. The label list always comes from the model."""
 
@@ -419,7 +413,7 @@ class EvalConfig(TaskSettings):
         return _resolve_precision(cls, data)
 
 
-class FinetuneConfig(TrainingSettings, TaskSettings):
+class FinetuneSettings(TrainingSettings, TaskSettings):
     epochs: float | None = Field(3, gt=0, description="Passes over the training data (the "
                                  "paper: 2 to 4).")
     batch_size: int = Field(32, ge=1, description="Examples per optimizer step, over all "
@@ -450,7 +444,7 @@ class FinetuneConfig(TrainingSettings, TaskSettings):
         return data
 
 
-class ReportConfig(StageConfig):
+class ReportSettings(StageConfig):
     """`bertctl report`: the page shows its input artifacts; these only label it."""
 
     title: str | None = Field(None, description="The page's title; unset: named after the "

@@ -7,10 +7,10 @@ from bertctl import config
 
 from conftest import EXAMPLES
 
-STAGES = {"tokenize": config.TokenizeConfig,
-          "build-pretrain-data": config.BuildPretrainDataConfig,
-          "pretrain": config.PretrainConfig, "finetune": config.FinetuneConfig,
-          "eval": config.EvalConfig}
+STAGES = {"tokenize": config.TokenizeSettings,
+          "build-pretrain-data": config.BuildPretrainDataSettings,
+          "pretrain": config.PretrainSettings, "finetune": config.FinetuneSettings,
+          "eval": config.EvalSettings}
 CONFIGS = sorted((EXAMPLES / "configs").glob("*.yaml"))
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from bertctl import hardware
-from bertctl.config import EvalConfig, FinetuneConfig, PretrainConfig, identity
+from bertctl.config import EvalSettings, FinetuneSettings, PretrainSettings, identity
 from bertctl.train.loop import TrainSettings
 
 
@@ -29,18 +29,18 @@ def test_auto_follows_the_cpu(cpu_probes, amx, avx512_bf16, expected):
     cpu_probes(amx, avx512_bf16)
     assert hardware.auto_precision("auto") == expected
     assert hardware.auto_precision("cpu") == expected
-    for config in (FinetuneConfig(), EvalConfig(), PretrainConfig(steps=2)):
+    for config in (FinetuneSettings(), EvalSettings(), PretrainSettings(steps=2)):
         assert config.precision == expected  # resolved when the settings are made
 
 
 def test_explicit_precision_and_code_defaults_are_kept(cpu_probes):
     cpu_probes(True, True)
-    assert FinetuneConfig(precision="fp32").precision == "fp32"
-    assert EvalConfig(precision="fp32").precision == "fp32"
+    assert FinetuneSettings(precision="fp32").precision == "fp32"
+    assert EvalSettings(precision="fp32").precision == "fp32"
     assert TrainSettings(steps=1).precision == "fp32"  # code asks for what it wants
     assert TrainSettings(steps=1, precision="auto").precision == "bf16"
     cpu_probes(False, False)
-    assert PretrainConfig(steps=2, precision="bf16").precision == "bf16"
+    assert PretrainSettings(steps=2, precision="bf16").precision == "bf16"
 
 
 def test_never_fp16_and_cuda_without_bf16_is_fp32(cpu_probes, monkeypatch):
@@ -55,11 +55,11 @@ def test_never_fp16_and_cuda_without_bf16_is_fp32(cpu_probes, monkeypatch):
 
 def test_the_id_hashes_the_resolved_precision(cpu_probes):
     cpu_probes(False, False)
-    fp32 = FinetuneConfig()
+    fp32 = FinetuneSettings()
     cpu_probes(False, True)
-    bf16 = FinetuneConfig()
+    bf16 = FinetuneSettings()
     assert identity(fp32)["precision"] == "fp32" and identity(bf16)["precision"] == "bf16"
-    assert identity(FinetuneConfig(precision="fp32")) == identity(fp32)
+    assert identity(FinetuneSettings(precision="fp32")) == identity(fp32)
     assert "threads" not in identity(fp32)  # how fast, not what
 
 

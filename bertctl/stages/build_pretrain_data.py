@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 from bertctl import artifacts, console
-from bertctl.config import BuildPretrainDataConfig, PretrainingDataSettings
+from bertctl.config import BuildPretrainDataSettings, PretrainingDataSettings
 from bertctl.data import corpus, pretraining, pretraining_dataset
 from bertctl.data import tokenizer as tokenizer_mod
 from bertctl.errors import BertctlError
@@ -20,7 +20,7 @@ def _tokenizer_stats(tok_art: artifacts.Artifact) -> dict:
     return {"id": tok_art.id, **tok_art.manifest.stats.get("tokenizer", {})}
 
 
-def run(config: BuildPretrainDataConfig, tokenizer_dir: str | None, sources: list[str], out: str,
+def run(config: BuildPretrainDataSettings, tokenizer_dir: str | None, sources: list[str], out: str,
         force: bool = False, combine: list[str] | None = None) -> artifacts.Outcome:
     if combine:
         if tokenizer_dir or sources:

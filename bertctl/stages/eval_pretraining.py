@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from bertctl import artifacts, console, evaluation, hardware
-from bertctl.config import EvalConfig
+from bertctl.config import EvalSettings
 from bertctl.errors import BertctlError
 from bertctl.stages.common import ModelSource
 
@@ -19,7 +19,7 @@ _TASK_FLAGS = ("task", "family", "text_column", "label_column", "context_column"
                "choice_columns", "labels", "max_seq_length")
 
 
-def run(config: EvalConfig, source: ModelSource, art: artifacts.Artifact, out: str,
+def run(config: EvalSettings, source: ModelSource, art: artifacts.Artifact, out: str,
         force: bool = False) -> artifacts.Outcome:
     from bertctl.data.pretraining_dataset import PretrainingDataset, read_pretraining_info
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from bertctl import artifacts, console, evaluation, hardware
-from bertctl.config import EvalConfig
+from bertctl.config import EvalSettings
 from bertctl.errors import BertctlError
 from bertctl.stages import common
 from bertctl.stages.common import ModelSource
@@ -23,7 +23,7 @@ from bertctl.stages.common import ModelSource
 METRICS_FILE = "metrics.json"
 
 
-def run(config: EvalConfig, source: ModelSource, data: Path, out: str,
+def run(config: EvalSettings, source: ModelSource, data: Path, out: str,
         force: bool = False) -> artifacts.Outcome:
     hardware.set_threads(config.threads)
     from bertctl import tasks
@@ -80,7 +80,7 @@ def run(config: EvalConfig, source: ModelSource, data: Path, out: str,
     return artifacts.produce("eval", config, inputs, out, build, force=force)
 
 
-def resolve_task(config: EvalConfig, source: ModelSource):
+def resolve_task(config: EvalSettings, source: ModelSource):
     """The TaskSpec to read DATA with: the model's task, with the flags given replacing its
     fields; a preset named by --task instead; or the flags alone for a model without one."""
     from bertctl.tasks import TaskSpec, make_task_spec

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from bertctl import console
-from bertctl.config import FinetuneConfig
+from bertctl.config import FinetuneSettings
 from bertctl.errors import BertctlError
 from bertctl.stages import common
 
@@ -44,7 +44,7 @@ def _data_files(spec, train: Path, dev: Path | None) -> tuple[Path, Path | None]
     return train, dev
 
 
-def run(config: FinetuneConfig, model_dir: str, train_path: str, out: str, force: bool = False,
+def run(config: FinetuneSettings, model_dir: str, train_path: str, out: str, force: bool = False,
         dev_path: str | None = None):
     from bertctl import tasks
 
@@ -62,7 +62,7 @@ def run(config: FinetuneConfig, model_dir: str, train_path: str, out: str, force
 
         from bertctl.evaluation import evaluate_task
         from bertctl.train import distributed as dist
-        from bertctl.train.loop import train
+        from bertctl.train.loop import TrainSettings, train
 
         tok, _ = source.tokenizer()
         common.check_vocab(source.vocab_size, tok.get_vocab_size(), str(source.path))
@@ -104,7 +104,7 @@ def run(config: FinetuneConfig, model_dir: str, train_path: str, out: str, force
                 select = (metric_key, "max")
         elif config.keep == "best" and dist.is_main():
             console.log("no --dev file: keeping the last weights")
-        settings = config.train_settings()
+        settings = TrainSettings.of(config)
         task_record = {"spec": spec.model_dump(mode="json"),
                        "label_list": list(label_list) if label_list else None,
                        "max_seq_length": config.max_seq_length}

@@ -12,14 +12,14 @@ import json
 from pathlib import Path
 
 from bertctl import artifacts, console
-from bertctl.config import PretrainConfig
+from bertctl.config import PretrainSettings
 from bertctl.errors import BertctlError
 from bertctl.stages import common
 
 ARCHITECTURE = "BertForPreTraining"
 
 
-def _build_model(config: PretrainConfig, vocab_size: int, init: common.ModelSource | None,
+def _build_model(config: PretrainSettings, vocab_size: int, init: common.ModelSource | None,
                  model_config: Path | None):
     import torch
 
@@ -53,10 +53,10 @@ def _check_agreement(model, data: artifacts.Artifact, init: common.ModelSource |
     tok = stats.get("tokenizer", {})
     where = str(init.path if init else "model")
     common.check_vocab(model.config.vocab_size, tok.get("vocab_size", 0), where)
-    if model.config.max_position_embeddings < stats["max_seq_length"]:
+    max_len = int(data.manifest.config["max_seq_length"])  # the recorded setting, as eval reads it
+    if model.config.max_position_embeddings < max_len:
         raise BertctlError(f"{where}: {model.config.max_position_embeddings} position "
-                           f"embeddings are fewer than the data's max_seq_length "
-                           f"{stats['max_seq_length']}")
+                           f"embeddings are fewer than the data's max_seq_length {max_len}")
     pad = tok.get("special_ids", {}).get("[PAD]")
     if model.config.pad_token_id is not None and pad is not None and model.config.pad_token_id != pad:
         raise BertctlError(f"{where}: pad_token_id {model.config.pad_token_id} differs from the "
@@ -70,7 +70,7 @@ def _check_agreement(model, data: artifacts.Artifact, init: common.ModelSource |
                                f"tokenizer (bertctl tokenize --from-pretrained {init.path})")
 
 
-def _schedule(config: PretrainConfig, init: common.ModelSource | None) -> dict:
+def _schedule(config: PretrainSettings, init: common.ModelSource | None) -> dict:
     """start_step/total_steps: fresh, or continuing the parent run's schedule (phase 2)."""
     if not config.continue_schedule:
         return {}
@@ -82,7 +82,7 @@ def _schedule(config: PretrainConfig, init: common.ModelSource | None) -> dict:
     return {"start_step": start, "total_steps": total}
 
 
-def run(config: PretrainConfig, data_dir: str, out: str, force: bool = False,
+def run(config: PretrainSettings, data_dir: str, out: str, force: bool = False,
         init_from: str | None = None, model_config: str | None = None):
     if init_from and model_config:
         raise BertctlError("give either --init-from or --model-config, not both")
@@ -98,7 +98,7 @@ def run(config: PretrainConfig, data_dir: str, out: str, force: bool = False,
         from bertctl.data.pretraining_dataset import PretrainingDataset
         from bertctl.evaluation import evaluate_pretraining
         from bertctl.train import distributed as dist
-        from bertctl.train.loop import pretraining_metrics, train
+        from bertctl.train.loop import TrainSettings, pretraining_metrics, train
 
         train_data = PretrainingDataset(data.path, "train")
         splits = data.manifest.stats["splits"]
@@ -108,7 +108,7 @@ def run(config: PretrainConfig, data_dir: str, out: str, force: bool = False,
                              Path(model_config) if model_config else None)
         _check_agreement(model, data, init)
         # MLM-only data leaves the NSP head without gradients, which DDP must be told.
-        settings = config.train_settings(find_unused_parameters=not train_data.nsp,
+        settings = TrainSettings.of(config, find_unused_parameters=not train_data.nsp,
                                          **_schedule(config, init))
         evaluate = None
         if validation is not None:

@@ -7,13 +7,13 @@ import json
 from pathlib import Path
 
 from bertctl import artifacts, console
-from bertctl.config import ReportConfig
+from bertctl.config import ReportSettings
 from bertctl.errors import BertctlError
 
 PAGE = "report.html"
 
 
-def run(config: ReportConfig, paths: list[str], out: str, force: bool = False):
+def run(config: ReportSettings, paths: list[str], out: str, force: bool = False):
     from bertctl.report import page, plots
 
     plots.require()

@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from bertctl import artifacts, console
-from bertctl.config import TokenizeConfig
+from bertctl.config import TokenizeSettings
 from bertctl.data import corpus, tokenizer
 from bertctl.errors import BertctlError
 
 
-def run(config: TokenizeConfig, sources: list[str], out: str, force: bool = False,
+def run(config: TokenizeSettings, sources: list[str], out: str, force: bool = False,
         from_vocab: str | None = None, from_pretrained: str | None = None) -> artifacts.Outcome:
     if from_vocab and from_pretrained:
         raise BertctlError("give either --from-vocab or --from-pretrained, not both")

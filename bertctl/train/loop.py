@@ -99,6 +99,12 @@ class TrainSettings(TrainingSettings):
             raise ValueError("betas must be in [0, 1)")
         return betas
 
+    @classmethod
+    def of(cls, stage: TrainingSettings, **extra: Any) -> "TrainSettings":
+        """A stage's training settings plus `extra` (the settings only code sets)."""
+        own = stage.model_dump(include=set(cls.model_fields))  # e.g. pretrain's total_steps
+        return cls(**{**own, **extra})
+
     @property
     def resume_step(self) -> int | str:
         """resume_from as "latest", "never" or a step number."""
