@@ -132,3 +132,14 @@ def test_train_from_a_saved_dataset_directory(tmp_path, tiny_pretrained, cli):
     assert m["stats"]["train_examples"] == 200
     train_ref = next(i for i in m["inputs"] if i["role"] == "train")
     assert train_ref["kind"] == "directory" and len(train_ref["id"]) == 64
+
+
+def test_sequences_longer_than_the_models_positions_are_refused(cli, tiny_pretrained, tmp_path):
+    import json as _json
+
+    positions = _json.loads((tiny_pretrained / "config.json").read_text())["max_position_embeddings"]
+    r = cli("finetune", tiny_pretrained, FIXTURES / "glue" / "SST-2", "--task", "glue/sst2",
+            "--max-seq-length", str(positions + 8), "--steps", "1", "--out", tmp_path / "m")
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1
+    assert f"{positions} position embeddings are fewer than the data's max_seq_length" in r.stderr
+    assert not (tmp_path / "m").exists()

@@ -120,7 +120,7 @@ def test_bad_inputs(tmp_path, pretrain_data, small_tokenizer, minilm_dir, cli):
     assert r.exit_code == 2 and "config.json" in r.stderr
     r = cli("pretrain", pretrain_data, "--out", out, "--init-from", minilm_dir, "--steps", "1",
             "--batch-size", "4")
-    assert r.exit_code == 2 and "vocab.txt differs from the data's tokenizer" in r.stderr
+    assert r.exit_code == 2 and "build the data with the model's tokenizer" in r.stderr
     r = cli("pretrain", pretrain_data, "--out", out, *TINY_MODEL, "--steps", "1",
             "--batch-size", "10", "--micro-batch-size", "4", "--device", "cpu")
     assert r.exit_code == 2 and "not a multiple of micro_batch_size" in r.stderr

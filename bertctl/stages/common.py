@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bertctl import artifacts, hardware, modelcard
+from bertctl import agreement, artifacts, hardware, modelcard
 from bertctl import config as config_mod
 from bertctl.data import tokenizer as tokenizer_mod
 from bertctl.errors import BertctlError, Interrupted
@@ -33,6 +33,9 @@ class ModelSource:
     ref: artifacts.InputRef
     hf_config: dict[str, Any]
     task: dict[str, Any] | None
+
+    def has_tokenizer(self) -> bool:
+        return any((self.path / n).is_file() for n in ("tokenizer.json", "vocab.txt"))
 
     def tokenizer(self):
         """The model's tokenizer, with its lowercase flag; a clear error if it ships none."""
@@ -142,19 +145,15 @@ def write_model(model, directory: Path, tokenizer_dir: Path, extra_config: dict 
         (directory / TASK_FILE).write_text(json.dumps(task, indent=2) + "\n", encoding="utf-8")
 
 
-def check_positions(source: ModelSource, max_seq_length: int) -> None:
-    """Sequences may not be longer than the model has position embeddings."""
-    max_pos = int(source.hf_config.get("max_position_embeddings", 512))
-    if max_seq_length > max_pos:
-        raise BertctlError(f"{source.path}: max_seq_length {max_seq_length} exceeds the model's "
-                           f"{max_pos} position embeddings")
-
-
-def check_vocab(model_vocab: int, tokenizer_vocab: int, where: str) -> None:
-    if model_vocab < tokenizer_vocab:
-        raise BertctlError(f"{where}: the model's vocabulary ({model_vocab} tokens) is smaller "
-                           f"than the tokenizer's ({tokenizer_vocab}); ids past the model's "
-                           f"embedding table would crash training")
+def check_reads_task(source: ModelSource, tokenizer, max_seq_length: int) -> None:
+    """The model reads ids of its own tokenizer, as long as `max_seq_length` (bertctl.agreement,
+    the one data/model check)."""
+    agreement.check(str(source.path), model_vocab=source.vocab_size,
+                    max_positions=int(source.hf_config.get("max_position_embeddings", 512)),
+                    pad_id=source.hf_config.get("pad_token_id"),
+                    data_vocab=tokenizer.get_vocab_size(), seq_length=max_seq_length,
+                    data_special_ids={"[PAD]": tokenizer.token_to_id("[PAD]")}
+                    if tokenizer.token_to_id("[PAD]") is not None else None)
 
 
 def train_to_artifact(config, inputs: list[artifacts.InputRef], out: str, force: bool, prepare):

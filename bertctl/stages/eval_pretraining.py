@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bertctl import artifacts, console, evaluation, hardware
+from bertctl import agreement, artifacts, console, evaluation, hardware
 from bertctl.config import EvalSettings
 from bertctl.errors import BertctlError
 from bertctl.stages.common import ModelSource
@@ -64,47 +64,16 @@ def run(config: EvalSettings, source: ModelSource, art: artifacts.Artifact, out:
 def check_pretraining_agreement(source: ModelSource, info) -> None:
     """The model must read the data's token ids as the data's tokenizer wrote them."""
     where = f"{source.path} and {info.path}"
-    model_vocab = source.vocab_size
-    if model_vocab < info.vocab_size:
-        raise BertctlError(f"{where}: the model's vocabulary ({model_vocab} tokens) is smaller "
-                           f"than the data's ({info.vocab_size})")
-    pad = source.hf_config.get("pad_token_id")
-    if pad is not None and int(pad) != info.special_ids.get("[PAD]", pad):
-        raise BertctlError(f"{where}: the model's pad_token_id is {pad} but the data's [PAD] "
-                           f"is {info.special_ids['[PAD]']}")
-    max_len = int(info.settings.get("max_seq_length", 0))
-    max_pos = int(source.hf_config.get("max_position_embeddings", 512))
-    if max_len > max_pos:
-        raise BertctlError(f"{where}: the data's instances are up to {max_len} tokens but the "
-                           f"model has {max_pos} position embeddings")
-    has_tokenizer = any((source.path / n).is_file() for n in ("tokenizer.json", "vocab.txt"))
-    if not has_tokenizer:
-        if model_vocab != info.vocab_size:
-            raise BertctlError(f"{where}: the model's vocabulary has {model_vocab} tokens but "
-                               f"the data's {info.vocab_size}")
-        return
-    tok, _ = source.tokenizer()
-    if tok.get_vocab_size() != info.vocab_size:
-        raise BertctlError(f"{where}: the model's tokenizer has {tok.get_vocab_size()} tokens "
-                           f"but the data was built with {info.vocab_size}")
-    for name, i in info.special_ids.items():
-        if tok.token_to_id(name) != i:
-            raise BertctlError(f"{where}: {name} is id {tok.token_to_id(name)} in the model's "
-                               f"tokenizer but {i} in the data")
-    data_tok = info.path / "tokenizer.json"
-    if data_tok.is_file():
-        from tokenizers import Tokenizer
-
-        theirs = Tokenizer.from_file(str(data_tok)).get_vocab(with_added_tokens=True)
-        ours = tok.get_vocab(with_added_tokens=True)
-        differ = sorted(i for t, i in theirs.items() if ours.get(t) != i)
-        if differ:
-            by_id = {i: t for t, i in ours.items()}
-            data_by_id = {i: t for t, i in theirs.items()}
-            i = differ[0]
-            raise BertctlError(f"{where}: the model's tokenizer and the data's differ in "
-                               f"{len(differ)} tokens (id {i}: {by_id.get(i)!r} in the model, "
-                               f"{data_by_id[i]!r} in the data)")
+    tok = source.tokenizer()[0] if source.has_tokenizer() else None
+    if tok is None and source.vocab_size != info.vocab_size:  # nothing else to compare
+        raise BertctlError(f"{where}: the model's vocabulary has {source.vocab_size} tokens but "
+                           f"the data's {info.vocab_size}")
+    agreement.check(where, model_vocab=source.vocab_size,
+                    max_positions=int(source.hf_config.get("max_position_embeddings", 512)),
+                    pad_id=source.hf_config.get("pad_token_id"), data_vocab=info.vocab_size,
+                    seq_length=int(info.settings.get("max_seq_length", 0)),
+                    data_special_ids=info.special_ids, model_tokenizer=tok,
+                    data_tokenizer=info.path / "tokenizer.json")
 
 
 def _load_pretraining_model(source: ModelSource, data_nsp: bool):

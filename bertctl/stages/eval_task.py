@@ -39,9 +39,8 @@ def run(config: EvalSettings, source: ModelSource, data: Path, out: str,
     data = _task_file(spec, data)
     spec = spec.for_file(data)
     max_len = config.max_seq_length or int((source.task or {}).get("max_seq_length") or 128)
-    common.check_positions(source, max_len)
     tok, _ = source.tokenizer()
-    common.check_vocab(source.vocab_size, tok.get_vocab_size(), str(source.path))
+    common.check_reads_task(source, tok, max_len)
     device = hardware.resolve_device(config.device)
     inputs = [source.ref, common.data_input(data)]
     calibration = (source.task or {}).get("calibration")

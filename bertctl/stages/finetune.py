@@ -65,8 +65,7 @@ def run(config: FinetuneSettings, model_dir: str, train_path: str, out: str, for
         from bertctl.train.loop import TrainSettings, train
 
         tok, _ = source.tokenizer()
-        common.check_vocab(source.vocab_size, tok.get_vocab_size(), str(source.path))
-        common.check_positions(source, config.max_seq_length)
+        common.check_reads_task(source, tok, config.max_seq_length)
         train_examples = family.read(spec, train_file, label_list=spec.labels,
                                      require_labels=True)
         label_list = train_examples.label_list if family.label_list else None

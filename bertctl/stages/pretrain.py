@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bertctl import artifacts, console
+from bertctl import agreement, artifacts, console
 from bertctl.config import PretrainSettings
 from bertctl.errors import BertctlError
 from bertctl.stages import common
@@ -47,27 +47,19 @@ def _build_model(config: PretrainSettings, vocab_size: int, init: common.ModelSo
 
 
 def _check_agreement(model, data: artifacts.Artifact, init: common.ModelSource | None) -> None:
-    """Refuse a model that cannot read this data: ids past its embeddings, sequences past its
-    positions, or another tokenizer's ids."""
-    stats = data.manifest.stats
-    tok = stats.get("tokenizer", {})
-    where = str(init.path if init else "model")
-    common.check_vocab(model.config.vocab_size, tok.get("vocab_size", 0), where)
-    max_len = int(data.manifest.config["max_seq_length"])  # the recorded setting, as eval reads it
-    if model.config.max_position_embeddings < max_len:
-        raise BertctlError(f"{where}: {model.config.max_position_embeddings} position "
-                           f"embeddings are fewer than the data's max_seq_length {max_len}")
-    pad = tok.get("special_ids", {}).get("[PAD]")
-    if model.config.pad_token_id is not None and pad is not None and model.config.pad_token_id != pad:
-        raise BertctlError(f"{where}: pad_token_id {model.config.pad_token_id} differs from the "
-                           f"data's [PAD] id {pad}")
-    if init is not None and (init.path / "vocab.txt").is_file():
-        mine = (init.path / "vocab.txt").read_text(encoding="utf-8")
-        theirs = (data.path / "vocab.txt").read_text(encoding="utf-8")
-        if mine != theirs:
-            raise BertctlError(f"{init.path}: its vocab.txt differs from the data's tokenizer "
-                               f"({data.path / 'vocab.txt'}); build the data with the model's "
-                               f"tokenizer (bertctl tokenize --from-pretrained {init.path})")
+    """Refuse a model that cannot read this data (bertctl.agreement): ids past its embeddings,
+    sequences past its positions, or, continuing from a model, another tokenizer's ids."""
+    tok = data.manifest.stats.get("tokenizer", {})
+    model_tokenizer = init.tokenizer()[0] if init is not None and init.has_tokenizer() else None
+    agreement.check(
+        str(init.path if init else "model"), model_vocab=model.config.vocab_size,
+        max_positions=model.config.max_position_embeddings, pad_id=model.config.pad_token_id,
+        data_vocab=tok.get("vocab_size", 0),
+        seq_length=int(data.manifest.config["max_seq_length"]),  # the recorded setting
+        data_special_ids=tok.get("special_ids"), model_tokenizer=model_tokenizer,
+        data_tokenizer=data.path / "tokenizer.json",
+        hint=(f"; build the data with the model's tokenizer (bertctl tokenize "
+              f"--from-pretrained {init.path})" if init is not None else ""))
 
 
 def _schedule(config: PretrainSettings, init: common.ModelSource | None) -> dict:
