@@ -13,7 +13,8 @@ the same lr, batch size, epochs, seed, warm-up (10% of the steps, then linear de
 - bertctl: the real CLI, `python -m bertctl finetune MODEL DIR --task glue/... --keep last
   --eval-every <huge>` (so it evaluates the dev file once, at the end, like the Trainer run
   below); the dev metrics are the manifest's. Everything else is bertctl's finetune default
-  (length-grouped batches, last incomplete batch dropped, Adam eps 1e-6).
+  (random batches, last incomplete batch dropped, Adam eps 1e-6; `--group-by-length` for
+  length-grouped ones, see bench_finetune_quality.py).
 - transformers: `BertForSequenceClassification.from_pretrained` on the same directory (a new
   head after `set_seed(seed)`, as run_glue.py does), `BertTokenizerFast` from it, the TSVs read
   with quoting off (RTE has a bare quote; MRPC a BOM; CoLA no header), `DataCollatorWithPadding`
@@ -172,7 +173,7 @@ def run_transformers(task, data_dir, model_dir, a):
             weight_decay=0.01, warmup_steps=0.1, max_grad_norm=1.0, seed=a.seed,
             bf16=a.precision == "bf16", use_cpu=True, save_strategy="no", report_to="none",
             disable_tqdm=True, logging_strategy="no",
-            train_sampling_strategy="group_by_length" if a.hf_group_by_length else "random")
+            train_sampling_strategy="group_by_length" if a.group_by_length else "random")
         trainer = Trainer(model=model, args=args, train_dataset=train_ds,
                           data_collator=DataCollatorWithPadding(tok))
         result = trainer.train()
@@ -266,8 +267,10 @@ def main() -> None:
     p.add_argument("--cap-tasks", nargs="*", default=None,
                    help="apply --max-train-examples to these tasks only (default: all)")
     p.add_argument("--threads", type=int, default=None, help="torch/OpenMP threads per process")
-    p.add_argument("--hf-group-by-length", action="store_true",
-                   help="ablation: give the Trainer length-grouped batches too")
+    # None: each tool's default (random batches for both); set: both length-grouped (the speed
+    # both get knowingly; bench_finetune_quality.py measures what it costs).
+    p.add_argument("--group-by-length", action="store_const", const=True, default=None,
+                   help="give both tools length-grouped training batches")
     p.add_argument("--work", type=Path, default=None)
     p.add_argument("--json-out", type=Path, default=None, help="also write every run here")
     # internal: one tool on one task
@@ -292,7 +295,7 @@ def main() -> None:
     print(f"model {model}\nglue {a.glue}\nepochs {a.epochs:g}, batch {a.batch_size}, lr {a.lr:g}, "
           f"max length {a.max_seq_length}, {a.precision}, warmup 0.1, weight decay 0.01, "
           f"threads {a.threads or 'torch default'}"
-          + (", Trainer length-grouped" if a.hf_group_by_length else ""), flush=True)
+          + (", both length-grouped" if a.group_by_length else ""), flush=True)
 
     results = []
     for i, (task, seed) in enumerate(runs):
@@ -305,8 +308,8 @@ def main() -> None:
                    str(seed), "--data-dir", str(data_dir), "--model", str(model),
                    "--epochs", str(a.epochs), "--batch-size", str(a.batch_size), "--lr",
                    str(a.lr), "--max-seq-length", str(a.max_seq_length), "--precision",
-                   a.precision, "--work", str(work)] + (["--hf-group-by-length"]
-                                                        if a.hf_group_by_length else [])
+                   a.precision, "--work", str(work)] + (["--group-by-length"]
+                                                        if a.group_by_length else [])
             t0 = time.perf_counter()
             proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                   text=True)

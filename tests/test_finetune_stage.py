@@ -143,3 +143,24 @@ def test_sequences_longer_than_the_models_positions_are_refused(cli, tiny_pretra
     assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1
     assert f"{positions} position embeddings are fewer than the data's max_seq_length" in r.stderr
     assert not (tmp_path / "m").exists()
+
+
+def test_random_batches_by_default_grouping_on_request(tmp_path, tiny_pretrained, cli):
+    """Fine-tuning draws random batches unless --group-by-length asks for length-grouped ones
+    (which cost dev quality on small data, see benchmarks/bench_quality.py): the default and
+    --no-group-by-length train the same weights, --group-by-length other ones."""
+    from safetensors.torch import load_file
+
+    def run(name, *flags):
+        r = cli("finetune", tiny_pretrained, GLUE / "RTE", "--task", "glue/rte", "--out",
+                tmp_path / name, "--steps", "3", "--keep", "last", *FAST, *flags, "--json")
+        assert r.exit_code == 0, r.stderr
+        return r.json(), load_file(tmp_path / name / "model.safetensors")
+
+    default, w_default = run("default")
+    off, w_off = run("off", "--no-group-by-length")
+    grouped, w_grouped = run("grouped", "--group-by-length")
+    assert default["config"]["group_by_length"] is False and default["id"] == off["id"]
+    assert grouped["config"]["group_by_length"] is True and grouped["id"] != default["id"]
+    assert all(torch.equal(w_default[k], w_off[k]) for k in w_default)
+    assert not all(torch.equal(w_default[k], w_grouped[k]) for k in w_default)
