@@ -125,7 +125,7 @@ def chunks(tags: ParsedTags, offsets: np.ndarray) -> Chunks:
     return Chunks(start.astype(np.int64), end.astype(np.int64), tags.type[start], tags.type_names)
 
 
-def _ranges(start: np.ndarray, end: np.ndarray) -> np.ndarray:
+def concat_ranges(start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """The concatenation of arange(start[k], end[k]) over k."""
     lengths = end - start
     total = int(lengths.sum())
@@ -137,7 +137,7 @@ def encode(ch: Chunks, num_words: int, offsets: np.ndarray, scheme: str) -> np.n
     """The tags that mark exactly the chunks `ch` in `scheme` (a string array)."""
     prefix = np.zeros(num_words, dtype=np.int8)
     types = np.full(num_words, -1, dtype=np.int32)
-    inside = _ranges(ch.start, ch.end)
+    inside = concat_ranges(ch.start, ch.end)
     prefix[inside] = I
     types[inside] = np.repeat(ch.type, ch.end - ch.start)
     if scheme == "iob2":
