@@ -57,7 +57,7 @@ def score(gold, predicted, offsets) -> dict:
     for name, tags in (("gold", gold), ("predicted", predicted)):
         bad = invalid_tags(tags)
         if bad.size:
-            raise ValueError(f"{name} tag {tags[bad[0]]!r} is not O, B-, I-, E- or S-TYPE")
+            raise ValueError(f"{name} tag {str(tags[bad[0]])!r} is not O, B-, I-, E- or S-TYPE")
     g, p = parse(gold), parse(predicted)
     types = sorted(set(g.type_names) | set(p.type_names))
     index = {t: i for i, t in enumerate(types)}

@@ -18,6 +18,7 @@ per sentence, so an error can name `file:line` without keeping the lines.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -35,6 +36,11 @@ TABLE_SUFFIXES = (".jsonl", ".json", ".parquet")
 TABLE_TOKEN_COLUMN, TABLE_TAG_COLUMN = "tokens", "ner_tags"
 
 Column = int | str
+# Fields are separated by ASCII white space only: a word may be an odd Unicode space (U+00A0),
+# which str.split() would take for a separator and silently drop.
+_ASCII_SPACE = " \t\r\n\v\f"
+_FIELD_SEP = re.compile(r"[ \t\r\n\v\f]+")
+_SIMPLE = re.compile(r"^[\x21-\x7e \t\r\n]*$")   # printable ASCII: str.split() is the same, faster
 
 
 @dataclass
@@ -132,38 +138,39 @@ def _read_columns(path: Path, token_column: Column, tag_column: Column,
             lines.append(start_line)
             start_line = 0
 
-    lineno = 0
-    try:
-        with open(path, encoding="utf-8-sig") as f:
-            for lineno, line in enumerate(f, 1):
-                fields = line.split()
-                if not fields:
-                    close()
-                    continue
-                if fields[0] == DOCSTART:
-                    close()
-                    doc += 1
-                    continue
-                if width is None:
-                    width = len(fields)
-                    if column_names is not None and len(column_names) != width:
-                        raise BertctlError(f"{path}:{lineno}: {width} columns but "
-                                           f"{len(column_names)} column names ({', '.join(column_names)})")
-                    for i, what in ((tok_i, "token"), (tag_i, "tag")):
-                        if not -width <= i < width:
-                            raise BertctlError(f"{path}:{lineno}: no {what} column {i} "
-                                               f"(the line has {width} columns)")
-                    if tok_i % width == tag_i % width:
-                        raise BertctlError(f"{path}: the token and tag columns are the same column")
-                elif len(fields) != width:
-                    raise BertctlError(f"{path}:{lineno}: {len(fields)} columns, expected {width} "
-                                       "(as on the file's first word line)")
-                if not start_line:
-                    start_line = lineno
-                words.append(fields[tok_i])
-                tags.append(fields[tag_i])
-    except UnicodeDecodeError as exc:
-        raise BertctlError(f"{path}:{lineno + 1}: not UTF-8 text ({exc.reason})") from None
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            try:     # line by line, so that an undecodable byte is reported on its own line
+                line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+            except UnicodeDecodeError as exc:
+                raise BertctlError(f"{path}:{lineno}: not UTF-8 text ({exc.reason})") from None
+            fields = line.strip(_ASCII_SPACE).split() if _SIMPLE.match(line) else \
+                _FIELD_SEP.split(line.strip(_ASCII_SPACE))
+            if fields == [""] or not fields:
+                close()
+                continue
+            if fields[0] == DOCSTART:
+                close()
+                doc += 1
+                continue
+            if width is None:
+                width = len(fields)
+                if column_names is not None and len(column_names) != width:
+                    raise BertctlError(f"{path}:{lineno}: {width} columns but "
+                                       f"{len(column_names)} column names ({', '.join(column_names)})")
+                for i, what in ((tok_i, "token"), (tag_i, "tag")):
+                    if not -width <= i < width:
+                        raise BertctlError(f"{path}:{lineno}: no {what} column {i} "
+                                           f"(the line has {width} columns)")
+                if tok_i % width == tag_i % width:
+                    raise BertctlError(f"{path}: the token and tag columns are the same column")
+            elif len(fields) != width:
+                raise BertctlError(f"{path}:{lineno}: {len(fields)} columns, expected {width} "
+                                   "(as on the file's first word line)")
+            if not start_line:
+                start_line = lineno
+            words.append(fields[tok_i])
+            tags.append(fields[tag_i])
     close()
     if not words:
         raise BertctlError(f"{path}: no sentences (expected one word per line, "

@@ -213,7 +213,7 @@ def check_scheme(examples, scheme: str | None = None) -> Detection:
         i = int(bad[0])
         form = _FORMS[scheme] if scheme else "O, B-TYPE, I-TYPE (and E-TYPE, S-TYPE in BIOES)"
         what = f"an {scheme.upper()} tag" if scheme else "a tag"
-        raise BertctlError(f"{examples.where(i)}: {examples.tags[i]!r} is not {what} ({form})")
+        raise BertctlError(f"{examples.where(i)}: {str(examples.tags[i])!r} is not {what} ({form})")
     if scheme is not None:
         return Detection(scheme, 0)
     return detect(examples.tags, examples.offsets)
@@ -236,7 +236,7 @@ def check_known_types(examples, types) -> None:
     unknown = [j for j, name in enumerate(parsed.type_names) if name not in set(types)]
     if unknown:
         i = int(np.flatnonzero(np.isin(parsed.type, unknown))[0])
-        raise BertctlError(f"{examples.where(i)}: tag {examples.tags[i]!r} never seen in "
+        raise BertctlError(f"{examples.where(i)}: tag {str(examples.tags[i])!r} never seen in "
                            f"training (training entity types: {', '.join(sorted(types))})")
 
 
