@@ -19,13 +19,12 @@ Conventions:
 `compute_metrics(name, predictions, labels)` gives a task's metric dict by metric name and
 `main_metric(name)` the key that model selection maximises (all metrics here are higher-is-better).
 
-`entity_scores` gives the conlleval entity-level precision / recall / F1 (SQuAD's exact match
-and F1 live with the span family, bertctl/tasks/span/metrics.py).
+SQuAD's exact match and F1 live with the span family (bertctl/tasks/span/metrics.py) and
+conlleval's entity-level figures with the tagging family (bertctl/tasks/tagging/metrics.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 
 import numpy as np
 
@@ -211,76 +210,3 @@ def compute_metrics(name: str, predictions, labels) -> dict[str, float]:
 def main_metric(name: str) -> str:
     """The key of `compute_metrics(name, ...)` that model selection maximises."""
     return _lookup(name)[1]
-
-
-# --- CoNLL entity F1 -----------------------------------------------------------------------------
-
-def _split_tag(tag: str) -> tuple[str, str]:
-    # conlleval: /^([^-]*)-(.*)$/ splits prefix and type at the first "-"; no "-" means no type.
-    prefix, dash, etype = tag.partition("-")
-    return (prefix, etype) if dash else (tag, "")
-
-
-def _chunk_end(prev_tag: str, tag: str, prev_type: str, type_: str) -> bool:
-    # conlleval's endOfChunk, rule for rule.
-    return ((prev_tag in ("B", "I") and tag in ("B", "O"))
-            or (prev_tag == "E" and tag in ("E", "I", "O"))
-            or (prev_tag not in ("O", ".") and prev_type != type_)
-            or prev_tag in ("[", "]"))
-
-
-def _chunk_start(prev_tag: str, tag: str, prev_type: str, type_: str) -> bool:
-    # conlleval's startOfChunk, rule for rule.
-    return ((prev_tag in ("B", "I", "O") and tag == "B")
-            or (prev_tag in ("O", "E") and tag in ("I", "E"))
-            or (tag not in ("O", ".") and prev_type != type_)
-            or tag in ("[", "]"))
-
-
-def get_entities(tags: Sequence[str]) -> list[tuple[str, int, int]]:
-    """Entities (type, start, end inclusive) in one sequence of tags, as conlleval chunks them.
-
-    Works for IOB1 (I- starts an entity unless it continues one of the same type; B- only splits two
-    adjacent entities of one type) and IOB2 (B- starts every entity) alike. Ill-formed sequences are
-    chunked as conlleval does (an I- after O or after another type starts a new entity).
-    """
-    entities = []
-    prev_tag, prev_type = "O", ""
-    start = None
-    for i, raw in enumerate(list(tags) + ["O"]):
-        tag, type_ = _split_tag(raw)
-        if start is not None and _chunk_end(prev_tag, tag, prev_type, type_):
-            entities.append((prev_type, start, i - 1))
-            start = None
-        if _chunk_start(prev_tag, tag, prev_type, type_):
-            start = i
-        prev_tag, prev_type = tag, type_
-    return entities
-
-
-def entity_scores(predictions: Sequence[Sequence[str]], labels: Sequence[Sequence[str]]
-                  ) -> dict[str, float]:
-    """Entity-level precision, recall and F1 in percent over sentences of tags, as conlleval:
-    a predicted entity counts only when its span and type both match a gold entity.
-    Also the token accuracy (every tag, "O" included), as conlleval's first line.
-    """
-    if len(predictions) != len(labels):
-        raise ValueError(f"entity_scores: {len(predictions)} predicted sentences, {len(labels)} gold")
-    n_pred = n_gold = n_correct = n_tokens = n_tok_correct = 0
-    for pred, gold in zip(predictions, labels):
-        if len(pred) != len(gold):
-            raise ValueError("entity_scores: a sentence's predicted and gold tags differ in length")
-        p_ents = set(get_entities(pred))
-        g_ents = set(get_entities(gold))
-        n_pred += len(p_ents)
-        n_gold += len(g_ents)
-        n_correct += len(p_ents & g_ents)
-        n_tokens += len(gold)
-        n_tok_correct += sum(a == b for a, b in zip(pred, gold))
-    if n_tokens == 0:
-        raise BertctlError("entity_scores: cannot compute on 0 tokens")
-    precision = 100.0 * n_correct / n_pred if n_pred else 0.0
-    recall = 100.0 * n_correct / n_gold if n_gold else 0.0
-    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-    return {"precision": precision, "recall": recall, "f1": f1,
-            "accuracy": 100.0 * n_tok_correct / n_tokens}

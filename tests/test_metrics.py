@@ -140,36 +140,3 @@ def test_compute_metrics_by_name():
         assert metrics.main_metric(name) in metrics.compute_metrics(name, p, y)
     with pytest.raises(BertctlError, match="unknown metric 'bleu'"):
         metrics.compute_metrics("bleu", p, y)
-
-
-# --- conlleval: hand-checked against the chunking rules of conlleval.pl ----------------------------
-
-def test_entities_iob2():
-    tags = ["B-PER", "I-PER", "O", "B-LOC", "B-LOC", "I-LOC", "O", "B-ORG"]
-    assert metrics.get_entities(tags) == [("PER", 0, 1), ("LOC", 3, 3), ("LOC", 4, 5), ("ORG", 7, 7)]
-
-
-def test_entities_iob1():
-    # IOB1: I- starts an entity; B- only separates two adjacent entities of the same type.
-    tags = ["I-PER", "I-PER", "O", "I-LOC", "B-LOC", "I-LOC", "I-ORG", "I-MISC"]
-    assert metrics.get_entities(tags) == [("PER", 0, 1), ("LOC", 3, 3), ("LOC", 4, 5),
-                                          ("ORG", 6, 6), ("MISC", 7, 7)]
-
-
-def test_entities_ill_formed_as_conlleval():
-    # I- after O or after a different type starts an entity; B-X then I-Y are two entities.
-    assert metrics.get_entities(["O", "I-PER", "B-LOC", "I-PER"]) == [
-        ("PER", 1, 1), ("LOC", 2, 2), ("PER", 3, 3)]
-
-
-def test_entity_scores():
-    gold = [["B-PER", "I-PER", "O", "B-LOC"], ["B-ORG", "O"]]
-    pred = [["B-PER", "I-PER", "O", "B-ORG"], ["B-ORG", "B-MISC"]]
-    s = metrics.entity_scores(pred, gold)
-    # gold: PER(0-1), LOC(3), ORG(0); pred: PER(0-1), ORG(3), ORG(0), MISC(1): 2 correct.
-    assert s["precision"] == pytest.approx(50.0)
-    assert s["recall"] == pytest.approx(200 / 3)
-    assert s["f1"] == pytest.approx(2 * 50 * (200 / 3) / (50 + 200 / 3))
-    assert s["accuracy"] == pytest.approx(100 * 4 / 6)
-    # A partial span match is wrong: conlleval requires exact span and type.
-    assert metrics.entity_scores([["B-PER", "O"]], [["B-PER", "I-PER"]])["f1"] == 0.0
