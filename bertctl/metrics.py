@@ -25,7 +25,6 @@ conlleval's entity-level figures with the tagging family (bertctl/tasks/tagging/
 
 from __future__ import annotations
 
-
 import numpy as np
 
 from bertctl.errors import BertctlError
