@@ -19,10 +19,15 @@ gradient clipping 1.0, max length (pairs truncated longest-first) and precision:
   autocast when `--precision bf16`: what a user would write in a notebook.
 
 Dev metrics use bertctl.metrics.compute_metrics for every variant (accuracy; F1 for MRPC;
-Matthews for CoLA; Spearman for STS-B). The table gives, per task and variant, the mean ± sd over
-seeds of the main metric, the standard error of the mean (sd / sqrt(seeds)), the default's mean
-minus the plain loop's in units of the plain loop's standard error, and seconds per training
-epoch (bertctl: from metrics.jsonl, training loop only; plain: its loop's wall time).
+Matthews for CoLA; Spearman for STS-B). The table gives, per task, training-set size and
+variant, the mean ± sd over seeds of the main metric, the standard error of the mean (sd /
+sqrt(seeds)), the mean minus the plain loop's, that difference in units of the plain loop's
+standard error and in units of its own, sqrt(SE^2 + SE_plain^2) (two variants drawn from the same
+distribution differ by more than one SE_plain about half the time with 3 seeds, by more than one
+SE of the difference about a third of the time), and seconds per training epoch (bertctl: from
+metrics.jsonl, training loop only; plain: its loop's wall time; noisy on a shared machine).
+`--from-json A.json B.json` prints one table from saved runs (e.g. slices and full sets run
+apart) without running anything.
 """
 
 from __future__ import annotations
@@ -139,6 +144,38 @@ def summary(values: list[float]) -> tuple[float, float, float]:
     return mean, sd, sd / math.sqrt(len(values))
 
 
+def table(results: list[dict], same: str) -> str:
+    """Per task and training-set size, per variant: mean ± sd of the main dev metric over
+    seeds, its standard error, the difference from the plain loop's mean in units of the plain
+    loop's SE and of the difference's own SE, sqrt(SE^2 + SE_plain^2), and seconds per epoch."""
+    head = ["task", "rows", "variant", "metric", "mean ± sd (n)", "SE", "Δ vs plain",
+            "Δ/SE(plain)", "Δ/SE(Δ)", "s/epoch"]
+    lines = []
+    keys = list(dict.fromkeys((r["task"], r["train_examples"]) for r in results))
+    for task, n in sorted(keys, key=lambda k: (list(TASKS).index(k[0]), k[1])):
+        key = TASKS[task]["main"]
+        mine = [r for r in results if r["task"] == task and r["train_examples"] == n]
+        variants = [v for v in VARIANTS if any(r["variant"] == v for r in mine)]
+        by = {v: [r for r in mine if r["variant"] == v] for v in variants}
+        plain = summary([r["metrics"][key] for r in by["plain"]]) if "plain" in by else None
+        for v in variants:
+            mean, sd, se = summary([r["metrics"][key] for r in by[v]])
+            cells = ["", "", ""]
+            if plain and v != "plain":
+                d, se_d = mean - plain[0], math.hypot(se, plain[2])
+                cells = [f"{d:+.4f}", f"{d / plain[2]:+.2f}" if plain[2] > 0 else "-",
+                         f"{d / se_d:+.2f}" if se_d > 0 else "-"]
+            secs = statistics.fmean(r["train_seconds"] / r["epochs"] for r in by[v])
+            name = f"{v} ({same})" if v == "default" else v
+            lines.append([task, str(n), name, key, f"{mean:.4f} ± {sd:.4f} ({len(by[v])})",
+                          f"{se:.4f}", *cells, f"{secs:.1f}"])
+    widths = [max(len(x) for x in col) for col in zip(head, *lines)]
+    out = [" | ".join(h.ljust(w) for h, w in zip(head, widths)),
+           "-+-".join("-" * w for w in widths)]
+    return "\n".join(out + [" | ".join(x.ljust(w) for x, w in zip(line, widths))
+                            for line in lines])
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--glue", type=Path, default=DEFAULT_GLUE)
@@ -157,6 +194,9 @@ def main() -> None:
     p.add_argument("--parallel", type=int, default=1, help="runs at once")
     p.add_argument("--work", type=Path, default=None)
     p.add_argument("--json-out", type=Path, default=None)
+    p.add_argument("--from-json", type=Path, nargs="+", default=None,
+                   help="print the table of runs saved by --json-out (several files merge), "
+                   "run nothing")
     # internal: one variant on one task and seed
     p.add_argument("--run-one", choices=VARIANTS, help=argparse.SUPPRESS)
     p.add_argument("--task", help=argparse.SUPPRESS)
@@ -167,12 +207,15 @@ def main() -> None:
         run_one(a)
         return
 
+    same = "grouped" if default_grouping() else "ungrouped"
+    if a.from_json:
+        print(table([r for f in a.from_json for r in json.loads(f.read_text())], same))
+        return
+
     from bertctl import hardware
 
     model = a.model or default_model()
     rows = None if a.rows == "all" else int(a.rows)
-    grouped_default = default_grouping()
-    same = "grouped" if grouped_default else "ungrouped"
     variants = [v for v in a.variants if v != same or "default" not in a.variants]
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS=str(a.threads),
@@ -211,29 +254,8 @@ def main() -> None:
     if a.json_out:
         a.json_out.write_text(json.dumps(results, indent=1))
 
-    head = ["task", "rows", "variant", "metric", "mean ± sd", "SE", "Δ vs plain / SE(plain)",
-            "s/epoch"]
-    lines = []
-    for task in a.tasks:
-        key = TASKS[task]["main"]
-        by = {v: [r for r in results if r["task"] == task and r["variant"] == v]
-              for v in variants}
-        plain = summary([r["metrics"][key] for r in by["plain"]]) if by.get("plain") else None
-        for v in variants:
-            vals = [r["metrics"][key] for r in by[v]]
-            mean, sd, se = summary(vals)
-            delta = (f"{(mean - plain[0]) / plain[2]:+.2f}" if plain and v != "plain"
-                     and plain[2] > 0 else "")
-            secs = statistics.fmean(r["train_seconds"] / r["epochs"] for r in by[v])
-            name = f"{v} ({same})" if v == "default" else v
-            lines.append([task, str(by[v][0]["train_examples"]), name, key,
-                          f"{mean:.4f} ± {sd:.4f}", f"{se:.4f}", delta, f"{secs:.1f}"])
-    widths = [max(len(x) for x in col) for col in zip(head, *lines)]
     print()
-    print(" | ".join(h.ljust(w) for h, w in zip(head, widths)))
-    print("-+-".join("-" * w for w in widths))
-    for line in lines:
-        print(" | ".join(x.ljust(w) for x, w in zip(line, widths)))
+    print(table(results, same))
 
 
 if __name__ == "__main__":
