@@ -22,9 +22,9 @@ Dev metrics use bertctl.metrics.compute_metrics for every variant (accuracy; F1 
 Matthews for CoLA; Spearman for STS-B). The table gives, per task, training-set size and
 variant, the mean ± sd over seeds of the main metric, the standard error of the mean (sd /
 sqrt(seeds)), the mean minus the plain loop's, that difference in units of the plain loop's
-standard error and in units of its own, sqrt(SE^2 + SE_plain^2) (two variants drawn from the same
-distribution differ by more than one SE_plain about half the time with 3 seeds, by more than one
-SE of the difference about a third of the time), and seconds per training epoch (bertctl: from
+standard error and in units of its own, sqrt(SE^2 + SE_plain^2) (with 3 seeds, two variants
+drawn from one distribution differ by more than one SE_plain 55% of the time, by more than one
+SE of the difference 37%, by more than two 11%: simulated), and seconds per training epoch (bertctl: from
 metrics.jsonl, training loop only; plain: its loop's wall time; noisy on a shared machine).
 `--from-json A.json B.json` prints one table from saved runs (e.g. slices and full sets run
 apart) without running anything.
