@@ -141,8 +141,9 @@ class TaskSettings(StageConfig):
 
     task: str | None = Field(None, description="A preset: glue/sst2, glue/cola, glue/mrpc, "
                              "glue/rte, glue/sts-b, glue/wnli, glue/qnli, glue/qqp, glue/mnli, "
-                             "swag.")
-    family: Literal["single", "pair", "regression", "multiple_choice", "span"] | None = Field(
+                             "swag, squad, squad_v2, conll2003.")
+    family: Literal["single", "pair", "regression", "multiple_choice", "span",
+                    "tagging"] | None = Field(
         None, description="Task family, for a task without a preset.")
     text_column: list[str] | None = Field(None, description="Text column(s): one for single "
                                           "sentences, two for pairs (repeat the flag).")
@@ -152,15 +153,18 @@ class TaskSettings(StageConfig):
     choice_columns: list[str] | None = Field(None, description="Multiple choice: the choice "
                                              "columns (repeat the flag).")
     labels: list[str] | None = Field(None, description="Classification labels in index order "
-                                     "(default: the sorted labels of the training file).")
+                                     "(default: the sorted labels of the training file); "
+                                     "tagging: the names of integer tags.")
     max_seq_length: int = Field(128, ge=8, le=512, description="Tokens per example; pairs are "
                                 "truncated longest-first (span QA: 384, the paper's).")
     # Span QA (SQuAD): the family's own options, kept in the task spec's `options`.
     version_2_with_negative: bool | None = Field(None, description="Span QA: questions may "
                                                  "have no answer (SQuAD 2.0; the squad_v2 "
                                                  "preset sets it).")
-    doc_stride: int | None = Field(None, ge=1, description="Span QA: tokens shared by "
-                                   "consecutive passage windows (default 128).")
+    doc_stride: int | None = Field(None, ge=1, description="Span QA and tagging: tokens "
+                                   "shared by consecutive windows of a long passage or "
+                                   "sentence (default: 128 for span QA, half the window for "
+                                   "tagging).")
     max_query_length: int | None = Field(None, ge=1, description="Span QA: question tokens "
                                          "kept (default 64).")
     n_best: int | None = Field(None, ge=1, description="Span QA: candidate answers kept per "
@@ -175,9 +179,25 @@ class TaskSettings(StageConfig):
                                        "column, {text: [...], answer_start: [...]} (default "
                                        "answers).")
 
+    # Tagging (CoNLL NER): the family's own options.
+    token_column: str | None = Field(None, description="Tagging: the token column, an index "
+                                     "(column files; default the first) or a name (tables; "
+                                     "default tokens).")
+    tag_column: str | None = Field(None, description="Tagging: the tag column, an index "
+                                   "(column files; default the last) or a name (tables; "
+                                   "default ner_tags).")
+    tag_scheme: Literal["iob1", "iob2", "bioes"] | None = Field(
+        None, description="Tagging: the files' tag scheme; unset: detected per file (logged). "
+        "The model trains on IOB2; predictions are written in each file's scheme.")
+    document_context: bool | None = Field(None, description="Tagging: fill each window with "
+                                          "the sentence's neighbours in its document (the "
+                                          "paper's CoNLL setting); only the sentence is "
+                                          "predicted.")
+
     _OPTIONS: ClassVar[tuple[str, ...]] = (
         "version_2_with_negative", "doc_stride", "max_query_length", "n_best",
-        "max_answer_length", "question_column", "id_column", "answers_column", "null_threshold")
+        "max_answer_length", "question_column", "id_column", "answers_column", "null_threshold",
+        "token_column", "tag_column", "tag_scheme", "document_context")
 
     @model_validator(mode="before")
     @classmethod

@@ -129,6 +129,21 @@ def training_progress(description: str, total_steps: int | None):
         yield on_log
 
 
+def _log_table(name: str, rows: dict[str, dict]) -> None:
+    columns = list(dict.fromkeys(k for row in rows.values() for k in row))
+
+    def cell(v) -> str:
+        return f"{v:.2f}" if isinstance(v, float) else str(v)
+
+    widths = [max(len(c), *(len(cell(r.get(c, ""))) for r in rows.values())) for c in columns]
+    first = max(len(str(k)) for k in rows)
+    log(f"{name}:")
+    log("  " + " " * first + "  " + "  ".join(c.rjust(w) for c, w in zip(columns, widths)))
+    for key, row in rows.items():
+        log("  " + str(key).ljust(first) + "  "
+            + "  ".join(cell(row.get(c, "")).rjust(w) for c, w in zip(columns, widths)))
+
+
 def log_metrics(metrics: dict) -> None:
     """A metrics dict as log lines; a confusion matrix as a table (rows: true label)."""
     for name, value in metrics.items():
@@ -143,6 +158,8 @@ def log_metrics(metrics: dict) -> None:
             for n, row in zip(names, value["matrix"]):
                 log("  " + n.ljust(width) + "  "
                     + "  ".join(str(x).rjust(c) for x, c in zip(row, cells)))
+        elif isinstance(value, dict) and value and all(isinstance(v, dict) for v in value.values()):
+            _log_table(name, value)     # e.g. tagging's per-type precision / recall / F1
         elif isinstance(value, float):
             log(f"{name}: {value:.4f}")
         else:

@@ -97,8 +97,9 @@ def run(config: FinetuneSettings, model_dir: str, train_path: str, out: str, for
                 metrics, _ = evaluate_task(m, family, spec, dev_examples, dev_features,
                                            label_list, config.eval_batch_size,
                                            next(m.parameters()).device, config.precision)
-                metrics.pop("confusion_matrix", None)  # the eval stage reports it
-                return metrics
+                # Per-step records hold numbers; the eval stage reports the rest (a confusion
+                # matrix, per-type figures).
+                return {k: v for k, v in metrics.items() if not isinstance(v, (dict, list))}
             if config.keep == "best":
                 select = (metric_key, "max")
         elif config.keep == "best" and dist.is_main():

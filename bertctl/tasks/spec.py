@@ -27,6 +27,9 @@ class TaskSpec(BaseModel):
     - multiple_choice: `context_column` is sentence A; each of `choice_columns` gives one sentence B,
       prefixed by `choice_prefix_column` when set (SWAG: sent1 | sent2 + " " + ending_i); the label
       is the index of the right choice.
+    - span: the question/answer columns and the window settings are the family's `options`.
+    - tagging: one word per line or a list-of-tokens column; the token and tag columns, the tag
+      scheme and the window settings are the family's `options`; `labels` names integer tags.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -151,6 +154,10 @@ PRESETS: dict[str, TaskSpec] = {s.name: s for s in [
     TaskSpec(name="squad_v2", family="span", context_column="context", label_column=None,
              metric="squad", options={"version_2_with_negative": True},
              files={"train": "train-v2.0.json", "dev": "dev-v2.0.json"}),
+    # CoNLL-2003 NER (Tjong Kim Sang and De Meulder 2003): `token POS chunk NER` column files,
+    # IOB2 as distributed today (the original eng.train / eng.testa are IOB1: give them as files).
+    TaskSpec(name="conll2003", family="tagging", label_column=None, metric="conlleval",
+             files={"train": "train.txt", "dev": "valid.txt", "test": "test.txt"}),
     TaskSpec(name="swag", family="multiple_choice", context_column="sent1",
              choice_prefix_column="sent2", choice_columns=[f"ending{i}" for i in range(4)],
              label_column="label", files={"train": "train.csv", "dev": "val.csv", "test": "test.csv"}),

@@ -7,7 +7,9 @@
   context -> `TaggingFeatures` and model batches.
 - `predict`: per-token logits -> one tag per word; predictions.txt in conlleval's input format.
 
-How a stage uses them (the model is trained in one scheme, IOB2; each file keeps its own):
+The family object at the end of this module (`Tagging`, registered as "tagging", preset
+`conll2003`) is what `finetune` and `eval` call; underneath, the building blocks run like this
+(the model is trained in one scheme, IOB2; each file keeps its own):
 
     train = read_tagged(path)                                   # or tables, columns by name
     scheme = check_scheme(train, tag_scheme)                    # None: detected; log .describe()
@@ -25,3 +27,187 @@ How a stage uses them (the model is trained in one scheme, IOB2; each file keeps
     write_predictions(out / "predictions.txt", dev, predicted)
     metrics = score(dev.tags, predicted, dev.offsets)           # = conlleval < predictions.txt
 """
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from bertctl.errors import BertctlError
+from bertctl.tasks.base import Family
+from bertctl.tasks.registry import register
+
+# The model is always trained on IOB2 labels: one consistent scheme whatever the files use.
+TRAINING_SCHEME = "iob2"
+
+
+class TaggingOptions(BaseModel):
+    """The tagging family's own settings (a task spec's `options`; flags of the same names)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Column files: a field index (or a name from the spec's column_names); tables: a column
+    # name or index. Unset: the first and the last field of a column file; `tokens` and
+    # `ner_tags` in a table.
+    token_column: str | None = None
+    tag_column: str | None = None
+    tag_scheme: Literal["iob1", "iob2", "bioes"] | None = None   # None: detected per file
+    # Word pieces shared by consecutive windows of a sentence longer than one window, as span
+    # QA's --doc-stride (None: half the window).
+    doc_stride: int | None = Field(None, ge=0)
+    document_context: bool = False
+
+
+def options(spec) -> TaggingOptions:
+    return TaggingOptions(**spec.options)
+
+
+def _column(value: str | None, table: bool):
+    """A digit string is an index for tables too (column files take either form)."""
+    if value is not None and table and value.lstrip("-").isdigit():
+        return int(value)
+    return value
+
+
+def window_step(max_seq_length: int, overlap: int | None) -> int:
+    """The step between window starts (what `encode_tagged` takes) for an overlap in pieces."""
+    budget = max_seq_length - 2
+    overlap = budget // 2 if overlap is None else overlap
+    if not 0 <= overlap < budget:
+        raise BertctlError(f"--doc-stride {overlap}: the pieces consecutive windows share must "
+                           f"be below max_seq_length - 2 ({budget})")
+    return budget - overlap
+
+
+class Tagging(Family):
+    """Token tagging (CoNLL-2003 NER): a label per word, on its first word piece; entity
+    precision, recall and F1 exactly as conlleval computes them."""
+
+    name = "tagging"
+    default_metric = "conlleval"
+    label_list = True
+    head = "BertForTokenClassification"
+
+    def check_spec(self, spec) -> None:
+        if spec.text_columns or spec.choice_columns or spec.context_column \
+                or spec.choice_prefix_column:
+            raise ValueError("a 'tagging' task takes token_column and tag_column, not text, "
+                             "context or choice columns")
+        try:
+            options(spec)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            raise ValueError(f"{'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+
+    def check_metric(self, spec) -> None:
+        if spec.metric != "conlleval":
+            raise ValueError("a 'tagging' task is scored with metric 'conlleval' (entity "
+                             "precision, recall and F1)")
+
+    def main_metric(self, spec) -> str:
+        return "f1"
+
+    # -- data
+
+    def read(self, spec, path, label_list=None, require_labels=False):
+        """A file's sentences, its tag scheme (given or detected), and the model's labels:
+        `label_list` when given (a model's, or a training run's --labels), else O and the IOB2
+        tags of the file's entity types. Every tag must map onto the labels."""
+        from bertctl.tasks.tagging.reader import is_table, read_tagged
+        from bertctl.tasks.tagging.schemes import (check_known_types, check_scheme, convert,
+                                                   entity_types, invalid_tags)
+        from bertctl.tasks.tagging.schemes import label_list as make_label_list
+
+        o = options(spec)
+        table = is_table(path)
+        examples = read_tagged(path, _column(o.token_column, table), _column(o.tag_column, table),
+                               column_names=None if table else spec.column_names,
+                               labels=spec.labels if table else None)
+        detection = check_scheme(examples, o.tag_scheme)
+        examples.scheme = detection.scheme
+        examples.spec = spec
+        examples.scheme_note = detection.describe() + (" (given)" if o.tag_scheme else
+                                                       " (detected)")
+        if label_list is None:
+            types = entity_types(examples.tags)
+            if not types:
+                raise BertctlError(f"{path}: every tag is O: no entity to learn")
+            examples.label_list = make_label_list(types, TRAINING_SCHEME)
+            return examples
+        label_list = tuple(str(x) for x in label_list)
+        bad = invalid_tags(np.asarray(label_list, dtype=str))
+        if "O" not in label_list or bad.size:
+            what = repr(label_list[int(bad[0])]) if bad.size else "no 'O'"
+            raise BertctlError(f"{path}: the label list {list(label_list)} is not a tagging "
+                               f"label list ({what})")
+        check_known_types(examples, entity_types(np.asarray(label_list, dtype=str)))
+        needed = set(np.unique(convert(examples.tags, examples.offsets, TRAINING_SCHEME)).tolist())
+        missing = sorted(needed - set(label_list))
+        if missing:
+            raise BertctlError(f"{path}: the label list lacks {', '.join(missing)} (labels are "
+                               f"{TRAINING_SCHEME.upper()} tags)")
+        examples.label_list = label_list
+        return examples
+
+    def encode(self, examples, tokenizer, max_seq_length: int, training: bool = False):
+        from bertctl.tasks.tagging.schemes import convert, label_ids
+        from bertctl.tasks.tagging.windows import encode_tagged
+
+        o = options(examples.spec)
+        labels = None
+        if training:
+            tags = convert(examples.tags, examples.offsets, TRAINING_SCHEME)
+            labels = label_ids(tags, examples.label_list)
+        features = encode_tagged(examples, tokenizer, max_seq_length,
+                                 window_step(max_seq_length, o.doc_stride),
+                                 document_context=o.document_context, word_labels=labels)
+        features.stats["tag_scheme"] = examples.scheme_note
+        return features
+
+    def feature_stats(self, features) -> dict[str, Any]:
+        return dict(features.stats)
+
+    # -- the head
+
+    def head_kwargs(self, spec, label_list) -> dict[str, Any]:
+        return {"num_labels": len(label_list)}
+
+    def resolve_labels(self, spec, model_task, hf_config, given, where):
+        """The model's own label names; a tagging model without them cannot be read."""
+        from bertctl.tasks.classification import model_labels
+
+        own = model_labels(model_task, hf_config)
+        if own is None:
+            raise BertctlError(f"{where}: the model's config.json names no tag labels "
+                               "(id2label), so its outputs cannot be read as tags")
+        return own
+
+    # -- predictions
+
+    def predictions(self, outputs, features, examples, spec, calibration=None) -> np.ndarray:
+        """One tag per word, in the file's own scheme."""
+        from bertctl.tasks.base import logits_of
+        from bertctl.tasks.tagging.predict import WordPredictions, predicted_tags
+
+        collector = WordPredictions(features)
+        logits = logits_of(outputs)
+        collector.add(np.arange(len(features)), logits)
+        return predicted_tags(collector.result(), examples.label_list, examples.offsets,
+                              examples.scheme)
+
+    def score(self, predictions, examples, spec, label_list) -> dict[str, Any]:
+        from bertctl.tasks.tagging.metrics import score
+
+        return score(examples.tags, predictions, examples.offsets)
+
+    def write_predictions(self, directory: Path, predictions, examples, spec,
+                          label_list) -> list[str]:
+        from bertctl.tasks.tagging.predict import write_predictions
+
+        write_predictions(Path(directory) / "predictions.txt", examples, predictions)
+        return ["predictions.txt"]
+
+
+TAGGING = register(Tagging())

@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 
@@ -55,6 +55,18 @@ class TaggedExamples:
     doc_ids: np.ndarray        # int64 per sentence; equal ids are one document, in file order
     lines: np.ndarray          # int64 per sentence: line of its first word (column file) or row
     line_kind: Literal["line", "row"] = "line"
+    # Set by the tagging family when it reads a task's file: the tags' scheme (the predictions
+    # are written in it), the model's label list, and the task spec.
+    scheme: str | None = None
+    scheme_note: str | None = None     # for the log: "IOB1 (detected)"
+    label_list: tuple[str, ...] | None = None
+    spec: object = None
+
+    # Every sentence read carries tags: prediction-only input has no reader yet.
+    labelled: ClassVar[bool] = True
+
+    def __len__(self) -> int:
+        return self.num_sentences
 
     @property
     def num_sentences(self) -> int:

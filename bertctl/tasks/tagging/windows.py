@@ -61,6 +61,9 @@ class TaggingFeatures:
     def __len__(self) -> int:
         return len(self.offsets) - 1
 
+    def batch(self, indices, epoch: int = 0) -> dict[str, torch.Tensor]:
+        return make_batch(self, indices)
+
 
 def _word_pieces(tok, words: list[str], offsets: np.ndarray, unk_id: int):
     """Piece ids, the word of each piece (pieces of a word consecutive, words in order), the
