@@ -113,14 +113,22 @@ def test_iob2_model_predicts_the_same_words_windowed_or_not(cli, minilm_dir, tmp
     read: each word once, and with a window as long as the sentence nothing is split."""
     model = tmp_path / "m"
     _finetune(cli, minilm_dir, model, CONLL / "train.txt")
-    for length, windowed in (("24", True), ("128", False)):
-        ev = tmp_path / f"ev{length}"
+    ids = set()
+    for length, extra, windowed in (("24", (), True), ("128", (), False),
+                                    ("128", ("--document-context",), False)):
+        ev = tmp_path / f"ev{length}{len(extra)}"
         r = cli("eval", model, CONLL / "valid.txt", "--out", ev, "--max-seq-length", length,
-                "--json")
+                *extra, "--json")
         assert r.exit_code == 0, r.stderr
-        assert (r.json()["stats"]["features"]["windowed_sentences"] > 0) == windowed
+        manifest = r.json()
+        ids.add(manifest["id"])
+        stats = manifest["stats"]["features"]
+        assert (stats["windowed_sentences"] > 0) == windowed
+        assert stats["sentences"] == 140 and stats["words"] == 1948
+        assert stats["windows"] == 140 or windowed   # document context: still one per sentence
         rows, _ = _predictions(ev / "predictions.txt")
         assert len(rows) == 1948
+    assert len(ids) == 3  # the window settings are part of the eval artifact's identity
 
 
 def test_table_with_integer_tags_and_labels(cli, minilm_dir, tmp_path):
