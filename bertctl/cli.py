@@ -23,8 +23,9 @@ from pydantic.fields import FieldInfo
 
 import bertctl
 from bertctl import console
-from bertctl.config import (BuildPretrainDataSettings, EvalSettings, FinetuneSettings, PretrainSettings,
-                            ReportSettings, StageConfig, TokenizeSettings, resolve)
+from bertctl.config import (BuildPretrainDataSettings, EmbedSettings, EvalSettings,
+                            FinetuneSettings, PretrainSettings, ReportSettings, StageConfig,
+                            TokenizeSettings, resolve)
 from bertctl.errors import BertctlError
 from bertctl.expectations import ExpectationsUnmet
 
@@ -283,6 +284,19 @@ def evaluate(settings: EvalSettings, out: Path, force: bool,
     if unmet:
         raise ExpectationsUnmet(outcome, unmet)
     return outcome
+
+
+@stage("embed", EmbedSettings, help="Run a model's encoder frozen over texts and store its "
+       "hidden states as vectors (per text, per piece or per word) in memory-mappable .npy "
+       "shards with an index, into an embeddings artifact.")
+def embed(settings: EmbedSettings, out: Path, force: bool,
+          model: ModelArgument,
+          data: Annotated[Path, typer.Argument(
+              help="A text file (one item per line) or a table (.tsv/.csv/.jsonl/.parquet or a "
+                   "save_to_disk directory) with --text-column.", show_default=False)]):
+    from bertctl.stages import embed as stage_module
+
+    return stage_module.run(settings, str(model), data, str(out), force)
 
 
 @app.command("inspect")

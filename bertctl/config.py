@@ -471,3 +471,43 @@ class ReportSettings(StageConfig):
 
     title: str | None = Field(None, description="The page's title; unset: named after the "
                               "artifacts shown.")
+
+
+class EmbedSettings(StageConfig):
+    """`bertctl embed`: a frozen encoder's hidden states as vectors (see bertctl/embeddings.py)."""
+
+    text_column: list[str] | None = Field(None, description="Tables: the text column (twice "
+                                          "for sentence pairs); a plain text file has one item "
+                                          "per line.")
+    layers: str = Field("-1", description="Hidden states to use: indices as transformers "
+                        "numbers them (0 the embeddings layer, -1 the last layer), "
+                        "comma-separated, or all.")
+    combine: Literal["concat", "sum", "mean"] = Field("concat", description="How several "
+                                                      "layers are combined.")
+    pool: Literal["cls", "mean", "tokens", "words"] = Field(
+        "mean", description="One vector per row ([CLS], or the mean over its pieces), per "
+        "piece, or per word (the mean of its pieces).")
+    normalize: bool = Field(False, description="Scale every vector to unit length (for "
+                            "cosine search).")
+    dtype: Literal["fp32", "fp16"] = Field("fp32", description="Stored vector type.")
+    max_seq_length: int = Field(512, ge=8, le=512, description="Pieces per model window; "
+                                "longer single texts are windowed, pairs truncated.")
+    doc_stride: int | None = Field(None, ge=0, description="Pieces shared by consecutive "
+                                   "windows of a long text (default half the window).")
+    shard_rows: int = Field(1_000_000, ge=1, description="Vectors per .npy shard (a shard "
+                            "closes at the first chunk past it).")
+    batch_size: int = Field(64, ge=1, description="Windows per forward pass.",
+                            json_schema_extra={"identity": False})
+    precision: Literal["auto", "fp32", "bf16"] = Field(
+        "auto", description="auto: bf16 where the hardware runs bf16 matmuls natively, else "
+        "fp32. Recorded resolved.")
+    threads: int | None = Field(None, ge=1, description="CPU threads; unset: the cores this "
+                                "process may use.", json_schema_extra={"identity": False})
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: cuda when "
+                                                   "available.",
+                                                   json_schema_extra={"identity": False})
+
+    @model_validator(mode="before")
+    @classmethod
+    def _auto_precision(cls, data: Any) -> Any:
+        return _resolve_precision(cls, data)

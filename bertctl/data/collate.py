@@ -62,3 +62,13 @@ def length_grouped_batches(lengths: np.ndarray, batch_size: int, seed: int | Non
     batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
     rng.shuffle(batches)
     return batches
+
+
+def max_context_window(spans: Sequence[tuple[int, int]], positions: np.ndarray) -> np.ndarray:
+    """For each position, the index of the window `[a, b)` of `spans` where it has the most
+    context: Google's run_squad rule, the larger of min(left, right) + 0.01 x window length, the
+    earlier window on ties. Every position must lie in some window."""
+    a = np.array([s[0] for s in spans])[:, None]
+    b = np.array([s[1] for s in spans])[:, None]
+    score = np.minimum(positions - a, b - 1 - positions) + 0.01 * (b - a)
+    return np.argmax(np.where((positions >= a) & (positions < b), score, -np.inf), axis=0)

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from bertctl.data.collate import pad_to_tensor
+from bertctl.data.collate import max_context_window, pad_to_tensor
 from bertctl.data.tokenizer import CLS, PAD, SEP, UNK
 from bertctl.errors import BertctlError
 from bertctl.model.heads import IGNORE_INDEX
@@ -107,14 +107,6 @@ def _split(starts: np.ndarray, n: int, budget: int, stride: int) -> list[tuple[i
         a = int(min(step[0] if step.size else n, b if whole else later[0]))
 
 
-def _max_context(spans: list[tuple[int, int]], starts: np.ndarray) -> np.ndarray:
-    """For each word (first piece at `starts`), the span where it has the most context."""
-    a = np.array([s[0] for s in spans])[:, None]
-    b = np.array([s[1] for s in spans])[:, None]
-    score = np.minimum(starts - a, b - 1 - starts) + 0.01 * (b - a)
-    return np.argmax(np.where((starts >= a) & (starts < b), score, -np.inf), axis=0)
-
-
 def _document_bounds(doc_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per sentence, the first and last sentence of its document (documents are contiguous)."""
     n = len(doc_ids)
@@ -171,7 +163,7 @@ def encode_tagged(examples, tokenizer, max_seq_length: int, doc_stride: int,
         w0, w1 = offsets[s], offsets[s + 1]
         starts = word_start[w0:w1] - sp[s]
         spans = _split(starts, int(n[s]), budget, doc_stride)
-        local_window[w0:w1] = _max_context(spans, starts)
+        local_window[w0:w1] = max_context_window(spans, starts)
         cut_words += int(np.sum(np.diff(word_start[w0:w1 + 1]) > budget))
         win_s.append(np.full(len(spans), s))
         win_a.append(sp[s] + np.array([x for x, _ in spans]))

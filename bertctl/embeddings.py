@@ -1,0 +1,380 @@
+"""Feature-based use of BERT: a frozen encoder's hidden states as vectors, streamed to disk.
+
+The input is read in chunks of rows (a plain text file line by line, a table through Arrow in
+record batches), each chunk is tokenized, run through the encoder in length-sorted batches padded
+to their longest sequence, pooled and appended to the output, so memory stays bounded by the
+chunk whatever the input's size.
+
+- Layers: hidden states are numbered as transformers' `output_hidden_states` (0 the embeddings
+  layer's output, L the last layer); negative indices count from the end (-1 the last layer).
+  Several layers are combined by concatenation, sum or mean.
+- Long single texts are split into windows of `max_seq_length` overlapping by `stride` pieces;
+  each piece's vector comes from the window where it has the most context, so a row's pieces are
+  exactly its tokenization, `[CLS]` taken from the first window and `[SEP]` from the last. Pairs
+  are truncated longest-first instead (counted).
+- Pooling: `cls` (the [CLS] vector), `mean` (over the row's pieces, [CLS] and [SEP] included, as
+  sentence-transformers' mean pooling over the attention mask), `tokens` (every piece), `words`
+  (the mean of each word's pieces; words as the tokenizer's pre-tokenizer splits them, a word
+  without pieces dropped).
+
+Output layout (`write`): `vectors-NNNNN.npy` shards (float32 or float16, shape (n, dim), opened
+with `np.load(path, mmap_mode="r")`), and `index.parquet` with one record per input row: `row`
+(0-based), `shard`, `start` and `count` (its vectors are `shard[start:start + count]`), and for
+word pooling `words` (the word strings).
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from bertctl.data.collate import length_grouped_batches, max_context_window, pad_to_tensor
+from bertctl.errors import BertctlError
+
+VECTORS = "vectors-{:05d}.npy"
+INDEX = "index.parquet"
+TABLE_SUFFIXES = (".tsv", ".csv", ".jsonl", ".json", ".parquet", ".arrow")
+POOLS = ("cls", "mean", "tokens", "words")
+COMBINES = ("concat", "sum", "mean")
+
+
+def parse_layers(text: str, num_layers: int) -> tuple[int, ...]:
+    """`-1,-2`, `0,6` or `all` as indices into the L + 1 hidden states."""
+    n = num_layers + 1
+    if text.strip() == "all":
+        return tuple(range(n))
+    out = []
+    for part in text.split(","):
+        try:
+            i = int(part)
+        except ValueError:
+            raise BertctlError(f"--layers {text}: expected comma-separated layer indices or "
+                               "'all'") from None
+        if not -n <= i < n:
+            raise BertctlError(f"--layers {i}: the model has {num_layers} layers (hidden states "
+                               f"0 to {num_layers}, or -1 to -{n})")
+        out.append(i % n)
+    if len(set(out)) != len(out):
+        raise BertctlError(f"--layers {text}: a layer is given twice")
+    return tuple(out)
+
+
+# --- input ---------------------------------------------------------------------------------------
+
+@dataclass
+class Chunk:
+    first_row: int
+    texts: list[str]
+    pairs: list[str] | None = None
+
+
+def is_table(path: Path) -> bool:
+    return path.is_dir() or path.suffix.lower() in TABLE_SUFFIXES
+
+
+def read_chunks(path: Path, text_columns: list[str] | None, rows: int) -> Iterator[Chunk]:
+    """The input in chunks of `rows` rows: a plain text file one item per line (streamed), or a
+    table's one or two text columns."""
+    if not path.exists():
+        raise BertctlError(f"{path}: file not found")
+    if is_table(path):
+        yield from _table_chunks(path, text_columns, rows)
+        return
+    if text_columns:
+        raise BertctlError(f"{path}: a plain text file has one item per line and no columns; "
+                           "--text-column is for tables (.tsv, .csv, .jsonl, .parquet)")
+    texts: list[str] = []
+    first = 0
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            try:
+                texts.append(raw.decode("utf-8-sig" if lineno == 1 else "utf-8").rstrip("\r\n"))
+            except UnicodeDecodeError as exc:
+                raise BertctlError(f"{path}:{lineno}: not UTF-8 text ({exc.reason})") from None
+            if len(texts) == rows:
+                yield Chunk(first, texts)
+                first, texts = first + rows, []
+    if texts:
+        yield Chunk(first, texts)
+
+
+def _table_chunks(path: Path, text_columns: list[str] | None, rows: int) -> Iterator[Chunk]:
+    from bertctl.tasks.files import read_table
+
+    if not text_columns or len(text_columns) > 2:
+        raise BertctlError(f"{path}: give the text column of the table with --text-column "
+                           "(twice for sentence pairs)")
+    table = read_table(SimpleNamespace(format="auto", quoting=None, header=True,
+                                       column_names=None), path)
+    missing = [c for c in text_columns if c not in table.column_names]
+    if missing:
+        raise BertctlError(f"{path}: no column '{missing[0]}' (columns: "
+                           f"{', '.join(table.column_names)})")
+    first = 0
+    for batch in table.select(text_columns).to_batches(max_chunksize=rows):
+        cols = []
+        for name, column in zip(text_columns, batch.columns):
+            values = column.to_pylist()
+            bad = next((i for i, v in enumerate(values) if not isinstance(v, str)), None)
+            if bad is not None:
+                raise BertctlError(f"{path}: row {first + bad + 1}, column '{name}': not a text "
+                                   f"({values[bad]!r})")
+            cols.append(values)
+        yield Chunk(first, cols[0], cols[1] if len(cols) > 1 else None)
+        first += len(cols[0])
+
+
+# --- the encoder ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class EmbedOptions:
+    layers: tuple[int, ...]
+    combine: str = "concat"
+    pool: str = "mean"
+    normalize: bool = False
+    dtype: str = "fp32"
+    max_seq_length: int = 512
+    stride: int | None = None        # overlap of windows in pieces; None: half the window
+    batch_size: int = 64
+
+
+@dataclass
+class _Encoded:
+    """A chunk's rows as pieces (row_offsets into the flat arrays) and as model windows."""
+
+    row_offsets: np.ndarray
+    word_ids: np.ndarray            # per piece, -1 for special pieces
+    windows: list[np.ndarray]       # input ids per window
+    types: list[np.ndarray]         # token type ids per window
+    src: list[np.ndarray]           # positions in the window whose vectors the row keeps
+    dst: list[np.ndarray]           # their indices in the flat piece arrays
+    windowed_rows: int = 0
+    truncated_pairs: int = 0
+
+
+def _encode(tok, chunk: Chunk, max_len: int, stride: int | None) -> tuple[_Encoded, list]:
+    budget = max_len - 2
+    overlap = budget // 2 if stride is None else stride
+    if not 0 <= overlap < budget:
+        raise BertctlError(f"--doc-stride {overlap}: windows must share fewer pieces than "
+                           f"max_seq_length - 2 ({budget})")
+    if chunk.pairs is not None:
+        tok.enable_truncation(max_len, strategy="longest_first")
+        encodings = tok.encode_batch(list(zip(chunk.texts, chunk.pairs)))
+    else:
+        tok.no_truncation()
+        encodings = tok.encode_batch(chunk.texts)
+    lengths = np.fromiter((len(e.ids) for e in encodings), np.int64, len(encodings))
+    row_offsets = np.zeros(len(encodings) + 1, np.int64)
+    np.cumsum(lengths, out=row_offsets[1:])
+    enc = _Encoded(row_offsets, np.full(int(row_offsets[-1]), -1, np.int64), [], [], [], [])
+    for r, e in enumerate(encodings):
+        ids = np.asarray(e.ids, np.int64)
+        types = np.asarray(e.type_ids, np.int64)
+        base = int(row_offsets[r])
+        words = np.array([-1 if w is None else w for w in e.word_ids], np.int64)
+        enc.word_ids[base:base + len(ids)] = words
+        enc.truncated_pairs += bool(e.overflowing) and chunk.pairs is not None
+        if len(ids) <= max_len:
+            enc.windows.append(ids)
+            enc.types.append(types)
+            enc.src.append(np.arange(len(ids)))
+            enc.dst.append(base + np.arange(len(ids)))
+            continue
+        # One long text: [CLS] content [SEP] -> windows over the content.
+        enc.windowed_rows += 1
+        m = len(ids) - 2
+        step = budget - overlap
+        starts = list(range(0, max(m - budget, 0) + step, step))
+        spans = [(s, min(s + budget, m)) for s in starts if s < m]
+        owner = max_context_window(spans, np.arange(m))
+        for k, (a, b) in enumerate(spans):
+            enc.windows.append(np.concatenate([ids[:1], ids[1 + a:1 + b], ids[-1:]]))
+            enc.types.append(np.zeros(b - a + 2, np.int64))
+            mine = np.flatnonzero(owner[a:b] == k)          # content pieces kept from here
+            src, dst = mine + 1, base + 1 + a + mine
+            if k == 0:
+                src, dst = np.r_[0, src], np.r_[base, dst]
+            if k == len(spans) - 1:
+                src, dst = np.r_[src, b - a + 1], np.r_[dst, base + len(ids) - 1]
+            enc.src.append(src)
+            enc.dst.append(dst)
+    return enc, encodings
+
+
+def _piece_vectors(model, enc: _Encoded, opts: EmbedOptions, device, pad_id: int) -> torch.Tensor:
+    """(pieces, dim) float32: every piece's combined hidden state, from its best window."""
+    lengths = np.array([len(w) for w in enc.windows])
+    out = None
+    for idx in length_grouped_batches(lengths, opts.batch_size, seed=None):
+        input_ids = pad_to_tensor([enc.windows[i] for i in idx], pad_value=pad_id)
+        types = pad_to_tensor([enc.types[i] for i in idx], pad_value=0)
+        mask = (torch.arange(input_ids.shape[1])[None, :]
+                < torch.from_numpy(lengths[idx])[:, None]).long()
+        states = model(input_ids.to(device), types.to(device), mask.to(device),
+                       output_hidden_states=True)["hidden_states"]
+        chosen = [states[i].float() for i in opts.layers]
+        if opts.combine == "concat":
+            h = torch.cat(chosen, dim=-1)
+        else:
+            h = torch.stack(chosen).sum(0)
+            if opts.combine == "mean":
+                h = h / len(chosen)
+        T = h.shape[1]
+        flat_src = np.concatenate([j * T + enc.src[i] for j, i in enumerate(idx)])
+        flat_dst = np.concatenate([enc.dst[i] for i in idx])
+        if out is None:
+            out = torch.empty(int(enc.row_offsets[-1]), h.shape[-1], dtype=torch.float32)
+        out[torch.from_numpy(flat_dst)] = h.reshape(-1, h.shape[-1])[
+            torch.from_numpy(flat_src).to(h.device)].cpu()
+    return out
+
+
+def _segment_mean(values: torch.Tensor, segment: np.ndarray, n: int) -> torch.Tensor:
+    seg = torch.from_numpy(segment)
+    sums = torch.zeros(n, values.shape[1], dtype=values.dtype).index_add_(0, seg, values)
+    counts = torch.bincount(seg, minlength=n).clamp_min(1).to(values.dtype)
+    return sums / counts[:, None]
+
+
+def _pool(pieces: torch.Tensor, enc: _Encoded, encodings, chunk: Chunk, pool: str):
+    """(vectors, per-row counts, per-row word strings or None)."""
+    n_rows = len(enc.row_offsets) - 1
+    row_lengths = np.diff(enc.row_offsets)
+    if pool == "tokens":
+        return pieces, row_lengths, None
+    if pool == "cls":
+        return pieces[torch.from_numpy(enc.row_offsets[:-1])], np.ones(n_rows, np.int64), None
+    row_of_piece = np.repeat(np.arange(n_rows), row_lengths)
+    if pool == "mean":
+        return _segment_mean(pieces, row_of_piece, n_rows), np.ones(n_rows, np.int64), None
+    # words: consecutive pieces with one word id form a word (ids renumbered per row so a word
+    # without pieces leaves no gap)
+    real = enc.word_ids >= 0
+    key = row_of_piece[real] * (int(enc.word_ids.max(initial=0)) + 1) + enc.word_ids[real]
+    new_word = np.r_[True, key[1:] != key[:-1]]
+    word_of_piece = np.cumsum(new_word) - 1
+    n_words = int(word_of_piece[-1]) + 1 if word_of_piece.size else 0
+    vectors = _segment_mean(pieces[torch.from_numpy(np.flatnonzero(real))], word_of_piece,
+                            n_words)
+    counts = np.bincount(row_of_piece[real][new_word], minlength=n_rows)
+    words = []
+    for r, e in enumerate(encodings):
+        text = chunk.texts[r]
+        offs = np.asarray(e.offsets, np.int64)
+        w = np.asarray([-1 if x is None else x for x in e.word_ids], np.int64)
+        keep = w >= 0
+        w, offs = w[keep], offs[keep]
+        firsts = np.flatnonzero(np.r_[True, w[1:] != w[:-1]]) if w.size else w
+        lasts = np.r_[firsts[1:] - 1, len(w) - 1] if w.size else w
+        words.append([text[int(offs[a, 0]):int(offs[b, 1])] for a, b in zip(firsts, lasts)])
+    return vectors, counts, words
+
+
+# --- output --------------------------------------------------------------------------------------
+
+class NpyAppender:
+    """An .npy file of rows appended in pieces: the header is written with room to spare and
+    rewritten with the final row count on close, so no shard is ever held in memory."""
+
+    HEADER = 128
+
+    def __init__(self, path: Path, dim: int, dtype: np.dtype):
+        self.path, self.dim, self.dtype, self.rows = path, dim, np.dtype(dtype), 0
+        self.f = open(path, "wb")
+        self._header()
+
+    def _header(self) -> None:
+        header = {"descr": self.dtype.str, "fortran_order": False, "shape": (self.rows, self.dim)}
+        text = repr(header).encode("latin1")
+        pad = self.HEADER - 10 - len(text) - 1
+        self.f.seek(0)
+        self.f.write(b"\x93NUMPY\x01\x00" + (self.HEADER - 10).to_bytes(2, "little")
+                     + text + b" " * pad + b"\n")
+
+    def append(self, array: np.ndarray) -> None:
+        self.f.seek(0, io.SEEK_END)
+        self.f.write(np.ascontiguousarray(array, dtype=self.dtype).tobytes())
+        self.rows += len(array)
+
+    def close(self) -> None:
+        self._header()
+        self.f.close()
+
+
+def header_shape(path: Path) -> tuple[int, int]:
+    """The shape an .npy header records (a check on a shard without reading its data)."""
+    with open(path, "rb") as f:
+        head = f.read(NpyAppender.HEADER)
+    return ast.literal_eval(head[10:].decode("latin1").strip())["shape"]
+
+
+def write(model, tokenizer, chunks: Iterator[Chunk], opts: EmbedOptions, out: Path, device,
+          shard_rows: int, progress: Callable[[int], None] | None = None) -> dict:
+    """Embed every row of `chunks` into `out` (see the module doc); returns the stats."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_str(tokenizer.to_str())   # a copy: truncation is set per chunk
+    tok.no_padding()
+    pad_id = tok.token_to_id("[PAD]") or 0
+    dtype = np.float16 if opts.dtype == "fp16" else np.float32
+    fields = [("row", pa.int64()), ("shard", pa.int32()), ("start", pa.int64()),
+              ("count", pa.int32())]
+    if opts.pool == "words":
+        fields.append(("words", pa.list_(pa.string())))
+    schema = pa.schema(fields)
+    index = pq.ParquetWriter(out / INDEX, schema)
+    shard, writer = -1, None
+    stats = {"rows": 0, "vectors": 0, "pieces": 0, "windowed_rows": 0, "truncated_pairs": 0}
+    dim = None
+    try:
+        for chunk in chunks:
+            if opts.pool == "words" and chunk.pairs is not None:
+                raise BertctlError("--pool words takes single texts: sentence pairs have two "
+                                   "word sequences")
+            enc, encodings = _encode(tok, chunk, opts.max_seq_length, opts.stride)
+            pieces = _piece_vectors(model, enc, opts, device, pad_id)
+            vectors, counts, words = _pool(pieces, enc, encodings, chunk, opts.pool)
+            if opts.normalize and len(vectors):
+                vectors = F.normalize(vectors, dim=-1)
+            dim = vectors.shape[1]
+            if writer is None or writer.rows >= shard_rows:
+                if writer is not None:
+                    writer.close()
+                shard += 1
+                writer = NpyAppender(out / VECTORS.format(shard), dim, dtype)
+            starts = writer.rows + np.r_[0, np.cumsum(counts)[:-1]]
+            writer.append(vectors.numpy())
+            n = len(chunk.texts)
+            columns = {"row": pa.array(np.arange(chunk.first_row, chunk.first_row + n)),
+                       "shard": pa.array(np.full(n, shard, np.int32)),
+                       "start": pa.array(starts.astype(np.int64)),
+                       "count": pa.array(counts.astype(np.int32))}
+            if words is not None:
+                columns["words"] = pa.array(words, type=pa.list_(pa.string()))
+            index.write_table(pa.table(columns, schema=schema))
+            stats["rows"] += n
+            stats["vectors"] += int(counts.sum())
+            stats["pieces"] += int(enc.row_offsets[-1])
+            stats["windowed_rows"] += enc.windowed_rows
+            stats["truncated_pairs"] += int(enc.truncated_pairs)
+            if progress is not None:
+                progress(n)
+    finally:
+        if writer is not None:
+            writer.close()
+        index.close()
+    if stats["rows"] == 0:
+        raise BertctlError("no rows to embed: the input is empty")
+    return {**stats, "dim": dim, "shards": shard + 1, "dtype": opts.dtype}

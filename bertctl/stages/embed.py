@@ -1,0 +1,55 @@
+"""`bertctl embed MODEL DATA --out DIR`: a frozen encoder's hidden states as vectors, in an
+embeddings artifact (layout and pooling: bertctl/embeddings.py)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from bertctl import artifacts, console, embeddings, evaluation, hardware
+from bertctl.config import EmbedSettings
+from bertctl.errors import BertctlError
+from bertctl.stages import common
+
+
+def run(config: EmbedSettings, model_dir: str, data: Path, out: str, force: bool = False):
+    from bertctl.model import BertModel
+
+    hardware.set_threads(config.threads)
+    source = common.open_model(model_dir, "model")
+    tok, _ = source.tokenizer()
+    common.check_reads_task(source, tok, config.max_seq_length)
+    layers = embeddings.parse_layers(config.layers, int(source.hf_config["num_hidden_layers"]))
+    if not data.exists():
+        raise BertctlError(f"{data}: no such file or directory")
+    device = hardware.resolve_device(config.device)
+    opts = embeddings.EmbedOptions(layers=layers, combine=config.combine, pool=config.pool,
+                                   normalize=config.normalize, dtype=config.dtype,
+                                   max_seq_length=config.max_seq_length,
+                                   stride=config.doc_stride, batch_size=config.batch_size)
+    inputs = [source.ref, common.data_input(data)]
+
+    def build(tmp: Path) -> dict:
+        model, report = source.load(BertModel)
+        if report.missing or report.mismatched:
+            missing = (report.missing + report.mismatched)[:4]
+            raise BertctlError(f"{source.path}: the checkpoint lacks encoder weights "
+                               f"({', '.join(missing)})")
+        model.to(device)
+        # Rows per chunk: about 32k pieces at full length, so a chunk's vectors stay small.
+        rows = max(1, 32768 // config.max_seq_length)
+        started = time.monotonic()
+        with console.progress("embedding", total=None, unit="rows") as bar, \
+                evaluation.inference(model, device, config.precision):
+            stats = embeddings.write(model, tok, embeddings.read_chunks(
+                data, config.text_column, rows), opts, tmp, device, config.shard_rows,
+                progress=lambda n: bar.update(n))
+        seconds = time.monotonic() - started
+        console.log(f"{stats['rows']:,} rows -> {stats['vectors']:,} vectors of {stats['dim']} "
+                    f"in {stats['shards']} shard(s), {seconds:.1f}s")
+        return {**stats, "layers": list(layers), "model": str(source.path),
+                "data": str(data), "precision": config.precision, "device": str(device),
+                "seconds": round(seconds, 3),
+                "rows_per_second": round(stats["rows"] / seconds, 1) if seconds else None}
+
+    return artifacts.produce("embeddings", config, inputs, out, build, force=force)
