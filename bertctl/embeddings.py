@@ -80,28 +80,36 @@ def is_table(path: Path) -> bool:
     return path.is_dir() or path.suffix.lower() in TABLE_SUFFIXES
 
 
-def read_chunks(path: Path, text_columns: list[str] | None, rows: int) -> Iterator[Chunk]:
-    """The input in chunks of `rows` rows: a plain text file one item per line (streamed), or a
-    table's one or two text columns."""
+# A chunk is sorted by length into batches, so it should hold many rows; its vectors are held
+# until written, so its text is bounded (100k characters: about 25k pieces, 300 MB of vectors
+# at most, for every piece of four concatenated 768-wide layers in fp32).
+CHUNK_ROWS, CHUNK_CHARS = 8192, 100_000
+
+
+def read_chunks(path: Path, text_columns: list[str] | None, rows: int = CHUNK_ROWS,
+                chars: int = CHUNK_CHARS) -> Iterator[Chunk]:
+    """The input in chunks of at most `rows` rows and about `chars` characters: a plain text
+    file one item per line (streamed), or a table's one or two text columns."""
     if not path.exists():
         raise BertctlError(f"{path}: file not found")
     if is_table(path):
-        yield from _table_chunks(path, text_columns, rows)
+        yield from _table_chunks(path, text_columns, min(rows, 1024))
         return
     if text_columns:
         raise BertctlError(f"{path}: a plain text file has one item per line and no columns; "
                            "--text-column is for tables (.tsv, .csv, .jsonl, .parquet)")
     texts: list[str] = []
-    first = 0
+    first = size = 0
     with open(path, "rb") as f:
         for lineno, raw in enumerate(f, 1):
             try:
                 texts.append(raw.decode("utf-8-sig" if lineno == 1 else "utf-8").rstrip("\r\n"))
             except UnicodeDecodeError as exc:
                 raise BertctlError(f"{path}:{lineno}: not UTF-8 text ({exc.reason})") from None
-            if len(texts) == rows:
+            size += len(raw)
+            if len(texts) == rows or size >= chars:
                 yield Chunk(first, texts)
-                first, texts = first + rows, []
+                first, texts, size = first + len(texts), [], 0
     if texts:
         yield Chunk(first, texts)
 

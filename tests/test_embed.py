@@ -111,7 +111,7 @@ def test_table_pairs_normalize_fp16_and_streaming(cli, minilm_dir, tmp_path):
     data = tmp_path / "pairs.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "emb"
-    # 64-piece windows: chunks of at most 512 rows, so 1,100 rows stream through in several;
+    # chunks of at most 1,024 table rows, so 1,100 rows stream through in several;
     # a shard closes at the first chunk past 600 vectors
     r = cli("embed", minilm_dir, data, "--out", out, "--text-column", "a", "--text-column", "b",
             "--max-seq-length", "64", "--normalize", "--dtype", "fp16", "--shard-rows", "600",
@@ -165,3 +165,17 @@ def test_words_of_pairs_and_empty_input_are_errors(cli, minilm_dir, tmp_path):
     r = cli("embed", minilm_dir, empty, "--out", tmp_path / "o")
     assert r.exit_code == 2 and "input is empty" in r.stderr
     assert not (tmp_path / "o").exists()
+
+
+def test_text_files_stream_in_bounded_chunks(tmp_path):
+    from bertctl.embeddings import read_chunks
+
+    lines = [f"line {i} " + "x" * (i % 50) for i in range(1000)]
+    path = tmp_path / "t.txt"
+    path.write_text("\n".join(lines) + "\n")
+    chunks = list(read_chunks(path, None, rows=300, chars=2000))
+    assert len(chunks) > 4 and all(len(c.texts) <= 300 for c in chunks)
+    assert all(sum(len(t) + 1 for t in c.texts[:-1]) < 2000 for c in chunks)
+    assert [c.first_row for c in chunks] == list(np.cumsum([0] + [len(c.texts)
+                                                                 for c in chunks])[:-1])
+    assert [t for c in chunks for t in c.texts] == lines

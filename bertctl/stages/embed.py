@@ -36,13 +36,11 @@ def run(config: EmbedSettings, model_dir: str, data: Path, out: str, force: bool
             raise BertctlError(f"{source.path}: the checkpoint lacks encoder weights "
                                f"({', '.join(missing)})")
         model.to(device)
-        # Rows per chunk: about 32k pieces at full length, so a chunk's vectors stay small.
-        rows = max(1, 32768 // config.max_seq_length)
         started = time.monotonic()
         with console.progress("embedding", total=None, unit="rows") as bar, \
                 evaluation.inference(model, device, config.precision):
             stats = embeddings.write(model, tok, embeddings.read_chunks(
-                data, config.text_column, rows), opts, tmp, device, config.shard_rows,
+                data, config.text_column), opts, tmp, device, config.shard_rows,
                 progress=lambda n: bar.update(n))
         seconds = time.monotonic() - started
         console.log(f"{stats['rows']:,} rows -> {stats['vectors']:,} vectors of {stats['dim']} "
