@@ -456,6 +456,25 @@ class FinetuneSettings(TrainingSettings, TaskSettings):
                                           "validation metric, or the last ones.")
     eval_batch_size: int = Field(64, ge=1, description="Examples per validation forward pass.",
                                  json_schema_extra=_RUN_ONLY)
+    # Feature-based use (the paper's ELMo-style ablation): bertctl/model/features.py.
+    freeze_encoder: bool = Field(False, description="Train only a head on the frozen encoder's "
+                                 "hidden states (no dropout, no gradient through it).")
+    features: str = Field("-1", description="With --freeze-encoder: the hidden states used "
+                          "(0 the embeddings layer, -1 the last; comma-separated, or all).")
+    combine: Literal["concat", "sum", "mean", "weighted"] = Field(
+        "concat", description="With --freeze-encoder: how several layers are joined; weighted "
+        "is ELMo's learned scalar mix.")
+    head: Literal["linear", "bilstm"] = Field("linear", description="With --freeze-encoder: "
+                                              "a linear classifier, or (tagging) the paper's "
+                                              "two-layer BiLSTM under it.")
+
+    @model_validator(mode="after")
+    def _features_need_freezing(self):
+        if not self.freeze_encoder and (self.features != "-1" or self.combine != "concat"
+                                        or self.head != "linear"):
+            raise ValueError("--features, --combine and --head describe a frozen encoder's "
+                             "head: add --freeze-encoder")
+        return self
 
     @model_validator(mode="before")
     @classmethod

@@ -38,33 +38,12 @@ import torch.nn.functional as F
 
 from bertctl.data.collate import length_grouped_batches, max_context_window, pad_to_tensor
 from bertctl.errors import BertctlError
+from bertctl.model.features import combine_layers, parse_layers  # noqa: F401 (re-exported)
 
 VECTORS = "vectors-{:05d}.npy"
 INDEX = "index.parquet"
 TABLE_SUFFIXES = (".tsv", ".csv", ".jsonl", ".json", ".parquet", ".arrow")
 POOLS = ("cls", "mean", "tokens", "words")
-COMBINES = ("concat", "sum", "mean")
-
-
-def parse_layers(text: str, num_layers: int) -> tuple[int, ...]:
-    """`-1,-2`, `0,6` or `all` as indices into the L + 1 hidden states."""
-    n = num_layers + 1
-    if text.strip() == "all":
-        return tuple(range(n))
-    out = []
-    for part in text.split(","):
-        try:
-            i = int(part)
-        except ValueError:
-            raise BertctlError(f"--layers {text}: expected comma-separated layer indices or "
-                               "'all'") from None
-        if not -n <= i < n:
-            raise BertctlError(f"--layers {i}: the model has {num_layers} layers (hidden states "
-                               f"0 to {num_layers}, or -1 to -{n})")
-        out.append(i % n)
-    if len(set(out)) != len(out):
-        raise BertctlError(f"--layers {text}: a layer is given twice")
-    return tuple(out)
 
 
 # --- input ---------------------------------------------------------------------------------------
@@ -229,13 +208,7 @@ def _piece_vectors(model, enc: _Encoded, opts: EmbedOptions, device, pad_id: int
                 < torch.from_numpy(lengths[idx])[:, None]).long()
         states = model(input_ids.to(device), types.to(device), mask.to(device),
                        output_hidden_states=True)["hidden_states"]
-        chosen = [states[i].float() for i in opts.layers]
-        if opts.combine == "concat":
-            h = torch.cat(chosen, dim=-1)
-        else:
-            h = torch.stack(chosen).sum(0)
-            if opts.combine == "mean":
-                h = h / len(chosen)
+        h = combine_layers(states, opts.layers, opts.combine)
         T = h.shape[1]
         flat_src = np.concatenate([j * T + enc.src[i] for j, i in enumerate(idx)])
         flat_dst = np.concatenate([enc.dst[i] for i in idx])

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertctl.model.bert import ACTIVATIONS, BertConfig, BertModel, init_bert_weights
+from bertctl.model.features import FrozenFeatures
 
 IGNORE_INDEX = -100  # label value for positions that carry no target (HF's convention)
 
@@ -23,10 +24,38 @@ class BertWithHead(nn.Module):
 
     add_pooling_layer = True
 
-    def __init__(self, config: BertConfig):
+    def __init__(self, config: BertConfig, features: dict[str, Any] | None = None):
         super().__init__()
         self.config = config
         self.bert = BertModel(config, add_pooling_layer=self.add_pooling_layer)
+        # Feature-based use (the paper's ELMo-style ablation): the encoder frozen, the head
+        # trained on its combined hidden states. Heads that support it pass `features`.
+        self.features = None
+        if features is not None:
+            self.features = FrozenFeatures(config.hidden_size, **features)
+            self.bert.requires_grad_(False)
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        if self.features is not None:
+            self.bert.eval()   # a frozen encoder's features are fixed: no dropout
+        return self
+
+    def _sequence(self, input_ids, token_type_ids, attention_mask) -> torch.Tensor:
+        """(B, T, width): the last hidden state, or the frozen encoder's features."""
+        if self.features is not None:
+            return self.features(self.bert, input_ids, token_type_ids, attention_mask)
+        return self.bert(input_ids, token_type_ids, attention_mask)["last_hidden_state"]
+
+    def _feature_config(self) -> dict[str, Any]:
+        # Not a transformers key: transformers would load such a checkpoint's classifier onto
+        # the last layer's output and drop the mixing and LSTM weights.
+        return {"bertctl_features": self.features.settings()} if self.features else {}
+
+    @staticmethod
+    def _feature_kwargs(hf_config: dict[str, Any]) -> dict[str, Any]:
+        features = hf_config.get("bertctl_features")
+        return {"features": features} if isinstance(features, dict) else {}
 
     def _init_head(self) -> None:
         # The encoder initialised itself; only the head's modules are still at PyTorch defaults.
@@ -39,7 +68,8 @@ class BertWithHead(nn.Module):
         linear `classifier`, initialised; the names match HF's weights."""
         p = self.config.classifier_dropout
         self.dropout = nn.Dropout(self.config.hidden_dropout_prob if p is None else p)
-        self.classifier = nn.Linear(self.config.hidden_size, num_outputs)
+        width = self.features.width if self.features is not None else self.config.hidden_size
+        self.classifier = nn.Linear(width, num_outputs)
         self._init_head()
 
     def hf_config(self) -> dict[str, Any]:
@@ -141,8 +171,9 @@ class BertForSequenceClassification(BertWithHead):
     PROBLEM_TYPES = ("single_label_classification", "regression")
 
     def __init__(self, config: BertConfig, num_labels: int | None = None,
-                 problem_type: str = "single_label_classification"):
-        super().__init__(config)
+                 problem_type: str = "single_label_classification",
+                 features: dict[str, Any] | None = None):
+        super().__init__(config, features)
         if problem_type not in self.PROBLEM_TYPES:
             raise ValueError(f"problem_type must be one of {self.PROBLEM_TYPES}, got {problem_type!r}")
         if num_labels is None:
@@ -155,7 +186,10 @@ class BertForSequenceClassification(BertWithHead):
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None,
                 labels: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        pooled = self.bert(input_ids, token_type_ids, attention_mask)["pooler_output"]
+        if self.features is not None:   # feature-based: the combined [CLS] vector
+            pooled = self._sequence(input_ids, token_type_ids, attention_mask)[:, 0]
+        else:
+            pooled = self.bert(input_ids, token_type_ids, attention_mask)["pooler_output"]
         if self.problem_type == "regression":
             # A score is read as a number, not an argmax: bf16's 8 bits of mantissa would round
             # STS-B's 0-5 scores to steps of 1/64 and tie their ranks (Spearman). One output
@@ -173,11 +207,12 @@ class BertForSequenceClassification(BertWithHead):
         return out
 
     def hf_config(self) -> dict[str, Any]:
-        return {"problem_type": self.problem_type, **_label_maps(self.num_labels)}
+        return {"problem_type": self.problem_type, **_label_maps(self.num_labels),
+                **self._feature_config()}
 
     @classmethod
     def kwargs_from_hf(cls, hf_config: dict[str, Any]) -> dict[str, Any]:
-        kwargs = {"num_labels": _num_labels(hf_config)}
+        kwargs = {"num_labels": _num_labels(hf_config), **cls._feature_kwargs(hf_config)}
         if hf_config.get("problem_type") in cls.PROBLEM_TYPES:
             kwargs["problem_type"] = hf_config["problem_type"]
         elif kwargs["num_labels"] == 1:
@@ -249,15 +284,16 @@ class BertForTokenClassification(BertWithHead):
 
     add_pooling_layer = False
 
-    def __init__(self, config: BertConfig, num_labels: int = 2):
-        super().__init__(config)
+    def __init__(self, config: BertConfig, num_labels: int = 2,
+                 features: dict[str, Any] | None = None):
+        super().__init__(config, features)
         self.num_labels = num_labels
         self._add_classifier(num_labels)
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None,
                 labels: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        hidden = self.bert(input_ids, token_type_ids, attention_mask)["last_hidden_state"]
+        hidden = self._sequence(input_ids, token_type_ids, attention_mask)
         logits = self.classifier(self.dropout(hidden))
         out = {"logits": logits}
         if labels is not None:
@@ -266,12 +302,12 @@ class BertForTokenClassification(BertWithHead):
         return out
 
     def hf_config(self) -> dict[str, Any]:
-        return _label_maps(self.num_labels)
+        return {**_label_maps(self.num_labels), **self._feature_config()}
 
     @classmethod
     def kwargs_from_hf(cls, hf_config: dict[str, Any]) -> dict[str, Any]:
         n = _num_labels(hf_config)
-        return {} if n is None else {"num_labels": n}
+        return {**({} if n is None else {"num_labels": n}), **cls._feature_kwargs(hf_config)}
 
 
 def _label_maps(num_labels: int) -> dict[str, Any]:

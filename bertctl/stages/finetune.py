@@ -44,6 +44,20 @@ def _data_files(spec, train: Path, dev: Path | None) -> tuple[Path, Path | None]
     return train, dev
 
 
+def frozen_features(config: FinetuneSettings, family, source) -> dict:
+    """The head's `features` argument for --freeze-encoder (nothing otherwise)."""
+    from bertctl.model.features import parse_layers
+
+    if not config.freeze_encoder:
+        return {}
+    if config.head not in family.feature_heads:
+        raise BertctlError(f"--freeze-encoder --head {config.head}: a '{family.name}' task's "
+                           + (f"frozen-encoder heads are {', '.join(family.feature_heads)}"
+                              if family.feature_heads else "head needs the encoder fine-tuned"))
+    layers = parse_layers(config.features, int(source.hf_config["num_hidden_layers"]))
+    return {"features": {"layers": list(layers), "combine": config.combine, "head": config.head}}
+
+
 def run(config: FinetuneSettings, model_dir: str, train_path: str, out: str, force: bool = False,
         dev_path: str | None = None):
     from bertctl import tasks
@@ -51,6 +65,7 @@ def run(config: FinetuneSettings, model_dir: str, train_path: str, out: str, for
     spec = config.task_spec()
     family = tasks.get(spec.family)
     source = common.open_model(model_dir, "model")
+    features = frozen_features(config, family, source)   # a bad --head fails before any work
     train_file, dev_file = _data_files(spec, Path(train_path),
                                        Path(dev_path) if dev_path else None)
     inputs = [source.ref, common.data_input(train_file, "train")]
@@ -76,7 +91,8 @@ def run(config: FinetuneSettings, model_dir: str, train_path: str, out: str, for
                         if dev_examples is not None else None)
 
         torch.manual_seed(config.seed)  # the new head's initial weights are part of --seed
-        model, report = source.load(family.head_class(), **family.head_kwargs(spec, label_list))
+        model, report = source.load(family.head_class(), **family.head_kwargs(spec, label_list),
+                                    **features)
         if dist.is_main():
             console.log(str(report))
             console.log(f"task {spec.name} ({spec.family}): {len(train_examples):,} training "

@@ -36,6 +36,9 @@ class Family:
     calibrates: ClassVar[bool] = False
     # max_seq_length when the user gives none (span QA: the paper's 384).
     default_max_seq_length: ClassVar[int] = 128
+    # The heads this family can train on a frozen encoder (finetune --freeze-encoder --head);
+    # none: its head needs the whole encoder fine-tuned.
+    feature_heads: ClassVar[tuple[str, ...]] = ()
 
     # -- the spec
 

@@ -89,6 +89,7 @@ class Tagging(Family):
     default_metric = "conlleval"
     label_list = True
     head = "BertForTokenClassification"
+    feature_heads = ("linear", "bilstm")   # bilstm: the paper's feature-based NER head
 
     def check_spec(self, spec) -> None:
         if spec.text_columns or spec.choice_columns or spec.context_column \
