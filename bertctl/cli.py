@@ -349,7 +349,25 @@ def _terminate(signum, frame):
 
 def main() -> None:
     signal.signal(signal.SIGTERM, _terminate)
-    app(prog_name="bertctl")
+    try:
+        code = app(prog_name="bertctl", standalone_mode=False)
+    except typer.Abort:
+        print("bertctl: aborted", file=sys.stderr)
+        sys.exit(130)
+    except typer.TyperException as exc:   # click's usage errors, as typer re-exports them
+        # Bad usage is one line on stderr, as every exit-2 error; the hint to the command's
+        # help follows only for a person at a terminal.
+        ctx = getattr(exc, "ctx", None)
+        where = ctx.command_path if ctx is not None else "bertctl"
+        message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+        if type(exc).__name__ == "NoArgsIsHelpError":   # `bertctl` alone: the help, as asked
+            print(message, file=sys.stderr)
+            sys.exit(2)
+        print(f"{where}: {' '.join(message.split())}", file=sys.stderr)
+        if sys.stderr.isatty() and ctx is not None:
+            print(f"Try '{where} --help' for help.", file=sys.stderr)
+        sys.exit(getattr(exc, "exit_code", 2))
+    sys.exit(code or 0)
 
 
 if __name__ == "__main__":

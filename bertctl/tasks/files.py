@@ -78,7 +78,8 @@ def _quiet_datasets():
     bars = datasets.is_progress_bar_enabled()
     verbosity = datasets.logging.get_verbosity()
     datasets.disable_progress_bars()
-    datasets.logging.set_verbosity_error()
+    # errors too: a parse error is logged before it is raised, and bertctl reports it in one line
+    datasets.logging.set_verbosity(datasets.logging.CRITICAL + 1)
     try:
         yield datasets
     finally:
