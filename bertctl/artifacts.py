@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 import bertctl
 from bertctl import config as config_mod
+from bertctl import locks
 from bertctl.config import StageConfig
 from bertctl.errors import BertctlError, IntegrityError
 
@@ -246,6 +247,33 @@ def verify(artifact: Artifact) -> list[str]:
     return problems
 
 
+# Files up to this size are checksummed before another artifact copies them (tokenizer files,
+# configs: cheap); larger ones (shards, weights) by size only, as their readers check structure.
+CHECKSUM_ON_COPY_BYTES = 16 << 20
+
+
+def checked_file(root: Path, name: str) -> Path:
+    """`root / name` for copying into a new artifact. When `root` is an artifact: never a
+    symbolic link or a path leading outside it, and the file its manifest recorded (size always,
+    checksum for small files); a corrupted-input error otherwise. (A plain Hugging Face
+    directory is the user's own: a hub cache's snapshot is made of symbolic links.)"""
+    root = Path(root)
+    path = root / name
+    if (root / MANIFEST).is_file():
+        outside = _outside_problem(root, path)
+        if outside:
+            raise BertctlError(f"{path}: {outside}")
+        entry = read_manifest(root).files.get(name)
+        if entry is None:
+            raise BertctlError(f"{path}: not among the files its artifact.json records")
+        size = path.stat().st_size
+        if size != entry.size or (size <= CHECKSUM_ON_COPY_BYTES
+                                  and sha256_file(path) != entry.sha256):
+            raise BertctlError(f"{path}: changed since it was written (checksum mismatch); "
+                               f"inspect --verify {root} lists every such file")
+    return path
+
+
 def verify_or_raise(artifact: Artifact) -> None:
     problems = verify(artifact)
     if problems:
@@ -354,6 +382,11 @@ def produce(kind: str, settings: StageConfig | dict[str, Any], inputs: list[Inpu
     """
     recorded, _ = _settings(settings)
     artifact_id, out_path = plan(kind, settings, inputs, out)
+    with locks.output_lock(out_path):
+        return _produce(kind, recorded, artifact_id, out_path, inputs, build, force)
+
+
+def _produce(kind, recorded, artifact_id, out_path, inputs, build, force) -> Outcome:
     existing = check_out(out_path, kind, artifact_id, force)
     if existing is not None:
         return Outcome(manifest=existing, path=str(out_path), up_to_date=True)

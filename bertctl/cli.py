@@ -26,7 +26,8 @@ from bertctl import console
 from bertctl.config import (BuildPretrainDataSettings, EmbedSettings, EvalSettings,
                             FinetuneSettings, PretrainSettings, ReportSettings, StageConfig,
                             TokenizeSettings, resolve)
-from bertctl.errors import BertctlError
+from bertctl import locks
+from bertctl.errors import BertctlError, DiskFull, is_disk_full
 from bertctl.expectations import ExpectationsUnmet
 
 app = typer.Typer(
@@ -72,6 +73,11 @@ def _handled(json_mode: bool, debug: bool):
         _fail("interrupted; nothing was written", 130, json_mode, debug)
     except (typer.Exit, typer.Abort, SystemExit):
         raise
+    except OSError as exc:
+        if not is_disk_full(exc):
+            _fail(f"{type(exc).__name__}: {exc} (run with --debug for the traceback)", 1,
+                  json_mode, debug)
+        _fail(str(DiskFull(exc.filename or "an output file")), 1, json_mode, debug)
     except Exception as exc:  # noqa: BLE001 - the last line of defence
         _fail(f"{type(exc).__name__}: {exc} (run with --debug for the traceback)", 1,
               json_mode, debug)
@@ -140,6 +146,8 @@ _COMMON = {
     "json_output": (Annotated[bool, typer.Option("--json", help="Print the manifest (or the "
                                                  "error) as one JSON object on stdout.")], False),
     "debug": (Annotated[bool, typer.Option("--debug", help="Show tracebacks.")], False),
+    "wait": (Annotated[bool, typer.Option("--wait", help="If another run is writing --out, "
+                                          "wait for it instead of failing at once.")], False),
 }
 
 
@@ -158,6 +166,7 @@ def stage(name: str, settings: type[StageConfig], help: str):
 
         def command(**kwargs):
             json_mode, debug = kwargs.pop("json_output"), kwargs.pop("debug")
+            locks.wait_for_locks(kwargs.pop("wait"))
             config_file = kwargs.pop("config")
             overrides = {n: kwargs.pop(n) for n in settings.model_fields}
             console.set_quiet(False)

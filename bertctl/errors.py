@@ -19,3 +19,25 @@ class Interrupted(BertctlError):
     so that the rerun resumes): exit code 130, and the message says what is left where."""
 
     exit_code = 130
+
+
+class DiskFull(BertctlError):
+    """A write failed for lack of space: exit code 1 (the environment, not the input); what was
+    there before the write is left as it was."""
+
+    exit_code = 1
+
+    def __init__(self, path):
+        super().__init__(f"no space left on device writing {path}")
+
+
+# torch's zip writer reports a short write as a RuntimeError with these words, not as ENOSPC.
+_SHORT_WRITE = ("unexpected pos", "file write failed", "PytorchStreamWriter failed")
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    import errno
+
+    if isinstance(exc, OSError):
+        return exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    return isinstance(exc, RuntimeError) and any(m in str(exc) for m in _SHORT_WRITE)

@@ -227,8 +227,8 @@ def test_every_boolean_setting_has_an_off_flag(tmp_path, cli):
     commands = typer.main.get_command(app).commands
     for name in ("tokenize", "build-pretrain-data", "pretrain", "finetune", "eval"):
         for param in commands[name].params:
-            if getattr(param, "is_bool_flag", False) and param.name not in ("force", "json_output",
-                                                                            "debug", "help"):
+            if getattr(param, "is_bool_flag", False) and param.name not in (
+                    "force", "json_output", "wait", "debug", "help"):
                 assert param.secondary_opts, f"{name} {param.opts}: no off switch"
     cfg = tmp_path / "cased.yaml"
     cfg.write_text("cased: true\n")

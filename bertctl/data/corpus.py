@@ -38,6 +38,7 @@ class CorpusStats:
     sentences: int = 0
     characters: int = 0
     invalid_bytes_replaced: int = 0
+    long_line_pieces: int = 0     # cuts made in lines longer than MAX_LINE_CHARS
     paths: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict:
@@ -112,10 +113,34 @@ def _open_text(path: Path) -> io.TextIOBase:
     return io.TextIOWrapper(raw, encoding="utf-8-sig", errors="bertctl-count", newline=None)
 
 
-def _text_file_lines(path: Path) -> Iterator[str]:
+# The longest piece of a line read at once. A longer line (a file without newlines, a whole book
+# on one line) is read in pieces cut at the last white space before this length, each piece a
+# sentence of the same document, so memory never grows with line length.
+MAX_LINE_CHARS = 100_000
+
+
+def _text_file_lines(path: Path, stats: "CorpusStats | None" = None,
+                     limit: int = MAX_LINE_CHARS) -> Iterator[str]:
     try:
         with _open_text(path) as fh:
-            yield from fh
+            carry = ""
+            while True:
+                piece = fh.readline(limit)
+                if not piece:
+                    break
+                text = carry + piece
+                if piece.endswith("\n") or len(piece) < limit:   # the line ends here (or the file)
+                    carry = ""
+                    yield text
+                    continue
+                cut = max(text.rfind(" "), text.rfind("\t"))
+                cut = cut + 1 if cut > 0 else len(text)          # one endless word: cut anywhere
+                if stats is not None:
+                    stats.long_line_pieces += 1
+                carry = text[cut:]
+                yield text[:cut]
+            if carry:
+                yield carry
     except (OSError, EOFError) as exc:  # unreadable, or a truncated/corrupt .gz
         raise BertctlError(f"{path}: cannot read: {exc}") from None
 
@@ -163,7 +188,7 @@ def iter_documents(sources: Iterable[str | os.PathLike], text_column: str | None
         fmt = _format_of(path)
         doc: list[str] = []
         if fmt == "text":
-            for line in _text_file_lines(path):
+            for line in _text_file_lines(path, stats):
                 stats.lines += 1
                 stats.characters += len(line)
                 line = line.strip()

@@ -180,7 +180,14 @@ class PretrainingDataset:
             sel = np.nonzero(shard_of == s)[0]
             a = self.shards[s].arrays
             sub = ids[sel]
-            sub[inside[sel]] = a["tokens"][ranges(starts[sel], lengths[sel])]
+            tokens = a["tokens"][ranges(starts[sel], lengths[sel])]
+            # Checked per batch (vectorised, on what is read anyway), not over whole shards at
+            # open: an id past the vocabulary would fail deep inside the model's embedding.
+            if tokens.size and int(tokens.max()) >= self.info.vocab_size:
+                raise BertctlError(f"{self.path / (self.shards[s].name + '.tokens.bin')}: "
+                                   f"corrupted: token id {int(tokens.max())} is not below the "
+                                   f"vocabulary size {self.info.vocab_size}")
+            sub[inside[sel]] = tokens
             ids[sel] = sub
             if "mask_offsets" in a:
                 loc = local[sel]

@@ -146,19 +146,46 @@ class ShardReader:
     """One shard, memory-mapped read-only."""
 
     def __init__(self, directory: Path, name: str):
-        index = json.loads((directory / f"{name}.json").read_text(encoding="utf-8"))
+        from bertctl.errors import BertctlError
+
+        index_path = directory / f"{name}.json"
+        try:
+            index = json.loads(index_path.read_text(encoding="utf-8"))
+            self.n = int(index["instances"])
+            fields = dict(index["fields"])
+            sizes = {"offsets": self.n + 1, "mask_offsets": self.n + 1, "b_start": self.n,
+                     "nsp": self.n, "tokens": int(index["tokens"]),
+                     "mask_positions": int(index["masked"]), "mask_labels": int(index["masked"])}
+        except FileNotFoundError:
+            raise BertctlError(f"{index_path}: shard index missing (a deleted or partly "
+                               "copied data artifact)") from None
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
+            raise BertctlError(f"{index_path}: corrupted shard index ({exc})") from None
         self.name = name
-        self.n = int(index["instances"])
         self.arrays: dict[str, np.ndarray] = {}
-        for key, dt in index["fields"].items():
+        for key, dt in fields.items():
             path = directory / f"{name}.{key}.bin"
-            expected = {"offsets": self.n + 1, "mask_offsets": self.n + 1, "b_start": self.n,
-                        "nsp": self.n, "tokens": index["tokens"],
-                        "mask_positions": index["masked"], "mask_labels": index["masked"]}[key]
-            arr = (np.memmap(path, dtype=np.dtype(dt), mode="r") if expected else
-                   np.zeros(0, dtype=np.dtype(dt)))
+            if key not in sizes:
+                raise BertctlError(f"{index_path}: unknown field {key!r}")
+            expected = sizes[key]
+            try:
+                arr = (np.memmap(path, dtype=np.dtype(dt), mode="r") if expected else
+                       np.zeros(0, dtype=np.dtype(dt)))
+            except FileNotFoundError:
+                raise BertctlError(f"{path}: shard file missing") from None
+            except (ValueError, TypeError) as exc:
+                raise BertctlError(f"{path}: cannot map as {dt}: {exc}") from None
             if len(arr) != expected:
-                from bertctl.errors import BertctlError
                 raise BertctlError(f"{path}: holds {len(arr)} values, its index says {expected} "
                                    "(truncated or foreign file)")
             self.arrays[key] = arr
+        # The offsets say where every instance lies (8 bytes per instance: cheap to check whole);
+        # garbage there would index past the tokens deep inside a training step.
+        for key, total in (("offsets", sizes["tokens"]),
+                           ("mask_offsets", sizes["mask_positions"])):
+            arr = self.arrays.get(key)
+            if arr is None or not len(arr):
+                continue
+            if arr[0] != 0 or arr[-1] != total or np.any(np.diff(arr) < 0):
+                raise BertctlError(f"{directory / f'{name}.{key}.bin'}: corrupted (offsets do "
+                                   f"not rise from 0 to {total})")

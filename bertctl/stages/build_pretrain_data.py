@@ -12,6 +12,7 @@ from bertctl.config import BuildPretrainDataSettings, PretrainingDataSettings
 from bertctl.data import corpus, pretraining, pretraining_dataset
 from bertctl.data import tokenizer as tokenizer_mod
 from bertctl.errors import BertctlError
+from bertctl.stages import common
 from bertctl.stages.common import copy_tokenizer
 
 
@@ -29,6 +30,7 @@ def run(config: BuildPretrainDataSettings, tokenizer_dir: str | None, sources: l
     if not tokenizer_dir:
         raise BertctlError("missing the tokenizer artifact (first argument)")
     tok_art = artifacts.read_artifact(tokenizer_dir, "tokenizer")
+    common.tokenizer_files(tok_art.path)   # copied into the data at the end: checked first
     tok = tokenizer_mod.load(tok_art.file("tokenizer.json"))
     if not sources:
         raise BertctlError("no corpus files given")
@@ -101,10 +103,11 @@ def _combine(slices: list[str], out: str, force: bool) -> artifacts.Outcome:
                 if target.exists():  # the tokenizer files, identical in every slice
                     continue
                 target.parent.mkdir(parents=True, exist_ok=True)
+                source = artifacts.checked_file(art.path, name)
                 try:  # shards can be large: link rather than copy where the file system allows
-                    os.link(art.path / name, target)
+                    os.link(source, target)
                 except OSError:
-                    shutil.copyfile(art.path / name, target)
+                    shutil.copyfile(source, target)
         corpus_stats = {}
         for art in arts:
             for k, v in art.manifest.stats.get("corpus", {}).items():

@@ -7,6 +7,7 @@ tokenizer files) plus `artifact.json` and, after fine-tuning, `bertctl_task.json
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import shutil
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bertctl import agreement, artifacts, hardware, modelcard
+from bertctl import agreement, artifacts, hardware, locks, modelcard
 from bertctl import config as config_mod
 from bertctl.data import tokenizer as tokenizer_mod
 from bertctl.errors import BertctlError, Interrupted
@@ -121,6 +122,7 @@ def open_model(path: str | Path, role: str = "model") -> ModelSource:
             raise BertctlError(f"{path}: no such model directory")
         ref = _hf_directory_ref(path, role)
     read_config(path)  # a clear error now if this is not a BERT we can build
+    tokenizer_files(path)
     hf_config = read_config_dict(path)
     task = None
     if (path / TASK_FILE).is_file():
@@ -128,10 +130,16 @@ def open_model(path: str | Path, role: str = "model") -> ModelSource:
     return ModelSource(path, ref, hf_config, task)
 
 
+def tokenizer_files(source: Path) -> list[Path]:
+    """The tokenizer files a new artifact will copy from `source`, checked now (before any
+    work): an artifact's own, unchanged files, no link to a file elsewhere."""
+    return [artifacts.checked_file(source, name) for name in TOKENIZER_FILES
+            if (source / name).is_file() or (source / name).is_symlink()]
+
+
 def copy_tokenizer(source: Path, directory: Path) -> None:
-    for name in TOKENIZER_FILES:
-        if (source / name).is_file():
-            shutil.copyfile(source / name, directory / name)
+    for path in tokenizer_files(source):
+        shutil.copyfile(path, directory / path.name)
 
 
 def write_model(model, directory: Path, tokenizer_dir: Path, extra_config: dict | None = None,
@@ -172,30 +180,39 @@ def train_to_artifact(config, inputs: list[artifacts.InputRef], out: str, force:
     hardware.set_threads(config.threads)
     try:
         artifact_id, out_path = artifacts.plan("model", config, inputs, out)
-        existing = artifacts.check_out(out_path, "model", artifact_id, force)
-        if existing is not None:
-            return artifacts.Outcome(manifest=existing, path=str(out_path), up_to_date=True)
-        work = artifacts.work_dir(out_path, artifact_id)
-        fit, write = prepare(work)
-        if not dist.is_main():
-            fit()
-            return None
-
-        def build(tmp: Path) -> dict:
-            stats = write(fit(), tmp)
-            shutil.copyfile(work / "metrics.jsonl", tmp / "metrics.jsonl")
-            modelcard.write(tmp, artifact_id, out_path, config_mod.as_dict(config), inputs, stats)
-            return stats
-
-        try:
-            outcome = artifacts.produce("model", config, inputs, out, build, force=force)
-        except KeyboardInterrupt:
-            kept = work / "checkpoints"
-            if kept.is_dir() and any(kept.iterdir()):  # kept on purpose: the rerun resumes
-                raise Interrupted(f"interrupted; no artifact was written; checkpoints kept in "
-                                  f"{kept}: rerun the same command to resume") from None
-            raise
-        shutil.rmtree(work, ignore_errors=True)
-        return outcome
+        # The output's lock covers the whole run, its run directory included (rank 0 holds it
+        # for a distributed run).
+        with locks.output_lock(out_path) if dist.is_main() else contextlib.nullcontext():
+            return _train(config, inputs, out, force, prepare, artifact_id, out_path)
     finally:
         dist.cleanup()
+
+
+def _train(config, inputs, out, force, prepare, artifact_id, out_path):
+    from bertctl.train import distributed as dist
+
+    existing = artifacts.check_out(out_path, "model", artifact_id, force)
+    if existing is not None:
+        return artifacts.Outcome(manifest=existing, path=str(out_path), up_to_date=True)
+    work = artifacts.work_dir(out_path, artifact_id)
+    fit, write = prepare(work)
+    if not dist.is_main():
+        fit()
+        return None
+
+    def build(tmp: Path) -> dict:
+        stats = write(fit(), tmp)
+        shutil.copyfile(work / "metrics.jsonl", tmp / "metrics.jsonl")
+        modelcard.write(tmp, artifact_id, out_path, config_mod.as_dict(config), inputs, stats)
+        return stats
+
+    try:
+        outcome = artifacts.produce("model", config, inputs, out, build, force=force)
+    except KeyboardInterrupt:
+        kept = work / "checkpoints"
+        if kept.is_dir() and any(kept.iterdir()):  # kept on purpose: the rerun resumes
+            raise Interrupted(f"interrupted; no artifact was written; checkpoints kept in "
+                              f"{kept}: rerun the same command to resume") from None
+        raise
+    shutil.rmtree(work, ignore_errors=True)
+    return outcome

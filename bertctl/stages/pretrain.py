@@ -79,6 +79,7 @@ def run(config: PretrainSettings, data_dir: str, out: str, force: bool = False,
     if init_from and model_config:
         raise BertctlError("give either --init-from or --model-config, not both")
     data = artifacts.read_artifact(data_dir, "pretrain-data")
+    common.tokenizer_files(data.path)   # copied into the model at the end: checked first
     inputs = [data.as_input("data")]
     init = common.open_model(init_from, "init") if init_from else None
     if init:

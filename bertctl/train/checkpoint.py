@@ -39,7 +39,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from bertctl.errors import BertctlError
+from bertctl.errors import BertctlError, DiskFull, is_disk_full
 
 CHECKPOINTS = "checkpoints"
 BEST = "best"
@@ -146,8 +146,10 @@ def save_checkpoint(work_dir: Path, step: int, model: nn.Module, optimizer: torc
         if final.exists():  # a step re-run after resuming from an earlier checkpoint
             shutil.rmtree(final)
         os.replace(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException as exc:
+        shutil.rmtree(tmp, ignore_errors=True)   # the earlier checkpoints stay as they were
+        if is_disk_full(exc):
+            raise DiskFull(final) from None
         raise
     if keep_last:
         for _, old in list_checkpoints(work_dir)[:-keep_last]:
