@@ -54,7 +54,7 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
         problem = getattr(exc, "problem", None) or str(exc)
-        raise BertctlError(f"{where}: invalid YAML: {problem}") from None
+        raise BertctlError(f"{where}: invalid YAML: {' '.join(problem.split())}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):

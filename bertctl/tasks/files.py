@@ -109,6 +109,53 @@ def _read_delimited_header(path: Path, sep: str, quoting: bool, header: bool) ->
             raise BertctlError(f"{path}: line {reader.line_num}: cannot read: {exc}") from None
 
 
+def _check_json_rows(path: Path) -> None:
+    """A JSON table's rows are objects: a JSON array of objects, or JSON lines each an object.
+    Checked before `datasets` reads the file, because its JSON reader crashes the process (a
+    segmentation fault, found by tests/faults) on some files whose rows are not objects, such as
+    a bare `null` or `[null, {...}]`."""
+    import json
+
+    with open(path, "rb") as f:
+        head = f.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")
+        if not head:
+            return
+        if head[:1] == b"[":
+            f.seek(0)
+            try:
+                rows = json.loads(f.read().decode("utf-8-sig"))
+            except (ValueError, UnicodeDecodeError) as exc:
+                raise BertctlError(f"{path}: not valid JSON: {exc}") from None
+            bad = next((i for i, r in enumerate(rows) if not isinstance(r, dict)), None) \
+                if isinstance(rows, list) else 0
+            if bad is not None:
+                raise BertctlError(f"{path}: row {bad + 1} is not a JSON object")
+            return
+        if head[:1] != b"{":
+            raise BertctlError(f"{path}: not a JSON table: the first row is not an object "
+                               f"(starts with {head[:20].decode('utf-8', 'replace')!r})")
+        f.seek(0)
+        for lineno, line in enumerate(f, 1):
+            line = line.lstrip(b"\xef\xbb\xbf \t\r\n")
+            if line and line[:1] != b"{":
+                if lineno == 1 or not _complete_object(path):
+                    return   # one pretty-printed object, not JSON lines: datasets decides
+                raise BertctlError(f"{path}:{lineno}: not a JSON object (JSON lines hold one "
+                                   "object per line)")
+
+
+def _complete_object(path: Path) -> bool:
+    """Whether the file's first line alone is a JSON value (so the file is JSON lines)."""
+    import json
+
+    with open(path, "rb") as f:
+        try:
+            json.loads(f.readline().decode("utf-8-sig"))
+            return True
+        except (ValueError, UnicodeDecodeError):
+            return False
+
+
 def read_table(spec, path: Path):
     """The whole file as a pyarrow Table (TSV/CSV columns all strings)."""
     import pyarrow as pa
@@ -116,6 +163,8 @@ def read_table(spec, path: Path):
     if not path.exists():
         raise BertctlError(f"{path}: file not found")
     fmt = detect_format(spec, path)
+    if fmt == "json" and path.is_file():
+        _check_json_rows(path)
     with _quiet_datasets() as datasets, tempfile.TemporaryDirectory(prefix="bertctl-read-") as cache:
         try:
             if fmt == "arrow":
