@@ -84,10 +84,13 @@ def run_plain(a) -> None:
 
 
 def run_bertctl(a) -> None:
+    import shutil
+
     out = Path(a.work) / "bertctl"
+    shutil.rmtree(out, ignore_errors=True)   # an up-to-date artifact would not be rebuilt
     cmd = [sys.executable, "-m", "bertctl", "embed", a.model, a.texts, "--out", str(out),
            "--pool", a.pool, f"--layers={a.layers}", "--precision", a.precision,
-           "--batch-size", str(a.batch_size), "--threads", str(a.threads), "--force", "--json"]
+           "--batch-size", str(a.batch_size), "--threads", str(a.threads), "--json"]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode:
         raise SystemExit(f"bertctl failed: {proc.stderr}")

@@ -30,11 +30,12 @@ from bertctl.errors import BertctlError, IntegrityError
 
 FORMAT = "bertctl-artifact"
 MANIFEST = "artifact.json"
-Kind = Literal["tokenizer", "pretrain-data", "model", "eval", "report", "embeddings"]
+Kind = Literal["tokenizer", "pretrain-data", "model", "eval", "report", "embeddings",
+               "glue-summary"]
 # The layout version of each kind this code writes and can read. Bump one when its files change
 # in a way older readers would misread.
 SCHEMA_VERSIONS: dict[str, int] = {"tokenizer": 1, "pretrain-data": 1, "model": 1, "eval": 1,
-                                   "report": 1, "embeddings": 1}
+                                   "report": 1, "embeddings": 1, "glue-summary": 1}
 # Raised when the code makes a different output from the same settings and inputs (the schema,
 # what the files look like, stays), so an artifact made before is not taken as up to date.
 # pretrain-data 2: masked positions sampled per prediction; model 2: length-grouping windows of 8;

@@ -24,8 +24,8 @@ from pydantic.fields import FieldInfo
 import bertctl
 from bertctl import console
 from bertctl.config import (BuildPretrainDataSettings, EmbedSettings, EvalSettings,
-                            FinetuneSettings, PretrainSettings, ReportSettings, StageConfig,
-                            TokenizeSettings, resolve)
+                            FinetuneSettings, GlueSummarySettings, PretrainSettings,
+                            ReportSettings, StageConfig, TokenizeSettings, resolve)
 from bertctl import locks
 from bertctl.errors import BertctlError, DiskFull, is_disk_full
 from bertctl.expectations import ExpectationsUnmet
@@ -333,6 +333,19 @@ def report(settings: ReportSettings, out: Path, force: bool,
     from bertctl.stages import report as stage_module
 
     return stage_module.run(settings, [str(a) for a in artifact], str(out), force)
+
+
+@stage("glue-summary", GlueSummarySettings, help="Summarise a GLUE grid of fine-tuning runs "
+       "from their eval artifacts: per task the dev metric's mean +- sd over seeds at each "
+       "learning rate, the dev-selected run, and the benchmark's submission zip of its test "
+       "predictions. The summary is a glue-summary artifact.")
+def glue_summary(settings: GlueSummarySettings, out: Path, force: bool,
+                 evals: Annotated[list[Path], typer.Argument(
+                     help="Eval artifacts of fine-tuned GLUE models: dev files, test files and "
+                          "the diagnostic set (AX) for MNLI.", show_default=False)]):
+    from bertctl.stages import glue_summary as stage_module
+
+    return stage_module.run(settings, [str(e) for e in evals], str(out), force)
 
 
 @app.command("diff")

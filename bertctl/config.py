@@ -408,6 +408,9 @@ class EvalSettings(TaskSettings):
                                      "must agree with the model's own names otherwise.")
     max_seq_length: int | None = Field(None, ge=8, le=512, description="Tokens per example; "
                                        "unset: the model's fine-tuning length, else 128.")
+    header: bool | None = Field(None, description="Whether DATA's first row names its columns; "
+                                "unset: as the task's files (GLUE's CoLA test file has a header, "
+                                "its train and dev files none).")
     batch_size: int = Field(64, ge=1, description="Examples per forward pass.",
                             json_schema_extra={"identity": False})
     precision: Literal["auto", "fp32", "bf16"] = Field(
@@ -530,3 +533,7 @@ class EmbedSettings(StageConfig):
     @classmethod
     def _auto_precision(cls, data: Any) -> Any:
         return _resolve_precision(cls, data)
+
+
+class GlueSummarySettings(StageConfig):
+    """`bertctl glue-summary`: everything it shows comes from the eval artifacts given."""

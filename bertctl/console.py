@@ -105,11 +105,13 @@ def _fmt(record: dict) -> str:
 
 
 @contextmanager
-def training_progress(description: str, total_steps: int | None):
+def training_progress(description: str, total_steps: int | None, start_step: int = 0):
     """Yields an `on_log(record)` callback for the training loop: training records move the
-    bar (or print a line every few seconds off a terminal), validation records always print."""
+    bar (or print a line every few seconds off a terminal), validation records always print.
+    A run continuing an earlier phase's step count logs steps from `start_step` on; the bar
+    counts this run's steps."""
     with progress(description, total=total_steps, unit="steps") as bar:
-        last = [0]
+        last = [start_step]
 
         def on_log(record: dict) -> None:
             step = int(record.get("step", last[0]))

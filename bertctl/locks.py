@@ -2,7 +2,8 @@
 
 The lock is `filelock`'s OS lock (flock on Unix) on a hidden file next to the output,
 `.NAME.lock`, so it is released by the kernel when its process dies, however it dies: a lock
-left by a killed run is simply taken by the next one. The holder writes who it is (pid, host,
+left by a killed run is simply taken by the next one. A run removes the file when it finishes
+(a killed one cannot: its empty file stays until the next run on that output). The holder writes who it is (pid, host,
 start time) into `.NAME.lock.info`, which a second run names in its error. flock works across
 processes of one machine and on NFS v4 and most cluster file systems (Lustre, GPFS) when they
 are mounted with lock support; on a file system without it (some NFS v3 setups) two machines
@@ -50,7 +51,7 @@ def output_lock(out: Path) -> Iterator[None]:
     info = path.with_name(path.name + ".info")
     lock = FileLock(str(path))
     try:
-        lock.acquire(timeout=0)
+        removable = _acquire(lock, path, timeout=0)
     except Timeout:
         if not _wait:
             raise BertctlError(f"{out}: another bertctl run is writing it ({holder(info)}); "
@@ -58,7 +59,7 @@ def output_lock(out: Path) -> Iterator[None]:
         from bertctl import console
 
         console.log(f"{out}: waiting for another bertctl run ({holder(info)})")
-        lock.acquire()
+        removable = _acquire(lock, path, timeout=-1)
     try:
         info.write_text(json.dumps({
             "pid": os.getpid(), "host": socket.gethostname(),
@@ -69,6 +70,25 @@ def output_lock(out: Path) -> Iterator[None]:
         _held.discard(out)
         with contextlib.suppress(OSError):
             info.unlink()
+            if removable:     # removed while still locked; see _acquire for the waiters
+                path.unlink()
+        lock.release()
+
+
+def _acquire(lock, path: Path, timeout: float) -> bool:
+    """Acquire, making sure the lock held is on the file now at `path`: a holder removes the
+    file before it releases, so a waiter may wake up locking a removed file, and must then lock
+    the new one. True when that could be checked (the file may then be removed on release)."""
+    while True:
+        lock.acquire(timeout=timeout)
+        fd = getattr(getattr(lock, "_context", None), "lock_file_fd", None)
+        if fd is None:       # filelock's internals changed: keep the file, never remove it
+            return False
+        try:
+            if os.fstat(fd).st_ino == os.stat(path).st_ino:
+                return True
+        except FileNotFoundError:
+            pass
         lock.release()
 
 

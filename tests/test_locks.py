@@ -31,6 +31,7 @@ def test_a_second_run_fails_at_once_naming_the_holder(tmp_path, minilm_dir):
     r = _tokenize(minilm_dir, out)          # released: the next run writes
     assert r.returncode == 0, r.stderr
     assert (out / "artifact.json").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tok"]   # its lock files removed
 
 
 def test_wait_takes_the_lock_when_it_is_released(tmp_path, minilm_dir):

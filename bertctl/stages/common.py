@@ -198,6 +198,9 @@ def _train(config, inputs, out, force, prepare, artifact_id, out_path):
     fit, write = prepare(work)
     if not dist.is_main():
         fit()
+        # Back only once rank 0 has put the artifact in place: when torchrun returns on any
+        # node, the next stage (phase 2, a fine-tuning) finds it.
+        dist.barrier()
         return None
 
     def build(tmp: Path) -> dict:
@@ -215,4 +218,5 @@ def _train(config, inputs, out, force, prepare, artifact_id, out_path):
                               f"{kept}: rerun the same command to resume") from None
         raise
     shutil.rmtree(work, ignore_errors=True)
+    dist.barrier()
     return outcome

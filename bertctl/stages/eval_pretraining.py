@@ -16,7 +16,7 @@ from bertctl.stages.common import ModelSource
 METRICS_FILE = "metrics.json"
 
 _TASK_FLAGS = ("task", "family", "text_column", "label_column", "context_column",
-               "choice_columns", "labels", "max_seq_length")
+               "choice_columns", "labels", "max_seq_length", "header")
 
 
 def run(config: EvalSettings, source: ModelSource, art: artifacts.Artifact, out: str,

@@ -85,6 +85,8 @@ def resolve_task(config: EvalSettings, source: ModelSource):
     from bertctl.tasks import TaskSpec, make_task_spec
 
     flags = config.task_fields()
+    if config.header is not None:   # e.g. GLUE's CoLA test file has a header, its dev file none
+        flags["header"] = config.header
     if config.task is not None:
         return make_task_spec(config.task, **flags)
     if source.task is not None:

@@ -114,7 +114,8 @@ def run(config: PretrainSettings, data_dir: str, out: str, force: bool = False,
                         " training without evaluation")
 
         def fit():
-            with console.training_progress("pretraining", config.steps) as on_log:
+            with console.training_progress("pretraining", config.steps,
+                                           settings.start_step) as on_log:
                 return train(model, train_data, settings, work, evaluate=evaluate,
                              on_log=on_log, step_metrics=pretraining_metrics)
 

@@ -1,0 +1,142 @@
+# The paper's pretraining (BERT, appendix A.2): 90% of the steps on 128-token sequences with up
+# to 20 predictions each, then the last 10% on 512-token sequences with up to 80, continuing
+# the first phase's weights and learning-rate schedule.
+#
+#   make -C pipelines pretrain CORPUS=~/corpus MODEL_SIZE=base STEPS=1000000 NPROC=8
+#   make -C pipelines -f pretrain.mk pretrain CORPUS=...      (the same, without the top Makefile)
+#
+# Artifacts, each the target `make` keeps up to date (a second `make` does nothing):
+#   RUNS/tokenizer   bertctl tokenize CORPUS (or --from-vocab VOCAB)
+#   RUNS/data1       build-pretrain-data at SEQ1 tokens, PRED1 predictions per sequence
+#   RUNS/data2       build-pretrain-data at SEQ2 tokens, PRED2 predictions per sequence
+#   RUNS/phase1      pretrain on data1 from scratch: steps 1 .. 90% of STEPS, schedule of STEPS
+#   RUNS/phase2      pretrain on data2 --init-from phase1 --continue-schedule: the last 10%
+# Targets: pretrain (phase2), pretrain-data (the tokenizer and both data sets), pretrain-clean.
+#
+# Variables:
+#   CORPUS       corpus files, globs or directories (Google's format: one sentence per line, a
+#                blank line between documents), as `bertctl tokenize` takes them
+#   VOCAB        import this vocab.txt instead of training a tokenizer (unset: train one)
+#   VOCAB_SIZE   the trained vocabulary (default 30522)
+#   MODEL_SIZE   tiny, mini, small, medium, base (default) or large
+#   STEPS        optimizer steps over both phases (default 1000000); phase 1 makes 90% of them
+#   BATCH        sequences per step (default 256); BATCH2 for phase 2 (default BATCH)
+#   LR           peak learning rate (default: the CLI's, 1e-4 as the paper)
+#   SEQ1, PRED1  phase 1's sequence length and predictions per sequence (default 128, 20)
+#   SEQ2, PRED2  phase 2's (default 512, 80)
+#   DUPE         passes over the corpus with different masks (default: the CLI's, 10)
+#   VALIDATION   share of documents held out for validation (default: the CLI's, none)
+#   PRECISION    passed to pretrain when set (default: the CLI's)
+#   TOKENIZE_FLAGS, DATA_FLAGS   more flags for tokenize / both build-pretrain-data runs
+#   MODEL_FLAGS  phase 1's model flags (--hidden-size ..., --model-config FILE)
+#   PRETRAIN_FLAGS  more flags for both pretrain runs (--log-every, --checkpoint-every, ...)
+#   NPROC        processes per node (default 1); NNODES nodes (default 1). With either above 1
+#                the pretrain runs go through torchrun: --standalone on one node; across nodes
+#                with the rendezvous RDZV_ENDPOINT (host:port, default localhost:29500),
+#                RDZV_ID (default bertctl-pretrain) and RDZV_BACKEND (default c10d).
+#   NODE_RANK    across nodes: this node's number (default 0). Run the same `make` on every
+#                node with RUNS on a shared file system; node 0 builds the tokenizer and data,
+#                the others wait for them (up to WAIT seconds, default 86400). Each phase's
+#                torchrun returns on every node once rank 0 has written its artifact.
+#   TORCHRUN     the torchrun command (default: .venv's when `make setup` made it, else torchrun)
+#   RUNS         where the artifacts go (default runs/pretrain)
+#   BERTCTL      the bertctl command (default: .venv's when `make setup` made it, else bertctl)
+
+ROOT     := $(abspath $(dir $(lastword $(MAKEFILE_LIST)))/..)
+VENV_BIN := $(ROOT)/.venv/bin
+BERTCTL  ?= $(if $(wildcard $(VENV_BIN)/bertctl),$(VENV_BIN)/bertctl,bertctl)
+TORCHRUN ?= $(if $(wildcard $(VENV_BIN)/torchrun),$(VENV_BIN)/torchrun,torchrun)
+RUNS     ?= $(ROOT)/runs/pretrain
+VOCAB    ?=
+VOCAB_SIZE ?= 30522
+MODEL_SIZE ?= base
+STEPS    ?= 1000000
+BATCH    ?= 256
+BATCH2   ?= $(BATCH)
+LR       ?=
+SEQ1     ?= 128
+PRED1    ?= 20
+SEQ2     ?= 512
+PRED2    ?= 80
+DUPE     ?=
+VALIDATION ?=
+PRECISION ?=
+TOKENIZE_FLAGS ?=
+DATA_FLAGS ?=
+MODEL_FLAGS ?=
+PRETRAIN_FLAGS ?=
+NPROC    ?= 1
+NNODES   ?= 1
+NODE_RANK ?= 0
+RDZV_ENDPOINT ?= localhost:29500
+RDZV_ID  ?= bertctl-pretrain
+RDZV_BACKEND ?= c10d
+WAIT     ?= 86400
+
+ifeq ($(filter pretrain-clean,$(MAKECMDGOALS)),)
+ifeq ($(strip $(CORPUS)),)
+$(error CORPUS= is required: the corpus files or directories to pretrain on)
+endif
+ifneq ($(shell test "$(STEPS)" -ge 2 2>/dev/null && echo ok),ok)
+$(error STEPS=$(STEPS): give a whole number of optimizer steps, at least 2)
+endif
+endif
+
+# 90% of the steps, at least one, and at least one left for phase 2.
+STEPS1 := $(shell s=$$(( $(STEPS) * 9 / 10 )); [ $$s -lt 1 ] && s=1; [ $$s -ge $(STEPS) ] && s=$$(( $(STEPS) - 1 )); echo $$s)
+STEPS2 := $(shell echo $$(( $(STEPS) - $(STEPS1) )))
+
+# A make dependency per corpus file, directories searched as tokenize searches them.
+CORPUS_FILES := $(foreach c,$(CORPUS),$(if $(wildcard $(c)/.),$(shell find $(c) -type f),$(wildcard $(c))))
+
+DISTRIBUTED := $(filter-out 1,$(NPROC) $(NNODES))
+MULTINODE   := $(filter-out 1,$(NNODES))
+RENDEZVOUS  := $(if $(MULTINODE),--rdzv-backend=$(RDZV_BACKEND) --rdzv-endpoint=$(RDZV_ENDPOINT) \
+                 --rdzv-id=$(RDZV_ID),--standalone)
+PRETRAIN    := $(if $(DISTRIBUTED),$(TORCHRUN) --nnodes=$(NNODES) --nproc-per-node=$(NPROC) \
+                 $(RENDEZVOUS) -m bertctl pretrain,$(BERTCTL) pretrain)
+TRAIN_ARGS  := $(if $(LR),--lr $(LR)) $(if $(PRECISION),--precision $(PRECISION)) $(PRETRAIN_FLAGS)
+DATA_ARGS   := $(if $(DUPE),--dupe-factor $(DUPE)) \
+               $(if $(VALIDATION),--validation-fraction $(VALIDATION)) $(DATA_FLAGS)
+
+# Wait up to WAIT seconds for the target to exist and be no older than its prerequisites
+# (node 0 touches what it builds, so an artifact bertctl found up to date counts too).
+wait_for = for i in $$(seq $(WAIT)); do \
+             if [ -f $@ ]; then ok=1; for p in $^; do [ $$p -nt $@ ] && ok=; done; \
+               [ -n "$$ok" ] && exit 0; fi; sleep 1; done; \
+           echo "pretrain.mk: timed out waiting for $@ (from node 0)" >&2; exit 1
+# After torchrun, rank 0 (on some node) has written the artifact; give a shared file system
+# the time to show it here.
+wait_shared = for i in $$(seq 600); do [ -f $@ ] && exit 0; sleep 1; done; \
+              echo "pretrain.mk: $@ did not appear" >&2; exit 1
+# On nodes other than 0, wait for what node 0 builds instead of building it.
+on_node0 = $(if $(filter-out 0,$(NODE_RANK)),$(wait_for),$(1) && touch $@)
+
+.PHONY: pretrain pretrain-data pretrain-clean
+pretrain: $(RUNS)/phase2/artifact.json
+pretrain-data: $(RUNS)/data1/artifact.json $(RUNS)/data2/artifact.json
+
+$(RUNS)/tokenizer/artifact.json: $(CORPUS_FILES) $(VOCAB)
+	$(call on_node0,$(BERTCTL) tokenize $(CORPUS) $(if $(VOCAB),--from-vocab $(VOCAB),\
+	    --vocab-size $(VOCAB_SIZE)) $(TOKENIZE_FLAGS) --out $(@D) --force)
+
+$(RUNS)/data1/artifact.json: $(RUNS)/tokenizer/artifact.json $(CORPUS_FILES)
+	$(call on_node0,$(BERTCTL) build-pretrain-data $(<D) $(CORPUS) --max-seq-length $(SEQ1) \
+	    --max-predictions-per-seq $(PRED1) $(DATA_ARGS) --out $(@D) --force)
+
+$(RUNS)/data2/artifact.json: $(RUNS)/tokenizer/artifact.json $(CORPUS_FILES)
+	$(call on_node0,$(BERTCTL) build-pretrain-data $(<D) $(CORPUS) --max-seq-length $(SEQ2) \
+	    --max-predictions-per-seq $(PRED2) $(DATA_ARGS) --out $(@D) --force)
+
+$(RUNS)/phase1/artifact.json: $(RUNS)/data1/artifact.json
+	$(PRETRAIN) $(<D) --model-size $(MODEL_SIZE) $(MODEL_FLAGS) --steps $(STEPS1) \
+	    --total-steps $(STEPS) --batch-size $(BATCH) $(TRAIN_ARGS) --out $(@D) --force
+	$(if $(MULTINODE),$(wait_shared))
+
+$(RUNS)/phase2/artifact.json: $(RUNS)/data2/artifact.json $(RUNS)/phase1/artifact.json
+	$(PRETRAIN) $(<D) --init-from $(RUNS)/phase1 --continue-schedule --steps $(STEPS2) \
+	    --batch-size $(BATCH2) $(TRAIN_ARGS) --out $(@D) --force
+	$(if $(MULTINODE),$(wait_shared))
+
+pretrain-clean:
+	rm -rf $(RUNS)

@@ -1,0 +1,275 @@
+"""Miniatures of the paper's pipelines (pipelines/pretrain.mk, pipelines/glue.mk), run through
+`make` as a user runs them, so no recipe rots: a tiny model, a few steps, small real subsets.
+
+The pretraining miniature runs both phases under torchrun (2 processes) on the fixture books;
+its phase-2 model is then the model the GLUE miniature fine-tunes on the six GLUE tasks of
+tests/fixtures/glue and on an MNLI built here (the shared data has no MNLI; see `_mnli`).
+"""
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES, ROOT
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(shutil.which("make") is None, reason="needs make")]
+
+PIPELINES = ROOT / "pipelines"
+BERTCTL = f"{sys.executable} -m bertctl"
+TORCHRUN = f"{sys.executable} -m torch.distributed.run"
+TINY = "--hidden-size 32 --num-attention-heads 2 --intermediate-size 64 --max-position-embeddings 128"
+PRETRAIN_VARS = {"CORPUS": str(FIXTURES / "pretrain"), "MODEL_SIZE": "tiny", "MODEL_FLAGS": TINY,
+                 "STEPS": "10", "BATCH": "8", "SEQ1": "64", "PRED1": "10", "SEQ2": "128",
+                 "PRED2": "20", "DUPE": "1", "VOCAB_SIZE": "2000", "VALIDATION": "0.1",
+                 "DATA_FLAGS": "--workers 1", "PRETRAIN_FLAGS": "--log-every 1 --device cpu"}
+FIXTURE_TASKS = ["CoLA", "SST-2", "MRPC", "STS-B", "RTE", "WNLI"]
+BINARY = {"0", "1"}
+NLI2 = {"entailment", "not_entailment"}
+NLI3 = {"entailment", "neutral", "contradiction"}
+FORMATS = {"CoLA.tsv": BINARY, "SST-2.tsv": BINARY, "MRPC.tsv": BINARY, "WNLI.tsv": BINARY,
+           "RTE.tsv": NLI2, "MNLI-m.tsv": NLI3, "MNLI-mm.tsv": NLI3, "AX.tsv": NLI3,
+           "STS-B.tsv": None}
+
+
+def make(target, variables, *flags, makefile):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
+           "PYTHONUNBUFFERED": "1"}
+    args = [f"{k}={v}" for k, v in {"BERTCTL": BERTCTL, "TORCHRUN": TORCHRUN, **variables}.items()]
+    return subprocess.run(["make", "-C", str(PIPELINES), "-f", makefile, *flags, target, *args],
+                          capture_output=True, text=True, env=env, timeout=900)
+
+
+def manifest(path: Path) -> dict:
+    return json.loads((path / "artifact.json").read_text())
+
+
+def mtimes(root: Path) -> dict:
+    return {p: p.stat().st_mtime_ns for p in root.rglob("artifact.json")}
+
+
+def history(path: Path) -> list[dict]:
+    return [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory):
+    runs = tmp_path_factory.mktemp("pretrain") / "runs"
+    variables = {**PRETRAIN_VARS, "RUNS": str(runs), "NPROC": "2"}
+    r = make("pretrain", variables, makefile="pretrain.mk")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return runs, variables, r
+
+
+def test_pretrain_pipeline_two_phases_under_torchrun(pretrained):
+    runs, variables, first = pretrained
+    assert "torch.distributed.run --nnodes=1 --nproc-per-node=2 --standalone" in first.stdout
+    tok, data1, data2 = (manifest(runs / n) for n in ("tokenizer", "data1", "data2"))
+    p1, p2 = manifest(runs / "phase1"), manifest(runs / "phase2")
+    # Phase 1: short sequences, 90% of the steps, on the schedule of all of them.
+    assert (data1["config"]["max_seq_length"], data1["config"]["max_predictions_per_seq"]) == (64, 10)
+    assert (data2["config"]["max_seq_length"], data2["config"]["max_predictions_per_seq"]) == (128, 20)
+    assert data1["inputs"][0]["id"] == data2["inputs"][0]["id"] == tok["id"]
+    assert {i["role"]: i["id"] for i in p1["inputs"]} == {"data": data1["id"]}
+    assert (p1["stats"]["step"], p1["stats"]["total_steps"]) == (9, 10)
+    # Phase 2: long sequences, phase 1's weights, the schedule continued to its end.
+    assert {i["role"]: i["id"] for i in p2["inputs"]} == {"data": data2["id"], "init": p1["id"]}
+    assert p2["config"]["continue_schedule"] is True and p2["config"]["steps"] == 1
+    assert (p2["stats"]["step"], p2["stats"]["total_steps"]) == (10, 10)
+    train1 = [r for r in history(runs / "phase1") if r.get("split", "train") == "train"]
+    train2 = [r for r in history(runs / "phase2") if r.get("split", "train") == "train"]
+    assert [r["step"] for r in train1] == list(range(1, 10)) and [r["step"] for r in train2] == [10]
+    assert 0 < train2[0]["lr"] < train1[-1]["lr"]
+    # A second make finds everything up to date and runs nothing.
+    before = mtimes(runs)
+    again = make("pretrain", variables, makefile="pretrain.mk")
+    assert again.returncode == 0 and BERTCTL not in again.stdout and "torch" not in again.stdout
+    assert mtimes(runs) == before
+
+
+def test_pretrain_pipeline_across_nodes_dry_run(tmp_path):
+    variables = {**PRETRAIN_VARS, "RUNS": str(tmp_path), "NPROC": "4", "NNODES": "2",
+                 "NODE_RANK": "1", "RDZV_ENDPOINT": "node0:29400", "STEPS": "1000"}
+    r = make("pretrain", variables, "-n", makefile="pretrain.mk")
+    assert r.returncode == 0, r.stderr
+    lines = [line for line in r.stdout.splitlines() if "pretrain " in line and "-m bertctl" in line]
+    assert len(lines) == 2
+    for line in lines:
+        assert line.startswith(f"{TORCHRUN} --nnodes=2 --nproc-per-node=4 --rdzv-backend=c10d "
+                               f"--rdzv-endpoint=node0:29400 --rdzv-id=bertctl-pretrain -m bertctl")
+    assert "--steps 900" in r.stdout and "--total-steps 1000" in r.stdout
+    assert "--continue-schedule --steps 100" in r.stdout
+    # Node 1 builds neither tokenizer nor data: it waits for node 0's.
+    assert "build-pretrain-data" not in r.stdout and " tokenize " not in r.stdout
+    assert r.stdout.count("waiting for") == 3
+
+
+# --- GLUE ------------------------------------------------------------------------------------
+
+def _rows(path: Path) -> tuple[list[str], list[list[str]]]:
+    lines = path.read_text(encoding="utf-8-sig").splitlines()
+    return lines[0].split("\t"), [line.split("\t") for line in lines[1:] if line]
+
+
+def _mnli(glue: Path) -> None:
+    """MNLI's file layout (columns, split files, a diagnostic file for AX) holding real RTE
+    sentence pairs: the shared data has no MNLI. Labels: entailment stays; not_entailment
+    becomes contradiction or neutral by row, so all three classes occur. The test files' index
+    runs from 500 so a submission must take it from the file."""
+    _, train = _rows(FIXTURES / "glue/RTE/train.tsv")
+    _, test = _rows(FIXTURES / "glue/RTE/test.tsv")
+    parse = ["promptID", "pairID", "genre", "sentence1_binary_parse", "sentence2_binary_parse",
+             "sentence1_parse", "sentence2_parse"]
+
+    def label(row, n):
+        return row[3] if row[3] == "entailment" else ("contradiction", "neutral")[n % 2]
+
+    def write(name, header, rows):
+        (glue / "MNLI" / name).write_text("\n".join("\t".join(r) for r in [header, *rows]) + "\n")
+
+    (glue / "MNLI").mkdir()
+    filler = ["1", "1e", "fiction", "( a )", "( b )", "(ROOT a)", "(ROOT b)"]
+    write("train.tsv", ["index", *parse, "sentence1", "sentence2", "label1", "gold_label"],
+          [[str(n), *filler, r[1], r[2], label(r, n), label(r, n)] for n, r in enumerate(train[:64])])
+    for name, rows in (("dev_matched.tsv", train[64:96]), ("dev_mismatched.tsv", train[96:128])):
+        write(name, ["index", *parse, "sentence1", "sentence2", *[f"label{i}" for i in range(1, 6)],
+                     "gold_label"],
+              [[str(n), *filler, r[1], r[2], *[label(r, n)] * 5, label(r, n)]
+               for n, r in enumerate(rows)])
+    for name, rows in (("test_matched.tsv", test[:10]), ("test_mismatched.tsv", test[10:])):
+        write(name, ["index", *parse, "sentence1", "sentence2"],
+              [[str(500 + n), *filler, r[1], r[2]] for n, r in enumerate(rows)])
+    (glue / "diagnostic").mkdir()
+    write("../diagnostic/diagnostic.tsv", ["index", "sentence1", "sentence2"],
+          [[str(500 + n), r[1], r[2]] for n, r in enumerate(test[:12])])
+
+
+@pytest.fixture(scope="module")
+def glue_runs(tmp_path_factory, pretrained):
+    root = tmp_path_factory.mktemp("glue")
+    glue = root / "glue"
+    glue.mkdir()
+    for task in FIXTURE_TASKS + ["swag"]:  # swag: not a GLUE task, to be left alone
+        (glue / task).symlink_to(FIXTURES / "glue" / task)
+    _mnli(glue)
+    variables = {"GLUE": str(glue), "MODEL": str(pretrained[0] / "phase2"),
+                 "RUNS": str(root / "runs"), "SEEDS": "1", "LRS": "1e-3",
+                 "SEEDS_RTE": "1 2", "LRS_RTE": "1e-3 5e-4", "EPOCHS": "1", "MAX_SEQ": "64",
+                 "FINETUNE_FLAGS": "--device cpu --log-every 5", "EVAL_FLAGS": "--device cpu"}
+    r = make("glue", variables, "-j2", makefile="glue.mk")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return glue, root / "runs", variables, r
+
+
+def _evals(runs: Path, task: str, split: str) -> dict[tuple[str, int], dict]:
+    """(lr as in the directory name, seed) -> the eval manifest of that run's split."""
+    out = {}
+    for d in sorted((runs / task).glob("lr*-seed*")):
+        lr, seed = d.name[2:].split("-seed")
+        out[lr, int(seed)] = {**manifest(d / split), "dir": d / split}
+    return out
+
+
+def test_glue_pipeline_summary_matches_the_evals(glue_runs):
+    glue, runs, _, first = glue_runs
+    summary_dir = runs / "summary"
+    m = manifest(summary_dir)
+    summary = json.loads((summary_dir / "summary.json").read_text())
+    tasks = {t["task"]: t for t in summary["tasks"]}
+    assert list(tasks) == ["CoLA", "SST-2", "MRPC", "STS-B", "MNLI", "RTE", "WNLI"]
+    assert m["stats"]["tasks"] == list(tasks)
+    assert "# GLUE summary" in first.stdout  # `make glue` shows summary.md
+    # Every run is its own directory with its model and evals (MNLI: two dev, two test, AX).
+    assert sorted(p.name for p in (runs / "RTE").iterdir()) == [
+        "lr1e-3-seed1", "lr1e-3-seed2", "lr5e-4-seed1", "lr5e-4-seed2"]
+    assert sorted(p.name for p in (runs / "MNLI/lr1e-3-seed1").iterdir()) == [
+        "ax", "dev_matched", "dev_mismatched", "model", "test_matched", "test_mismatched"]
+    n_evals = sum(1 for _ in runs.glob("*/lr*-seed*/*/artifact.json")) - sum(
+        1 for _ in runs.glob("*/lr*-seed*/model/artifact.json"))
+    assert len(m["inputs"]) == m["stats"]["evals"] == n_evals == 5 * 2 + 4 * 2 + 5
+
+    for name, t in tasks.items():
+        for split, rows in t["splits"].items():
+            evals = _evals(runs, name, split)
+            main = next(iter(evals.values()))["stats"]["main_metric"]
+            assert t["metric"] == main
+            for row in rows:
+                mine = {seed: e for (lr, seed), e in evals.items() if float(lr) == row["lr"]}
+                values = [mine[s]["metrics"][main] for s in sorted(mine)]
+                assert [r["value"] for r in row["runs"]] == values
+                assert [r["eval"] for r in row["runs"]] == [mine[s]["id"] for s in sorted(mine)]
+                assert row["metrics"][main]["mean"] == pytest.approx(statistics.fmean(values))
+                sd = row["metrics"][main]["sd"]
+                assert sd is None if len(values) == 1 else sd == pytest.approx(statistics.stdev(values))
+    # RTE's grid: the lr with the best mean over seeds, then its best seed.
+    rte = tasks["RTE"]
+    evals = _evals(runs, "RTE", "dev")
+    means = {lr: statistics.fmean(e["metrics"]["accuracy"] for (l2, _), e in evals.items() if l2 == lr)
+             for lr in ("1e-3", "5e-4")}
+    best_lr = max(means, key=lambda lr: (means[lr], float(lr)))
+    assert rte["selected"]["lr"] == float(best_lr)
+    seeds = {s: e["metrics"]["accuracy"] for (lr, s), e in evals.items() if lr == best_lr}
+    assert rte["selected"]["seed"] == max(sorted(seeds), key=lambda s: seeds[s])
+    assert rte["selected"]["model"] == manifest(evals[best_lr, rte["selected"]["seed"]]["dir"])[
+        "inputs"][0]["id"]
+    assert m["metrics"]["RTE/accuracy/mean"] == pytest.approx(means[best_lr])
+    assert m["metrics"]["RTE/accuracy/selected_run"] == seeds[rte["selected"]["seed"]]
+    assert set(summary["missing"]) == {"QQP.tsv", "QNLI.tsv"}
+
+
+def test_glue_pipeline_submission_zip(glue_runs):
+    glue, runs, _, _ = glue_runs
+    summary = json.loads((runs / "summary/summary.json").read_text())
+    tests = {"MNLI-m.tsv": glue / "MNLI/test_matched.tsv", "MNLI-mm.tsv": glue / "MNLI/test_mismatched.tsv",
+             "AX.tsv": glue / "diagnostic/diagnostic.tsv",
+             **{f"{t}.tsv": glue / t / "test.tsv" for t in FIXTURE_TASKS}}
+    with zipfile.ZipFile(runs / "summary/submission.zip") as z:
+        assert sorted(z.namelist()) == sorted(tests)  # every file at the root
+        files = {n: z.read(n).decode() for n in z.namelist()}
+    selected = {t["task"]: t["selected"] for t in summary["tasks"]}
+    for name, test_file in tests.items():
+        lines = files[name].splitlines()
+        assert lines[0] == "index\tprediction"
+        rows = [line.split("\t") for line in lines[1:]]
+        header, test_rows = _rows(test_file)
+        assert [r[0] for r in rows] == [r[header.index("index")] for r in test_rows]
+        assert rows[0][0] != "0"  # the file's own index (100.., 500..), not a row count
+        allowed = FORMATS[name]
+        if allowed is None:
+            assert all(0 <= float(r[1]) < 100 for r in rows)  # STS-B: a float score
+        else:
+            assert {r[1] for r in rows} <= allowed
+        # The predictions are those of the dev-selected run's eval of this test file.
+        task = "MNLI" if name in ("MNLI-m.tsv", "MNLI-mm.tsv", "AX.tsv") else name[:-4]
+        split = {"MNLI-m.tsv": "test_matched", "MNLI-mm.tsv": "test_mismatched",
+                 "AX.tsv": "ax"}.get(name, "test")
+        s = selected[task]
+        run = runs / task / f"lr{'1e-3' if s['lr'] == 1e-3 else '5e-4'}-seed{s['seed']}"
+        assert manifest(run / "model")["id"] == s["model"]
+        _, predicted = _rows(run / split / "predictions.tsv")
+        assert [r[1] for r in rows] == [p[1] for p in predicted]
+    # The CoLA test file has a header its train file lacks: all 20 rows predicted.
+    assert len(files["CoLA.tsv"].splitlines()) == 21
+
+
+def test_glue_pipeline_second_make_does_nothing(glue_runs):
+    _, runs, variables, _ = glue_runs
+    before = mtimes(runs)
+    r = make("glue", variables, makefile="glue.mk")
+    assert r.returncode == 0, r.stderr
+    assert BERTCTL not in r.stdout
+    assert mtimes(runs) == before
+    # A new seed for one task: only that run is made, and the summary again.
+    r = make("glue", {**variables, "SEEDS_WNLI": "1 2"}, "-n", makefile="glue.mk")
+    made = [line.split()[3] for line in r.stdout.splitlines() if line.startswith(BERTCTL)]
+    assert made == ["finetune", "eval", "eval", "glue-summary"], r.stdout
+    outs = [line.split("--out ")[1].split()[0] for line in r.stdout.splitlines() if "--out " in line]
+    run = runs / "WNLI/lr1e-3-seed2"
+    assert outs == [str(run / "model"), str(run / "dev"), str(run / "test"), str(runs / "summary")]
