@@ -59,3 +59,16 @@ def test_random_bytes_in_the_tokens(data, cli, tmp_path):
     assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "tokens.bin: corrupted" in r.stderr
     assert not (tmp_path / "m").exists()
+
+
+def test_a_manifest_without_stats_does_not_decide_what_is_read(data, cli, tmp_path):
+    """The data's own summaries say what it holds; a manifest stripped of its stats (a KeyError
+    before) changes nothing."""
+    import json
+
+    manifest = json.loads((data / "artifact.json").read_text())
+    manifest.pop("stats")
+    (data / "artifact.json").write_text(json.dumps(manifest))
+    r = cli("pretrain", data, "--out", tmp_path / "m", "--steps", "1", "--batch-size", "4",
+            *TINY_MODEL)
+    assert r.exit_code == 0, r.stderr

@@ -94,10 +94,11 @@ def run(config: PretrainSettings, data_dir: str, out: str, force: bool = False,
         from bertctl.train.loop import TrainSettings, pretraining_metrics, train
 
         train_data = PretrainingDataset(data.path, "train")
-        splits = data.manifest.stats["splits"]
+        # From the data's own summaries (read_pretraining_info), not the manifest's stats: a
+        # hand-edited manifest must not decide what is read.
         validation = (PretrainingDataset(data.path, "validation")
-                      if splits.get("validation", {}).get("instances") else None)
-        model = _build_model(config, data.manifest.stats["tokenizer"]["vocab_size"], init,
+                      if train_data.info.stats["validation"].get("instances") else None)
+        model = _build_model(config, train_data.info.vocab_size, init,
                              Path(model_config) if model_config else None)
         _check_agreement(model, data, init)
         # MLM-only data leaves the NSP head without gradients, which DDP must be told.
