@@ -399,7 +399,26 @@ class PretrainSettings(TrainingSettings):
                                      json_schema_extra=_RUN_ONLY)
 
 
-class EvalSettings(TaskSettings):
+class InferenceSettings(StageConfig):
+    """How a stage that only runs the model forward runs it (eval, embed)."""
+
+    precision: Literal["auto", "fp32", "bf16"] = Field(
+        "auto", description="auto: bf16 where the hardware runs bf16 matmuls natively, else "
+        "fp32; fp32; or bf16 autocast (CPU or GPU). Recorded resolved.")
+    threads: int | None = Field(None, ge=1, description="CPU threads; unset: OMP_NUM_THREADS "
+                                "if set, else the cores this process may use.",
+                                json_schema_extra={"identity": False})
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: cuda when "
+                                                   "available.",
+                                                   json_schema_extra={"identity": False})
+
+    @model_validator(mode="before")
+    @classmethod
+    def _auto_precision(cls, data: Any) -> Any:
+        return _resolve_precision(cls, data)
+
+
+class EvalSettings(TaskSettings, InferenceSettings):
     """`bertctl eval`: the task settings (read from the model's task file unless given) plus
     how to run. The label list always comes from the model."""
 
@@ -413,12 +432,6 @@ class EvalSettings(TaskSettings):
                                 "its train and dev files none).")
     batch_size: int = Field(64, ge=1, description="Examples per forward pass.",
                             json_schema_extra={"identity": False})
-    precision: Literal["auto", "fp32", "bf16"] = Field(
-        "auto", description="auto: bf16 where the hardware runs bf16 matmuls natively, else "
-        "fp32; fp32; or bf16 autocast (CPU or GPU). Recorded resolved.")
-    threads: int | None = Field(None, ge=1, description="CPU threads; unset: OMP_NUM_THREADS "
-                                "if set, else the cores this process may use.",
-                                json_schema_extra={"identity": False})
     null_threshold: float | None = Field(None, description="Span QA v2: predict no answer "
                                          "when the null score beats the best span by more "
                                          "than this; unset: the threshold tuned on the dev set "
@@ -426,14 +439,6 @@ class EvalSettings(TaskSettings):
     split: Literal["train", "validation"] | None = Field(
         None, description="Pretrain data only: the split to evaluate; unset: "
         "validation.")
-    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: cuda when "
-                                                   "available.",
-                                                   json_schema_extra={"identity": False})
-
-    @model_validator(mode="before")
-    @classmethod
-    def _auto_precision(cls, data: Any) -> Any:
-        return _resolve_precision(cls, data)
 
 
 class FinetuneSettings(TrainingSettings, TaskSettings):
@@ -495,7 +500,7 @@ class ReportSettings(StageConfig):
                               "artifacts shown.")
 
 
-class EmbedSettings(StageConfig):
+class EmbedSettings(InferenceSettings):
     """`bertctl embed`: a frozen encoder's hidden states as vectors (see bertctl/embeddings.py)."""
 
     text_column: list[str] | None = Field(None, description="Tables: the text column (twice "
@@ -520,19 +525,6 @@ class EmbedSettings(StageConfig):
                             "closes at the first chunk past it).")
     batch_size: int = Field(64, ge=1, description="Windows per forward pass.",
                             json_schema_extra={"identity": False})
-    precision: Literal["auto", "fp32", "bf16"] = Field(
-        "auto", description="auto: bf16 where the hardware runs bf16 matmuls natively, else "
-        "fp32. Recorded resolved.")
-    threads: int | None = Field(None, ge=1, description="CPU threads; unset: the cores this "
-                                "process may use.", json_schema_extra={"identity": False})
-    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: cuda when "
-                                                   "available.",
-                                                   json_schema_extra={"identity": False})
-
-    @model_validator(mode="before")
-    @classmethod
-    def _auto_precision(cls, data: Any) -> Any:
-        return _resolve_precision(cls, data)
 
 
 class GlueSummarySettings(StageConfig):

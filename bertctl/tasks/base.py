@@ -116,6 +116,18 @@ class Family:
         return None
 
 
+def check_options(options_model, spec) -> None:
+    """A family's options (a spec's `options` dict) checked by its pydantic model: ValueError
+    naming the first bad key, as the spec's own validation reports it."""
+    from pydantic import ValidationError
+
+    try:
+        options_model(**spec.options)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise ValueError(f"{'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+
+
 def architecture_name(arch: list[str]) -> str:
     return "/".join(arch) if arch else "a bare encoder (no architectures in config.json)"
 

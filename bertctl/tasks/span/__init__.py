@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from bertctl.tasks.base import Family
+from bertctl.tasks.base import Family, check_options
 from bertctl.tasks.registry import register
 
 
@@ -76,11 +76,7 @@ class Span(Family):
                              "and answers_column, not text or choice columns")
         if spec.labels is not None:
             raise ValueError("a 'span' task has no label list")
-        try:
-            options(spec)
-        except ValidationError as exc:
-            err = exc.errors()[0]
-            raise ValueError(f"{'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+        check_options(SpanOptions, spec)
 
     def check_metric(self, spec) -> None:
         if spec.metric != "squad":

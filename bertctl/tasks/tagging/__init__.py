@@ -34,10 +34,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from bertctl.errors import BertctlError
-from bertctl.tasks.base import Family
+from bertctl.tasks.base import Family, check_options
 from bertctl.tasks.registry import register
 
 # The model is always trained on IOB2 labels: one consistent scheme whatever the files use.
@@ -96,11 +96,7 @@ class Tagging(Family):
                 or spec.choice_prefix_column:
             raise ValueError("a 'tagging' task takes token_column and tag_column, not text, "
                              "context or choice columns")
-        try:
-            options(spec)
-        except ValidationError as exc:
-            err = exc.errors()[0]
-            raise ValueError(f"{'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+        check_options(TaggingOptions, spec)
 
     def check_metric(self, spec) -> None:
         if spec.metric != "conlleval":
