@@ -207,7 +207,8 @@ def _piece_vectors(model, enc: _Encoded, opts: EmbedOptions, device, pad_id: int
         mask = (torch.arange(input_ids.shape[1])[None, :]
                 < torch.from_numpy(lengths[idx])[:, None]).long()
         states = model(input_ids.to(device), types.to(device), mask.to(device),
-                       output_hidden_states=True)["hidden_states"]
+                       output_hidden_states=True,
+                       num_layers=max(opts.layers))["hidden_states"]
         h = combine_layers(states, opts.layers, opts.combine)
         T = h.shape[1]
         flat_src = np.concatenate([j * T + enc.src[i] for j, i in enumerate(idx)])

@@ -179,3 +179,23 @@ def test_text_files_stream_in_bounded_chunks(tmp_path):
     assert [c.first_row for c in chunks] == list(np.cumsum([0] + [len(c.texts)
                                                                  for c in chunks])[:-1])
     assert [t for c in chunks for t in c.texts] == lines
+
+
+def test_lower_layers_run_only_the_layers_they_need(cli, minilm_dir, tmp_path):
+    """--layers 0,2 runs the embeddings and two blocks only; the vectors are still transformers'
+    hidden states 0 and 2."""
+    data = tmp_path / "texts.txt"
+    data.write_text("\n".join(TEXTS[:2]) + "\n", encoding="utf-8")
+    out = tmp_path / "emb"
+    r = cli("embed", minilm_dir, data, "--out", out, "--pool", "tokens", "--layers", "0,2",
+            "--combine", "sum", "--precision", "fp32")
+    assert r.exit_code == 0, r.stderr
+    index, vectors = _read(out)
+    model, tok = _hf(minilm_dir)
+    for row, text in zip(index, TEXTS):
+        enc = tok(text, return_tensors="pt")
+        with torch.no_grad():
+            states = model(**enc, output_hidden_states=True).hidden_states
+        want = (states[0][0] + states[2][0]).numpy()
+        np.testing.assert_allclose(vectors[row["start"]:row["start"] + row["count"]], want,
+                                   atol=1e-5, rtol=0)

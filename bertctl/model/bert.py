@@ -341,16 +341,21 @@ class BertModel(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None,
-                output_hidden_states: bool = False) -> dict[str, Any]:
+                output_hidden_states: bool = False,
+                num_layers: int | None = None) -> dict[str, Any]:
+        """`num_layers`: run only the first layers (features from a lower layer need no more;
+        the outputs then stop at that layer and there is no pooler output)."""
         mask = attention_bias(attention_mask)
         x = self.embeddings(input_ids, token_type_ids)
         states = [x]
-        for layer in self.encoder.layer:
+        layers = self.encoder.layer if num_layers is None else self.encoder.layer[:num_layers]
+        for layer in layers:
             x = layer(x, mask)
             states.append(x)
+        pool = self.pooler is not None and num_layers is None
         return {
             "last_hidden_state": x,
-            "pooler_output": self.pooler(x) if self.pooler is not None else None,
+            "pooler_output": self.pooler(x) if pool else None,
             **({"hidden_states": tuple(states)} if output_hidden_states else {}),
         }
 

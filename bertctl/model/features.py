@@ -87,8 +87,8 @@ class FrozenFeatures(nn.Module):
 
     def forward(self, bert: nn.Module, input_ids, token_type_ids, attention_mask) -> torch.Tensor:
         with torch.no_grad():
-            states = bert(input_ids, token_type_ids, attention_mask,
-                          output_hidden_states=True)["hidden_states"]
+            states = bert(input_ids, token_type_ids, attention_mask, output_hidden_states=True,
+                          num_layers=max(self.layers))["hidden_states"]
         x = combine_layers(states, self.layers, self.combine,
                            getattr(self, "scalar_weights", None), getattr(self, "gamma", None))
         if self.lstm is None:
