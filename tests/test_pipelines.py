@@ -273,3 +273,35 @@ def test_glue_pipeline_second_make_does_nothing(glue_runs):
     outs = [line.split("--out ")[1].split()[0] for line in r.stdout.splitlines() if "--out " in line]
     run = runs / "WNLI/lr1e-3-seed2"
     assert outs == [str(run / "model"), str(run / "dev"), str(run / "test"), str(runs / "summary")]
+
+
+# --- SQuAD and CoNLL-2003 (pipelines/finetune.mk) -------------------------------------------------
+
+@pytest.mark.parametrize("task,files,flags", [
+    ("conll2003", {"DATA": str(FIXTURES / "conll2003")}, "--max-seq-length 32"),
+    ("squad", {"TRAIN": str(FIXTURES / "squad" / "dev-v1.1-sample.json"),
+               "DEV": str(FIXTURES / "squad" / "dev-v1.1-sample.json")},
+     "--max-seq-length 96 --doc-stride 32 --max-query-length 24"),
+])
+def test_finetune_pipeline(tmp_path, minilm_dir, task, files, flags):
+    runs = tmp_path / "runs"
+    variables = {"TASK": task, "MODEL": str(minilm_dir), "RUNS": str(runs), "SEEDS": "1 2",
+                 "LRS": "1e-4", "BATCH": "8", "STEPS": "2",
+                 "FINETUNE_FLAGS": f"--device cpu {flags}", **files}
+    r = make("finetune-summary", variables, makefile="finetune.mk")
+    assert r.returncode == 0, r.stdout + r.stderr
+    splits = ["dev", "model", "test"] if task == "conll2003" and (
+        FIXTURES / "conll2003" / "test.txt").exists() else ["dev", "model"]
+    for seed in ("1", "2"):
+        run = runs / f"lr1e-4-seed{seed}"
+        assert sorted(p.name for p in run.iterdir()) == splits
+        model = manifest(run / "model")
+        assert model["config"]["seed"] == int(seed) and model["config"]["lr"] == 1e-4
+        assert manifest(run / "dev")["stats"]["task"] == task
+    summary = manifest(runs / "summary")
+    assert summary["kind"] == "report"
+    assert len(summary["stats"]["seed_groups"]) == 1            # the two seeds, one lr
+    assert len(summary["stats"]["seed_groups"][0]) == 2
+    before = mtimes(runs)
+    r = make("finetune-summary", variables, makefile="finetune.mk")
+    assert r.returncode == 0 and mtimes(runs) == before        # a second make does nothing
