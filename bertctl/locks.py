@@ -3,8 +3,9 @@
 The lock is `filelock`'s OS lock (flock on Unix) on a hidden file next to the output,
 `.NAME.lock`, so it is released by the kernel when its process dies, however it dies: a lock
 left by a killed run is simply taken by the next one. A run removes the file when it finishes
-(a killed one cannot: its empty file stays until the next run on that output). The holder writes who it is (pid, host,
-start time) into `.NAME.lock.info`, which a second run names in its error. flock works across
+(a killed one cannot: its empty file stays until the next run on that output). The holder
+writes who it is (pid, host, start time) into `.NAME.lock.info`, which a second run names in
+its error. flock works across
 processes of one machine and on NFS v4 and most cluster file systems (Lustre, GPFS) when they
 are mounted with lock support; on a file system without it (some NFS v3 setups) two machines
 may both get the lock: run one writer per output there.
