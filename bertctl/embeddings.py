@@ -30,7 +30,6 @@ import io
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -38,12 +37,11 @@ import torch.nn.functional as F
 
 from bertctl.data.collate import length_grouped_batches, max_context_window, pad_to_tensor
 from bertctl.errors import BertctlError
-from bertctl.model.features import combine_layers, parse_layers  # noqa: F401 (re-exported)
+from bertctl.model.features import combine_layers
 
 VECTORS = "vectors-{:05d}.npy"
 INDEX = "index.parquet"
 TABLE_SUFFIXES = (".tsv", ".csv", ".jsonl", ".json", ".parquet", ".arrow")
-POOLS = ("cls", "mean", "tokens", "words")
 
 
 # --- input ---------------------------------------------------------------------------------------
@@ -94,13 +92,12 @@ def read_chunks(path: Path, text_columns: list[str] | None, rows: int = CHUNK_RO
 
 
 def _table_chunks(path: Path, text_columns: list[str] | None, rows: int) -> Iterator[Chunk]:
-    from bertctl.tasks.files import read_table
+    from bertctl.tasks.files import BY_NAME, read_table
 
     if not text_columns or len(text_columns) > 2:
         raise BertctlError(f"{path}: give the text column of the table with --text-column "
                            "(twice for sentence pairs)")
-    table = read_table(SimpleNamespace(format="auto", quoting=None, header=True,
-                                       column_names=None), path)
+    table = read_table(BY_NAME, path)
     missing = [c for c in text_columns if c not in table.column_names]
     if missing:
         raise BertctlError(f"{path}: no column '{missing[0]}' (columns: "
@@ -251,10 +248,9 @@ def _pool(pieces: torch.Tensor, enc: _Encoded, encodings, chunk: Chunk, pool: st
     words = []
     for r, e in enumerate(encodings):
         text = chunk.texts[r]
-        offs = np.asarray(e.offsets, np.int64)
-        w = np.asarray([-1 if x is None else x for x in e.word_ids], np.int64)
+        w = enc.word_ids[enc.row_offsets[r]:enc.row_offsets[r + 1]]
         keep = w >= 0
-        w, offs = w[keep], offs[keep]
+        w, offs = w[keep], np.asarray(e.offsets, np.int64)[keep]
         firsts = np.flatnonzero(np.r_[True, w[1:] != w[:-1]]) if w.size else w
         lasts = np.r_[firsts[1:] - 1, len(w) - 1] if w.size else w
         words.append([text[int(offs[a, 0]):int(offs[b, 1])] for a, b in zip(firsts, lasts)])

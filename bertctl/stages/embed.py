@@ -9,6 +9,7 @@ from pathlib import Path
 from bertctl import artifacts, console, embeddings, evaluation, hardware
 from bertctl.config import EmbedSettings
 from bertctl.errors import BertctlError
+from bertctl.model.features import parse_layers
 from bertctl.stages import common
 
 
@@ -19,7 +20,7 @@ def run(config: EmbedSettings, model_dir: str, data: Path, out: str, force: bool
     source = common.open_model(model_dir, "model")
     tok, _ = source.tokenizer()
     common.check_reads_task(source, tok, config.max_seq_length)
-    layers = embeddings.parse_layers(config.layers, int(source.hf_config["num_hidden_layers"]))
+    layers = parse_layers(config.layers, int(source.hf_config["num_hidden_layers"]))
     if not data.exists():
         raise BertctlError(f"{data}: no such file or directory")
     device = hardware.resolve_device(config.device)

@@ -19,6 +19,7 @@ import csv
 import math
 import tempfile
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -107,6 +108,11 @@ def _read_delimited_header(path: Path, sep: str, quoting: bool, header: bool) ->
             raise BertctlError(f"{path}: the file is empty") from None
         except (UnicodeDecodeError, csv.Error) as exc:
             raise BertctlError(f"{path}: line {reader.line_num}: cannot read: {exc}") from None
+
+
+# A spec for `read_table` that only says "the format its name says" (readers of tables that are
+# not a task's files: span QA's flat files, tagging tables, embed's input).
+BY_NAME = SimpleNamespace(format="auto", quoting=None, header=True, column_names=None)
 
 
 def _check_json_rows(path: Path) -> None:

@@ -17,13 +17,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 
 # The shared table reader of the other families (TSV/CSV/JSON lines/parquet/save_to_disk).
-from bertctl.tasks.files import read_table, require_columns
+from bertctl.tasks.files import BY_NAME, read_table, require_columns
 from bertctl.errors import BertctlError
 
 
@@ -176,8 +175,7 @@ def _nested_rows(path: Path, doc: dict):
 
 
 def _flat_rows(path: Path, cols: SpanColumns):
-    table = read_table(SimpleNamespace(format="auto", header=True, column_names=None,
-                                        quoting=None), path)
+    table = read_table(BY_NAME, path)
     require_columns(table, [cols.id, cols.context, cols.question, cols.answers], path)
     n = table.num_rows
     ids = table.column(cols.id).to_pylist()

@@ -21,12 +21,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 from typing import ClassVar, Literal
 
 import numpy as np
 
-from bertctl.tasks.files import read_table
+from bertctl.tasks.files import BY_NAME, read_table
 from bertctl.errors import BertctlError
 
 DOCSTART = "-DOCSTART-"
@@ -195,8 +194,6 @@ def _read_columns(path: Path, token_column: Column, tag_column: Column,
 
 # --- tables --------------------------------------------------------------------------------------
 
-# `read_table` takes a task spec; of it, tables only use the format (told from the path here).
-_TABLE_SPEC = SimpleNamespace(format="auto", quoting=None, header=True, column_names=None)
 
 
 def _table_column(table, column: Column, path: Path, what: str) -> str:
@@ -244,7 +241,7 @@ def _read_tag_table(path: Path, token_column: Column | None, tag_column: Column 
                     labels: tuple[str, ...] | None) -> TaggedExamples:
     import pyarrow as pa
 
-    table = read_table(_TABLE_SPEC, path)
+    table = read_table(BY_NAME, path)
     if table.num_rows == 0:
         raise BertctlError(f"{path}: no rows")
     tok_name = _table_column(table, TABLE_TOKEN_COLUMN if token_column is None else token_column,
