@@ -32,13 +32,16 @@ class Result:
         return json.loads(self.stdout)
 
 
+def invoke(*args):
+    """Run bertctl in-process with typer's CliRunner; returns exit code, stdout and stderr.
+    (Module- and session-scoped fixtures call it directly; tests take the `cli` fixture.)"""
+    result = CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=False)
+    return Result(result.exit_code, result.stdout, result.stderr)
+
+
 @pytest.fixture
 def cli():
-    """Run bertctl in-process with typer's CliRunner; returns exit code, stdout and stderr."""
-    def run(*args):
-        result = CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=False)
-        return Result(result.exit_code, result.stdout, result.stderr)
-    return run
+    return invoke
 
 
 def run_bertctl(*args, timeout=300, **kwargs):

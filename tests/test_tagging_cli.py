@@ -38,14 +38,8 @@ def _finetune(cli, minilm_dir, out, data, *extra):
 @pytest.fixture(scope="module")
 def iob1_model(tmp_path_factory, minilm_dir):
     """A model fine-tuned on the original IOB1 files (train and dev)."""
-    from typer.testing import CliRunner
+    from conftest import invoke as cli
 
-    from bertctl.cli import app
-    from conftest import Result
-
-    def cli(*args):
-        res = CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=False)
-        return Result(res.exit_code, res.stdout, res.stderr)
     out = tmp_path_factory.mktemp("tagging") / "iob1"
     return out, _finetune(cli, minilm_dir, out, IOB1_TRAIN, "--dev", IOB1_DEV)
 

@@ -29,14 +29,8 @@ def _finetune(cli, minilm_dir, out, task, data, *extra):
 
 @pytest.fixture(scope="module")
 def v2_model(tmp_path_factory, minilm_dir):
-    from typer.testing import CliRunner
+    from conftest import invoke as cli
 
-    from bertctl.cli import app
-    from conftest import Result
-
-    def cli(*args):
-        res = CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=False)
-        return Result(res.exit_code, res.stdout, res.stderr)
     out = tmp_path_factory.mktemp("span") / "v2"
     return out, _finetune(cli, minilm_dir, out, "squad_v2", V2)
 
