@@ -212,7 +212,7 @@ def run_bertctl(train_path: Path, data: Path, model_dir: Path, a) -> dict:
     cmd = [sys.executable, "-m", "bertctl", "finetune", str(model_dir), str(train_path),
            "--dev", str(data / "valid.txt"), "--out", str(out / "model"), "--seed", str(a.seed),
            "--epochs", str(a.epochs), "--batch-size", str(a.batch_size), "--lr", str(a.lr),
-           "--precision", "fp32", "--eval-every", "100000000", *common]
+           "--precision", "fp32", "--eval-every", "100000000", *common, *a.bertctl_args.split()]
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"bertctl failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stderr}")
@@ -255,7 +255,8 @@ def spawn(tool: str, train: Path, seed: int, a) -> dict:
            "--seed", str(seed), "--data", str(a.data), "--model", str(a.model),
            "--work", str(a.work), "--epochs", str(a.epochs), "--batch-size", str(a.batch_size),
            "--lr", str(a.lr), "--max-seq-length", str(a.max_seq_length),
-           "--doc-stride", str(a.doc_stride), "--threads", str(a.threads)]
+           "--doc-stride", str(a.doc_stride), "--threads", str(a.threads),
+           f"--bertctl-args={a.bertctl_args}"]
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     if proc.returncode != 0:
         return {"error": (proc.stderr.strip().splitlines() or ["?"])[-1]}
@@ -279,6 +280,7 @@ def main() -> None:
     p.add_argument("--doc-stride", type=int, default=64)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--plain-only", action="store_true", help="run the transformers half alone")
+    p.add_argument("--bertctl-args", default="", help="more finetune flags, e.g. '--no-pack'")
     p.add_argument("--work", default=None)
     p.add_argument("--run-one", choices=["bertctl", "transformers"], help=argparse.SUPPRESS)
     p.add_argument("--train-file", help=argparse.SUPPRESS)

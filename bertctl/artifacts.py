@@ -41,7 +41,8 @@ SCHEMA_VERSIONS: dict[str, int] = {"tokenizer": 1, "pretrain-data": 1, "model": 
 # pretrain-data 2: masked positions sampled per prediction; model 2: length-grouping windows of 8;
 # model 3: step 1 trains the order's first batch. Not a revision: finetune's group_by_length
 # default turning off (#10), since the id hashes the resolved setting (a default run gets a new id,
-# an artifact made grouped keeps its own, still what the code makes from its settings).
+# an artifact made grouped keeps its own, still what the code makes from its settings); nor
+# finetune's `pack` (on by default), a new setting that every id made since hashes.
 REVISIONS: dict[str, int] = {"pretrain-data": 2, "model": 3}
 _TMP_MARK = ".tmp-"
 

@@ -460,6 +460,10 @@ class FinetuneSettings(TrainingSettings, TaskSettings):
     group_by_length: bool = Field(False, description="Batch examples of similar length "
                                   "together: less padding, faster, but measured to cost "
                                   "accuracy on small data (see the README).")
+    pack: bool = Field(True, description="Lay each training batch out with several sequences "
+                       "per row (attention kept inside each sequence): the same examples and "
+                       "loss as padded batches, less padding. Sentence-level and tagging heads; "
+                       "others always pad.")
     keep: Literal["best", "last"] = Field("best", description="Keep the weights with the best "
                                           "validation metric, or the last ones.")
     eval_batch_size: int = Field(64, ge=1, description="Examples per validation forward pass.",

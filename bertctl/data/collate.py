@@ -72,3 +72,62 @@ def max_context_window(spans: Sequence[tuple[int, int]], positions: np.ndarray) 
     b = np.array([s[1] for s in spans])[:, None]
     score = np.minimum(positions - a, b - 1 - positions) + 0.01 * (b - a)
     return np.argmax(np.where((positions >= a) & (positions < b), score, -np.inf), axis=0)
+
+
+def pack_batch(batch: dict[str, torch.Tensor], capacity: int, pad_id: int,
+               label_pad: int = -100) -> dict[str, torch.Tensor]:
+    """A padded (B, T) batch with several sequences per row: the same examples and the same
+    loss, less padding.
+
+    Random batches of short, mixed-length sequences are mostly padding (1.4x to 3x the real
+    tokens on GLUE and CoNLL); grouping by length removes it but changes which examples meet in a
+    step, which cost accuracy (`length_grouped_batches`). Packing keeps the batch as drawn and
+    only lays it out tighter: sequences go into rows of at most `capacity` tokens (first fit,
+    longest first), the attention mask holds each token's sequence number in its row (1, 2, ...;
+    0 = padding) so attention stays inside a sequence, `position_ids` restart at each sequence,
+    and (unless the labels are per token) `sequence_starts` gives each sequence's [CLS] as a
+    flat row * width + column index.
+    The model then computes for each sequence what it would unpacked (`model.bert.
+    attention_bias`). Per-example `labels` (B,) are reordered to the order of `sequence_starts`;
+    per-token `labels` (B, T) move with their tokens, `label_pad` on padding.
+    """
+    mask = batch["attention_mask"].numpy()
+    B, T = mask.shape
+    lengths = mask.sum(1)
+    capacity = max(capacity, T)
+    row, col = np.empty(B, dtype=np.int64), np.empty(B, dtype=np.int64)
+    fill: list[int] = []
+    for i in np.argsort(-lengths, kind="stable").tolist():   # per example, not per token
+        n = int(lengths[i])
+        r = next((r for r, used in enumerate(fill) if used + n <= capacity), len(fill))
+        if r == len(fill):
+            fill.append(0)
+        row[i], col[i] = r, fill[r]
+        fill[r] += n
+    rows, width = len(fill), max(fill)
+    src = np.arange(T)[None, :] < lengths[:, None]
+    dst = ((row * width + col)[:, None] + np.arange(T)[None, :])[src]
+
+    def place(values: np.ndarray, pad: int) -> torch.Tensor:
+        out = np.full(rows * width, pad, dtype=np.int64)
+        out[dst] = values[src]
+        return torch.from_numpy(out.reshape(rows, width))
+
+    order = np.lexsort((col, row))                 # sequences in row-major order
+    sorted_rows = row[order]
+    number = np.empty(B, dtype=np.int64)
+    number[order] = np.arange(B) - np.searchsorted(sorted_rows, sorted_rows) + 1
+    packed = {
+        "input_ids": place(batch["input_ids"].numpy(), pad_id),
+        "token_type_ids": place(batch["token_type_ids"].numpy(), 0),
+        "attention_mask": place(np.broadcast_to(number[:, None], (B, T)), 0),
+        "position_ids": place(np.broadcast_to(np.arange(T), (B, T)), 0),
+    }
+    labels = batch.get("labels")
+    if labels is not None and labels.dim() == 2:
+        packed["labels"] = place(labels.numpy(), label_pad).to(labels.dtype)
+    else:   # a sequence-level head: it reads each sequence's [CLS]
+        packed["sequence_starts"] = torch.from_numpy((row * width + col)[order])
+        if labels is not None:
+            packed["labels"] = labels[torch.from_numpy(order)]
+    return packed

@@ -172,14 +172,18 @@ class BertEmbeddings(nn.Module):
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
-    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None,
+                position_ids: torch.Tensor | None = None) -> torch.Tensor:
         seq_len = input_ids.size(1)
         if seq_len > self.position_embeddings.num_embeddings:
             raise ValueError(f"sequence length {seq_len} exceeds max_position_embeddings "
                              f"{self.position_embeddings.num_embeddings}")
         x = self.word_embeddings(input_ids)
-        # Positions are always 0..T-1, so slicing the table is a lookup without an index tensor.
-        x = x + self.position_embeddings.weight[:seq_len]
+        if position_ids is None:
+            # Positions 0..T-1: slicing the table is a lookup without an index tensor.
+            x = x + self.position_embeddings.weight[:seq_len]
+        else:  # a packed batch: positions restart at each sequence
+            x = x + self.position_embeddings(position_ids)
         if token_type_ids is None:
             x = x + self.token_type_embeddings.weight[0]
         else:
@@ -284,8 +288,17 @@ class BertPooler(nn.Module):
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
 
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(self.dense(hidden[:, 0]))
+    def forward(self, first: torch.Tensor) -> torch.Tensor:
+        """`first`: the [CLS] hidden states, (N, H)."""
+        return torch.tanh(self.dense(first))
+
+
+def first_tokens(hidden: torch.Tensor, sequence_starts: torch.Tensor | None) -> torch.Tensor:
+    """Each sequence's [CLS] state: column 0 of each row, or the `sequence_starts` (flat
+    row * T + column indices) of a packed batch."""
+    if sequence_starts is None:
+        return hidden[:, 0]
+    return hidden.flatten(0, 1)[sequence_starts]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -306,15 +319,24 @@ def init_bert_weights(module: nn.Module, std: float) -> None:
         nn.init.zeros_(module.bias)
 
 
-def attention_bias(attention_mask: torch.Tensor | None) -> torch.Tensor | None:
-    """HF's (B, T) 1 = token / 0 = padding mask as SDPA's boolean (B, 1, 1, T) "may attend".
+def attention_bias(attention_mask: torch.Tensor | None, packed: bool = False
+                   ) -> torch.Tensor | None:
+    """HF's (B, T) 1 = token / 0 = padding mask as SDPA's boolean "may attend" mask.
 
-    A batch without padding gets None, which lets SDPA use its fastest unmasked kernel.
-    Padded query rows still attend to the real tokens, so no row is ever fully masked unless a
-    sequence has no tokens at all.
+    Unpacked: (B, 1, 1, T); a batch without padding gets None, which lets SDPA use its fastest
+    unmasked kernel. Padded query rows still attend to the real tokens, so no row is ever fully
+    masked unless a sequence has no tokens at all.
+
+    Packed (see `data.collate.pack_batch`): the mask holds each token's sequence number in its
+    row (1, 2, ...; 0 = padding) and a token attends only to its own sequence: a block-diagonal
+    (B, 1, T, T) mask, so each sequence's outputs are those it would have alone.
     """
     if attention_mask is None:
         return None
+    if packed:
+        seq = attention_mask
+        same = (seq[:, :, None] == seq[:, None, :]) | (seq[:, :, None] == 0)
+        return (same & (seq[:, None, :] > 0))[:, None]
     keep = attention_mask.bool()
     if keep.all():
         return None
@@ -327,6 +349,11 @@ class BertModel(nn.Module):
     forward(input_ids, token_type_ids=None, attention_mask=None, output_hidden_states=False)
     returns {"last_hidden_state": (B, T, H), "pooler_output": (B, H) or None,
              "hidden_states": tuple of L + 1 tensors (embeddings first), if asked}.
+
+    A packed batch (several sequences per row, `data.collate.pack_batch`) also passes
+    `position_ids` (restarting at each sequence) and, for the pooler, `sequence_starts`: the
+    flat (row * T + column) index of each sequence's [CLS], in the order of its labels; its
+    pooler_output is then (number of sequences, H).
     """
 
     def __init__(self, config: BertConfig, add_pooling_layer: bool = True):
@@ -342,11 +369,13 @@ class BertModel(nn.Module):
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None,
                 output_hidden_states: bool = False,
-                num_layers: int | None = None) -> dict[str, Any]:
+                num_layers: int | None = None,
+                position_ids: torch.Tensor | None = None,
+                sequence_starts: torch.Tensor | None = None) -> dict[str, Any]:
         """`num_layers`: run only the first layers (features from a lower layer need no more;
         the outputs then stop at that layer and there is no pooler output)."""
-        mask = attention_bias(attention_mask)
-        x = self.embeddings(input_ids, token_type_ids)
+        mask = attention_bias(attention_mask, packed=position_ids is not None)
+        x = self.embeddings(input_ids, token_type_ids, position_ids)
         states = [x]
         layers = self.encoder.layer if num_layers is None else self.encoder.layer[:num_layers]
         for layer in layers:
@@ -355,7 +384,7 @@ class BertModel(nn.Module):
         pool = self.pooler is not None and num_layers is None
         return {
             "last_hidden_state": x,
-            "pooler_output": self.pooler(x) if pool else None,
+            "pooler_output": self.pooler(first_tokens(x, sequence_starts)) if pool else None,
             **({"hidden_states": tuple(states)} if output_hidden_states else {}),
         }
 
@@ -382,4 +411,4 @@ def flops_per_token(config: BertConfig, seq_len: int, mlm_fraction: float = 0.15
 
 
 __all__ = ["ACTIVATIONS", "BertConfig", "BertModel", "PRESETS", "attention_bias",
-           "flops_per_token", "init_bert_weights"]
+           "first_tokens", "flops_per_token", "init_bert_weights"]

@@ -85,10 +85,11 @@ class FrozenFeatures(nn.Module):
     def settings(self) -> dict:
         return {"layers": list(self.layers), "combine": self.combine, "head": self.head}
 
-    def forward(self, bert: nn.Module, input_ids, token_type_ids, attention_mask) -> torch.Tensor:
+    def forward(self, bert: nn.Module, input_ids, token_type_ids, attention_mask,
+                position_ids=None) -> torch.Tensor:
         with torch.no_grad():
             states = bert(input_ids, token_type_ids, attention_mask, output_hidden_states=True,
-                          num_layers=max(self.layers))["hidden_states"]
+                          num_layers=max(self.layers), position_ids=position_ids)["hidden_states"]
         x = combine_layers(states, self.layers, self.combine,
                            getattr(self, "scalar_weights", None), getattr(self, "gamma", None))
         if self.lstm is None:

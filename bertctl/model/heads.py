@@ -13,7 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertctl.model.bert import ACTIVATIONS, BertConfig, BertModel, init_bert_weights
+from bertctl.model.bert import (ACTIVATIONS, BertConfig, BertModel, first_tokens,
+                                init_bert_weights)
 from bertctl.model.features import FrozenFeatures
 
 IGNORE_INDEX = -100  # label value for positions that carry no target (HF's convention)
@@ -23,6 +24,7 @@ class BertWithHead(nn.Module):
     """The encoder at `bert` plus a head; subclasses build the head and call `_init_head()`."""
 
     add_pooling_layer = True
+    supports_packing = False   # see `packs`
 
     def __init__(self, config: BertConfig, features: dict[str, Any] | None = None):
         super().__init__()
@@ -41,11 +43,21 @@ class BertWithHead(nn.Module):
             self.bert.eval()   # a frozen encoder's features are fixed: no dropout
         return self
 
-    def _sequence(self, input_ids, token_type_ids, attention_mask) -> torch.Tensor:
+    @property
+    def packs(self) -> bool:
+        """Whether training batches may be packed (`data.collate.pack_batch`): true for heads
+        that read each sequence on its own tokens, false for a BiLSTM, which would run on
+        across the sequences of a row."""
+        return self.supports_packing and (self.features is None or self.features.lstm is None)
+
+    def _sequence(self, input_ids, token_type_ids, attention_mask,
+                  position_ids=None) -> torch.Tensor:
         """(B, T, width): the last hidden state, or the frozen encoder's features."""
         if self.features is not None:
-            return self.features(self.bert, input_ids, token_type_ids, attention_mask)
-        return self.bert(input_ids, token_type_ids, attention_mask)["last_hidden_state"]
+            return self.features(self.bert, input_ids, token_type_ids, attention_mask,
+                                 position_ids)
+        return self.bert(input_ids, token_type_ids, attention_mask,
+                         position_ids=position_ids)["last_hidden_state"]
 
     def _feature_config(self) -> dict[str, Any]:
         # Not a transformers key: transformers would load such a checkpoint's classifier onto
@@ -169,6 +181,7 @@ class BertForSequenceClassification(BertWithHead):
     """Dropout + linear on the pooled [CLS]: classification (CE) or regression (MSE, 1 output)."""
 
     PROBLEM_TYPES = ("single_label_classification", "regression")
+    supports_packing = True
 
     def __init__(self, config: BertConfig, num_labels: int | None = None,
                  problem_type: str = "single_label_classification",
@@ -185,11 +198,16 @@ class BertForSequenceClassification(BertWithHead):
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None,
-                labels: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+                labels: torch.Tensor | None = None,
+                position_ids: torch.Tensor | None = None,
+                sequence_starts: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         if self.features is not None:   # feature-based: the combined [CLS] vector
-            pooled = self._sequence(input_ids, token_type_ids, attention_mask)[:, 0]
+            pooled = first_tokens(self._sequence(input_ids, token_type_ids, attention_mask,
+                                                 position_ids), sequence_starts)
         else:
-            pooled = self.bert(input_ids, token_type_ids, attention_mask)["pooler_output"]
+            pooled = self.bert(input_ids, token_type_ids, attention_mask,
+                               position_ids=position_ids,
+                               sequence_starts=sequence_starts)["pooler_output"]
         if self.problem_type == "regression":
             # A score is read as a number, not an argmax: bf16's 8 bits of mantissa would round
             # STS-B's 0-5 scores to steps of 1/64 and tie their ranks (Spearman). One output
@@ -283,6 +301,7 @@ class BertForTokenClassification(BertWithHead):
     """Per-token labels (NER tagging); positions labelled IGNORE_INDEX carry no loss."""
 
     add_pooling_layer = False
+    supports_packing = True
 
     def __init__(self, config: BertConfig, num_labels: int = 2,
                  features: dict[str, Any] | None = None):
@@ -292,8 +311,9 @@ class BertForTokenClassification(BertWithHead):
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None,
-                labels: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        hidden = self._sequence(input_ids, token_type_ids, attention_mask)
+                labels: torch.Tensor | None = None,
+                position_ids: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        hidden = self._sequence(input_ids, token_type_ids, attention_mask, position_ids)
         logits = self.classifier(self.dropout(hidden))
         out = {"logits": logits}
         if labels is not None:

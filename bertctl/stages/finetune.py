@@ -13,22 +13,28 @@ import numpy as np
 
 from bertctl import console
 from bertctl.config import FinetuneSettings
+from bertctl.data.collate import pack_batch
 from bertctl.errors import BertctlError
 from bertctl.stages import common
 
 
 class TaskData:
-    """Task features as the training loop's data source."""
+    """Task features as the training loop's data source; `pack_to`: rows of packed batches
+    (`data.collate.pack_batch`) of at most this many tokens, or None for padded batches."""
 
-    def __init__(self, features):
+    def __init__(self, features, pack_to: int | None = None):
         self.features = features
         self.lengths = features.lengths
+        self.pack_to = pack_to
 
     def __len__(self) -> int:
         return len(self.features)
 
     def batch(self, indices: np.ndarray, epoch: int):
-        return self.features.batch(indices, epoch)
+        batch = self.features.batch(indices, epoch)
+        if self.pack_to is None:
+            return batch
+        return pack_batch(batch, self.pack_to, self.features.pad_id)
 
 
 def _data_files(spec, train: Path, dev: Path | None) -> tuple[Path, Path | None]:
@@ -127,7 +133,8 @@ def run(config: FinetuneSettings, model_dir: str, train_path: str, out: str, for
 
         def fit():
             with console.training_progress(f"fine-tuning {spec.name}", config.steps) as on_log:
-                return train(model, TaskData(train_features), settings, work,
+                pack_to = config.max_seq_length if config.pack and model.packs else None
+                return train(model, TaskData(train_features, pack_to), settings, work,
                              evaluate=evaluate, select=select, on_log=on_log)
 
         def write(result, tmp: Path) -> dict:

@@ -184,10 +184,11 @@ def _check_precision(precision: str, device: torch.device) -> None:
 
 
 def _count_tokens(batch: dict[str, Any], n: int) -> int:
-    """Non-pad tokens: the attention mask's ones, or every position if there is no mask."""
+    """Non-pad tokens: the attention mask's non-zeros (a packed batch numbers its sequences),
+    or every position if there is no mask."""
     mask = batch.get("attention_mask")
     if isinstance(mask, torch.Tensor):
-        return int(mask.sum())
+        return int(torch.count_nonzero(mask))
     ids = batch.get("input_ids")
     return int(ids.numel()) if isinstance(ids, torch.Tensor) else n
 
