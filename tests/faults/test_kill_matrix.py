@@ -30,7 +30,7 @@ KILLPOINT = Path(__file__).with_name("killpoint.py")
 TIMED = {"metrics.jsonl", "README.md"}
 # tokenizers' WordPiece trainer breaks ties between equally frequent merges by hash-map order,
 # which changes from process to process (huggingface/tokenizers#1794, fix proposed in #2066):
-# two uninterrupted `tokenize` runs already differ there. README "Known limitations".
+# two uninterrupted `tokenize` runs already differ there (README, `bertctl tokenize`).
 UNSTABLE = {"tokenize": {"vocab.txt", "tokenizer.json"}}
 
 BEFORE_PUBLISH = ("bertctl.artifacts:_replace", 1, "before")     # all written, not yet renamed
@@ -158,3 +158,18 @@ def test_sigterm_exits_130_with_one_line_and_only_documented_leftovers(tmp_path,
     else:
         assert left == [], left
         assert "interrupted" in last or "aborted" in last, r.stderr
+
+
+@pytest.mark.parametrize("stage", ["tokenize", "build-pretrain-data", "pretrain", "finetune",
+                                   "eval", "embed"])
+def test_a_second_run_on_the_same_out_fails_at_once_naming_the_holder(tmp_path, stages, stage):
+    from bertctl import locks
+
+    commands, _ = stages
+    out = tmp_path / "out"
+    with locks.output_lock(out):
+        r = run([*commands[stage], "--out", out])
+    assert r.returncode == 2, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert f"pid {os.getpid()}" in r.stderr and "--wait" in r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == []    # nothing started, nothing left
