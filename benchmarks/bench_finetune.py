@@ -196,9 +196,7 @@ def run_bertctl(task, data_dir, model_dir, a):
            "--epochs", str(a.epochs), "--batch-size", str(a.batch_size), "--lr", str(a.lr),
            "--max-seq-length", str(a.max_seq_length), "--precision", a.precision,
            "--keep", "last", "--eval-every", "100000000", "--json", "--force"]
-    grouping = getattr(a, "group_by_length", None)  # None: bertctl's default
-    if grouping is not None:
-        cmd.append("--group-by-length" if grouping else "--no-group-by-length")
+    cmd += getattr(a, "bertctl_flags", [])   # a variant's batching flags; none: the defaults
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"bertctl failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stderr}")
@@ -225,6 +223,7 @@ def run_bertctl(task, data_dir, model_dir, a):
 def run_one(a) -> None:
     os.environ["HF_HUB_OFFLINE"] = "1"
     data_dir, model_dir = Path(a.data_dir), Path(a.model)
+    a.bertctl_flags = ["--group-by-length"] if a.group_by_length else []
     fn = run_bertctl if a.run_one == "bertctl" else run_transformers
     print(json.dumps(fn(a.task, data_dir, model_dir, a)))
 

@@ -10,9 +10,11 @@ file, with the same seeds for every variant (paired), lr, batch size, epochs, wa
 steps, then linear decay), weight decay 0.01 (not on biases and LayerNorm), Adam eps 1e-6,
 gradient clipping 1.0, max length (pairs truncated longest-first) and precision:
 
-- `default`: `bertctl finetune` (the real CLI) with its default batching;
-- `ungrouped` / `grouped`: the same with `--no-group-by-length` / `--group-by-length` (a variant
-  equal to the default is not run twice: the table says which one the default is);
+- `default`: `bertctl finetune` (the real CLI) with its default batching: random batches,
+  packed (several sequences per row, the same examples and loss as padded ones);
+- `padded`: the same with `--no-pack`: random batches padded to their longest row (the default
+  before packing; the saved runs labelled so ran before `--pack` existed);
+- `grouped`: `--group-by-length` (length-grouped batches; the saved runs are padded ones);
 - `plain`: a hand-written PyTorch loop over transformers' `BertForSequenceClassification`
   (`from_pretrained`, new head after `torch.manual_seed(seed)`), `BertTokenizerFast`, batches of
   a `torch.randperm` per epoch padded to their longest row, AdamW + linear schedule, bf16
@@ -48,7 +50,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_finetune import (DEFAULT_GLUE, TASKS, capped_copy, default_model,  # noqa: E402
                             hf_examples, run_bertctl)
 
-VARIANTS = ("default", "ungrouped", "grouped", "plain")
+VARIANTS = ("default", "padded", "grouped", "plain")
+FLAGS = {"default": [], "padded": ["--no-pack"], "grouped": ["--group-by-length"]}
 
 
 def run_plain(task, data_dir, model_dir, a):
@@ -143,15 +146,9 @@ def run_one(a) -> None:
     if a.run_one == "plain":
         result = run_plain(a.task, data_dir, model_dir, a)
     else:
-        a.group_by_length = {"default": None, "ungrouped": False, "grouped": True}[a.run_one]
+        a.bertctl_flags = FLAGS[a.run_one]
         result = run_bertctl(a.task, data_dir, model_dir, a)
     print(json.dumps(result))
-
-
-def default_grouping() -> bool:
-    from bertctl.config import FinetuneSettings
-
-    return FinetuneSettings.model_fields["group_by_length"].default
 
 
 def summary(values: list[float]) -> tuple[float, float, float]:
@@ -160,7 +157,7 @@ def summary(values: list[float]) -> tuple[float, float, float]:
     return mean, sd, sd / math.sqrt(len(values))
 
 
-def table(results: list[dict], same: str) -> str:
+def table(results: list[dict]) -> str:
     """Per task and training-set size, per variant: mean ± sd of the main dev metric over
     seeds, its standard error, the difference from the plain loop's mean in units of the plain
     loop's SE and of the difference's own SE, sqrt(SE^2 + SE_plain^2), and seconds per epoch."""
@@ -182,8 +179,7 @@ def table(results: list[dict], same: str) -> str:
                 cells = [f"{d:+.4f}", f"{d / plain[2]:+.2f}" if plain[2] > 0 else "-",
                          f"{d / se_d:+.2f}" if se_d > 0 else "-"]
             secs = statistics.fmean(r["train_seconds"] / r["epochs"] for r in by[v])
-            name = f"{v} ({same})" if v == "default" else v
-            lines.append([task, str(n), name, key, f"{mean:.4f} ± {sd:.4f} ({len(by[v])})",
+            lines.append([task, str(n), v, key, f"{mean:.4f} ± {sd:.4f} ({len(by[v])})",
                           f"{se:.4f}", *cells, f"{secs:.1f}"])
     widths = [max(len(x) for x in col) for col in zip(head, *lines)]
     out = [" | ".join(h.ljust(w) for h, w in zip(head, widths)),
@@ -223,16 +219,15 @@ def main() -> None:
         run_one(a)
         return
 
-    same = "grouped" if default_grouping() else "ungrouped"
     if a.from_json:
-        print(table([r for f in a.from_json for r in json.loads(f.read_text())], same))
+        print(table([r for f in a.from_json for r in json.loads(f.read_text())]))
         return
 
     from bertctl import hardware
 
     model = a.model or default_model()
     rows = None if a.rows == "all" else int(a.rows)
-    variants = [v for v in a.variants if v != same or "default" not in a.variants]
+    variants = a.variants
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS=str(a.threads),
                MKL_NUM_THREADS=str(a.threads))
@@ -240,8 +235,7 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     print(f"machine: {hardware.describe()}\nmodel {model}; rows {a.rows}; seeds {a.seeds}; "
           f"epochs {a.epochs:g}, batch {a.batch_size}, lr {a.lr:g}, length {a.max_seq_length}, "
-          f"{a.precision}, {a.threads} thread(s) per run, {a.parallel} at once; bertctl's "
-          f"default is {same}", flush=True)
+          f"{a.precision}, {a.threads} thread(s) per run, {a.parallel} at once", flush=True)
 
     jobs = []
     for task in a.tasks:
@@ -271,7 +265,7 @@ def main() -> None:
         a.json_out.write_text(json.dumps(results, indent=1))
 
     print()
-    print(table(results, same))
+    print(table(results))
 
 
 if __name__ == "__main__":
