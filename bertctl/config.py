@@ -510,6 +510,11 @@ class EmbedSettings(InferenceSettings):
     text_column: list[str] | None = Field(None, description="Tables: the text column (twice "
                                           "for sentence pairs); a plain text file has one item "
                                           "per line.")
+    token_column: str | None = Field(None, description="A CoNLL-style token file (one word "
+                                     "per line, a blank line between sentences, -DOCSTART- "
+                                     "lines skipped): the field of the word, 0 the first. Each "
+                                     "sentence is a row; --pool words gives one vector per word "
+                                     "of the file.")
     layers: str = Field("-1", description="Hidden states to use: indices as transformers "
                         "numbers them (0 the embeddings layer, -1 the last layer), "
                         "comma-separated, or all.")

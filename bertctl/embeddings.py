@@ -49,8 +49,9 @@ TABLE_SUFFIXES = (".tsv", ".csv", ".jsonl", ".json", ".parquet", ".arrow")
 @dataclass
 class Chunk:
     first_row: int
-    texts: list[str]
+    texts: list[str] | list[list[str]]   # a token file's rows are their lists of words
     pairs: list[str] | None = None
+    pretokenized: bool = False
 
 
 def is_table(path: Path) -> bool:
@@ -64,11 +65,15 @@ CHUNK_ROWS, CHUNK_CHARS = 8192, 100_000
 
 
 def read_chunks(path: Path, text_columns: list[str] | None, rows: int = CHUNK_ROWS,
-                chars: int = CHUNK_CHARS) -> Iterator[Chunk]:
+                chars: int = CHUNK_CHARS, token_column: str | None = None) -> Iterator[Chunk]:
     """The input in chunks of at most `rows` rows and about `chars` characters: a plain text
-    file one item per line (streamed), or a table's one or two text columns."""
+    file one item per line (streamed), a table's one or two text columns, or (`token_column`)
+    the sentences of a CoNLL-style token file, streamed, each row a sentence's words."""
     if not path.exists():
         raise BertctlError(f"{path}: file not found")
+    if token_column is not None:
+        yield from _token_file_chunks(path, token_column, rows, chars)
+        return
     if is_table(path):
         yield from _table_chunks(path, text_columns, min(rows, 1024))
         return
@@ -89,6 +94,24 @@ def read_chunks(path: Path, text_columns: list[str] | None, rows: int = CHUNK_RO
                 first, texts, size = first + len(texts), [], 0
     if texts:
         yield Chunk(first, texts)
+
+
+def _token_file_chunks(path: Path, token_column: str, rows: int, chars: int) -> Iterator[Chunk]:
+    from bertctl.tasks.tagging.reader import column_sentences
+
+    if is_table(path):
+        raise BertctlError(f"{path}: --token-column reads CoNLL-style token files (one word per "
+                           "line, a blank line between sentences), not tables")
+    sentences: list[list[str]] = []
+    first = size = 0
+    for _, _, words, _ in column_sentences(path, token_column):
+        sentences.append(words)
+        size += sum(map(len, words)) + len(words)
+        if len(sentences) == rows or size >= chars:
+            yield Chunk(first, sentences, pretokenized=True)
+            first, sentences, size = first + len(sentences), [], 0
+    if sentences:
+        yield Chunk(first, sentences, pretokenized=True)
 
 
 def _table_chunks(path: Path, text_columns: list[str] | None, rows: int) -> Iterator[Chunk]:
@@ -153,6 +176,9 @@ def _encode(tok, chunk: Chunk, max_len: int, stride: int | None) -> tuple[_Encod
     if chunk.pairs is not None:
         tok.enable_truncation(max_len, strategy="longest_first")
         encodings = tok.encode_batch(list(zip(chunk.texts, chunk.pairs)))
+    elif chunk.pretokenized:
+        tok.no_truncation()
+        encodings = _encode_words(tok, chunk.texts)
     else:
         tok.no_truncation()
         encodings = tok.encode_batch(chunk.texts)
@@ -192,6 +218,20 @@ def _encode(tok, chunk: Chunk, max_len: int, stride: int | None) -> tuple[_Encod
             enc.src.append(src)
             enc.dst.append(dst)
     return enc, encodings
+
+
+def _encode_words(tok, sentences: list[list[str]]) -> list:
+    """Encodings of pre-split words in which every word has at least one piece: a word the
+    tokenizer turns into nothing (a control character, an odd space) becomes the unknown token,
+    so that each of the file's words gets a vector, as in tagging."""
+    encodings = tok.encode_batch(sentences, is_pretokenized=True)
+    unk = tok.model.unk_token if hasattr(tok.model, "unk_token") else "[UNK]"
+    for r, (words, e) in enumerate(zip(sentences, encodings)):
+        seen = {w for w in e.word_ids if w is not None}
+        if len(seen) < len(words):
+            fixed = [w if i in seen else unk for i, w in enumerate(words)]
+            encodings[r] = tok.encode(fixed, is_pretokenized=True)
+    return encodings
 
 
 def _piece_vectors(model, enc: _Encoded, opts: EmbedOptions, device, pad_id: int) -> torch.Tensor:
@@ -245,6 +285,8 @@ def _pool(pieces: torch.Tensor, enc: _Encoded, encodings, chunk: Chunk, pool: st
     vectors = _segment_mean(pieces[torch.from_numpy(np.flatnonzero(real))], word_of_piece,
                             n_words)
     counts = np.bincount(row_of_piece[real][new_word], minlength=n_rows)
+    if chunk.pretokenized:       # the file's own words, one vector each (see _encode_words)
+        return vectors, counts, [list(w) for w in chunk.texts]
     words = []
     for r, e in enumerate(encodings):
         text = chunk.texts[r]

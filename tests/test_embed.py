@@ -199,3 +199,38 @@ def test_lower_layers_run_only_the_layers_they_need(cli, minilm_dir, tmp_path):
         want = (states[0][0] + states[2][0]).numpy()
         np.testing.assert_allclose(vectors[row["start"]:row["start"] + row["count"]], want,
                                    atol=1e-5, rtol=0)
+
+
+def test_a_conll_token_file_gets_one_vector_per_word(cli, minilm_dir, tmp_path):
+    """--token-column: each sentence of a CoNLL file is a row and each of its words (the file's
+    own tokens, whatever the tokenizer makes of them) a vector equal to transformers' mean over
+    the word's pieces of the same words (`is_split_into_words`)."""
+    sentences = [["EU", "rejects", "German", "call", "to", "boycott", "British", "lamb", "."],
+                 ["Peter", "Blackburn"],
+                 ["naïveté", "\u0007", "Zürich", "1996-08-22"]]   # a word with no piece
+    lines = ["-DOCSTART- -X- -X- O", ""]
+    for words in sentences:
+        lines += [f"{w} NN O O" for w in words] + [""]
+    data = tmp_path / "valid.txt"
+    data.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = tmp_path / "emb"
+    r = cli("embed", minilm_dir, data, "--out", out, "--pool", "words", "--token-column", "0",
+            "--layers=-1,-2", "--precision", "fp32", "--device", "cpu")
+    assert r.exit_code == 0, r.stderr
+    index, vectors = _read(out)
+    assert [row["row"] for row in index] == [0, 1, 2]
+    assert [row["words"] for row in index] == sentences
+    assert [row["count"] for row in index] == [len(s) for s in sentences]
+    model, tok = _hf(minilm_dir)
+    for row, words in zip(index, sentences[:2]):
+        enc = tok(words, is_split_into_words=True, return_tensors="pt")
+        with torch.no_grad():
+            states = model(**enc, output_hidden_states=True).hidden_states
+        h = torch.cat([states[6][0], states[5][0]], dim=-1).numpy()
+        word_ids = enc.word_ids()
+        want = np.stack([h[[j for j, w in enumerate(word_ids) if w == i]].mean(0)
+                         for i in range(len(words))])
+        np.testing.assert_allclose(vectors[row["start"]:row["start"] + row["count"]], want,
+                                   atol=1e-5, rtol=0)
+    r = cli("embed", minilm_dir, data, "--out", tmp_path / "e2", "--token-column", "7")
+    assert r.exit_code == 2 and "no token column 7" in r.stderr and "valid.txt:3" in r.stderr

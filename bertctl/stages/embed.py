@@ -41,7 +41,8 @@ def run(config: EmbedSettings, model_dir: str, data: Path, out: str, force: bool
         with console.progress("embedding", total=None, unit="rows") as bar, \
                 evaluation.inference(model, device, config.precision):
             stats = embeddings.write(model, tok, embeddings.read_chunks(
-                data, config.text_column), opts, tmp, device, config.shard_rows,
+                data, config.text_column, token_column=config.token_column), opts, tmp,
+                device, config.shard_rows,
                 progress=lambda n: bar.update(n))
         seconds = time.monotonic() - started
         console.log(f"{stats['rows']:,} rows -> {stats['vectors']:,} vectors of {stats['dim']} "

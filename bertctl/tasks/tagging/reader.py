@@ -19,6 +19,7 @@ per sentence, so an error can name `file:line` without keeping the lines.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Literal
@@ -132,23 +133,37 @@ def _field_index(column: Column, names: tuple[str, ...] | None, path: Path, what
 
 def _read_columns(path: Path, token_column: Column, tag_column: Column,
                   column_names: tuple[str, ...] | None) -> TaggedExamples:
-    tok_i = _field_index(token_column, column_names, path, "token")
-    tag_i = _field_index(tag_column, column_names, path, "tag")
     words: list[str] = []
     tags: list[str] = []
     offsets, doc_ids, lines = [0], [], []
+    for line, doc, sentence, sentence_tags in column_sentences(path, token_column, tag_column,
+                                                              column_names):
+        words += sentence
+        tags += sentence_tags
+        offsets.append(len(words))
+        doc_ids.append(doc)
+        lines.append(line)
+    if not words:
+        raise BertctlError(f"{path}: no sentences (expected one word per line, "
+                           "a blank line between sentences)")
+    return TaggedExamples(path=str(path), words=words, tags=np.array(tags, dtype=str),
+                          offsets=np.array(offsets, dtype=np.int64),
+                          doc_ids=np.array(doc_ids, dtype=np.int64),
+                          lines=np.array(lines, dtype=np.int64), line_kind="line")
+
+
+def column_sentences(path: Path, token_column: Column, tag_column: Column | None = None,
+                     column_names: tuple[str, ...] | None = None
+                     ) -> Iterator[tuple[int, int, list[str], list[str]]]:
+    """A column file's sentences, streamed: (line of the first word, document number, words,
+    tags). Without `tag_column` (embedding a token file) the tags are empty lists."""
+    tok_i = _field_index(token_column, column_names, path, "token")
+    tag_i = None if tag_column is None else _field_index(tag_column, column_names, path, "tag")
+    words: list[str] = []
+    tags: list[str] = []
     width = None
     doc = 0
     start_line = 0    # line of the open sentence's first word; 0 while none is open
-
-    def close():
-        nonlocal start_line
-        if start_line:
-            offsets.append(len(words))
-            doc_ids.append(doc)
-            lines.append(start_line)
-            start_line = 0
-
     with open(path, "rb") as f:
         for lineno, raw in enumerate(f, 1):
             try:     # line by line, so that an undecodable byte is reported on its own line
@@ -157,12 +172,11 @@ def _read_columns(path: Path, token_column: Column, tag_column: Column,
                 raise BertctlError(f"{path}:{lineno}: not UTF-8 text ({exc.reason})") from None
             fields = line.strip(_ASCII_SPACE).split() if _SIMPLE.match(line) else \
                 _FIELD_SEP.split(line.strip(_ASCII_SPACE))
-            if fields == [""] or not fields:
-                close()
-                continue
-            if fields[0] == DOCSTART:
-                close()
-                doc += 1
+            if fields == [""] or not fields or fields[0] == DOCSTART:
+                if start_line:
+                    yield start_line, doc, words, tags
+                    words, tags, start_line = [], [], 0
+                doc += bool(fields) and fields[0] == DOCSTART
                 continue
             if width is None:
                 width = len(fields)
@@ -170,10 +184,10 @@ def _read_columns(path: Path, token_column: Column, tag_column: Column,
                     raise BertctlError(f"{path}:{lineno}: {width} columns but "
                                        f"{len(column_names)} column names ({', '.join(column_names)})")
                 for i, what in ((tok_i, "token"), (tag_i, "tag")):
-                    if not -width <= i < width:
+                    if i is not None and not -width <= i < width:
                         raise BertctlError(f"{path}:{lineno}: no {what} column {i} "
                                            f"(the line has {width} columns)")
-                if tok_i % width == tag_i % width:
+                if tag_i is not None and tok_i % width == tag_i % width:
                     raise BertctlError(f"{path}: the token and tag columns are the same column")
             elif len(fields) != width:
                 raise BertctlError(f"{path}:{lineno}: {len(fields)} columns, expected {width} "
@@ -181,15 +195,10 @@ def _read_columns(path: Path, token_column: Column, tag_column: Column,
             if not start_line:
                 start_line = lineno
             words.append(fields[tok_i])
-            tags.append(fields[tag_i])
-    close()
-    if not words:
-        raise BertctlError(f"{path}: no sentences (expected one word per line, "
-                           "a blank line between sentences)")
-    return TaggedExamples(path=str(path), words=words, tags=np.array(tags, dtype=str),
-                          offsets=np.array(offsets, dtype=np.int64),
-                          doc_ids=np.array(doc_ids, dtype=np.int64),
-                          lines=np.array(lines, dtype=np.int64), line_kind="line")
+            if tag_i is not None:
+                tags.append(fields[tag_i])
+    if start_line:
+        yield start_line, doc, words, tags
 
 
 # --- tables --------------------------------------------------------------------------------------
