@@ -2,7 +2,7 @@
 head on frozen features from various layers, all through bertctl's CLI.
 
     /work/main/.venv/bin/python benchmarks/bench_feature_ablation.py \
-        [--max-train-sentences 2000] [--epochs 3] [--threads 2] [--seed 0]
+        [--max-train-sentences 2000] [--epochs 3] [--threads 2] [--seeds 0 1 2]
 
 Rows (all-MiniLM-L6-v2, 6 layers, so "last four" are layers 3-6):
 - fine-tuning (lr `--lr`, the whole model trained, linear token head);
@@ -12,7 +12,8 @@ Rows (all-MiniLM-L6-v2, 6 layers, so "last four" are layers 3-6):
 Each trains on the same training file (the first `--max-train-sentences` sentences of
 ../shared/data/conll2003/train.txt, whole documents kept; the full file without the flag), scores
 the full dev file (valid.txt) with `bertctl eval` (conlleval's entity F1), and reports the
-training seconds (from the model's metrics.jsonl, evaluation excluded) and the dev F1.
+training seconds (from the model's metrics.jsonl, evaluation excluded) and the dev F1; with
+several seeds (the same for every row), the mean ± sd of each.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -86,7 +88,7 @@ def main() -> None:
     p.add_argument("--lr", type=float, default=5e-5)
     p.add_argument("--feature-lr", type=float, default=1e-3)
     p.add_argument("--max-seq-length", type=int, default=128)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seeds", type=int, nargs="+", default=[0])
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--precision", default="auto")
     p.add_argument("--work", type=Path, default=None)
@@ -101,29 +103,39 @@ def main() -> None:
     bertctl = [sys.executable, "-m", "bertctl"]
     print(f"machine: {torch.backends.cpu.get_cpu_capability()}, {a.threads} thread(s); "
           f"CoNLL-2003 {train.name}, all-MiniLM-L6-v2, {a.epochs} epochs, batch {a.batch_size}, "
-          f"seed {a.seed}, precision {a.precision}")
+          f"seeds {a.seeds}, precision {a.precision}, lr {a.lr} (fine-tuning) / {a.feature_lr} "
+          "(frozen)")
     results = []
-    for name, frozen in ROWS:
-        out = work / name.replace(" ", "_").replace(",", "").replace("(", "").replace(")", "")
-        cmd = [*bertctl, "finetune", model, str(train), "--dev", str(a.data / "valid.txt"),
-               "--task", "conll2003", "--out", str(out / "model"), "--epochs", str(a.epochs),
-               "--batch-size", str(a.batch_size), "--seed", str(a.seed), "--max-seq-length",
-               str(a.max_seq_length), "--precision", a.precision, "--eval-every", "100000000",
-               "--keep", "last", "--json", "--force"]
-        if frozen is None:
-            cmd += ["--lr", str(a.lr)]
-        else:
-            cmd += ["--lr", str(a.feature_lr), "--freeze-encoder", f"--features={frozen[0]}",
-                    "--combine", frozen[1], "--head", "bilstm"]
-        run(cmd, env)
-        ev = run([*bertctl, "eval", str(out / "model"), str(a.data / "valid.txt"), "--out",
-                  str(out / "dev"), "--json", "--force"], env)
-        seconds = train_seconds(out / "model", a.batch_size)
-        results.append({"row": name, "dev_f1": ev["metrics"]["f1"], "train_seconds": seconds})
-        print(f"{name:28s} dev F1 {ev['metrics']['f1']:6.2f}  training {seconds:7.1f}s",
-              flush=True)
+    for seed in a.seeds:
+        for name, frozen in ROWS:
+            slug = name.replace(" ", "_").replace(",", "").replace("(", "").replace(")", "")
+            out = work / f"{slug}-{seed}"
+            cmd = [*bertctl, "finetune", model, str(train), "--dev", str(a.data / "valid.txt"),
+                   "--task", "conll2003", "--out", str(out / "model"), "--epochs", str(a.epochs),
+                   "--batch-size", str(a.batch_size), "--seed", str(seed), "--max-seq-length",
+                   str(a.max_seq_length), "--precision", a.precision, "--eval-every",
+                   "100000000", "--keep", "last", "--json", "--force"]
+            if frozen is None:
+                cmd += ["--lr", str(a.lr)]
+            else:
+                cmd += ["--lr", str(a.feature_lr), "--freeze-encoder", f"--features={frozen[0]}",
+                        "--combine", frozen[1], "--head", "bilstm"]
+            run(cmd, env)
+            ev = run([*bertctl, "eval", str(out / "model"), str(a.data / "valid.txt"), "--out",
+                      str(out / "dev"), "--json", "--force"], env)
+            seconds = train_seconds(out / "model", a.batch_size)
+            results.append({"row": name, "seed": seed, "dev_f1": ev["metrics"]["f1"],
+                            "train_seconds": seconds})
+            print(f"seed {seed} {name:28s} dev F1 {ev['metrics']['f1']:6.2f}  training "
+                  f"{seconds:7.1f}s", flush=True)
     (work / "ablation.json").write_text(json.dumps(results, indent=2))
-    print(f"results: {work / 'ablation.json'}")
+    print(f"\nresults: {work / 'ablation.json'}")
+    print("row | dev F1 mean ± sd | training s (mean)")
+    for name, _ in ROWS:
+        f1 = [r["dev_f1"] for r in results if r["row"] == name]
+        secs = [r["train_seconds"] for r in results if r["row"] == name]
+        sd = f" ± {statistics.stdev(f1):.2f}" if len(f1) > 1 else ""
+        print(f"{name} | {statistics.fmean(f1):.2f}{sd} ({len(f1)}) | {statistics.fmean(secs):.0f}")
 
 
 if __name__ == "__main__":
