@@ -320,6 +320,11 @@ class TrainingSettings(StageConfig):
                                          "gradients accumulate up to --batch-size. Unset: "
                                          "batch size / processes.", json_schema_extra=_RUN_ONLY)
     lr: float = Field(1e-4, gt=0, description="Peak learning rate.")
+    gradient_checkpointing: bool = Field(False, description="Keep only each encoder layer's "
+                                         "input and recompute the layer in the backward pass: "
+                                         "much less activation memory for about a third more "
+                                         "compute; the same gradients.",
+                                         json_schema_extra=_RUN_ONLY)
     weight_decay: float = Field(0.01, ge=0, description="AdamW weight decay (not on biases and "
                                 "LayerNorm).")
     warmup: float = Field(0.1, ge=0, description="Linear warm-up: a fraction of the steps if "

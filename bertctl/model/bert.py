@@ -14,6 +14,7 @@ from functools import partial
 from typing import Any
 
 import torch
+import torch.utils.checkpoint
 import torch.nn.functional as F
 from torch import nn
 
@@ -365,6 +366,11 @@ class BertModel(nn.Module):
         # checkpoints free of unused weights.
         self.pooler = BertPooler(config) if add_pooling_layer else None
         self.apply(lambda m: init_bert_weights(m, config.initializer_range))
+        # Activation recomputation: keep only each layer's input for the backward pass and run
+        # the layer again there (the training loop's --gradient-checkpointing). Dropout draws
+        # the same masks the second time (checkpoint restores the RNG), so gradients are the
+        # ones computed without it.
+        self.gradient_checkpointing = False
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None,
@@ -378,8 +384,12 @@ class BertModel(nn.Module):
         x = self.embeddings(input_ids, token_type_ids, position_ids)
         states = [x]
         layers = self.encoder.layer if num_layers is None else self.encoder.layer[:num_layers]
+        recompute = self.gradient_checkpointing and self.training and torch.is_grad_enabled()
         for layer in layers:
-            x = layer(x, mask)
+            if recompute:
+                x = torch.utils.checkpoint.checkpoint(layer, x, mask, use_reentrant=False)
+            else:
+                x = layer(x, mask)
             states.append(x)
         pool = self.pooler is not None and num_layers is None
         return {
