@@ -320,6 +320,9 @@ class TrainingSettings(StageConfig):
                                          "gradients accumulate up to --batch-size. Unset: "
                                          "batch size / processes.", json_schema_extra=_RUN_ONLY)
     lr: float = Field(1e-4, gt=0, description="Peak learning rate.")
+    optimizer: Literal["adamw", "lamb"] = Field(
+        "adamw", description="AdamW, or LAMB (layer-wise trust ratios, for very large batches as "
+        "in NVIDIA's BERT recipe; see bertctl/train/optim.py).")
     gradient_checkpointing: bool = Field(False, description="Keep only each encoder layer's "
                                          "input and recompute the layer in the backward pass: "
                                          "much less activation memory for about a third more "

@@ -529,3 +529,17 @@ def test_gradient_checkpointing_gives_the_same_gradients_and_training(tmp_path):
     a, b = plain.model.state_dict(), resumed.model.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert without_timing(records(work)) == without_timing(records(tmp_path / "plain"))
+
+
+def test_lamb_trains_and_resumes_bit_exactly(tmp_path):
+    data = RepeatedTokens()
+    settings = {**RESUME_BASE, "optimizer": "lamb", "lr": 1e-2}
+    full = train(tiny_pretraining(), data, TrainSettings(**settings), tmp_path / "full")
+    losses = [r["loss"] for r in records(tmp_path / "full", "train")]
+    assert losses[-1] < losses[0]
+    work = tmp_path / "part"
+    train(tiny_pretraining(), data, TrainSettings(**settings, stop_after=6), work)
+    resumed = train(tiny_pretraining(seed=4), data, TrainSettings(**settings), work)
+    assert resumed.resumed_from == 6
+    a, b = full.model.state_dict(), resumed.model.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
