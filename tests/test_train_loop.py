@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import threading
+import traceback
 from pathlib import Path
 
 import numpy as np
@@ -543,3 +545,31 @@ def test_lamb_trains_and_resumes_bit_exactly(tmp_path):
     assert resumed.resumed_from == 6
     a, b = full.model.state_dict(), resumed.model.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_one_host_sync_per_step(tmp_path, monkeypatch):
+    """On a GPU every read of a device value back to Python stalls the pipeline. The step loop
+    reads one tensor per step (loss, gradient norm, step metrics and counts together, to stop on
+    NaN before the update) and nothing else: counted here on the CPU, where the same code runs."""
+    calls = []
+    for name in ("item", "tolist", "cpu", "__float__", "__int__", "__bool__", "numpy"):
+        original = getattr(torch.Tensor, name)
+
+        def counting(self, *args, _original=original, _name=name, **kwargs):
+            # The batches are built on the host in the loader thread: only the step's thread
+            # touches device values.
+            if threading.current_thread() is threading.main_thread():
+                f = traceback.extract_stack(limit=2)[0]
+                calls.append((_name, f"{Path(f.filename).name}:{f.lineno}"))
+            return _original(self, *args, **kwargs)
+        monkeypatch.setattr(torch.Tensor, name, counting)
+    data = RepeatedTokens()
+    steps = 6
+    settings = TrainSettings(steps=steps, batch_size=8, micro_batch_size=4, lr=1e-3,
+                             log_every=1000, checkpoint_every=None)
+    model = tiny_pretraining()
+    calls.clear()
+    train(model, data, settings, tmp_path, step_metrics=pretraining_metrics)
+    per_step = [c for c in calls if c[0] == "tolist"]
+    assert len(per_step) == steps, calls
+    assert len(calls) == steps, calls        # and nothing else: no mask, loss or norm reads

@@ -324,9 +324,11 @@ def attention_bias(attention_mask: torch.Tensor | None, packed: bool = False
                    ) -> torch.Tensor | None:
     """HF's (B, T) 1 = token / 0 = padding mask as SDPA's boolean "may attend" mask.
 
-    Unpacked: (B, 1, 1, T); a batch without padding gets None, which lets SDPA use its fastest
-    unmasked kernel. Padded query rows still attend to the real tokens, so no row is ever fully
-    masked unless a sequence has no tokens at all.
+    Unpacked: (B, 1, 1, T). Padded query rows still attend to the real tokens, so no row is
+    ever fully masked unless a sequence has no tokens at all. A batch without padding is best
+    passed without a mask (the training loop drops an all-ones mask while the batch is still on
+    the host), which lets SDPA use its fastest unmasked kernel; checking for that here would
+    read the mask back from the device, a stall per forward pass on a GPU.
 
     Packed (see `data.collate.pack_batch`): the mask holds each token's sequence number in its
     row (1, 2, ...; 0 = padding) and a token attends only to its own sequence: a block-diagonal
@@ -338,10 +340,7 @@ def attention_bias(attention_mask: torch.Tensor | None, packed: bool = False
         seq = attention_mask
         same = (seq[:, :, None] == seq[:, None, :]) | (seq[:, :, None] == 0)
         return (same & (seq[:, None, :] > 0))[:, None]
-    keep = attention_mask.bool()
-    if keep.all():
-        return None
-    return keep[:, None, None, :]
+    return attention_mask.bool()[:, None, None, :]
 
 
 class BertModel(nn.Module):

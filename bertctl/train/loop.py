@@ -193,6 +193,18 @@ def _count_tokens(batch: dict[str, Any], n: int) -> int:
     return int(ids.numel()) if isinstance(ids, torch.Tensor) else n
 
 
+def _without_full_mask(batch: dict[str, Any]) -> dict[str, Any]:
+    """The batch without its attention mask when nothing is padding (a packed batch's mask
+    carries its sequence numbers and stays): decided here, on the host, in the loader thread,
+    so that the model never reads a mask back from the device to find out
+    (model.bert.attention_bias)."""
+    mask = batch.get("attention_mask")
+    if (isinstance(mask, torch.Tensor) and mask.device.type == "cpu"
+            and "position_ids" not in batch and bool((mask == 1).all())):
+        return {k: v for k, v in batch.items() if k != "attention_mask"}
+    return batch
+
+
 def _append_jsonl(path: Path, record: dict[str, Any]) -> None:
     with open(path, "a", encoding="utf-8") as fh:
         fh.write(json.dumps(record) + "\n")
@@ -381,6 +393,7 @@ def train(model: nn.Module, train_data: DataSource, settings: TrainSettings, wor
         for m in range(rank, num_micro, world):
             b = train_data.batch(indices[m * micro:(m + 1) * micro], epoch)
             tokens += _count_tokens(b, micro)
+            b = _without_full_mask(b)
             if pin:
                 b = {k: v.pin_memory() if isinstance(v, torch.Tensor) else v for k, v in b.items()}
             batches.append(b)
@@ -476,15 +489,18 @@ def train(model: nn.Module, train_data: DataSource, settings: TrainSettings, wor
             scaler.unscale_(optimizer)
             norm = torch.nn.utils.clip_grad_norm_(
                 raw.parameters(), s.max_grad_norm if s.max_grad_norm is not None else math.inf)
-            # One collective and one host sync per step: the global loss (needed every step to
-            # stop on NaN before the update), the step metrics and the throughput counts.
+            # One collective and one host sync per step: the global loss and gradient norm
+            # (needed every step to stop on NaN before the update), the step metrics and the
+            # throughput counts. (The norm is already global: clipping reduced it.)
             names = sorted(sums)
             packed = torch.stack([loss_sum] + [x.double() for n in names for x in sums[n]]
                                  + [torch.tensor(float(tokens), dtype=torch.float64, device=device),
                                     torch.tensor(float(examples), dtype=torch.float64,
                                                  device=device)])
-            values = dist.all_reduce_sum(packed).tolist()
-            grad_norm = float(norm)
+            reduced = dist.all_reduce_sum(packed)
+            values = torch.cat([reduced, norm.detach().double().reshape(1).to(reduced.device)
+                                ]).tolist()
+            grad_norm = values.pop()
             loss_value = values[0]
             if not math.isfinite(loss_value) or (s.precision != "fp16"
                                                  and not math.isfinite(grad_norm)):
