@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from bertctl import hardware
-from bertctl.data.collate import length_grouped_batches
+from bertctl.data.collate import length_grouped_batches, without_full_mask
 from bertctl.train import distributed as dist
 
 Batches = Iterable[tuple[np.ndarray, dict[str, torch.Tensor]]]
@@ -73,7 +73,7 @@ def predict(model: torch.nn.Module, source_batches: Batches, device: str | torch
     with inference(model, device, precision):
         for indices, inputs in source_batches:
             indices = np.asarray(indices, dtype=np.int64).reshape(-1)
-            out = model(**hardware.to_device(inputs, device))
+            out = model(**hardware.to_device(without_full_mask(inputs), device))
             for name, value in out.items():
                 if isinstance(value, torch.Tensor) and value.dim() >= 1 and value.size(0) == len(indices):
                     chunks.setdefault(name, []).append(_numpy(value))
@@ -162,8 +162,9 @@ def evaluate_pretraining(model: torch.nn.Module, dataset, batch_size: int,
     with inference(model, device, precision):
         for local in batches:
             indices = subset[local]
-            batch = hardware.to_device(dataset.batch(indices, epoch=0), device)
-            out = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"],
+            batch = hardware.to_device(without_full_mask(dataset.batch(indices, epoch=0)),
+                                       device)
+            out = model(batch["input_ids"], batch["token_type_ids"], batch.get("attention_mask"),
                         labels=batch["labels"])
             targets = out["mlm_targets"]
             logits = out["mlm_logits"].float()

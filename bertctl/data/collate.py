@@ -74,6 +74,18 @@ def max_context_window(spans: Sequence[tuple[int, int]], positions: np.ndarray) 
     return np.argmax(np.where((positions >= a) & (positions < b), score, -np.inf), axis=0)
 
 
+def without_full_mask(batch: dict) -> dict:
+    """The batch without its attention mask when nothing is padding (a packed batch's mask
+    carries its sequence numbers and stays). Decided while the batch is still on the host, so
+    that the model never reads a mask back from the device to find out
+    (`model.bert.attention_bias`), and SDPA can take its unmasked kernel."""
+    mask = batch.get("attention_mask")
+    if (isinstance(mask, torch.Tensor) and mask.device.type == "cpu"
+            and "position_ids" not in batch and bool((mask == 1).all())):
+        return {k: v for k, v in batch.items() if k != "attention_mask"}
+    return batch
+
+
 def pack_batch(batch: dict[str, torch.Tensor], capacity: int, pad_id: int,
                label_pad: int = -100) -> dict[str, torch.Tensor]:
     """A padded (B, T) batch with several sequences per row: the same examples and the same

@@ -326,9 +326,10 @@ def attention_bias(attention_mask: torch.Tensor | None, packed: bool = False
 
     Unpacked: (B, 1, 1, T). Padded query rows still attend to the real tokens, so no row is
     ever fully masked unless a sequence has no tokens at all. A batch without padding is best
-    passed without a mask (the training loop drops an all-ones mask while the batch is still on
-    the host), which lets SDPA use its fastest unmasked kernel; checking for that here would
-    read the mask back from the device, a stall per forward pass on a GPU.
+    passed without a mask (training and evaluation drop an all-ones mask while the batch is
+    still on the host: `data.collate.without_full_mask`), which lets SDPA use its fastest
+    unmasked kernel; checking for that here would read the mask back from the device, a stall
+    per forward pass on a GPU.
 
     Packed (see `data.collate.pack_batch`): the mask holds each token's sequence number in its
     row (1, 2, ...; 0 = padding) and a token attends only to its own sequence: a block-diagonal

@@ -34,7 +34,7 @@ from pydantic import Field, field_validator
 from torch import nn
 
 from bertctl.config import TrainingSettings
-from bertctl.data.collate import length_grouped_batches
+from bertctl.data.collate import length_grouped_batches, without_full_mask
 from bertctl import hardware
 from bertctl.errors import BertctlError
 from bertctl.train import checkpoint as ckpt
@@ -191,18 +191,6 @@ def _count_tokens(batch: dict[str, Any], n: int) -> int:
         return int(torch.count_nonzero(mask))
     ids = batch.get("input_ids")
     return int(ids.numel()) if isinstance(ids, torch.Tensor) else n
-
-
-def _without_full_mask(batch: dict[str, Any]) -> dict[str, Any]:
-    """The batch without its attention mask when nothing is padding (a packed batch's mask
-    carries its sequence numbers and stays): decided here, on the host, in the loader thread,
-    so that the model never reads a mask back from the device to find out
-    (model.bert.attention_bias)."""
-    mask = batch.get("attention_mask")
-    if (isinstance(mask, torch.Tensor) and mask.device.type == "cpu"
-            and "position_ids" not in batch and bool((mask == 1).all())):
-        return {k: v for k, v in batch.items() if k != "attention_mask"}
-    return batch
 
 
 def _append_jsonl(path: Path, record: dict[str, Any]) -> None:
@@ -393,7 +381,7 @@ def train(model: nn.Module, train_data: DataSource, settings: TrainSettings, wor
         for m in range(rank, num_micro, world):
             b = train_data.batch(indices[m * micro:(m + 1) * micro], epoch)
             tokens += _count_tokens(b, micro)
-            b = _without_full_mask(b)
+            b = without_full_mask(b)
             if pin:
                 b = {k: v.pin_memory() if isinstance(v, torch.Tensor) else v for k, v in b.items()}
             batches.append(b)
