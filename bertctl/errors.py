@@ -31,6 +31,13 @@ class DiskFull(BertctlError):
         super().__init__(f"no space left on device writing {path}")
 
 
+class WorkerDied(BertctlError):
+    """A worker process was killed or crashed (the OOM killer, a signal): exit code 1 (the
+    environment, not the input); nothing is written."""
+
+    exit_code = 1
+
+
 # torch's zip writer reports a short write as a RuntimeError with these words, not as ENOSPC.
 _SHORT_WRITE = ("unexpected pos", "file write failed", "PytorchStreamWriter failed")
 

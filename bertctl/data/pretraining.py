@@ -54,7 +54,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import chain
@@ -68,6 +67,7 @@ from bertctl.data.pretraining_masking import (
     ranges)
 from bertctl.data.pretraining_shards import (
     FORMAT, FORMAT_VERSION, ShardWriter, slice_tag, token_dtype, write_json)
+from bertctl.data.workers import OrderedWorkers
 from bertctl.config import PretrainingDataSettings
 from bertctl.errors import BertctlError
 
@@ -378,44 +378,11 @@ def _chunked(documents: Iterable[Sequence[str]], chunk_chars: int):
         yield index, first, buf
 
 
-_WORKER: _ChunkBuilder | None = None
-
-
-def _init_worker(tokenizer_json: str, config: PretrainingDataSettings) -> None:
-    global _WORKER
-    # Parallelism comes from the worker processes; don't let each start a thread pool too.
+def _chunk_builder(tokenizer_json: str, config: PretrainingDataSettings) -> _ChunkBuilder:
+    # Parallelism comes from the worker processes; don't let each start a thread pool too
+    # (inherited by forked workers; also silences tokenizers' fork warning).
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    _WORKER = _ChunkBuilder(tokenizer_json, config)
-
-
-def _worker_pool(workers: int, tokenizer_json: str, config: PretrainingDataSettings):
-    """A process pool whose workers hold a _ChunkBuilder.
-
-    Where fork exists (Linux) the workers are forked: they start in milliseconds, share the
-    parent's memory pages and inherit the builder, and they only run numpy and tokenizers code,
-    never anything (console, logging) whose locks another thread of the parent could hold.
-    Elsewhere they are spawned and build their own."""
-    import multiprocessing as mp
-    global _WORKER
-    if "fork" not in mp.get_all_start_methods():
-        return mp.get_context("spawn").Pool(workers, _init_worker, (tokenizer_json, config))
-    saved = os.environ.get("TOKENIZERS_PARALLELISM")
-    # Inherited by the children: one thread each (also silences tokenizers' fork warning).
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    _WORKER = _ChunkBuilder(tokenizer_json, config)
-    try:
-        return mp.get_context("fork").Pool(workers)  # the workers are forked here
-    finally:
-        _WORKER = None
-        if saved is None:
-            del os.environ["TOKENIZERS_PARALLELISM"]
-        else:
-            os.environ["TOKENIZERS_PARALLELISM"] = saved
-
-
-def _build_in_worker(task: tuple[int, int, list]) -> dict:
-    assert _WORKER is not None
-    return _WORKER.build(*task)
+    return _ChunkBuilder(tokenizer_json, config)
 
 
 def default_workers() -> int:
@@ -482,15 +449,17 @@ def build_pretraining_data(documents: Iterable[Sequence[str]], tokenizer: Tokeni
             for task in tasks():
                 consume(builder.build(*task))
         else:
-            with _worker_pool(workers, tokenizer_json, config) as pool:
-                pending: deque = deque()
-                for task in tasks():
-                    pending.append(pool.apply_async(_build_in_worker, (task,)))
-                    # Bounded look-ahead; results are consumed in chunk order.
-                    while len(pending) > 2 * workers or (pending and pending[0].ready()):
-                        consume(pending.popleft().get())
-                while pending:
-                    consume(pending.popleft().get())
+            saved = os.environ.get("TOKENIZERS_PARALLELISM")
+            try:
+                pool = OrderedWorkers(workers, _chunk_builder, (tokenizer_json, config), _WHERE)
+            finally:
+                if saved is None:
+                    os.environ.pop("TOKENIZERS_PARALLELISM", None)
+                else:
+                    os.environ["TOKENIZERS_PARALLELISM"] = saved
+            with pool:
+                for result in pool.map(tasks(), label=lambda t: f"chunk {t[0]}"):
+                    consume(result)
         shards = {s: w.close() for s, w in writers.items()}
         if chunks_seen[1] == 0:
             raise BertctlError("corpus: no documents (the input is empty or whitespace only)")
