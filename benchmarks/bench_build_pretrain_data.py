@@ -45,6 +45,8 @@ import time
 from array import array
 from pathlib import Path
 
+import summary
+
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_BOOKS = sorted(Path("/work/shared/data/pretrain_text/gutenberg").glob("*.txt"))
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -310,6 +312,10 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=12345)
     ap.add_argument("--memory-scaling", action="store_true",
                     help="bertctl only: peak memory at --repeat and at 10x --repeat")
+    ap.add_argument("--scaling", type=int, nargs="+", default=None, metavar="REPEAT",
+                    help="bertctl only: time and peak memory at each of these --repeat values "
+                    "(the scaling table: e.g. 1 10 100 for about 5, 50, 500 MB of books)")
+    ap.add_argument("--summary-json", default=None, help="append rows for run_all.py")
     ap.add_argument("--run-one", choices=["bertctl", "plain", "floor"], help=argparse.SUPPRESS)
     ap.add_argument("--corpus", dest="corpus_file", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
@@ -331,6 +337,28 @@ def main() -> None:
         print(f"corpus: {len(paths)} file(s) x{args.repeat} = {size / 1e6:.1f} MB; "
               f"max_seq_length {args.max_seq_length}, dupe_factor {args.dupe_factor}, "
               f"workers {args.workers}, cpus {os.cpu_count()}", flush=True)
+        if args.scaling:
+            rows, first = [], None
+            for rep in args.scaling:
+                c = work / f"corpus-x{rep}.txt"
+                sz = prepare_corpus(paths, rep, args.sentence_per_line, c)
+                r = measure("bertctl", c, tok, args, work)
+                c.unlink()
+                first = first or (sz, r)
+                print(f"bertctl {sz / 1e6:8.1f} MB: {r['seconds']:8.2f} s wall "
+                      f"({sz / 1e6 / r['seconds']:.2f} MB/s), CPU {r['cpu_seconds']:8.2f} s, "
+                      f"peak PSS {r['peak_tree_pss_mb']:7.1f} MB, largest process "
+                      f"{r['max_process_rss_mb']:6.1f} MB", flush=True)
+                rows.append(summary.row(
+                    "build_pretrain_data", f"scaling: {sz / 1e6:.0f} MB vs {first[0] / 1e6:.0f}"
+                    f" MB, {args.workers} workers", r["peak_tree_pss_mb"],
+                    first[1]["peak_tree_pss_mb"], "peak PSS MB", higher_is_better=False,
+                    target_text="flat (>= 0.8x)", met=first[1]["peak_tree_pss_mb"] /
+                    r["peak_tree_pss_mb"] >= 0.8,
+                    note=f"{r['seconds']:.1f} s = {r['seconds'] / first[1]['seconds']:.1f}x the "
+                    f"time for {sz / first[0]:.1f}x the text"))
+            summary.append(args.summary_json, rows)
+            return
         if args.memory_scaling:
             big = work / "corpus10.txt"
             big_size = prepare_corpus(paths, args.repeat * 10, args.sentence_per_line, big)
@@ -373,6 +401,18 @@ def main() -> None:
             print(f"bertctl / tokenize-only floor: "
                   f"{med['bertctl']['seconds'] / med['floor']['seconds']:.2f}x wall (target <= 1.5x),"
                   f" {med['bertctl']['cpu_seconds'] / med['floor']['cpu_seconds']:.2f}x CPU")
+        what = f"build {size / 1e6:.0f} MB, dupe {args.dupe_factor}, {args.workers} workers"
+        rows = []
+        if "bertctl" in med and "plain" in med:
+            rows.append(summary.row("build_pretrain_data", what + " vs a plain Python builder",
+                                    med["bertctl"]["seconds"], med["plain"]["seconds"],
+                                    "s wall", higher_is_better=False, target=5.0))
+        if "bertctl" in med and "floor" in med:
+            rows.append(summary.row("build_pretrain_data", what + " vs the tokenize-only floor",
+                                    med["bertctl"]["cpu_seconds"], med["floor"]["cpu_seconds"],
+                                    "s CPU", higher_is_better=False, target=0.8,
+                                    target_text=">= 0.8x (<= 1.25x the floor)"))
+        summary.append(args.summary_json, rows)
 
 
 if __name__ == "__main__":

@@ -122,6 +122,7 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--work", default=None)
     p.add_argument("--texts", default=None)
+    p.add_argument("--summary-json", default=None, help="append a row for run_all.py")
     p.add_argument("--run-one", choices=["plain", "bertctl"], default=None)
     a = p.parse_args()
     a.model = a.model or str(default_model())
@@ -149,6 +150,12 @@ def main() -> None:
     print(f"median ratio (bertctl / transformers examples/s): {statistics.median(ratios):.2f} "
           f"over {a.repeats} repeat(s); max |vector difference| "
           f"{float(np.abs(ours.astype(np.float32) - theirs).max()):.2e}")
+    import summary
+
+    summary.append(a.summary_json, [summary.row(
+        "embed", f"embed {a.rows:,} SST-2 sentences, {a.precision}, {a.threads} thr vs a plain "
+        "loop", statistics.median(ratios), 1.0, "x examples/s",
+        note=f"max |vector diff| {float(np.abs(ours.astype(np.float32) - theirs).max()):.1e}")])
 
 
 if __name__ == "__main__":

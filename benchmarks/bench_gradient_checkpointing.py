@@ -64,6 +64,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--summary-json", default=None, help="append rows for run_all.py")
     p.add_argument("--mode", choices=["off", "on"], help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.mode:
@@ -91,6 +92,14 @@ def main() -> None:
           f"on | {med['on'][0]:.2f} | {med['on'][1]:.0f}\n"
           f"on/off: time {med['on'][0] / med['off'][0]:.2f}x, peak memory "
           f"{med['on'][1] / med['off'][1]:.2f}x")
+    import summary
+
+    what = f"gradient checkpointing {a.size} x {a.seq}, batch {a.batch}, fp32, {a.threads} thr"
+    summary.append(a.summary_json, [
+        summary.row("grad_checkpointing", what + ": peak memory on vs off", med["on"][1],
+                    med["off"][1], "MB", higher_is_better=False),
+        summary.row("grad_checkpointing", what + ": step time on vs off", med["on"][0],
+                    med["off"][0], "s/step", higher_is_better=False)])
 
 
 if __name__ == "__main__":

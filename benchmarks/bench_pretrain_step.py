@@ -26,10 +26,15 @@ import time
 
 import torch
 
+import summary
 from bertctl.model import BertConfig, BertForPreTraining, flops_per_token
 from bertctl.model.hf import load_state_dict
 
 CLS, SEP, MASK, FIRST_WORD = 101, 102, 103, 1000  # BERT uncased vocabulary ids
+# Issue #15's MFU floors at batch 32 x 128: (preset, precision, CPU has AMX) -> share of peak.
+MFU_TARGETS = {("mini", "fp32", False): 0.55, ("mini", "fp32", True): 0.55,
+               ("small", "fp32", False): 0.65, ("small", "fp32", True): 0.65,
+               ("mini", "bf16", True): 0.35, ("small", "bf16", True): 0.35}
 
 
 def make_batch(batch: int, seq: int, vocab: int, mask_prob: float, gen: torch.Generator) -> dict:
@@ -112,6 +117,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5, help="alternating timed repeats per model")
     ap.add_argument("--warmup", type=int, default=1, help="untimed steps per model first")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    ap.add_argument("--summary-json", default=None, help="append rows for run_all.py")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -128,6 +134,8 @@ def main() -> None:
               f"{'ours MFU':>10}{'hf MFU':>8}{'peak GF/s':>10}  {'loss ours':>10}{'loss hf':>10}")
     print(header)
 
+    amx = getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)()
+    rows = []
     gen = torch.Generator().manual_seed(1234)
     for preset in args.presets:
         config = BertConfig.from_preset(preset, vocab_size=args.vocab)
@@ -171,7 +179,19 @@ def main() -> None:
             print(f"{preset:<7}{precision:<6}{tokens / t_ours:>11,.0f}{tokens / t_hf:>10,.0f}"
                   f"{t_hf / t_ours:>6.2f}x{mfu[0]:>10.1%}{mfu[1]:>8.1%}{peak:>10,.0f}  "
                   f"{losses[0]:>10.5f}{losses[1]:>10.5f}", flush=True)
+            what = (f"pretrain step {preset} {args.batch}x{args.seq} {precision}, "
+                    f"{torch.get_num_threads()} thr")
+            rows.append(summary.row("pretrain_step", what + " vs transformers", tokens / t_ours,
+                                    tokens / t_hf, "tokens/s", target=2.0,
+                                    note=f"losses {losses[0]:.5f} / {losses[1]:.5f}"))
+            floor = MFU_TARGETS.get((preset, precision, amx))
+            rows.append(summary.row("pretrain_step", what + " MFU", round(100 * mfu[0], 1),
+                                    round(100 * mfu[1], 1), "% of matmul peak",
+                                    target_text=f">= {floor:.0%}" if floor else "",
+                                    met=None if floor is None else mfu[0] >= floor,
+                                    note=f"peak {peak:,.0f} GFLOP/s"))
             del ours, hf, entries
+    summary.append(args.summary_json, rows)
 
 
 if __name__ == "__main__":

@@ -60,6 +60,7 @@ def main():
     parser.add_argument("files", nargs="*")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--vocab-size", type=int, default=30522)
+    parser.add_argument("--summary-json", default=None, help="append a row for run_all.py")
     args = parser.parse_args()
     files = args.files or sorted(glob.glob(str(DEFAULT / "*.txt")))
     size = sum(os.path.getsize(f) for f in files)
@@ -81,6 +82,12 @@ def main():
           f"ratio {med['stage'] / med['direct']:.2f}x")
     print(f"{'bertctl tokenize (CLI process, with startup)':<44}{med['cli']:8.2f} s   "
           f"ratio {med['cli'] / med['direct']:.2f}x")
+    import summary
+
+    summary.append(args.summary_json, [summary.row(
+        "tokenize", f"tokenize {size / 1e6:.1f} MB, vocab {args.vocab_size} (CLI) vs the "
+        "tokenizers trainer", med["cli"], med["direct"], "s", higher_is_better=False,
+        target=1 / 1.1, target_text=">= 0.91x (<= 1.1x the trainer)")])
 
 
 if __name__ == "__main__":

@@ -328,6 +328,12 @@ class TrainingSettings(StageConfig):
                                          "much less activation memory for about a third more "
                                          "compute; the same gradients.",
                                          json_schema_extra=_RUN_ONLY)
+    # Off by default: on CPU it did not pay (benchmarks/bench_compile.py; figures in the README,
+    # "Performance"); on CUDA it fuses the layers' elementwise work into the matmuls' epilogues.
+    compile: bool = Field(False, description="torch.compile each encoder layer (first steps "
+                          "slower while it compiles; needs a C++ compiler on CPU). See the "
+                          "README's performance table for when it pays.",
+                          json_schema_extra=_RUN_ONLY)
     weight_decay: float = Field(0.01, ge=0, description="AdamW weight decay (not on biases and "
                                 "LayerNorm).")
     warmup: float = Field(0.1, ge=0, description="Linear warm-up: a fraction of the steps if "

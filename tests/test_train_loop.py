@@ -573,3 +573,36 @@ def test_one_host_sync_per_step(tmp_path, monkeypatch):
     per_step = [c for c in calls if c[0] == "tolist"]
     assert len(per_step) == steps, calls
     assert len(calls) == steps, calls        # and nothing else: no mask, loss or norm reads
+
+
+def test_compile_keeps_the_model_and_resumes_exactly(tmp_path):
+    """--compile (each encoder layer through torch.compile) changes speed, not the model: the
+    same parameter names in checkpoints and artifacts, and without dropout the same gradients
+    to rounding (with dropout the compiled kernels draw their masks from their own random
+    stream: the same distribution, other masks). A compiled run that stops and resumes ends
+    where an uninterrupted compiled run ends."""
+    data = RepeatedTokens()
+    batch = data.batch(np.arange(8), 0)
+    grads = []
+    for compiled in (False, True):
+        model = tiny_pretraining()
+        model.eval()   # no dropout; autograd still on
+        if compiled:
+            model.bert.compile_layers()
+        model(**batch)["loss"].backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    assert grads[0].keys() == grads[1].keys()
+    for k in grads[0]:
+        torch.testing.assert_close(grads[1][k], grads[0][k], rtol=1e-4, atol=1e-6)
+
+    straight = train(tiny_pretraining(), data, TrainSettings(**RESUME_BASE, compile=True),
+                     tmp_path / "straight")
+    work = tmp_path / "resumed"
+    train(tiny_pretraining(), data, TrainSettings(**RESUME_BASE, compile=True, stop_after=6), work)
+    resumed = train(tiny_pretraining(seed=9), data, TrainSettings(**RESUME_BASE, compile=True),
+                    work)
+    assert resumed.resumed_from == 6
+    a, b = straight.model.state_dict(), resumed.model.state_dict()
+    assert a.keys() == tiny_pretraining().state_dict().keys() == b.keys()
+    for k in a:
+        torch.testing.assert_close(b[k], a[k], rtol=1e-5, atol=1e-6)

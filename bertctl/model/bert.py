@@ -372,6 +372,15 @@ class BertModel(nn.Module):
         # ones computed without it.
         self.gradient_checkpointing = False
 
+    def compile_layers(self) -> None:
+        """torch.compile each encoder layer in place (the training loop's --compile). Regional:
+        the layers share one compiled graph, so compiling costs one layer's time, parameter
+        names do not change (checkpoints and artifacts stay as they are), and it composes with
+        DDP and gradient checkpointing. Sequence lengths vary from batch to batch: torch marks
+        them dynamic after the first recompile."""
+        for layer in self.encoder.layer:
+            layer.compile()
+
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None,
                 output_hidden_states: bool = False,

@@ -308,6 +308,8 @@ def train(model: nn.Module, train_data: DataSource, settings: TrainSettings, wor
     for module in raw.modules():   # the encoder's switch (model.bert.BertModel)
         if hasattr(module, "gradient_checkpointing"):
             module.gradient_checkpointing = s.gradient_checkpointing
+            if s.compile:
+                module.compile_layers()
     optimizer = make_optimizer(raw, s.lr, s.weight_decay, tuple(s.betas), s.eps, s.optimizer)
     scaler = torch.amp.GradScaler(device.type, enabled=s.precision == "fp16")
 

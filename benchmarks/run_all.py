@@ -1,0 +1,142 @@
+"""Every speed and memory benchmark, one after another, and one table of their ratios.
+
+    python benchmarks/run_all.py --quick          # small inputs, ~25 minutes on 2 cores
+    python benchmarks/run_all.py                  # the sizes the README quotes (hours)
+    python benchmarks/run_all.py --only eval pretrain_step
+    python benchmarks/run_all.py --from-json benchmarks/results/run_all_quick.json
+
+Each benchmark runs in its own process with `--summary-json`, which appends one row per
+comparison: what is compared, our figure, the reference's, the unit, the ratio (above 1: bertctl
+is better), the target and whether it is met. Their own full output goes to
+`<out>/<name>.log`; the table and the machine (CPU, AMX or not, native bf16, cores, threads)
+go to stdout and to `<out>.json` / `<out>.md`. A benchmark that fails is reported as a row and
+the others still run. Not a CI step: run it on a quiet machine (the figures are ratios measured
+side by side, but a busy machine still skews them).
+
+The quality benchmarks (bench_finetune_quality.py, bench_conll.py, bench_squad.py,
+bench_feature_ablation.py) train for hours over seeds and print their own tables; they are not
+run here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import summary  # noqa: E402
+
+GUTENBERG = HERE.parents[1] / "shared/data/pretrain_text/gutenberg"
+
+
+def plan(quick: bool, threads: int) -> list[tuple[str, list[str]]]:
+    """(name, script and arguments) of every benchmark, quick or full."""
+    t = str(threads)
+    book = sorted(GUTENBERG.glob("*.txt"))[:1]
+    if quick:
+        return [
+            ("tokenize", ["bench_tokenize.py", *map(str, book), "--repeats", "1"]),
+            ("build_pretrain_data", ["bench_build_pretrain_data.py", "--repeat", "1", "--runs",
+                                     "1", "--dupe-factor", "2", "--only", "bertctl", "floor"]),
+            ("build_scaling", ["bench_build_pretrain_data.py", "--dupe-factor", "1",
+                               "--scaling", "1", "4"]),
+            ("pretrain_step", ["bench_pretrain_step.py", "--presets", "mini", "--repeats", "3",
+                               "--threads", t]),
+            ("pretrain_step_512", ["bench_pretrain_step.py", "--presets", "mini", "--seq", "512",
+                                   "--batch", "8", "--precisions", "fp32", "--repeats", "3",
+                                   "--threads", t]),
+            ("compile", ["bench_compile.py", "--presets", "mini", "--precisions", "fp32",
+                         "--repeats", "3", "--threads", t]),
+            ("finetune", ["bench_finetune.py", "--tasks", "rte", "--max-train-examples", "500",
+                          "--epochs", "1", "--threads", t]),
+            ("eval", ["bench_eval.py", "--tasks", "rte", "cola", "--repeats", "1",
+                      "--threads", t]),
+            ("embed", ["bench_embed.py", "--rows", "1000", "--repeats", "1", "--threads", t]),
+            ("grad_checkpointing", ["bench_gradient_checkpointing.py", "--size", "mini",
+                                    "--seq", "512", "--batch", "8", "--steps", "2",
+                                    "--repeats", "1", "--threads", t]),
+        ]
+    return [
+        ("tokenize", ["bench_tokenize.py"]),
+        ("build_pretrain_data", ["bench_build_pretrain_data.py"]),
+        ("build_scaling", ["bench_build_pretrain_data.py", "--dupe-factor", "1", "--scaling",
+                           "1", "10", "100"]),
+        ("pretrain_step", ["bench_pretrain_step.py", "--threads", t]),
+        ("pretrain_step_512", ["bench_pretrain_step.py", "--seq", "512", "--batch", "8",
+                               "--threads", t]),
+        ("pretrain_step_base", ["bench_pretrain_step.py", "--presets", "base", "--repeats",
+                                "3", "--threads", t]),
+        ("compile", ["bench_compile.py", "--threads", t]),
+        ("finetune", ["bench_finetune.py", "--tasks", "rte", "mrpc", "sts-b", "cola",
+                      "--max-train-examples", "2000", "--epochs", "1", "--threads", t]),
+        ("eval", ["bench_eval.py", "--threads", t]),
+        ("embed", ["bench_embed.py", "--threads", t]),
+        ("grad_checkpointing", ["bench_gradient_checkpointing.py", "--threads", t]),
+        ("gpu", ["bench_gpu.py"]),
+    ]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true", help="small inputs (about 25 minutes)")
+    p.add_argument("--only", nargs="+", default=None, help="run only these benchmarks")
+    p.add_argument("--threads", type=int, default=None, help="default: the usable cores")
+    p.add_argument("--out", type=Path, default=None,
+                   help="default: benchmarks/results/run_all[_quick]")
+    p.add_argument("--from-json", type=Path, default=None,
+                   help="print the table of a saved run; run nothing")
+    a = p.parse_args()
+    if a.from_json:
+        saved = json.loads(a.from_json.read_text())
+        print(saved["machine"] + "\n\n" + summary.table(saved["rows"]))
+        return
+
+    sys.path.insert(0, str(HERE.parent))
+    from bertctl import hardware
+
+    threads = a.threads or hardware.usable_cpus()
+    out = a.out or HERE / "results" / ("run_all_quick" if a.quick else "run_all")
+    out.mkdir(parents=True, exist_ok=True)
+    machine = (f"machine: {hardware.describe()}; {threads} thread(s); "
+               f"{time.strftime('%Y-%m-%d')}; {'--quick' if a.quick else 'full'}")
+    print(machine, flush=True)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        filter(None, [str(HERE.parent), os.environ.get("PYTHONPATH")])),
+        "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    rows = []
+    for name, (script, *args) in plan(a.quick, threads):
+        if a.only and name not in a.only:
+            continue
+        with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+            rows_file = Path(f.name)
+        t0 = time.perf_counter()
+        log = out / f"{name}.log"
+        with open(log, "w") as logf:
+            proc = subprocess.run([sys.executable, str(HERE / script), *args, "--summary-json",
+                                   str(rows_file)], stdout=logf, stderr=subprocess.STDOUT,
+                                  env=env)
+        took = time.perf_counter() - t0
+        got = json.loads(rows_file.read_text()) if rows_file.stat().st_size else []
+        rows_file.unlink()
+        if proc.returncode != 0:
+            tail = log.read_text().strip().splitlines()[-1:] or ["no output"]
+            got.append(summary.row(name, f"FAILED (exit {proc.returncode}): {tail[0][:80]}",
+                                   None, None, ""))
+        print(f"  {name}: {len(got)} row(s) in {took:.0f} s (log: {log})", flush=True)
+        rows += got
+    table = summary.table(rows)
+    print("\n" + table)
+    (out.parent / f"{out.name}.json").write_text(json.dumps({"machine": machine, "rows": rows},
+                                                            indent=1))
+    (out.parent / f"{out.name}.md").write_text(machine + "\n\n" + table + "\n")
+
+
+if __name__ == "__main__":
+    main()
