@@ -45,9 +45,14 @@ def _serve(conn, inherited: list, state: Any, make_state: Callable | None, args:
         except BaseException as exc:  # noqa: BLE001 - re-raised in the parent
             out = (False, exc)
         try:
-            conn.send(out)
-        except Exception:   # an exception that does not pickle: its traceback as text
-            conn.send((False, RuntimeError(traceback.format_exc())))
+            try:
+                conn.send(out)
+            except OSError:
+                raise
+            except Exception:   # an exception that does not pickle: its traceback as text
+                conn.send((False, RuntimeError(traceback.format_exc())))
+        except OSError:     # the parent closed its end (it is stopping): nothing to report
+            return
 
 
 class OrderedWorkers:
@@ -90,11 +95,12 @@ class OrderedWorkers:
         self.close(kill=exc_type is not None)
 
     def close(self, kill: bool = False) -> None:
+        if kill:    # before closing the pipes: a worker must not see them break and complain
+            for p in self.procs:
+                p.kill()
         for c in self.conns:
             c.close()
         for p in self.procs:
-            if kill:
-                p.kill()
             p.join(timeout=None if kill else 10)
             if p.is_alive():
                 p.kill()
