@@ -203,10 +203,10 @@ def run_one(args) -> dict:
         from tokenizers import Tokenizer
 
         from bertctl.data.corpus import iter_documents
-        from bertctl.data.pretraining import PretrainingDataConfig, build_pretraining_data
+        from bertctl.data.pretraining import PretrainingDataSettings, build_pretraining_data
         summary = build_pretraining_data(
             iter_documents([corpus]), Tokenizer.from_file(str(tok_path)), out,
-            PretrainingDataConfig(max_seq_length=args.max_seq_length, dupe_factor=args.dupe_factor,
+            PretrainingDataSettings(max_seq_length=args.max_seq_length, dupe_factor=args.dupe_factor,
                                   seed=args.seed),
             workers=args.workers)
         n = summary["splits"]["train"]["stats"]["instances"]

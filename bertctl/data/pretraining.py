@@ -138,7 +138,10 @@ class _ChunkBuilder:
         ids = [e.ids for e in encodings]
         del encodings
         sent_len = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
-        flat = np.fromiter(chain.from_iterable(ids), dtype=np.int64, count=int(sent_len.sum()))
+        # In the storage dtype from the start: every copy of the tokens below (instances
+        # gathered, dupe_factor passes) moves a quarter of int64's bytes.
+        flat = np.fromiter(chain.from_iterable(ids), dtype=self.tok_dtype,
+                           count=int(sent_len.sum()))
         del ids
         # Google drops sentences that tokenize to nothing, then documents left empty.
         kept = sent_len > 0
@@ -189,8 +192,8 @@ class _ChunkBuilder:
         # Instances of all passes in a random order (Google shuffles all its instances).
         perm = g.permutation(len(a0a))
         a0a, a1a, b0a, b1a, nspa = a0a[perm], a1a[perm], b0a[perm], b1a[perm], nspa[perm]
-        ext = np.concatenate([flat, [self.vocab.special_ids["[CLS]"],
-                                     self.vocab.special_ids["[SEP]"]]])
+        ext = np.concatenate([flat, np.array([self.vocab.special_ids["[CLS]"],
+                                              self.vocab.special_ids["[SEP]"]], flat.dtype)])
         parts = [self._assemble(ext, len(flat), a0a[i:i + _BLOCK], a1a[i:i + _BLOCK],
                                 b0a[i:i + _BLOCK], b1a[i:i + _BLOCK], g, stats)
                  for i in range(0, len(a0a), _BLOCK)]
