@@ -19,6 +19,9 @@ gradient clipping 1.0, max length (pairs truncated longest-first) and precision:
   (`from_pretrained`, new head after `torch.manual_seed(seed)`), `BertTokenizerFast`, batches of
   a `torch.randperm` per epoch padded to their longest row, AdamW + linear schedule, bf16
   autocast when `--precision bf16`: what a user would write in a notebook.
+- `plain_bertctl_model`: the same plain loop with bertctl's model class instead of
+  transformers' (the same numbers on the same weights): the plain loop's spread under other
+  draws of the new head's initial weights.
 
 Dev metrics use bertctl.metrics.compute_metrics for every variant (accuracy; F1 for MRPC;
 Matthews for CoLA; Spearman for STS-B). The table gives, per task, training-set size and
@@ -50,11 +53,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_finetune import (DEFAULT_GLUE, TASKS, capped_copy, default_model,  # noqa: E402
                             hf_examples, run_bertctl)
 
-VARIANTS = ("default", "padded", "grouped", "plain")
+VARIANTS = ("default", "padded", "grouped", "plain", "plain_bertctl_model")
 FLAGS = {"default": [], "padded": ["--no-pack"], "grouped": ["--group-by-length"]}
 
 
-def run_plain(task, data_dir, model_dir, a):
+def run_plain(task, data_dir, model_dir, a, bertctl_model=False):
     import numpy as np
     import torch
     import transformers
@@ -85,7 +88,16 @@ def run_plain(task, data_dir, model_dir, a):
     torch.manual_seed(a.seed)
     kw = (dict(num_labels=1, problem_type="regression") if t["labels"] is None
           else dict(num_labels=len(t["labels"]), problem_type="single_label_classification"))
-    model = BertForSequenceClassification.from_pretrained(model_dir, **kw)
+    if bertctl_model:
+        # bertctl's model class (numerically HF's: tests/test_model.py; in train mode with
+        # the same seed the same dropout masks too) in this very loop: the head is initialised
+        # from the same distribution but by other draws of the seeded generator.
+        from bertctl.model.heads import BertForSequenceClassification as Ours
+        from bertctl.model.hf import load_model
+
+        model = load_model(model_dir, Ours, **kw)[0]
+    else:
+        model = BertForSequenceClassification.from_pretrained(model_dir, **kw)
     no_decay = [p for n, p in model.named_parameters() if n.endswith("bias") or "LayerNorm" in n]
     decay = [p for n, p in model.named_parameters() if not (n.endswith("bias") or "LayerNorm" in n)]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
@@ -101,6 +113,11 @@ def run_plain(task, data_dir, model_dir, a):
         fp32 head, as bertctl's does: in bf16 STS-B's 0-5 scores round to steps of 1/64 to 1/32
         and tie ranks (Spearman; the first 2,000-row runs without this lost 0.04 to it)."""
         labels = inputs.pop("labels", None)
+        if bertctl_model:
+            with autocast:
+                out = model(inputs["input_ids"], inputs["token_type_ids"],
+                            inputs["attention_mask"], labels=labels)
+            return out["logits"].float(), out.get("loss")
         if t["labels"] is not None:
             with autocast:
                 out = model(**inputs, labels=labels)
@@ -143,8 +160,8 @@ def run_plain(task, data_dir, model_dir, a):
 def run_one(a) -> None:
     os.environ["HF_HUB_OFFLINE"] = "1"
     data_dir, model_dir = Path(a.data_dir), Path(a.model)
-    if a.run_one == "plain":
-        result = run_plain(a.task, data_dir, model_dir, a)
+    if a.run_one in ("plain", "plain_bertctl_model"):
+        result = run_plain(a.task, data_dir, model_dir, a, a.run_one == "plain_bertctl_model")
     else:
         a.bertctl_flags = FLAGS[a.run_one]
         result = run_bertctl(a.task, data_dir, model_dir, a)

@@ -51,11 +51,12 @@ def plan(quick: bool, threads: int) -> list[tuple[str, list[str]]]:
                                    "--threads", t]),
             ("compile", ["bench_compile.py", "--presets", "mini", "--precisions", "fp32",
                          "--repeats", "3", "--threads", t]),
-            ("finetune", ["bench_finetune.py", "--tasks", "rte", "--max-train-examples", "500",
-                          "--epochs", "1", "--threads", t]),
-            ("eval", ["bench_eval.py", "--tasks", "rte", "cola", "--repeats", "1",
-                      "--threads", t]),
+            ("finetune", ["bench_finetune.py", "--tasks", "rte", "mrpc", "sts-b", "cola",
+                          "--max-train-examples", "1000", "--epochs", "1", "--threads", t]),
+            ("eval", ["bench_eval.py", "--repeats", "1", "--threads", t]),
             ("embed", ["bench_embed.py", "--rows", "1000", "--repeats", "1", "--threads", t]),
+            ("scaling", ["bench_scaling.py", "--presets", "mini", "--seqs", "128", "512",
+                         "--finetune-batches", "16", "64", "--steps", "2", "--threads", t]),
             ("grad_checkpointing", ["bench_gradient_checkpointing.py", "--size", "mini",
                                     "--seq", "512", "--batch", "8", "--steps", "2",
                                     "--repeats", "1", "--threads", t]),
@@ -75,6 +76,7 @@ def plan(quick: bool, threads: int) -> list[tuple[str, list[str]]]:
                       "--max-train-examples", "2000", "--epochs", "1", "--threads", t]),
         ("eval", ["bench_eval.py", "--threads", t]),
         ("embed", ["bench_embed.py", "--threads", t]),
+        ("scaling", ["bench_scaling.py", "--threads", t]),
         ("grad_checkpointing", ["bench_gradient_checkpointing.py", "--threads", t]),
         ("gpu", ["bench_gpu.py"]),
     ]
@@ -127,11 +129,17 @@ def main() -> None:
             got.append(summary.row(name, f"FAILED (exit {proc.returncode}): {tail[0][:80]}",
                                    None, None, ""))
         print(f"  {name}: {len(got)} row(s) in {took:.0f} s (log: {log})", flush=True)
-        rows += got
+        rows += [{**r, "run": name} for r in got]
+    saved = out.parent / f"{out.name}.json"
+    if a.only and saved.exists():   # update those benchmarks' rows in the saved table
+        ran = {r["run"] for r in rows} | set(a.only)
+        kept = [r for r in json.loads(saved.read_text())["rows"] if r.get("run") not in ran]
+        rows = kept + rows
+        order = [name for name, _ in plan(a.quick, threads)]
+        rows.sort(key=lambda r: order.index(r["run"]) if r.get("run") in order else len(order))
     table = summary.table(rows)
     print("\n" + table)
-    (out.parent / f"{out.name}.json").write_text(json.dumps({"machine": machine, "rows": rows},
-                                                            indent=1))
+    saved.write_text(json.dumps({"machine": machine, "rows": rows}, indent=1))
     (out.parent / f"{out.name}.md").write_text(machine + "\n\n" + table + "\n")
 
 
