@@ -39,11 +39,13 @@ SCHEMA_VERSIONS: dict[str, int] = {"tokenizer": 1, "pretrain-data": 1, "model": 
 # Raised when the code makes a different output from the same settings and inputs (the schema,
 # what the files look like, stays), so an artifact made before is not taken as up to date.
 # pretrain-data 2: masked positions sampled per prediction; model 2: length-grouping windows of 8;
-# model 3: step 1 trains the order's first batch. Not a revision: finetune's group_by_length
+# model 3: step 1 trains the order's first batch; model 4: CPU dropout masks from 64-bit draws
+# (model.bert.dropout), another random stream. Not a revision: finetune's group_by_length
 # default turning off (#10), since the id hashes the resolved setting (a default run gets a new id,
 # an artifact made grouped keeps its own, still what the code makes from its settings); nor
 # finetune's `pack` (on by default), a new setting that every id made since hashes.
-REVISIONS: dict[str, int] = {"pretrain-data": 2, "model": 3}
+# eval 1: task batches packed (sentence-level heads): scores equal to rounding, not bit for bit.
+REVISIONS: dict[str, int] = {"pretrain-data": 2, "model": 4, "eval": 1}
 _TMP_MARK = ".tmp-"
 
 

@@ -488,3 +488,29 @@ def test_regression_scores_keep_fp32_resolution_under_bf16_autocast():
         scores = model(ids)["logits"]
     assert scores.dtype == torch.float32
     assert len(torch.unique(scores)) == 64
+
+
+def test_cpu_dropout_keeps_1_minus_p_scales_and_backpropagates_through_its_mask():
+    """model.bert.dropout's CPU mask (16-bit draws): the kept share is 1 - p within sampling
+    error, kept values are scaled by 1 / (1 - p), the gradient flows through the same mask, the
+    same seed gives the same mask, and eval mode or p = 0 is the identity."""
+    from bertctl.model.bert import dropout
+
+    x = torch.randn(4, 64, 1001, requires_grad=True)   # an odd count: the 4-per-draw tail
+    for p in (0.1, 0.5):
+        torch.manual_seed(0)
+        y = dropout(x, p, True)
+        kept = y != 0
+        share = kept.float().mean().item()
+        assert abs(share - (1 - p)) < 4 * (p * (1 - p) / x.numel()) ** 0.5
+        torch.testing.assert_close(y[kept], x[kept] / (1 - p))
+        (g,) = torch.autograd.grad(y.sum(), x)
+        torch.testing.assert_close(g, kept.float() / (1 - p))
+        torch.manual_seed(0)
+        assert torch.equal(dropout(x, p, True), y)
+    assert dropout(x, 0.1, False) is x and dropout(x, 0.0, True) is x
+    # The bits are uniform: neighbouring 16-bit lanes of one 64-bit draw are not correlated.
+    torch.manual_seed(1)
+    k = (dropout(torch.ones(4 * 100_000), 0.5, True) != 0).float().view(-1, 4)
+    corr = torch.corrcoef(k.T)
+    assert (corr - torch.eye(4)).abs().max() < 0.02

@@ -160,6 +160,53 @@ ACTIVATIONS = {
 # Building blocks
 
 
+class _KeepScale(torch.autograd.Function):
+    """x * keep / (1 - p), saving the boolean mask (one byte per element) for backward."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, keep: torch.Tensor, scale: float) -> torch.Tensor:
+        ctx.save_for_backward(keep)
+        ctx.scale = scale
+        return x * keep * scale
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        (keep,) = ctx.saved_tensors
+        return grad * keep * ctx.scale, None, None
+
+
+def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
+    """Dropout whose CPU mask is cheap: PyTorch's CPU dropout draws one Bernoulli number per
+    element through its generator (about a third of an fp32 mini training step, attention
+    probabilities included); here 64 random bits are drawn per 4 elements and each 16-bit
+    quarter is compared with p * 65536 (p exact to 1/65536). The masks are those of another
+    random stream than PyTorch's (model code revision 4), of the same distribution; still one
+    generator, so checkpoint recomputation and resume replay them. On GPUs PyTorch's fused
+    kernel is already cheap: used as is."""
+    if not training or p == 0.0:
+        return x
+    if x.device.type != "cpu":
+        return F.dropout(x, p, True)
+    n = x.numel()
+    bits = torch.randint(-2 ** 63, 2 ** 63 - 1, ((n + 3) // 4,), dtype=torch.int64)
+    keep = bits.view(torch.int16)[:n].view(x.shape) >= round(p * 65536) - 32768
+    return _KeepScale.apply(x, keep, 1.0 / (1.0 - p))
+
+
+class Dropout(nn.Module):
+    """nn.Dropout with `dropout`'s cheap CPU mask."""
+
+    def __init__(self, p: float):
+        super().__init__()
+        self.p = p
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return dropout(x, self.p, self.training)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
+
+
 class BertEmbeddings(nn.Module):
     """token + segment + learned position embedding, then LayerNorm and dropout."""
 
@@ -171,7 +218,7 @@ class BertEmbeddings(nn.Module):
         self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
         self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = Dropout(config.hidden_dropout_prob)
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None,
                 position_ids: torch.Tensor | None = None) -> torch.Tensor:
@@ -217,7 +264,7 @@ class BertSelfAttention(nn.Module):
             scores = (q * q.size(-1) ** -0.5) @ k.transpose(-2, -1)
             if mask is not None:
                 scores = scores.masked_fill(~mask, float("-inf"))
-            y = F.dropout(scores.softmax(-1), self.dropout_p) @ v
+            y = dropout(scores.softmax(-1), self.dropout_p, True) @ v
         else:
             # A fused kernel (flash or memory-efficient on CUDA, flash on CPU), dropout included.
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
@@ -236,7 +283,7 @@ class BertProjectAddNorm(nn.Module):
         super().__init__()
         self.dense = nn.Linear(in_features, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = Dropout(config.hidden_dropout_prob)
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
         return self.LayerNorm(self.dropout(self.dense(x)) + residual)

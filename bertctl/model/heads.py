@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertctl.model.bert import (ACTIVATIONS, BertConfig, BertModel, first_tokens,
+from bertctl.model.bert import (ACTIVATIONS, BertConfig, BertModel, Dropout, first_tokens,
                                 init_bert_weights)
 from bertctl.model.features import FrozenFeatures
 
@@ -79,7 +79,7 @@ class BertWithHead(nn.Module):
         """HF's classifier head: `dropout` (classifier_dropout, else the hidden dropout) then a
         linear `classifier`, initialised; the names match HF's weights."""
         p = self.config.classifier_dropout
-        self.dropout = nn.Dropout(self.config.hidden_dropout_prob if p is None else p)
+        self.dropout = Dropout(self.config.hidden_dropout_prob if p is None else p)
         width = self.features.width if self.features is not None else self.config.hidden_size
         self.classifier = nn.Linear(width, num_outputs)
         self._init_head()
