@@ -166,14 +166,18 @@ def main() -> None:
             for step, _ in entries:
                 for _ in range(args.warmup):
                     step()
-            # Measured now, so the peak sees the same load from other processes as the timings.
-            peak = matmul_peak(torch.bfloat16 if precision == "bf16" else torch.float32, seconds=0.5)
+            # Measured now, so the peak sees the same load from other processes as the timings;
+            # before and after them, the best of both: a burst of load from another process
+            # during one short measurement once gave a peak half the machine's (MFU 130%).
+            dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+            peak = matmul_peak(dtype, seconds=0.5)
             for r in range(args.repeats):
                 for step, times in (entries if r % 2 == 0 else entries[::-1]):
                     t = time.perf_counter()
                     for _ in range(args.steps):
                         step()
                     times.append((time.perf_counter() - t) / args.steps)
+            peak = max(peak, matmul_peak(dtype, seconds=0.5))
             t_ours, t_hf = (statistics.median(times) for _, times in entries)
             mfu = [step_flops / t / 1e9 / peak for t in (t_ours, t_hf)]
             print(f"{preset:<7}{precision:<6}{tokens / t_ours:>11,.0f}{tokens / t_hf:>10,.0f}"
@@ -181,15 +185,18 @@ def main() -> None:
                   f"{losses[0]:>10.5f}{losses[1]:>10.5f}", flush=True)
             what = (f"pretrain step {preset} {args.batch}x{args.seq} {precision}, "
                     f"{torch.get_num_threads()} thr")
+            # Issue #15's targets are for mini and small at 32 x 128; other rows are reported.
+            issue_shape = preset in ("mini", "small") and (args.batch, args.seq) == (32, 128)
             rows.append(summary.row("pretrain_step", what + " vs transformers", tokens / t_ours,
-                                    tokens / t_hf, "tokens/s", target=2.0,
+                                    tokens / t_hf, "tokens/s",
+                                    target=2.0 if preset in ("mini", "small") else None,
                                     note=f"losses {losses[0]:.5f} / {losses[1]:.5f}"))
-            floor = MFU_TARGETS.get((preset, precision, amx))
+            floor = MFU_TARGETS.get((preset, precision, amx)) if issue_shape else None
             rows.append(summary.row("pretrain_step", what + " MFU", round(100 * mfu[0], 1),
-                                    round(100 * mfu[1], 1), "% of matmul peak",
+                                    None, "% of matmul peak",
                                     target_text=f">= {floor:.0%}" if floor else "",
                                     met=None if floor is None else mfu[0] >= floor,
-                                    note=f"peak {peak:,.0f} GFLOP/s"))
+                                    note=f"transformers {mfu[1]:.1%}; peak {peak:,.0f} GFLOP/s"))
             del ours, hf, entries
     summary.append(args.summary_json, rows)
 

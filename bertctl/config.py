@@ -545,8 +545,10 @@ class EmbedSettings(InferenceSettings):
     normalize: bool = Field(False, description="Scale every vector to unit length (for "
                             "cosine search).")
     dtype: Literal["fp32", "fp16"] = Field("fp32", description="Stored vector type.")
-    max_seq_length: int = Field(512, ge=8, le=512, description="Pieces per model window; "
-                                "longer single texts are windowed, pairs truncated.")
+    max_seq_length: int | None = Field(None, ge=8, le=512, description="Pieces per model "
+                                       "window; longer single texts are windowed, pairs "
+                                       "truncated. Unset: the model's position limit (at most "
+                                       "512).")
     doc_stride: int | None = Field(None, ge=0, description="Pieces shared by consecutive "
                                    "windows of a long text (default half the window).")
     shard_rows: int = Field(1_000_000, ge=1, description="Vectors per .npy shard (a shard "

@@ -234,3 +234,16 @@ def test_a_conll_token_file_gets_one_vector_per_word(cli, minilm_dir, tmp_path):
                                    atol=1e-5, rtol=0)
     r = cli("embed", minilm_dir, data, "--out", tmp_path / "e2", "--token-column", "7")
     assert r.exit_code == 2 and "no token column 7" in r.stderr and "valid.txt:3" in r.stderr
+
+
+def test_embed_defaults_to_the_models_position_limit(tmp_path, tiny_pretrained, cli):
+    """A model with 128 positions (the tiny test model) embeds with the defaults: the window is
+    the model's limit, not 512, and a long text is windowed within it."""
+    text = tmp_path / "long.txt"
+    text.write_text(" ".join(["alice was beginning to get very tired"] * 60) + "\nshort one\n")
+    out = tmp_path / "emb"
+    r = cli("embed", tiny_pretrained, text, "--out", out, "--pool", "mean", "--json")
+    assert r.exit_code == 0, r.stderr
+    manifest = r.json()
+    assert manifest["stats"]["windowed_rows"] == 1
+    assert manifest["stats"]["rows"] == 2

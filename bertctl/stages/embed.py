@@ -19,14 +19,17 @@ def run(config: EmbedSettings, model_dir: str, data: Path, out: str, force: bool
     hardware.set_threads(config.threads)
     source = common.open_model(model_dir, "model")
     tok, _ = source.tokenizer()
-    common.check_reads_task(source, tok, config.max_seq_length)
+    # Unset: as long as the model reads (a model trained with 128 positions cannot take 512).
+    max_len = config.max_seq_length or min(
+        512, int(source.hf_config.get("max_position_embeddings", 512)))
+    common.check_reads_task(source, tok, max_len)
     layers = parse_layers(config.layers, int(source.hf_config["num_hidden_layers"]))
     if not data.exists():
         raise BertctlError(f"{data}: no such file or directory")
     device = hardware.resolve_device(config.device)
     opts = embeddings.EmbedOptions(layers=layers, combine=config.combine, pool=config.pool,
                                    normalize=config.normalize, dtype=config.dtype,
-                                   max_seq_length=config.max_seq_length,
+                                   max_seq_length=max_len,
                                    stride=config.doc_stride, batch_size=config.batch_size)
     inputs = [source.ref, common.data_input(data)]
 
