@@ -44,8 +44,7 @@ SCHEMA_VERSIONS: dict[str, int] = {"tokenizer": 1, "pretrain-data": 1, "model": 
 # default turning off (#10), since the id hashes the resolved setting (a default run gets a new id,
 # an artifact made grouped keeps its own, still what the code makes from its settings); nor
 # finetune's `pack` (on by default), a new setting that every id made since hashes.
-# eval 1: task batches packed (sentence-level heads): scores equal to rounding, not bit for bit.
-REVISIONS: dict[str, int] = {"pretrain-data": 2, "model": 4, "eval": 1}
+REVISIONS: dict[str, int] = {"pretrain-data": 2, "model": 4}
 _TMP_MARK = ".tmp-"
 
 

@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from bertctl import hardware
-from bertctl.data.collate import length_grouped_batches, pack_batch, without_full_mask
+from bertctl.data.collate import length_grouped_batches, without_full_mask
 from bertctl.train import distributed as dist
 
 Batches = Iterable[tuple[np.ndarray, dict[str, torch.Tensor]]]
@@ -102,41 +102,15 @@ def predict(model: torch.nn.Module, source_batches: Batches, device: str | torch
     return result
 
 
-def task_batches(features, batch_size: int, with_labels: bool = False,
-                 pack_to: int | None = None) -> Batches:
+def task_batches(features, batch_size: int, with_labels: bool = False) -> Batches:
     """`(indices, inputs)` for every feature, longest first so that each batch is padded to
-    about its own length. Labels are left out unless `with_labels` (pure inference).
-
-    `pack_to`: for heads with one output per sequence, batches packed in rows of at most this
-    many tokens (`data.collate.pack_batch`), each batch holding up to `batch_size * pack_to`
-    tokens: the memory of a padded batch of `batch_size` examples, without its padding (sorted
-    batches of 64 still hold 6-13% padding on GLUE dev sets), and as many sequences as fit,
-    so that short sentences still make matmuls large enough to keep every core busy (CoLA's
-    12-token sentences in batches of 64 ran no faster than a padded loop on 2 threads). The
-    indices follow the packed order of the outputs."""
-    lengths = np.asarray(features.lengths)
-    if pack_to is None:
-        groups = length_grouped_batches(lengths, batch_size, seed=None)
-    else:
-        order = np.argsort(-lengths, kind="stable")
-        cut = (np.cumsum(lengths[order]) - 1) // (batch_size * pack_to)
-        groups = np.split(order, np.flatnonzero(np.diff(cut)) + 1)
-    for indices in groups:
+    about its own length. Labels are left out unless `with_labels` (pure inference)."""
+    for indices in length_grouped_batches(np.asarray(features.lengths), batch_size, seed=None):
         batch = features.batch(indices)
         if not with_labels:
             for target in ("labels", "start_positions", "end_positions"):
                 batch.pop(target, None)
-        if pack_to is not None:
-            batch, order = pack_batch(batch, pack_to, features.pad_id, return_order=True)
-            indices = np.asarray(indices)[order]
         yield indices, batch
-
-
-def packs_sequences(model: torch.nn.Module) -> bool:
-    """Whether `model`'s outputs are one per sequence and it takes packed batches: its
-    evaluation batches may then be packed (`task_batches(pack_to=...)`)."""
-    model = getattr(model, "module", model)
-    return bool(getattr(model, "packs", False)) and getattr(model, "per_sequence", False)
 
 
 def evaluate_task(model: torch.nn.Module, family, spec, examples, features, label_list,
@@ -149,9 +123,8 @@ def evaluate_task(model: torch.nn.Module, family, spec, examples, features, labe
     labels: prediction only) and its per-example predictions. `label_list` names the classes
     of families that have one.
     """
-    pack_to = int(np.max(features.lengths)) if packs_sequences(model) and len(features) else None
-    outputs = predict(model, task_batches(features, batch_size, pack_to=pack_to), device,
-                      precision, progress=progress)
+    outputs = predict(model, task_batches(features, batch_size), device, precision,
+                      progress=progress)
     predictions = family.predictions(outputs, features, examples, spec, calibration)
     if not examples.labelled:
         return {}, predictions

@@ -156,29 +156,3 @@ def test_frozen_features_packed_equal_alone():
         l2 = model(**packed)["loss"]
     torch.testing.assert_close(l1, l2, atol=1e-6, rtol=1e-5)
 
-
-def test_packed_evaluation_gives_each_example_its_own_outputs():
-    """Evaluation packs the batches of heads with one output per sequence: the outputs come
-    back in example order, equal to the padded evaluation's (and token-level heads pad)."""
-    from bertctl.evaluation import packs_sequences, predict, task_batches
-    from bertctl.tasks.sequence import TaskFeatures
-
-    rng = np.random.default_rng(1)
-    lengths = np.array(LENGTHS * 3)
-    seqs = [rng.integers(5, 200, size=n) for n in lengths]
-    features = TaskFeatures(
-        input_ids=np.concatenate(seqs).astype(np.int32),
-        token_type_ids=np.zeros(int(lengths.sum()), dtype=np.int8),
-        offsets=np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
-        lengths=lengths.astype(np.int64), labels=None, num_choices=None, pad_id=PAD,
-        family="single", label_list=None)
-    model = tiny(BertForSequenceClassification, num_labels=3)
-    assert packs_sequences(model)
-    assert not packs_sequences(tiny(BertForTokenClassification, num_labels=3))
-    padded = predict(model, task_batches(features, 8), "cpu")["logits"]
-    batches = list(task_batches(features, 8, pack_to=32))
-    assert any(b["input_ids"].shape[0] < len(i) for i, b in batches)   # rows were shared
-    packed = predict(model, iter(batches), "cpu")["logits"]
-    alone = torch.cat([model(torch.from_numpy(s[None]).long())["logits"] for s in seqs])
-    torch.testing.assert_close(torch.from_numpy(packed), alone, rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(torch.from_numpy(padded), alone, rtol=1e-5, atol=1e-5)

@@ -87,7 +87,7 @@ def without_full_mask(batch: dict) -> dict:
 
 
 def pack_batch(batch: dict[str, torch.Tensor], capacity: int, pad_id: int,
-               label_pad: int = -100, return_order: bool = False):
+               label_pad: int = -100) -> dict[str, torch.Tensor]:
     """A padded (B, T) batch with several sequences per row: the same examples and the same
     loss, less padding.
 
@@ -102,8 +102,6 @@ def pack_batch(batch: dict[str, torch.Tensor], capacity: int, pad_id: int,
     The model then computes for each sequence what it would unpacked (`model.bert.
     attention_bias`). Per-example `labels` (B,) are reordered to the order of `sequence_starts`;
     per-token `labels` (B, T) move with their tokens, `label_pad` on padding.
-    `return_order`: also return that order (the batch rows of a sequence-level head's outputs),
-    as `(packed, order)`.
     """
     mask = batch["attention_mask"].numpy()
     B, T = mask.shape
@@ -144,4 +142,4 @@ def pack_batch(batch: dict[str, torch.Tensor], capacity: int, pad_id: int,
         packed["sequence_starts"] = torch.from_numpy((row * width + col)[order])
         if labels is not None:
             packed["labels"] = labels[torch.from_numpy(order)]
-    return (packed, order) if return_order else packed
+    return packed

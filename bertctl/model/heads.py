@@ -182,7 +182,6 @@ class BertForSequenceClassification(BertWithHead):
 
     PROBLEM_TYPES = ("single_label_classification", "regression")
     supports_packing = True
-    per_sequence = True    # one output row per sequence (packed evaluation keeps them apart)
 
     def __init__(self, config: BertConfig, num_labels: int | None = None,
                  problem_type: str = "single_label_classification",
