@@ -155,4 +155,3 @@ def test_frozen_features_packed_equal_alone():
         l1 = model(**batch)["loss"]
         l2 = model(**packed)["loss"]
     torch.testing.assert_close(l1, l2, atol=1e-6, rtol=1e-5)
-
