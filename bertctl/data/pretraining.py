@@ -52,6 +52,7 @@ Reading what was built (the dataset over the shards, decoding) is `pretraining_d
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 from collections.abc import Callable, Iterable, Sequence
@@ -381,11 +382,20 @@ def _chunked(documents: Iterable[Sequence[str]], chunk_chars: int):
         yield index, first, buf
 
 
-def _chunk_builder(tokenizer_json: str, config: PretrainingDataSettings) -> _ChunkBuilder:
-    # Parallelism comes from the worker processes; don't let each start a thread pool too
-    # (inherited by forked workers; also silences tokenizers' fork warning).
+@contextlib.contextmanager
+def _tokenizers_single_threaded():
+    """While the workers start (forked ones inherit the variable; spawned ones copy the
+    environment): parallelism comes from the worker processes, so none starts a thread pool of
+    its own (this also silences tokenizers' fork warning). The parent's setting comes back after."""
+    saved = os.environ.get("TOKENIZERS_PARALLELISM")
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    return _ChunkBuilder(tokenizer_json, config)
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("TOKENIZERS_PARALLELISM", None)
+        else:
+            os.environ["TOKENIZERS_PARALLELISM"] = saved
 
 
 def default_workers() -> int:
@@ -452,14 +462,8 @@ def build_pretraining_data(documents: Iterable[Sequence[str]], tokenizer: Tokeni
             for task in tasks():
                 consume(builder.build(*task))
         else:
-            saved = os.environ.get("TOKENIZERS_PARALLELISM")
-            try:
-                pool = OrderedWorkers(workers, _chunk_builder, (tokenizer_json, config), _WHERE)
-            finally:
-                if saved is None:
-                    os.environ.pop("TOKENIZERS_PARALLELISM", None)
-                else:
-                    os.environ["TOKENIZERS_PARALLELISM"] = saved
+            with _tokenizers_single_threaded():
+                pool = OrderedWorkers(workers, _ChunkBuilder, (tokenizer_json, config), _WHERE)
             with pool:
                 for result in pool.map(tasks(), label=lambda t: f"chunk {t[0]}"):
                     consume(result)
