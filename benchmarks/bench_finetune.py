@@ -217,7 +217,8 @@ def run_bertctl(task, data_dir, model_dir, a):
     shutil.rmtree(out, ignore_errors=True)
     return {"metrics": keep, "train_seconds": seconds, "epochs": stats["epochs"],
             "steps": stats["step"], "train_examples": stats["train_examples"],
-            "interval_examples_per_s": rates, "command": " ".join(cmd)}
+            "interval_examples_per_s": rates, "model_revision": manifest.get("revision"),
+            "command": " ".join(cmd)}
 
 
 def run_one(a) -> None:

@@ -186,8 +186,13 @@ def table(results: list[dict]) -> str:
     for task, n in sorted(keys, key=lambda k: (list(TASKS).index(k[0]), k[1])):
         key = TASKS[task]["main"]
         mine = [r for r in results if r["task"] == task and r["train_examples"] == n]
-        variants = [v for v in VARIANTS if any(r["variant"] == v for r in mine)]
-        by = {v: [r for r in mine if r["variant"] == v] for v in variants}
+        # Runs of bertctl made by different model code revisions (another random stream) are
+        # rows of their own; saved runs from before the revision was recorded have none.
+        label = {id(r): r["variant"] + (f" r{r['model_revision']}" if r.get("model_revision")
+                                        else "") for r in mine}
+        variants = sorted(set(label.values()),
+                          key=lambda v: (VARIANTS.index(v.split()[0]), v))
+        by = {v: [r for r in mine if label[id(r)] == v] for v in variants}
         plain = summary([r["metrics"][key] for r in by["plain"]]) if "plain" in by else None
         for v in variants:
             mean, sd, se = summary([r["metrics"][key] for r in by[v]])
