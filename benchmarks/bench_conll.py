@@ -235,7 +235,8 @@ def run_bertctl(train_path: Path, data: Path, model_dir: Path, a) -> dict:
     return {"dev": {k: (manifest.get("metrics") or {}).get(k) for k in pick},
             "test": {k: test.get(k) for k in pick}, "train_seconds": seconds,
             "epochs": stats.get("epochs", a.epochs), "steps": stats.get("step"),
-            "train_sentences": stats.get("train_examples"), "command": " ".join(cmd)}
+            "train_sentences": stats.get("train_examples"),
+            "model_revision": manifest.get("revision"), "command": " ".join(cmd)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -280,6 +281,8 @@ def main() -> None:
     p.add_argument("--doc-stride", type=int, default=64)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--plain-only", action="store_true", help="run the transformers half alone")
+    p.add_argument("--bertctl-only", action="store_true", help="run the bertctl half alone "
+                   "(e.g. after a model code revision; the plain loop's runs do not change)")
     p.add_argument("--bertctl-args", default="", help="more finetune flags, e.g. '--no-pack'")
     p.add_argument("--work", default=None)
     p.add_argument("--run-one", choices=["bertctl", "transformers"], help=argparse.SUPPRESS)
@@ -292,7 +295,8 @@ def main() -> None:
     a.work = a.work or tempfile.mkdtemp(prefix="bench-conll-")
     Path(a.work).mkdir(parents=True, exist_ok=True)
     train = training_file(Path(a.data), a.max_train_sentences, Path(a.work))
-    tools = ["transformers"] if a.plain_only else ["bertctl", "transformers"]
+    tools = (["transformers"] if a.plain_only else ["bertctl"] if a.bertctl_only
+             else ["bertctl", "transformers"])
     rows = []
     for i, seed in enumerate(a.seeds):
         order = tools if i % 2 == 0 else tools[::-1]
@@ -318,7 +322,7 @@ def main() -> None:
             print(f"{t}: dev F1 mean {statistics.mean(f1):.2f}, sd {statistics.stdev(f1):.2f} "
                   f"over {len(f1)} seeds")
     ok = [r for r in rows if all("error" not in r[t] for t in tools)]
-    if not a.plain_only and ok:
+    if len(tools) == 2 and ok:
         ratios = [(r["transformers"]["train_seconds"] / r["transformers"]["epochs"])
                   / (r["bertctl"]["train_seconds"] / r["bertctl"]["epochs"]) for r in ok]
         print(f"speed ratio (transformers s/epoch / bertctl s/epoch): median "
