@@ -206,6 +206,8 @@ def run_transformers(train_path: Path, data: Path, model_dir: Path, a) -> dict:
 
 
 def run_bertctl(train_path: Path, data: Path, model_dir: Path, a) -> dict:
+    from bertctl.artifacts import REVISIONS  # the code the CLI below runs
+
     out = Path(a.work) / f"bertctl-{a.seed}-{os.getpid()}"
     common = ["--task", "conll2003", "--max-seq-length", str(a.max_seq_length),
               "--doc-stride", str(a.doc_stride), "--json", "--force"]
@@ -236,7 +238,7 @@ def run_bertctl(train_path: Path, data: Path, model_dir: Path, a) -> dict:
             "test": {k: test.get(k) for k in pick}, "train_seconds": seconds,
             "epochs": stats.get("epochs", a.epochs), "steps": stats.get("step"),
             "train_sentences": stats.get("train_examples"),
-            "model_revision": manifest.get("revision"), "command": " ".join(cmd)}
+            "model_revision": REVISIONS["model"], "command": " ".join(cmd)}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -190,6 +190,8 @@ def run_transformers(task, data_dir, model_dir, a):
 
 
 def run_bertctl(task, data_dir, model_dir, a):
+    from bertctl.artifacts import REVISIONS  # the code the CLI below runs
+
     out = Path(a.work) / f"bertctl-{task}-{a.seed}-{os.getpid()}"
     cmd = [sys.executable, "-m", "bertctl", "finetune", str(model_dir), str(data_dir),
            "--task", TASKS[task]["preset"], "--out", str(out), "--seed", str(a.seed),
@@ -217,7 +219,7 @@ def run_bertctl(task, data_dir, model_dir, a):
     shutil.rmtree(out, ignore_errors=True)
     return {"metrics": keep, "train_seconds": seconds, "epochs": stats["epochs"],
             "steps": stats["step"], "train_examples": stats["train_examples"],
-            "interval_examples_per_s": rates, "model_revision": manifest.get("revision"),
+            "interval_examples_per_s": rates, "model_revision": REVISIONS["model"],
             "command": " ".join(cmd)}
 
 
