@@ -14,7 +14,6 @@ this machine: the ratio eager / compiled step time above 1 says it does.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import statistics
 import time
@@ -22,20 +21,12 @@ import time
 import torch
 
 import summary
-from bench_pretrain_step import autocast, make_batch
+from bench_pretrain_step import autocast, make_batch, step_arguments
 from bertctl.model import BertConfig, BertForPreTraining
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--presets", nargs="+", default=["mini", "small"])
-    ap.add_argument("--precisions", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
-    ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--seq", type=int, default=128)
-    ap.add_argument("--vocab", type=int, default=30522)
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--threads", type=int, default=None)
-    ap.add_argument("--summary-json", default=None, help="append rows for run_all.py")
+    ap = step_arguments(__doc__)
     a = ap.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)

@@ -105,19 +105,25 @@ def run_hf(model, batch):
     return model(**batch).loss
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def step_arguments(doc: str) -> argparse.ArgumentParser:
+    """The options every pretraining-step benchmark shares (this one and bench_compile)."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     ap.add_argument("--presets", nargs="+", default=["mini", "small"])
     ap.add_argument("--precisions", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--vocab", type=int, default=30522)
-    ap.add_argument("--mask-prob", type=float, default=0.15)
-    ap.add_argument("--steps", type=int, default=1, help="timed steps per repeat")
     ap.add_argument("--repeats", type=int, default=5, help="alternating timed repeats per model")
-    ap.add_argument("--warmup", type=int, default=1, help="untimed steps per model first")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     ap.add_argument("--summary-json", default=None, help="append rows for run_all.py")
+    return ap
+
+
+def main() -> None:
+    ap = step_arguments(__doc__)
+    ap.add_argument("--mask-prob", type=float, default=0.15)
+    ap.add_argument("--steps", type=int, default=1, help="timed steps per repeat")
+    ap.add_argument("--warmup", type=int, default=1, help="untimed steps per model first")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
