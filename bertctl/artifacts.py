@@ -23,9 +23,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 import bertctl
-from bertctl import config as config_mod
+from bertctl import settings as settings_mod
 from bertctl import locks
-from bertctl.config import StageConfig
+from bertctl.settings import StageConfig
 from bertctl.errors import BertctlError, IntegrityError
 
 FORMAT = "bertctl-artifact"
@@ -356,7 +356,7 @@ def _settings(settings: StageConfig | dict[str, Any]) -> tuple[dict, dict]:
     """(what the manifest records, what the id hashes)."""
     if isinstance(settings, dict):
         return settings, settings
-    return config_mod.as_dict(settings), config_mod.identity(settings)
+    return settings_mod.as_dict(settings), settings_mod.identity(settings)
 
 
 def plan(kind: str, settings: StageConfig | dict[str, Any], inputs: list[InputRef],

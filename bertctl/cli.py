@@ -23,23 +23,16 @@ from pydantic.fields import FieldInfo
 
 import bertctl
 from bertctl import console
+from bertctl import locks
 from bertctl.config import (BuildPretrainDataSettings, EmbedSettings, EvalSettings,
                             FinetuneSettings, GlueSummarySettings, PretrainSettings,
-                            ReportSettings, StageConfig, TokenizeSettings, resolve)
-from bertctl import locks
+                            ReportSettings, TokenizeSettings)
+from bertctl.settings import PANELS, StageConfig, field_meta, resolve
 from bertctl.errors import BertctlError, DiskFull, is_disk_full
 from bertctl.expectations import ExpectationsUnmet
 
-app = typer.Typer(
-    name="bertctl",
-    help="BERT pretraining and fine-tuning pipelines: each command is a stage that reads and "
-         "writes versioned artifact directories.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,  # help texts name tokens like [MASK]; they are not markup
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
+HELP = ("BERT pretraining and fine-tuning pipelines: each command is a stage that reads and "
+        "writes versioned artifact directories.")
 
 
 def _version(value: bool) -> None:
@@ -48,7 +41,6 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
 def _root(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
                                                 help="Print the version and exit.")] = False):
     pass
@@ -130,59 +122,122 @@ def _field_parameter(name: str, field: FieldInfo) -> inspect.Parameter:
     else:
         shown = "unset" if default is None else json.dumps(default)
     help_text = f"{field.description or ''}{hint} [default: {shown}]"
-    option = typer.Option(flag, help=help_text,
-                          show_default=False, rich_help_panel="Settings (also --config keys)")
+    panel = field_meta(field).get("panel", "Settings")
+    option = typer.Option(flag, help=help_text, show_default=False, rich_help_panel=panel)
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY,
                              annotation=Annotated[Optional[kind], option], default=None)
 
 
+_ARTIFACT = "Artifact"
 _COMMON = {
     "out": (Annotated[Path, typer.Option("--out", "-o", help="Artifact directory to write; may "
-                                         "contain {id}.")], inspect.Parameter.empty),
+                                         "contain {id}.", rich_help_panel=_ARTIFACT)],
+            inspect.Parameter.empty),
     "config": (Annotated[Optional[Path], typer.Option("--config", "-c", help="YAML file of "
-                                                      "settings; flags override it.")], None),
-    "force": (Annotated[bool, typer.Option("--force", help="Replace what --out holds when it is not this very artifact (an up-to-date "
-             "artifact is kept).")], False),
+                                                      "settings; flags override it.",
+                                                      rich_help_panel=_ARTIFACT)], None),
+    "force": (Annotated[bool, typer.Option("--force", help="Replace what --out holds when it is "
+                                           "not this very artifact (an up-to-date artifact is "
+                                           "kept).", rich_help_panel=_ARTIFACT)], False),
     "json_output": (Annotated[bool, typer.Option("--json", help="Print the manifest (or the "
-                                                 "error) as one JSON object on stdout.")], False),
-    "debug": (Annotated[bool, typer.Option("--debug", help="Show tracebacks.")], False),
+                                                 "error) as one JSON object on stdout.",
+                                                 rich_help_panel=_ARTIFACT)], False),
+    "debug": (Annotated[bool, typer.Option("--debug", help="Show tracebacks.",
+                                           rich_help_panel=_ARTIFACT)], False),
     "wait": (Annotated[bool, typer.Option("--wait", help="If another run is writing --out, "
-                                          "wait for it instead of failing at once.")], False),
+                                          "wait for it instead of failing at once.",
+                                          rich_help_panel=_ARTIFACT)], False),
 }
 
+# (command name, the settings class or a function returning it, help, the stage function),
+# in the order `bertctl --help` lists them; `make_app` turns each into a command.
+_STAGES: list[tuple[str, Any, str, Any]] = []
 
-def stage(name: str, settings: type[StageConfig], help: str):
-    """Register `fn(settings, out, force, **inputs)` as a command taking the stage's inputs,
-    the common options and one flag per settings field."""
 
-    def register(fn):
-        hints = typing.get_type_hints(fn, include_extras=True)
-        own = [p.replace(annotation=hints[p.name])
-               for p in inspect.signature(fn).parameters.values()
-               if p.name not in ("settings", "out", "force")]
-        common = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, annotation=a, default=d)
-                  for n, (a, d) in _COMMON.items()]
-        fields = [_field_parameter(n, f) for n, f in settings.model_fields.items()]
+def stage(name: str, settings: type[StageConfig] | Any, help: str):
+    """Declare `fn(settings, out, force, **inputs)` as a command taking the stage's inputs, the
+    common options and one flag per settings field. `settings` may be a function returning the
+    class, called when the app is made (the task settings depend on the registered families)."""
 
-        def command(**kwargs):
-            json_mode, debug = kwargs.pop("json_output"), kwargs.pop("debug")
-            locks.wait_for_locks(kwargs.pop("wait"))
-            config_file = kwargs.pop("config")
-            overrides = {n: kwargs.pop(n) for n in settings.model_fields}
-            console.set_quiet(False)
-            with _handled(json_mode, debug):
-                resolved = resolve(settings, config_file, overrides)
-                outcome = fn(settings=resolved, **kwargs)
-                if outcome is not None:  # None: a non-zero rank of a distributed run
-                    _report(outcome, json_mode)
-
-        command.__signature__ = inspect.Signature(own + common + fields)
-        command.__doc__ = help
-        command.__name__ = fn.__name__
-        app.command(name, help=help)(command)
+    def declare(fn):
+        _STAGES.append((name, settings, help, fn))
         return fn
 
-    return register
+    return declare
+
+
+def _command(settings: type[StageConfig], help: str, fn):
+    hints = typing.get_type_hints(fn, include_extras=True)
+    own = [p.replace(annotation=hints[p.name])
+           for p in inspect.signature(fn).parameters.values()
+           if p.name not in ("settings", "out", "force")]
+    common = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, annotation=a, default=d)
+              for n, (a, d) in _COMMON.items()]
+    fields = [_field_parameter(n, f) for n, f in settings.model_fields.items()]
+
+    def command(**kwargs):
+        json_mode, debug = kwargs.pop("json_output"), kwargs.pop("debug")
+        locks.wait_for_locks(kwargs.pop("wait"))
+        config_file = kwargs.pop("config")
+        overrides = {n: kwargs.pop(n) for n in settings.model_fields}
+        console.set_quiet(False)
+        with _handled(json_mode, debug):
+            resolved = resolve(settings, config_file, overrides)
+            outcome = fn(settings=resolved, **kwargs)
+            if outcome is not None:  # None: a non-zero rank of a distributed run
+                _report(outcome, json_mode)
+
+    command.__signature__ = inspect.Signature(own + common + fields)
+    command.__doc__ = help
+    command.__name__ = fn.__name__
+    return command
+
+
+def settings_of(name: str) -> type[StageConfig]:
+    """The settings class behind a stage command, as the app made now shows it."""
+    for command, settings, _, _ in _STAGES:
+        if command == name:
+            return settings if isinstance(settings, type) else settings()
+    raise KeyError(name)
+
+
+class _PanelledCommand(typer.core.TyperCommand):
+    """Plain help (the texts name tokens like [MASK], which rich would read as markup) with the
+    options grouped under their panels: task, training, evaluation, checkpoints, runtime, ..."""
+
+    def format_options(self, ctx, formatter) -> None:
+        sections: dict[str, list[tuple[str, str]]] = {}
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is None:
+                continue
+            default = "Arguments" if param.param_type_name == "argument" else "Options"
+            panel = getattr(param, "rich_help_panel", None) or default
+            sections.setdefault(panel, []).append(record)
+        first = ["Arguments", "Options", *PANELS]
+        order = sorted(sections, key=lambda p: (first.index(p) if p in first else len(first),
+                                                p == _ARTIFACT))
+        for panel in order:
+            records = sections[panel]
+            with formatter.section(panel):
+                formatter.write_dl(records)
+
+
+def make_app() -> typer.Typer:
+    """The command tree, made from the stages declared below and the task families registered
+    now (a family registered later needs a new app)."""
+    app = typer.Typer(
+        name="bertctl", help=HELP, no_args_is_help=True, add_completion=False,
+        pretty_exceptions_enable=False,
+        rich_markup_mode=None,  # help texts name tokens like [MASK]; they are not markup
+        context_settings={"help_option_names": ["-h", "--help"]},
+    )
+    app.callback()(_root)
+    for name, _, help, fn in _STAGES:
+        app.command(name, help=help, cls=_PanelledCommand)(_command(settings_of(name), help, fn))
+    for name, fn in _PLAIN:
+        app.command(name)(fn)
+    return app
 
 
 # ---------------------------------------------------------------------------------------------
@@ -248,9 +303,22 @@ ModelArgument = Annotated[Path, typer.Argument(
     help="A model artifact or a local Hugging Face BERT directory.", show_default=False)]
 
 
-@stage("finetune", FinetuneSettings, help="Fine-tune a model artifact or Hugging Face BERT "
-       "directory on a task (sentence or pair classification, regression, multiple choice) "
-       "into a model artifact with the task head. Runs data-parallel under torchrun.")
+def _finetune_settings() -> type[FinetuneSettings]:
+    from bertctl.tasks.settings import finetune_settings
+
+    return finetune_settings()
+
+
+def _eval_settings() -> type[EvalSettings]:
+    from bertctl.tasks.settings import eval_settings
+
+    return eval_settings()
+
+
+@stage("finetune", _finetune_settings, help="Fine-tune a model artifact or Hugging Face BERT "
+       "directory on a task of any registered family (single sentence or pair classification, "
+       "regression, multiple choice, span QA, tagging: see --family) into a model artifact "
+       "with the task head. Runs data-parallel under torchrun.")
 def finetune(settings: FinetuneSettings, out: Path, force: bool,
              model: ModelArgument,
              train: Annotated[Path, typer.Argument(
@@ -265,7 +333,7 @@ def finetune(settings: FinetuneSettings, out: Path, force: bool,
                             dev_path=str(dev) if dev else None)
 
 
-@stage("eval", EvalSettings, help="Evaluate a model on task data (metrics and GLUE-style "
+@stage("eval", _eval_settings, help="Evaluate a model on task data (metrics and GLUE-style "
        "predictions) or, for a pretrain-data artifact, its masked-LM loss, accuracy and "
        "perplexity, into an eval artifact.")
 def evaluate(settings: EvalSettings, out: Path, force: bool,
@@ -308,7 +376,6 @@ def embed(settings: EmbedSettings, out: Path, force: bool,
     return stage_module.run(settings, str(model), data, str(out), force)
 
 
-@app.command("inspect")
 def inspect_artifact(
     directory: Annotated[Path, typer.Argument(help="Any artifact directory.")],
     verify: Annotated[bool, typer.Option("--verify", help="Recompute every file's checksum; "
@@ -348,7 +415,6 @@ def glue_summary(settings: GlueSummarySettings, out: Path, force: bool,
     return stage_module.run(settings, [str(e) for e in evals], str(out), force)
 
 
-@app.command("diff")
 def diff_artifacts(
     a: Annotated[Path, typer.Argument(help="An artifact directory.", show_default=False)],
     b: Annotated[Path, typer.Argument(help="Another artifact directory.", show_default=False)],
@@ -362,6 +428,11 @@ def diff_artifacts(
 
     with _handled(json_output, debug):
         stage_module.run(a, b, json_output=json_output)
+
+
+# Commands that read artifacts and write none: no settings, no --out.
+_PLAIN = [("inspect", inspect_artifact), ("diff", diff_artifacts)]
+app = make_app()
 
 
 def _terminate(signum, frame):

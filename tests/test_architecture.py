@@ -69,3 +69,19 @@ def test_stages_never_branch_on_a_family_name():
         text = path.read_text(encoding="utf-8")
         found = sorted(n for n in names if n in text)
         assert not found, f"{path.name} names families {found}"
+
+
+def test_config_knows_no_task_family():
+    """config.py composes the stage settings from the core's; the families' options, names and
+    presets come from the task registry (tasks/settings.py), never the other way round."""
+    bad = sorted(n for n in _imports(PACKAGE / "config.py") if n.startswith("bertctl.tasks"))
+    assert not bad, f"config.py imports {bad}"
+
+
+@pytest.mark.parametrize("path", [p for p in SOURCES if p.relative_to(PACKAGE).parts[0]
+                                  in ("train", "data", "model", "settings.py")], ids=_module)
+def test_the_core_owns_its_settings(path):
+    """The training loop's and the data builder's settings live beside them; the core never
+    reaches up into the stage settings."""
+    bad = sorted(n for n in _imports(path) if n == "bertctl.config" or n.startswith("bertctl.config."))
+    assert not bad, f"{_module(path)} imports {bad}"

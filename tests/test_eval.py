@@ -402,7 +402,7 @@ def test_evaluate_task_scores_and_json_safe():
 @pytest.fixture(scope="module")
 def pretrain_data(tmp_path_factory, minilm_dir):
     pretraining = pytest.importorskip("bertctl.data.pretraining")
-    from bertctl.config import PretrainingDataSettings
+    from bertctl.data.settings import PretrainingDataSettings
     from bertctl.data.corpus import iter_documents
     from bertctl.data.tokenizer import from_hf_directory
     from bertctl.stages.common import copy_tokenizer

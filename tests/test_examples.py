@@ -3,14 +3,11 @@ that runs it."""
 
 import pytest
 
-from bertctl import config
+from bertctl.cli import settings_of
+from bertctl.settings import resolve
 
 from conftest import EXAMPLES
 
-STAGES = {"tokenize": config.TokenizeSettings,
-          "build-pretrain-data": config.BuildPretrainDataSettings,
-          "pretrain": config.PretrainSettings, "finetune": config.FinetuneSettings,
-          "eval": config.EvalSettings}
 CONFIGS = sorted((EXAMPLES / "configs").glob("*.yaml"))
 
 
@@ -24,4 +21,4 @@ def test_example_config_validates(path):
     assert first.startswith("# bertctl "), "a shipped config starts with the command that runs it"
     stage = first.split()[2]
     assert f"--config examples/configs/{path.name}" in first
-    config.resolve(STAGES[stage], path)
+    resolve(settings_of(stage), path)

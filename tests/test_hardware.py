@@ -6,8 +6,9 @@ import pytest
 import torch
 
 from bertctl import hardware
-from bertctl.config import EvalSettings, FinetuneSettings, PretrainSettings, identity
-from bertctl.train.loop import TrainSettings
+from bertctl.config import EvalSettings, FinetuneSettings, PretrainSettings
+from bertctl.settings import identity
+from bertctl.train.settings import TrainSettings
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
-from bertctl.config import PretrainingDataSettings as PretrainingDataConfig
+from bertctl.data.settings import PretrainingDataSettings as PretrainingDataConfig
 from bertctl.data.pretraining import build_pretraining_data, validation_documents
 from bertctl.data.pretraining_dataset import (PretrainingDataset, decode_instances,
                                               read_pretraining_info)

@@ -481,7 +481,7 @@ def test_trains_on_a_real_pretraining_dataset(tmp_path, small_tokenizer):
     pretraining = pytest.importorskip("bertctl.data.pretraining")
     from tokenizers import Tokenizer
 
-    from bertctl.config import PretrainingDataSettings
+    from bertctl.data.settings import PretrainingDataSettings
     from bertctl.data.pretraining_dataset import PretrainingDataset
     tokenizer = Tokenizer.from_file(str(small_tokenizer / "tokenizer.json"))
     docs = _documents(FIXTURES / "pretrain" / "bert_sample_text.txt")

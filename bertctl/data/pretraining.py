@@ -69,7 +69,7 @@ from bertctl.data.pretraining_masking import (
 from bertctl.data.pretraining_shards import (
     FORMAT, FORMAT_VERSION, ShardWriter, slice_tag, token_dtype, write_json)
 from bertctl.data.workers import OrderedWorkers
-from bertctl.config import PretrainingDataSettings
+from bertctl.data.settings import PretrainingDataSettings
 from bertctl.errors import BertctlError
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from bertctl.data.pretraining import _COUNTS, SPLITS, _zero_stats, finish_stats, masking_rules
-from bertctl.config import PretrainingDataSettings
+from bertctl.data.settings import PretrainingDataSettings
 from bertctl.data.pretraining_masking import MaskingRules, apply_masking, hashed_uniform_at, ranges
 from bertctl.data.pretraining_shards import FORMAT, FORMAT_VERSION, ShardReader
 from bertctl.errors import BertctlError

@@ -8,7 +8,8 @@ import shutil
 from pathlib import Path
 
 from bertctl import artifacts, console
-from bertctl.config import BuildPretrainDataSettings, PretrainingDataSettings
+from bertctl.config import BuildPretrainDataSettings
+from bertctl.data.settings import PretrainingDataSettings
 from bertctl.data import corpus, pretraining, pretraining_dataset
 from bertctl.data import tokenizer as tokenizer_mod
 from bertctl.errors import BertctlError

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from bertctl import agreement, artifacts, hardware, locks, modelcard
-from bertctl import config as config_mod
+from bertctl import settings as settings_mod
 from bertctl.data import tokenizer as tokenizer_mod
 from bertctl.errors import BertctlError, Interrupted
 
@@ -206,7 +206,7 @@ def _train(config, inputs, out, force, prepare, artifact_id, out_path):
     def build(tmp: Path) -> dict:
         stats = write(fit(), tmp)
         shutil.copyfile(work / "metrics.jsonl", tmp / "metrics.jsonl")
-        modelcard.write(tmp, artifact_id, out_path, config_mod.as_dict(config), inputs, stats)
+        modelcard.write(tmp, artifact_id, out_path, settings_mod.as_dict(config), inputs, stats)
         return stats
 
     try:

@@ -67,8 +67,9 @@ def frozen_features(config: FinetuneSettings, family, source) -> dict:
 def run(config: FinetuneSettings, model_dir: str, train_path: str, out: str, force: bool = False,
         dev_path: str | None = None):
     from bertctl import tasks
+    from bertctl.tasks.settings import task_spec
 
-    spec = config.task_spec()
+    spec = task_spec(config)
     family = tasks.get(spec.family)
     source = common.open_model(model_dir, "model")
     features = frozen_features(config, family, source)   # a bad --head fails before any work
@@ -83,7 +84,7 @@ def run(config: FinetuneSettings, model_dir: str, train_path: str, out: str, for
 
         from bertctl.evaluation import evaluate_task
         from bertctl.train import distributed as dist
-        from bertctl.train.loop import TrainSettings, train
+        from bertctl.train import TrainSettings, train
 
         tok, _ = source.tokenizer()
         common.check_reads_task(source, tok, config.max_seq_length)

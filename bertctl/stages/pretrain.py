@@ -91,7 +91,7 @@ def run(config: PretrainSettings, data_dir: str, out: str, force: bool = False,
         from bertctl.data.pretraining_dataset import PretrainingDataset
         from bertctl.evaluation import evaluate_pretraining
         from bertctl.train import distributed as dist
-        from bertctl.train.loop import TrainSettings, pretraining_metrics, train
+        from bertctl.train import TrainSettings, pretraining_metrics, train
 
         train_data = PretrainingDataset(data.path, "train")
         # From the data's own summaries (read_pretraining_info), not the manifest's stats: a

@@ -26,6 +26,12 @@ from bertctl.errors import BertctlError
 
 class Family:
     name: ClassVar[str]
+    # How --help and the docs name the family (its flags' panel: "Span QA (family span)").
+    title: ClassVar[str]
+    # The family's own options: a pydantic model whose fields (type, checks, help text) become
+    # the finetune and eval flags of the same names (tasks/settings.py) and the keys of a task
+    # spec's `options`, which `check_spec` validates with it. None: the family has none.
+    options_model: ClassVar[type | None] = None
     default_metric: ClassVar[str]
     # Whether labels are classes named by a label list that is stored with the model
     # (config.json's id2label) and read back by eval.

@@ -79,8 +79,9 @@ class Classification(SequenceClassifierHead, SequenceFamily):
     default_metric = "accuracy"
     label_list = True
 
-    def __init__(self, name: str, text_columns: int):
+    def __init__(self, name: str, title: str, text_columns: int):
         self.name = name
+        self.title = title
         self.text_columns = text_columns
 
     def check_spec(self, spec) -> None:
@@ -141,5 +142,5 @@ class Classification(SequenceClassifierHead, SequenceFamily):
         return [label_list[int(i)] for i in np.asarray(predictions)]
 
 
-SINGLE = register(Classification("single", 1))
-PAIR = register(Classification("pair", 2))
+SINGLE = register(Classification("single", "Single sentence", 1))
+PAIR = register(Classification("pair", "Sentence pair", 2))

@@ -13,6 +13,7 @@ from bertctl.tasks.sequence import SequenceFamily
 
 class MultipleChoice(SequenceFamily):
     name = "multiple_choice"
+    title = "Multiple choice"
     default_metric = "accuracy"
     head = "BertForMultipleChoice"
 

@@ -14,6 +14,7 @@ from bertctl.tasks.sequence import SequenceFamily
 
 class Regression(SequenceClassifierHead, SequenceFamily):
     name = "regression"
+    title = "Regression"
     default_metric = "pearson_spearman"
     regression = True
 

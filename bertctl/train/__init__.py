@@ -5,12 +5,13 @@ schedule (optim.py), exact-resume checkpoints (checkpoint.py) and torchrun/DDP p
 from bertctl.train import distributed
 from bertctl.train.checkpoint import CorruptCheckpoint, seed_everything
 from bertctl.train.loop import (
-    METRICS_FILE, BatchOrder, DataSource, TrainingDiverged, TrainResult, TrainSettings, accuracy,
+    METRICS_FILE, BatchOrder, DataSource, TrainingDiverged, TrainResult, accuracy,
     pretraining_metrics, train)
 from bertctl.train.optim import lr_at, make_optimizer, param_groups, warmup_steps
+from bertctl.train.settings import TrainingSettings, TrainSettings
 
 __all__ = [
     "METRICS_FILE", "BatchOrder", "CorruptCheckpoint", "DataSource", "TrainResult",
-    "TrainSettings", "TrainingDiverged", "accuracy", "distributed", "lr_at", "make_optimizer",
+    "TrainSettings", "TrainingDiverged", "TrainingSettings", "accuracy", "distributed", "lr_at", "make_optimizer",
     "param_groups", "pretraining_metrics", "seed_everything", "train", "warmup_steps",
 ]

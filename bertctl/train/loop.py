@@ -33,13 +33,13 @@ import torch
 from pydantic import Field, field_validator
 from torch import nn
 
-from bertctl.config import TrainingSettings
 from bertctl.data.collate import length_grouped_batches, without_full_mask
 from bertctl import hardware
 from bertctl.errors import BertctlError
 from bertctl.train import checkpoint as ckpt
 from bertctl.train import distributed as dist
 from bertctl.train import tensorboard
+from bertctl.train.settings import TrainSettings
 from bertctl.train.optim import lr_at, make_optimizer, set_lr, warmup_steps
 
 METRICS_FILE = "metrics.jsonl"
@@ -65,50 +65,6 @@ class TrainingDiverged(BertctlError):
     """The loss or the gradient became NaN/inf; the run stops before updating the weights."""
 
     exit_code = 1
-
-
-class TrainSettings(TrainingSettings):
-    """How to train: the stages' settings (`config.TrainingSettings`, where each one is described
-    and checked) plus those that only code sets. Checked when built: a bad value raises a
-    `SettingsError` naming it. The defaults suit a call from code: no checkpoints (the stages
-    checkpoint every 200 steps), and keep_last=None keeps every checkpoint.
-
-    Step numbers (log/eval/checkpoint cadences, stop_after, resume_from, checkpoint names) are
-    global: a continued phase with start_step=900_000 logs step 900_001 first. batch_size is
-    GLOBAL, over all ranks; micro_batch_size defaults to batch_size / world size; warmup below 1
-    is a fraction of total_steps, otherwise a step count.
-    """
-
-    where: ClassVar[str] = "train settings"
-
-    checkpoint_every: int | None = Field(None, ge=1)
-    precision: Literal["auto", "fp32", "bf16", "fp16"] = "fp32"  # code asks for what it wants
-    keep_last: int | None = Field(2, ge=1)
-    betas: tuple[float, float] = (0.9, 0.999)
-    eps: float = Field(1e-6, gt=0)       # BERT's Adam epsilon (PyTorch's default is 1e-8)
-    start_step: int = Field(0, ge=0)     # continue the step count of an earlier phase ...
-    total_steps: int | None = Field(None, ge=1)  # ... and its schedule (default: its end)
-    stop_after: int | None = Field(None, ge=0)   # stop at this global step as if interrupted
-    # DDP: set when some parameters get no gradient (the NSP head of MLM-only pretraining).
-    find_unused_parameters: bool = False
-
-    @field_validator("betas")
-    @classmethod
-    def _betas_in_range(cls, betas: tuple[float, float]) -> tuple[float, float]:
-        if not all(0 <= b < 1 for b in betas):
-            raise ValueError("betas must be in [0, 1)")
-        return betas
-
-    @classmethod
-    def of(cls, stage: TrainingSettings, **extra: Any) -> "TrainSettings":
-        """A stage's training settings plus `extra` (the settings only code sets)."""
-        own = stage.model_dump(include=set(cls.model_fields))  # e.g. pretrain's total_steps
-        return cls(**{**own, **extra})
-
-    @property
-    def resume_step(self) -> int | str:
-        """resume_from as "latest", "never" or a step number."""
-        return int(self.resume_from) if self.resume_from.isdigit() else self.resume_from
 
 
 @dataclass

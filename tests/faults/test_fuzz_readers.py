@@ -19,6 +19,8 @@ from hypothesis import strategies as st  # noqa: E402
 from bertctl import artifacts, config, tasks  # noqa: E402
 from bertctl.data import corpus  # noqa: E402
 from bertctl.errors import BertctlError  # noqa: E402
+from bertctl.settings import resolve  # noqa: E402
+from bertctl.tasks.settings import finetune_settings  # noqa: E402
 from bertctl.tasks.span.reader import read_span_examples  # noqa: E402
 from bertctl.tasks.tagging.reader import read_tagged  # noqa: E402
 
@@ -108,8 +110,8 @@ def test_squad_json(tmp_path, doc, version_2):
 @given(data=content)
 def test_yaml_configs(tmp_path, data):
     path = _write(tmp_path, "config.yaml", data)
-    for cls in (config.TokenizeSettings, config.FinetuneSettings, config.EmbedSettings):
-        _only_bertctl_errors(config.resolve, cls, path, {})
+    for cls in (config.TokenizeSettings, finetune_settings(), config.EmbedSettings):
+        _only_bertctl_errors(resolve, cls, path, {})
 
 
 manifest_like = st.dictionaries(

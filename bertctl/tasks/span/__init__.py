@@ -28,15 +28,25 @@ class SpanOptions(BaseModel):
     """The span family's own settings (a task spec's `options`; flags of the same names)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    version_2_with_negative: bool = False
-    doc_stride: int = Field(128, ge=1)
-    max_query_length: int = Field(64, ge=1)
-    n_best: int = Field(20, ge=1)
-    max_answer_length: int = Field(30, ge=1)
-    null_threshold: float | None = None
-    question_column: str = "question"
-    id_column: str = "id"
-    answers_column: str = "answers"
+    version_2_with_negative: bool = Field(False, description="Questions may have no answer "
+                                          "(SQuAD 2.0; the squad_v2 preset sets it).")
+    doc_stride: int = Field(128, ge=1, description="Tokens shared by consecutive windows of a "
+                            "long passage (default 128).")
+    max_query_length: int = Field(64, ge=1, description="Question tokens kept (default 64).")
+    n_best: int = Field(20, ge=1, description="Candidate answers kept per question "
+                        "(default 20).")
+    max_answer_length: int = Field(30, ge=1, description="The longest answer in tokens "
+                                   "(default 30).")
+    null_threshold: float | None = Field(None, description="SQuAD 2.0: predict no answer when "
+                                         "the null score beats the best span by more than "
+                                         "this; unset: the threshold tuned on the dev set "
+                                         "during finetune (else 0).",
+                                         json_schema_extra={"stages": ("eval",)})
+    question_column: str = Field("question", description="Flat files: the question column "
+                                 "(default question).")
+    id_column: str = Field("id", description="Flat files: the question id column (default id).")
+    answers_column: str = Field("answers", description="Flat files: the answers column, "
+                                "{text: [...], answer_start: [...]} (default answers).")
 
 
 def options(spec) -> SpanOptions:
@@ -65,6 +75,8 @@ class Span(Family):
     all of a question's windows; EM and F1 as the official scripts compute them."""
 
     name = "span"
+    title = "Span QA"
+    options_model = SpanOptions
     default_metric = "squad"
     head = "BertForQuestionAnswering"
     calibrates = True

@@ -49,15 +49,21 @@ class TaggingOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     # Column files: a field index (or a name from the spec's column_names); tables: a column
-    # name or index. Unset: the first and the last field of a column file; `tokens` and
-    # `ner_tags` in a table.
-    token_column: str | None = None
-    tag_column: str | None = None
-    tag_scheme: Literal["iob1", "iob2", "bioes"] | None = None   # None: detected per file
-    # Word pieces shared by consecutive windows of a sentence longer than one window, as span
-    # QA's --doc-stride (None: half the window).
-    doc_stride: int | None = Field(None, ge=0)
-    document_context: bool = False
+    # name or index.
+    token_column: str | None = Field(None, description="The token column, an index (column "
+                                     "files; default the first) or a name (tables; default "
+                                     "tokens).")
+    tag_column: str | None = Field(None, description="The tag column, an index (column files; "
+                                   "default the last) or a name (tables; default ner_tags).")
+    tag_scheme: Literal["iob1", "iob2", "bioes"] | None = Field(
+        None, description="The files' tag scheme; unset: detected per file (logged). The model "
+        "trains on IOB2; predictions are written in each file's scheme.")
+    doc_stride: int | None = Field(None, ge=0, description="Word pieces shared by consecutive "
+                                   "windows of a sentence longer than one window (default half "
+                                   "the window).")
+    document_context: bool = Field(False, description="Fill each window with the sentence's "
+                                   "neighbours in its document (the paper's CoNLL setting); "
+                                   "only the sentence is predicted.")
 
 
 def options(spec) -> TaggingOptions:
@@ -86,6 +92,8 @@ class Tagging(Family):
     precision, recall and F1 exactly as conlleval computes them."""
 
     name = "tagging"
+    title = "Tagging"
+    options_model = TaggingOptions
     default_metric = "conlleval"
     label_list = True
     head = "BertForTokenClassification"

@@ -1,0 +1,58 @@
+"""The settings that determine pretraining instances, owned by the builder that reads them
+(`data.pretraining`) and the loader that re-draws dynamic masks (`data.pretraining_dataset`)."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field
+
+from bertctl.settings import DATA, StageConfig, meta
+
+
+class PretrainingDataSettings(StageConfig):
+    """The settings that determine pretraining instances: the same settings (and tokenizer and
+    corpus) give the same bytes. The core builder takes these; the stage adds how to run."""
+
+    where: ClassVar[str] = "build-pretrain-data"
+    max_seq_length: int = Field(128, ge=8, le=512, description="Tokens per instance, [CLS] and "
+                                "both [SEP] included (BERT's positions stop at 512).",
+                                json_schema_extra=meta(DATA))
+    dupe_factor: int | None = Field(None, ge=1, description="Passes over the corpus with "
+                                    "different pairings and masks; unset: 10 for static masking, "
+                                    "1 for dynamic.", json_schema_extra=meta(DATA))
+    short_seq_prob: float = Field(0.1, ge=0, le=1, description="Share of instances packed to a "
+                                  "random shorter target length.", json_schema_extra=meta(DATA))
+    masked_lm_prob: float = Field(0.15, gt=0, lt=1, description="Share of tokens predicted.",
+                                  json_schema_extra=meta(DATA))
+    max_predictions_per_seq: int = Field(20, ge=1, description="Most predictions per instance.",
+                                         json_schema_extra=meta(DATA))
+    seed: int = Field(12345, ge=0, description="Seed for pairing, truncation and masking.",
+                      json_schema_extra=meta(DATA))
+    whole_word_mask: bool = Field(False, description="Mask all pieces of a word together.",
+                                  json_schema_extra=meta(DATA))
+    masking: Literal["static", "dynamic"] = Field(
+        "static", description="static: masks drawn here (Google); dynamic: pretrain draws new "
+        "masks every epoch (RoBERTa).", json_schema_extra=meta(DATA))
+    no_nsp: bool = Field(False, description="No next-sentence prediction: B is always the real "
+                         "continuation (the paper's ablation).",
+                         json_schema_extra=meta(DATA, flag="--no-nsp/--nsp"))
+    validation_fraction: float = Field(0.0, ge=0, lt=1, description="Share of documents held "
+                                       "out as a validation split.", json_schema_extra=meta(DATA))
+    chunk_chars: int = Field(1 << 18, ge=1, description="Characters per chunk of documents: the "
+                             "unit of parallel work and the window random B segments come from.",
+                             json_schema_extra=meta(DATA))
+    shard_max_tokens: int = Field(1 << 28, ge=1, description="Tokens per shard file.",
+                                  json_schema_extra=meta(DATA))
+
+    @property
+    def passes(self) -> int:
+        """dupe_factor, with its default resolved: Google's 10 for static masking, 1 for dynamic
+        (the loader draws new masks every epoch, so passes only vary the A/B pairings)."""
+        if self.dupe_factor is not None:
+            return self.dupe_factor
+        return 10 if self.masking == "static" else 1
+
+    def to_dict(self) -> dict[str, Any]:
+        """The settings as stored beside the data, dupe_factor resolved."""
+        return {**self.model_dump(mode="json"), "dupe_factor": self.passes}

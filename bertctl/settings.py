@@ -1,0 +1,145 @@
+"""How settings work, for every stage and the core alike: a pydantic model whose fields are both
+`--flags` (derived by the CLI from the field itself, so the two cannot drift apart) and keys of
+`--config FILE.yaml`, resolved as defaults < file < flags. `extra="forbid"` turns a typo into an
+error rather than a silently ignored setting.
+
+A field's description is its --help text. `json_schema_extra` (built with `meta`) says where
+the flag is shown in --help (`panel`), whether the setting is part of an artifact's identity, and
+the flag's spelling where it is not derived from the name.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
+
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from bertctl.errors import BertctlError
+
+# The --help panels, in the order a reader looks for them.
+PANELS = TASK, TRAINING, MODEL, DATA, EVALUATION, CHECKPOINTS, RUNTIME = (
+    "Task", "Training", "Model", "Data", "Evaluation", "Checkpoints", "Runtime")
+
+
+def meta(panel: str, *, identity: bool = True, flag: str | None = None) -> dict[str, Any]:
+    """A field's json_schema_extra. identity=False: the setting changes how a run goes (worker
+    counts, logging), not what it makes, so changing it must not invalidate an artifact."""
+    extra: dict[str, Any] = {"panel": panel}
+    if not identity:
+        extra["identity"] = False
+    if flag:
+        extra["flag"] = flag
+    return extra
+
+
+def field_meta(field) -> dict[str, Any]:
+    return field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+
+
+class StageConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    # What a settings error is prefixed with when the settings are built directly (in code
+    # rather than by `resolve`, which names the config file instead).
+    where: ClassVar[str] = "settings"
+
+    def __init__(self, /, **data: Any):
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise SettingsError(exc.errors(), f"{self.where}: ") from None
+
+
+class SettingsError(BertctlError):
+    """Invalid settings: names the key, the value and the reason of the first problem."""
+
+    def __init__(self, errors: list[dict], prefix: str = ""):
+        self.errors = errors
+        super().__init__(prefix + _describe(errors[0], ""))
+
+
+C = TypeVar("C", bound=StageConfig)
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise BertctlError(f"{path}: config file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BertctlError(f"{path}: cannot read config file: {exc}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise BertctlError(f"{where}: invalid YAML: {' '.join(problem.split())}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise BertctlError(f"{path}: config file must be a mapping of settings, "
+                           f"not a {type(data).__name__}")
+    # YAML users write either flag spelling; the model's keys use underscores.
+    return {str(k).replace("-", "_"): v for k, v in data.items()}
+
+
+def _describe(err: dict, source: str) -> str:
+    key = ".".join(str(p) for p in err["loc"])
+    if not key:  # a rule across several settings
+        return f"{source}{err['msg'].removeprefix('Value error, ')}"
+    if err["type"] == "extra_forbidden":
+        return f"{source}unknown setting {key!r}"
+    value = err.get("input")
+    return f"{source}setting {key!r} = {value!r}: {err['msg']}"
+
+
+def resolve(cls: type[C], config_file: str | Path | None = None,
+            overrides: dict[str, Any] | None = None) -> C:
+    """Defaults < values from `config_file` < `overrides` (flags actually given).
+
+    Raises BertctlError naming the key, the value and the reason for the first problem.
+    """
+    values: dict[str, Any] = {}
+    file_values = load_yaml(config_file) if config_file else {}
+    values.update(file_values)
+    given = {k: v for k, v in (overrides or {}).items() if v is not None}
+    values.update(given)
+    try:
+        return cls(**values)
+    except SettingsError as exc:
+        err = exc.errors[0]
+        key = str(err["loc"][0]) if err["loc"] else ""
+        source = f"{config_file}: " if config_file and key in file_values and key not in given else ""
+        raise BertctlError(_describe(err, source)) from None
+
+
+def as_dict(config: StageConfig) -> dict[str, Any]:
+    """The resolved settings as plain JSON values, the form stored in manifests."""
+    return config.model_dump(mode="json")
+
+
+def identity(config: StageConfig) -> dict[str, Any]:
+    """The settings that determine the output, the part an artifact id hashes. Fields marked
+    `json_schema_extra={"identity": False}` (worker counts, logging intervals) change how a
+    stage runs, not what it makes, so changing them must not invalidate an artifact."""
+    values = as_dict(config)
+    for name, field in type(config).model_fields.items():
+        if field_meta(field).get("identity") is False:
+            values.pop(name, None)
+    return values
+
+
+def resolve_precision(cls, data: Any) -> Any:
+    """`auto` becomes the precision this machine runs fastest (bertctl.hardware), before the
+    settings are validated: the manifest records it, and the artifact id hashes it."""
+    if not isinstance(data, dict):
+        return data
+    precision = data.get("precision", cls.model_fields["precision"].default)
+    if precision != "auto":
+        return data
+    from bertctl.hardware import auto_precision
+
+    return {**data, "precision": auto_precision(str(data.get("device") or "auto"))}

@@ -1,0 +1,109 @@
+"""The task settings as the registry makes them: the fields every family shares
+(`config.TaskSettings`) plus each registered family's own options, one flag per option in a help
+panel of the family's, with the family names, the presets and the families' default lengths read
+from the registry. A new family's options reach `finetune` and `eval` without touching a stage,
+the CLI or `config.py`.
+
+A family's options model (`Family.options_model`) describes each option once: its type, its
+checks and its help text. A flag of the same name is added, unset by default (unset: the preset's
+or the family's own default), and what is given goes into the task spec's `options`, where the
+family checks it again as a whole. Two families may share an option name (span QA and tagging both
+window with --doc-stride): one flag serves both, its help joining theirs.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Literal, Optional
+
+from pydantic import Field, create_model, model_validator
+
+from bertctl.config import EvalSettings, FinetuneSettings, TaskSettings
+from bertctl.settings import TASK, field_meta, meta
+from bertctl.tasks.registry import FAMILIES
+from bertctl.tasks.spec import PRESETS
+
+
+def option_fields(stage: str) -> dict[str, tuple[Any, Any]]:
+    """name -> (annotation, FieldInfo) of the registered families' options a stage shows.
+    An option whose metadata names `stages` is shown by those stages only (span QA's
+    null_threshold: eval)."""
+    owners: dict[str, list[tuple[Any, Any]]] = {}
+    for family in FAMILIES.values():
+        model = family.options_model
+        if model is None:
+            continue
+        for name, info in model.model_fields.items():
+            if stage not in field_meta(info).get("stages", (stage,)):
+                continue
+            owners.setdefault(name, []).append((family, info))
+    fields = {}
+    for name, found in owners.items():
+        annotations = {info.annotation for _, info in found}
+        if len(annotations) > 1 and len({Optional[a] for a in annotations}) > 1:  # noqa: UP007
+            raise TypeError(f"task families {', '.join(f.name for f, _ in found)} declare the "
+                            f"option {name!r} with different types")
+        family, info = found[0]
+        panel = TASK if len(found) > 1 else f"{family.title} (family {family.name})"
+        help_text = (info.description if len(found) == 1 else
+                     " ".join(f"{f.title}: {i.description[:1].lower()}{i.description[1:]}"
+                              for f, i in found))
+        # Unset by default; the values' checks are the family's, when it reads the spec.
+        fields[name] = (Optional[info.annotation], Field(  # noqa: UP007 - typer reads Optional
+            None, description=help_text, json_schema_extra=meta(panel)))
+    return fields
+
+
+def _family_length(cls, data: Any) -> Any:
+    """A family's own default length (span QA: 384) where the user gave none."""
+    if not isinstance(data, dict) or data.get("max_seq_length") is not None:
+        return data
+    if cls.model_fields["max_seq_length"].default is None:  # eval: the model's length
+        return data
+    task, family = data.get("task"), data.get("family")
+    family = family or (PRESETS[task].family if task in PRESETS else None)
+    length = getattr(FAMILIES.get(family), "default_max_seq_length", None)
+    return {**data, "max_seq_length": length} if length else data
+
+
+def with_family_options(base: type[TaskSettings], stage: str) -> type[TaskSettings]:
+    """`base` with the registered families' options as fields, `family` limited to the
+    registered names and `task`'s help listing the presets."""
+    options = option_fields(stage)
+    family_info = base.model_fields["family"]
+    names = tuple(FAMILIES)
+    fields: dict[str, Any] = {
+        "family": (Optional[Literal[names]], Field(  # noqa: UP007
+            None, description=family_info.description, json_schema_extra=meta(TASK))),
+        "task": (Optional[str], Field(  # noqa: UP007
+            None, description=f"A preset: {', '.join(PRESETS)}.", json_schema_extra=meta(TASK))),
+        **options,
+    }
+    composed = create_model(
+        base.__name__, __base__=base, __module__=base.__module__,
+        __validators__={"_family_length": model_validator(mode="before")(
+            classmethod(_family_length))},
+        **fields)
+    composed.family_options = tuple(options)
+    return composed
+
+
+@functools.cache
+def _composed(base: type[TaskSettings], stage: str, families: tuple[str, ...]):
+    return with_family_options(base, stage)
+
+
+def finetune_settings() -> type[FinetuneSettings]:
+    """FinetuneSettings with the families registered now (cached per set of families)."""
+    return _composed(FinetuneSettings, "finetune", tuple(FAMILIES))
+
+
+def eval_settings() -> type[EvalSettings]:
+    return _composed(EvalSettings, "eval", tuple(FAMILIES))
+
+
+def task_spec(settings: TaskSettings):
+    """The TaskSpec these settings describe (BertctlError if they describe none)."""
+    from bertctl.tasks.spec import make_task_spec
+
+    return make_task_spec(settings.task, **settings.task_fields(), labels=settings.labels)

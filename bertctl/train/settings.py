@@ -1,0 +1,139 @@
+"""The training loop's settings: those a stage shows as flags (`TrainingSettings`, which pretrain
+and finetune extend with their own defaults) and those only code sets (`TrainSettings`)."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from bertctl.settings import (CHECKPOINTS, EVALUATION, RUNTIME, TRAINING, StageConfig, meta,
+                              resolve_precision)
+
+_RUN = meta(RUNTIME, identity=False)
+
+
+class TrainingSettings(StageConfig):
+    """The training loop's settings, shared by pretrain and finetune (which set other defaults)."""
+
+    steps: int | None = Field(None, ge=1, description="Optimizer steps (or give --epochs).",
+                              json_schema_extra=meta(TRAINING))
+    epochs: float | None = Field(None, gt=0, description="Passes over the training data (or "
+                                 "give --steps).", json_schema_extra=meta(TRAINING))
+    batch_size: int = Field(32, ge=1, description="Examples per optimizer step, over all "
+                            "processes.", json_schema_extra=meta(TRAINING))
+    micro_batch_size: int | None = Field(None, ge=1, description="Examples per forward pass; "
+                                         "gradients accumulate up to --batch-size. Unset: "
+                                         "batch size / processes.", json_schema_extra=_RUN)
+    lr: float = Field(1e-4, gt=0, description="Peak learning rate.",
+                      json_schema_extra=meta(TRAINING))
+    optimizer: Literal["adamw", "lamb"] = Field(
+        "adamw", description="AdamW, or LAMB (layer-wise trust ratios, for very large batches as "
+        "in NVIDIA's BERT recipe; see bertctl/train/optim.py).", json_schema_extra=meta(TRAINING))
+    gradient_checkpointing: bool = Field(False, description="Keep only each encoder layer's "
+                                         "input and recompute the layer in the backward pass: "
+                                         "much less activation memory for about a third more "
+                                         "compute; the same gradients.", json_schema_extra=_RUN)
+    # Off by default: on CPU it did not pay (benchmarks/bench_compile.py; figures in
+    # docs/benchmarks.md); on CUDA it fuses the layers' elementwise work into the matmuls.
+    compile: bool = Field(False, description="torch.compile each encoder layer (first steps "
+                          "slower while it compiles; needs a C++ compiler on CPU). See "
+                          "docs/benchmarks.md for when it pays.", json_schema_extra=_RUN)
+    weight_decay: float = Field(0.01, ge=0, description="AdamW weight decay (not on biases and "
+                                "LayerNorm).", json_schema_extra=meta(TRAINING))
+    warmup: float = Field(0.1, ge=0, description="Linear warm-up: a fraction of the steps if "
+                          "below 1, else a step count; then linear decay to 0.",
+                          json_schema_extra=meta(TRAINING))
+    max_grad_norm: float | None = Field(1.0, gt=0, description="Gradient clipping norm.",
+                                        json_schema_extra=meta(TRAINING))
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = Field(
+        "auto", description="auto: bf16 where the hardware runs bf16 matmuls natively (CPUs "
+        "with AMX or AVX512-BF16, GPUs that support it), else fp32; fp32; bf16 autocast; fp16 "
+        "with a gradient scaler (GPU only). Recorded resolved.", json_schema_extra=meta(RUNTIME))
+    threads: int | None = Field(None, ge=1, description="CPU threads per process; unset: "
+                                "OMP_NUM_THREADS if set, else the cores this process may use "
+                                "(affinity and cgroup quota).", json_schema_extra=_RUN)
+    seed: int = Field(0, ge=0, description="Seed for initialisation, data order and dropout.",
+                      json_schema_extra=meta(TRAINING))
+    group_by_length: bool = Field(False, description="Batch examples of similar length "
+                                  "together (less padding).", json_schema_extra=meta(TRAINING))
+    log_every: int = Field(10, ge=1, description="Steps between log lines.",
+                           json_schema_extra=_RUN)
+    eval_every: int | None = Field(None, ge=1, description="Steps between validation passes; "
+                                   "unset: at each epoch's end and the run's end.",
+                                   json_schema_extra=meta(EVALUATION, identity=False))
+    checkpoint_every: int | None = Field(200, ge=1, description="Steps between resumable "
+                                         "checkpoints; unset: none.",
+                                         json_schema_extra=meta(CHECKPOINTS, identity=False))
+    keep_last: int = Field(2, ge=1, description="Checkpoints kept.",
+                           json_schema_extra=meta(CHECKPOINTS, identity=False))
+    resume_from: str = Field("latest", pattern=r"^(latest|never|\d+)$", description="Checkpoint "
+                             "to resume from when the same command is rerun: latest, never, or "
+                             "a step (to skip a corrupted newer one).",
+                             json_schema_extra=meta(CHECKPOINTS, identity=False))
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: cuda when "
+                                                   "available (cuda:LOCAL_RANK under torchrun).",
+                                                   json_schema_extra=_RUN)
+    tensorboard: str | None = Field(None, description="Also write the logged scalars as "
+                                    "TensorBoard event files to this directory (needs the "
+                                    "tensorboard extra).", json_schema_extra=_RUN)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _auto_precision(cls, data: Any) -> Any:
+        return resolve_precision(cls, data)
+
+    @field_validator("resume_from", mode="before")
+    @classmethod
+    def _step_number(cls, value: Any) -> Any:
+        return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+    @model_validator(mode="after")
+    def _length(self):
+        if (self.steps is None) == (self.epochs is None):
+            raise ValueError("give exactly one of steps and epochs")
+        return self
+
+
+class TrainSettings(TrainingSettings):
+    """How to train: the stages' settings (`TrainingSettings`, where each one is described and
+    checked) plus those that only code sets. Checked when built: a bad value raises a
+    `SettingsError` naming it. The defaults suit a call from code: no checkpoints (the stages
+    checkpoint every 200 steps), and keep_last=None keeps every checkpoint.
+
+    Step numbers (log/eval/checkpoint cadences, stop_after, resume_from, checkpoint names) are
+    global: a continued phase with start_step=900_000 logs step 900_001 first. batch_size is
+    GLOBAL, over all ranks; micro_batch_size defaults to batch_size / world size; warmup below 1
+    is a fraction of total_steps, otherwise a step count.
+    """
+
+    where: ClassVar[str] = "train settings"
+
+    checkpoint_every: int | None = Field(None, ge=1)
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = "fp32"  # code asks for what it wants
+    keep_last: int | None = Field(2, ge=1)
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = Field(1e-6, gt=0)       # BERT's Adam epsilon (PyTorch's default is 1e-8)
+    start_step: int = Field(0, ge=0)     # continue the step count of an earlier phase ...
+    total_steps: int | None = Field(None, ge=1)  # ... and its schedule (default: its end)
+    stop_after: int | None = Field(None, ge=0)   # stop at this global step as if interrupted
+    # DDP: set when some parameters get no gradient (the NSP head of MLM-only pretraining).
+    find_unused_parameters: bool = False
+
+    @field_validator("betas")
+    @classmethod
+    def _betas_in_range(cls, betas: tuple[float, float]) -> tuple[float, float]:
+        if not all(0 <= b < 1 for b in betas):
+            raise ValueError("betas must be in [0, 1)")
+        return betas
+
+    @classmethod
+    def of(cls, stage: TrainingSettings, **extra: Any) -> "TrainSettings":
+        """A stage's training settings plus `extra` (the settings only code sets)."""
+        own = stage.model_dump(include=set(cls.model_fields))  # e.g. pretrain's total_steps
+        return cls(**{**own, **extra})
+
+    @property
+    def resume_step(self) -> int | str:
+        """resume_from as "latest", "never" or a step number."""
+        return int(self.resume_from) if self.resume_from.isdigit() else self.resume_from
