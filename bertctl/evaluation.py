@@ -197,6 +197,23 @@ def evaluate_pretraining(model: torch.nn.Module, dataset, batch_size: int,
     return result
 
 
+def _accuracy(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return (logits.argmax(-1) == targets).sum(), torch.tensor(targets.numel(),
+                                                              device=targets.device)
+
+
+def pretraining_step_metrics(outputs: dict[str, Any], batch: dict[str, Any]) -> dict[str, tuple]:
+    """The training loop's `step_metrics` for BertForPreTraining: (correct, total) of the MLM
+    over the masked positions and of NSP (when the data has next-sentence labels)."""
+    metrics = {}
+    if "mlm_targets" in outputs:
+        metrics["mlm_accuracy"] = _accuracy(outputs["mlm_logits"], outputs["mlm_targets"])
+    if batch.get("next_sentence_label") is not None:
+        metrics["nsp_accuracy"] = _accuracy(outputs["nsp_logits"],
+                                            batch["next_sentence_label"].reshape(-1))
+    return metrics
+
+
 def json_safe(value: Any) -> Any:
     """`value` with every NaN / infinity replaced by None, so it can be written as strict JSON."""
     if isinstance(value, float):

@@ -23,9 +23,10 @@ import torch
 
 from bertctl.errors import BertctlError
 from bertctl.model import BertConfig, BertForPreTraining, BertForSequenceClassification
+from bertctl.evaluation import pretraining_step_metrics as pretraining_metrics
 from bertctl.train import (
-    BatchOrder, CorruptCheckpoint, TrainingDiverged, TrainSettings, lr_at, param_groups,
-    pretraining_metrics, train, warmup_steps)
+    BatchOrder, CorruptCheckpoint, TrainingDiverged, TrainSettings, lr_at, param_groups, train,
+    warmup_steps)
 from bertctl.train import checkpoint as ckpt
 from bertctl.train.optim import make_optimizer, no_decay_names
 

@@ -143,3 +143,23 @@ def pack_batch(batch: dict[str, torch.Tensor], capacity: int, pad_id: int,
         if labels is not None:
             packed["labels"] = labels[torch.from_numpy(order)]
     return packed
+
+
+class TaskData:
+    """Fine-tuning features as the training loop's data source: padded batches, or packed ones
+    (`pack_batch`: rows of at most `pack_to` tokens) where the settings ask for packing and the
+    model's head can read them (`model.packs`: sentence-level and tagging heads)."""
+
+    def __init__(self, features, pack: bool, max_seq_length: int, model):
+        self.features = features
+        self.lengths = features.lengths
+        self.pack_to = max_seq_length if pack and model.packs else None
+
+    def __len__(self) -> int:
+        return len(self.features)
+
+    def batch(self, indices: np.ndarray, epoch: int):
+        batch = self.features.batch(indices, epoch)
+        if self.pack_to is None:
+            return batch
+        return pack_batch(batch, self.pack_to, self.features.pad_id)

@@ -13,7 +13,7 @@ import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from bertctl import agreement, artifacts, hardware, locks, modelcard
 from bertctl import settings as settings_mod
@@ -164,15 +164,25 @@ def check_reads_task(source: ModelSource, tokenizer, max_seq_length: int) -> Non
                     if tokenizer.token_to_id("[PAD]") is not None else None)
 
 
-def train_to_artifact(config, inputs: list[artifacts.InputRef], out: str, force: bool, prepare):
-    """What every training stage shares.
+class TrainingJob(Protocol):
+    """A training stage's own part, called by `train_to_artifact` in this order on every rank:
+    `prepare()` (read the data, build the model: everything before the first step), `fit(work)`
+    (the training loop, resuming from `work`'s checkpoints), and on rank 0 `write(result, tmp)`
+    (the model directory; returns the manifest stats)."""
 
-    `prepare(work_dir)` does the stage's own loading and returns `(fit, write)`: `fit()` runs
-    the training loop and returns its result, `write(result, tmp)` writes the model directory and
-    returns the manifest stats. Under torchrun every rank decides "up to date" the same way and
-    trains; rank 0 alone writes the artifact (the others return None). The work directory holds
-    the checkpoints, so it outlives a crash (the rerun resumes from it) and is removed once the
-    artifact is in place.
+    def prepare(self) -> None: ...
+
+    def fit(self, work: Path) -> Any: ...
+
+    def write(self, result: Any, tmp: Path) -> dict: ...
+
+
+def train_to_artifact(config, inputs: list[artifacts.InputRef], out: str, force: bool,
+                      job: TrainingJob):
+    """What every training stage shares. Under torchrun every rank decides "up to date" the same
+    way and trains; rank 0 alone writes the artifact (the others return None). The work
+    directory holds the checkpoints, so it outlives a crash (the rerun resumes from it) and is
+    removed once the artifact is in place.
     """
     from bertctl.train import distributed as dist
 
@@ -183,28 +193,28 @@ def train_to_artifact(config, inputs: list[artifacts.InputRef], out: str, force:
         # The output's lock covers the whole run, its run directory included (rank 0 holds it
         # for a distributed run).
         with locks.output_lock(out_path) if dist.is_main() else contextlib.nullcontext():
-            return _train(config, inputs, out, force, prepare, artifact_id, out_path)
+            return _train(config, inputs, out, force, job, artifact_id, out_path)
     finally:
         dist.cleanup()
 
 
-def _train(config, inputs, out, force, prepare, artifact_id, out_path):
+def _train(config, inputs, out, force, job: TrainingJob, artifact_id, out_path):
     from bertctl.train import distributed as dist
 
     existing = artifacts.check_out(out_path, "model", artifact_id, force)
     if existing is not None:
         return artifacts.Outcome(manifest=existing, path=str(out_path), up_to_date=True)
     work = artifacts.work_dir(out_path, artifact_id)
-    fit, write = prepare(work)
+    job.prepare()
     if not dist.is_main():
-        fit()
+        job.fit(work)
         # Back only once rank 0 has put the artifact in place: when torchrun returns on any
         # node, the next stage (phase 2, a fine-tuning) finds it.
         dist.barrier()
         return None
 
     def build(tmp: Path) -> dict:
-        stats = write(fit(), tmp)
+        stats = job.write(job.fit(work), tmp)
         shutil.copyfile(work / "metrics.jsonl", tmp / "metrics.jsonl")
         modelcard.write(tmp, artifact_id, out_path, settings_mod.as_dict(config), inputs, stats)
         return stats

@@ -9,32 +9,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
 from bertctl import console
 from bertctl.config import FinetuneSettings
-from bertctl.data.collate import pack_batch
 from bertctl.errors import BertctlError
 from bertctl.stages import common
-
-
-class TaskData:
-    """Task features as the training loop's data source; `pack_to`: rows of packed batches
-    (`data.collate.pack_batch`) of at most this many tokens, or None for padded batches."""
-
-    def __init__(self, features, pack_to: int | None = None):
-        self.features = features
-        self.lengths = features.lengths
-        self.pack_to = pack_to
-
-    def __len__(self) -> int:
-        return len(self.features)
-
-    def batch(self, indices: np.ndarray, epoch: int):
-        batch = self.features.batch(indices, epoch)
-        if self.pack_to is None:
-            return batch
-        return pack_batch(batch, self.pack_to, self.features.pad_id)
 
 
 def _data_files(spec, train: Path, dev: Path | None) -> tuple[Path, Path | None]:
@@ -64,6 +42,109 @@ def frozen_features(config: FinetuneSettings, family, source) -> dict:
     return {"features": {"layers": list(layers), "combine": config.combine, "head": config.head}}
 
 
+class FinetuneJob:
+    """What `common.train_to_artifact` calls, in order: `prepare` (read, encode, build the
+    model), `fit` (the training loop), `write` (the model directory and its stats)."""
+
+    def __init__(self, config: FinetuneSettings, spec, family, source, features: dict,
+                 train_file: Path, dev_file: Path | None):
+        self.config, self.spec, self.family, self.source = config, spec, family, source
+        self.features, self.train_file, self.dev_file = features, train_file, dev_file
+        self.metric_key = family.main_metric(spec)
+
+    def prepare(self) -> None:
+        import torch
+
+        from bertctl.train import distributed as dist
+
+        config, family, spec = self.config, self.family, self.spec
+        tok, _ = self.source.tokenizer()
+        common.check_reads_task(self.source, tok, config.max_seq_length)
+        self.train_examples = family.read(spec, self.train_file, label_list=spec.labels,
+                                          require_labels=True)
+        self.label_list = self.train_examples.label_list if family.label_list else None
+        self.dev_examples = (family.read(spec, self.dev_file, label_list=self.label_list,
+                                         require_labels=True)
+                             if self.dev_file is not None else None)
+        self.train_features = family.encode(self.train_examples, tok, config.max_seq_length,
+                                            training=True)
+        self.dev_features = (family.encode(self.dev_examples, tok, config.max_seq_length)
+                             if self.dev_examples is not None else None)
+        torch.manual_seed(config.seed)  # the new head's initial weights are part of --seed
+        self.model, report = self.source.load(family.head_class(),
+                                              **family.head_kwargs(spec, self.label_list),
+                                              **self.features)
+        if dist.is_main():
+            self._log_summary(str(report))
+        self.select = (self.metric_key, "max") if (self.dev_features is not None
+                                                   and config.keep == "best") else None
+        if self.dev_features is None and config.keep == "best" and dist.is_main():
+            console.log("no --dev file: keeping the last weights")
+        self.task_record = {"spec": spec.model_dump(mode="json"),
+                            "label_list": list(self.label_list) if self.label_list else None,
+                            "max_seq_length": config.max_seq_length}
+
+    def _log_summary(self, load_report: str) -> None:
+        spec, family = self.spec, self.family
+        console.log(load_report)
+        console.log(f"task {spec.name} ({spec.family}): {len(self.train_examples):,} training "
+                    f"examples" + (f", {len(self.dev_examples):,} validation"
+                                   if self.dev_examples else "")
+                    + (f"; labels {', '.join(self.label_list)}" if self.label_list else ""))
+        for name, features in (("training", self.train_features),
+                               ("validation", self.dev_features)):
+            stats = family.feature_stats(features) if features is not None else {}
+            if stats:
+                console.log(f"{name} features: "
+                            + ", ".join(f"{k} {v}" for k, v in stats.items()))
+
+    def _dev_predictions(self, model):
+        from bertctl.evaluation import evaluate_task
+
+        return evaluate_task(model, self.family, self.spec, self.dev_examples, self.dev_features,
+                             self.label_list, self.config.eval_batch_size,
+                             next(model.parameters()).device, self.config.precision)
+
+    def evaluate(self, model) -> dict:
+        metrics, _ = self._dev_predictions(model)
+        # Per-step records hold numbers; the eval stage reports the rest (a confusion matrix,
+        # per-type figures).
+        return {k: v for k, v in metrics.items() if not isinstance(v, (dict, list))}
+
+    def fit(self, work: Path):
+        from bertctl.data.collate import TaskData
+        from bertctl.train import TrainSettings, train
+
+        config = self.config
+        data = TaskData(self.train_features, config.pack, config.max_seq_length, self.model)
+        with console.training_progress(f"fine-tuning {self.spec.name}", config.steps) as on_log:
+            return train(self.model, data, TrainSettings.of(config), work,
+                         evaluate=self.evaluate if self.dev_features is not None else None,
+                         select=self.select, on_log=on_log)
+
+    def write(self, result, tmp: Path) -> dict:
+        family, spec = self.family, self.spec
+        if family.calibrates and self.dev_features is not None:  # e.g. a no-answer threshold
+            _, predictions = self._dev_predictions(result.model)
+            calibration = family.calibrate(predictions, self.dev_examples, spec)
+            if calibration is not None:
+                self.task_record["calibration"] = calibration
+        common.write_model(result.model, tmp, self.source.path,
+                           extra_config=family.config_extras(spec, self.label_list),
+                           task=self.task_record)
+        chosen = result.best_metrics if self.select else result.eval_metrics
+        train_stats = family.feature_stats(self.train_features)
+        return {"architecture": type(result.model).__name__, "task": spec.name,
+                "family": spec.family, "label_list": self.task_record["label_list"],
+                "train_examples": len(self.train_examples),
+                **({"train_features": train_stats} if train_stats else {}),
+                "dev_examples": len(self.dev_examples) if self.dev_examples else 0,
+                "step": result.step, "epochs": round(result.epoch, 4),
+                "selected_step": result.best_step if self.select else result.step,
+                "selection": f"best {self.metric_key}" if self.select else "last",
+                "metrics": chosen or {}}
+
+
 def run(config: FinetuneSettings, model_dir: str, train_path: str, out: str, force: bool = False,
         dev_path: str | None = None):
     from bertctl import tasks
@@ -78,90 +159,5 @@ def run(config: FinetuneSettings, model_dir: str, train_path: str, out: str, for
     inputs = [source.ref, common.data_input(train_file, "train")]
     if dev_file is not None:
         inputs.append(common.data_input(dev_file, "dev"))
-
-    def prepare(work: Path):
-        import torch
-
-        from bertctl.evaluation import evaluate_task
-        from bertctl.train import distributed as dist
-        from bertctl.train import TrainSettings, train
-
-        tok, _ = source.tokenizer()
-        common.check_reads_task(source, tok, config.max_seq_length)
-        train_examples = family.read(spec, train_file, label_list=spec.labels,
-                                     require_labels=True)
-        label_list = train_examples.label_list if family.label_list else None
-        dev_examples = (family.read(spec, dev_file, label_list=label_list, require_labels=True)
-                        if dev_file is not None else None)
-        train_features = family.encode(train_examples, tok, config.max_seq_length, training=True)
-        dev_features = (family.encode(dev_examples, tok, config.max_seq_length)
-                        if dev_examples is not None else None)
-
-        torch.manual_seed(config.seed)  # the new head's initial weights are part of --seed
-        model, report = source.load(family.head_class(), **family.head_kwargs(spec, label_list),
-                                    **features)
-        if dist.is_main():
-            console.log(str(report))
-            console.log(f"task {spec.name} ({spec.family}): {len(train_examples):,} training "
-                        f"examples" + (f", {len(dev_examples):,} validation" if dev_examples
-                                       else "")
-                        + (f"; labels {', '.join(label_list)}" if label_list else ""))
-            for name, stats in (("training", family.feature_stats(train_features)),
-                                ("validation", family.feature_stats(dev_features)
-                                 if dev_features is not None else {})):
-                if stats:
-                    console.log(f"{name} features: " + ", ".join(f"{k} {v}"
-                                                                  for k, v in stats.items()))
-
-        metric_key = family.main_metric(spec)
-        evaluate = select = None
-        if dev_features is not None:
-            def evaluate(m):
-                metrics, _ = evaluate_task(m, family, spec, dev_examples, dev_features,
-                                           label_list, config.eval_batch_size,
-                                           next(m.parameters()).device, config.precision)
-                # Per-step records hold numbers; the eval stage reports the rest (a confusion
-                # matrix, per-type figures).
-                return {k: v for k, v in metrics.items() if not isinstance(v, (dict, list))}
-            if config.keep == "best":
-                select = (metric_key, "max")
-        elif config.keep == "best" and dist.is_main():
-            console.log("no --dev file: keeping the last weights")
-        settings = TrainSettings.of(config)
-        task_record = {"spec": spec.model_dump(mode="json"),
-                       "label_list": list(label_list) if label_list else None,
-                       "max_seq_length": config.max_seq_length}
-
-        def fit():
-            with console.training_progress(f"fine-tuning {spec.name}", config.steps) as on_log:
-                pack_to = config.max_seq_length if config.pack and model.packs else None
-                return train(model, TaskData(train_features, pack_to), settings, work,
-                             evaluate=evaluate, select=select, on_log=on_log)
-
-        def write(result, tmp: Path) -> dict:
-            if family.calibrates and dev_features is not None:  # e.g. a no-answer threshold
-                _, predictions = evaluate_task(
-                    result.model, family, spec, dev_examples, dev_features, label_list,
-                    config.eval_batch_size, next(result.model.parameters()).device,
-                    config.precision)
-                calibration = family.calibrate(predictions, dev_examples, spec)
-                if calibration is not None:
-                    task_record["calibration"] = calibration
-            common.write_model(result.model, tmp, source.path,
-                               extra_config=family.config_extras(spec, label_list),
-                               task=task_record)
-            chosen = result.best_metrics if select else result.eval_metrics
-            return {"architecture": type(result.model).__name__, "task": spec.name,
-                    "family": spec.family, "label_list": task_record["label_list"],
-                    "train_examples": len(train_examples),
-                    **({"train_features": family.feature_stats(train_features)}
-                       if family.feature_stats(train_features) else {}),
-                    "dev_examples": len(dev_examples) if dev_examples else 0,
-                    "step": result.step, "epochs": round(result.epoch, 4),
-                    "selected_step": result.best_step if select else result.step,
-                    "selection": f"best {metric_key}" if select else "last",
-                    "metrics": chosen or {}}
-
-        return fit, write
-
-    return common.train_to_artifact(config, inputs, out, force, prepare)
+    job = FinetuneJob(config, spec, family, source, features, train_file, dev_file)
+    return common.train_to_artifact(config, inputs, out, force, job)

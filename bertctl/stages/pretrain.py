@@ -74,6 +74,65 @@ def _schedule(config: PretrainSettings, init: common.ModelSource | None) -> dict
     return {"start_step": start, "total_steps": total}
 
 
+class PretrainJob:
+    """What `common.train_to_artifact` calls, in order: `prepare`, `fit`, `write`."""
+
+    def __init__(self, config: PretrainSettings, data: artifacts.Artifact,
+                 init: common.ModelSource | None, model_config: Path | None):
+        self.config, self.data, self.init, self.model_config = config, data, init, model_config
+
+    def prepare(self) -> None:
+        from bertctl.data.pretraining_dataset import PretrainingDataset
+        from bertctl.train import TrainSettings
+        from bertctl.train import distributed as dist
+
+        config = self.config
+        self.train_data = PretrainingDataset(self.data.path, "train")
+        # From the data's own summaries (read_pretraining_info), not the manifest's stats: a
+        # hand-edited manifest must not decide what is read.
+        self.validation = (PretrainingDataset(self.data.path, "validation")
+                           if self.train_data.info.stats["validation"].get("instances") else None)
+        self.model = _build_model(config, self.train_data.info.vocab_size, self.init,
+                                  self.model_config)
+        _check_agreement(self.model, self.data, self.init)
+        # MLM-only data leaves the NSP head without gradients, which DDP must be told.
+        self.settings = TrainSettings.of(config, find_unused_parameters=not self.train_data.nsp,
+                                         **_schedule(config, self.init))
+        if self.validation is None and dist.is_main():
+            console.log("no validation split in the data (build it with --validation-fraction):"
+                        " training without evaluation")
+
+    def evaluate(self, model) -> dict:
+        from bertctl.evaluation import evaluate_pretraining
+
+        return evaluate_pretraining(model, self.validation, self.settings.micro_batch_size
+                                    or self.config.batch_size, next(model.parameters()).device,
+                                    self.config.precision, max_batches=self.config.eval_batches)
+
+    def fit(self, work: Path):
+        from bertctl.evaluation import pretraining_step_metrics
+        from bertctl.train import train
+
+        with console.training_progress("pretraining", self.config.steps,
+                                       self.settings.start_step) as on_log:
+            return train(self.model, self.train_data, self.settings, work,
+                         evaluate=self.evaluate if self.validation is not None else None,
+                         on_log=on_log, step_metrics=pretraining_step_metrics)
+
+    def write(self, result, tmp: Path) -> dict:
+        common.write_model(result.model, tmp, self.data.path)
+        train_records = [r for r in result.history if r.get("split", "train") == "train"]
+        stats = {"architecture": ARCHITECTURE, "step": result.step,
+                 "total_steps": self.settings.total_steps or result.step,
+                 "epochs": round(result.epoch, 4),
+                 "parameters": sum(p.numel() for p in result.model.parameters()),
+                 "final_train": train_records[-1] if train_records else {},
+                 "tokenizer": self.data.manifest.stats.get("tokenizer", {})}
+        if result.resumed_from is not None:
+            stats["resumed_from_step"] = result.resumed_from
+        return {**stats, "metrics": result.eval_metrics or {}}
+
+
 def run(config: PretrainSettings, data_dir: str, out: str, force: bool = False,
         init_from: str | None = None, model_config: str | None = None):
     if init_from and model_config:
@@ -86,53 +145,5 @@ def run(config: PretrainSettings, data_dir: str, out: str, force: bool = False,
         inputs.append(init.ref)
     if model_config:
         inputs.append(artifacts.file_input(model_config, "model-config"))
-
-    def prepare(work: Path):
-        from bertctl.data.pretraining_dataset import PretrainingDataset
-        from bertctl.evaluation import evaluate_pretraining
-        from bertctl.train import distributed as dist
-        from bertctl.train import TrainSettings, pretraining_metrics, train
-
-        train_data = PretrainingDataset(data.path, "train")
-        # From the data's own summaries (read_pretraining_info), not the manifest's stats: a
-        # hand-edited manifest must not decide what is read.
-        validation = (PretrainingDataset(data.path, "validation")
-                      if train_data.info.stats["validation"].get("instances") else None)
-        model = _build_model(config, train_data.info.vocab_size, init,
-                             Path(model_config) if model_config else None)
-        _check_agreement(model, data, init)
-        # MLM-only data leaves the NSP head without gradients, which DDP must be told.
-        settings = TrainSettings.of(config, find_unused_parameters=not train_data.nsp,
-                                         **_schedule(config, init))
-        evaluate = None
-        if validation is not None:
-            def evaluate(m):
-                return evaluate_pretraining(m, validation, settings.micro_batch_size
-                                            or config.batch_size, next(m.parameters()).device,
-                                            config.precision, max_batches=config.eval_batches)
-        elif dist.is_main():
-            console.log("no validation split in the data (build it with --validation-fraction):"
-                        " training without evaluation")
-
-        def fit():
-            with console.training_progress("pretraining", config.steps,
-                                           settings.start_step) as on_log:
-                return train(model, train_data, settings, work, evaluate=evaluate,
-                             on_log=on_log, step_metrics=pretraining_metrics)
-
-        def write(result, tmp: Path) -> dict:
-            common.write_model(result.model, tmp, data.path)
-            train_records = [r for r in result.history if r.get("split", "train") == "train"]
-            stats = {"architecture": ARCHITECTURE, "step": result.step,
-                     "total_steps": settings.total_steps or result.step,
-                     "epochs": round(result.epoch, 4),
-                     "parameters": sum(p.numel() for p in result.model.parameters()),
-                     "final_train": train_records[-1] if train_records else {},
-                     "tokenizer": data.manifest.stats.get("tokenizer", {})}
-            if result.resumed_from is not None:
-                stats["resumed_from_step"] = result.resumed_from
-            return {**stats, "metrics": result.eval_metrics or {}}
-
-        return fit, write
-
-    return common.train_to_artifact(config, inputs, out, force, prepare)
+    job = PretrainJob(config, data, init, Path(model_config) if model_config else None)
+    return common.train_to_artifact(config, inputs, out, force, job)

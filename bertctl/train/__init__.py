@@ -4,14 +4,14 @@ schedule (optim.py), exact-resume checkpoints (checkpoint.py) and torchrun/DDP p
 
 from bertctl.train import distributed
 from bertctl.train.checkpoint import CorruptCheckpoint, seed_everything
-from bertctl.train.loop import (
-    METRICS_FILE, BatchOrder, DataSource, TrainingDiverged, TrainResult, accuracy,
-    pretraining_metrics, train)
+from bertctl.train.loop import DataSource, Trainer, TrainingDiverged, TrainResult, train
 from bertctl.train.optim import lr_at, make_optimizer, param_groups, warmup_steps
+from bertctl.train.order import BatchOrder
+from bertctl.train.records import METRICS_FILE
 from bertctl.train.settings import TrainingSettings, TrainSettings
 
 __all__ = [
     "METRICS_FILE", "BatchOrder", "CorruptCheckpoint", "DataSource", "TrainResult",
-    "TrainSettings", "TrainingDiverged", "TrainingSettings", "accuracy", "distributed", "lr_at", "make_optimizer",
-    "param_groups", "pretraining_metrics", "seed_everything", "train", "warmup_steps",
+    "TrainSettings", "Trainer", "TrainingDiverged", "TrainingSettings", "distributed", "lr_at",
+    "make_optimizer", "param_groups", "seed_everything", "train", "warmup_steps",
 ]

@@ -1,0 +1,108 @@
+"""What a training run records: metrics.jsonl (a JSON record per log interval and per
+evaluation), the sums of the current log interval, and the selection of the best evaluation."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+METRICS_FILE = "metrics.jsonl"
+
+
+@dataclass
+class Interval:
+    """Sums over the steps since the last log record. Part of the checkpoint, so the first
+    record after a resume averages the same steps as in an uninterrupted run."""
+
+    steps: int = 0
+    loss: float = 0.0
+    grad_norm: float = 0.0
+    finite_norms: int = 0  # fp16 steps the loss scaler skipped (inf gradients) do not count
+    tokens: int = 0        # non-pad tokens trained on (all ranks): the model card's total
+    metrics: dict[str, list[float]] = field(default_factory=dict)  # name -> [numerator, denom]
+
+    def add(self, loss: float, grad_norm: float, tokens: int,
+            metrics: dict[str, tuple[float, float]]) -> None:
+        self.steps += 1
+        self.loss += loss
+        if math.isfinite(grad_norm):
+            self.grad_norm += grad_norm
+            self.finite_norms += 1
+        for name, (num, den) in metrics.items():
+            acc = self.metrics.setdefault(name, [0.0, 0.0])
+            acc[0] += num
+            acc[1] += den
+        self.tokens += tokens
+
+    def record(self) -> dict[str, Any]:
+        """The interval's means: loss, grad_norm and each step metric's ratio."""
+        return {"loss": self.loss / self.steps,
+                "grad_norm": (self.grad_norm / self.finite_norms if self.finite_norms
+                              else float("nan")),
+                **{n: (a / b if b else float("nan")) for n, (a, b) in sorted(self.metrics.items())},
+                "tokens": self.tokens}
+
+
+@dataclass
+class Best:
+    """The evaluation that selected the weights kept in work_dir/best/ (with `select`)."""
+
+    value: float | None = None
+    step: int | None = None
+    metrics: dict[str, Any] | None = None
+
+    def improves(self, value: float, mode: str) -> bool:
+        if not isinstance(value, (int, float)) or math.isnan(value):
+            return False
+        return self.value is None or (value > self.value if mode == "max" else value < self.value)
+
+
+def count_tokens(batch: dict[str, Any], n: int) -> int:
+    """Non-pad tokens: the attention mask's non-zeros (a packed batch numbers its sequences),
+    or every position if there is no mask."""
+    mask = batch.get("attention_mask")
+    if isinstance(mask, torch.Tensor):
+        return int(torch.count_nonzero(mask))
+    ids = batch.get("input_ids")
+    return int(ids.numel()) if isinstance(ids, torch.Tensor) else n
+
+
+def append_jsonl(path: Path, record: dict[str, Any]) -> None:
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(record) + "\n")
+
+
+def read_history(path: Path, up_to_step: int) -> list[dict[str, Any]]:
+    """metrics.jsonl records up to a checkpoint's step; later ones belong to a run that died."""
+    if not path.is_file():
+        return []
+    records = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:  # a line cut short by a crash
+            continue
+        if isinstance(record, dict) and record.get("step", 0) <= up_to_step:
+            records.append(record)
+    return records
+
+
+def rewrite_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def plain(value: Any) -> Any:
+    """numpy and 0-d torch scalars as Python numbers, so records serialise as JSON."""
+    if isinstance(value, (torch.Tensor, np.generic)) and np.ndim(value) == 0:
+        return value.item()
+    return value
