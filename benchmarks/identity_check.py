@@ -111,7 +111,7 @@ def record(directory: Path) -> dict:
 
 
 def run(work: Path) -> dict:
-    bertctl = [sys.executable, "-m", "bertctl.cli"]
+    bertctl = [sys.executable, "-m", "bertctl"]
     results = {}
     for name, args in chain(work):
         cmd = [*bertctl, *args, "--out", str(work / name)]

@@ -156,3 +156,16 @@ def to_device(batch: dict, device) -> dict:
 
     return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v
             for k, v in batch.items()}
+
+
+def check_training_precision(precision: str, device) -> None:
+    """The precision a training run asked for can run on `device`."""
+    import torch
+
+    from bertctl.errors import BertctlError
+
+    if precision == "fp16" and device.type != "cuda":
+        raise BertctlError("train settings: precision fp16 needs a CUDA GPU (loss scaling); "
+                           "on CPU use bf16")
+    if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise BertctlError("train settings: this GPU does not support bf16; use fp16")

@@ -1,6 +1,6 @@
-"""The layers and the direction of imports (README, "Architecture"): cli -> stages -> core.
+"""The layers and the direction of imports (docs/architecture.md): cli -> stages -> core.
 
-The core (everything but bertctl/cli.py and bertctl/stages/) never imports the stages or the CLI,
+The core (everything but bertctl/cli/ and bertctl/stages/) never imports the stages or the CLI,
 nor typer; a stage never imports another stage (only stages/common.py, their shared helpers).
 Checked on the source's import statements, lazy (function-level) imports included.
 """
@@ -33,9 +33,11 @@ def _module(path: Path) -> str:
 SOURCES = sorted(PACKAGE.rglob("*.py"))
 
 
-@pytest.mark.parametrize("path", [p for p in SOURCES if p.name != "cli.py"
-                                  and "stages" not in p.relative_to(PACKAGE).parts
-                                  and p.name != "__main__.py"], ids=_module)
+CORE = [p for p in SOURCES if p.relative_to(PACKAGE).parts[0] not in ("cli", "stages")
+        and p.name != "__main__.py"]
+
+
+@pytest.mark.parametrize("path", CORE, ids=_module)
 def test_core_imports_neither_stages_nor_cli(path):
     bad = sorted(n for n in _imports(path)
                  if n.startswith(("bertctl.stages", "bertctl.cli", "typer")))
@@ -85,3 +87,16 @@ def test_the_core_owns_its_settings(path):
     reaches up into the stage settings."""
     bad = sorted(n for n in _imports(path) if n == "bertctl.config" or n.startswith("bertctl.config."))
     assert not bad, f"{_module(path)} imports {bad}"
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=_module)
+def test_modules_and_functions_stay_readable(path):
+    """A module a reader takes in whole (at most 450 lines) and functions a reader follows in
+    one sitting (at most 120 lines): past those, split by concept."""
+    text = path.read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 450, f"{_module(path)} has {len(text.splitlines())} lines"
+    long = [f"{node.name} ({node.end_lineno - node.lineno + 1} lines)"
+            for node in ast.walk(ast.parse(text))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.end_lineno - node.lineno + 1 > 120]
+    assert not long, f"{_module(path)}: {', '.join(long)}"

@@ -491,10 +491,10 @@ def test_regression_scores_keep_fp32_resolution_under_bf16_autocast():
 
 
 def test_cpu_dropout_keeps_1_minus_p_scales_and_backpropagates_through_its_mask():
-    """model.bert.dropout's CPU mask (16-bit draws): the kept share is 1 - p within sampling
+    """model.dropout.dropout's CPU mask (16-bit draws): the kept share is 1 - p within sampling
     error, kept values are scaled by 1 / (1 - p), the gradient flows through the same mask, the
     same seed gives the same mask, and eval mode or p = 0 is the identity."""
-    from bertctl.model.bert import dropout
+    from bertctl.model.dropout import dropout
 
     x = torch.randn(4, 64, 1001, requires_grad=True)   # an odd count: the 4-per-draw tail
     for p in (0.1, 0.5):

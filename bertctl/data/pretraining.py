@@ -63,6 +63,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from bertctl.data.pretraining_pairs import pack_pairs, truncation
 from bertctl.data.pretraining_masking import (
     KEPT, MASKED, RANDOM, MaskingRules, apply_masking, generator_uniform_at, hashed_uniform,
     ranges)
@@ -177,12 +178,12 @@ class _ChunkBuilder:
         cfg = self.config
         max_num = cfg.max_seq_length - 3
         g = np.random.default_rng(ss)
-        a0a, a1a, b0a, b1a, nspa = _pack(g, cum, lo, hi, cfg.passes, max_num,
+        a0a, a1a, b0a, b1a, nspa = pack_pairs(g, cum, lo, hi, cfg.passes, max_num,
                                          cfg.short_seq_prob, cfg.no_nsp, stats)
-        # Truncate the longer side, front or back at random (see _truncation for the closed form).
+        # Truncate the longer side, front or back at random (see pairs.truncation for the closed form).
         la, lb = a1a - a0a, b1a - b0a
         budget = np.where(lb > 0, max_num, cfg.max_seq_length - 2)
-        ra, rb = _truncation(la, lb, budget)
+        ra, rb = truncation(la, lb, budget)
         fa, fb = g.binomial(ra, 0.5), g.binomial(rb, 0.5)
         a0a += fa
         a1a -= ra - fa
@@ -235,82 +236,6 @@ class _ChunkBuilder:
             stats["masked_as_random"] += int((res.action == RANDOM).sum())
             stats["masked_as_kept"] += int((res.action == KEPT).sum())
         return out
-
-
-def _pack(g: np.random.Generator, cum: np.ndarray, lo: np.ndarray, hi: np.ndarray, passes: int,
-          max_num: int, short_seq_prob: float, no_nsp: bool, stats: dict) -> tuple:
-    """`passes` passes of Google's create_instances_from_document over the documents of a window.
-
-    Documents are sentence ranges [lo[d], hi[d]); sentence s is tokens [cum[s], cum[s + 1]).
-    Returns token ranges A = [a0, a1), B = [b0, b1) and the NotNext flag of every instance.
-
-    Each (pass, document) pair is an independent lane running Google's loop; all lanes advance
-    in lockstep, one instance per live lane per step, so the Python loop runs once per step
-    (about the number of instances in the longest document) instead of once per instance.
-    Google's decisions, per document: the target length (drawn once per document and pass);
-    per instance: the chunk (sentences until the target is reached or the document ends), the
-    split point, IsNext (50%, NotNext when the chunk is one sentence), for NotNext a uniformly
-    chosen other document of the window (Google retries 10 times to avoid the current one; we
-    draw among the others directly) and a random start sentence there, B then running until it
-    fills the rest of the target; the chunk's unused sentences start the next instance.
-    """
-    n_docs = len(lo)
-    lane_doc = np.tile(np.arange(n_docs), passes)
-    n_lanes = len(lane_doc)
-    u = g.random((2, n_lanes))
-    short = u[0] < short_seq_prob
-    target = np.where(short, 2 + (u[1] * (max_num - 1)).astype(np.int64), max_num)
-    stats["short_targets"] += int(short.sum())
-    cs = lo[lane_doc].copy()
-    live = np.arange(n_lanes)
-    out: list[tuple[np.ndarray, ...]] = []
-    while len(live):
-        d, c, t = lane_doc[live], cs[live], target[live]
-        doc_end = hi[d]
-        start_tok = cum[c]
-        # The chunk: sentences c..end-1, the first whose running length reaches the target (or
-        # the document's last). cum strictly increases, so a global search lands after c.
-        end = np.minimum(np.searchsorted(cum, start_tok + t, side="left"), doc_end)
-        n_seg = end - c
-        u = g.random((4, len(live)))
-        a_end = c + np.where(n_seg >= 2, 1 + (u[0] * (n_seg - 1)).astype(np.int64), 1)
-        a0, a1 = start_tok, cum[a_end]
-        stats["single_sentence_chunks"] += int((n_seg == 1).sum())
-        if no_nsp:
-            rnd = np.zeros(len(live), dtype=bool)
-        else:
-            rnd = (n_seg == 1) | (u[1] < 0.5)
-        b0, b1 = cum[a_end].copy(), cum[end].copy()
-        if rnd.any():
-            ri = np.nonzero(rnd)[0]
-            if n_docs > 1:
-                other = (u[2, ri] * (n_docs - 1)).astype(np.int64)
-                other += other >= d[ri]
-            else:
-                other = d[ri]
-                stats["random_next_same_document"] += len(ri)
-            rs = lo[other] + (u[3, ri] * (hi[other] - lo[other])).astype(np.int64)
-            target_b = t[ri] - (a1[ri] - a0[ri])
-            re_ = np.clip(np.searchsorted(cum, cum[rs] + target_b, side="left"), rs + 1,
-                          hi[other])
-            b0[ri], b1[ri] = cum[rs], cum[re_]
-        out.append((a0, a1, b0, b1, rnd))
-        cs[live] = np.where(rnd, a_end, end)  # NotNext: the unused sentences are put back
-        live = live[cs[live] < hi[lane_doc[live]]]
-    a0, a1, b0, b1, rnd = (np.concatenate(x) for x in zip(*out))
-    return a0, a1, b0, b1, rnd.astype(np.uint8)
-
-
-def _truncation(la: np.ndarray, lb: np.ndarray,
-                budget: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Tokens removed from A and from B by Google's loop "while too long, shorten the longer
-    (B on a tie)": first the longer comes down to the shorter's length, then they alternate,
-    B first."""
-    excess = np.maximum(la + lb - budget, 0)
-    da = np.where(la > lb, np.minimum(excess, la - lb), 0)
-    db = np.where(lb > la, np.minimum(excess, lb - la), 0)
-    rest = excess - da - db
-    return da + rest // 2, db + (rest + 1) // 2
 
 
 def validation_documents(seed: int, first_doc: int, n: int, fraction: float) -> np.ndarray:

@@ -13,8 +13,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertctl.model.bert import (ACTIVATIONS, BertConfig, BertModel, Dropout, first_tokens,
+from bertctl.model.bert import (ACTIVATIONS, BertConfig, BertModel, first_tokens,
                                 init_bert_weights)
+from bertctl.model.dropout import Dropout
 from bertctl.model.features import FrozenFeatures
 
 IGNORE_INDEX = -100  # label value for positions that carry no target (HF's convention)

@@ -28,9 +28,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -41,29 +40,13 @@ from bertctl.train import checkpoint as ckpt
 from bertctl.train import distributed as dist
 from bertctl.train import tensorboard
 from bertctl.train.optim import lr_at, make_optimizer, set_lr, warmup_steps
-from bertctl.train.order import BatchOrder, lengths_of
+from bertctl.train.order import BatchOrder, DataSource, lengths_of
 from bertctl.train.records import (METRICS_FILE, Best, Interval, append_jsonl, count_tokens,
                                    plain, read_history, rewrite_jsonl)
 from bertctl.train.settings import TrainSettings
 
 Evaluate = Callable[[nn.Module], dict[str, Any]]
 StepMetrics = Callable[[dict[str, Any], dict[str, Any]], dict[str, tuple[Any, Any]]]
-
-
-@runtime_checkable
-class DataSource(Protocol):
-    """What `train` reads examples from.
-
-    `batch(indices, epoch)` returns the model's keyword arguments (labels included) as tensors
-    for those examples. It must be a pure function of its arguments (no global RNG: it may run
-    in a background thread, and resuming relies on it); `epoch` lets dynamic masking draw new
-    masks each epoch. An optional `lengths` (array, or method returning one) of token counts
-    enables `group_by_length`. `PretrainingDataset` and the fine-tuning task data both fit.
-    """
-
-    def __len__(self) -> int: ...
-
-    def batch(self, indices: np.ndarray, epoch: int) -> dict[str, torch.Tensor]: ...
 
 
 class TrainingDiverged(BertctlError):
@@ -116,14 +99,6 @@ def train(model: nn.Module, train_data: DataSource, settings: TrainSettings, wor
     return trainer.run()
 
 
-def _check_precision(precision: str, device: torch.device) -> None:
-    if precision == "fp16" and device.type != "cuda":
-        raise BertctlError("train settings: precision fp16 needs a CUDA GPU (loss scaling); "
-                           "on CPU use bf16")
-    if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
-        raise BertctlError("train settings: this GPU does not support bf16; use fp16")
-
-
 class Trainer:
     """One training run: its fixed geometry (set up once) and its changing state (`step`,
     `interval`, `best`, `last_eval`, `history`), which a checkpoint saves and `resume` restores."""
@@ -144,7 +119,7 @@ class Trainer:
             tensorboard.require()
         self.info = dist.init(s.device)
         self.device, self.world, self.rank = self.info.device, self.info.world_size, self.info.rank
-        _check_precision(s.precision, self.device)
+        hardware.check_training_precision(s.precision, self.device)
 
         # The geometry: a global batch is num_micro micro-batches, dealt round-robin to ranks.
         self.micro = s.micro_batch_size or s.batch_size // self.world

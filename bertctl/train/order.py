@@ -4,12 +4,29 @@ replaying or communicating."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
+import torch
 
 from bertctl.data.collate import length_grouped_batches
 from bertctl.errors import BertctlError
+
+
+@runtime_checkable
+class DataSource(Protocol):
+    """What `train` reads examples from.
+
+    `batch(indices, epoch)` returns the model's keyword arguments (labels included) as tensors
+    for those examples. It must be a pure function of its arguments (no global RNG: it may run
+    in a background thread, and resuming relies on it); `epoch` lets dynamic masking draw new
+    masks each epoch. An optional `lengths` (array, or method returning one) of token counts
+    enables `group_by_length`. `PretrainingDataset` and the fine-tuning task data both fit.
+    """
+
+    def __len__(self) -> int: ...
+
+    def batch(self, indices: np.ndarray, epoch: int) -> dict[str, torch.Tensor]: ...
 
 
 class BatchOrder:

@@ -8,18 +8,15 @@ validation cannot drift apart.
 from __future__ import annotations
 
 import inspect
-import json
 import signal
 import sys
 import traceback
-import types
 import typing
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
-from pydantic.fields import FieldInfo
 
 import bertctl
 from bertctl import console
@@ -27,7 +24,8 @@ from bertctl import locks
 from bertctl.config import (BuildPretrainDataSettings, EmbedSettings, EvalSettings,
                             FinetuneSettings, GlueSummarySettings, PretrainSettings,
                             ReportSettings, TokenizeSettings)
-from bertctl.settings import PANELS, StageConfig, field_meta, resolve
+from bertctl.cli.flags import COMMON, PanelledCommand, field_parameter
+from bertctl.settings import StageConfig, resolve
 from bertctl.errors import BertctlError, DiskFull, is_disk_full
 from bertctl.expectations import ExpectationsUnmet
 
@@ -93,62 +91,6 @@ def _report(outcome, json_mode: bool) -> None:
     print(f"{m.kind} artifact {m.id} {state}: {outcome.path}")
 
 
-# ---------------------------------------------------------------------------------------------
-# Deriving options from settings classes
-
-def _option_type(annotation: Any) -> tuple[Any, str]:
-    """The Python type typer parses a flag's text into, and a hint for help text. Choices
-    (Literal) are parsed as str and checked by pydantic, whose error names the allowed values."""
-    origin = typing.get_origin(annotation)
-    args = [a for a in typing.get_args(annotation) if a is not type(None)]
-    if origin in (typing.Union, types.UnionType):
-        return _option_type(args[0]) if len(args) == 1 else (str, "")
-    if origin is typing.Literal:
-        return str, " Choices: " + ", ".join(map(str, args)) + "."
-    if origin in (list, tuple):
-        return list[_option_type(args[0])[0]] if args else list[str], ""
-    return annotation, ""
-
-
-def _field_parameter(name: str, field: FieldInfo) -> inspect.Parameter:
-    kind, hint = _option_type(field.annotation)
-    extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
-    flag = extra.get("flag") or "--" + name.replace("_", "-")
-    if kind is bool and "/" not in flag:
-        flag = f"{flag}/--no-{flag[2:]}"
-    default = field.get_default(call_default_factory=True)
-    if kind is bool and isinstance(default, bool):
-        shown = flag.split("/")[0 if default else 1].lstrip("-")
-    else:
-        shown = "unset" if default is None else json.dumps(default)
-    help_text = f"{field.description or ''}{hint} [default: {shown}]"
-    panel = field_meta(field).get("panel", "Settings")
-    option = typer.Option(flag, help=help_text, show_default=False, rich_help_panel=panel)
-    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY,
-                             annotation=Annotated[Optional[kind], option], default=None)
-
-
-_ARTIFACT = "Artifact"
-_COMMON = {
-    "out": (Annotated[Path, typer.Option("--out", "-o", help="Artifact directory to write; may "
-                                         "contain {id}.", rich_help_panel=_ARTIFACT)],
-            inspect.Parameter.empty),
-    "config": (Annotated[Optional[Path], typer.Option("--config", "-c", help="YAML file of "
-                                                      "settings; flags override it.",
-                                                      rich_help_panel=_ARTIFACT)], None),
-    "force": (Annotated[bool, typer.Option("--force", help="Replace what --out holds when it is "
-                                           "not this very artifact (an up-to-date artifact is "
-                                           "kept).", rich_help_panel=_ARTIFACT)], False),
-    "json_output": (Annotated[bool, typer.Option("--json", help="Print the manifest (or the "
-                                                 "error) as one JSON object on stdout.",
-                                                 rich_help_panel=_ARTIFACT)], False),
-    "debug": (Annotated[bool, typer.Option("--debug", help="Show tracebacks.",
-                                           rich_help_panel=_ARTIFACT)], False),
-    "wait": (Annotated[bool, typer.Option("--wait", help="If another run is writing --out, "
-                                          "wait for it instead of failing at once.",
-                                          rich_help_panel=_ARTIFACT)], False),
-}
-
 # (command name, the settings class or a function returning it, help, the stage function),
 # in the order `bertctl --help` lists them; `make_app` turns each into a command.
 _STAGES: list[tuple[str, Any, str, Any]] = []
@@ -172,8 +114,8 @@ def _command(settings: type[StageConfig], help: str, fn):
            for p in inspect.signature(fn).parameters.values()
            if p.name not in ("settings", "out", "force")]
     common = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, annotation=a, default=d)
-              for n, (a, d) in _COMMON.items()]
-    fields = [_field_parameter(n, f) for n, f in settings.model_fields.items()]
+              for n, (a, d) in COMMON.items()]
+    fields = [field_parameter(n, f) for n, f in settings.model_fields.items()]
 
     def command(**kwargs):
         json_mode, debug = kwargs.pop("json_output"), kwargs.pop("debug")
@@ -201,28 +143,6 @@ def settings_of(name: str) -> type[StageConfig]:
     raise KeyError(name)
 
 
-class _PanelledCommand(typer.core.TyperCommand):
-    """Plain help (the texts name tokens like [MASK], which rich would read as markup) with the
-    options grouped under their panels: task, training, evaluation, checkpoints, runtime, ..."""
-
-    def format_options(self, ctx, formatter) -> None:
-        sections: dict[str, list[tuple[str, str]]] = {}
-        for param in self.get_params(ctx):
-            record = param.get_help_record(ctx)
-            if record is None:
-                continue
-            default = "Arguments" if param.param_type_name == "argument" else "Options"
-            panel = getattr(param, "rich_help_panel", None) or default
-            sections.setdefault(panel, []).append(record)
-        first = ["Arguments", "Options", *PANELS]
-        order = sorted(sections, key=lambda p: (first.index(p) if p in first else len(first),
-                                                p == _ARTIFACT))
-        for panel in order:
-            records = sections[panel]
-            with formatter.section(panel):
-                formatter.write_dl(records)
-
-
 def make_app() -> typer.Typer:
     """The command tree, made from the stages declared below and the task families registered
     now (a family registered later needs a new app)."""
@@ -234,7 +154,7 @@ def make_app() -> typer.Typer:
     )
     app.callback()(_root)
     for name, _, help, fn in _STAGES:
-        app.command(name, help=help, cls=_PanelledCommand)(_command(settings_of(name), help, fn))
+        app.command(name, help=help, cls=PanelledCommand)(_command(settings_of(name), help, fn))
     for name, fn in _PLAIN:
         app.command(name)(fn)
     return app

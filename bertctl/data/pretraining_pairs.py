@@ -1,0 +1,82 @@
+"""Google's sentence-pair packing (create_instances_from_document) and pair truncation, as
+array code over all documents of a window at once; `data.pretraining` calls them per chunk."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def pack_pairs(g: np.random.Generator, cum: np.ndarray, lo: np.ndarray, hi: np.ndarray, passes: int,
+          max_num: int, short_seq_prob: float, no_nsp: bool, stats: dict) -> tuple:
+    """`passes` passes of Google's create_instances_from_document over the documents of a window.
+
+    Documents are sentence ranges [lo[d], hi[d]); sentence s is tokens [cum[s], cum[s + 1]).
+    Returns token ranges A = [a0, a1), B = [b0, b1) and the NotNext flag of every instance.
+
+    Each (pass, document) pair is an independent lane running Google's loop; all lanes advance
+    in lockstep, one instance per live lane per step, so the Python loop runs once per step
+    (about the number of instances in the longest document) instead of once per instance.
+    Google's decisions, per document: the target length (drawn once per document and pass);
+    per instance: the chunk (sentences until the target is reached or the document ends), the
+    split point, IsNext (50%, NotNext when the chunk is one sentence), for NotNext a uniformly
+    chosen other document of the window (Google retries 10 times to avoid the current one; we
+    draw among the others directly) and a random start sentence there, B then running until it
+    fills the rest of the target; the chunk's unused sentences start the next instance.
+    """
+    n_docs = len(lo)
+    lane_doc = np.tile(np.arange(n_docs), passes)
+    n_lanes = len(lane_doc)
+    u = g.random((2, n_lanes))
+    short = u[0] < short_seq_prob
+    target = np.where(short, 2 + (u[1] * (max_num - 1)).astype(np.int64), max_num)
+    stats["short_targets"] += int(short.sum())
+    cs = lo[lane_doc].copy()
+    live = np.arange(n_lanes)
+    out: list[tuple[np.ndarray, ...]] = []
+    while len(live):
+        d, c, t = lane_doc[live], cs[live], target[live]
+        doc_end = hi[d]
+        start_tok = cum[c]
+        # The chunk: sentences c..end-1, the first whose running length reaches the target (or
+        # the document's last). cum strictly increases, so a global search lands after c.
+        end = np.minimum(np.searchsorted(cum, start_tok + t, side="left"), doc_end)
+        n_seg = end - c
+        u = g.random((4, len(live)))
+        a_end = c + np.where(n_seg >= 2, 1 + (u[0] * (n_seg - 1)).astype(np.int64), 1)
+        a0, a1 = start_tok, cum[a_end]
+        stats["single_sentence_chunks"] += int((n_seg == 1).sum())
+        if no_nsp:
+            rnd = np.zeros(len(live), dtype=bool)
+        else:
+            rnd = (n_seg == 1) | (u[1] < 0.5)
+        b0, b1 = cum[a_end].copy(), cum[end].copy()
+        if rnd.any():
+            ri = np.nonzero(rnd)[0]
+            if n_docs > 1:
+                other = (u[2, ri] * (n_docs - 1)).astype(np.int64)
+                other += other >= d[ri]
+            else:
+                other = d[ri]
+                stats["random_next_same_document"] += len(ri)
+            rs = lo[other] + (u[3, ri] * (hi[other] - lo[other])).astype(np.int64)
+            target_b = t[ri] - (a1[ri] - a0[ri])
+            re_ = np.clip(np.searchsorted(cum, cum[rs] + target_b, side="left"), rs + 1,
+                          hi[other])
+            b0[ri], b1[ri] = cum[rs], cum[re_]
+        out.append((a0, a1, b0, b1, rnd))
+        cs[live] = np.where(rnd, a_end, end)  # NotNext: the unused sentences are put back
+        live = live[cs[live] < hi[lane_doc[live]]]
+    a0, a1, b0, b1, rnd = (np.concatenate(x) for x in zip(*out))
+    return a0, a1, b0, b1, rnd.astype(np.uint8)
+
+
+def truncation(la: np.ndarray, lb: np.ndarray,
+                budget: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Tokens removed from A and from B by Google's loop "while too long, shorten the longer
+    (B on a tie)": first the longer comes down to the shorter's length, then they alternate,
+    B first."""
+    excess = np.maximum(la + lb - budget, 0)
+    da = np.where(la > lb, np.minimum(excess, la - lb), 0)
+    db = np.where(lb > la, np.minimum(excess, lb - la), 0)
+    rest = excess - da - db
+    return da + rest // 2, db + (rest + 1) // 2
