@@ -163,7 +163,7 @@ class SequenceFamily(Family):
                              f"{', '.join(sorted(TASK_METRICS))})")
         if spec.options:
             raise ValueError(f"a '{self.name}' task takes no {', '.join(sorted(spec.options))} "
-                             f"(those are span QA settings)")
+                             f"(another family's options)")
 
     def read_labels(self, values: list, path: Path, column: str, spec,
                     label_list: tuple[str, ...] | None) -> tuple[np.ndarray, Any]:
