@@ -179,9 +179,18 @@ def test_report_of_several_runs(tmp_path, tiny_pretrained, sst2_seed_runs, cli):
                                                               "masked_tokens"):
                 _check_cell(overview.one("td", **{"data-key": f"metrics.{key}",
                                                   "data-artifact": man["id"]}), value)
-    differing = {td.attrs["data-key"] for td in overview.all("td")
+    # the settings come after the metrics and curves: only those that differ, the rest folded
+    assert not [td for td in overview.all("td")
+                if td.attrs.get("data-key", "").startswith("settings.")]
+    differing = {td.attrs["data-key"] for td in doc.one("table", id="differences").all("td")
                  if td.attrs.get("data-key", "").startswith("settings.")}
     assert "settings.seed" in differing and "settings.task" in differing
+    same = {f"settings.{k}" for k in manifests[0]["config"]
+            if all(k in m["config"] and m["config"][k] == manifests[0]["config"][k]
+                   for m in manifests)}
+    assert same and not same & differing
+    assert text.index('id="overview"') < text.index('class="plots"') < text.index(
+        'id="differences"') < text.index('<details class="all">')
     for k, (path, man) in enumerate(zip(shown, manifests), 1):
         section = doc.one("section", id=f"artifact-{k}")
         assert section.attrs["data-id"] == man["id"]

@@ -71,23 +71,28 @@ COMMON = {
 }
 
 
+def help_sections(command, ctx) -> list[tuple[str, list[tuple[str, str]]]]:
+    """The (flags, help) rows of a command's parameters, grouped by panel in the order help
+    shows them: arguments, the command's own inputs, the settings panels (task, training, ...),
+    the families' panels, and last the artifact options every stage shares."""
+    sections: dict[str, list[tuple[str, str]]] = {}
+    for param in command.get_params(ctx):
+        record = param.get_help_record(ctx)
+        if record is None:
+            continue
+        default = "Arguments" if param.param_type_name == "argument" else "Options"
+        sections.setdefault(getattr(param, "rich_help_panel", None) or default, []).append(record)
+    first = ["Arguments", "Options", *PANELS]
+    order = sorted(sections, key=lambda p: (first.index(p) if p in first else len(first),
+                                            p == ARTIFACT))
+    return [(panel, sections[panel]) for panel in order]
+
+
 class PanelledCommand(typer.core.TyperCommand):
     """Plain help (the texts name tokens like [MASK], which rich would read as markup) with the
-    options grouped under their panels: task, training, evaluation, checkpoints, runtime, ..."""
+    options grouped under their panels."""
 
     def format_options(self, ctx, formatter) -> None:
-        sections: dict[str, list[tuple[str, str]]] = {}
-        for param in self.get_params(ctx):
-            record = param.get_help_record(ctx)
-            if record is None:
-                continue
-            default = "Arguments" if param.param_type_name == "argument" else "Options"
-            panel = getattr(param, "rich_help_panel", None) or default
-            sections.setdefault(panel, []).append(record)
-        first = ["Arguments", "Options", *PANELS]
-        order = sorted(sections, key=lambda p: (first.index(p) if p in first else len(first),
-                                                p == ARTIFACT))
-        for panel in order:
-            records = sections[panel]
+        for panel, records in help_sections(self, ctx):
             with formatter.section(panel):
                 formatter.write_dl(records)

@@ -1,8 +1,7 @@
-"""Turning variable-length token sequences into padded batches.
-
-Shared by pretraining and fine-tuning so both pad the same way: batches are padded only to their
-own longest sequence (dynamic padding), and sequences of similar length are batched together so
-little compute is spent on padding.
+"""Turning variable-length token sequences into batches, shared by pretraining, fine-tuning and
+evaluation so all pad the same way: padded only to the batch's own longest sequence (dynamic
+padding); packed (several sequences to a row, `pack_batch`), as fine-tuning trains by default;
+or, where asked (`group_by_length`) and always for prediction, of similar lengths together.
 """
 
 from __future__ import annotations

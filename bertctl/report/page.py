@@ -1,9 +1,10 @@
 """The HTML page of `bertctl report`: one file, no scripts, no network, plots inline as SVG.
 
-The page reads top to bottom: an overview table (one column per artifact), mean +- sd over
-runs that differ only in their seed, the training curves of every run overlaid (and the seed
-groups' mean curves with their sd band), then one section per artifact with its settings,
-stats, metrics, confusion matrix and lineage back to the source files.
+The page leads with what a reader came for: an overview (one column per artifact: its kind, id
+and metrics), mean +- sd over runs that differ only in their seed, the training curves of every
+run overlaid (and the seed groups' mean curves with their sd band); then only the settings that
+differ between the artifacts; then one section per artifact with its metrics and confusion
+matrix, and, folded, all its settings, stats, lineage back to the source files and environment.
 
 Every number in a table carries its exact value in `data-value` (JSON) next to the shown,
 rounded text, and every element a reader may look for has a stable id or class, so a program
@@ -105,25 +106,16 @@ def key_table(table_class: str, values: dict[str, Any], run: Run) -> str:
 # Sections
 
 
+def _rows(runs: list[Run], rows) -> list[str]:
+    return [f"<tr><th>{esc(name)}</th>" + "".join(cell(get(r), key=name, artifact=r.artifact.id)
+                                                   for r in runs) + "</tr>"
+            for name, get in rows]
+
+
 def overview(runs: list[Run]) -> str:
-    """One column per artifact: what it is, its metrics, and the settings that differ."""
+    """What a reader came for, one column per artifact: what it is and its metrics."""
     head = "".join(f"<th>{esc(r.label)}</th>" for r in runs)
-    rows = [("kind", lambda r: r.artifact.kind), ("id", lambda r: r.artifact.id),
-            ("path", lambda r: str(r.artifact.path)),
-            ("created", lambda r: r.artifact.manifest.created_at),
-            ("bertctl_version", lambda r: r.artifact.manifest.bertctl_version)]
-    configs = [r.artifact.manifest.config for r in runs]
-    keys = sorted({k for c in configs for k in c}, key=str)
-    differing = [k for k in keys if len({json.dumps(c.get(k)) for c in configs}) > 1]
-    body = []
-    for name, get in rows:
-        body.append(f"<tr><th>{esc(name)}</th>"
-                    + "".join(cell(get(r), key=name, artifact=r.artifact.id) for r in runs)
-                    + "</tr>")
-    for k in differing:
-        body.append(f"<tr><th>settings.{esc(k)}</th>"
-                    + "".join(cell(c.get(k), key=f"settings.{k}", artifact=r.artifact.id)
-                              for r, c in zip(runs, configs)) + "</tr>")
+    body = _rows(runs, [("kind", lambda r: r.artifact.kind), ("id", lambda r: r.artifact.id)])
     metric_keys = sorted({k for r in runs for k in numeric_metrics(r.artifact.manifest.metrics)})
     for k in metric_keys:
         body.append(f"<tr><th>metrics.{esc(k)}</th>"
@@ -132,6 +124,24 @@ def overview(runs: list[Run]) -> str:
                               if k in r.artifact.manifest.metrics else "<td></td>"
                               for r in runs) + "</tr>")
     return (f'<h2>Overview</h2><table id="overview"><tr><th></th>{head}</tr>'
+            + "".join(body) + "</table>")
+
+
+def differences(runs: list[Run]) -> str:
+    """Only the settings that differ between the artifacts shown (all of each artifact's
+    settings are in its section, folded), and where each came from."""
+    head = "".join(f"<th>{esc(r.label)}</th>" for r in runs)
+    configs = [r.artifact.manifest.config for r in runs]
+    keys = sorted({k for c in configs for k in c}, key=str)
+    differing = [k for k in keys if len({json.dumps(c.get(k)) for c in configs}) > 1]
+    body = [f"<tr><th>settings.{esc(k)}</th>"
+            + "".join(cell(c.get(k), key=f"settings.{k}", artifact=r.artifact.id)
+                      for r, c in zip(runs, configs)) + "</tr>" for k in differing]
+    body += _rows(runs, [("path", lambda r: str(r.artifact.path)),
+                         ("created", lambda r: r.artifact.manifest.created_at),
+                         ("bertctl_version", lambda r: r.artifact.manifest.bertctl_version)])
+    title = "Settings that differ" if len(runs) > 1 else "Where it is"
+    return (f'<h2>{title}</h2><table id="differences"><tr><th></th>{head}</tr>'
             + "".join(body) + "</table>")
 
 
@@ -278,20 +288,22 @@ def artifact_section(run: Run) -> str:
     if metrics:
         parts += ["<h3>Metrics</h3>", key_table("metrics", flatten(metrics), run)]
     parts.append(confusion(run))
-    parts += ["<h3>Settings</h3>", key_table("settings", m.config, run)]
+    # Everything else behind a fold: the reader came for the metrics and the curves.
+    parts += ['<details class="all"><summary>All settings, stats, lineage and environment'
+              '</summary>', "<h3>Settings</h3>", key_table("settings", m.config, run)]
     if m.stats:
         parts += ["<h3>Stats</h3>", key_table("stats", flatten(m.stats), run)]
     parts += ["<h3>Lineage</h3>", lineage_tree(m.inputs) or "<p>no inputs</p>"]
     if m.environment:
         parts += ["<h3>Environment</h3>", key_table("environment", m.environment, run)]
-    parts.append("</section>")
+    parts.append("</details></section>")
     return "".join(parts)
 
 
 def render(runs: list[Run], title: str) -> str:
     groups = seed_groups(runs)
     body = [f"<h1>{esc(title)}</h1>", overview(runs), seed_table(groups), curves(runs, groups),
-            *(artifact_section(r) for r in runs)]
+            differences(runs), *(artifact_section(r) for r in runs)]
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>{esc(title)}</title><style>{CSS}</style></head><body>"
             + "\n".join(b for b in body if b) + "</body></html>\n")
