@@ -361,9 +361,39 @@ def _settings(settings: StageConfig | dict[str, Any]) -> tuple[dict, dict]:
 
 def plan(kind: str, settings: StageConfig | dict[str, Any], inputs: list[InputRef],
          out: str | os.PathLike) -> tuple[str, Path]:
-    """The id an artifact will have and the directory it will be written to."""
+    """The id an artifact will have and the directory it will be written to, refused (before
+    any work) where writing it could destroy an input or the working directory."""
     artifact_id = compute_id(kind, _settings(settings)[1], inputs)
-    return artifact_id, resolve_out(out, artifact_id)
+    out_path = resolve_out(out, artifact_id)
+    check_out_is_apart(out_path, inputs)
+    return artifact_id, out_path
+
+
+def _within(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def check_out_is_apart(out: Path, inputs: list[InputRef]) -> None:
+    """`--out` is replaced whole (with --force) and written beside: it must not be, contain or
+    lie inside any input file or artifact of the run, nor be the working directory or one of its
+    parents (`.`, `..`, `/`, or a path to them). Paths are compared resolved, links followed."""
+    if not str(out).strip():
+        raise BertctlError("--out is empty: name the artifact directory to write")
+    target = Path(os.path.realpath(out))
+    if _within(Path(os.path.realpath(os.getcwd())), target):
+        raise BertctlError(f"--out {out}: is the working directory or one of its parents; "
+                           f"name a directory of its own for the artifact")
+    for ref in inputs:
+        source = Path(os.path.realpath(ref.path))
+        what = "input file" if ref.kind == "file" else f"input {ref.kind}"
+        if _within(source, target):
+            problem = "is" if source == target else "contains"
+        elif _within(target, source):
+            problem = "lies inside"
+        else:
+            continue
+        raise BertctlError(f"--out {out}: {problem} the {what} {ref.path} ({ref.role}); "
+                           f"writing there could destroy it: choose another directory")
 
 
 def work_dir(out_path: Path, artifact_id: str) -> Path:
