@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 import bertctl
 from bertctl import settings as settings_mod
-from bertctl import locks
+from bertctl import locks, placement
 from bertctl.settings import StageConfig
 from bertctl.errors import BertctlError, IntegrityError
 
@@ -45,7 +45,6 @@ SCHEMA_VERSIONS: dict[str, int] = {"tokenizer": 1, "pretrain-data": 1, "model": 
 # an artifact made grouped keeps its own, still what the code makes from its settings); nor
 # finetune's `pack` (on by default), a new setting that every id made since hashes.
 REVISIONS: dict[str, int] = {"pretrain-data": 2, "model": 4}
-_TMP_MARK = ".tmp-"
 
 
 class FileEntry(BaseModel):
@@ -292,11 +291,6 @@ class Outcome(BaseModel):
     up_to_date: bool
 
 
-def resolve_out(out: str | os.PathLike, artifact_id: str) -> Path:
-    """`--out` may hold `{id}` so each configuration lands in its own directory."""
-    return Path(str(out).replace("{id}", artifact_id))
-
-
 def _hash_files(root: Path) -> dict[str, FileEntry]:
     files = {}
     for path in sorted(p for p in root.rglob("*") if p.is_file()):
@@ -304,20 +298,6 @@ def _hash_files(root: Path) -> dict[str, FileEntry]:
         if rel != MANIFEST:
             files[rel] = FileEntry(sha256=sha256_file(path), size=path.stat().st_size)
     return files
-
-
-def _remove_stale_tmp(out: Path) -> None:
-    """Temporary siblings left by a killed run (SIGKILL leaves no chance to clean up)."""
-    for tmp in out.parent.glob(f".{out.name}{_TMP_MARK}*"):
-        try:
-            pid = int(tmp.name.rsplit("-", 2)[-2])
-            os.kill(pid, 0)  # the writer is still alive: leave its directory alone
-        except (ValueError, IndexError):
-            continue
-        except ProcessLookupError:
-            shutil.rmtree(tmp, ignore_errors=True)
-        except PermissionError:
-            continue
 
 
 def check_out(out: Path, kind: str, artifact_id: str, force: bool) -> Manifest | None:
@@ -364,42 +344,9 @@ def plan(kind: str, settings: StageConfig | dict[str, Any], inputs: list[InputRe
     """The id an artifact will have and the directory it will be written to, refused (before
     any work) where writing it could destroy an input or the working directory."""
     artifact_id = compute_id(kind, _settings(settings)[1], inputs)
-    out_path = resolve_out(out, artifact_id)
-    check_out_is_apart(out_path, inputs)
+    out_path = placement.resolve_out(out, artifact_id)
+    placement.check_out_is_apart(out_path, inputs)
     return artifact_id, out_path
-
-
-def _within(path: Path, root: Path) -> bool:
-    return path == root or root in path.parents
-
-
-def check_out_is_apart(out: Path, inputs: list[InputRef]) -> None:
-    """`--out` is replaced whole (with --force) and written beside: it must not be, contain or
-    lie inside any input file or artifact of the run, nor be the working directory or one of its
-    parents (`.`, `..`, `/`, or a path to them). Paths are compared resolved, links followed."""
-    if not str(out).strip():
-        raise BertctlError("--out is empty: name the artifact directory to write")
-    target = Path(os.path.realpath(out))
-    if _within(Path(os.path.realpath(os.getcwd())), target):
-        raise BertctlError(f"--out {out}: is the working directory or one of its parents; "
-                           f"name a directory of its own for the artifact")
-    for ref in inputs:
-        source = Path(os.path.realpath(ref.path))
-        what = "input file" if ref.kind == "file" else f"input {ref.kind}"
-        if _within(source, target):
-            problem = "is" if source == target else "contains"
-        elif _within(target, source):
-            problem = "lies inside"
-        else:
-            continue
-        raise BertctlError(f"--out {out}: {problem} the {what} {ref.path} ({ref.role}); "
-                           f"writing there could destroy it: choose another directory")
-
-
-def work_dir(out_path: Path, artifact_id: str) -> Path:
-    """A hidden sibling for state that must outlive a crash (training checkpoints), keyed by
-    the id so that rerunning the same command finds it and a changed one does not."""
-    return out_path.parent / f".{out_path.name}.run-{artifact_id}"
 
 
 def produce(kind: str, settings: StageConfig | dict[str, Any], inputs: list[InputRef],
@@ -424,8 +371,9 @@ def _produce(kind, recorded, artifact_id, out_path, inputs, build, force) -> Out
     if existing is not None:
         return Outcome(manifest=existing, path=str(out_path), up_to_date=True)
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    _remove_stale_tmp(out_path)
-    tmp = out_path.parent / f".{out_path.name}{_TMP_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    placement.remove_stale_tmp(out_path)
+    tmp = (out_path.parent
+           / f".{out_path.name}{placement.TMP_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}")
     tmp.mkdir()
     try:
         stats = dict(build(tmp) or {})
@@ -437,7 +385,7 @@ def _produce(kind, recorded, artifact_id, out_path, inputs, build, force) -> Out
             bertctl_version=bertctl.__version__, config=recorded, inputs=inputs,
             files=_hash_files(tmp), environment=environment(), stats=stats, metrics=metrics)
         (tmp / MANIFEST).write_text(manifest.model_dump_json(indent=2) + "\n", encoding="utf-8")
-        _replace(tmp, out_path)
+        placement.replace(tmp, out_path)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -452,16 +400,3 @@ def _honour_umask(root: Path) -> None:
     for path in root.rglob("*"):
         if path.is_file() and not path.is_symlink():
             path.chmod(0o666 & ~mask)
-
-
-def _replace(tmp: Path, out: Path) -> None:
-    """Rename `tmp` to `out`. An old `out` is first renamed aside (so at no moment is a
-    half-replaced artifact visible) and deleted only after the new one is in place."""
-    if not out.exists():
-        os.replace(tmp, out)
-        return
-    old = out.parent / f".{out.name}{_TMP_MARK}{os.getpid()}-old-{uuid.uuid4().hex[:8]}"
-    os.replace(out, old)
-    os.replace(tmp, out)
-    shutil.rmtree(old, ignore_errors=True)
-

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from bertctl import agreement, artifacts, hardware, locks, modelcard
+from bertctl import agreement, artifacts, hardware, locks, modelcard, placement
 from bertctl import settings as settings_mod
 from bertctl.data import tokenizer as tokenizer_mod
 from bertctl.errors import BertctlError, Interrupted
@@ -204,7 +204,7 @@ def _train(config, inputs, out, force, job: TrainingJob, artifact_id, out_path):
     existing = artifacts.check_out(out_path, "model", artifact_id, force)
     if existing is not None:
         return artifacts.Outcome(manifest=existing, path=str(out_path), up_to_date=True)
-    work = artifacts.work_dir(out_path, artifact_id)
+    work = placement.work_dir(out_path, artifact_id)
     job.prepare()
     if not dist.is_main():
         job.fit(work)

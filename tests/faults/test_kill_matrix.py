@@ -33,7 +33,7 @@ TIMED = {"metrics.jsonl", "README.md"}
 # two uninterrupted `tokenize` runs already differ there (README, `bertctl tokenize`).
 UNSTABLE = {"tokenize": {"vocab.txt", "tokenizer.json"}}
 
-BEFORE_PUBLISH = ("bertctl.artifacts:_replace", 1, "before")     # all written, not yet renamed
+BEFORE_PUBLISH = ("bertctl.placement:replace", 1, "before")     # all written, not yet renamed
 BUILT = ("bertctl.artifacts:_hash_files", 1, "before")          # the stage's files written
 FIRST_SHARD = ("bertctl.data.pretraining_shards:ShardWriter._close", 1, "after")
 FIRST_CHECKPOINT = ("bertctl.train.checkpoint:save_checkpoint", 1, "after")

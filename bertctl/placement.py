@@ -1,0 +1,82 @@
+"""Where an artifact is written: `--out` resolved, refused where writing there could destroy an
+input or the working directory, the hidden siblings a run uses (temporary directories, the old
+artifact being replaced, a training run's directory), and the atomic replace."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from bertctl.errors import BertctlError
+
+if TYPE_CHECKING:
+    from bertctl.artifacts import InputRef
+
+TMP_MARK = ".tmp-"
+
+
+def resolve_out(out: str | os.PathLike, artifact_id: str) -> Path:
+    """`--out` may hold `{id}` so each configuration lands in its own directory."""
+    return Path(str(out).replace("{id}", artifact_id))
+
+
+def _within(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def check_out_is_apart(out: Path, inputs: list["InputRef"]) -> None:
+    """`--out` is replaced whole (with --force) and written beside: it must not be, contain or
+    lie inside any input file or artifact of the run, nor be the working directory or one of its
+    parents (`.`, `..`, `/`, or a path to them). Paths are compared resolved, links followed."""
+    if not str(out).strip():
+        raise BertctlError("--out is empty: name the artifact directory to write")
+    target = Path(os.path.realpath(out))
+    if _within(Path(os.path.realpath(os.getcwd())), target):
+        raise BertctlError(f"--out {out}: is the working directory or one of its parents; "
+                           f"name a directory of its own for the artifact")
+    for ref in inputs:
+        source = Path(os.path.realpath(ref.path))
+        what = "input file" if ref.kind == "file" else f"input {ref.kind}"
+        if _within(source, target):
+            problem = "is" if source == target else "contains"
+        elif _within(target, source):
+            problem = "lies inside"
+        else:
+            continue
+        raise BertctlError(f"--out {out}: {problem} the {what} {ref.path} ({ref.role}); "
+                           f"writing there could destroy it: choose another directory")
+
+
+def work_dir(out_path: Path, artifact_id: str) -> Path:
+    """A hidden sibling for state that must outlive a crash (training checkpoints), keyed by
+    the id so that rerunning the same command finds it and a changed one does not."""
+    return out_path.parent / f".{out_path.name}.run-{artifact_id}"
+
+
+def remove_stale_tmp(out: Path) -> None:
+    """Temporary siblings left by a killed run (SIGKILL leaves no chance to clean up)."""
+    for tmp in out.parent.glob(f".{out.name}{TMP_MARK}*"):
+        try:
+            pid = int(tmp.name.rsplit("-", 2)[-2])
+            os.kill(pid, 0)  # the writer is still alive: leave its directory alone
+        except (ValueError, IndexError):
+            continue
+        except ProcessLookupError:
+            shutil.rmtree(tmp, ignore_errors=True)
+        except PermissionError:
+            continue
+
+
+def replace(tmp: Path, out: Path) -> None:
+    """Rename `tmp` to `out`. An old `out` is first renamed aside (so at no moment is a
+    half-replaced artifact visible) and deleted only after the new one is in place."""
+    if not out.exists():
+        os.replace(tmp, out)
+        return
+    old = out.parent / f".{out.name}{TMP_MARK}{os.getpid()}-old-{uuid.uuid4().hex[:8]}"
+    os.replace(out, old)
+    os.replace(tmp, out)
+    shutil.rmtree(old, ignore_errors=True)
