@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from bertctl.data.settings import PretrainingDataSettings
 from bertctl.settings import (DATA, EVALUATION, MODEL, RUNTIME, TASK, TRAINING, StageConfig,
@@ -65,6 +65,10 @@ class BuildPretrainDataSettings(PretrainingDataSettings):
 
 
 class PretrainSettings(TrainingSettings):
+    objective: str = Field("bert", description="The pretraining objective, from the registry "
+                           "(bertctl/objectives): bert is masked LM + next-sentence prediction "
+                           "as the paper (masked LM alone on data built with --no-nsp).",
+                           json_schema_extra=meta(TRAINING))
     model_size: Literal["tiny", "mini", "small", "medium", "base", "large"] = Field(
         "base", description="Google's sizes (L/H/A): tiny 2/128/2, mini 4/256/4, small 4/512/8, "
         "medium 8/512/8, base 12/768/12, large 24/1024/16. Ignored with --init-from or "
@@ -98,6 +102,15 @@ class PretrainSettings(TrainingSettings):
     eval_batches: int | None = Field(50, ge=1, description="Validation batches per evaluation; "
                                      "unset: the whole validation split.",
                                      json_schema_extra=meta(EVALUATION, identity=False))
+
+    @field_validator("objective")
+    @classmethod
+    def _registered(cls, name: str) -> str:
+        from bertctl.objectives import OBJECTIVES  # the registry as it is when settings resolve
+
+        if name not in OBJECTIVES:
+            raise ValueError(f"unknown objective (known: {', '.join(OBJECTIVES)})")
+        return name
 
 
 class InferenceSettings(StageConfig):

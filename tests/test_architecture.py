@@ -100,3 +100,17 @@ def test_modules_and_functions_stay_readable(path):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
             and node.end_lineno - node.lineno + 1 > 120]
     assert not long, f"{_module(path)}: {', '.join(long)}"
+
+
+def test_the_loop_the_stages_and_inference_name_no_objective():
+    """Pretraining objectives are plug-ins (bertctl/objectives): what is specific to one (its
+    model, metrics, validation) reaches the stages and the loop through the registry."""
+    from bertctl import objectives
+
+    names = {f'"{n}"' for n in objectives.OBJECTIVES} | {f"'{n}'" for n in objectives.OBJECTIVES}
+    models = {o.architecture for o in objectives.OBJECTIVES.values()}
+    for path in [*(PACKAGE / "stages").glob("*.py"), PACKAGE / "evaluation.py",
+                 *(PACKAGE / "train").glob("*.py")]:
+        text = path.read_text(encoding="utf-8")
+        found = sorted(n for n in names | models if n in text)
+        assert not found, f"{path.name} names objectives {found}"

@@ -140,14 +140,15 @@ def test_validation_is_shared_between_ranks(tiny_pretrained, pretrain_data, monk
     rank 0's result after the reduction equals one process scoring everything."""
     import torch
 
-    from bertctl import evaluation
     from bertctl.data.pretraining_dataset import PretrainingDataset
     from bertctl.model.hf import load_model
+    from bertctl.objectives import bert as evaluation
+    from bertctl.objectives.bert import evaluate_pretraining
 
     torch.manual_seed(0)
     model, _ = load_model(tiny_pretrained)
     data = PretrainingDataset(pretrain_data, "validation")
-    whole = evaluation.evaluate_pretraining(model, data, 4, "cpu")
+    whole = evaluate_pretraining(model, data, 4, "cpu")
     assert len(data) > 8  # several batches to share out
 
     sums = {}
@@ -157,7 +158,7 @@ def test_validation_is_shared_between_ranks(tiny_pretrained, pretrain_data, monk
         monkeypatch.setattr(evaluation.dist, "all_reduce_sum",
                             lambda t, rank=rank: sums.setdefault(rank, t.clone())
                             + (sums[1] if rank == 0 else 0))
-        shared = evaluation.evaluate_pretraining(model, data, 4, "cpu")
+        shared = evaluate_pretraining(model, data, 4, "cpu")
     assert sums[0][2] > 0 and sums[1][2] > 0  # each rank predicted part of the masked tokens
     assert shared.keys() == whole.keys()
     for key, value in whole.items():

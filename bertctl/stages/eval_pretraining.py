@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bertctl import agreement, artifacts, console, evaluation, hardware
+from bertctl import agreement, artifacts, console, evaluation, hardware, objectives
 from bertctl.config import EvalSettings
 from bertctl.errors import BertctlError
 from bertctl.stages.common import ModelSource
@@ -38,24 +38,26 @@ def run(config: EvalSettings, source: ModelSource, art: artifacts.Artifact, out:
     device = hardware.resolve_device(config.device)
     inputs = [source.ref, art.as_input("data")]
 
+    objective = objectives.for_checkpoint(source.hf_config.get("architectures") or [])
+
     def build(tmp: Path) -> dict[str, Any]:
         dataset = PretrainingDataset(art.path, split)
-        model, nsp = _load_pretraining_model(source, dataset.nsp)
+        model, options = objective.load_for_evaluation(source, dataset)
         model.to(device)
         console.log(f"{art.path}: {split} split, {len(dataset):,} instances"
                     f"{', with next-sentence labels' if dataset.nsp else ''}")
         started = time.monotonic()
         with console.progress("evaluating", total=len(dataset), unit="instances") as bar:
-            result = evaluation.evaluate_pretraining(
-                model, dataset, config.batch_size, device, config.precision, nsp=nsp,
-                progress=lambda n: bar.update(n))
+            result = objective.evaluate(model, dataset, config.batch_size, device,
+                                        config.precision, progress=lambda n: bar.update(n),
+                                        **options)
         seconds = time.monotonic() - started
         examples, masked = result.pop("examples"), result.pop("masked_tokens")
         metrics = evaluation.json_safe(result)
         (tmp / METRICS_FILE).write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
         return {"metrics": metrics, "examples": examples, "masked_tokens": masked,
                 "model": str(source.path), "model_id": source.ref.id, "data": str(art.path),
-                "task": "pretraining", "split": split, "precision": config.precision,
+                "task": "pretraining", "objective": objective.name, "split": split, "precision": config.precision,
                 "device": str(device), "seconds": round(seconds, 3)}
 
     return artifacts.produce("eval", config, inputs, out, build, force=force)
@@ -74,23 +76,3 @@ def check_pretraining_agreement(source: ModelSource, info) -> None:
                     seq_length=int(info.settings.get("max_seq_length", 0)),
                     data_special_ids=info.special_ids, model_tokenizer=tok,
                     data_tokenizer=info.path / "tokenizer.json")
-
-
-def _load_pretraining_model(source: ModelSource, data_nsp: bool):
-    from bertctl.model import BertForPreTraining
-
-    model, report = source.load(BertForPreTraining)
-    missing = report.missing + report.mismatched
-    mlm = [k for k in missing if not k.startswith(("cls.seq_relationship", "bert.pooler"))]
-    if mlm:
-        arch = "/".join(source.hf_config.get("architectures") or []) or "a bare encoder"
-        what = ("no masked-LM head (cls.predictions)" if any(k.startswith("cls.predictions")
-                                                            for k in mlm)
-                else f"no weights for {', '.join(mlm[:3])}")
-        raise BertctlError(f"{source.path}: the checkpoint ({arch}) has {what}; pretraining "
-                           f"metrics need a BertForPreTraining or BertForMaskedLM checkpoint")
-    nsp = data_nsp and not missing
-    if data_nsp and not nsp:
-        console.log(f"{source.path}: the checkpoint has no next-sentence head; scoring the "
-                    f"masked LM only")
-    return model, nsp

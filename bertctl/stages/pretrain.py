@@ -1,4 +1,5 @@
-"""`bertctl pretrain`: pretrain-data [+ model] -> model artifact (BertForPreTraining).
+"""`bertctl pretrain`: pretrain-data [+ model] -> model artifact, trained with a pretraining
+objective from the registry (bertctl.objectives: its model, data check, metrics, validation).
 
 The settings that must agree between the data and the model (vocabulary, special tokens,
 sequence length) are read from the data artifact and checked against the model, never
@@ -16,18 +17,15 @@ from bertctl.config import PretrainSettings
 from bertctl.errors import BertctlError
 from bertctl.stages import common
 
-ARCHITECTURE = "BertForPreTraining"
-
-
-def _build_model(config: PretrainSettings, vocab_size: int, init: common.ModelSource | None,
-                 model_config: Path | None):
+def _build_model(config: PretrainSettings, model_class, vocab_size: int,
+                 init: common.ModelSource | None, model_config: Path | None):
     import torch
 
-    from bertctl.model import BertConfig, BertForPreTraining
+    from bertctl.model import BertConfig
 
     torch.manual_seed(config.seed)  # the initial weights are part of what --seed fixes
     if init is not None:
-        model, report = init.load(BertForPreTraining)
+        model, report = init.load(model_class)
         console.log(str(report))
         return model
     if model_config is not None:
@@ -43,7 +41,7 @@ def _build_model(config: PretrainSettings, vocab_size: int, init: common.ModelSo
             hidden_size=config.hidden_size, num_attention_heads=config.num_attention_heads,
             intermediate_size=config.intermediate_size, vocab_size=vocab_size,
             max_position_embeddings=config.max_position_embeddings)
-    return BertForPreTraining(cfg)
+    return model_class(cfg)
 
 
 def _check_agreement(model, data: artifacts.Artifact, init: common.ModelSource | None) -> None:
@@ -77,9 +75,10 @@ def _schedule(config: PretrainSettings, init: common.ModelSource | None) -> dict
 class PretrainJob:
     """What `common.train_to_artifact` calls, in order: `prepare`, `fit`, `write`."""
 
-    def __init__(self, config: PretrainSettings, data: artifacts.Artifact,
+    def __init__(self, config: PretrainSettings, objective, data: artifacts.Artifact,
                  init: common.ModelSource | None, model_config: Path | None):
-        self.config, self.data, self.init, self.model_config = config, data, init, model_config
+        self.config, self.objective, self.data = config, objective, data
+        self.init, self.model_config = init, model_config
 
     def prepare(self) -> None:
         from bertctl.data.pretraining_dataset import PretrainingDataset
@@ -92,37 +91,35 @@ class PretrainJob:
         # hand-edited manifest must not decide what is read.
         self.validation = (PretrainingDataset(self.data.path, "validation")
                            if self.train_data.info.stats["validation"].get("instances") else None)
-        self.model = _build_model(config, self.train_data.info.vocab_size, self.init,
-                                  self.model_config)
+        self.model = _build_model(config, self.objective.model_class(),
+                                  self.train_data.info.vocab_size, self.init, self.model_config)
         _check_agreement(self.model, self.data, self.init)
-        # MLM-only data leaves the NSP head without gradients, which DDP must be told.
-        self.settings = TrainSettings.of(config, find_unused_parameters=not self.train_data.nsp,
-                                         **_schedule(config, self.init))
+        self.settings = TrainSettings.of(
+            config, find_unused_parameters=self.objective.unused_parameters(self.train_data),
+            **_schedule(config, self.init))
         if self.validation is None and dist.is_main():
             console.log("no validation split in the data (build it with --validation-fraction):"
                         " training without evaluation")
 
     def evaluate(self, model) -> dict:
-        from bertctl.evaluation import evaluate_pretraining
-
-        return evaluate_pretraining(model, self.validation, self.settings.micro_batch_size
-                                    or self.config.batch_size, next(model.parameters()).device,
-                                    self.config.precision, max_batches=self.config.eval_batches)
+        return self.objective.evaluate(model, self.validation, self.settings.micro_batch_size
+                                       or self.config.batch_size, next(model.parameters()).device,
+                                       self.config.precision, max_batches=self.config.eval_batches)
 
     def fit(self, work: Path):
-        from bertctl.evaluation import pretraining_step_metrics
         from bertctl.train import train
 
         with console.training_progress("pretraining", self.config.steps,
                                        self.settings.start_step) as on_log:
             return train(self.model, self.train_data, self.settings, work,
                          evaluate=self.evaluate if self.validation is not None else None,
-                         on_log=on_log, step_metrics=pretraining_step_metrics)
+                         on_log=on_log, step_metrics=self.objective.step_metrics)
 
     def write(self, result, tmp: Path) -> dict:
         common.write_model(result.model, tmp, self.data.path)
         train_records = [r for r in result.history if r.get("split", "train") == "train"]
-        stats = {"architecture": ARCHITECTURE, "step": result.step,
+        stats = {"architecture": self.objective.architecture, "objective": self.objective.name,
+                 "step": result.step,
                  "total_steps": self.settings.total_steps or result.step,
                  "epochs": round(result.epoch, 4),
                  "parameters": sum(p.numel() for p in result.model.parameters()),
@@ -137,7 +134,12 @@ def run(config: PretrainSettings, data_dir: str, out: str, force: bool = False,
         init_from: str | None = None, model_config: str | None = None):
     if init_from and model_config:
         raise BertctlError("give either --init-from or --model-config, not both")
+    from bertctl import objectives
+    from bertctl.data.pretraining_dataset import read_pretraining_info
+
+    objective = objectives.get(config.objective)
     data = artifacts.read_artifact(data_dir, "pretrain-data")
+    objective.check_data(read_pretraining_info(data.path), str(data.path))
     common.tokenizer_files(data.path)   # copied into the model at the end: checked first
     inputs = [data.as_input("data")]
     init = common.open_model(init_from, "init") if init_from else None
@@ -145,5 +147,5 @@ def run(config: PretrainSettings, data_dir: str, out: str, force: bool = False,
         inputs.append(init.ref)
     if model_config:
         inputs.append(artifacts.file_input(model_config, "model-config"))
-    job = PretrainJob(config, data, init, Path(model_config) if model_config else None)
+    job = PretrainJob(config, objective, data, init, Path(model_config) if model_config else None)
     return common.train_to_artifact(config, inputs, out, force, job)

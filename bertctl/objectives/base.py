@@ -1,0 +1,58 @@
+"""What a pretraining objective is: the one object `pretrain` and `eval` ask about everything
+objective-specific.
+
+An objective names the model it trains (`architecture`, a class in bertctl.model, written into
+config.json and the manifest), says which pretraining data it can train on (`check_data`), which
+of the model's parameters may get no gradient (DDP must be told), gives the training loop its
+per-step metrics and scores a model on a pretraining split, during training (validation) and
+for `bertctl eval MODEL PRETRAIN_DATA`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from bertctl.errors import BertctlError
+
+
+class Objective:
+    name: ClassVar[str]
+    # How --help and the docs name it.
+    title: ClassVar[str]
+    # The model class in bertctl.model that this objective trains.
+    architecture: ClassVar[str]
+    # Whether the data must carry next-sentence labels (True), must not (False), or either.
+    nsp_data: ClassVar[bool | None] = None
+
+    def model_class(self):
+        import bertctl.model as model
+
+        return getattr(model, self.architecture)
+
+    def check_data(self, info, where: str) -> None:
+        """BertctlError for pretraining data this objective cannot train on."""
+        if self.nsp_data is True and not info.nsp:
+            raise BertctlError(f"{where}: --objective {self.name} needs next-sentence pairs, but "
+                               f"the data was built with --no-nsp")
+        if self.nsp_data is False and info.nsp:
+            raise BertctlError(f"{where}: --objective {self.name} trains on continuous text, but "
+                               f"the data holds next-sentence pairs (half their B segments come "
+                               f"from other documents): build it with --no-nsp")
+
+    def unused_parameters(self, data) -> bool:
+        """Whether some parameters get no gradient on this data (DDP's find_unused_parameters)."""
+        return False
+
+    def step_metrics(self, outputs: dict[str, Any], batch: dict[str, Any]) -> dict[str, tuple]:
+        """{name: (numerator, denominator)} for the training loop (see train.loop.train)."""
+        return {}
+
+    def evaluate(self, model, dataset, batch_size: int, device, precision: str,
+                 max_batches: int | None = None, progress=None, **options) -> dict[str, float]:
+        """Metrics on a pretraining split (`options`: what `load_for_evaluation` returned)."""
+        raise NotImplementedError
+
+    def load_for_evaluation(self, source, dataset) -> tuple[Any, dict[str, Any]]:
+        """(the model, options for `evaluate`) for `bertctl eval MODEL PRETRAIN_DATA`; a clear
+        error for a checkpoint that cannot be scored by this objective."""
+        raise NotImplementedError
