@@ -257,8 +257,10 @@ class FinetuneSettings(TrainingSettings, TaskSettings):
     @model_validator(mode="before")
     @classmethod
     def _steps_replace_default_epochs(cls, data):
-        # --steps alone means "this many steps", not a clash with the default epochs.
-        if isinstance(data, dict) and data.get("steps") is not None and data.get("epochs") is None:
+        # --steps (or --time-budget) alone means "this long", not a clash with the default
+        # epochs.
+        if isinstance(data, dict) and data.get("epochs") is None and (
+                data.get("steps") is not None or data.get("time_budget") is not None):
             data = {**data, "epochs": None}
         return data
 

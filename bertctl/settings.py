@@ -93,7 +93,7 @@ def _describe(err: dict, source: str) -> str:
     if err["type"] == "extra_forbidden":
         return f"{source}unknown setting {key!r}"
     value = err.get("input")
-    return f"{source}setting {key!r} = {value!r}: {err['msg']}"
+    return f"{source}setting {key!r} = {value!r}: {err['msg'].removeprefix('Value error, ')}"
 
 
 def resolve(cls: type[C], config_file: str | Path | None = None,

@@ -33,6 +33,8 @@ def option_type(annotation: Any) -> tuple[Any, str]:
 
 def field_parameter(name: str, field: FieldInfo) -> inspect.Parameter:
     kind, hint = option_type(field.annotation)
+    if field_meta(field).get("text"):   # parsed by the settings (a duration: 30m, 2h)
+        kind = str
     extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
     flag = extra.get("flag") or "--" + name.replace("_", "-")
     if kind is bool and "/" not in flag:

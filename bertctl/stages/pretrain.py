@@ -64,6 +64,9 @@ def _schedule(config: PretrainSettings, init: common.ModelSource | None) -> dict
     """start_step/total_steps: fresh, or continuing the parent run's schedule (phase 2)."""
     if not config.continue_schedule:
         return {}
+    if config.time_budget is not None:
+        raise BertctlError("--continue-schedule continues a step schedule; a --time-budget run "
+                           "lays its own schedule over its budget")
     if init is None or init.ref.kind != "model" or not init.ref.config:
         raise BertctlError("--continue-schedule needs --init-from a bertctl model artifact")
     parent = artifacts.read_artifact(init.path, "model").manifest
@@ -127,6 +130,10 @@ class PretrainJob:
                  "tokenizer": self.data.manifest.stats.get("tokenizer", {})}
         if result.resumed_from is not None:
             stats["resumed_from_step"] = result.resumed_from
+        # What the run bought: tokens and time (over resumed runs too), and the budget.
+        stats.update(tokens=result.tokens, elapsed_s=round(result.elapsed, 1))
+        if self.config.time_budget is not None:
+            stats["time_budget_s"] = self.config.time_budget
         return {**stats, "metrics": result.eval_metrics or {}}
 
 

@@ -39,7 +39,7 @@ from bertctl.errors import BertctlError
 from bertctl.train import checkpoint as ckpt
 from bertctl.train import distributed as dist
 from bertctl.train import tensorboard
-from bertctl.train.optim import lr_at, make_optimizer, set_lr, warmup_steps
+from bertctl.train.optim import lr_at, lr_at_share, make_optimizer, set_lr, warmup_steps
 from bertctl.train.order import BatchOrder, DataSource, lengths_of
 from bertctl.train.records import (METRICS_FILE, Best, Interval, append_jsonl, count_tokens,
                                    plain, read_history, rewrite_jsonl)
@@ -66,6 +66,8 @@ class TrainResult:
     model: nn.Module                     # unwrapped; holds the best (select) or final weights
     stopped_early: bool = False          # stop_after reached before the end
     resumed_from: int | None = None      # the checkpoint step this run started from
+    elapsed: float = 0.0                 # seconds of training, over all (resumed) runs
+    tokens: int = 0                      # non-pad tokens trained on, over all (resumed) runs
 
 
 def train(model: nn.Module, train_data: DataSource, settings: TrainSettings, work_dir: str | Path,
@@ -129,7 +131,10 @@ class Trainer:
         self.num_micro = s.batch_size // self.micro
         self.order = BatchOrder(len(data), s.batch_size, s.seed,
                                 lengths_of(data) if s.group_by_length else None)
+        # A time budget ends the run when it is spent; until then the step count is open.
+        self.budget = s.time_budget
         run_steps = (s.steps if s.steps is not None
+                     else 10 ** 15 if self.budget is not None
                      else max(1, round(s.epochs * self.order.steps_per_epoch)))
         self.end_step = s.start_step + run_steps
         self.total_steps = s.total_steps if s.total_steps is not None else self.end_step
@@ -161,6 +166,8 @@ class Trainer:
         self.last_eval: dict[str, Any] | None = None
         self.history: list[dict[str, Any]] = []
         self.resumed_from: int | None = None
+        self.elapsed = 0.0   # seconds spent in the loop, by the ranks' mean clock
+        self.tokens = 0      # non-pad tokens trained on, all ranks
         self.board = None
         self.ddp = self.model
 
@@ -219,6 +226,7 @@ class Trainer:
         if best:
             self.best = Best(best["value"], best["step"], best["metrics"])
         self.last_eval = t.get("last_eval")
+        self.elapsed, self.tokens = float(t.get("elapsed", 0.0)), int(t.get("tokens", 0))
         if self.info.is_main:
             if s.resume_from != "latest":
                 ckpt.set_aside_later(self.work_dir, self.step)
@@ -234,16 +242,20 @@ class Trainer:
         pending = pool.submit(self.load_step, self.step + 1) if self.step < self.last_step else None
         seen = [0, 0]  # tokens and examples since the last log record, for the throughput
         clock = time.perf_counter()
+        self.started = self._now() - self.elapsed   # a resumed run continues the budget's clock
         try:
             while self.step < self.last_step:
                 batches, tokens, examples = pending.result()
                 pending = (pool.submit(self.load_step, self.step + 2)
                            if self.step + 1 < self.last_step else None)
-                lr = lr_at(self.step, s.lr, self.warmup, self.total_steps)
+                lr = (lr_at(self.step, s.lr, self.warmup, self.total_steps) if self.budget is None
+                      else lr_at_share(self.elapsed / self.budget, s.lr, s.warmup))
                 set_lr(self.optimizer, lr)
                 step_tokens, step_examples = self.train_step(batches, tokens, examples, lr)
                 seen[0] += step_tokens
                 seen[1] += step_examples
+                if self.budget is not None and self.elapsed >= self.budget:
+                    self.end_step = self.last_step = self.step   # the budget is spent
                 # Log, evaluate, checkpoint: in this order, so a checkpoint includes the
                 # evaluation of its own step. Throughput excludes evaluation and checkpoints.
                 if self.step % s.log_every == 0 or self.step == self.end_step:
@@ -311,15 +323,18 @@ class Trainer:
         # One collective and one host sync per step: the global loss and gradient norm (needed
         # every step to stop on NaN before the update), the step metrics and the throughput
         # counts. (The norm is already global: clipping reduced it.)
+        # The clock rides along: every rank takes the mean, so all decide alike when a time
+        # budget is spent and what rate the next step gets.
         names = sorted(sums)
         packed = torch.stack([loss_sum] + [x.double() for n in names for x in sums[n]]
-                             + [torch.tensor(float(tokens), dtype=torch.float64, device=device),
-                                torch.tensor(float(examples), dtype=torch.float64,
-                                             device=device)])
+                             + [torch.tensor(float(v), dtype=torch.float64, device=device)
+                                for v in (tokens, examples,
+                                          self._now() - self.started)])
         reduced = dist.all_reduce_sum(packed)
         values = torch.cat([reduced, norm.detach().double().reshape(1).to(reduced.device)
                             ]).tolist()
         grad_norm = values.pop()
+        self.elapsed = values.pop() / self.world
         loss_value = values[0]
         self._stop_if_diverged(loss_value, grad_norm, lr)
         self.scaler.step(self.optimizer)
@@ -328,7 +343,12 @@ class Trainer:
         self.step += 1
         self.interval.add(loss_value, grad_norm, int(values[-2]),
                           {n: (values[1 + 2 * j], values[2 + 2 * j]) for j, n in enumerate(names)})
+        self.tokens += int(values[-2])
         return int(values[-2]), int(values[-1])
+
+    def _now(self) -> float:
+        """The clock of the time budget (read once at the start and once per step)."""
+        return time.perf_counter()
 
     def _stop_if_diverged(self, loss: float, grad_norm: float, lr: float) -> None:
         if math.isfinite(loss) and (self.s.precision == "fp16" or math.isfinite(grad_norm)):
@@ -416,6 +436,7 @@ class Trainer:
                      {"step": best.step, "value": best.value, "metrics": best.metrics,
                       "select": list(self.select) if self.select else None}),
             "last_eval": self.last_eval,
+            "elapsed": self.elapsed, "tokens": self.tokens,
         }
         ckpt.save_checkpoint(self.work_dir, self.step, self.model, self.optimizer,
                              self.scaler.state_dict(), rngs, trainer, s.keep_last)
@@ -429,7 +450,8 @@ class Trainer:
         return TrainResult(step=self.step, epoch=self.epoch_of(self.step), history=self.history,
                            eval_metrics=self.last_eval, best_metrics=self.best.metrics,
                            best_step=self.best.step, model=self.model,
-                           stopped_early=stopped_early, resumed_from=self.resumed_from)
+                           stopped_early=stopped_early, resumed_from=self.resumed_from,
+                           elapsed=self.elapsed, tokens=self.tokens)
 
 
 __all__ = ["BatchOrder", "DataSource", "METRICS_FILE", "TrainResult", "TrainSettings",

@@ -139,10 +139,21 @@ def lr_at(step: int, peak_lr: float, warmup: int, total_steps: int) -> float:
     return peak_lr * (total_steps - step) / max(1, total_steps - warmup)
 
 
+def lr_at_share(share: float, peak_lr: float, warmup: float) -> float:
+    """Learning rate at `share` (elapsed / budget) of a time budget: linear warm-up over the
+    first `warmup` share, then linear decay to zero at the budget's end (the step schedule's
+    shape, laid over time as Cramming does)."""
+    if share < warmup:
+        return peak_lr * max(share, 1e-3 * warmup) / warmup
+    if share >= 1:
+        return 0.0
+    return peak_lr * (1 - share) / (1 - warmup)
+
+
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
     for group in optimizer.param_groups:
         group["lr"] = lr
 
 
-__all__ = ["Lamb", "lr_at", "make_optimizer", "no_decay_names", "param_groups", "set_lr",
+__all__ = ["Lamb", "lr_at", "lr_at_share", "make_optimizer", "no_decay_names", "param_groups", "set_lr",
            "warmup_steps"]

@@ -20,6 +20,13 @@ class TrainingSettings(StageConfig):
                               json_schema_extra=meta(TRAINING))
     epochs: float | None = Field(None, gt=0, description="Passes over the training data (or "
                                  "give --steps).", json_schema_extra=meta(TRAINING))
+    # Seconds once resolved ("30m" and "1800" are one setting, one artifact id).
+    time_budget: float | None = Field(
+        None, gt=0, description="Train for this long instead of --steps or --epochs: 90s, 30m, "
+        "2h, 1d (or seconds). The learning-rate schedule runs over the budget (warm-up and "
+        "decay by the elapsed share of it), so the run ends with a decayed rate; evaluations "
+        "and checkpoints count against it; a resumed run has the budget it had left.",
+        json_schema_extra={**meta(TRAINING), "text": True})
     batch_size: int = Field(32, ge=1, description="Examples per optimizer step, over all "
                             "processes.", json_schema_extra=meta(TRAINING))
     micro_batch_size: int | None = Field(None, ge=1, description="Examples per forward pass; "
@@ -83,6 +90,11 @@ class TrainingSettings(StageConfig):
     def _auto_precision(cls, data: Any) -> Any:
         return resolve_precision(cls, data)
 
+    @field_validator("time_budget", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> Any:
+        return parse_duration(value) if isinstance(value, str) else value
+
     @field_validator("resume_from", mode="before")
     @classmethod
     def _step_number(cls, value: Any) -> Any:
@@ -90,9 +102,33 @@ class TrainingSettings(StageConfig):
 
     @model_validator(mode="after")
     def _length(self):
-        if (self.steps is None) == (self.epochs is None):
-            raise ValueError("give exactly one of steps and epochs")
+        given = [n for n in ("steps", "epochs", "time_budget") if getattr(self, n) is not None]
+        if len(given) != 1:
+            raise ValueError("give exactly one of steps, epochs and time_budget"
+                             + (f" (got {' and '.join(given)})" if given else ""))
+        if self.time_budget is not None and self.warmup >= 1:
+            raise ValueError(f"with time_budget, warmup is a fraction of the budget (below 1), "
+                             f"not a step count ({self.warmup:g})")
         return self
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str) -> float:
+    """'90s', '30m', '2h', '1d', '1h30m' or a number of seconds -> seconds."""
+    import re
+
+    cleaned = text.strip().lower().replace(" ", "")
+    try:
+        return float(cleaned)
+    except ValueError:
+        pass
+    parts = re.fullmatch(r"((\d+(\.\d+)?)[smhd])+", cleaned) and re.findall(
+        r"(\d+(?:\.\d+)?)([smhd])", cleaned)
+    if not parts:
+        raise ValueError(f"{text!r} is not a duration: give e.g. 90s, 30m, 2h, 1d or seconds")
+    return float(sum(float(n) * _UNITS[u] for n, u in parts))
 
 
 class TrainSettings(TrainingSettings):
