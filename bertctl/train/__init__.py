@@ -4,10 +4,10 @@ schedule (optim.py), exact-resume checkpoints (checkpoint.py) and torchrun/DDP p
 
 from bertctl.train import distributed
 from bertctl.train.checkpoint import CorruptCheckpoint, seed_everything
-from bertctl.train.loop import DataSource, Trainer, TrainingDiverged, TrainResult, train
+from bertctl.train.loop import DataSource, Trainer, TrainingDiverged, train
 from bertctl.train.optim import lr_at, make_optimizer, param_groups, warmup_steps
 from bertctl.train.order import BatchOrder
-from bertctl.train.records import METRICS_FILE
+from bertctl.train.records import METRICS_FILE, TrainResult
 from bertctl.train.settings import TrainingSettings, TrainSettings
 
 __all__ = [

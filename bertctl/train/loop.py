@@ -26,7 +26,7 @@ import math
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -41,8 +41,8 @@ from bertctl.train import distributed as dist
 from bertctl.train import tensorboard
 from bertctl.train.optim import lr_at, lr_at_share, make_optimizer, set_lr, warmup_steps
 from bertctl.train.order import BatchOrder, DataSource, lengths_of
-from bertctl.train.records import (METRICS_FILE, Best, Interval, append_jsonl, count_tokens,
-                                   plain, read_history, rewrite_jsonl)
+from bertctl.train.records import (METRICS_FILE, Best, Interval, TrainResult, append_jsonl,
+                                   count_tokens, plain, read_history, rewrite_jsonl)
 from bertctl.train.settings import TrainSettings
 
 Evaluate = Callable[[nn.Module], dict[str, Any]]
@@ -53,21 +53,6 @@ class TrainingDiverged(BertctlError):
     """The loss or the gradient became NaN/inf; the run stops before updating the weights."""
 
     exit_code = 1
-
-
-@dataclass
-class TrainResult:
-    step: int                            # the last global step trained
-    epoch: float                         # epochs done (fractional)
-    history: list[dict[str, Any]]        # every record of metrics.jsonl, in order
-    eval_metrics: dict[str, Any] | None  # the last evaluation
-    best_metrics: dict[str, Any] | None  # the evaluation that selected the returned weights
-    best_step: int | None
-    model: nn.Module                     # unwrapped; holds the best (select) or final weights
-    stopped_early: bool = False          # stop_after reached before the end
-    resumed_from: int | None = None      # the checkpoint step this run started from
-    elapsed: float = 0.0                 # seconds of training, over all (resumed) runs
-    tokens: int = 0                      # non-pad tokens trained on, over all (resumed) runs
 
 
 def train(model: nn.Module, train_data: DataSource, settings: TrainSettings, work_dir: str | Path,

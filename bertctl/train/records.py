@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -106,3 +107,18 @@ def plain(value: Any) -> Any:
     if isinstance(value, (torch.Tensor, np.generic)) and np.ndim(value) == 0:
         return value.item()
     return value
+
+
+@dataclass
+class TrainResult:
+    step: int                            # the last global step trained
+    epoch: float                         # epochs done (fractional)
+    history: list[dict[str, Any]]        # every record of metrics.jsonl, in order
+    eval_metrics: dict[str, Any] | None  # the last evaluation
+    best_metrics: dict[str, Any] | None  # the evaluation that selected the returned weights
+    best_step: int | None
+    model: nn.Module                     # unwrapped; holds the best (select) or final weights
+    stopped_early: bool = False          # stop_after reached before the end
+    resumed_from: int | None = None      # the checkpoint step this run started from
+    elapsed: float = 0.0                 # seconds of training, over all (resumed) runs
+    tokens: int = 0                      # non-pad tokens trained on, over all (resumed) runs
