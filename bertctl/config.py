@@ -67,7 +67,9 @@ class BuildPretrainDataSettings(PretrainingDataSettings):
 class PretrainSettings(TrainingSettings):
     objective: str = Field("bert", description="The pretraining objective, from the registry "
                            "(bertctl/objectives): bert is masked LM + next-sentence prediction "
-                           "as the paper (masked LM alone on data built with --no-nsp).",
+                           "as the paper (masked LM alone on data built with --no-nsp); mlm is "
+                           "masked LM alone on continuous text (data built with --no-nsp), "
+                           "as RoBERTa.",
                            json_schema_extra=meta(TRAINING))
     model_size: Literal["tiny", "mini", "small", "medium", "base", "large"] = Field(
         "base", description="Google's sizes (L/H/A): tiny 2/128/2, mini 4/256/4, small 4/512/8, "

@@ -142,8 +142,8 @@ def test_validation_is_shared_between_ranks(tiny_pretrained, pretrain_data, monk
 
     from bertctl.data.pretraining_dataset import PretrainingDataset
     from bertctl.model.hf import load_model
-    from bertctl.objectives import bert as evaluation
-    from bertctl.objectives.bert import evaluate_pretraining
+    from bertctl.objectives import scoring as evaluation
+    from bertctl.objectives.scoring import evaluate_pretraining
 
     torch.manual_seed(0)
     model, _ = load_model(tiny_pretrained)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from bertctl.errors import BertctlError
-from bertctl.objectives.bert import pretraining_step_metrics
+from bertctl.objectives.scoring import pretraining_step_metrics
 from bertctl.train import TrainSettings, train
 from bertctl.train.loop import Trainer
 from bertctl.train.optim import lr_at_share

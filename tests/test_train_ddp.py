@@ -27,7 +27,7 @@ sys.path.insert(0, str(HERE))
 
 from test_train_loop import RepeatedTokens, fixed_eval, records, tiny_pretraining  # noqa: E402
 
-from bertctl.objectives.bert import pretraining_step_metrics as pretraining_metrics  # noqa: E402
+from bertctl.objectives.scoring import pretraining_step_metrics as pretraining_metrics  # noqa: E402
 from bertctl.train import TrainSettings, train  # noqa: E402
 from bertctl.train import checkpoint as ckpt  # noqa: E402
 

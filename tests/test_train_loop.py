@@ -23,7 +23,7 @@ import torch
 
 from bertctl.errors import BertctlError
 from bertctl.model import BertConfig, BertForPreTraining, BertForSequenceClassification
-from bertctl.objectives.bert import pretraining_step_metrics as pretraining_metrics
+from bertctl.objectives.scoring import pretraining_step_metrics as pretraining_metrics
 from bertctl.train import (
     BatchOrder, CorruptCheckpoint, TrainingDiverged, TrainSettings, lr_at, param_groups, train,
     warmup_steps)

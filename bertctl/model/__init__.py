@@ -5,6 +5,7 @@ from bertctl.model.bert import PRESETS, BertConfig, BertModel, flops_per_token
 from bertctl.model.heads import (
     HEADS,
     IGNORE_INDEX,
+    BertForMaskedLM,
     BertForMultipleChoice,
     BertForPreTraining,
     BertForQuestionAnswering,
@@ -15,7 +16,7 @@ from bertctl.model.heads import (
 from bertctl.model.hf import LoadReport, load_model, read_config, read_config_dict, save_model
 
 __all__ = [
-    "HEADS", "IGNORE_INDEX", "PRESETS", "BertConfig", "BertForMultipleChoice", "BertForPreTraining",
+    "HEADS", "IGNORE_INDEX", "PRESETS", "BertConfig", "BertForMaskedLM", "BertForMultipleChoice", "BertForPreTraining",
     "BertForQuestionAnswering", "BertForSequenceClassification", "BertForTokenClassification",
     "BertModel", "BertWithHead", "LoadReport", "flops_per_token", "load_model", "read_config",
     "read_config_dict", "save_model",

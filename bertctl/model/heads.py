@@ -132,13 +132,8 @@ class BertPreTrainingHeads(nn.Module):
 
 
 class BertForPreTraining(BertWithHead):
-    """Masked LM + next-sentence prediction, BERT's two pretraining tasks.
-
-    With `labels` ((B, T), IGNORE_INDEX where nothing is predicted) the hidden states of the
-    labelled positions are gathered *before* the MLM head: only ~15% of positions pay for the
-    vocabulary projection, which for small models costs more than the whole encoder.
-    `next_sentence_label=None` trains MLM only (data built without NSP).
-    """
+    """Masked LM (`masked_lm`) + next-sentence prediction, BERT's two pretraining tasks.
+    `next_sentence_label=None` trains MLM only (data built without NSP)."""
 
     def __init__(self, config: BertConfig):
         super().__init__(config)
@@ -149,28 +144,62 @@ class BertForPreTraining(BertWithHead):
                 attention_mask: torch.Tensor | None = None, labels: torch.Tensor | None = None,
                 next_sentence_label: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         enc = self.bert(input_ids, token_type_ids, attention_mask)
-        hidden = enc["last_hidden_state"]
-        out: dict[str, torch.Tensor] = {}
-        if labels is not None:
-            flat = labels.reshape(-1)
-            where = (flat != IGNORE_INDEX).nonzero().squeeze(1)
-            hidden = hidden.reshape(-1, hidden.size(-1)).index_select(0, where)
-            out["mlm_targets"] = flat.index_select(0, where)
-        out["mlm_logits"] = self.cls.predictions(hidden, self.bert.embeddings.word_embeddings.weight)
+        out = masked_lm(self.cls.predictions, self.bert, enc["last_hidden_state"], labels)
         out["nsp_logits"] = self.cls.seq_relationship(enc["pooler_output"])
-
-        losses = []
-        if labels is not None:
-            if out["mlm_targets"].numel():
-                out["mlm_loss"] = F.cross_entropy(out["mlm_logits"].float(), out["mlm_targets"])
-            else:  # nothing masked in this batch: a zero that still reaches every parameter
-                out["mlm_loss"] = out["mlm_logits"].sum() * 0.0
-            losses.append(out["mlm_loss"])
+        losses = [out["mlm_loss"]] if labels is not None else []
         if next_sentence_label is not None:
             out["nsp_loss"] = F.cross_entropy(out["nsp_logits"].float(), next_sentence_label.reshape(-1))
             losses.append(out["nsp_loss"])
         if losses:
             out["loss"] = sum(losses[1:], losses[0])
+        return out
+
+
+def masked_lm(predictions: BertLMPredictionHead, bert: BertModel, hidden: torch.Tensor,
+              labels: torch.Tensor | None) -> dict[str, torch.Tensor]:
+    """The masked-LM outputs: with `labels` ((B, T), IGNORE_INDEX where nothing is predicted)
+    the hidden states of the labelled positions are gathered *before* the head (only ~15% of
+    positions pay for the vocabulary projection, which for small models costs more than the
+    whole encoder), and the loss over them."""
+    out: dict[str, torch.Tensor] = {}
+    if labels is not None:
+        flat = labels.reshape(-1)
+        where = (flat != IGNORE_INDEX).nonzero().squeeze(1)
+        hidden = hidden.reshape(-1, hidden.size(-1)).index_select(0, where)
+        out["mlm_targets"] = flat.index_select(0, where)
+    out["mlm_logits"] = predictions(hidden, bert.embeddings.word_embeddings.weight)
+    if labels is not None:
+        if out["mlm_targets"].numel():
+            out["mlm_loss"] = F.cross_entropy(out["mlm_logits"].float(), out["mlm_targets"])
+        else:  # nothing masked in this batch: a zero that still reaches every parameter
+            out["mlm_loss"] = out["mlm_logits"].sum() * 0.0
+    return out
+
+
+class BertOnlyMLMHead(nn.Module):
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.predictions = BertLMPredictionHead(config)
+
+
+class BertForMaskedLM(BertWithHead):
+    """Masked LM alone (RoBERTa's objective), as transformers' BertForMaskedLM: no pooler, the
+    head at `cls.predictions`, the decoder tied to the word embeddings."""
+
+    add_pooling_layer = False
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.cls = BertOnlyMLMHead(config)
+        self._init_head()
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None,
+                labels: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        enc = self.bert(input_ids, token_type_ids, attention_mask)
+        out = masked_lm(self.cls.predictions, self.bert, enc["last_hidden_state"], labels)
+        if labels is not None:
+            out["loss"] = out["mlm_loss"]
         return out
 
 
@@ -346,5 +375,6 @@ def _num_labels(hf_config: dict[str, Any]) -> int | None:
 
 
 HEADS: dict[str, type[nn.Module]] = {cls.__name__: cls for cls in (
-    BertModel, BertForPreTraining, BertForSequenceClassification, BertForMultipleChoice,
+    BertModel, BertForPreTraining, BertForMaskedLM, BertForSequenceClassification,
+    BertForMultipleChoice,
     BertForQuestionAnswering, BertForTokenClassification)}

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from bertctl.objectives.registry import OBJECTIVES, for_checkpoint, get, register
 
-from bertctl.objectives import bert  # noqa: E402,F401,I001  (registers itself)
+# The built-in objectives register themselves on import.
+from bertctl.objectives import bert, mlm  # noqa: E402,F401,I001
 
 __all__ = ["OBJECTIVES", "for_checkpoint", "get", "register"]

@@ -5,20 +5,10 @@ The model is `BertForPreTraining`, which transformers loads as such."""
 
 from __future__ import annotations
 
-import math
-from typing import Any
-
-import numpy as np
-import torch
-import torch.nn.functional as F
-
-from bertctl import hardware
 from bertctl.errors import BertctlError
-from bertctl.data.collate import length_grouped_batches, without_full_mask
-from bertctl.evaluation import Progress, inference
 from bertctl.objectives.base import Objective
 from bertctl.objectives.registry import register
-from bertctl.train import distributed as dist
+from bertctl.objectives.scoring import evaluate_pretraining, pretraining_step_metrics
 
 
 class Bert(Objective):
@@ -58,87 +48,5 @@ class Bert(Objective):
                         f"masked LM only")
         return model, {"nsp": nsp}
 
-
-def evaluate_pretraining(model: torch.nn.Module, dataset, batch_size: int,
-                         device: str | torch.device, precision: str = "fp32",
-                         max_batches: int | None = None, *, nsp: bool | None = None,
-                         progress: Progress | None = None) -> dict[str, float]:
-    """Masked-LM and next-sentence metrics of a `BertForPreTraining` model on a
-    `PretrainingDataset` split (its masks of epoch 0, so the numbers are reproducible).
-
-    Returns "mlm_loss" (cross-entropy averaged over all masked positions, not per batch),
-    "mlm_accuracy", "perplexity" (exp(mlm_loss)), and "nsp_loss" / "nsp_accuracy" when the data
-    has next-sentence labels; plus the counts "examples" and "masked_tokens". With
-    `max_batches`, a fixed random subset of max_batches * batch_size instances is scored (the
-    same one every call, so values are comparable across a training run). `nsp=False` skips
-    next-sentence scoring (a checkpoint without the NSP head); None scores it if the data has it.
-    """
-    device = torch.device(device)
-    n = len(dataset)
-    lengths = np.asarray(dataset.lengths)
-    subset = np.arange(n)
-    if max_batches is not None and max_batches * batch_size < n:
-        subset = np.sort(np.random.default_rng(0).permutation(n)[:max_batches * batch_size])
-    nsp = bool(getattr(dataset, "nsp", False)) and nsp is not False
-    mlm_sum = mlm_correct = 0.0
-    mlm_count = 0
-    nsp_sum = nsp_correct = 0.0
-    # Under torchrun each rank scores every world-th batch and the sums are added over ranks
-    # (every rank must call this); a single process scores them all.
-    batches = length_grouped_batches(lengths[subset], batch_size, seed=None)
-    batches = batches[dist.rank()::dist.world_size()]
-    with inference(model, device, precision):
-        for local in batches:
-            indices = subset[local]
-            batch = hardware.to_device(without_full_mask(dataset.batch(indices, epoch=0)),
-                                       device)
-            out = model(batch["input_ids"], batch["token_type_ids"], batch.get("attention_mask"),
-                        labels=batch["labels"])
-            targets = out["mlm_targets"]
-            logits = out["mlm_logits"].float()
-            if targets.numel():
-                mlm_sum += float(F.cross_entropy(logits, targets, reduction="sum"))
-                mlm_correct += float((logits.argmax(-1) == targets).sum())
-                mlm_count += int(targets.numel())
-            if nsp:
-                nsp_logits = out["nsp_logits"].float()
-                nsp_labels = batch["next_sentence_label"].reshape(-1)
-                nsp_sum += float(F.cross_entropy(nsp_logits, nsp_labels, reduction="sum"))
-                nsp_correct += float((nsp_logits.argmax(-1) == nsp_labels).sum())
-            if progress is not None:
-                progress(len(indices))
-    sums = dist.all_reduce_sum(torch.tensor(
-        [mlm_sum, mlm_correct, mlm_count, nsp_sum, nsp_correct], dtype=torch.float64,
-        device=device)).tolist()
-    mlm_sum, mlm_correct, nsp_sum, nsp_correct = sums[0], sums[1], sums[3], sums[4]
-    mlm_count = int(sums[2])
-    examples = len(subset)
-    mlm_loss = mlm_sum / mlm_count if mlm_count else float("nan")
-    result = {"mlm_loss": mlm_loss,
-              "mlm_accuracy": mlm_correct / mlm_count if mlm_count else float("nan"),
-              "perplexity": float("inf") if mlm_loss > 709 else math.exp(mlm_loss)}
-    if nsp:
-        result["nsp_loss"] = nsp_sum / examples
-        result["nsp_accuracy"] = nsp_correct / examples
-    result["examples"] = examples
-    result["masked_tokens"] = mlm_count
-    return result
-
-
-def _accuracy(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    return (logits.argmax(-1) == targets).sum(), torch.tensor(targets.numel(),
-                                                              device=targets.device)
-
-
-def pretraining_step_metrics(outputs: dict[str, Any], batch: dict[str, Any]) -> dict[str, tuple]:
-    """The training loop's `step_metrics` for BertForPreTraining: (correct, total) of the MLM
-    over the masked positions and of NSP (when the data has next-sentence labels)."""
-    metrics = {}
-    if "mlm_targets" in outputs:
-        metrics["mlm_accuracy"] = _accuracy(outputs["mlm_logits"], outputs["mlm_targets"])
-    if batch.get("next_sentence_label") is not None:
-        metrics["nsp_accuracy"] = _accuracy(outputs["nsp_logits"],
-                                            batch["next_sentence_label"].reshape(-1))
-    return metrics
 
 BERT = register(Bert())

@@ -1,0 +1,39 @@
+"""`mlm`: masked LM alone, without next-sentence prediction (RoBERTa, Liu et al. 2019: NSP
+does not help, and full-length sequences of continuous text do). It trains on data built with
+--no-nsp (B is the real continuation of A, so each instance is one run of continuous text) and,
+with --masking dynamic, new masks every epoch. The model is `BertForMaskedLM`, which
+transformers loads as such; its encoder fine-tunes as any BERT's."""
+
+from __future__ import annotations
+
+from bertctl.errors import BertctlError
+from bertctl.objectives.base import Objective
+from bertctl.objectives.registry import register
+from bertctl.objectives.scoring import evaluate_pretraining, pretraining_step_metrics
+
+
+class MaskedLM(Objective):
+    name = "mlm"
+    title = "Masked LM alone (RoBERTa)"
+    architecture = "BertForMaskedLM"
+    nsp_data = False
+
+    def step_metrics(self, outputs, batch):
+        return pretraining_step_metrics(outputs, batch)
+
+    def evaluate(self, model, dataset, batch_size, device, precision, max_batches=None,
+                 progress=None):
+        return evaluate_pretraining(model, dataset, batch_size, device, precision, max_batches,
+                                    nsp=False, progress=progress)
+
+    def load_for_evaluation(self, source, dataset):
+        model, report = source.load(self.model_class())
+        missing = report.missing + report.mismatched
+        if missing:
+            raise BertctlError(f"{source.path}: the checkpoint has no weights for "
+                               f"{', '.join(missing[:3])}; masked-LM metrics need its "
+                               f"masked-LM head (cls.predictions)")
+        return model, {}
+
+
+MLM = register(MaskedLM())

@@ -1,0 +1,84 @@
+"""Pretraining objectives through the CLI: `mlm` trains a BertForMaskedLM that transformers
+loads and computes alike, refuses next-sentence data, is scored by `eval` and fine-tuned as any
+BERT; an unknown objective is a settings error."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from bertctl.data.pretraining_dataset import PretrainingDataset
+
+from conftest import CORPUS, FIXTURES, TINY_MODEL
+
+
+@pytest.fixture(scope="module")
+def continuous_data(tmp_path_factory, small_tokenizer):
+    from conftest import invoke
+
+    out = tmp_path_factory.mktemp("mlmdata") / "data"
+    r = invoke("build-pretrain-data", small_tokenizer, CORPUS / "alice.txt", "--out", out,
+               "--max-seq-length", "64", "--no-nsp", "--masking", "dynamic",
+               "--validation-fraction", "0.1", "--workers", "1")
+    assert r.exit_code == 0, r.stderr
+    return out
+
+
+@pytest.fixture(scope="module")
+def mlm_model(tmp_path_factory, continuous_data):
+    from conftest import invoke
+
+    out = tmp_path_factory.mktemp("mlm") / "model"
+    r = invoke("pretrain", continuous_data, "--objective", "mlm", *TINY_MODEL, "--steps", "6",
+               "--batch-size", "8", "--eval-every", "3", "--eval-batches", "2", "--out", out)
+    assert r.exit_code == 0, r.stderr
+    return out
+
+
+def test_mlm_trains_a_masked_lm_that_transformers_loads_alike(mlm_model, continuous_data):
+    transformers = pytest.importorskip("transformers")
+    from bertctl.model.hf import load_model
+
+    config = json.loads((mlm_model / "config.json").read_text())
+    assert config["architectures"] == ["BertForMaskedLM"]
+    manifest = json.loads((mlm_model / "artifact.json").read_text())
+    assert manifest["stats"]["objective"] == "mlm"
+    assert manifest["stats"]["architecture"] == "BertForMaskedLM"
+    assert "nsp_accuracy" not in manifest["metrics"] and manifest["metrics"]["mlm_loss"] > 0
+
+    hf, info = transformers.BertForMaskedLM.from_pretrained(str(mlm_model),
+                                                            output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    ours, _ = load_model(mlm_model)
+    batch = PretrainingDataset(continuous_data, "validation").batch(np.arange(4))
+    with torch.no_grad():
+        theirs = hf.eval()(input_ids=batch["input_ids"], token_type_ids=batch["token_type_ids"],
+                           attention_mask=batch["attention_mask"]).logits
+        mine = ours.eval()(batch["input_ids"], batch["token_type_ids"],
+                           batch["attention_mask"])["mlm_logits"]
+    torch.testing.assert_close(mine, theirs, atol=1e-4, rtol=1e-4)
+
+
+def test_mlm_refuses_next_sentence_data(cli, pretrain_data, tmp_path):
+    r = cli("pretrain", pretrain_data, "--objective", "mlm", *TINY_MODEL, "--steps", "2",
+            "--out", tmp_path / "m")
+    assert r.exit_code == 2 and "--no-nsp" in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "m").exists()
+
+
+def test_unknown_objective(cli, pretrain_data, tmp_path):
+    r = cli("pretrain", pretrain_data, "--objective", "gpt", "--steps", "2", "--out", tmp_path / "m")
+    assert r.exit_code == 2 and "unknown objective" in r.stderr and "mlm" in r.stderr
+
+
+def test_eval_scores_an_mlm_model_and_finetune_takes_it(cli, mlm_model, continuous_data,
+                                                        tmp_path):
+    r = cli("eval", mlm_model, continuous_data, "--out", tmp_path / "ev")
+    assert r.exit_code == 0, r.stderr
+    metrics = json.loads((tmp_path / "ev" / "metrics.json").read_text())
+    assert set(metrics) == {"mlm_loss", "mlm_accuracy", "perplexity"}
+    assert 0 < metrics["mlm_loss"] < 20 and metrics["perplexity"] > 1
+    r = cli("finetune", mlm_model, FIXTURES / "glue" / "SST-2", "--task", "glue/sst2",
+            "--steps", "2", "--batch-size", "8", "--out", tmp_path / "ft")
+    assert r.exit_code == 0, r.stderr
