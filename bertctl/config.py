@@ -71,6 +71,11 @@ class PretrainSettings(TrainingSettings):
                            "masked LM alone on continuous text (data built with --no-nsp), "
                            "as RoBERTa.",
                            json_schema_extra=meta(TRAINING))
+    mask_rate: float | None = Field(None, gt=0, lt=1, description="Share of tokens masked in "
+                                    "training, drawn anew every epoch: needs data built with "
+                                    "--masking dynamic (unset: the data's --masked-lm-prob; "
+                                    "modern recipes use 0.3). Validation keeps the data's rate, "
+                                    "so runs compare.", json_schema_extra=meta(TRAINING))
     model_size: Literal["tiny", "mini", "small", "medium", "base", "large"] = Field(
         "base", description="Google's sizes (L/H/A): tiny 2/128/2, mini 4/256/4, small 4/512/8, "
         "medium 8/512/8, base 12/768/12, large 24/1024/16. Ignored with --init-from or "

@@ -82,3 +82,40 @@ def test_eval_scores_an_mlm_model_and_finetune_takes_it(cli, mlm_model, continuo
     r = cli("finetune", mlm_model, FIXTURES / "glue" / "SST-2", "--task", "glue/sst2",
             "--steps", "2", "--batch-size", "8", "--out", tmp_path / "ft")
     assert r.exit_code == 0, r.stderr
+
+
+@pytest.mark.parametrize("rate", [0.15, 0.3])
+def test_the_mask_rate_is_drawn_in_training(continuous_data, rate):
+    """--mask-rate: the training batches mask that share of the maskable tokens (all but [CLS],
+    [SEP] and padding), as Google's rule counts it: round(rate x tokens) per instance, at least
+    one; the validation split keeps the data's own rate."""
+    data = PretrainingDataset(continuous_data, "train", mask_rate=rate)
+    idx = np.arange(min(len(data), 400))
+    batch = data.batch(idx, epoch=1)
+    # every real token but [CLS], the [SEP] after A, and the [SEP] after B where there is a B
+    maskable = (batch["attention_mask"].sum(1) - 2
+                - (batch["token_type_ids"].amax(1) > 0).long())
+    predicted = (batch["labels"] != -100).sum(1)
+    share = predicted.sum().item() / maskable.sum().item()
+    assert share == pytest.approx(rate, abs=0.02)
+    plain = PretrainingDataset(continuous_data, "train").batch(idx, epoch=1)
+    assert (plain["labels"] != -100).sum().item() / maskable.sum().item() == pytest.approx(
+        0.15, abs=0.02)
+
+
+def test_a_mask_rate_needs_dynamic_masks(cli, small_tokenizer, tmp_path):
+    static = tmp_path / "static"
+    r = cli("build-pretrain-data", small_tokenizer, CORPUS / "alice.txt", "--out", static,
+            "--max-seq-length", "64", "--no-nsp", "--dupe-factor", "1", "--workers", "1")
+    assert r.exit_code == 0, r.stderr
+    r = cli("pretrain", static, "--objective", "mlm", "--mask-rate", "0.3", *TINY_MODEL,
+            "--steps", "2", "--out", tmp_path / "m")
+    assert r.exit_code == 2 and "--masking dynamic" in r.stderr, r.stderr
+    assert not (tmp_path / "m").exists()
+
+
+def test_pretrain_with_a_mask_rate(cli, continuous_data, tmp_path):
+    r = cli("pretrain", continuous_data, "--objective", "mlm", "--mask-rate", "0.3", *TINY_MODEL,
+            "--steps", "2", "--batch-size", "8", "--eval-batches", "1", "--out", tmp_path / "m")
+    assert r.exit_code == 0, r.stderr
+    assert json.loads((tmp_path / "m" / "artifact.json").read_text())["config"]["mask_rate"] == 0.3

@@ -8,6 +8,7 @@ The directory's layout is written by `pretraining` (the builder) through `pretra
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -104,7 +105,8 @@ class PretrainingDataset:
     mask, whatever the batch. `mask_seed` defaults to the build seed.
     """
 
-    def __init__(self, path: str | Path, split: str = "train", *, mask_seed: int | None = None):
+    def __init__(self, path: str | Path, split: str = "train", *, mask_seed: int | None = None,
+                 mask_rate: float | None = None):
         if split not in SPLITS:
             raise BertctlError(f"{path}: unknown split {split!r} (expected one of {SPLITS})")
         self.info = read_pretraining_info(path)
@@ -118,6 +120,11 @@ class PretrainingDataset:
                     else "")
             raise BertctlError(f"{path}: no {split} instances{hint}")
         self.mask_seed = self.info.settings["seed"] if mask_seed is None else mask_seed
+        if mask_rate is not None and self.info.masking != "dynamic":
+            raise BertctlError(f"{path}: a mask rate is drawn by the loader, but this data's "
+                               f"masks were drawn when it was built (--masking static): "
+                               f"build it with --masking dynamic")
+        self.mask_rate = mask_rate
         self.pad_id = self.info.special_ids["[PAD]"]
         self._rules: MaskingRules | None = None
         self._tokenizer: Tokenizer | None = None
@@ -147,8 +154,13 @@ class PretrainingDataset:
 
     def _masking_rules(self) -> MaskingRules:
         if self._rules is None:
-            cfg = PretrainingDataSettings(**self.info.settings)
-            self._rules = masking_rules(self.tokenizer, cfg)
+            settings = dict(self.info.settings)
+            if self.mask_rate is not None:   # a training recipe's own rate (e.g. 0.3)
+                settings["masked_lm_prob"] = self.mask_rate
+                settings["max_predictions_per_seq"] = max(
+                    settings["max_predictions_per_seq"],
+                    math.ceil(self.mask_rate * settings["max_seq_length"]))
+            self._rules = masking_rules(self.tokenizer, PretrainingDataSettings(**settings))
         return self._rules
 
     def arrays(self, indices: Sequence[int] | np.ndarray, epoch: int = 0) -> dict[str, np.ndarray]:

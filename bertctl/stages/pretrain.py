@@ -89,7 +89,8 @@ class PretrainJob:
         from bertctl.train import distributed as dist
 
         config = self.config
-        self.train_data = PretrainingDataset(self.data.path, "train")
+        self.train_data = PretrainingDataset(self.data.path, "train",
+                                             mask_rate=config.mask_rate)
         # From the data's own summaries (read_pretraining_info), not the manifest's stats: a
         # hand-edited manifest must not decide what is read.
         self.validation = (PretrainingDataset(self.data.path, "validation")
@@ -146,7 +147,12 @@ def run(config: PretrainSettings, data_dir: str, out: str, force: bool = False,
 
     objective = objectives.get(config.objective)
     data = artifacts.read_artifact(data_dir, "pretrain-data")
-    objective.check_data(read_pretraining_info(data.path), str(data.path))
+    info = read_pretraining_info(data.path)
+    objective.check_data(info, str(data.path))
+    if config.mask_rate is not None and info.masking != "dynamic":
+        raise BertctlError(f"{data.path}: --mask-rate draws masks in training, but this data's "
+                           f"masks were drawn when it was built (--masking static): build it "
+                           f"with --masking dynamic")
     common.tokenizer_files(data.path)   # copied into the model at the end: checked first
     inputs = [data.as_input("data")]
     init = common.open_model(init_from, "init") if init_from else None
