@@ -4,27 +4,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from bertctl.errors import BertctlError
+from bertctl.registry import Registry
 
 if TYPE_CHECKING:
     from bertctl.objectives.base import Objective
 
-OBJECTIVES: dict[str, "Objective"] = {}
-
-
-def register(objective: "Objective") -> "Objective":
-    if objective.name in OBJECTIVES:
-        raise ValueError(f"pretraining objective {objective.name!r} is registered twice")
-    OBJECTIVES[objective.name] = objective
-    return objective
-
-
-def get(name: str) -> "Objective":
-    objective = OBJECTIVES.get(name)
-    if objective is None:
-        raise BertctlError(f"unknown pretraining objective {name!r} (known: "
-                           f"{', '.join(OBJECTIVES)})")
-    return objective
+OBJECTIVES: Registry["Objective"] = Registry("pretraining objective")
+register = OBJECTIVES.register
+get = OBJECTIVES.get_known
 
 
 def for_checkpoint(architectures: list[str]) -> "Objective":
