@@ -98,11 +98,14 @@ def usable_cpus() -> int:
 
 
 def set_threads(threads: int | None) -> int:
-    """Intra-op threads: `threads` if given; else OMP_NUM_THREADS if the environment sets it
+    """Intra-op threads: `threads` if given, at most the usable cores (more only contend, and
+    tens of thousands crash the thread pool); else OMP_NUM_THREADS if the environment sets it
     (torch already honours it); else the usable cores, shared by the processes torchrun starts
     on this node. Returns the number in force."""
     import torch
 
+    if threads is not None:
+        threads = min(threads, usable_cpus())
     if threads is None and os.environ.get("OMP_NUM_THREADS"):
         return torch.get_num_threads()
     if threads is None:

@@ -100,3 +100,19 @@ def test_manifest_records_the_resolved_precision(sst2_seed_runs):
     for path in (model, ev):
         config = json.loads((path / "artifact.json").read_text())["config"]
         assert config["precision"] == "fp32"  # auto, resolved under BERTCTL_CPU_BF16=0
+
+
+def test_threads_are_bounded_by_the_usable_cores():
+    """`--threads 100000` crashed the process (a segfault in the thread pool's first matmul):
+    a count above the usable cores is bounded to them (issue #26, item 10)."""
+    import subprocess
+    import sys
+
+    code = ("import torch; from bertctl import hardware; n = hardware.set_threads(100000); "
+            "x = torch.randn(256, 256); float((x @ x).sum()); "
+            "print(n, hardware.usable_cpus(), torch.get_num_threads())")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, (done.returncode, done.stderr[-500:])
+    n, usable, in_force = map(int, done.stdout.split())
+    assert n == usable == in_force
