@@ -70,6 +70,12 @@ def unmet(expectations: list[Expectation], metrics: dict[str, Any], where: str) 
             have = ", ".join(k for k, v in metrics.items() if not isinstance(v, (dict, list)))
             raise BertctlError(f"--expect {e}: {where} has no metric {e.metric!r} "
                                f"(it has {have})") from None
+        if isinstance(actual, (dict, list, str)):   # the gate names no number: a usage error
+            raise BertctlError(f"--expect {e}: {e.metric!r} in {where} is a "
+                               f"{type(actual).__name__}, not a number; name one of its numbers"
+                               + (f" ({e.metric}.{next(iter(actual))}, ...)"
+                                  if isinstance(actual, dict) and actual else ""))
+        # None: a metric without a value (NaN in metrics.json), which a gate cannot pass.
         if actual is None or isinstance(actual, bool) or not isinstance(actual, (int, float)):
             lines.append(f"expectation not met: {e} ({e.metric} is {actual!r}, not a number)")
         elif not _OPS[e.op](actual, e.value):

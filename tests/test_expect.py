@@ -43,6 +43,15 @@ def test_unmet_lines_and_nested_metrics():
         expectations.unmet([parse("f2>0")], metrics, "x")
 
 
+@pytest.mark.parametrize("gate", ["per_type>0", "per_type.PER>0.5", "labels>=1", "name>0"])
+def test_a_gate_on_something_that_is_no_number_is_a_usage_error(gate):
+    """Exit 2, not 3 (issue #26, item 10): the gate is malformed, not the model's quality."""
+    metrics = {"per_type": {"PER": {"f1": 0.9}}, "labels": [1, 2], "name": "x"}
+    with pytest.raises(BertctlError, match="not a number") as info:
+        expectations.unmet([expectations.parse(gate)], metrics, "x")
+    assert info.value.exit_code == 2
+
+
 def test_gates_through_the_cli(sst2_seed_runs, tmp_path):
     model, _, done = sst2_seed_runs
     accuracy = _metrics(done)["accuracy"]
