@@ -126,7 +126,13 @@ def open_model(path: str | Path, role: str = "model") -> ModelSource:
     hf_config = read_config_dict(path)
     task = None
     if (path / TASK_FILE).is_file():
-        task = json.loads((path / TASK_FILE).read_text(encoding="utf-8"))
+        try:
+            task = json.loads((path / TASK_FILE).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise BertctlError(f"{path / TASK_FILE}: cannot read the model's task file: "
+                               f"{' '.join(str(exc).split())}") from None
+        if not isinstance(task, dict):
+            raise BertctlError(f"{path / TASK_FILE}: the model's task file is not a JSON object")
     return ModelSource(path, ref, hf_config, task)
 
 

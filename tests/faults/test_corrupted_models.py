@@ -51,3 +51,17 @@ def test_a_damaged_model_is_one_line_exit_2(cli, tiny_pretrained, tmp_path, stag
     assert len(lines) == 1, r.stderr
     assert str(model) in lines[0], lines[0]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]   # nothing written
+
+
+@pytest.mark.parametrize("content", [b"{not json", b"\xff\xfe", b"[1, 2]"])
+def test_a_damaged_task_file_is_one_line(cli, tiny_pretrained, tmp_path, content):
+    """A malformed bertctl_task.json was exit 1 with a raw JSONDecodeError and no file named
+    (issue #26, item 10): now one line naming it, exit 2, nothing written."""
+    model = tmp_path / "model"
+    shutil.copytree(tiny_pretrained, model)
+    (model / "bertctl_task.json").write_bytes(content)
+    r = cli("eval", model, SST2 / "dev.tsv", "--task", "glue/sst2",
+            "--out", tmp_path / "ev")
+    assert r.exit_code == 2, (r.exit_code, r.stderr)
+    assert "bertctl_task.json" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "ev").exists()
