@@ -45,7 +45,7 @@ def _history(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in file.read_text(encoding="utf-8").splitlines() if line]
 
 
-def _tokens(history: list[dict[str, Any]]) -> int | None:
+def tokens_trained(history: list[dict[str, Any]]) -> int | None:
     """Non-pad tokens trained on, summed over the logged intervals (which cover every step)."""
     train = [r for r in history if r.get("split", "train") == "train"]
     if not train or any("tokens" not in r for r in train):
@@ -102,7 +102,7 @@ def _pretrain_data(inputs: list[InputRef]) -> list[str]:
 def _pretraining(config: dict[str, Any], stats: dict[str, Any], metrics: dict[str, Any],
                  history: list[dict[str, Any]], title: str) -> list[str]:
     rows = [("steps", stats.get("step")), ("schedule length", stats.get("total_steps")),
-            ("epochs", stats.get("epochs")), ("tokens trained on", _tokens(history))]
+            ("epochs", stats.get("epochs")), ("tokens trained on", tokens_trained(history))]
     rows += [(k, config.get(k)) for k in ("batch_size", "lr", "warmup", "weight_decay",
                                           "precision", "seed")]
     rows.append(("parameters", stats.get("parameters")))

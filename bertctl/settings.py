@@ -23,14 +23,18 @@ PANELS = TASK, TRAINING, MODEL, DATA, EVALUATION, CHECKPOINTS, RUNTIME = (
     "Task", "Training", "Model", "Data", "Evaluation", "Checkpoints", "Runtime")
 
 
-def meta(panel: str, *, identity: bool = True, flag: str | None = None) -> dict[str, Any]:
+def meta(panel: str, *, identity: bool = True, flag: str | None = None,
+         text: bool = False) -> dict[str, Any]:
     """A field's json_schema_extra. identity=False: the setting changes how a run goes (worker
-    counts, logging), not what it makes, so changing it must not invalidate an artifact."""
+    counts, logging), not what it makes, so changing it must not invalidate an artifact.
+    text=True: the flag takes text that the field's validator parses (a duration: 30m)."""
     extra: dict[str, Any] = {"panel": panel}
     if not identity:
         extra["identity"] = False
     if flag:
         extra["flag"] = flag
+    if text:
+        extra["text"] = True
     return extra
 
 

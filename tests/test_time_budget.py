@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from bertctl.errors import BertctlError
+from bertctl.modelcard import tokens_trained
 from bertctl.objectives.scoring import pretraining_step_metrics
 from bertctl.train import TrainSettings, train
 from bertctl.train.loop import Trainer
@@ -44,7 +45,8 @@ def test_the_run_ends_at_the_budget_with_a_decayed_rate(tmp_path, ten_seconds_a_
     # each step's rate is the schedule at the elapsed share before it: 0, 0.1, ..., 0.9
     assert lrs == pytest.approx([lr_at_share(k / 10, 1e-3, 0.2) for k in range(10)])
     assert max(lrs) == pytest.approx(1e-3) and lrs[-1] == pytest.approx(1e-3 * 0.1 / 0.8)
-    assert result.tokens == sum(r["tokens"] for r in records(tmp_path / "run", "train")) > 0
+    assert tokens_trained(result.history) == sum(
+        r["tokens"] for r in records(tmp_path / "run", "train")) > 0
 
 
 def test_a_killed_budget_run_resumes_with_the_budget_it_had_left(tmp_path, ten_seconds_a_step):
@@ -54,7 +56,7 @@ def test_a_killed_budget_run_resumes_with_the_budget_it_had_left(tmp_path, ten_s
     resumed = _budget_run(tmp_path / "run", checkpoint_every=3)
     assert resumed.resumed_from == 7
     assert resumed.step == whole.step and resumed.elapsed == whole.elapsed
-    assert resumed.tokens == whole.tokens
+    assert tokens_trained(resumed.history) == tokens_trained(whole.history)
     for (name, a), b in zip(whole.model.state_dict().items(), resumed.model.state_dict().values()):
         assert torch.equal(a, b), name
 

@@ -32,10 +32,10 @@ def option_type(annotation: Any) -> tuple[Any, str]:
 
 
 def field_parameter(name: str, field: FieldInfo) -> inspect.Parameter:
+    extra = field_meta(field)
     kind, hint = option_type(field.annotation)
-    if field_meta(field).get("text"):   # parsed by the settings (a duration: 30m, 2h)
+    if extra.get("text"):   # parsed by the settings (a duration: 30m, 2h)
         kind = str
-    extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
     flag = extra.get("flag") or "--" + name.replace("_", "-")
     if kind is bool and "/" not in flag:
         flag = f"{flag}/--no-{flag[2:]}"
@@ -45,7 +45,7 @@ def field_parameter(name: str, field: FieldInfo) -> inspect.Parameter:
     else:
         shown = "unset" if default is None else json.dumps(default)
     help_text = f"{field.description or ''}{hint} [default: {shown}]"
-    panel = field_meta(field).get("panel", "Settings")
+    panel = extra.get("panel", "Settings")
     option = typer.Option(flag, help=help_text, show_default=False, rich_help_panel=panel)
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY,
                              annotation=Annotated[Optional[kind], option], default=None)

@@ -179,8 +179,8 @@ class _ChunkBuilder:
         max_num = cfg.max_seq_length - 3
         g = np.random.default_rng(ss)
         a0a, a1a, b0a, b1a, nspa = pack_pairs(g, cum, lo, hi, cfg.passes, max_num,
-                                         cfg.short_seq_prob, cfg.no_nsp, stats)
-        # Truncate the longer side, front or back at random (see pairs.truncation for the closed form).
+                                              cfg.short_seq_prob, cfg.no_nsp, stats)
+        # Truncate the longer side, front or back at random (closed form: pairs.truncation).
         la, lb = a1a - a0a, b1a - b0a
         budget = np.where(lb > 0, max_num, cfg.max_seq_length - 2)
         ra, rb = truncation(la, lb, budget)

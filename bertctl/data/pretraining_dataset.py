@@ -90,6 +90,15 @@ def read_pretraining_info(path: str | Path) -> PretrainingDataInfo:
                                count, stats, shards)
 
 
+def check_mask_rate(info: PretrainingDataInfo, mask_rate: float | None) -> None:
+    """A training mask rate is drawn by the loader: only data built with dynamic masks has none
+    fixed already."""
+    if mask_rate is not None and info.masking != "dynamic":
+        raise BertctlError(f"{info.path}: --mask-rate draws masks in training, but this data's "
+                           f"masks were drawn when it was built (--masking static): build it "
+                           f"with --masking dynamic")
+
+
 class PretrainingDataset:
     """Random access to one split of a pretraining-data directory, memory-mapped.
 
@@ -120,10 +129,7 @@ class PretrainingDataset:
                     else "")
             raise BertctlError(f"{path}: no {split} instances{hint}")
         self.mask_seed = self.info.settings["seed"] if mask_seed is None else mask_seed
-        if mask_rate is not None and self.info.masking != "dynamic":
-            raise BertctlError(f"{path}: a mask rate is drawn by the loader, but this data's "
-                               f"masks were drawn when it was built (--masking static): "
-                               f"build it with --masking dynamic")
+        check_mask_rate(self.info, mask_rate)
         self.mask_rate = mask_rate
         self.pad_id = self.info.special_ids["[PAD]"]
         self._rules: MaskingRules | None = None

@@ -57,7 +57,8 @@ def run(config: EvalSettings, source: ModelSource, art: artifacts.Artifact, out:
         (tmp / METRICS_FILE).write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
         return {"metrics": metrics, "examples": examples, "masked_tokens": masked,
                 "model": str(source.path), "model_id": source.ref.id, "data": str(art.path),
-                "task": "pretraining", "objective": objective.name, "split": split, "precision": config.precision,
+                "task": "pretraining", "objective": objective.name, "split": split,
+                "precision": config.precision,
                 "device": str(device), "seconds": round(seconds, 3)}
 
     return artifacts.produce("eval", config, inputs, out, build, force=force)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bertctl import agreement, artifacts, console
+from bertctl import agreement, artifacts, console, modelcard
 from bertctl.config import PretrainSettings
 from bertctl.errors import BertctlError
 from bertctl.stages import common
@@ -132,7 +132,8 @@ class PretrainJob:
         if result.resumed_from is not None:
             stats["resumed_from_step"] = result.resumed_from
         # What the run bought: tokens and time (over resumed runs too), and the budget.
-        stats.update(tokens=result.tokens, elapsed_s=round(result.elapsed, 1))
+        stats.update(tokens=modelcard.tokens_trained(result.history),
+                     elapsed_s=round(result.elapsed, 1))
         if self.config.time_budget is not None:
             stats["time_budget_s"] = self.config.time_budget
         return {**stats, "metrics": result.eval_metrics or {}}
@@ -143,16 +144,13 @@ def run(config: PretrainSettings, data_dir: str, out: str, force: bool = False,
     if init_from and model_config:
         raise BertctlError("give either --init-from or --model-config, not both")
     from bertctl import objectives
-    from bertctl.data.pretraining_dataset import read_pretraining_info
+    from bertctl.data.pretraining_dataset import check_mask_rate, read_pretraining_info
 
     objective = objectives.get(config.objective)
     data = artifacts.read_artifact(data_dir, "pretrain-data")
     info = read_pretraining_info(data.path)
     objective.check_data(info, str(data.path))
-    if config.mask_rate is not None and info.masking != "dynamic":
-        raise BertctlError(f"{data.path}: --mask-rate draws masks in training, but this data's "
-                           f"masks were drawn when it was built (--masking static): build it "
-                           f"with --masking dynamic")
+    check_mask_rate(info, config.mask_rate)
     common.tokenizer_files(data.path)   # copied into the model at the end: checked first
     inputs = [data.as_input("data")]
     init = common.open_model(init_from, "init") if init_from else None

@@ -152,7 +152,6 @@ class Trainer:
         self.history: list[dict[str, Any]] = []
         self.resumed_from: int | None = None
         self.elapsed = 0.0   # seconds spent in the loop, by the ranks' mean clock
-        self.tokens = 0      # non-pad tokens trained on, all ranks
         self.board = None
         self.ddp = self.model
 
@@ -211,7 +210,7 @@ class Trainer:
         if best:
             self.best = Best(best["value"], best["step"], best["metrics"])
         self.last_eval = t.get("last_eval")
-        self.elapsed, self.tokens = float(t.get("elapsed", 0.0)), int(t.get("tokens", 0))
+        self.elapsed = float(t.get("elapsed", 0.0))
         if self.info.is_main:
             if s.resume_from != "latest":
                 ckpt.set_aside_later(self.work_dir, self.step)
@@ -328,7 +327,6 @@ class Trainer:
         self.step += 1
         self.interval.add(loss_value, grad_norm, int(values[-2]),
                           {n: (values[1 + 2 * j], values[2 + 2 * j]) for j, n in enumerate(names)})
-        self.tokens += int(values[-2])
         return int(values[-2]), int(values[-1])
 
     def _now(self) -> float:
@@ -421,7 +419,7 @@ class Trainer:
                      {"step": best.step, "value": best.value, "metrics": best.metrics,
                       "select": list(self.select) if self.select else None}),
             "last_eval": self.last_eval,
-            "elapsed": self.elapsed, "tokens": self.tokens,
+            "elapsed": self.elapsed,
         }
         ckpt.save_checkpoint(self.work_dir, self.step, self.model, self.optimizer,
                              self.scaler.state_dict(), rngs, trainer, s.keep_last)
@@ -436,7 +434,7 @@ class Trainer:
                            eval_metrics=self.last_eval, best_metrics=self.best.metrics,
                            best_step=self.best.step, model=self.model,
                            stopped_early=stopped_early, resumed_from=self.resumed_from,
-                           elapsed=self.elapsed, tokens=self.tokens)
+                           elapsed=self.elapsed)
 
 
 __all__ = ["BatchOrder", "DataSource", "METRICS_FILE", "TrainResult", "TrainSettings",

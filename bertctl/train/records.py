@@ -121,4 +121,3 @@ class TrainResult:
     stopped_early: bool = False          # stop_after reached before the end
     resumed_from: int | None = None      # the checkpoint step this run started from
     elapsed: float = 0.0                 # seconds of training, over all (resumed) runs
-    tokens: int = 0                      # non-pad tokens trained on, over all (resumed) runs

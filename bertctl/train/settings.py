@@ -26,7 +26,7 @@ class TrainingSettings(StageConfig):
         "2h, 1d (or seconds). The learning-rate schedule runs over the budget (warm-up and "
         "decay by the elapsed share of it), so the run ends with a decayed rate; evaluations "
         "and checkpoints count against it; a resumed run has the budget it had left.",
-        json_schema_extra={**meta(TRAINING), "text": True})
+        json_schema_extra=meta(TRAINING, text=True))
     batch_size: int = Field(32, ge=1, description="Examples per optimizer step, over all "
                             "processes.", json_schema_extra=meta(TRAINING))
     micro_batch_size: int | None = Field(None, ge=1, description="Examples per forward pass; "
