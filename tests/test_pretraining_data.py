@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from collections import Counter
 from pathlib import Path
 
@@ -359,6 +360,70 @@ def test_no_nsp_keeps_b_contiguous_and_omits_the_label(tmp_path_factory, corpus,
                                doc_of)
             checked += 1
     assert checked > 30
+
+
+def joined_stream(docs, held, tokenizer, max_num):
+    """The training documents' tokens as uint32, documents that touch joined (continuous text
+    runs on across them), a separator where held-out documents lie between; and the offsets
+    where a sentence, or a max_num piece of a longer one, starts and ends."""
+    parts, starts, ends, at = [], set(), set(), 0
+    for d, h in zip(docs, held):
+        if h:
+            if parts and parts[-1][0] != 2**32 - 1:
+                parts.append(np.array([2**32 - 1], dtype=np.uint32))
+                at += 1
+            continue
+        for e in tokenizer.encode_batch(d, add_special_tokens=False):
+            n = len(e.ids)
+            starts.update(range(at, at + n, max_num))
+            ends.update(list(range(at + max_num, at + n, max_num)) + [at + n] if n else [])
+            parts.append(np.asarray(e.ids, dtype=np.uint32))
+            at += n
+    return np.concatenate(parts).tobytes(), starts, ends
+
+
+@pytest.mark.parametrize("packing", ["full-sentences", "concatenated"])
+def test_continuous_packing_fills_instances_across_documents(tmp_path_factory, corpus, tokenizer,
+                                                             packing):
+    seq = 64
+    out = build(tmp_path_factory, corpus, tokenizer, "packed", no_nsp=True, packing=packing,
+                masking="dynamic", max_seq_length=seq, validation_fraction=0.2)
+    held = validation_documents(12345, 0, len(corpus), 0.2)
+    stream, starts, ends = joined_stream(corpus, held, tokenizer, seq - 2)
+    words = np.frombuffer(stream, dtype=np.uint32)
+    ds = PretrainingDataset(out)
+    arr = ds.arrays(np.arange(len(ds)))
+    ids, lengths = original_ids(arr), arr["lengths"]
+    assert (arr["token_type_ids"] == 0).all() and lengths.max() <= seq
+    # Every training token is in exactly `passes` (2) instances.
+    body = np.concatenate([ids[r, 1:lengths[r] - 1] for r in range(len(ids))])
+    assert (np.bincount(body, minlength=2000) ==
+            2 * np.bincount(words[words != 2**32 - 1], minlength=2000)).all()
+    runs = int((words == 2**32 - 1).sum()) + 1
+    crossing = 0
+    for r in range(0, len(ids), 3):
+        part = ids[r, 1:lengths[r] - 1]
+        found = find_all(part, stream)
+        assert found, r                     # contiguous text of the training split
+        if packing == "full-sentences" and len(found) == 1:
+            # Instances start and end at sentences (pieces of over-long ones).
+            assert found[0] in starts and found[0] + len(part) in ends
+        crossing += len(found) == 1 and any(found[0] < e < found[0] + len(part)
+                                            for e in ends)
+    assert crossing > 0
+    if packing == "concatenated":
+        # Full but for the last instance of each run of touching documents (a chunk boundary
+        # also ends a run), and a random-length first one in the second pass.
+        chunks = json.loads(next(out.glob("build-*.json")).read_text())["corpus"]["chunks"]
+        assert (lengths < seq).sum() <= 3 * (runs + chunks)
+        assert lengths.mean() > seq - 1
+
+
+def test_continuous_packing_needs_no_nsp():
+    from bertctl.settings import SettingsError
+
+    with pytest.raises(SettingsError, match="--packing concatenated .* add --no-nsp"):
+        PretrainingDataConfig(packing="concatenated")
 
 
 def test_validation_split_holds_whole_documents(static_dir, corpus, tokenizer):

@@ -33,6 +33,10 @@ Where we differ, and why:
   vocabulary minus the special tokens (Google draws from the whole vocabulary).
 - no_nsp (the paper's ablation): B is always the real continuation, or there is no B when the
   chunk is a single sentence (`[CLS] A [SEP]`); no next_sentence_label is stored.
+- packing "full-sentences" (RoBERTa) and "concatenated" (run_mlm.py), both with no_nsp, replace
+  Google's per-document instances: continuous text fills each instance to max_seq_length - 2
+  across document boundaries (`pretraining_pairs.pack_full`), so a corpus of short documents
+  (books with a blank line between paragraphs) no longer trains on half-empty sequences.
 - validation_fraction holds out whole documents (chosen by a hash of (seed, document number)),
   whose instances go to the "validation" split and draw their random B only from other held-out
   documents of the same chunk.
@@ -63,7 +67,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bertctl.data.pretraining_pairs import pack_pairs, truncation
+from bertctl.data.pretraining_pairs import pack_full, pack_pairs, truncation
 from bertctl.data.pretraining_masking import (
     KEPT, MASKED, RANDOM, MaskingRules, apply_masking, generator_uniform_at, hashed_uniform,
     ranges)
@@ -178,8 +182,13 @@ class _ChunkBuilder:
         cfg = self.config
         max_num = cfg.max_seq_length - 3
         g = np.random.default_rng(ss)
-        a0a, a1a, b0a, b1a, nspa = pack_pairs(g, cum, lo, hi, cfg.passes, max_num,
-                                              cfg.short_seq_prob, cfg.no_nsp, stats)
+        if cfg.packing != "documents":
+            a0a, a1a = pack_full(g, cum, lo, hi, cfg.passes, cfg.max_seq_length - 2,
+                                 whole_sentences=cfg.packing == "full-sentences")
+            b0a, b1a, nspa = a1a.copy(), a1a.copy(), np.zeros(len(a0a), np.uint8)
+        else:
+            a0a, a1a, b0a, b1a, nspa = pack_pairs(g, cum, lo, hi, cfg.passes, max_num,
+                                                  cfg.short_seq_prob, cfg.no_nsp, stats)
         # Truncate the longer side, front or back at random (closed form: pairs.truncation).
         la, lb = a1a - a0a, b1a - b0a
         budget = np.where(lb > 0, max_num, cfg.max_seq_length - 2)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from bertctl.data.pretraining_masking import ranges
+
 
 def pack_pairs(g: np.random.Generator, cum: np.ndarray, lo: np.ndarray, hi: np.ndarray, passes: int,
           max_num: int, short_seq_prob: float, no_nsp: bool, stats: dict) -> tuple:
@@ -80,3 +82,61 @@ def truncation(la: np.ndarray, lb: np.ndarray,
     db = np.where(lb > la, np.minimum(excess, lb - la), 0)
     rest = excess - da - db
     return da + rest // 2, db + (rest + 1) // 2
+
+
+def pack_full(g: np.random.Generator, cum: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+              passes: int, max_num: int, whole_sentences: bool = True
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """Continuous text packed to max_num tokens across document boundaries; returns token
+    ranges [a0, a1).
+
+    whole_sentences (RoBERTa's FULL-SENTENCES): as many whole sentences, in corpus order, as fit;
+    a sentence longer than max_num is cut into max_num-token pieces (nothing is truncated away).
+    Otherwise (run_mlm.py's concatenate-and-chunk) the text is cut every max_num tokens wherever
+    that falls, so every instance but a run's last is full.
+
+    Documents whose token ranges do not touch (the other split's documents lie between them)
+    are separate runs: an instance is one contiguous range of the token array. Pass 0 packs
+    each run from its start; every later pass begins each run with a piece of random length,
+    so instance boundaries differ between passes as Google's packings do.
+    """
+    sents = ranges(lo, hi - lo)
+    s0, s1 = cum[sents], cum[sents + 1]
+    if not whole_sentences:   # one span per run of touching sentences
+        run = np.concatenate([[True], s0[1:] != s1[:-1]])
+        s0, s1 = s0[run], np.concatenate([s1[:-1][run[1:]], s1[-1:]])
+    out0, out1 = [], []
+    for p in range(passes):
+        # The first piece of each span (of a later pass) is of random length, then max_num.
+        first = (1 + (g.random(len(s0)) * max_num).astype(np.int64) if p > 0 and not
+                 whole_sentences else np.full(len(s0), max_num))
+        first = np.minimum(first, s1 - s0)
+        n_pieces = 1 + -(-(s1 - s0 - first) // max_num)
+        k = np.arange(int(n_pieces.sum())) - np.repeat(np.cumsum(n_pieces) - n_pieces, n_pieces)
+        p0 = np.repeat(s0, n_pieces) + np.where(k > 0, np.repeat(first, n_pieces) +
+                                                (k - 1) * max_num, 0)
+        p1 = np.minimum(np.where(k > 0, p0 + max_num, p0 + np.repeat(first, n_pieces)),
+                        np.repeat(s1, n_pieces))
+        if not whole_sentences:
+            out0.append(p0)
+            out1.append(p1)
+            continue
+        # Runs of touching pieces; within a run, each instance takes the pieces that end
+        # within reach (one lockstep step per instance of the longest run).
+        starts = np.nonzero(np.concatenate([[True], p0[1:] != p1[:-1]]))[0]
+        ends = np.concatenate([starts[1:], [len(p0)]])
+        cut = (1 + (g.random(len(starts)) * max_num).astype(np.int64) if p > 0
+               else np.full(len(starts), max_num))
+        pos, live = starts.copy(), np.arange(len(starts))
+        while len(live):
+            a = pos[live]
+            e = np.clip(np.searchsorted(p1, p0[a] + cut[live], side="right"), a + 1,
+                        ends[live])
+            out0.append(p0[a])
+            out1.append(p1[e - 1])
+            pos[live] = e
+            cut[live] = max_num
+            live = live[pos[live] < ends[live]]
+    if not out0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return np.concatenate(out0), np.concatenate(out1)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from bertctl.settings import DATA, StageConfig, meta
 
@@ -37,6 +37,12 @@ class PretrainingDataSettings(StageConfig):
     no_nsp: bool = Field(False, description="No next-sentence prediction: B is always the real "
                          "continuation (the paper's ablation).",
                          json_schema_extra=meta(DATA, flag="--no-nsp/--nsp"))
+    packing: Literal["documents", "full-sentences", "concatenated"] = Field(
+        "documents", description="documents: Google's instances, each within one document "
+        "(short_seq_prob of them shorter); full-sentences: whole sentences packed to the length "
+        "across document boundaries (RoBERTa); concatenated: the text cut every max_seq_length "
+        "- 2 tokens wherever that falls (transformers' run_mlm.py): no padding. The last two "
+        "need --no-nsp.", json_schema_extra=meta(DATA))
     validation_fraction: float = Field(0.0, ge=0, lt=1, description="Share of documents held "
                                        "out as a validation split.", json_schema_extra=meta(DATA))
     chunk_chars: int = Field(1 << 18, ge=1, description="Characters per chunk of documents: the "
@@ -44,6 +50,13 @@ class PretrainingDataSettings(StageConfig):
                              json_schema_extra=meta(DATA))
     shard_max_tokens: int = Field(1 << 28, ge=1, description="Tokens per shard file.",
                                   json_schema_extra=meta(DATA))
+
+    @model_validator(mode="after")
+    def _full_packing_is_one_segment(self):
+        if self.packing != "documents" and not self.no_nsp:
+            raise ValueError(f"--packing {self.packing} packs continuous text without sentence "
+                             f"pairs: add --no-nsp")
+        return self
 
     @property
     def passes(self) -> int:

@@ -1,0 +1,332 @@
+"""Time to quality: which pretraining buys the best model for a fixed wall-clock budget (#27).
+
+    .venv/bin/python benchmarks/bench_budget.py --data ../shared/data --work runs/budget \
+        --budget 20m --threads 1
+
+Every row pretrains the same model shape (mini, L4/H256/A4) with the same tokenizer on the same
+corpus (the Gutenberg books, WikiText-2 and Shakespeare of ../shared/data/pretrain_text, the
+last --heldout of each file's lines held out) for the same wall-clock budget, then is fine-tuned
+the same way on SST-2 (a 4,000-row subset), MRPC and STS-B (a 3,000-row subset) with three
+seeds and scored on the full dev sets:
+
+    hf       what transformers users run: BertForMaskedLM, DataCollatorForLanguageModeling
+             (dynamic 15%), the text concatenated and cut into 128-token blocks as run_mlm.py
+             does, a plain AdamW loop with a linear schedule over the steps that fit the budget
+             (measured on its first steps), fp32 as the Trainer runs on CPU
+    paper    bertctl's defaults: MLM + NSP, Google's instances, static masks (dupe 10)
+    mlm      bertctl --objective mlm on --packing concatenated, dynamic masks at --mask-rate
+    electra  bertctl --objective electra on the same data
+
+Shared by all rows: batch 64 x 128 tokens, peak lr 5e-4, 6% warm-up, linear decay to 0 at the
+budget, weight decay 0.01. The budget covers the training loop only (data preparation is
+outside it for every row; it is printed). Each row then gets the masked-LM loss on the held-out
+text (one static-masked `bertctl eval` data set shared by all rows; ELECTRA's discriminator has
+no masked-LM head). Rows run one after another, each pinned by --threads; a results JSON per
+row and per fine-tuning run is kept under --work, so a rerun only does what is missing, and
+`--table` prints the table from them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BERTCTL = [sys.executable, "-m", "bertctl"]
+ROWS = ("hf", "paper", "mlm", "electra")
+BATCH, SEQ, LR, WARMUP = 64, 128, 5e-4, 0.06
+TASKS = {  # name: (preset, train rows kept, epochs, metric)
+    "SST-2": ("glue/sst2", 4000, 2, "accuracy"),
+    "MRPC": ("glue/mrpc", None, 3, "f1"),
+    "STS-B": ("glue/sts-b", 3000, 3, "pearson"),
+}
+
+
+def sh(cmd: list[str], log: Path, threads: int) -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false"}
+    with open(log, "a") as f:
+        f.write("$ " + " ".join(map(str, cmd)) + "\n")
+        f.flush()
+        r = subprocess.run([str(c) for c in cmd], stdout=f, stderr=subprocess.STDOUT, env=env)
+    if r.returncode != 0:
+        sys.exit(f"failed ({r.returncode}): {' '.join(map(str, cmd))}; see {log}")
+
+
+def prepare_corpus(data: Path, work: Path, heldout: float) -> tuple[Path, Path]:
+    """train/ and heldout/ text files: the last `heldout` share of each source file's lines."""
+    train, held = work / "corpus" / "train", work / "corpus" / "heldout"
+    if (work / "corpus" / "done").exists():
+        return train, held
+    shutil.rmtree(work / "corpus", ignore_errors=True)
+    train.mkdir(parents=True)
+    held.mkdir(parents=True)
+    src = data / "pretrain_text"
+    files = sorted((src / "gutenberg").glob("pg*.txt")) + [
+        src / "wikitext-2-v1-tokens" / "valid.txt", src / "wikitext-2-v1-tokens" / "test.txt",
+        src / "tinyshakespeare_input.txt"]
+    for f in files:
+        lines = f.read_text(encoding="utf-8").replace("\r\n", "\n").split("\n")
+        cut = int(len(lines) * (1 - heldout))
+        while cut < len(lines) and lines[cut].strip():   # at a document boundary
+            cut += 1
+        name = f"{f.parent.name}-{f.name}"
+        (train / name).write_text("\n".join(lines[:cut]) + "\n", encoding="utf-8")
+        (held / name).write_text("\n".join(lines[cut:]) + "\n", encoding="utf-8")
+    (work / "corpus" / "done").write_text("")
+    return train, held
+
+
+def prepare_glue(data: Path, work: Path) -> dict[str, tuple[Path, Path]]:
+    out = {}
+    for task, (_, rows, _, _) in TASKS.items():
+        d = work / "glue" / task
+        d.mkdir(parents=True, exist_ok=True)
+        src = data / "glue" / task
+        lines = (src / "train.tsv").read_text(encoding="utf-8-sig").splitlines(keepends=True)
+        if rows is not None:
+            lines = lines[:1 + rows]
+        (d / "train.tsv").write_text("".join(lines), encoding="utf-8")
+        shutil.copy(src / "dev.tsv", d / "dev.tsv")
+        out[task] = (d / "train.tsv", d / "dev.tsv")
+    return out
+
+
+# ---- the transformers baseline ---------------------------------------------------------------
+
+def hf_pretrain(tokenizer_json: Path, corpus: Path, out: Path, budget: float, threads: int,
+                seed: int) -> dict:
+    import torch
+    from transformers import (BertConfig, BertForMaskedLM, DataCollatorForLanguageModeling,
+                              PreTrainedTokenizerFast, get_linear_schedule_with_warmup)
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(seed)
+    t_prep = time.perf_counter()
+    tok = PreTrainedTokenizerFast(tokenizer_file=str(tokenizer_json), unk_token="[UNK]",
+                                  pad_token="[PAD]", cls_token="[CLS]", sep_token="[SEP]",
+                                  mask_token="[MASK]")
+    # run_mlm.py: tokenize every line (with [CLS] ... [SEP]), concatenate, cut into blocks.
+    ids: list[int] = []
+    for f in sorted(corpus.iterdir()):
+        lines = [ln for ln in f.read_text(encoding="utf-8").splitlines() if ln.strip()]
+        for enc in tok(lines)["input_ids"]:
+            ids.extend(enc)
+    n = len(ids) // SEQ
+    blocks = torch.tensor(ids[:n * SEQ]).view(n, SEQ)
+    prep_s = time.perf_counter() - t_prep
+    config = BertConfig(vocab_size=len(tok), hidden_size=256, num_hidden_layers=4,
+                        num_attention_heads=4, intermediate_size=1024,
+                        max_position_embeddings=512)
+    model = BertForMaskedLM(config)
+    collator = DataCollatorForLanguageModeling(tok, mlm_probability=0.15)
+    decay = [p for nm, p in model.named_parameters() if p.ndim > 1]
+    rest = [p for nm, p in model.named_parameters() if p.ndim <= 1]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
+                             {"params": rest, "weight_decay": 0.0}], lr=LR)
+    gen = torch.Generator().manual_seed(seed)
+    order = torch.randperm(n, generator=gen)
+
+    def batch_at(step):
+        idx = order[(step * BATCH + torch.arange(BATCH)) % n]
+        return collator([{"input_ids": b} for b in blocks[idx]])
+
+    def one_step(b):
+        loss = model(**b).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+        return loss.item()
+
+    model.train()
+    # The user picks a step count: ours is what its first steps' speed says fits the budget.
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.0)   # probe: no update
+    start = time.perf_counter()
+    for s in range(5):
+        one_step(batch_at(s))
+    per_step = (time.perf_counter() - start) / 5
+    total = max(1, int(budget / per_step))
+    sched = get_linear_schedule_with_warmup(opt, int(WARMUP * total), total)
+    torch.manual_seed(seed)
+    model = BertForMaskedLM(config)   # fresh weights after the probe
+    decay = [p for nm, p in model.named_parameters() if p.ndim > 1]
+    rest = [p for nm, p in model.named_parameters() if p.ndim <= 1]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
+                             {"params": rest, "weight_decay": 0.0}], lr=LR)
+    sched = get_linear_schedule_with_warmup(opt, int(WARMUP * total), total)
+    model.train()
+    start, step, losses = time.perf_counter(), 0, []
+    while step < total and time.perf_counter() - start < budget:
+        losses.append(one_step(batch_at(step)))
+        step += 1
+    elapsed = time.perf_counter() - start
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return {"steps": step, "planned_steps": total, "tokens": step * BATCH * SEQ,
+            "elapsed_s": round(elapsed, 1), "prep_s": round(prep_s, 1),
+            "final_train_loss": round(statistics.mean(losses[-50:]), 4), "precision": "fp32"}
+
+
+# ---- the bertctl rows ------------------------------------------------------------------------
+
+def bertctl_row(row: str, tok: Path, corpus: Path, work: Path, budget: float, threads: int,
+                seed: int, mask_rate: float, log: Path) -> tuple[Path, dict]:
+    data = work / row / "data"
+    if row == "paper":
+        build = []
+        train = ["--objective", "bert"]
+    else:
+        build = ["--no-nsp", "--masking", "dynamic", "--packing", "concatenated"]
+        train = ["--objective", row, "--mask-rate", str(mask_rate)]
+    t0 = time.perf_counter()
+    if not (data / "artifact.json").exists():
+        sh(BERTCTL + ["build-pretrain-data", tok, corpus, "--out", data,
+                      "--max-seq-length", SEQ, "--workers", 1, *build], log, threads)
+    prep_s = time.perf_counter() - t0
+    model = work / row / "model"
+    sh(BERTCTL + ["pretrain", data, "--out", model, "--model-size", "mini",
+                  "--max-position-embeddings", 512, "--time-budget", budget,
+                  "--batch-size", BATCH, "--lr", LR, "--warmup", WARMUP, "--seed", seed,
+                  "--threads", threads, "--log-every", 50, "--checkpoint-every", 1000, *train],
+       log, threads)
+    stats = json.loads((model / "artifact.json").read_text())["stats"]
+    return model, {"steps": stats["step"], "tokens": stats.get("tokens"),
+                   "elapsed_s": stats.get("elapsed_s"), "prep_s": round(prep_s, 1),
+                   "final_train_loss": stats.get("final_train", {}).get("loss"),
+                   "precision": "auto"}
+
+
+def heldout_loss(model: Path, heldout_data: Path, work: Path, row: str, threads: int,
+                 log: Path) -> float | None:
+    if row == "electra":
+        return None
+    out = work / row / "heldout-eval"
+    if not (out / "artifact.json").exists():
+        sh(BERTCTL + ["eval", model, heldout_data, "--out", out, "--threads", threads,
+                      "--precision", "fp32", "--split", "train"], log, threads)
+    return json.loads((out / "metrics.json").read_text())["mlm_loss"]
+
+
+def finetune(row: str, model: Path, task: str, files, seed: int, work: Path, threads: int,
+             log: Path) -> float:
+    preset, _, epochs, metric = TASKS[task]
+    run = work / row / "glue" / f"{task}-seed{seed}"
+    result = run / "result.json"
+    if result.exists():
+        return json.loads(result.read_text())["value"]
+    shutil.rmtree(run, ignore_errors=True)
+    sh(BERTCTL + ["finetune", model, files[0], "--task", preset, "--out", run / "model",
+                  "--epochs", epochs, "--lr", 1e-4, "--batch-size", 32, "--seed", seed,
+                  "--max-seq-length", SEQ, "--threads", threads, "--warmup", 0.1], log, threads)
+    sh(BERTCTL + ["eval", run / "model", files[1], "--out", run / "dev", "--threads", threads],
+       log, threads)
+    value = json.loads((run / "dev" / "metrics.json").read_text())[metric]
+    result.write_text(json.dumps({"value": value}))
+    return value
+
+
+def table(work: Path, rows) -> str:
+    lines = ["| pretraining | steps | tokens seen | held-out MLM loss | " +
+             " | ".join(f"{t} dev ({m[3]})" for t, m in TASKS.items()) + " | mean over tasks |",
+             "|---|---|---|---|" + "---|" * len(TASKS) + "---|"]
+    for row in rows:
+        f = work / row / "row.json"
+        if not f.exists():
+            continue
+        r = json.loads(f.read_text())
+        cells, seed_means = [], []
+        per_task = r.get("glue", {})
+        for task in TASKS:
+            v = per_task.get(task, [])
+            cells.append(f"{statistics.mean(v):.3f} ± {statistics.stdev(v):.3f}" if len(v) > 1
+                         else "–")
+        # The mean over tasks, per seed, then mean ± sd (and the standard error) over seeds.
+        n = min((len(v) for v in per_task.values()), default=0)
+        if n and len(per_task) == len(TASKS):
+            seed_means = [statistics.mean(per_task[t][i] for t in TASKS) for i in range(n)]
+        mean = (f"{statistics.mean(seed_means):.4f} ± {statistics.stdev(seed_means):.4f} "
+                f"(se {statistics.stdev(seed_means) / math.sqrt(n):.4f})" if n > 1 else "–")
+        loss = r.get("heldout_mlm_loss")
+        lines.append(f"| {row} | {r['steps']:,} | {r['tokens'] or 0:,} | "
+                     f"{'n/a' if loss is None else f'{loss:.3f}'} | " + " | ".join(cells) +
+                     f" | {mean} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
+    ap.add_argument("--work", type=Path, default=ROOT / "runs" / "budget")
+    ap.add_argument("--budget", default="20m", help="pretraining wall-clock per row")
+    ap.add_argument("--rows", nargs="+", default=list(ROWS), choices=ROWS)
+    ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--mask-rate", type=float, default=0.3, help="mlm and electra rows")
+    ap.add_argument("--heldout", type=float, default=0.03)
+    ap.add_argument("--vocab-size", type=int, default=8000)
+    ap.add_argument("--pretrain-only", action="store_true")
+    ap.add_argument("--table", action="store_true", help="print the table and stop")
+    args = ap.parse_args()
+    work = args.work.resolve()
+    if args.table:
+        print(table(work, ROWS))
+        return
+    from bertctl.train.settings import parse_duration
+
+    budget = parse_duration(args.budget)
+    work.mkdir(parents=True, exist_ok=True)
+    log = work / "log.txt"
+    train_corpus, held_corpus = prepare_corpus(args.data.resolve(), work, args.heldout)
+    glue = prepare_glue(args.data.resolve(), work)
+    tok = work / "tokenizer"
+    if not (tok / "artifact.json").exists():
+        sh(BERTCTL + ["tokenize", train_corpus, "--out", tok, "--vocab-size", args.vocab_size],
+           log, args.threads)
+    heldout = work / "heldout-data"
+    if not (heldout / "artifact.json").exists():
+        sh(BERTCTL + ["build-pretrain-data", tok, held_corpus, "--out", heldout, "--no-nsp",
+                      "--packing", "concatenated", "--max-seq-length", SEQ, "--workers", 1],
+           log, args.threads)
+    import torch
+
+    machine = {"cpu_capability": torch.backends.cpu.get_cpu_capability(),
+               "threads": args.threads, "budget_s": budget}
+    for row in args.rows:
+        rec_path = work / row / "row.json"
+        rec = json.loads(rec_path.read_text()) if rec_path.exists() else None
+        if rec is None:
+            (work / row).mkdir(parents=True, exist_ok=True)
+            if row == "hf":
+                model = work / row / "model"
+                rec = hf_pretrain(tok / "tokenizer.json", train_corpus, model, budget,
+                                  args.threads, 0)
+            else:
+                model, rec = bertctl_row(row, tok, train_corpus, work, budget, args.threads, 0,
+                                         args.mask_rate, log)
+            rec.update(model=str(model), machine=machine,
+                       heldout_mlm_loss=heldout_loss(model, heldout, work, row, args.threads,
+                                                     log))
+            rec_path.write_text(json.dumps(rec, indent=1))
+            print(row, json.dumps(rec), flush=True)
+        if args.pretrain_only:
+            continue
+        rec.setdefault("glue", {})
+        for task, files in glue.items():
+            rec["glue"][task] = [finetune(row, Path(rec["model"]), task, files, seed, work,
+                                          args.threads, log) for seed in args.seeds]
+        rec_path.write_text(json.dumps(rec, indent=1))
+        print(row, json.dumps(rec["glue"]), flush=True)
+    print(table(work, ROWS))
+
+
+if __name__ == "__main__":
+    main()
