@@ -69,13 +69,22 @@ class PretrainSettings(TrainingSettings):
                            "(bertctl/objectives): bert is masked LM + next-sentence prediction "
                            "as the paper (masked LM alone on data built with --no-nsp); mlm is "
                            "masked LM alone on continuous text (data built with --no-nsp), "
-                           "as RoBERTa.",
+                           "as RoBERTa; electra is replaced-token detection (data built with "
+                           "--no-nsp --masking dynamic).",
                            json_schema_extra=meta(TRAINING))
     mask_rate: float | None = Field(None, gt=0, lt=1, description="Share of tokens masked in "
                                     "training, drawn anew every epoch: needs data built with "
                                     "--masking dynamic (unset: the data's --masked-lm-prob; "
                                     "modern recipes use 0.3). Validation keeps the data's rate, "
                                     "so runs compare.", json_schema_extra=meta(TRAINING))
+    generator_size: float | None = Field(None, gt=0, le=1, description="electra: the "
+                                         "generator's width as a share of the model's (unset: "
+                                         "0.25, the paper's best).",
+                                         json_schema_extra=meta(TRAINING))
+    discriminator_weight: float | None = Field(None, gt=0, description="electra: the weight "
+                                               "of the replaced-token loss against the "
+                                               "generator's masked-LM loss (unset: 50, the "
+                                               "paper's).", json_schema_extra=meta(TRAINING))
     model_size: Literal["tiny", "mini", "small", "medium", "base", "large"] = Field(
         "base", description="Google's sizes (L/H/A): tiny 2/128/2, mini 4/256/4, small 4/512/8, "
         "medium 8/512/8, base 12/768/12, large 24/1024/16. Ignored with --init-from or "

@@ -13,10 +13,11 @@ from bertctl.model.heads import (
     BertForTokenClassification,
     BertWithHead,
 )
+from bertctl.model.electra import BertForElectraPreTraining
 from bertctl.model.hf import LoadReport, load_model, read_config, read_config_dict, save_model
 
 __all__ = [
-    "HEADS", "IGNORE_INDEX", "PRESETS", "BertConfig", "BertForMaskedLM", "BertForMultipleChoice", "BertForPreTraining",
+    "HEADS", "IGNORE_INDEX", "PRESETS", "BertConfig", "BertForElectraPreTraining", "BertForMaskedLM", "BertForMultipleChoice", "BertForPreTraining",
     "BertForQuestionAnswering", "BertForSequenceClassification", "BertForTokenClassification",
     "BertModel", "BertWithHead", "LoadReport", "flops_per_token", "load_model", "read_config",
     "read_config_dict", "save_model",

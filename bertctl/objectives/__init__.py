@@ -2,7 +2,7 @@
 
     objective = get("bert")                 # pretrain --objective bert
     objective.check_data(info, where)        # refuses data it cannot train on, before any work
-    model = objective.model_class()(config)  # the model it trains (its heads)
+    model = objective.model_class()(config, **objective.model_kwargs(settings))  # its model
     objective.step_metrics(outputs, batch)   # the training loop's per-step metrics
     objective.evaluate(model, dataset, ...)  # validation during pretrain, and `eval` on data
 
@@ -16,6 +16,6 @@ from __future__ import annotations
 from bertctl.objectives.registry import OBJECTIVES, for_checkpoint, get, register
 
 # The built-in objectives register themselves on import.
-from bertctl.objectives import bert, mlm  # noqa: E402,F401,I001
+from bertctl.objectives import bert, electra, mlm  # noqa: E402,F401,I001
 
 __all__ = ["OBJECTIVES", "for_checkpoint", "get", "register"]

@@ -15,8 +15,14 @@ from typing import Any, ClassVar
 from bertctl.errors import BertctlError
 
 
+# Every objective's own settings (PretrainSettings fields), and the objectives they belong to.
+OPTIONS = ("generator_size", "discriminator_weight")
+
+
 class Objective:
     name: ClassVar[str]
+    # Which of OPTIONS this objective reads.
+    options: ClassVar[tuple[str, ...]] = ()
     # How --help and the docs name it.
     title: ClassVar[str]
     # The model class in bertctl.model that this objective trains.
@@ -38,6 +44,18 @@ class Objective:
             raise BertctlError(f"{where}: --objective {self.name} trains on continuous text, but "
                                f"the data holds next-sentence pairs (half their B segments come "
                                f"from other documents): build it with --no-nsp")
+
+    def model_kwargs(self, settings) -> dict:
+        """Constructor arguments of the model from the pretrain settings (its own options)."""
+        return {}
+
+    def check_settings(self, settings, where: str) -> None:
+        """BertctlError for another objective's options given to this one."""
+        given = [f"--{k.replace('_', '-')}" for k in OPTIONS
+                 if k not in self.options and getattr(settings, k, None) is not None]
+        if given:
+            raise BertctlError(f"{where}: {', '.join(given)} apply to another objective, not "
+                               f"--objective {self.name}")
 
     def unused_parameters(self, data) -> bool:
         """Whether some parameters get no gradient on this data (DDP's find_unused_parameters)."""

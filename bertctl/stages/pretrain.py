@@ -17,15 +17,16 @@ from bertctl.config import PretrainSettings
 from bertctl.errors import BertctlError
 from bertctl.stages import common
 
-def _build_model(config: PretrainSettings, model_class, vocab_size: int,
+def _build_model(config: PretrainSettings, objective, vocab_size: int,
                  init: common.ModelSource | None, model_config: Path | None):
     import torch
 
     from bertctl.model import BertConfig
 
     torch.manual_seed(config.seed)  # the initial weights are part of what --seed fixes
+    model_class, kwargs = objective.model_class(), objective.model_kwargs(config)
     if init is not None:
-        model, report = init.load(model_class)
+        model, report = init.load(model_class, **kwargs)
         console.log(str(report))
         return model
     if model_config is not None:
@@ -41,7 +42,7 @@ def _build_model(config: PretrainSettings, model_class, vocab_size: int,
             hidden_size=config.hidden_size, num_attention_heads=config.num_attention_heads,
             intermediate_size=config.intermediate_size, vocab_size=vocab_size,
             max_position_embeddings=config.max_position_embeddings)
-    return model_class(cfg)
+    return model_class(cfg, **kwargs)
 
 
 def _check_agreement(model, data: artifacts.Artifact, init: common.ModelSource | None) -> None:
@@ -95,7 +96,7 @@ class PretrainJob:
         # hand-edited manifest must not decide what is read.
         self.validation = (PretrainingDataset(self.data.path, "validation")
                            if self.train_data.info.stats["validation"].get("instances") else None)
-        self.model = _build_model(config, self.objective.model_class(),
+        self.model = _build_model(config, self.objective,
                                   self.train_data.info.vocab_size, self.init, self.model_config)
         _check_agreement(self.model, self.data, self.init)
         self.settings = TrainSettings.of(
@@ -149,6 +150,7 @@ def run(config: PretrainSettings, data_dir: str, out: str, force: bool = False,
     objective = objectives.get(config.objective)
     data = artifacts.read_artifact(data_dir, "pretrain-data")
     info = read_pretraining_info(data.path)
+    objective.check_settings(config, "pretrain")
     objective.check_data(info, str(data.path))
     check_mask_rate(info, config.mask_rate)
     common.tokenizer_files(data.path)   # copied into the model at the end: checked first
