@@ -133,16 +133,20 @@ def test_report_of_several_runs(tmp_path, tiny_pretrained, sst2_seed_runs, cli):
     assert not re.search(r'(src|href)="(https?:)?//', text)
 
     # -- every curve of every run, drawn from its metrics.jsonl
-    expected = {}
+    expected, timed = {}, {}
     for k, path in enumerate(shown, 1):
         if not (path / "metrics.jsonl").is_file():
             continue
         for rec in _records(path):
             for key, value in rec.items():
-                if key in ("split", "step", "epoch", "tokens", "examples", "masked_tokens"):
+                if key in ("split", "step", "epoch", "tokens", "examples", "masked_tokens",
+                           "elapsed_s"):
                     continue
                 if isinstance(value, (int, float)) and math.isfinite(value):
                     expected.setdefault((rec["split"], key, k), []).append((rec["step"], value))
+                    if key == "loss" or rec["split"] != "train":
+                        timed.setdefault((rec["split"], key, k), []).append(
+                            (rec["elapsed_s"], value))
     assert ("train", "loss", 1) in expected and ("validation", "mlm_loss", 1) in expected
     assert ("validation", "accuracy", 2) in expected and ("train", "lr", 3) in expected
     figures = {f.attrs["id"]: f for f in doc.all("figure")}
@@ -150,8 +154,13 @@ def test_report_of_several_runs(tmp_path, tiny_pretrained, sst2_seed_runs, cli):
         figure = figures[f"curve-{split}-{key}"]
         assert len(list(figure.all("svg"))) == 1
         _assert_draws(figure, f"line-{split}-{key}-{k}", *zip(*points))
+    # The loss and the validation metrics also against the wall-clock time of the run.
+    assert ("train", "loss", 1) in timed and ("validation", "mlm_loss", 1) in timed
+    for (split, key, k), points in timed.items():
+        figure = figures[f"curve-time-{split}-{key}"]
+        _assert_draws(figure, f"time-{split}-{key}-{k}", *zip(*points))
     assert {f for f in figures if f.startswith("curve-")} == {
-        f"curve-{s}-{k}" for s, k, _ in expected}
+        f"curve-{s}-{k}" for s, k, _ in expected} | {f"curve-time-{s}-{k}" for s, k, _ in timed}
 
     # -- mean +- sd of the two seeds: the table and the curves
     group = doc.one("table", **{"class": "seed-group"})

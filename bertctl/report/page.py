@@ -26,7 +26,7 @@ from bertctl.artifacts import Artifact, InputRef
 from bertctl.report import plots
 
 # Fields of metrics.jsonl records that are not curves (bookkeeping and counts).
-NOT_CURVES = {"split", "step", "epoch", "tokens", "examples", "masked_tokens"}
+NOT_CURVES = {"split", "step", "epoch", "tokens", "examples", "masked_tokens", "elapsed_s"}
 # Curves people look for first; the others follow in name order.
 FIRST = ["loss", "mlm_loss", "mlm_accuracy", "nsp_loss", "nsp_accuracy", "accuracy", "f1",
          "perplexity", "lr", "grad_norm", "tokens_per_s", "examples_per_s"]
@@ -193,12 +193,12 @@ def curve_keys(runs: list[Run]) -> list[tuple[str, str]]:
     return sorted(found, key=lambda sk: (sk[0] != "train", order.get(sk[1], len(order)), sk[1]))
 
 
-def series(run: Run, split: str, key: str) -> tuple[list[int], list[float]]:
+def series(run: Run, split: str, key: str, x: str = "step") -> tuple[list[float], list[float]]:
     """The finite points of one curve (a NaN, e.g. a grad norm of skipped fp16 steps, is a
-    gap rather than a point)."""
-    points = [(r["step"], float(r[key])) for r in run.history
+    gap rather than a point), against the step or (x="elapsed_s") the wall-clock time."""
+    points = [(r[x], float(r[key])) for r in run.history
               if r.get("split", "train") == split and is_number(r.get(key))
-              and math.isfinite(r[key])]
+              and math.isfinite(r[key]) and is_number(r.get(x))]
     return [p[0] for p in points], [p[1] for p in points]
 
 
@@ -214,6 +214,17 @@ def curves(runs: list[Run], groups: list[list[Run]]) -> str:
             if x:
                 lines.append(plots.Line(f"line-{split}-{key}-{run.index}", run.label, x, y))
         figures.append(_figure(f"curve-{split}-{key}", f"{split}: {key}", lines))
+        # The loss and validation against wall-clock time too: runs of different speed compare
+        # by what they reached in the same time, not in the same number of steps.
+        if key == "loss" or split != "train":
+            timed = []
+            for run in with_history:
+                x, y = series(run, split, key, "elapsed_s")
+                if x:
+                    timed.append(plots.Line(f"time-{split}-{key}-{run.index}", run.label, x, y))
+            if timed:
+                figures.append(_figure(f"curve-time-{split}-{key}", f"{split}: {key} by time",
+                                       timed, "seconds"))
     parts = ['<h2>Training curves</h2><div class="plots">', *figures, "</div>"]
     means = []
     for g, group in enumerate(groups, 1):
@@ -241,8 +252,8 @@ def group_curve(members: list[Run], split: str, key: str):
     return steps, mean, sd
 
 
-def _figure(plot_id: str, title: str, lines: list[plots.Line]) -> str:
-    svg = plots.line_plot(title, "step", lines)
+def _figure(plot_id: str, title: str, lines: list[plots.Line], xlabel: str = "step") -> str:
+    svg = plots.line_plot(title, xlabel, lines)
     return f'<figure class="plot" id="{esc(plot_id)}">{svg}</figure>'
 
 

@@ -364,6 +364,7 @@ class Trainer:
         means = self.interval.record()
         self.emit({"split": "train", "step": self.step, "epoch": self.epoch_of(self.step),
                    "loss": means.pop("loss"), "lr": lr, **means,
+                   "elapsed_s": round(self.elapsed, 1),
                    "tokens_per_s": round(seen[0] / elapsed, 1),
                    "examples_per_s": round(seen[1] / elapsed, 2)})
         self.interval = Interval()
@@ -396,7 +397,7 @@ class Trainer:
                 self.best = Best(value, self.step, record)
                 if self.info.is_main:
                     ckpt.write_best(self.work_dir, self.model, self.step)
-        self.emit(record)
+        self.emit({**record, "elapsed_s": round(self.elapsed, 1)})   # the log only
 
     def _checkpoint_due(self) -> bool:
         s = self.s
