@@ -305,3 +305,41 @@ def test_finetune_pipeline(tmp_path, minilm_dir, task, files, flags):
     before = mtimes(runs)
     r = make("finetune-summary", variables, makefile="finetune.mk")
     assert r.returncode == 0 and mtimes(runs) == before        # a second make does nothing
+
+
+# --- the time-budget recipe (pipelines/budget.mk) ------------------------------------------------
+
+def test_budget_pipeline(tmp_path):
+    """The recipe end to end in miniature: pretrain for a budget with the shipped recipe (a tiny
+    model), fine-tune three GLUE tasks with two seeds, one report over all of it; a second make
+    makes nothing."""
+    runs = tmp_path / "runs"
+    variables = {"CORPUS": str(FIXTURES / "pretrain"), "BUDGET": "6s", "RUNS": str(runs),
+                 "GLUE": str(FIXTURES / "glue"), "SEEDS": "1 2", "EPOCHS": "1", "LR": "1e-3",
+                 "VOCAB_SIZE": "2000", "MODEL_SIZE": "tiny",
+                 "DATA_FLAGS": "--workers 1 --max-seq-length 64 --validation-fraction 0.1",
+                 "PRETRAIN_FLAGS": f"{TINY} --device cpu --eval-every 20 --eval-batches 2 "
+                                   f"--batch-size 8 --log-every 5",
+                 "FINETUNE_FLAGS": "--device cpu --max-seq-length 64 --batch-size 8",
+                 "EVAL_FLAGS": "--device cpu"}
+    r = make("budget", variables, makefile="budget.mk")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    model = manifest(runs / "model")
+    data = manifest(runs / "data")
+    assert model["stats"]["objective"] == "mlm" and model["stats"]["time_budget_s"] == 6
+    assert model["config"]["mask_rate"] == 0.3 and model["config"]["time_budget"] == 6
+    assert data["config"]["packing"] == "concatenated" and data["config"]["no_nsp"]
+    # The budget was spent, not a step count; the history has the wall-clock time.
+    assert 5 <= model["stats"]["elapsed_s"] < 30
+    assert all("elapsed_s" in rec for rec in history(runs / "model"))
+    report = manifest(runs / "report")
+    shown = {i["id"] for i in report["inputs"]}
+    devs = sorted((runs / "glue").glob("*/lr*-seed*/dev"))
+    assert [d.parts[-3] for d in devs] == ["MRPC"] * 2 + ["SST-2"] * 2 + ["STS-B"] * 2
+    assert shown == {model["id"], *(manifest(d)["id"] for d in devs)}
+    html = (runs / "report" / "report.html").read_text()
+    assert 'id="curve-time-train-loss"' in html and 'id="curve-time-validation-mlm_loss"' in html
+    before = mtimes(runs)
+    r = make("budget", variables, makefile="budget.mk")
+    assert r.returncode == 0, r.stderr
+    assert mtimes(runs) == before
