@@ -151,10 +151,12 @@ def hf_pretrain(tokenizer_json: Path, corpus: Path, out: Path, budget: float, th
     model.train()
     # The user picks a step count: ours is what its first steps' speed says fits the budget.
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.0)   # probe: no update
-    start = time.perf_counter()
-    for s in range(5):
+    for s in range(3):        # the first steps are slower (allocations): untimed
         one_step(batch_at(s))
-    per_step = (time.perf_counter() - start) / 5
+    start = time.perf_counter()
+    for s in range(3, 13):
+        one_step(batch_at(s))
+    per_step = (time.perf_counter() - start) / 10
     total = max(1, int(budget / per_step))
     sched = get_linear_schedule_with_warmup(opt, int(WARMUP * total), total)
     torch.manual_seed(seed)
