@@ -125,8 +125,10 @@ class Artifact:
 
     def as_input(self, role: str) -> InputRef:
         m = self.manifest
-        return InputRef(role=role, kind=m.kind, id=m.id, path=str(self.path), config=m.config,
-                        inputs=m.inputs)
+        # Absolute, as file inputs are: a lineage must resolve from any working directory
+        # (model cards read their ancestors' facts through it).
+        return InputRef(role=role, kind=m.kind, id=m.id, path=str(self.path.resolve()),
+                        config=m.config, inputs=m.inputs)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -200,9 +202,13 @@ def read_manifest(path: str | os.PathLike) -> Manifest:
         raise BertctlError(f"{mpath}: corrupted manifest: {key}: {err['msg']}") from None
 
 
-def read_artifact(path: str | os.PathLike, kinds: str | tuple[str, ...] | None = None) -> Artifact:
-    """Read an artifact, checking its kind against `kinds` and its schema version against what
-    this bertctl understands."""
+def read_artifact(path: str | os.PathLike, kinds: str | tuple[str, ...] | None = None, *,
+                  check_files: bool = True) -> Artifact:
+    """Read an artifact, checking its kind against `kinds`, its schema version against what
+    this bertctl understands and (`check_files`, for a stage that reads them) that every file
+    its manifest lists is a plain file inside it: a symbolic link or a name resolving elsewhere
+    would read bytes that were never checksummed. `inspect` and `diff` read the manifest only
+    (inspect --verify reports such files itself)."""
     path = Path(path)
     manifest = read_manifest(path)
     wanted = (kinds,) if isinstance(kinds, str) else kinds
@@ -216,6 +222,11 @@ def read_artifact(path: str | os.PathLike, kinds: str | tuple[str, ...] | None =
         raise BertctlError(f"{path}: {manifest.kind} schema version {manifest.schema_version} is "
                            f"newer than this bertctl {bertctl.__version__} reads "
                            f"({supported}); upgrade bertctl")
+    if check_files:
+        for name in manifest.files:
+            problem = _outside_problem(path, path / name)
+            if problem:
+                raise BertctlError(f"{path / name}: {problem}")
     return Artifact(path, manifest)
 
 

@@ -43,7 +43,9 @@ def field_meta(field) -> dict[str, Any]:
 
 
 class StageConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # No setting means anything at inf or NaN (an --lr inf trained a step of NaNs before the
+    # divergence check stopped it): refused for every float, as out of range.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     # What a settings error is prefixed with when the settings are built directly (in code
     # rather than by `resolve`, which names the config file instead).
     where: ClassVar[str] = "settings"
@@ -75,7 +77,7 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError) as exc:
         raise BertctlError(f"{path}: cannot read config file: {exc}") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
@@ -86,8 +88,32 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise BertctlError(f"{path}: config file must be a mapping of settings, "
                            f"not a {type(data).__name__}")
-    # YAML users write either flag spelling; the model's keys use underscores.
-    return {str(k).replace("-", "_"): v for k, v in data.items()}
+    # YAML users write either flag spelling; the model's keys use underscores. Both spellings
+    # of one setting would leave it to the order which one wins: refused, as a repeated key.
+    out: dict[str, Any] = {}
+    spelled: dict[str, str] = {}
+    for k, v in data.items():
+        key = str(k).replace("-", "_")
+        if key in out:
+            raise BertctlError(f"{path}: setting {key!r} is given twice ({spelled[key]!r} and "
+                               f"{str(k)!r}); keep one")
+        out[key], spelled[key] = v, str(k)
+    return out
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """safe_load, but a key repeated in one mapping is an error (PyYAML keeps the last one
+    silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, (str, int, float, bool)) and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} is repeated", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep)
 
 
 def _describe(err: dict, source: str) -> str:

@@ -132,3 +132,27 @@ def test_finetuned_model_card(sst2_seed_runs, tiny_pretrained):
     title = f"Base model {base['id']} (BertForPreTraining)"
     assert _number(_facts(s[title])["steps"]) == base["stats"]["step"]
     assert "Corpus" in s and "Tokenizer" in s
+
+
+def test_lineage_resolves_from_another_working_directory(tmp_path, monkeypatch, cli):
+    """#26 item 12: stages run from different directories with relative paths: the model card
+    still finds the tokenizer's and the data's facts (input paths are stored absolute)."""
+    from conftest import CORPUS, TINY_MODEL
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    monkeypatch.chdir(a)
+    r = cli("tokenize", CORPUS / "alice.txt", "--vocab-size", "1000", "--out", "tok")
+    assert r.exit_code == 0, r.stderr
+    r = cli("build-pretrain-data", "tok", CORPUS / "alice.txt", "--out", "data",
+            "--max-seq-length", "64", "--dupe-factor", "1", "--workers", "1")
+    assert r.exit_code == 0, r.stderr
+    monkeypatch.chdir(b)
+    r = cli("pretrain", "../a/data", "--out", "m", *TINY_MODEL, "--steps", "2",
+            "--batch-size", "4")
+    assert r.exit_code == 0, r.stderr
+    data = json.loads((a / "data" / "artifact.json").read_text())
+    assert data["inputs"][0]["path"] == str(a / "tok")
+    facts = _facts(_sections((b / "m" / "README.md").read_text())["Tokenizer"])
+    assert "unk rate" in facts and "corpus documents" in facts

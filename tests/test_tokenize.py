@@ -105,6 +105,11 @@ def test_settings_precedence_and_config_written(tmp_path, cli):
     ("min_frequency: 0\n", "setting 'min_frequency' = 0: Input should be greater than or equal to 1"),
     ("vocab_size: [1, 2\n", "invalid YAML"),
     ("- a list\n", "must be a mapping"),
+    # #26 item 13: PyYAML keeps the last of repeated keys, and both spellings of a setting
+    # would leave the winner to the order: both refused.
+    ("vocab_size: 1200\nmin_frequency: 2\nvocab_size: 900\n", "key 'vocab_size' is repeated"),
+    ("vocab_size: 1200\nvocab-size: 900\n",
+     "setting 'vocab_size' is given twice ('vocab_size' and 'vocab-size')"),
 ])
 def test_bad_settings_are_one_line_exit_2(tmp_path, cli, yaml_text, message):
     cfg = tmp_path / "bad.yaml"

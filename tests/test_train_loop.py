@@ -302,6 +302,22 @@ def test_resume_refuses_other_data_settings(tmp_path):
         train(tiny_pretraining(), data, TrainSettings(**{**settings, "batch_size": 4}), tmp_path)
 
 
+def test_resume_refuses_another_runs_checkpoints(tmp_path):
+    """#26 item 2: checkpoints copied from another run's directory (another lr) are not resumed
+    as this run's; the run's own still are."""
+    import shutil
+
+    data = RepeatedTokens()
+    settings = dict(steps=4, batch_size=8, lr=1e-3, checkpoint_every=2)
+    other, mine = tmp_path / ".m.run-other", tmp_path / ".m.run-mine"
+    train(tiny_pretraining(), data, TrainSettings(**{**settings, "lr": 5e-3}, stop_after=2), other)
+    shutil.copytree(other / "checkpoints", mine / "checkpoints")
+    with pytest.raises(BertctlError, match="written by another run .*'.m.run-other'"):
+        train(tiny_pretraining(), data, TrainSettings(**settings), mine)
+    result = train(tiny_pretraining(), data, TrainSettings(**{**settings, "lr": 5e-3}), other)
+    assert result.resumed_from == 2
+
+
 def _corrupt_model(path: Path) -> None:
     f = path / "model.safetensors"
     raw = bytearray(f.read_bytes())

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,10 @@ from bertctl.errors import BertctlError
 if TYPE_CHECKING:  # pragma: no cover
     import torch
     from tokenizers import Tokenizer
+
+
+# What ShardWriter names a shard: split, slice tag, number.
+_SHARD_NAME = re.compile(r"(train|validation)-\d{5,}of\d{5,}-\d{5,}")
 
 
 @dataclass
@@ -85,6 +90,12 @@ def read_pretraining_info(path: str | Path) -> PretrainingDataInfo:
                 totals[k] += s["splits"][split]["stats"].get(k, 0)
         stats[split] = finish_stats(totals, nsp, static)
         shards[split] = [n for s in summaries for n in s["splits"][split]["shards"]]
+        for f, s in zip(files, summaries):
+            for name in s["splits"][split]["shards"]:
+                # A shard is named by the builder, never a path: nothing else may be read.
+                if not (isinstance(name, str) and _SHARD_NAME.fullmatch(name)):
+                    raise BertctlError(f"{f}: shard {name!r} is not a shard name of this "
+                                       f"artifact (a path, or a file elsewhere, is refused)")
     v = first["vocab"]
     return PretrainingDataInfo(path, settings, v["size"], v["special_ids"], v["token_dtype"],
                                count, stats, shards)

@@ -194,6 +194,36 @@ class TokenizerInfo:
                 "special_ids": dict(self.special_ids)}
 
 
+def check_vocab_agrees(directory: Path) -> None:
+    """tokenizer.json and vocab.txt, where a directory has both, must give every token the same
+    id: bertctl tokenizes with tokenizer.json, transformers' slow BertTokenizer with vocab.txt,
+    so a model shipping two that disagree reads differently in each. BertctlError naming the
+    first token that differs."""
+    tj, vt = directory / "tokenizer.json", directory / "vocab.txt"
+    if not (tj.is_file() and vt.is_file()):
+        return
+    try:
+        model = json.loads(tj.read_text(encoding="utf-8")).get("model", {})
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+        return   # reading tokenizer.json itself reports it
+    if not isinstance(model, dict) or model.get("type") != "WordPiece":
+        return
+    fast = Tokenizer.from_file(str(tj)).get_vocab(with_added_tokens=True)
+    slow = read_vocab_file(vt)
+    if fast == slow:
+        return
+    by_id = {i: t for t, i in fast.items()}
+    for token, i in sorted(slow.items(), key=lambda kv: kv[1]):
+        if by_id.get(i) != token:
+            other = fast.get(token)
+            raise BertctlError(
+                f"{vt}: disagrees with tokenizer.json: line {i + 1} is {token!r}, which "
+                f"tokenizer.json gives {'no id' if other is None else f'id {other}'} (it has "
+                f"{by_id.get(i)!r} at id {i})")
+    raise BertctlError(f"{vt}: disagrees with tokenizer.json: {len(slow)} tokens against "
+                       f"{len(fast)}")
+
+
 def save(tok: Tokenizer, directory: Path, lowercase: bool, strip_accents: bool | None) -> None:
     """Write tokenizer.json, vocab.txt, tokenizer_config.json and special_tokens_map.json."""
     tok.save(str(directory / "tokenizer.json"))

@@ -139,8 +139,12 @@ def open_model(path: str | Path, role: str = "model") -> ModelSource:
 def tokenizer_files(source: Path) -> list[Path]:
     """The tokenizer files a new artifact will copy from `source`, checked now (before any
     work): an artifact's own, unchanged files, no link to a file elsewhere."""
-    return [artifacts.checked_file(source, name) for name in TOKENIZER_FILES
-            if (source / name).is_file() or (source / name).is_symlink()]
+    from bertctl.data.tokenizer import check_vocab_agrees
+
+    files = [artifacts.checked_file(source, name) for name in TOKENIZER_FILES
+             if (source / name).is_file() or (source / name).is_symlink()]
+    check_vocab_agrees(Path(source))
+    return files
 
 
 def copy_tokenizer(source: Path, directory: Path) -> None:
@@ -227,11 +231,14 @@ def _train(config, inputs, out, force, job: TrainingJob, artifact_id, out_path):
 
     try:
         outcome = artifacts.produce("model", config, inputs, out, build, force=force)
-    except KeyboardInterrupt:
-        kept = work / "checkpoints"
-        if kept.is_dir() and any(kept.iterdir()):  # kept on purpose: the rerun resumes
+    except BaseException as exc:
+        from bertctl.train.checkpoint import list_checkpoints
+
+        if not list_checkpoints(work):   # nothing a rerun could resume: nothing left behind
+            shutil.rmtree(work, ignore_errors=True)
+        elif isinstance(exc, KeyboardInterrupt):   # kept on purpose: the rerun resumes
             raise Interrupted(f"interrupted; no artifact was written; checkpoints kept in "
-                              f"{kept}: rerun the same command to resume") from None
+                              f"{work / 'checkpoints'}: rerun the same command to resume") from None
         raise
     shutil.rmtree(work, ignore_errors=True)
     dist.barrier()

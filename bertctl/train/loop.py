@@ -186,6 +186,11 @@ class Trainer:
 
     def _restore(self, found) -> None:
         s, t = self.s, found.trainer
+        # Only the run directory's own (stages key it by artifact id): another run's weights
+        # resumed here would be written out under this run's id.
+        if t.get("run") != self.work_dir.name:
+            raise BertctlError(f"{found.path}: cannot resume: written by another run "
+                               f"({t.get('run')!r}), not {self.work_dir.name!r}; delete it")
         changed = [k for k, v in self.data_key.items() if t.get("data", {}).get(k) != v]
         if changed:
             raise BertctlError(
@@ -421,6 +426,7 @@ class Trainer:
                       "select": list(self.select) if self.select else None}),
             "last_eval": self.last_eval,
             "elapsed": self.elapsed,
+            "run": self.work_dir.name,
         }
         ckpt.save_checkpoint(self.work_dir, self.step, self.model, self.optimizer,
                              self.scaler.state_dict(), rngs, trainer, s.keep_last)

@@ -49,7 +49,9 @@ def test_a_symlink_inside_fails_verification_and_is_not_read(tmp_path, cli):
     shutil.rmtree(art / "sub")
     (art / "sub").symlink_to(tmp_path)
     (tmp_path / "x.json").write_text("{}")
-    a = artifacts.read_artifact(art)
+    with pytest.raises(BertctlError, match="symbolic link"):   # what a stage reads
+        artifacts.read_artifact(art)
+    a = artifacts.read_artifact(art, check_files=False)       # what inspect reads
     problems = artifacts.verify(a)
     assert len(problems) == 2 and all("symbolic link" in p for p in problems)
     with pytest.raises(BertctlError, match="symbolic link"):
@@ -75,6 +77,60 @@ def test_combine_refuses_a_slice_naming_files_outside(tmp_path, small_tokenizer,
     assert len(r.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
     assert victim.read_text() == "outside" and victim.stat().st_nlink == 1
+
+
+def _copy(src, dst):
+    shutil.copytree(src, dst, symlinks=True)
+    return dst
+
+
+@pytest.mark.parametrize("victim", ["train-00000of00001-00000.tokens.bin", "tokenizer.json"])
+def test_every_stage_refuses_a_link_inside_a_data_artifact(cli, pretrain_data, tiny_pretrained,
+                                                          tmp_path, victim):
+    data = _copy(pretrain_data, tmp_path / "data")
+    shutil.copy(data / victim, tmp_path / "same-bytes")
+    (data / victim).unlink()
+    (data / victim).symlink_to(tmp_path / "same-bytes")   # same bytes, a file elsewhere
+    for args in (["pretrain", data, "--model-size", "tiny", "--hidden-size", "32",
+                  "--num-attention-heads", "2", "--intermediate-size", "64", "--steps", "1"],
+                 ["eval", tiny_pretrained, data]):
+        out = tmp_path / f"out-{args[0]}"
+        r = cli(*args, "--out", out)
+        assert r.exit_code == 2 and "symbolic link" in r.stderr and victim in r.stderr, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_finetune_and_eval_refuse_a_linked_model_file(cli, tiny_pretrained, tmp_path):
+    model = _copy(tiny_pretrained, tmp_path / "model")
+    shutil.copy(model / "model.safetensors", tmp_path / "weights")
+    (model / "model.safetensors").unlink()
+    (model / "model.safetensors").symlink_to(tmp_path / "weights")
+    train = tmp_path / "train.tsv"
+    train.write_text("sentence\tlabel\n" + "".join(f"text {i}\t{i % 2}\n" for i in range(8)))
+    for args in (["finetune", model, train, "--task", "glue/sst2", "--steps", "1",
+                  "--batch-size", "4"], ["embed", model, train, "--text-column", "sentence"]):
+        out = tmp_path / f"out-{args[0]}"
+        r = cli(*args, "--out", out)
+        assert r.exit_code == 2 and "model.safetensors: a symbolic link" in r.stderr, r.stderr
+        assert not out.exists()
+
+
+@pytest.mark.parametrize("name", ["../../elsewhere/train-00000of00001-00000",
+                                  "/tmp/train-00000of00001-00000", "train-00000of00001-00000/.."])
+def test_shard_names_in_the_build_index_cannot_leave_the_artifact(cli, pretrain_data,
+                                                                  tiny_pretrained, tmp_path,
+                                                                  name):
+    data = _copy(pretrain_data, tmp_path / "data")
+    index = next(data.glob("build-*.json"))
+    summary = json.loads(index.read_text())
+    summary["splits"]["train"]["shards"][0] = name
+    index.write_text(json.dumps(summary))
+    for args in (["pretrain", data, "--steps", "1"], ["eval", tiny_pretrained, data, "--split",
+                                                      "train"]):
+        out = tmp_path / f"out-{args[0]}"
+        r = cli(*args, "--out", out)
+        assert r.exit_code == 2 and "is not a shard name" in r.stderr and index.name in r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1 and not out.exists()
 
 
 def test_files_get_the_umask_mode(tmp_path):

@@ -12,6 +12,10 @@ from conftest import run_bertctl
     (["eval"], "Missing argument"),
     (["tokenize", "--out", "o", "--vocab-size", "many"], "'--vocab-size'"),
     (["finetune", "m", "d", "--out", "o", "--no-such-flag"], "--no-such-flag"),
+    # #26 item 9: no float setting means anything at inf or NaN
+    (["pretrain", "d", "--out", "o", "--steps", "2", "--lr", "inf"],
+     "setting 'lr' = inf: Input should be a finite number"),
+    (["finetune", "m", "d", "--out", "o", "--warmup", "nan"], "setting 'warmup' = nan"),
 ])
 def test_usage_errors_are_one_line(tmp_path, args, needle):
     r = run_bertctl(*args, cwd=tmp_path, timeout=60)
