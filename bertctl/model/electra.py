@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertctl.model.bert import ACTIVATIONS, BertConfig, BertLayer, attention_bias, init_bert_weights
+from bertctl.model.bert import ACTIVATIONS, BertConfig, BertLayer, attention_bias
 from bertctl.model.heads import HEADS, IGNORE_INDEX, BertWithHead
 
 GENERATOR_SIZE = 0.25      # the paper's best generator: 1/4 to 1/2 of the discriminator
@@ -105,7 +105,12 @@ class BertForElectraPreTraining(BertWithHead):
     @classmethod
     def kwargs_from_hf(cls, hf_config: dict[str, Any]) -> dict[str, Any]:
         saved = hf_config.get("bertctl_electra")
-        return dict(saved) if isinstance(saved, dict) else {}
+        if not isinstance(saved, dict):
+            return {}
+        # Only what this class takes, as positive numbers: config.json may have been edited.
+        return {k: float(v) for k, v in saved.items()
+                if k in ("generator_size", "discriminator_weight")
+                and isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < 1e6}
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None, labels: torch.Tensor | None = None,
