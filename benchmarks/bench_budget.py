@@ -126,20 +126,24 @@ def hf_pretrain(tokenizer_json: Path, corpus: Path, out: Path, budget: float, th
     config = BertConfig(vocab_size=len(tok), hidden_size=256, num_hidden_layers=4,
                         num_attention_heads=4, intermediate_size=1024,
                         max_position_embeddings=512)
-    model = BertForMaskedLM(config)
     collator = DataCollatorForLanguageModeling(tok, mlm_probability=0.15)
-    decay = [p for nm, p in model.named_parameters() if p.ndim > 1]
-    rest = [p for nm, p in model.named_parameters() if p.ndim <= 1]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
-                             {"params": rest, "weight_decay": 0.0}], lr=LR)
-    gen = torch.Generator().manual_seed(seed)
-    order = torch.randperm(n, generator=gen)
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
 
     def batch_at(step):
         idx = order[(step * BATCH + torch.arange(BATCH)) % n]
         return collator([{"input_ids": b} for b in blocks[idx]])
 
-    def one_step(b):
+    def fresh(schedule):
+        """The model at its seeded initial weights, AdamW (no decay on biases and LayerNorm)
+        and a schedule."""
+        torch.manual_seed(seed)
+        model = BertForMaskedLM(config).train()
+        groups = [{"params": [p for p in model.parameters() if p.ndim > 1], "weight_decay": 0.01},
+                  {"params": [p for p in model.parameters() if p.ndim <= 1], "weight_decay": 0.0}]
+        opt = torch.optim.AdamW(groups, lr=LR)
+        return model, opt, schedule(opt)
+
+    def one_step(model, opt, sched, b):
         loss = model(**b).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -148,28 +152,22 @@ def hf_pretrain(tokenizer_json: Path, corpus: Path, out: Path, budget: float, th
         opt.zero_grad(set_to_none=True)
         return loss.item()
 
-    model.train()
-    # The user picks a step count: ours is what its first steps' speed says fits the budget.
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.0)   # probe: no update
-    for s in range(3):        # the first steps are slower (allocations): untimed
-        one_step(batch_at(s))
+    # The user picks a step count: ours is what its first steps' speed says fits the budget
+    # (a probe at lr 0; the first steps are slower, allocations: untimed).
+    probe = fresh(lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.0))
+    for s in range(3):
+        one_step(*probe, batch_at(s))
     start = time.perf_counter()
     for s in range(3, 13):
-        one_step(batch_at(s))
+        one_step(*probe, batch_at(s))
     per_step = (time.perf_counter() - start) / 10
     total = max(1, int(budget / per_step))
-    sched = get_linear_schedule_with_warmup(opt, int(WARMUP * total), total)
-    torch.manual_seed(seed)
-    model = BertForMaskedLM(config)   # fresh weights after the probe
-    decay = [p for nm, p in model.named_parameters() if p.ndim > 1]
-    rest = [p for nm, p in model.named_parameters() if p.ndim <= 1]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
-                             {"params": rest, "weight_decay": 0.0}], lr=LR)
-    sched = get_linear_schedule_with_warmup(opt, int(WARMUP * total), total)
-    model.train()
+    del probe
+    model, opt, sched = fresh(lambda opt: get_linear_schedule_with_warmup(
+        opt, int(WARMUP * total), total))
     start, step, losses = time.perf_counter(), 0, []
     while step < total and time.perf_counter() - start < budget:
-        losses.append(one_step(batch_at(step)))
+        losses.append(one_step(model, opt, sched, batch_at(step)))
         step += 1
     elapsed = time.perf_counter() - start
     model.save_pretrained(out)

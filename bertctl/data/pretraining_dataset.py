@@ -89,13 +89,14 @@ def read_pretraining_info(path: str | Path) -> PretrainingDataInfo:
             for k in _COUNTS:
                 totals[k] += s["splits"][split]["stats"].get(k, 0)
         stats[split] = finish_stats(totals, nsp, static)
-        shards[split] = [n for s in summaries for n in s["splits"][split]["shards"]]
+        shards[split] = []
         for f, s in zip(files, summaries):
             for name in s["splits"][split]["shards"]:
                 # A shard is named by the builder, never a path: nothing else may be read.
                 if not (isinstance(name, str) and _SHARD_NAME.fullmatch(name)):
                     raise BertctlError(f"{f}: shard {name!r} is not a shard name of this "
                                        f"artifact (a path, or a file elsewhere, is refused)")
+                shards[split].append(name)
     v = first["vocab"]
     return PretrainingDataInfo(path, settings, v["size"], v["special_ids"], v["token_dtype"],
                                count, stats, shards)

@@ -21,6 +21,8 @@ OPTIONS = ("generator_size", "discriminator_weight")
 
 class Objective:
     name: ClassVar[str]
+    # Why `load_for_evaluation` refuses a checkpoint without all of the model's weights.
+    needs: ClassVar[str] = "its metrics need all of its model's weights"
     # Which of OPTIONS this objective reads.
     options: ClassVar[tuple[str, ...]] = ()
     # How --help and the docs name it.
@@ -71,6 +73,11 @@ class Objective:
         raise NotImplementedError
 
     def load_for_evaluation(self, source, dataset) -> tuple[Any, dict[str, Any]]:
-        """(the model, options for `evaluate`) for `bertctl eval MODEL PRETRAIN_DATA`; a clear
-        error for a checkpoint that cannot be scored by this objective."""
-        raise NotImplementedError
+        """(the model, options for `evaluate`) for `bertctl eval MODEL PRETRAIN_DATA`: the
+        checkpoint as this objective's model, refused when it lacks any of its weights."""
+        model, report = source.load(self.model_class())
+        missing = report.missing + report.mismatched
+        if missing:
+            raise BertctlError(f"{source.path}: the checkpoint has no weights for "
+                               f"{', '.join(missing[:3])}; {self.needs}")
+        return model, {}

@@ -12,11 +12,12 @@ import torch
 import torch.nn.functional as F
 
 from bertctl import hardware
-from bertctl.data.collate import length_grouped_batches, without_full_mask
+from bertctl.data.collate import without_full_mask
 from bertctl.errors import BertctlError
 from bertctl.evaluation import inference
 from bertctl.objectives.base import Objective
 from bertctl.objectives.registry import register
+from bertctl.objectives.scoring import validation_batches
 from bertctl.train import distributed as dist
 
 # Validation samples with this seed, so two evaluations of one model agree.
@@ -34,6 +35,7 @@ class Electra(Objective):
     title = "Replaced-token detection (ELECTRA)"
     architecture = "BertForElectraPreTraining"
     nsp_data = False
+    needs = "ELECTRA metrics need its generator and discriminator head"
     options = ("generator_size", "discriminator_weight")
 
     def check_data(self, info, where: str) -> None:
@@ -59,15 +61,8 @@ class Electra(Objective):
                  progress=None):
         """The generator's masked-LM loss and accuracy, the discriminator's loss (mean over
         real tokens), accuracy and the share of tokens replaced, with seeded samples."""
-        import numpy as np
-
         device = torch.device(device)
-        n = len(dataset)
-        subset = np.arange(n)
-        if max_batches is not None and max_batches * batch_size < n:
-            subset = np.sort(np.random.default_rng(0).permutation(n)[:max_batches * batch_size])
-        batches = length_grouped_batches(np.asarray(dataset.lengths)[subset], batch_size,
-                                         seed=None)[dist.rank()::dist.world_size()]
+        subset, batches = validation_batches(dataset, batch_size, max_batches)
         sums = torch.zeros(7, dtype=torch.float64)
         sampler = torch.Generator(device).manual_seed(_SAMPLE_SEED)
         with inference(model, device, precision):
@@ -95,15 +90,6 @@ class Electra(Objective):
                 "disc_accuracy": s[4] / s[5] if s[5] else nan,
                 "replaced_share": s[6] / s[5] if s[5] else nan,
                 "examples": len(subset), "masked_tokens": int(s[2])}
-
-    def load_for_evaluation(self, source, dataset):
-        model, report = source.load(self.model_class())
-        missing = report.missing + report.mismatched
-        if missing:
-            raise BertctlError(f"{source.path}: the checkpoint has no weights for "
-                               f"{', '.join(missing[:3])}; ELECTRA metrics need its generator "
-                               f"and discriminator head")
-        return model, {}
 
 
 ELECTRA = register(Electra())

@@ -6,7 +6,6 @@ transformers loads as such; its encoder fine-tunes as any BERT's."""
 
 from __future__ import annotations
 
-from bertctl.errors import BertctlError
 from bertctl.objectives.base import Objective
 from bertctl.objectives.registry import register
 from bertctl.objectives.scoring import evaluate_pretraining, pretraining_step_metrics
@@ -17,6 +16,7 @@ class MaskedLM(Objective):
     title = "Masked LM alone (RoBERTa)"
     architecture = "BertForMaskedLM"
     nsp_data = False
+    needs = "masked-LM metrics need its masked-LM head (cls.predictions)"
 
     def step_metrics(self, outputs, batch):
         return pretraining_step_metrics(outputs, batch)
@@ -25,15 +25,6 @@ class MaskedLM(Objective):
                  progress=None):
         return evaluate_pretraining(model, dataset, batch_size, device, precision, max_batches,
                                     nsp=False, progress=progress)
-
-    def load_for_evaluation(self, source, dataset):
-        model, report = source.load(self.model_class())
-        missing = report.missing + report.mismatched
-        if missing:
-            raise BertctlError(f"{source.path}: the checkpoint has no weights for "
-                               f"{', '.join(missing[:3])}; masked-LM metrics need its "
-                               f"masked-LM head (cls.predictions)")
-        return model, {}
 
 
 MLM = register(MaskedLM())

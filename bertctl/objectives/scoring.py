@@ -31,19 +31,11 @@ def evaluate_pretraining(model: torch.nn.Module, dataset, batch_size: int,
     next-sentence scoring (a checkpoint without the NSP head); None scores it if the data has it.
     """
     device = torch.device(device)
-    n = len(dataset)
-    lengths = np.asarray(dataset.lengths)
-    subset = np.arange(n)
-    if max_batches is not None and max_batches * batch_size < n:
-        subset = np.sort(np.random.default_rng(0).permutation(n)[:max_batches * batch_size])
+    subset, batches = validation_batches(dataset, batch_size, max_batches)
     nsp = bool(getattr(dataset, "nsp", False)) and nsp is not False
     mlm_sum = mlm_correct = 0.0
     mlm_count = 0
     nsp_sum = nsp_correct = 0.0
-    # Under torchrun each rank scores every world-th batch and the sums are added over ranks
-    # (every rank must call this); a single process scores them all.
-    batches = length_grouped_batches(lengths[subset], batch_size, seed=None)
-    batches = batches[dist.rank()::dist.world_size()]
     with inference(model, device, precision):
         for local in batches:
             indices = subset[local]
@@ -80,6 +72,20 @@ def evaluate_pretraining(model: torch.nn.Module, dataset, batch_size: int,
     result["examples"] = examples
     result["masked_tokens"] = mlm_count
     return result
+
+
+def validation_batches(dataset, batch_size: int, max_batches: int | None
+                       ) -> tuple[np.ndarray, list[np.ndarray]]:
+    """(the instances scored, this rank's batches of positions into them): all instances, or a
+    fixed random subset of max_batches * batch_size (the same every call, so values compare
+    across a run), grouped by length. Under torchrun each rank scores every world-th batch and
+    the sums are added over ranks (every rank must score); a single process scores them all."""
+    n = len(dataset)
+    subset = np.arange(n)
+    if max_batches is not None and max_batches * batch_size < n:
+        subset = np.sort(np.random.default_rng(0).permutation(n)[:max_batches * batch_size])
+    batches = length_grouped_batches(np.asarray(dataset.lengths)[subset], batch_size, seed=None)
+    return subset, batches[dist.rank()::dist.world_size()]
 
 
 def _accuracy(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -202,26 +202,28 @@ def series(run: Run, split: str, key: str, x: str = "step") -> tuple[list[float]
     return [p[0] for p in points], [p[1] for p in points]
 
 
+def _lines(runs: list[Run], split: str, key: str, x: str, prefix: str) -> list[plots.Line]:
+    """One line per run that has points of this curve (against `x`)."""
+    lines = []
+    for run in runs:
+        xs, ys = series(run, split, key, x)
+        if xs:
+            lines.append(plots.Line(f"{prefix}-{split}-{key}-{run.index}", run.label, xs, ys))
+    return lines
+
+
 def curves(runs: list[Run], groups: list[list[Run]]) -> str:
     with_history = [r for r in runs if r.history]
     if not with_history:
         return ""
     figures = []
     for split, key in curve_keys(with_history):
-        lines = []
-        for run in with_history:
-            x, y = series(run, split, key)
-            if x:
-                lines.append(plots.Line(f"line-{split}-{key}-{run.index}", run.label, x, y))
+        lines = _lines(with_history, split, key, "step", "line")
         figures.append(_figure(f"curve-{split}-{key}", f"{split}: {key}", lines))
         # The loss and validation against wall-clock time too: runs of different speed compare
         # by what they reached in the same time, not in the same number of steps.
         if key == "loss" or split != "train":
-            timed = []
-            for run in with_history:
-                x, y = series(run, split, key, "elapsed_s")
-                if x:
-                    timed.append(plots.Line(f"time-{split}-{key}-{run.index}", run.label, x, y))
+            timed = _lines(with_history, split, key, "elapsed_s", "time")
             if timed:
                 figures.append(_figure(f"curve-time-{split}-{key}", f"{split}: {key} by time",
                                        timed, "seconds"))
