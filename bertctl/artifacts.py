@@ -24,27 +24,16 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 import bertctl
 from bertctl import settings as settings_mod
-from bertctl import locks, placement
+from bertctl import locks, placement, signals
 from bertctl.settings import StageConfig
 from bertctl.errors import BertctlError, IntegrityError
+from bertctl.identity import (REVISIONS, SCHEMA_VERSIONS, compute_id,  # noqa: F401
+                              lineage_problem)
 
 FORMAT = "bertctl-artifact"
 MANIFEST = "artifact.json"
 Kind = Literal["tokenizer", "pretrain-data", "model", "eval", "report", "embeddings",
-               "glue-summary"]
-# The layout version of each kind this code writes and can read. Bump one when its files change
-# in a way older readers would misread.
-SCHEMA_VERSIONS: dict[str, int] = {"tokenizer": 1, "pretrain-data": 1, "model": 1, "eval": 1,
-                                   "report": 1, "embeddings": 1, "glue-summary": 1}
-# Raised when the code makes a different output from the same settings and inputs (the schema,
-# what the files look like, stays), so an artifact made before is not taken as up to date.
-# pretrain-data 2: masked positions sampled per prediction; model 2: length-grouping windows of 8;
-# model 3: step 1 trains the order's first batch; model 4: CPU dropout masks from 64-bit draws
-# (model.dropout), another random stream. Not a revision: finetune's group_by_length
-# default turning off (#10), since the id hashes the resolved setting (a default run gets a new id,
-# an artifact made grouped keeps its own, still what the code makes from its settings); nor
-# finetune's `pack` (on by default), a new setting that every id made since hashes.
-REVISIONS: dict[str, int] = {"pretrain-data": 2, "model": 4}
+               "glue-summary", "export"]
 
 
 class FileEntry(BaseModel):
@@ -148,20 +137,6 @@ def file_input(path: str | os.PathLike, role: str) -> InputRef:
         raise BertctlError(f"{path}: cannot read: {exc.strerror}") from None
 
 
-def compute_id(kind: str, config: dict[str, Any], inputs: list[InputRef]) -> str:
-    """Hash of what determines the output. Input paths are left out on purpose: the same
-    content read from elsewhere is the same artifact."""
-    payload = {
-        "kind": kind,
-        "schema_version": SCHEMA_VERSIONS[kind],
-        **({"revision": REVISIONS[kind]} if kind in REVISIONS else {}),
-        "config": config,
-        "inputs": sorted([i.role, i.kind, i.id] for i in inputs),
-    }
-    blob = json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()
-    return hashlib.sha256(blob).hexdigest()[:16]
-
-
 def environment() -> dict[str, Any]:
     env: dict[str, Any] = {"python": platform.python_version(), "platform": platform.platform()}
     for name in ("torch", "tokenizers", "numpy"):
@@ -203,17 +178,20 @@ def read_manifest(path: str | os.PathLike) -> Manifest:
 
 
 def read_artifact(path: str | os.PathLike, kinds: str | tuple[str, ...] | None = None, *,
-                  check_files: bool = True) -> Artifact:
+                  check_files: bool = True, check_lineage: bool = True) -> Artifact:
     """Read an artifact, checking its kind against `kinds`, its schema version against what
     this bertctl understands and (`check_files`, for a stage that reads them) that every file
     its manifest lists is a plain file inside it: a symbolic link or a name resolving elsewhere
     would read bytes that were never checksummed. `inspect` and `diff` read the manifest only
-    (inspect --verify reports such files itself)."""
+    (inspect --verify reports such files itself). `check_lineage`: that the manifest's id, and
+    every ancestor's id it records, is what its recorded settings and inputs give (inspect,
+    which shows an edited manifest and reports it with --verify, reads without)."""
     path = Path(path)
     manifest = read_manifest(path)
     wanted = (kinds,) if isinstance(kinds, str) else kinds
     if wanted and manifest.kind not in wanted:
-        raise BertctlError(f"{path}: is a {manifest.kind} artifact, expected "
+        article = "an" if manifest.kind[0] in "aeiou" else "a"
+        raise BertctlError(f"{path}: is {article} {manifest.kind} artifact, expected "
                            f"{' or '.join(wanted)}")
     supported = SCHEMA_VERSIONS.get(manifest.kind)
     if supported is None:
@@ -222,6 +200,9 @@ def read_artifact(path: str | os.PathLike, kinds: str | tuple[str, ...] | None =
         raise BertctlError(f"{path}: {manifest.kind} schema version {manifest.schema_version} is "
                            f"newer than this bertctl {bertctl.__version__} reads "
                            f"({supported}); upgrade bertctl")
+    problem = lineage_problem(manifest) if check_lineage else None
+    if problem:
+        raise BertctlError(f"{path / MANIFEST}: {problem}")
     if check_files:
         for name in manifest.files:
             problem = _outside_problem(path, path / name)
@@ -246,8 +227,30 @@ def _outside_problem(root: Path, path: Path) -> str | None:
 
 
 def verify(artifact: Artifact) -> list[str]:
-    """Recompute every file's checksum. Returns the problems, one line each (empty: all good)."""
+    """Recompute every file's checksum and the manifest's id, and compare each artifact input
+    still present where it was read with the id recorded for it. Returns the problems, one line
+    each (empty: all good). File inputs (corpora, task data) are not rehashed: a corpus may be
+    100 GB, and its hash was taken when it was read."""
     problems = []
+    lineage = lineage_problem(artifact.manifest)
+    if lineage:
+        problems.append(f"{artifact.path / MANIFEST}: {lineage}")
+    for ref in artifact.manifest.inputs:
+        parent = Path(ref.path)
+        if ref.kind == "file" or not (parent / MANIFEST).is_file():
+            continue
+        try:
+            now = read_manifest(parent)
+        except BertctlError as exc:
+            problems.append(f"its {ref.role} input: {exc}")
+            continue
+        if now.id != ref.id or now.kind != ref.kind:
+            problems.append(f"{parent}: its {ref.role} input there is now {now.kind} artifact "
+                            f"{now.id}, not the {ref.kind} {ref.id} it was made from")
+        else:
+            problem = lineage_problem(now)
+            if problem:
+                problems.append(f"{parent / MANIFEST} (its {ref.role} input): {problem}")
     for name, entry in sorted(artifact.manifest.files.items()):
         path = artifact.path / name
         outside = _outside_problem(artifact.path, path)
@@ -329,6 +332,11 @@ def check_out(out: Path, kind: str, artifact_id: str, force: bool) -> Manifest |
         if force:
             return None
         raise BertctlError(f"{exc} (pass --force to replace it)") from None
+    edited = lineage_problem(existing)
+    if edited:
+        if force:
+            return None
+        raise BertctlError(f"{out / MANIFEST}: {edited}; pass --force to replace it")
     if existing.kind != kind:
         if force:
             return None
@@ -395,10 +403,13 @@ def _produce(kind, recorded, artifact_id, out_path, inputs, build, force) -> Out
             created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             bertctl_version=bertctl.__version__, config=recorded, inputs=inputs,
             files=_hash_files(tmp), environment=environment(), stats=stats, metrics=metrics)
-        (tmp / MANIFEST).write_text(manifest.model_dump_json(indent=2) + "\n", encoding="utf-8")
-        placement.replace(tmp, out_path)
+        with signals.deferred():   # published whole, or not at all
+            (tmp / MANIFEST).write_text(manifest.model_dump_json(indent=2) + "\n",
+                                        encoding="utf-8")
+            placement.replace(tmp, out_path)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        with signals.deferred():
+            shutil.rmtree(tmp, ignore_errors=True)
         raise
     return Outcome(manifest=manifest, path=str(out_path), up_to_date=False)
 

@@ -26,6 +26,7 @@ EMBEDDINGS = "Embeddings"
 
 
 class TokenizeSettings(StageConfig):
+    produces: ClassVar[str | None] = "tokenizer"
     vocab_size: int = Field(30522, ge=1, description="Vocabulary size, special and [unused] "
                             "tokens included.", json_schema_extra=meta(TOKENIZER))
     cased: bool = Field(False, description="Keep case and accents (a cased model) instead of "
@@ -46,6 +47,7 @@ class TokenizeSettings(StageConfig):
 
 
 class BuildPretrainDataSettings(PretrainingDataSettings):
+    produces: ClassVar[str | None] = "pretrain-data"
     num_shards: int = Field(1, ge=1, description="Split the build into this many slices (for a "
                             "cluster's job array); combine them with --combine.",
                             json_schema_extra=meta(RUNTIME))
@@ -65,6 +67,7 @@ class BuildPretrainDataSettings(PretrainingDataSettings):
 
 
 class PretrainSettings(TrainingSettings):
+    produces: ClassVar[str | None] = "model"
     objective: str = Field("bert", description="The pretraining objective, from the registry "
                            "(bertctl/objectives): bert is masked LM + next-sentence prediction "
                            "as the paper (masked LM alone on data built with --no-nsp); mlm is "
@@ -196,6 +199,8 @@ class EvalSettings(TaskSettings, InferenceSettings):
     """`bertctl eval`: the task settings (read from the model's task file unless given) plus
     how to run. The label list always comes from the model."""
 
+    produces: ClassVar[str | None] = "eval"
+
     labels: list[str] | None = Field(None, description="Label names in index order, for a "
                                      "model whose config.json has only LABEL_0... placeholders; "
                                      "must agree with the model's own names otherwise.",
@@ -214,6 +219,7 @@ class EvalSettings(TaskSettings, InferenceSettings):
 
 
 class FinetuneSettings(TrainingSettings, TaskSettings):
+    produces: ClassVar[str | None] = "model"
     epochs: float | None = Field(3, gt=0, description="Passes over the training data (the "
                                  "paper: 2 to 4).", json_schema_extra=meta(TRAINING))
     batch_size: int = Field(32, ge=1, description="Examples per optimizer step, over all "
@@ -284,12 +290,16 @@ class FinetuneSettings(TrainingSettings, TaskSettings):
 class ReportSettings(StageConfig):
     """`bertctl report`: the page shows its input artifacts; these only label it."""
 
+    produces: ClassVar[str | None] = "report"
+
     title: str | None = Field(None, description="The page's title; unset: named after the "
                               "artifacts shown.", json_schema_extra=meta("Report"))
 
 
 class EmbedSettings(InferenceSettings):
     """`bertctl embed`: a frozen encoder's hidden states as vectors (see bertctl/embeddings.py)."""
+
+    produces: ClassVar[str | None] = "embeddings"
 
     text_column: list[str] | None = Field(None, description="Tables: the text column (twice "
                                           "for sentence pairs); a plain text file has one item "
@@ -328,3 +338,40 @@ class EmbedSettings(InferenceSettings):
 
 class GlueSummarySettings(StageConfig):
     """`bertctl glue-summary`: everything it shows comes from the eval artifacts given."""
+
+    produces: ClassVar[str | None] = "glue-summary"
+
+
+EXPORT = "Export"
+
+
+class ExportSettings(StageConfig):
+    """`bertctl export`: a model as an ONNX graph for onnxruntime (see bertctl/onnx_model.py)."""
+
+    produces: ClassVar[str | None] = "export"
+
+    encoder: bool = Field(False, description="Export the bare encoder (every hidden state, for "
+                          "`embed`) instead of the model's task head. A model without a task "
+                          "(a pretrained one) always exports its encoder.",
+                          json_schema_extra=meta(EXPORT))
+    quantize: Literal["none", "int8"] = Field("none", description="int8: dynamic quantization "
+                                              "of the matrix multiplications' weights (the "
+                                              "activations are quantized at run time).",
+                                              json_schema_extra=meta(EXPORT))
+    per_channel: bool = Field(True, description="With --quantize int8: one scale per output "
+                              "channel of each weight instead of one per weight.",
+                              json_schema_extra=meta(EXPORT))
+    optimize: bool = Field(True, description="Apply onnxruntime's transformer graph fusions "
+                           "(layer norm with the residual add, bias with GELU) before "
+                           "quantizing.", json_schema_extra=meta(EXPORT))
+    opset: int = Field(18, ge=18, le=23, description="The ONNX opset (the exporter's lowest "
+                       "is 18).", json_schema_extra=meta(EXPORT))
+    max_drop: float = Field(1.0, ge=0, description="With --check: the most the export may lose "
+                            "on the model's main metric, in points (0.01 of accuracy or F1 is "
+                            "one point); beyond it the exit code is 3, the artifact written.",
+                            json_schema_extra=meta(EVALUATION))
+    batch_size: int = Field(64, ge=1, description="With --check: examples per forward pass.",
+                            json_schema_extra=_RUN)
+    threads: int | None = Field(None, ge=1, description="CPU threads; unset: OMP_NUM_THREADS "
+                                "if set, else the cores this process may use.",
+                                json_schema_extra=_RUN)

@@ -38,8 +38,12 @@ class WorkerDied(BertctlError):
     exit_code = 1
 
 
-# torch's zip writer reports a short write as a RuntimeError with these words, not as ENOSPC.
+# torch's zip writer reports a short write as a RuntimeError with these words, not as ENOSPC;
+# the Rust writers (tokenizers' save, safetensors) as their own exception types, whose message
+# carries the OS error's text or its Rust kind.
 _SHORT_WRITE = ("unexpected pos", "file write failed", "PytorchStreamWriter failed")
+_RUST_FULL = ("No space left on device", "StorageFull", "Disk quota exceeded",
+              "QuotaExceeded")
 
 
 def is_disk_full(exc: BaseException) -> bool:
@@ -47,4 +51,6 @@ def is_disk_full(exc: BaseException) -> bool:
 
     if isinstance(exc, OSError):
         return exc.errno in (errno.ENOSPC, errno.EDQUOT)
-    return isinstance(exc, RuntimeError) and any(m in str(exc) for m in _SHORT_WRITE)
+    if isinstance(exc, RuntimeError) and any(m in str(exc) for m in _SHORT_WRITE):
+        return True
+    return isinstance(exc, Exception) and any(m in str(exc) for m in _RUST_FULL)

@@ -189,10 +189,47 @@ def _inputs_differences(where: str, a: list[InputRef], b: list[InputRef]) -> lis
     return out
 
 
+def _derivation(a: Manifest, b: Manifest) -> list[Difference] | None:
+    """When B was made from A (A is in B's lineage: a model and its export, its eval): the
+    stages from A to B, each with its settings and its other inputs, rather than a comparison
+    of two trees that share nothing but A."""
+    steps: list[tuple[str, InputRef]] = []
+
+    def search(inputs: list[InputRef], where: str) -> bool:
+        for ref in inputs:
+            if ref.id == a.id:
+                return True
+            node = f"{where}/{ref.role}" if where else ref.role
+            if search(ref.inputs, node):
+                steps.append((node, ref))
+                return True
+        return False
+
+    if a.id == b.id or not search(b.inputs, ""):
+        return None
+    out = [Difference("", "lineage", f"{a.kind} {a.id} (an ancestor)", f"{b.kind} {b.id}")]
+    for where, node in [("", None), *reversed(steps)]:
+        config, inputs = (b.config, b.inputs) if node is None else (node.config, node.inputs)
+        out += [Difference(where, f"settings.{k}", ABSENT, v)
+                for k, v in sorted((config or {}).items())]
+        out += [Difference(f"{where}/{r.role}" if where else r.role, "input", ABSENT,
+                           _describe(r))
+                for r in inputs if r.id != a.id and r not in [n for _, n in steps]]
+    return out + _mapping_differences("", "environment.", a.environment, b.environment)
+
+
 def differences(a: Manifest, b: Manifest) -> list[Difference]:
     """What differs between two artifacts' lineages: kinds, settings at every level, inputs by
     content hash, the bertctl versions and environments that made them. Ids are derived from
-    the rest, so an id is listed only where nothing else explains it."""
+    the rest, so an id is listed only where nothing else explains it. Where one was made from
+    the other, the stages between them (`_derivation`)."""
+    derived = _derivation(a, b)
+    if derived is None:
+        reverse = _derivation(b, a)
+        derived = None if reverse is None else [
+            Difference(d.where, d.what, d.b, d.a) for d in reverse]
+    if derived is not None:
+        return derived
     out = []
     if a.kind != b.kind:
         out.append(Difference("", "kind", a.kind, b.kind))

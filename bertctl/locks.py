@@ -21,6 +21,7 @@ import socket
 from collections.abc import Iterator
 from pathlib import Path
 
+from bertctl import signals
 from bertctl.errors import BertctlError
 
 _held: set[Path] = set()       # outputs this process holds (a stage nests produce in a run)
@@ -68,12 +69,13 @@ def output_lock(out: Path) -> Iterator[None]:
         _held.add(out)
         yield
     finally:
-        _held.discard(out)
-        with contextlib.suppress(OSError):
-            info.unlink()
-            if removable:     # removed while still locked; see _acquire for the waiters
-                path.unlink()
-        lock.release()
+        with signals.deferred():   # a SIGTERM now would leave the lock file behind
+            _held.discard(out)
+            with contextlib.suppress(OSError):
+                info.unlink()
+                if removable:     # removed while still locked; see _acquire for the waiters
+                    path.unlink()
+            lock.release()
 
 
 def _acquire(lock, path: Path, timeout: float) -> bool:

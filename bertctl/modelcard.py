@@ -187,3 +187,54 @@ def write(tmp: Path, artifact_id: str, out_path: Path, config: dict[str, Any],
                      metrics=stats.get("metrics", {}))
     text = render(draft, out_path.resolve(), _history(tmp))
     (tmp / README).write_text(text, encoding="utf-8")
+
+
+def render_export(stats: dict[str, Any], config: dict[str, Any]) -> str:
+    """The model card of an export artifact: what the graph is and, after --check, the
+    quality it kept and the latency it gained, measured."""
+    onnx, check = stats["onnx"], stats.get("check")
+    quant = (f"int8 dynamic ({'per channel' if onnx.get('per_channel') else 'per tensor'})"
+             if onnx["quantize"] == "int8" else "none (fp32)")
+    axes = "batch x choices x sequence" if onnx.get("input_rank") == 3 else "batch x sequence"
+    fused = ", ".join(f"{k} {v}" for k, v in (onnx.get("fused") or {}).items()) or "none"
+    lines = [f"# ONNX export of {onnx['graph']} {stats.get('model_id', '')}".rstrip(), "",
+             f"A bertctl export artifact made by `bertctl export` (bertctl {bertctl.__version__})"
+             f" from the model at {stats.get('model')}. Its lineage is in `artifact.json`; this "
+             f"card is written from it.", "", "## The graph", "",
+             *_table([("file", "model.onnx"), ("opset", onnx["opset"]),
+                      ("inputs", f"{', '.join(onnx['inputs'])} (int64, {axes})"),
+                      ("outputs", ", ".join(onnx["outputs"])), ("quantization", quant),
+                      ("fused operators", fused), ("bytes", onnx["bytes"])], ("fact", "value"))]
+    if check:
+        lat = check["latency_ms"]
+        rows = [(f"{check['metric']} on {Path(check['data']).name} ({check['examples']:,} "
+                 f"examples)", check["pytorch_value"], check["export_value"]),
+                (f"latency at batch 1, median ms ({lat['threads']} threads)",
+                 lat["pytorch"]["median"], lat["export"]["median"]),
+                ("latency at batch 1, p95 ms", lat["pytorch"]["p95"], lat["export"]["p95"])]
+        diffs = ", ".join(f"{k} {_num(v)}" for k, v in check["max_abs_diff"].items())
+        lines += ["## Checked against the PyTorch model", "",
+                  "| | PyTorch fp32 | this export |", "|---|---|---|",
+                  *[f"| {a} | {_num(b)} | {_num(c)} |" for a, b, c in rows], "",
+                  f"Drop: {_num(check['drop_points'])} points (allowed: "
+                  f"{_num(config.get('max_drop'))}). Predictions agreeing: "
+                  f"{'n/a (scores)' if check['agreement'] is None else _num(check['agreement'])}"
+                  f". Largest output difference: {diffs}.", ""]
+    else:
+        lines += ["Not checked: `bertctl export MODEL --check DEV_FILE` measures the quality "
+                  "it keeps and its latency.", ""]
+    lines += ["## Running it", "", "```python", "import onnxruntime, numpy as np",
+              "from tokenizers import Tokenizer", "",
+              "session = onnxruntime.InferenceSession('model.onnx')",
+              "enc = Tokenizer.from_file('tokenizer.json').encode('a sentence')",
+              "feeds = {'input_ids': np.array([enc.ids]), 'attention_mask': "
+              "np.array([enc.attention_mask]),",
+              "         'token_type_ids': np.array([enc.type_ids])}",
+              "names = [o.name for o in session.get_outputs()]",
+              f"outputs = dict(zip(names, session.run(None, feeds)))  # {onnx['outputs'][0]}, ...",
+              "```", ""]
+    return "\n".join(lines)
+
+
+def write_export(tmp: Path, stats: dict[str, Any], config: dict[str, Any]) -> None:
+    (tmp / README).write_text(render_export(stats, config), encoding="utf-8")

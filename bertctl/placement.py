@@ -4,6 +4,7 @@ artifact being replaced, a training run's directory), and the atomic replace."""
 
 from __future__ import annotations
 
+import glob
 import os
 import shutil
 import uuid
@@ -16,6 +17,9 @@ if TYPE_CHECKING:
     from bertctl.artifacts import InputRef
 
 TMP_MARK = ".tmp-"
+# The longest hidden sibling's name is the artifact's plus this many characters
+# (`.NAME.tmp-PID-old-XXXXXXXX`, PID up to 7 digits).
+SIBLING_EXTRA = 26
 
 
 def resolve_out(out: str | os.PathLike, artifact_id: str) -> Path:
@@ -33,6 +37,11 @@ def check_out_is_apart(out: Path, inputs: list["InputRef"]) -> None:
     parents (`.`, `..`, `/`, or a path to them). Paths are compared resolved, links followed."""
     if not str(out).strip():
         raise BertctlError("--out is empty: name the artifact directory to write")
+    name_max = _name_max(Path(out).absolute().parent)
+    if len(os.fsencode(Path(out).name)) + SIBLING_EXTRA > name_max:
+        raise BertctlError(f"--out {out}: its name is too long (at most "
+                           f"{name_max - SIBLING_EXTRA} bytes here: the run writes hidden "
+                           f"siblings with longer names beside it)")
     target = Path(os.path.realpath(out))
     if _within(Path(os.path.realpath(os.getcwd())), target):
         raise BertctlError(f"--out {out}: is the working directory or one of its parents; "
@@ -50,6 +59,15 @@ def check_out_is_apart(out: Path, inputs: list["InputRef"]) -> None:
                            f"writing there could destroy it: choose another directory")
 
 
+def _name_max(directory: Path) -> int:
+    while not directory.exists() and directory != directory.parent:
+        directory = directory.parent
+    try:
+        return os.pathconf(directory, "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):
+        return 255
+
+
 def work_dir(out_path: Path, artifact_id: str) -> Path:
     """A hidden sibling for state that must outlive a crash (training checkpoints), keyed by
     the id so that rerunning the same command finds it and a changed one does not."""
@@ -58,16 +76,25 @@ def work_dir(out_path: Path, artifact_id: str) -> Path:
 
 def remove_stale_tmp(out: Path) -> None:
     """Temporary siblings left by a killed run (SIGKILL leaves no chance to clean up)."""
-    for tmp in out.parent.glob(f".{out.name}{TMP_MARK}*"):
-        try:
-            pid = int(tmp.name.rsplit("-", 2)[-2])
+    prefix = f".{out.name}{TMP_MARK}"
+    for tmp in out.parent.glob(f"{glob.escape(prefix)}*"):
+        try:   # .NAME.tmp-PID-XXXXXXXX (a new artifact) or .NAME.tmp-PID-old-XXXXXXXX (an old)
+            pid = int(tmp.name[len(prefix):].split("-")[0])
             os.kill(pid, 0)  # the writer is still alive: leave its directory alone
         except (ValueError, IndexError):
             continue
         except ProcessLookupError:
-            shutil.rmtree(tmp, ignore_errors=True)
+            _remove(tmp)
         except PermissionError:
             continue
+
+
+def _remove(path: Path) -> None:
+    """A directory, or the symbolic link an --out was (never the directory it points to)."""
+    if path.is_symlink():
+        path.unlink(missing_ok=True)
+    else:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def replace(tmp: Path, out: Path) -> None:
@@ -79,4 +106,4 @@ def replace(tmp: Path, out: Path) -> None:
     old = out.parent / f".{out.name}{TMP_MARK}{os.getpid()}-old-{uuid.uuid4().hex[:8]}"
     os.replace(out, old)
     os.replace(tmp, out)
-    shutil.rmtree(old, ignore_errors=True)
+    _remove(old)

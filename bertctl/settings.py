@@ -49,6 +49,9 @@ class StageConfig(BaseModel):
     # What a settings error is prefixed with when the settings are built directly (in code
     # rather than by `resolve`, which names the config file instead).
     where: ClassVar[str] = "settings"
+    # The artifact kind a stage with these settings writes: how a manifest's recorded settings
+    # are read back into the part its id hashes (`identity_exclusions`).
+    produces: ClassVar[str | None] = None
 
     def __init__(self, /, **data: Any):
         try:
@@ -160,6 +163,21 @@ def identity(config: StageConfig) -> dict[str, Any]:
         if field_meta(field).get("identity") is False:
             values.pop(name, None)
     return values
+
+
+def identity_exclusions(kind: str) -> set[frozenset[str]]:
+    """The sets of fields `identity` may have left out of an artifact of `kind`: one per
+    settings class writing that kind (the settings classes must be imported: bertctl.config),
+    and the empty set (settings given as a plain dict, as `--combine` records them)."""
+    found: set[frozenset[str]] = {frozenset()}
+    stack = list(StageConfig.__subclasses__())
+    while stack:
+        cls = stack.pop()
+        stack.extend(cls.__subclasses__())
+        if cls.produces == kind:
+            found.add(frozenset(n for n, f in cls.model_fields.items()
+                                if field_meta(f).get("identity") is False))
+    return found
 
 
 def resolve_precision(cls, data: Any) -> Any:

@@ -118,7 +118,7 @@ def test_out_that_is_a_file_or_other_kind_is_refused(tmp_path):
 def test_reading_checks_kind_schema_and_corruption(tmp_path):
     out = tmp_path / "art"
     artifacts.produce("eval", {}, [], out, _build())
-    with pytest.raises(BertctlError, match="is a eval artifact, expected tokenizer"):
+    with pytest.raises(BertctlError, match="is an eval artifact, expected tokenizer"):
         artifacts.read_artifact(out, "tokenizer")
     manifest = out / "artifact.json"
     data = json.loads(manifest.read_text())

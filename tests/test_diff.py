@@ -37,11 +37,19 @@ def test_nested_settings_and_versions(tmp_path, sst2_seed_runs, cli, tiny_pretra
     (copy / "artifact.json").write_text(json.dumps(manifest))
     r = cli("diff", ft0, copy)
     assert r.stdout.splitlines() == [f"bertctl_version: {bertctl.__version__} -> 0.0.1"]
-    # A fine-tuned model against its base: the kinds of their inputs differ.
+    # A fine-tuned model against its base: what fine-tuning did (its settings, its data), not
+    # the base's own pretraining lineage, which the two share.
     r = cli("diff", tiny_pretrained, ft0, "--json")
-    found = {(d["where"], d["what"]) for d in r.json()["differences"]}
-    assert ("", "settings.task") in found and ("data", "input") in found
-    assert ("train", "input") in found and ("model", "input") in found
+    diffs = r.json()["differences"]
+    assert diffs[0]["what"] == "lineage" and "an ancestor" in diffs[0]["a"]
+    found = {(d["where"], d["what"]) for d in diffs}
+    assert ("", "settings.task") in found and ("train", "input") in found
+    assert ("model", "input") not in found and not any(w.startswith("data") for w, _ in found)
+    assert all("a" not in d for d in diffs[1:] if d["what"].startswith("settings."))
+    # the other way round: the same steps, read backwards
+    back = cli("diff", ft0, tiny_pretrained, "--json").json()["differences"]
+    assert [(d["where"], d["what"]) for d in back] == [(d["where"], d["what"]) for d in diffs]
+    assert all("b" not in d for d in back[1:] if d["what"].startswith("settings."))
 
 
 def test_inputs_by_content_hash(tmp_path, cli):

@@ -23,9 +23,10 @@ def make_eval(root: Path, task: str, file: str, lr: float, seed: int, *, metrics
     data.parent.mkdir(parents=True, exist_ok=True)
     data.write_text(data_text)
     model_dir = root / "models" / f"{task.replace('/', '_')}-{lr}-{seed}-{epochs}"
-    model = artifacts.InputRef(role="model", kind="model", id=f"{abs(hash(model_dir.name)):016x}"[:16],
-                               path=str(model_dir),
-                               config={"task": task, "lr": lr, "seed": seed, "epochs": epochs})
+    config = {"task": task, "lr": lr, "seed": seed, "epochs": epochs}
+    # The id its recorded settings give: readers check a lineage's ids against its settings.
+    model = artifacts.InputRef(role="model", kind="model", id=artifacts.compute_id("model", config, []),
+                               path=str(model_dir), config=config)
     from bertctl.tasks import PRESETS
     from bertctl.metrics import main_metric
 

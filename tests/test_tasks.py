@@ -390,3 +390,16 @@ def test_core_does_not_import_cli_libraries():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=pathlib.Path(__file__).parent.parent)
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("row", [0, 4])
+def test_a_long_cell_reads_the_same_in_any_row(tmp_path, row):
+    """#26 item 13: one rule for a 200 KB cell, whichever row holds it (the csv module's default
+    limit refused it in the first rows only)."""
+    long_text = "word " * 40_000
+    rows = [f"short sentence {i}\t{i % 2}" for i in range(6)]
+    rows[row] = f"{long_text.strip()}\t1"
+    path = tmp_path / "train.tsv"
+    path.write_text("sentence\tlabel\n" + "\n".join(rows) + "\n")
+    ex = read("glue/sst2", path)
+    assert len(ex.text_a) == 6 and len(ex.text_a[row]) == len(long_text.strip())

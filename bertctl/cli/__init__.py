@@ -8,7 +8,6 @@ validation cannot drift apart.
 from __future__ import annotations
 
 import inspect
-import signal
 import sys
 import traceback
 import typing
@@ -20,13 +19,13 @@ import typer
 
 import bertctl
 from bertctl import console
-from bertctl import locks
+from bertctl import locks, signals
 from bertctl.config import (BuildPretrainDataSettings, EmbedSettings, EvalSettings,
-                            FinetuneSettings, GlueSummarySettings, PretrainSettings,
-                            ReportSettings, TokenizeSettings)
+                            ExportSettings, FinetuneSettings, GlueSummarySettings,
+                            PretrainSettings, ReportSettings, TokenizeSettings)
 from bertctl.cli.flags import COMMON, PanelledCommand, field_parameter
 from bertctl.settings import StageConfig, resolve
-from bertctl.errors import BertctlError, DiskFull, is_disk_full
+from bertctl.errors import BertctlError, DiskFull, Interrupted, is_disk_full
 from bertctl.expectations import ExpectationsUnmet
 
 HELP = ("BERT pretraining and fine-tuning pipelines: each command is a stage that reads and "
@@ -69,6 +68,8 @@ def _handled(json_mode: bool, debug: bool):
                   json_mode, debug)
         _fail(str(DiskFull(exc.filename or "an output file")), 1, json_mode, debug)
     except Exception as exc:  # noqa: BLE001 - the last line of defence
+        if is_disk_full(exc):   # a library's own error type for ENOSPC, where not caught nearer
+            _fail(str(DiskFull("an output file")), 1, json_mode, debug)
         _fail(f"{type(exc).__name__}: {exc} (run with --debug for the traceback)", 1,
               json_mode, debug)
 
@@ -126,6 +127,9 @@ def _command(settings: type[StageConfig], help: str, fn):
         with _handled(json_mode, debug):
             resolved = resolve(settings, config_file, overrides)
             outcome = fn(settings=resolved, **kwargs)
+            if outcome is not None and signals.pending():   # asked to stop as it finished
+                raise Interrupted(f"interrupted as the {outcome.manifest.kind} artifact was "
+                                  f"finished; it is complete: {outcome.path}")
             if outcome is not None:  # None: a non-zero rank of a distributed run
                 _report(outcome, json_mode)
 
@@ -221,6 +225,9 @@ def pretrain(settings: PretrainSettings, out: Path, force: bool,
 
 ModelArgument = Annotated[Path, typer.Argument(
     help="A model artifact or a local Hugging Face BERT directory.", show_default=False)]
+RunnableModel = Annotated[Path, typer.Argument(
+    help="A model artifact, a local Hugging Face BERT directory, or an export artifact (run "
+         "with onnxruntime).", show_default=False)]
 
 
 def _finetune_settings() -> type[FinetuneSettings]:
@@ -257,7 +264,7 @@ def finetune(settings: FinetuneSettings, out: Path, force: bool,
        "predictions) or, for a pretrain-data artifact, its masked-LM loss, accuracy and "
        "perplexity, into an eval artifact.")
 def evaluate(settings: EvalSettings, out: Path, force: bool,
-             model: ModelArgument,
+             model: RunnableModel,
              data: Annotated[Path, typer.Argument(
                  help="A task data file (.tsv/.csv/.jsonl/.parquet or a save_to_disk directory), "
                       "or a pretrain-data artifact.", show_default=False)],
@@ -269,8 +276,11 @@ def evaluate(settings: EvalSettings, out: Path, force: bool,
     from bertctl.stages import common
 
     gates = [expectations.parse(e) for e in expect or []]  # a typo fails before any work
-    source = common.open_model(model)
+    source = common.open_model(model, exports=True)
     pretrain_data = common.pretrain_data_artifact(data)
+    if pretrain_data is not None and source.onnx is not None:
+        raise BertctlError(f"{model}: is an export; the masked-LM scores of a pretrain-data "
+                           f"artifact come from the PyTorch model it was exported from")
     if pretrain_data is not None:
         from bertctl.stages import eval_pretraining as stage_module
     else:
@@ -287,13 +297,29 @@ def evaluate(settings: EvalSettings, out: Path, force: bool,
        "hidden states as vectors (per text, per piece or per word) in memory-mappable .npy "
        "shards with an index, into an embeddings artifact.")
 def embed(settings: EmbedSettings, out: Path, force: bool,
-          model: ModelArgument,
+          model: RunnableModel,
           data: Annotated[Path, typer.Argument(
               help="A text file (one item per line) or a table (.tsv/.csv/.jsonl/.parquet or a "
                    "save_to_disk directory) with --text-column.", show_default=False)]):
     from bertctl.stages import embed as stage_module
 
     return stage_module.run(settings, str(model), data, str(out), force)
+
+
+@stage("export", ExportSettings, help="Export a model's task head (or its bare encoder) to "
+       "ONNX with dynamic batch and sequence axes, optionally int8-quantized, into an export "
+       "artifact that eval and embed run with onnxruntime; --check DATA measures the quality "
+       "it keeps and its latency. Needs the export extra: pip install 'bertctl[export]'.")
+def export(settings: ExportSettings, out: Path, force: bool,
+           model: ModelArgument,
+           check: Annotated[Optional[Path], typer.Option(
+               help="Labelled task data (as eval reads it with the model's task): score the "
+                    "PyTorch model and the export side by side and record the difference; a "
+                    "drop beyond --max-drop exits 3 with the artifact written.")] = None):
+    from bertctl.stages import export as stage_module
+
+    return stage_module.run(settings, str(model), str(out), force,
+                            check=str(check) if check else None)
 
 
 def inspect_artifact(
@@ -355,13 +381,9 @@ _PLAIN = [("inspect", inspect_artifact), ("diff", diff_artifacts)]
 app = make_app()
 
 
-def _terminate(signum, frame):
-    # SIGTERM (a kill, a CI timeout) unwinds like Ctrl-C so temporary directories are removed.
-    raise KeyboardInterrupt
-
-
 def main() -> None:
-    signal.signal(signal.SIGTERM, _terminate)
+    # SIGTERM (a kill, a CI timeout) unwinds like Ctrl-C so temporary directories are removed.
+    signals.install()
     try:
         code = app(prog_name="bertctl", standalone_mode=False)
     except typer.Abort:

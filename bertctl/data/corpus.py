@@ -16,6 +16,7 @@ import glob
 import gzip
 import io
 import os
+import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -153,9 +154,17 @@ def _tabular_rows(path: Path, fmt: str, text_column: str | None) -> Iterator[str
 
     datasets.disable_progress_bars()
     kwargs = {"delimiter": "\t"} if _base_suffix(path) == ".tsv" else {}
+    # Its builder's lock file goes to the cache dir: a temporary one, so that nothing is
+    # written outside --out and the system temp dir (never ~/.cache/huggingface).
+    with tempfile.TemporaryDirectory(prefix="bertctl-read-") as cache:
+        yield from _stream_column(datasets, path, fmt, text_column, cache, kwargs)
+
+
+def _stream_column(datasets, path: Path, fmt: str, text_column: str, cache: str,
+                   kwargs: dict) -> Iterator[str]:
     try:
         stream = datasets.load_dataset(fmt, data_files=str(path), split="train", streaming=True,
-                                       **kwargs)
+                                       cache_dir=cache, **kwargs)
         columns = stream.column_names
         if columns is None:  # some streaming builders only know them after the first row
             first = next(iter(stream), None)

@@ -1,6 +1,6 @@
 """The BERT WordPiece tokenizer: training, importing, saving and loading it.
 
-All per-character and per-token work happens inside the `tokenizers` library. The saved directory
+All per-character and per-token work happens inside the `tokenizers` library or numpy. The saved directory
 is what `transformers.BertTokenizerFast.from_pretrained` expects, so a bertctl tokenizer is a
 Hugging Face tokenizer with no conversion.
 """
@@ -8,13 +8,18 @@ Hugging Face tokenizer with no conversion.
 from __future__ import annotations
 
 import json
+import string
+import sys
+import unicodedata
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
-from bertctl.errors import BertctlError
+from bertctl.errors import BertctlError, DiskFull, is_disk_full
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)
@@ -66,11 +71,57 @@ def check_special_tokens(tok: Tokenizer, where: str) -> None:
         raise BertctlError(f"{where}: vocabulary lacks the special token(s) {', '.join(missing)}")
 
 
-def train(batches: Iterable[list[str]], vocab_size: int, lowercase: bool,
-          strip_accents: bool | None = None, min_frequency: int = 2, limit_alphabet: int = 1000,
-          unused_tokens: int = _UNUSED_BEFORE_UNK) -> Tokenizer:
-    """Train WordPiece on batches of sentences. `strip_accents=None` follows `lowercase`, as
-    Google's uncased models do."""
+class _CharacterSurvey:
+    """The characters of a corpus as the WordPiece trainer sees them: how often each occurs in
+    words (everything but the spaces the normalizer leaves) and which ones continue a word (follow
+    a character of the same word: BertPreTokenizer ends words at spaces and punctuation)."""
+
+    def __init__(self, tok: Tokenizer):
+        self.normalizer = tok.normalizer
+        size = sys.maxunicode + 1
+        self.counts = np.zeros(size, np.int64)
+        self.continues = np.zeros(size, bool)
+        self.seen = np.zeros(size, bool)
+        self.breaks = np.zeros(size, bool)
+
+    def add(self, batch: list[str]) -> None:
+        text = self.normalizer.normalize_str("\n".join(batch))
+        cps = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+        new = np.unique(cps[~self.seen[cps]])
+        # Only characters not met before are classified, so this loop is bounded by the corpus's
+        # alphabet, not its length. (The normalizer maps all whitespace to the space.)
+        for cp in new.tolist():
+            c = chr(cp)
+            self.breaks[cp] = c == " " or c in string.punctuation or \
+                unicodedata.category(c).startswith("P")
+        self.seen[new] = True
+        chars, counts = np.unique(cps[cps != ord(" ")], return_counts=True)
+        self.counts[chars] += counts
+        in_word = ~self.breaks[cps]
+        self.continues[cps[1:][in_word[1:] & in_word[:-1]]] = True
+
+    def alphabet(self, limit: int) -> tuple[list[str], list[str]]:
+        """The `limit` most frequent characters (ties to the lower code point), and the
+        continuation pieces (##c) of those that continue a word, both in code-point order."""
+        present = np.flatnonzero(self.counts)
+        kept = np.sort(present[np.lexsort((present, -self.counts[present]))[:limit]])
+        return ([chr(c) for c in kept.tolist()],
+                ["##" + chr(c) for c in kept[self.continues[kept]].tolist()])
+
+
+def train(survey: Iterable[list[str]], batches: Iterable[list[str]], vocab_size: int,
+          lowercase: bool, strip_accents: bool | None = None, min_frequency: int = 2,
+          limit_alphabet: int = 1000, unused_tokens: int = _UNUSED_BEFORE_UNK) -> Tokenizer:
+    """Train WordPiece on batches of sentences; `survey` and `batches` each read the corpus once.
+    `strip_accents=None` follows `lowercase`, as Google's uncased models do.
+
+    The same corpus and settings give the same vocabulary in every process. Left to itself the
+    trainer gives the continuation pieces (##c) ids in hash-map order, different in each process,
+    and those ids break ties between equally frequent merges (huggingface/tokenizers#1794), as
+    its alphabet limit breaks ties between equally frequent characters. So a first pass over the
+    corpus finds the alphabet and its continuation pieces, and they enter the trainer in a fixed
+    order: the alphabet as its initial one, the pieces after the special tokens.
+    """
     reserved = reserved_layout(unused_tokens)
     if vocab_size <= len(reserved):
         raise BertctlError(f"vocab_size {vocab_size} leaves no room for words after the "
@@ -78,9 +129,14 @@ def train(batches: Iterable[list[str]], vocab_size: int, lowercase: bool,
     tok = Tokenizer(models.WordPiece(unk_token=UNK, continuing_subword_prefix="##",
                                      max_input_chars_per_word=100))
     _normalize(tok, lowercase, strip_accents)
+    chars = _CharacterSurvey(tok)
+    for batch in survey:
+        chars.add(batch)
+    alphabet, pieces = chars.alphabet(limit_alphabet)
     trainer = trainers.WordPieceTrainer(
-        vocab_size=vocab_size, min_frequency=min_frequency, limit_alphabet=limit_alphabet,
-        special_tokens=reserved, continuing_subword_prefix="##", show_progress=False)
+        vocab_size=vocab_size, min_frequency=min_frequency, limit_alphabet=max(len(alphabet), 1),
+        initial_alphabet=alphabet, special_tokens=reserved + pieces,
+        continuing_subword_prefix="##", show_progress=False)
     # An exception raised inside the iterator (a bad file, Ctrl-C) crosses the Rust boundary as
     # a generic error or an early end of input; keep the original and raise it here instead.
     failure: list[BaseException] = []
@@ -99,15 +155,21 @@ def train(batches: Iterable[list[str]], vocab_size: int, lowercase: bool,
             raise
     if failure:
         raise failure[0]
-    if tok.get_vocab_size() <= len(reserved):
+    if not alphabet:
         raise EmptyCorpus("the corpus yielded no words to build a vocabulary from")
     if tok.get_vocab_size() > vocab_size:
         # The trainer keeps every alphabet character even past vocab_size.
-        alphabet = tok.get_vocab_size() - len(reserved)
         raise BertctlError(f"vocab_size {vocab_size} is smaller than the {len(reserved)} special "
-                           f"and [unused] tokens plus the corpus alphabet ({alphabet} characters "
-                           f"kept); raise --vocab-size or lower --limit-alphabet")
-    return _configure(tok, lowercase, strip_accents)
+                           f"and [unused] tokens plus the corpus alphabet ({len(alphabet)} "
+                           f"characters and {len(pieces)} continuation pieces kept); raise "
+                           f"--vocab-size or lower --limit-alphabet")
+    # The pieces entered the trainer as special tokens only to fix their ids; the tokenizer holds
+    # them as ordinary vocabulary (never matched whole in raw text).
+    trained = Tokenizer(models.WordPiece(tok.get_vocab(with_added_tokens=False), unk_token=UNK,
+                                         continuing_subword_prefix="##",
+                                         max_input_chars_per_word=100))
+    trained.add_special_tokens(reserved)
+    return _configure(trained, lowercase, strip_accents)
 
 
 def read_vocab_file(path: Path) -> dict[str, int]:
@@ -226,7 +288,12 @@ def check_vocab_agrees(directory: Path) -> None:
 
 def save(tok: Tokenizer, directory: Path, lowercase: bool, strip_accents: bool | None) -> None:
     """Write tokenizer.json, vocab.txt, tokenizer_config.json and special_tokens_map.json."""
-    tok.save(str(directory / "tokenizer.json"))
+    try:
+        tok.save(str(directory / "tokenizer.json"))
+    except Exception as exc:  # noqa: BLE001 - tokenizers raises a bare Exception for I/O errors
+        if is_disk_full(exc):
+            raise DiskFull(directory / "tokenizer.json") from None
+        raise
     vocab = sorted(tok.get_vocab().items(), key=lambda kv: kv[1])
     (directory / "vocab.txt").write_text("".join(t + "\n" for t, _ in vocab), encoding="utf-8")
     specials = {"unk_token": UNK, "sep_token": SEP, "pad_token": PAD, "cls_token": CLS,

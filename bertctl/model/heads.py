@@ -26,6 +26,7 @@ class BertWithHead(nn.Module):
 
     add_pooling_layer = True
     supports_packing = False   # see `packs`
+    input_rank = 2   # (batch, sequence) inputs; multiple choice: (batch, choices, sequence)
 
     def __init__(self, config: BertConfig, features: dict[str, Any] | None = None):
         super().__init__()
@@ -273,6 +274,8 @@ class BertForMultipleChoice(BertWithHead):
 
     Inputs are (B, C, T); the C choices run through the encoder as C * B sequences.
     """
+
+    input_rank = 3
 
     def __init__(self, config: BertConfig):
         super().__init__(config)

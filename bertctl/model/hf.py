@@ -19,7 +19,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import nn
 
-from bertctl.errors import BertctlError
+from bertctl.errors import BertctlError, DiskFull, is_disk_full
 from bertctl.model.bert import BertConfig, BertModel
 from bertctl.model.heads import HEADS, BertWithHead
 
@@ -118,7 +118,12 @@ def save_model(model: nn.Module, directory: str | Path, extra_config: dict[str, 
     # The decoder is not a parameter of ours (it reads the embedding table), so nothing is shared
     # and transformers re-ties it from `tie_word_embeddings`, exactly as for its own files.
     tensors = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
-    save_file(tensors, str(directory / WEIGHTS_NAME), metadata={"format": "pt"})
+    try:
+        save_file(tensors, str(directory / WEIGHTS_NAME), metadata={"format": "pt"})
+    except Exception as exc:  # noqa: BLE001 - safetensors raises its own type for I/O errors
+        if is_disk_full(exc):
+            raise DiskFull(directory / WEIGHTS_NAME) from None
+        raise
 
 
 # ---------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from bertctl import agreement, artifacts, hardware, locks, modelcard, placement
+from bertctl import agreement, artifacts, console, hardware, locks, modelcard, placement
 from bertctl import settings as settings_mod
 from bertctl.data import tokenizer as tokenizer_mod
 from bertctl.errors import BertctlError, Interrupted
@@ -24,6 +24,7 @@ TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json",
                    "special_tokens_map.json")
 TASK_FILE = "bertctl_task.json"
 MODEL_FILES = ("config.json", "model.safetensors", "model.safetensors.index.json")
+ONNX_FILE = "model.onnx"
 
 
 @dataclass
@@ -34,6 +35,8 @@ class ModelSource:
     ref: artifacts.InputRef
     hf_config: dict[str, Any]
     task: dict[str, Any] | None
+    # An export artifact's facts (its manifest's stats["onnx"]): the model is its ONNX graph.
+    onnx: dict[str, Any] | None = None
 
     def has_tokenizer(self) -> bool:
         return any((self.path / n).is_file() for n in ("tokenizer.json", "vocab.txt"))
@@ -47,9 +50,27 @@ class ModelSource:
         return tok, lowercase
 
     def load(self, head_class=None, **head_kwargs):
-        from bertctl.model import load_model
+        """The model and its LoadReport; for an export, its graph run by onnxruntime (which
+        must hold `head_class`, when given)."""
+        from bertctl.model import LoadReport, load_model
 
-        return load_model(self.path, head_class, **head_kwargs)
+        if self.onnx is None:
+            return load_model(self.path, head_class, **head_kwargs)
+        from bertctl.onnx_model import OnnxModel
+
+        graph = self.onnx.get("graph")
+        if head_class is not None and head_class.__name__ != graph:
+            hint = " (bertctl export --encoder)" if head_class.__name__ == "BertModel" else ""
+            raise BertctlError(f"{self.path}: is an export of a {graph}; this needs an export "
+                               f"of a {head_class.__name__}{hint}")
+        return OnnxModel(self.path / ONNX_FILE), LoadReport(source=str(self.path))
+
+    def runtime(self, device: str, precision: str) -> tuple[Any, str, str]:
+        """(device, precision, what the manifest records as the precision) for running this
+        model: an export runs its graph as written, with onnxruntime on the CPU."""
+        if self.onnx is None:
+            return hardware.resolve_device(device), precision, precision
+        return hardware.resolve_device("cpu"), "fp32", f"onnxruntime {self.onnx.get('quantize')}"
 
     @property
     def vocab_size(self) -> int:
@@ -110,13 +131,23 @@ def pretrain_data_artifact(data: str | Path) -> artifacts.Artifact | None:
     return artifacts.read_artifact(data, "pretrain-data")
 
 
-def open_model(path: str | Path, role: str = "model") -> ModelSource:
+def open_model(path: str | Path, role: str = "model", exports: bool = False) -> ModelSource:
+    """A model input: a model artifact, a Hugging Face directory, or (`exports`, for the stages
+    that only run a model: eval, embed) an export artifact."""
     from bertctl.model import read_config, read_config_dict
 
     path = Path(path)
+    onnx = None
     if (path / artifacts.MANIFEST).exists():
-        art = artifacts.read_artifact(path, "model")
+        art = artifacts.read_artifact(path, ("model", "export") if exports else "model")
         ref = art.as_input(role)
+        if art.kind == "export":
+            onnx = art.manifest.stats.get("onnx") or {}
+            # Checked whole on every open, whatever its size, before any work: an edited graph
+            # is still a valid graph, and runs.
+            file = artifacts.checked_file(path, ONNX_FILE)
+            if artifacts.sha256_file(file) != art.manifest.files[ONNX_FILE].sha256:
+                raise BertctlError(f"{file}: changed since it was exported (checksum mismatch)")
     else:
         if not path.is_dir():
             raise BertctlError(f"{path}: no such model directory")
@@ -133,7 +164,7 @@ def open_model(path: str | Path, role: str = "model") -> ModelSource:
                                f"{' '.join(str(exc).split())}") from None
         if not isinstance(task, dict):
             raise BertctlError(f"{path / TASK_FILE}: the model's task file is not a JSON object")
-    return ModelSource(path, ref, hf_config, task)
+    return ModelSource(path, ref, hf_config, task, onnx)
 
 
 def tokenizer_files(source: Path) -> list[Path]:
@@ -243,3 +274,79 @@ def _train(config, inputs, out, force, job: TrainingJob, artifact_id, out_path):
     shutil.rmtree(work, ignore_errors=True)
     dist.barrier()
     return outcome
+
+
+# ---------------------------------------------------------------------------------------------
+# A fine-tuned model and the task data it is run on (eval, export --check)
+
+def open_task(config, source: ModelSource, data: Path):
+    """How to read DATA for the model: (spec, family, label list, the file, sequence length),
+    the model's head checked against the task."""
+    from bertctl import tasks
+
+    spec = resolve_task(config, source)
+    family = tasks.get(spec.family)
+    label_list = family.resolve_labels(spec, source.task, source.hf_config, config.labels,
+                                       str(source.path))
+    family.check_head(source.hf_config, spec, label_list, str(source.path))
+    data = _task_file(spec, data)
+    spec = spec.for_file(data)
+    max_len = config.max_seq_length or int((source.task or {}).get("max_seq_length") or 128)
+    return spec, family, label_list, data, max_len
+
+
+def resolve_task(config, source: ModelSource):
+    """The TaskSpec to read DATA with: the model's task, with the flags given replacing its
+    fields; a preset named by --task instead; or the flags alone for a model without one."""
+    from bertctl.tasks import TaskSpec, make_task_spec
+
+    flags = config.task_fields()
+    if config.header is not None:   # e.g. GLUE's CoLA test file has a header, its dev file none
+        flags["header"] = config.header
+    if config.task is not None:
+        return make_task_spec(config.task, **flags)
+    if source.task is not None:
+        try:
+            base = TaskSpec(**source.task["spec"]).model_dump()
+        except Exception as exc:  # noqa: BLE001 - a task file of another version or edited by hand
+            raise BertctlError(f"{source.path / TASK_FILE}: cannot read the task: "
+                               f"{' '.join(str(exc).split())}") from None
+        if "family" in flags and flags["family"] != base["family"]:
+            raise BertctlError(f"{source.path}: the model was fine-tuned for a '{base['family']}' "
+                               f"task, not '{flags['family']}'")
+        if "options" in flags:  # flags refine the model's options (e.g. --null-threshold)
+            flags = {**flags, "options": {**base.get("options", {}), **flags["options"]}}
+        return make_task_spec(None, **{**base, **flags})
+    if "family" in flags:
+        return make_task_spec(None, **flags)
+    raise BertctlError(f"{source.path}: the model has no task file ({TASK_FILE}); give "
+                       f"the task with --task (e.g. glue/sst2) or --family and the columns")
+
+
+def _task_file(spec, data: Path) -> Path:
+    """A preset task's data directory (GLUE's SST-2/) stands for its dev file; any other
+    directory must be one written by `datasets`' save_to_disk."""
+    if not data.is_dir() or is_saved_dataset(data):
+        return data
+    found = spec.split_files(data)
+    if "dev" in found:
+        console.log(f"{data}: evaluating the task's dev file {found['dev'].name}")
+        return found["dev"]
+    if found:
+        raise BertctlError(f"{data}: give one of the task's files: "
+                           f"{', '.join(str(p) for p in found.values())}")
+    return data  # the family's reader explains what a saved dataset directory needs
+
+
+def load_task_model(source: ModelSource):
+    model, report = source.load()
+    problems = report.missing + report.mismatched
+    if problems:
+        shown = ", ".join(problems[:4]) + (f", ... ({len(problems)} in all)"
+                                           if len(problems) > 4 else "")
+        raise BertctlError(f"{source.path}: the checkpoint lacks trained weights the model needs "
+                           f"({shown}); it would predict with random ones")
+    if report.unexpected:
+        console.log(f"{source.path}: ignored {len(report.unexpected)} checkpoint entries not "
+                    f"used by {type(model).__name__}")
+    return model

@@ -17,7 +17,7 @@ def run(config: EmbedSettings, model_dir: str, data: Path, out: str, force: bool
     from bertctl.model import BertModel
 
     hardware.set_threads(config.threads)
-    source = common.open_model(model_dir, "model")
+    source = common.open_model(model_dir, "model", exports=True)
     tok, _ = source.tokenizer()
     # Unset: as long as the model reads (a model trained with 128 positions cannot take 512).
     max_len = config.max_seq_length or min(
@@ -26,7 +26,7 @@ def run(config: EmbedSettings, model_dir: str, data: Path, out: str, force: bool
     layers = parse_layers(config.layers, int(source.hf_config["num_hidden_layers"]))
     if not data.exists():
         raise BertctlError(f"{data}: no such file or directory")
-    device = hardware.resolve_device(config.device)
+    device, precision, recorded = source.runtime(config.device, config.precision)
     opts = embeddings.EmbedOptions(layers=layers, combine=config.combine, pool=config.pool,
                                    normalize=config.normalize, dtype=config.dtype,
                                    max_seq_length=max_len,
@@ -42,7 +42,7 @@ def run(config: EmbedSettings, model_dir: str, data: Path, out: str, force: bool
         model.to(device)
         started = time.monotonic()
         with console.progress("embedding", total=None, unit="rows") as bar, \
-                evaluation.inference(model, device, config.precision):
+                evaluation.inference(model, device, precision):
             stats = embeddings.write(model, tok, embeddings.read_chunks(
                 data, config.text_column, token_column=config.token_column), opts, tmp,
                 device, config.shard_rows,
@@ -51,7 +51,7 @@ def run(config: EmbedSettings, model_dir: str, data: Path, out: str, force: bool
         console.log(f"{stats['rows']:,} rows -> {stats['vectors']:,} vectors of {stats['dim']} "
                     f"in {stats['shards']} shard(s), {seconds:.1f}s")
         return {**stats, "layers": list(layers), "model": str(source.path),
-                "data": str(data), "precision": config.precision, "device": str(device),
+                "data": str(data), "precision": recorded, "device": str(device),
                 "seconds": round(seconds, 3),
                 "rows_per_second": round(stats["rows"] / seconds, 1) if seconds else None}
 

@@ -34,9 +34,13 @@ def run(config: TokenizeSettings, sources: list[str], out: str, force: bool = Fa
         stats = corpus.CorpusStats()
         sample: list[list[str]] = []
         lowercase = not config.cased
-        with console.progress("reading corpus", total=total_bytes, unit="bytes") as bar:
-            def batches():
-                for batch in corpus.iter_sentence_batches(files, config.text_column, stats):
+        trained = not (from_vocab or from_pretrained)
+        # Training reads the corpus twice (its characters, then its words); an import reads it
+        # once, to measure the vocabulary against it.
+        with console.progress("reading corpus", total=total_bytes * (2 if trained else 1),
+                              unit="bytes") as bar:
+            def batches(tally: corpus.CorpusStats):
+                for batch in corpus.iter_sentence_batches(files, config.text_column, tally):
                     bar.update(sum(map(len, batch)))
                     yield batch
 
@@ -47,15 +51,15 @@ def run(config: TokenizeSettings, sources: list[str], out: str, force: bool = Fa
                 tok = tokenizer.from_vocab(Path(from_vocab), lowercase, config.strip_accents)
             else:
                 try:
-                    tok = tokenizer.train(tokenizer.sample_batches(batches(), sample),
+                    tok = tokenizer.train(batches(corpus.CorpusStats()),
+                                          tokenizer.sample_batches(batches(stats), sample),
                                           config.vocab_size, lowercase, config.strip_accents,
                                           config.min_frequency, config.limit_alphabet,
                                           config.unused_tokens)
                 except tokenizer.EmptyCorpus:
                     raise BertctlError(f"{', '.join(sources)}: corpus holds no text") from None
-            if files and (from_vocab or from_pretrained):
-                # An imported vocabulary is still measured against the corpus it will encode.
-                for _ in tokenizer.sample_batches(batches(), sample):
+            if files and not trained:
+                for _ in tokenizer.sample_batches(batches(stats), sample):
                     pass
         if files and stats.sentences == 0:
             raise BertctlError(f"{', '.join(map(str, sources))}: corpus holds no text")

@@ -40,6 +40,8 @@ class Family:
     head: ClassVar[str]
     # Whether `calibrate` tunes something on the dev set (finetune then predicts it once more).
     calibrates: ClassVar[bool] = False
+    # Whether the family's metrics are percentages (SQuAD's 0-100) rather than shares (0-1).
+    metric_in_percent: ClassVar[bool] = False
     # max_seq_length when the user gives none (span QA: the paper's 384).
     default_max_seq_length: ClassVar[int] = 128
     # The heads this family can train on a frozen encoder (finetune --freeze-encoder --head);

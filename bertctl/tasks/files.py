@@ -97,6 +97,9 @@ def _root_cause(exc: BaseException) -> str:
 
 def _read_delimited_header(path: Path, sep: str, quoting: bool, header: bool) -> list[str]:
     """The first row's cells; also checks that a data row follows a header."""
+    # The csv module's default cell limit (128 KiB) is not pandas': without this, a long cell
+    # was refused in the first rows, read here, and accepted further down. One rule: any size.
+    csv.field_size_limit(2**31 - 1)
     with open(path, encoding="utf-8-sig", newline="") as f:
         reader = csv.reader(f, delimiter=sep, quoting=csv.QUOTE_MINIMAL if quoting else csv.QUOTE_NONE)
         try:

@@ -39,6 +39,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from bertctl import signals
 from bertctl.errors import BertctlError, DiskFull, is_disk_full
 
 CHECKPOINTS = "checkpoints"
@@ -124,7 +125,15 @@ def _link_or_copy(src: Path, dst: Path) -> None:
 def save_checkpoint(work_dir: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer,
                     scaler_state: dict[str, Any], rng_states: list[dict[str, Any]],
                     trainer: dict[str, Any], keep_last: int | None) -> Path:
-    """Write checkpoint `step` atomically, then delete all but the newest `keep_last`."""
+    """Write checkpoint `step` atomically, then delete all but the newest `keep_last`. A SIGTERM
+    meanwhile waits for the checkpoint to be complete (bertctl.signals)."""
+    with signals.deferred():
+        return _save_checkpoint(work_dir, step, model, optimizer, scaler_state, rng_states,
+                                trainer, keep_last)
+
+
+def _save_checkpoint(work_dir, step, model, optimizer, scaler_state, rng_states, trainer,
+                     keep_last) -> Path:
     final = step_dir(work_dir, step)
     root = final.parent
     root.mkdir(parents=True, exist_ok=True)
@@ -170,8 +179,9 @@ def write_best(work_dir: Path, model: nn.Module, step: int) -> None:
     best = Path(work_dir) / BEST
     best.mkdir(parents=True, exist_ok=True)
     tmp = best / f".{WEIGHTS}.tmp-{os.getpid()}"
-    save_file(_state_dict(model), str(tmp), metadata={"step": str(step)})
-    os.replace(tmp, best / WEIGHTS)
+    with signals.deferred():
+        save_file(_state_dict(model), str(tmp), metadata={"step": str(step)})
+        os.replace(tmp, best / WEIGHTS)
 
 
 def best_step_on_disk(work_dir: Path) -> int | None:

@@ -33,7 +33,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from bertctl import hardware
+from bertctl import hardware, signals
 from bertctl.data.collate import without_full_mask
 from bertctl.errors import BertctlError
 from bertctl.train import checkpoint as ckpt
@@ -257,6 +257,7 @@ class Trainer:
                 if self._checkpoint_due():
                     self.save()
                 clock += time.perf_counter() - paused
+                signals.raise_pending()   # a SIGTERM that came during a checkpoint write
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
             if self.board is not None:

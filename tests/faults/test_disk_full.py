@@ -60,3 +60,48 @@ def test_an_artifact_write_with_enospc_keeps_the_old_artifact(cli, tmp_path):
         artifacts.produce("eval", {"k": 2}, [], out, full, force=True)
     assert (out / "data.txt").read_text() == "one"
     assert str(DiskFull("x")) == "no space left on device writing x"
+
+
+@pytest.mark.parametrize("where", ["tokenizer", "weights"])
+def test_the_rust_writers_full_disk_is_one_line(where, cli, tmp_path, monkeypatch,
+                                                tiny_pretrained):
+    """tokenizers and safetensors report ENOSPC as their own exception types, with the OS
+    message inside: one line naming the file, exit 1, nothing written (#26 item 10)."""
+    from bertctl.data import tokenizer
+    from bertctl.model import hf
+
+    if where == "tokenizer":
+        class Full:
+            def __init__(self, tok):
+                self.tok = tok
+
+            def save(self, path):
+                raise Exception("No space left on device (os error 28)")
+
+            def __getattr__(self, name):
+                return getattr(self.tok, name)
+
+        real = tokenizer.save
+        monkeypatch.setattr(tokenizer, "save",
+                            lambda tok, *a: real(Full(tok), *a))
+        corpus = tmp_path / "c.txt"
+        corpus.write_text("\n".join(f"line {i} of words" for i in range(50)))
+        args = ("tokenize", corpus, "--vocab-size", "300")
+        needle = "tokenizer.json"
+    else:
+        def full(*a, **kw):
+            from safetensors import SafetensorError
+            raise SafetensorError('Error while serializing: IoError(Os { code: 28, kind: '
+                                  'StorageFull, message: "No space left on device" })')
+        monkeypatch.setattr(hf, "save_file", full)
+        args = ("finetune", tiny_pretrained, tmp_path / "t.tsv", "--task", "glue/sst2",
+                "--steps", "1", "--batch-size", "2")
+        (tmp_path / "t.tsv").write_text("sentence\tlabel\n" + "a good film\t1\nbad\t0\n" * 4)
+        needle = "model.safetensors"
+    out = tmp_path / "out"
+    r = cli(*args, "--out", out)
+    assert r.exit_code == 1, r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: no space left on device writing") and needle in last, last
+    assert "os error" not in r.stderr and "IoError" not in r.stderr
+    assert not out.exists()

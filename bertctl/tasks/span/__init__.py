@@ -81,6 +81,7 @@ class Span(Family):
     head = "BertForQuestionAnswering"
     calibrates = True
     default_max_seq_length = 384
+    metric_in_percent = True   # the official SQuAD script's exact and F1
 
     def check_spec(self, spec) -> None:
         if spec.text_columns or spec.choice_columns or spec.choice_prefix_column:

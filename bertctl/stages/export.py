@@ -1,0 +1,194 @@
+"""`bertctl export MODEL --out DIR [--check DATA]`: a model as an ONNX graph in an export
+artifact: `model.onnx` (the task head's graph, or the bare encoder's), the model's config.json,
+tokenizer files and task file, so the directory is all a service needs, and `eval` and `embed`
+run it with onnxruntime (bertctl/onnx_model.py).
+
+`--check DATA` scores the PyTorch model (fp32) and the export on the same task data with the
+one inference path and records in the manifest what the export changed: the largest output
+difference, the share of examples whose predictions agree, the metric of each and their batch-1
+latency. A drop beyond --max-drop points is exit 3, the artifact written (as eval --expect).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from bertctl import artifacts, console, evaluation, hardware, modelcard, onnx_model
+from bertctl.config import ExportSettings
+from bertctl.errors import BertctlError
+from bertctl.expectations import ExpectationsUnmet
+from bertctl.stages import common
+
+# Batch-1 requests timed for the latency the card states (the first ones warm up, untimed).
+LATENCY_REQUESTS, LATENCY_WARMUP = 100, 5
+
+
+def run(config: ExportSettings, model_dir: str, out: str, force: bool,
+        check: str | None = None) -> artifacts.Outcome:
+    onnx_model.require("bertctl export")   # before any work: nothing written without it
+    hardware.set_threads(config.threads)
+    source = common.open_model(model_dir)
+    encoder = config.encoder or source.task is None
+    inputs = [source.ref]
+    task = None
+    if check is not None:
+        if encoder:
+            raise BertctlError(f"--check {check}: an encoder export has no task to score"
+                               + ("" if config.encoder else f" ({model_dir} was not fine-tuned)"))
+        task = _read_check(source, common.open_task(_eval_settings(), source, Path(check)))
+        inputs.append(common.data_input(task[3], "check"))
+    common.tokenizer_files(source.path)
+
+    def build(tmp: Path) -> dict[str, Any]:
+        from bertctl.model import BertModel
+
+        if encoder:
+            model, report = source.load(BertModel)
+            if report.missing or report.mismatched:
+                raise BertctlError(f"{source.path}: the checkpoint lacks encoder weights "
+                                   f"({', '.join((report.missing + report.mismatched)[:4])})")
+        else:
+            model = common.load_task_model(source)
+        started = time.monotonic()
+        facts = _write_graph(model, tmp, config, encoder, source)
+        console.log(f"exported {facts['graph']} ({facts['quantize']}) in "
+                    f"{time.monotonic() - started:.1f}s: {facts['bytes']:,} bytes")
+        _copy_model_files(source, tmp, encoder)
+        stats: dict[str, Any] = {"onnx": facts, "model": source.ref.path,
+                                 "model_id": source.ref.id}
+        if task is not None:
+            stats["check"] = _check(model, onnx_model.OnnxModel(tmp / common.ONNX_FILE),
+                                    source, task, config)
+            stats["metrics"] = {"pytorch": stats["check"]["pytorch"],
+                                "export": stats["check"]["export"]}
+        modelcard.write_export(tmp, stats, config.model_dump(mode="json"))
+        return stats
+
+    outcome = artifacts.produce("export", config, inputs, out, build, force=force)
+    check_stats = outcome.manifest.stats.get("check")
+    if check_stats and (check_stats.get("drop_points") or 0) > config.max_drop:
+        raise ExpectationsUnmet(outcome, [
+            f"export check not met: {check_stats['metric']} dropped "
+            f"{check_stats['drop_points']:.3g} points ({check_stats['pytorch_value']:.6g} -> "
+            f"{check_stats['export_value']:.6g}), more than --max-drop {config.max_drop:g}"])
+    return outcome
+
+
+def _eval_settings():
+    from bertctl.tasks.settings import eval_settings
+
+    return eval_settings()()   # the model's own task, read as `eval MODEL DATA` reads it
+
+
+def _write_graph(model, tmp: Path, config: ExportSettings, encoder: bool,
+                 source: common.ModelSource) -> dict[str, Any]:
+    path = tmp / common.ONNX_FILE
+    bert = model if encoder else model.bert
+    outputs = onnx_model.export(model, path, encoder=encoder, opset=config.opset,
+                                max_positions=bert.config.max_position_embeddings)
+    fused = (onnx_model.optimize(path, bert.config.num_attention_heads, bert.config.hidden_size)
+             if config.optimize else {})
+    if config.quantize == "int8":
+        quantized = tmp / "model.int8.onnx"
+        onnx_model.quantize(path, quantized, config.per_channel)
+        quantized.replace(path)
+    return {"graph": type(model).__name__, "inputs": list(onnx_model.INPUTS),
+            "outputs": outputs, "input_rank": onnx_model.input_rank(model),
+            "opset": config.opset, "quantize": config.quantize,
+            "per_channel": config.per_channel if config.quantize == "int8" else None,
+            "fused": fused, "bytes": path.stat().st_size}
+
+
+def _copy_model_files(source: common.ModelSource, tmp: Path, encoder: bool) -> None:
+    common.copy_tokenizer(source.path, tmp)
+    hf_config = dict(source.hf_config)
+    if encoder:   # the graph is the encoder whatever head the model had: eval must say so
+        hf_config["architectures"] = ["BertModel"]
+    (tmp / "config.json").write_text(json.dumps(hf_config, indent=2) + "\n", encoding="utf-8")
+    if not encoder and source.task is not None:
+        shutil.copyfile(artifacts.checked_file(source.path, common.TASK_FILE),
+                        tmp / common.TASK_FILE)
+
+
+def _read_check(source: common.ModelSource, task) -> tuple:
+    """The check data read and encoded before any export work: a file the model's task cannot
+    read is one line, and nothing is exported."""
+    spec, family, label_list, data, max_len = task
+    tok, _ = source.tokenizer()
+    common.check_reads_task(source, tok, max_len)
+    examples = family.read(spec, data, label_list=label_list, require_labels=True)
+    return spec, family, label_list, data, examples, family.encode(examples, tok, max_len)
+
+
+def _check(model, exported, source: common.ModelSource, task, config: ExportSettings
+           ) -> dict[str, Any]:
+    """Both models over the check data: outputs, predictions, metrics and batch-1 latency."""
+    spec, family, label_list, data, examples, features = task
+    calibration = (source.task or {}).get("calibration")
+    runs = {}
+    for name, m in (("pytorch", model), ("export", exported)):
+        with console.progress(f"checking ({name})", total=len(features),
+                              unit="sequences") as bar:
+            outputs = evaluation.predict(m, evaluation.task_batches(features, config.batch_size),
+                                         "cpu", "fp32", progress=lambda n: bar.update(n))
+        predictions = family.predictions(outputs, features, examples, spec, calibration)
+        metrics = evaluation.json_safe(family.score(predictions, examples, spec, label_list))
+        runs[name] = (outputs, metrics, _latency(m, features))
+    (ref, ref_metrics, ref_latency), (got, got_metrics, got_latency) = runs["pytorch"], runs["export"]
+    main = family.main_metric(spec)
+    scale = 1.0 if family.metric_in_percent else 100.0
+    before, after = ref_metrics.get(main), got_metrics.get(main)
+    drop = (before - after) * scale if before is not None and after is not None else None
+    return {"data": str(data), "examples": len(examples), "metric": main,
+            "pytorch_value": before, "export_value": after,
+            "drop_points": None if drop is None else round(drop, 6),
+            "max_abs_diff": {k: float(np.abs(ref[k] - got[k]).max()) for k in ref if k in got},
+            "agreement": agreement(ref, got, np.asarray(features.lengths)),
+            "pytorch": ref_metrics, "export": got_metrics,
+            "latency_ms": {"pytorch": ref_latency, "export": got_latency,
+                           "threads": torch.get_num_threads()}}
+
+
+def agreement(ref: dict[str, np.ndarray], got: dict[str, np.ndarray],
+              lengths: np.ndarray) -> float | None:
+    """The share of examples whose every argmax agrees (class, choice, span start and end,
+    every real token's tag); None for outputs that are scores, not choices (regression)."""
+    same = None
+    for name, a in ref.items():
+        if a.ndim < 2 or a.shape[-1] < 2 or name not in got:
+            continue
+        r, g = a.argmax(-1), got[name].argmax(-1)
+        if r.ndim == 2:   # a tag per token: only the real tokens count
+            real = np.arange(r.shape[1])[None, :] < lengths[:, None]
+            agree = ((r == g) | ~real).all(axis=1)
+        else:
+            agree = r == g
+        same = agree if same is None else same & agree
+    return None if same is None else round(float(same.mean()), 6)
+
+
+def _latency(model, features) -> dict[str, float]:
+    """Median and p95 milliseconds of a one-example request, over the first examples."""
+    n = min(len(features), LATENCY_REQUESTS + LATENCY_WARMUP)
+    times = []
+    with evaluation.inference(model, "cpu", "fp32"):
+        for i in range(n):
+            batch = features.batch(np.array([i]))
+            inputs = {k: v for k, v in batch.items()
+                      if k not in ("labels", "start_positions", "end_positions")}
+            start = time.perf_counter()
+            model(**inputs)
+            if i >= min(LATENCY_WARMUP, n - 1):
+                times.append((time.perf_counter() - start) * 1000)
+    times.sort()
+    return {"median": round(statistics.median(times), 3),
+            "p95": round(times[min(len(times) - 1, int(0.95 * len(times)))], 3),
+            "requests": len(times)}
