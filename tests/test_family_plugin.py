@@ -38,8 +38,8 @@ class Marked(Classification):
     def check_metric(self, spec) -> None:  # the options are this family's own, checked above
         super().check_metric(spec.model_copy(update={"options": {}}))
 
-    def read_texts(self, spec, table, path):
-        text_a, text_b, choices = super().read_texts(spec, table, path)
+    def read_texts(self, spec, table, path, first_row=0):
+        text_a, text_b, choices = super().read_texts(spec, table, path, first_row)
         marker = MarkerOptions(**spec.options).marker
         if marker:
             Marked.seen.append(marker)

@@ -21,6 +21,8 @@ from bertctl.stages import common
 from bertctl.stages.common import ModelSource
 
 METRICS_FILE = "metrics.json"
+# Examples read, predicted and written at a time: a few MB of texts and token ids.
+ROWS_PER_PART = 10_000
 
 
 def run(config: EvalSettings, source: ModelSource, data: Path, out: str,
@@ -37,34 +39,41 @@ def run(config: EvalSettings, source: ModelSource, data: Path, out: str,
     calibration = (source.task or {}).get("calibration")
 
     def build(tmp: Path) -> dict[str, Any]:
-        examples = family.read(spec, data, label_list=label_list)
-        features = family.encode(examples, tok, max_len)
-        feature_stats = family.feature_stats(features)
-        if feature_stats:
-            console.log("features: " + ", ".join(f"{k} {v}" for k, v in feature_stats.items()))
-        console.log(f"{data}: {len(examples):,} examples, task {spec.name} ({spec.family}), "
-                    f"{'labelled' if examples.labelled else 'no labels: predictions only'}"
-                    f"{', labels ' + ', '.join(label_list) if label_list else ''}")
+        # The file is read, predicted and written a part at a time (as `embed` does), so memory
+        # stays bounded at any size; only what scoring needs is kept (labels and predictions).
         model = common.load_task_model(source)
         model.to(device)
-        started = time.monotonic()
-        with console.progress("evaluating", total=len(features), unit="sequences") as bar:
-            metrics, predictions = evaluation.evaluate_task(
-                model, family, spec, examples, features, label_list, config.batch_size, device,
-                precision, calibration=calibration, progress=lambda n: bar.update(n))
-        seconds = time.monotonic() - started
+        kept, stats, n, labelled, seconds = [], {}, 0, False, 0.0
+        with console.progress("evaluating", unit="sequences") as bar:
+            for examples in family.read_chunks(spec, data, label_list, rows=ROWS_PER_PART):
+                features = family.encode(examples, tok, max_len)
+                stats = stats or family.feature_stats(features)
+                started = time.monotonic()
+                outputs = evaluation.predict(
+                    model, evaluation.task_batches(features, config.batch_size), device,
+                    precision, progress=lambda k: bar.update(k))
+                predictions = family.predictions(outputs, features, examples, spec, calibration)
+                seconds += time.monotonic() - started
+                family.write_predictions(tmp, predictions, examples, spec, label_list, start=n)
+                kept.append(family.keep(predictions, examples))
+                n, labelled = n + len(examples), examples.labelled
+        if stats:
+            console.log("features: " + ", ".join(f"{k} {v}" for k, v in stats.items()))
+        console.log(f"{data}: {n:,} examples, task {spec.name} ({spec.family}), "
+                    f"{'labelled' if labelled else 'no labels: predictions only'}"
+                    f"{', labels ' + ', '.join(label_list) if label_list else ''}")
+        predictions, examples = family.join(kept)
+        metrics = family.score(predictions, examples, spec, label_list) if labelled else {}
         metrics = evaluation.json_safe(metrics)
         (tmp / METRICS_FILE).write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
-        family.write_predictions(tmp, predictions, examples, spec, label_list)
-        return {"metrics": metrics, "examples": len(examples),
-                "labelled": examples.labelled, "model": str(source.path),
-                "model_id": source.ref.id, "data": str(data), "task": spec.name,
-                "family": spec.family, "metric": spec.metric,
-                "main_metric": family.main_metric(spec) if examples.labelled else None,
+        return {"metrics": metrics, "examples": n, "labelled": labelled,
+                "model": str(source.path), "model_id": source.ref.id, "data": str(data),
+                "task": spec.name, "family": spec.family, "metric": spec.metric,
+                "main_metric": family.main_metric(spec) if labelled else None,
                 "labels": list(label_list) if label_list else None, "max_seq_length": max_len,
-                **({"features": feature_stats} if feature_stats else {}),
+                **({"features": stats} if stats else {}),
                 "precision": recorded, "device": str(device),
                 "seconds": round(seconds, 3),
-                "examples_per_second": round(len(examples) / seconds, 1) if seconds else None}
+                "examples_per_second": round(n / seconds, 1) if seconds else None}
 
     return artifacts.produce("eval", config, inputs, out, build, force=force)

@@ -62,6 +62,12 @@ class Family:
              require_labels: bool = False):
         raise NotImplementedError
 
+    def read_chunks(self, spec, path: str | Path, label_list: tuple[str, ...] | None = None,
+                    require_labels: bool = False, rows: int | None = 10_000):
+        """The file's examples in consecutive parts of at most `rows` (what `eval` predicts and
+        writes one at a time). A family that cannot part its files gives them whole."""
+        yield self.read(spec, path, label_list=label_list, require_labels=require_labels)
+
     def encode(self, examples, tokenizer, max_seq_length: int, training: bool = False):
         raise NotImplementedError
 
@@ -110,9 +116,21 @@ class Family:
         raise NotImplementedError
 
     def write_predictions(self, directory: Path, predictions, examples, spec,
-                          label_list) -> list[str]:
-        """Write the prediction files into `directory`; returns their names."""
+                          label_list, start: int = 0) -> list[str]:
+        """Write the prediction files into `directory`; returns their names. `start` > 0: the
+        part of `read_chunks` that begins at that example, added to what is written."""
         raise NotImplementedError
+
+    def keep(self, predictions, examples) -> tuple[Any, Any]:
+        """What `join` needs of one part's predictions and examples (all of them, here)."""
+        return predictions, examples
+
+    def join(self, parts: list) -> tuple[Any, Any]:
+        """The `keep` of every part of `read_chunks` as one `(predictions, examples)` pair for
+        `score`."""
+        if len(parts) != 1:
+            raise ValueError(f"the {self.name} family reads its files whole")
+        return parts[0]
 
     def main_metric(self, spec) -> str:
         from bertctl.metrics import main_metric

@@ -101,8 +101,8 @@ class Classification(SequenceClassifierHead, SequenceFamily):
         if spec.metric == "pearson_spearman":
             raise ValueError("metric 'pearson_spearman' is for 'regression' tasks")
 
-    def read_labels(self, values, path, column, spec, label_list):
-        return files.class_labels(values, path, column, label_list)
+    def read_labels(self, values, path, column, spec, label_list, first_row=0):
+        return files.class_labels(values, path, column, label_list, first_row)
 
     def head_kwargs(self, spec, label_list) -> dict[str, Any]:
         return {"num_labels": len(label_list), "problem_type": "single_label_classification"}

@@ -166,7 +166,16 @@ def _complete_object(path: Path) -> bool:
 
 
 def read_table(spec, path: Path):
-    """The whole file as a pyarrow Table (TSV/CSV columns all strings)."""
+    """The whole file as a pyarrow Table in memory (TSV/CSV columns all strings)."""
+    with open_table(spec, path, in_memory=True) as table:
+        return table
+
+
+@contextlib.contextmanager
+def open_table(spec, path: Path, in_memory: bool = False):
+    """The file as a pyarrow Table (TSV/CSV columns all strings), memory-mapped unless
+    `in_memory`: a text file is converted in blocks into Arrow files in a temporary directory
+    that lives as long as the context, so a file of any size is read in bounded memory."""
     import pyarrow as pa
 
     if not path.exists():
@@ -175,58 +184,65 @@ def read_table(spec, path: Path):
     if fmt == "json" and path.is_file():
         _check_json_rows(path)
     with _quiet_datasets() as datasets, tempfile.TemporaryDirectory(prefix="bertctl-read-") as cache:
-        try:
-            if fmt == "arrow":
-                try:
-                    ds = datasets.load_from_disk(str(path), keep_in_memory=True)
-                except FileNotFoundError as exc:
-                    raise BertctlError(f"{path}: not a directory written by save_to_disk "
-                                       f"({_root_cause(exc)})") from None
-                if isinstance(ds, datasets.DatasetDict):
-                    raise BertctlError(f"{path}: holds the splits {', '.join(ds)}; "
-                                       f"give one of them, e.g. {path / next(iter(ds))}")
-            elif fmt in ("tsv", "csv"):
-                sep = "\t" if fmt == "tsv" else ","
-                quoting = spec.quoting if spec.quoting is not None else fmt == "csv"
-                first = _read_delimited_header(path, sep, quoting, spec.header)
-                if spec.header:
-                    names = first
-                elif spec.column_names is not None:
-                    names = list(spec.column_names)
-                    if len(names) != len(first):
-                        raise BertctlError(f"{path}: row 1: {len(first)} columns but the task names "
-                                           f"{len(names)} ({', '.join(names)})")
-                else:
-                    names = [str(i) for i in range(len(first))]
-                dupes = sorted({n for n in names if names.count(n) > 1})
-                if dupes:
-                    raise BertctlError(f"{path}: duplicate column names in the header: {', '.join(dupes)}")
-                features = datasets.Features({n: datasets.Value("string") for n in names})
-                kwargs: dict[str, Any] = dict(
-                    sep=sep, quoting=csv.QUOTE_MINIMAL if quoting else csv.QUOTE_NONE,
-                    encoding="utf-8-sig", na_filter=False, keep_default_na=False, features=features)
-                if spec.header:
-                    kwargs["header"] = 0
-                else:
-                    kwargs.update(header=None, column_names=names)
-                ds = datasets.load_dataset("csv", data_files=str(path), split="train", cache_dir=cache,
-                                           keep_in_memory=True, **kwargs)
+        table = _load(datasets, spec, path, fmt, cache, in_memory)
+        if not isinstance(table, pa.Table):
+            table = pa.Table.from_batches([table]) if isinstance(table, pa.RecordBatch) else table
+        yield table
+
+
+def _load(datasets, spec, path: Path, fmt: str, cache: str, in_memory: bool):
+    try:
+        if fmt == "arrow":
+            try:
+                ds = datasets.load_from_disk(str(path), keep_in_memory=in_memory)
+            except FileNotFoundError as exc:
+                raise BertctlError(f"{path}: not a directory written by save_to_disk "
+                                   f"({_root_cause(exc)})") from None
+            if isinstance(ds, datasets.DatasetDict):
+                raise BertctlError(f"{path}: holds the splits {', '.join(ds)}; "
+                                   f"give one of them, e.g. {path / next(iter(ds))}")
+        elif fmt in ("tsv", "csv"):
+            sep = "\t" if fmt == "tsv" else ","
+            quoting = spec.quoting if spec.quoting is not None else fmt == "csv"
+            first = _read_delimited_header(path, sep, quoting, spec.header)
+            if spec.header:
+                names = first
+            elif spec.column_names is not None:
+                names = list(spec.column_names)
+                if len(names) != len(first):
+                    raise BertctlError(f"{path}: row 1: {len(first)} columns but the task names "
+                                       f"{len(names)} ({', '.join(names)})")
             else:
-                ds = datasets.load_dataset(fmt, data_files=str(path), split="train", cache_dir=cache,
-                                           keep_in_memory=True)
-            table = ds.with_format("arrow")[:]
-        except BertctlError:
-            raise
-        except Exception as exc:  # parse errors surface as many types from pandas/pyarrow/datasets
-            where = "quoting off" if fmt == "tsv" and not spec.quoting else ""
-            raise BertctlError(f"{path}: cannot read as {fmt.upper()}"
-                               f"{' (' + where + ')' if where else ''}: {_root_cause(exc)}") from None
-    if not isinstance(table, pa.Table):
-        table = pa.Table.from_batches([table]) if isinstance(table, pa.RecordBatch) else table
-    return table
+                names = [str(i) for i in range(len(first))]
+            dupes = sorted({n for n in names if names.count(n) > 1})
+            if dupes:
+                raise BertctlError(f"{path}: duplicate column names in the header: {', '.join(dupes)}")
+            features = datasets.Features({n: datasets.Value("string") for n in names})
+            kwargs: dict[str, Any] = dict(
+                sep=sep, quoting=csv.QUOTE_MINIMAL if quoting else csv.QUOTE_NONE,
+                encoding="utf-8-sig", na_filter=False, keep_default_na=False, features=features)
+            if spec.header:
+                kwargs["header"] = 0
+            else:
+                kwargs.update(header=None, column_names=names)
+            ds = datasets.load_dataset("csv", data_files=str(path), split="train", cache_dir=cache,
+                                       keep_in_memory=in_memory, **kwargs)
+        else:
+            ds = datasets.load_dataset(fmt, data_files=str(path), split="train", cache_dir=cache,
+                                       keep_in_memory=in_memory)
+        return ds.with_format("arrow")[:]
+    except BertctlError:
+        raise
+    except Exception as exc:  # parse errors surface as many types from pandas/pyarrow/datasets
+        where = "quoting off" if fmt == "tsv" and not spec.quoting else ""
+        raise BertctlError(f"{path}: cannot read as {fmt.upper()}"
+                           f"{' (' + where + ')' if where else ''}: {_root_cause(exc)}") from None
 
 
-def text_column(table, name: str, path: Path, *, allow_empty: bool = False) -> list[str]:
+def text_column(table, name: str, path: Path, *, allow_empty: bool = False,
+                first_row: int = 0) -> list[str]:
+    """A column's cells as text; `first_row`: the table's rows are the file's from that one on
+    (0-based), for the row numbers of messages."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -240,7 +256,7 @@ def text_column(table, name: str, path: Path, *, allow_empty: bool = False) -> l
         empty = pc.or_kleene(pc.is_null(col), pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(col)), 0))
         empty = pc.fill_null(empty, True)
         if pc.any(empty).as_py():
-            row = int(np.flatnonzero(empty.to_numpy(zero_copy_only=False))[0]) + 1
+            row = first_row + int(np.flatnonzero(empty.to_numpy(zero_copy_only=False))[0]) + 1
             raise BertctlError(f"{path}: row {row}, column '{name}': empty text")
     return [s if s is not None else "" for s in col.to_pylist()]
 
@@ -256,9 +272,9 @@ def _empty(v: Any) -> bool:
     return v is None or (isinstance(v, str) and not v.strip()) or (isinstance(v, float) and math.isnan(v))
 
 
-def float_labels(values: list, path: Path, col: str) -> np.ndarray:
+def float_labels(values: list, path: Path, col: str, first_row: int = 0) -> np.ndarray:
     out = np.empty(len(values), dtype=np.float64)
-    for i, v in enumerate(values):
+    for i, v in enumerate(values, first_row):
         if _empty(v):
             raise BertctlError(f"{path}: row {i + 1}, column '{col}': empty label")
         try:
@@ -268,39 +284,47 @@ def float_labels(values: list, path: Path, col: str) -> np.ndarray:
         if not math.isfinite(x):
             raise BertctlError(f"{path}: row {i + 1}, column '{col}': regression label {v!r} "
                                "is not a (finite) number")
-        out[i] = x
+        out[i - first_row] = x
     return out
 
 
-def choice_labels(values: list, path: Path, col: str, num_choices: int) -> np.ndarray:
+def choice_labels(values: list, path: Path, col: str, num_choices: int,
+                  first_row: int = 0) -> np.ndarray:
     out = np.empty(len(values), dtype=np.int64)
-    for i, v in enumerate(values):
+    for i, v in enumerate(values, first_row):
         key = None if _empty(v) else label_key(v)
         if key is None or not key.lstrip("-").isdigit() or not 0 <= int(key) < num_choices:
             raise BertctlError(f"{path}: row {i + 1}, column '{col}': label {v!r} is not a choice "
                                f"index 0..{num_choices - 1}")
-        out[i] = int(key)
+        out[i - first_row] = int(key)
     return out
 
 
-def class_labels(values: list, path: Path, col: str, label_list: tuple[str, ...] | None
-                  ) -> tuple[np.ndarray, tuple[str, ...]]:
+def labels_of(values, path: Path, col: str) -> tuple[str, ...]:
+    """The label list a file's label column gives (its distinct values are enough): sorted, and
+    not a single one. (Empty cells are left to the row checks.)"""
+    label_list = sort_labels({label_key(v) for v in values if not _empty(v)})
+    if len(label_list) == 1:
+        raise BertctlError(f"{path}: column '{col}': only one label ({label_list[0]!r}) in the "
+                           "file; a classifier needs at least 2 (or give the label list)")
+    return label_list
+
+
+def class_labels(values: list, path: Path, col: str, label_list: tuple[str, ...] | None,
+                 first_row: int = 0) -> tuple[np.ndarray, tuple[str, ...]]:
     keys = []
-    for i, v in enumerate(values):
+    for i, v in enumerate(values, first_row):
         if _empty(v):
             raise BertctlError(f"{path}: row {i + 1}, column '{col}': empty label")
         keys.append(label_key(v))
     if label_list is None:
-        label_list = sort_labels(keys)
-        if len(label_list) < 2:
-            raise BertctlError(f"{path}: column '{col}': only one label ({label_list[0]!r}) in the "
-                               "file; a classifier needs at least 2 (or give the label list)")
+        label_list = labels_of(keys, path, col)
     index = {k: j for j, k in enumerate(label_list)}
     out = np.empty(len(keys), dtype=np.int64)
     for i, k in enumerate(keys):
         j = index.get(k)
         if j is None:
-            raise BertctlError(f"{path}: row {i + 1}, column '{col}': label {k!r} is not one of the "
-                               f"training labels {list(label_list)}")
+            raise BertctlError(f"{path}: row {first_row + i + 1}, column '{col}': label {k!r} is "
+                               f"not one of the training labels {list(label_list)}")
         out[i] = j
     return out, tuple(label_list)

@@ -38,24 +38,25 @@ class MultipleChoice(SequenceFamily):
             raise BertctlError(f"{where}: task {spec.name} is multiple choice but the model is "
                                f"{architecture_name(arch)}, not a {self.head}")
 
-    def read_texts(self, spec, table, path):
+    def read_texts(self, spec, table, path, first_row=0):
         """Sentence A is the context; each choice is the prefix column (SWAG's sent2) and the
         choice's ending."""
         files.require_columns(table, [spec.context_column, *spec.choice_columns]
                               + ([spec.choice_prefix_column] if spec.choice_prefix_column
                                  else []), path)
-        context = files.text_column(table, spec.context_column, path)
-        prefix = (files.text_column(table, spec.choice_prefix_column, path, allow_empty=True)
-                  if spec.choice_prefix_column else None)
-        endings = [files.text_column(table, c, path) for c in spec.choice_columns]
+        context = files.text_column(table, spec.context_column, path, first_row=first_row)
+        prefix = (files.text_column(table, spec.choice_prefix_column, path, allow_empty=True,
+                                    first_row=first_row) if spec.choice_prefix_column else None)
+        endings = [files.text_column(table, c, path, first_row=first_row)
+                   for c in spec.choice_columns]
         if prefix is None:
             choices = [list(row) for row in zip(*endings)]
         else:
             choices = [[f"{p} {e}".strip() for e in row] for p, *row in zip(prefix, *endings)]
         return context, None, choices
 
-    def read_labels(self, values, path, column, spec, label_list):
-        return files.choice_labels(values, path, column, spec.num_choices), None
+    def read_labels(self, values, path, column, spec, label_list, first_row=0):
+        return files.choice_labels(values, path, column, spec.num_choices, first_row), None
 
 
 MULTIPLE_CHOICE = register(MultipleChoice())

@@ -33,8 +33,8 @@ class Regression(SequenceClassifierHead, SequenceFamily):
         if spec.metric != "pearson_spearman":
             raise ValueError("a 'regression' task is scored with metric 'pearson_spearman'")
 
-    def read_labels(self, values, path, column, spec, label_list):
-        return files.float_labels(values, path, column), None
+    def read_labels(self, values, path, column, spec, label_list, first_row=0):
+        return files.float_labels(values, path, column, first_row), None
 
     def head_kwargs(self, spec, label_list):
         return {"num_labels": 1, "problem_type": "regression"}

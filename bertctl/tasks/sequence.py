@@ -1,7 +1,7 @@
 """The sequence-level families' shared machinery: one sequence per example (pair of texts,
 or one per choice for multiple choice), read from text columns, scored from `logits`.
 
-    read_texts(spec, table, path)        -> text_a, text_b, choices
+    read_texts(spec, table, path, row)   -> text_a, text_b, choices
     encode_examples(examples, tok, 128)  -> TaskFeatures (flat token ids)
     make_batch(features, indices)        -> input_ids, token_type_ids, attention_mask, labels
 
@@ -11,8 +11,10 @@ they differ in their columns, their labels, their head and their metric.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import itertools
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +27,7 @@ from bertctl.tasks import files
 from bertctl.tasks.base import Family, logits_of
 
 
-@dataclass
+@dataclasses.dataclass
 class TaskExamples:
     """The rows of one task file, validated.
 
@@ -51,7 +53,7 @@ class TaskExamples:
         return self.labels is not None
 
 
-@dataclass
+@dataclasses.dataclass
 class TaskFeatures:
     """Token ids of every example, stored flat: sequence s is `input_ids[offsets[s]:offsets[s+1]]`.
 
@@ -148,10 +150,12 @@ def make_batch(features: TaskFeatures, indices) -> dict[str, torch.Tensor]:
 class SequenceFamily(Family):
     """Reading, encoding, predicting and writing for families with one sequence per example."""
 
-    def read_texts(self, spec, table, path: Path) -> tuple[list[str], list[str] | None, None]:
+    def read_texts(self, spec, table, path: Path, first_row: int = 0
+                   ) -> tuple[list[str], list[str] | None, None]:
+        """The texts of `table`'s rows, the file's from `first_row` on."""
         files.require_columns(table, spec.text_columns, path)
-        text_a = files.text_column(table, spec.text_columns[0], path)
-        text_b = (files.text_column(table, spec.text_columns[1], path)
+        text_a = files.text_column(table, spec.text_columns[0], path, first_row=first_row)
+        text_b = (files.text_column(table, spec.text_columns[1], path, first_row=first_row)
                   if len(spec.text_columns) == 2 else None)
         return text_a, text_b, None
 
@@ -166,7 +170,8 @@ class SequenceFamily(Family):
                              f"(another family's options)")
 
     def read_labels(self, values: list, path: Path, column: str, spec,
-                    label_list: tuple[str, ...] | None) -> tuple[np.ndarray, Any]:
+                    label_list: tuple[str, ...] | None, first_row: int = 0
+                    ) -> tuple[np.ndarray, Any]:
         raise NotImplementedError
 
     def read(self, spec, path, label_list=None, require_labels=False) -> TaskExamples:
@@ -178,22 +183,40 @@ class SequenceFamily(Family):
         its row. A file without the label column gives `labels=None` (prediction only) unless
         `require_labels`.
         """
+        with contextlib.closing(self.read_chunks(spec, path, label_list, require_labels,
+                                                 rows=None)) as chunks:
+            return next(chunks)
+
+    def read_chunks(self, spec, path, label_list=None, require_labels=False,
+                    rows: int | None = 10_000) -> Iterator[TaskExamples]:
+        """The file as `read` gives it, in consecutive parts of at most `rows` examples (None:
+        one), read from a memory-mapped table: a file of any size in bounded memory. A file's
+        own label list is taken from the whole label column before the first part."""
         path = Path(path)
-        table = files.read_table(spec, path)
-        if table.num_rows == 0:
-            raise BertctlError(f"{path}: no data rows")
-        text_a, text_b, choices = self.read_texts(spec, table, path)
-        labels = None
-        lab = spec.label_column
-        if lab is not None and lab in table.column_names:
-            labels, label_list = self.read_labels(table.column(lab).to_pylist(), path, lab, spec,
-                                                  label_list or spec.labels)
-        elif require_labels:
-            files.require_columns(table, [lab] if lab is not None else [], path)
-            raise BertctlError(f"{path}: the task has no label column; set label_column")
-        label_list = (label_list or spec.labels) if self.label_list else None
-        return TaskExamples(spec=spec, path=str(path), text_a=text_a, text_b=text_b,
-                            choices=choices, labels=labels, label_list=label_list)
+        with files.open_table(spec, path, in_memory=rows is None) as table:
+            if table.num_rows == 0:
+                raise BertctlError(f"{path}: no data rows")
+            lab = spec.label_column
+            labelled = lab is not None and lab in table.column_names
+            if not labelled and require_labels:
+                files.require_columns(table, [lab] if lab is not None else [], path)
+                raise BertctlError(f"{path}: the task has no label column; set label_column")
+            label_list = label_list or spec.labels
+            if labelled and self.label_list and label_list is None:
+                import pyarrow.compute as pc
+
+                label_list = files.labels_of(pc.unique(table.column(lab)).to_pylist(), path, lab)
+            step = rows or table.num_rows
+            for start in range(0, table.num_rows, step):
+                part = table.slice(start, step)
+                text_a, text_b, choices = self.read_texts(spec, part, path, start)
+                labels = None
+                if labelled:
+                    labels, label_list = self.read_labels(part.column(lab).to_pylist(), path, lab,
+                                                          spec, label_list, start)
+                yield TaskExamples(spec=spec, path=str(path), text_a=text_a, text_b=text_b,
+                                   choices=choices, labels=labels,
+                                   label_list=label_list if self.label_list else None)
 
     def encode(self, examples, tokenizer, max_seq_length: int, training: bool = False):
         return encode_examples(examples, tokenizer, max_seq_length)
@@ -211,12 +234,26 @@ class SequenceFamily(Family):
         return [str(int(i)) for i in predictions]
 
     def write_predictions(self, directory: Path, predictions, examples, spec,
-                          label_list) -> list[str]:
+                          label_list, start: int = 0) -> list[str]:
         """GLUE's submission format: a header, then `index<TAB>prediction` per example in file
-        order."""
+        order. `start` > 0: the examples are the file's from that one on, appended."""
         name = "predictions.tsv"
-        with open(Path(directory) / name, "w", encoding="utf-8", newline="\n") as f:
-            f.write("index\tprediction\n")
-            for i, v in enumerate(self.prediction_values(predictions, label_list)):
-                f.write(f"{i}\t{v}\n")
+        with open(Path(directory) / name, "a" if start else "w", encoding="utf-8",
+                  newline="\n") as f:
+            if not start:
+                f.write("index\tprediction\n")
+            f.writelines(f"{i}\t{v}\n" for i, v in
+                         enumerate(self.prediction_values(predictions, label_list), start))
         return [name]
+
+    def keep(self, predictions, examples) -> tuple[np.ndarray, TaskExamples]:
+        """Scoring needs the predictions and labels, not the texts."""
+        return predictions, dataclasses.replace(examples, text_a=[], text_b=None, choices=None)
+
+    def join(self, parts: list) -> tuple[np.ndarray, TaskExamples]:
+        """The parts' predictions and labels concatenated (examples without texts: what
+        `score` reads)."""
+        first = parts[0][1]
+        labels = None if first.labels is None else np.concatenate([e.labels for _, e in parts])
+        return (np.concatenate([p for p, _ in parts]),
+                dataclasses.replace(first, labels=labels))

@@ -144,7 +144,7 @@ class Span(Family):
         return squad_v1_metrics(gold, predictions.predictions)
 
     def write_predictions(self, directory: Path, predictions, examples, spec,
-                          label_list) -> list[str]:
+                          label_list, start: int = 0) -> list[str]:
         from bertctl.tasks.span.outputs import write_span_outputs
 
         return write_span_outputs(directory, predictions)

@@ -208,7 +208,7 @@ class Tagging(Family):
         return score(examples.tags, predictions, examples.offsets)
 
     def write_predictions(self, directory: Path, predictions, examples, spec,
-                          label_list) -> list[str]:
+                          label_list, start: int = 0) -> list[str]:
         from bertctl.tasks.tagging.predict import write_predictions
 
         write_predictions(Path(directory) / "predictions.txt", examples, predictions)
