@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -156,11 +155,13 @@ def measure(path: Path, dev: Path, threads: int, requests: int, precision: str) 
     import torch
 
     torch.set_num_threads(threads)
-    from bertctl import evaluation
+    from bertctl import evaluation, hardware
     from bertctl.data.collate import length_grouped_batches
     from bertctl.stages import common
     from bertctl.tasks.settings import eval_settings
 
+    if precision == "auto":
+        precision = hardware.auto_precision("cpu")
     source = common.open_model(path, exports=True)
     spec, family, labels, data, max_len = common.open_task(eval_settings()(), source, dev)
     tok, _ = source.tokenizer()
@@ -192,7 +193,7 @@ def measure(path: Path, dev: Path, threads: int, requests: int, precision: str) 
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return {"median_ms": statistics.median(times), "p95_ms": times[int(0.95 * (len(times) - 1))],
             "requests": len(times), "throughput": count / seconds, "throughput_examples": count,
-            "peak_rss_mb": peak, "model_mb": peak - before}
+            "peak_rss_mb": peak, "model_mb": peak - before, "precision": precision}
 
 
 def measured(target: Path, engine_dir: Path, dev: Path, threads: int, requests: int,
@@ -265,14 +266,16 @@ def _check(work: Path, task: str, variant: str) -> dict | None:
 
 
 def table(work: Path) -> str:
+    import onnxruntime
     import torch
 
-    out = [f"Machine: {platform.processor() or platform.machine()}, "
-           f"{os.cpu_count()} cores, torch CPU capability "
-           f"{torch.backends.cpu.get_cpu_capability()}; torch {torch.__version__}", ""]
+    from bertctl import hardware
+
+    out = [f"Machine: {hardware.describe()}; torch {torch.__version__}, onnxruntime "
+           f"{onnxruntime.__version__}", ""]
     out.append("| task | engine | dev metric | agreement | size MB | batch-1 median / p95 ms "
                "(1 thread) | (2 threads) | speed-up vs PyTorch fp32, 1 / 2 threads | "
-               "throughput ex/s (2 threads) | peak RSS / model MB |")
+               "throughput ex/s, 1 / 2 threads | peak RSS / model MB (1 thread) |")
     out.append("|---|---|---|---|---|---|---|---|---|---|")
     for task in [*TASKS, BASE]:
         d = work / task
@@ -294,13 +297,13 @@ def table(work: Path) -> str:
             size = ""
             if name.startswith(("fp32", "int8")):
                 size = f"{(d / f'export-{name}' / 'model.onnx').stat().st_size / 1e6:.1f}"
-            elif name == "pytorch":
+            elif name == "pytorch" and (d / "model" / "model.safetensors").exists():
                 size = f"{(d / 'model' / 'model.safetensors').stat().st_size / 1e6:.1f}"
             lat = [f"{m[t]['median_ms']:.2f} / {m[t]['p95_ms']:.2f}" if m[t] else "" for t in (1, 2)]
             speed = " / ".join(f"{ref[t]['median_ms'] / m[t]['median_ms']:.2f}x"
                                if m[t] and ref[t] else "-" for t in (1, 2))
-            thr = f"{m[2]['throughput']:.0f}" if m[2] else ""
-            mem = f"{m[2]['peak_rss_mb']:.0f} / {m[2]['model_mb']:.0f}" if m[2] else ""
+            thr = " / ".join(f"{m[t]['throughput']:.0f}" if m[t] else "-" for t in (1, 2))
+            mem = f"{m[1]['peak_rss_mb']:.0f} / {m[1]['model_mb']:.0f}" if m[1] else ""
             out.append(f"| {task} | {name} | {mtxt} | {agree} | {size} | {lat[0]} | {lat[1]} | "
                        f"{speed} | {thr} | {mem} |")
     return "\n".join(out)
