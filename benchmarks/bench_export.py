@@ -24,7 +24,8 @@ this machine (bf16 autocast where the CPU has native bf16 matmuls). A base-size 
 H768, random weights, an SST-2 head) is measured for speed on the SST-2 dev sentences.
 
 Results are kept per step under --work (a rerun does only what is missing); --table prints
-the table from them. Figures depend on the CPU: the table states it.
+the table from them. --no-measure does the training, exports and evals only (they may share the
+machine), so the timings can be taken later with nothing else running. Figures depend on the CPU: the table states it.
 """
 
 from __future__ import annotations
@@ -240,6 +241,8 @@ def run_task(task: str, files, work: Path, args, log: Path) -> None:
         if not (ev / "artifact.json").exists() and task != BASE:
             sh(BERTCTL + ["eval", path, dev, "--out", ev, "--precision", precision,
                           "--threads", threads], log, threads)
+    if args.no_measure:
+        return
     (d / "measure").mkdir(exist_ok=True)
     cores = ",".join(str(c) for c in range(max(args.threads)))
     for threads in args.threads:
@@ -322,6 +325,8 @@ def main() -> None:
     ap.add_argument("--threads", nargs="+", type=int, default=[1, 2])
     ap.add_argument("--requests", type=int, default=200)
     ap.add_argument("--table", action="store_true", help="print the table and stop")
+    ap.add_argument("--no-measure", action="store_true",
+                    help="train, export and evaluate only; measure later on a quiet machine")
     ap.add_argument("--measure", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--dev", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--precision", default="fp32", help=argparse.SUPPRESS)

@@ -218,7 +218,10 @@ class EvalSettings(TaskSettings, InferenceSettings):
         "validation.", json_schema_extra=meta(DATA))
 
 
-class FinetuneSettings(TrainingSettings, TaskSettings):
+class TaskTrainingSettings(TrainingSettings, TaskSettings):
+    """What training on a task's data takes, whether from the labels (finetune) or from a
+    teacher's outputs (distill)."""
+
     produces: ClassVar[str | None] = "model"
     epochs: float | None = Field(3, gt=0, description="Passes over the training data (the "
                                  "paper: 2 to 4).", json_schema_extra=meta(TRAINING))
@@ -253,6 +256,19 @@ class FinetuneSettings(TrainingSettings, TaskSettings):
                                           json_schema_extra=meta(EVALUATION))
     eval_batch_size: int = Field(64, ge=1, description="Examples per validation forward pass.",
                                  json_schema_extra=meta(EVALUATION, identity=False))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _steps_replace_default_epochs(cls, data):
+        # --steps (or --time-budget) alone means "this long", not a clash with the default
+        # epochs.
+        if isinstance(data, dict) and data.get("epochs") is None and (
+                data.get("steps") is not None or data.get("time_budget") is not None):
+            data = {**data, "epochs": None}
+        return data
+
+
+class FinetuneSettings(TaskTrainingSettings):
     # Feature-based use (the paper's ELMo-style ablation): bertctl/model/features.py.
     freeze_encoder: bool = Field(False, description="Train only a head on the frozen encoder's "
                                  "hidden states (no dropout, no gradient through it).",
@@ -276,15 +292,43 @@ class FinetuneSettings(TrainingSettings, TaskSettings):
                              "head: add --freeze-encoder")
         return self
 
-    @model_validator(mode="before")
-    @classmethod
-    def _steps_replace_default_epochs(cls, data):
-        # --steps (or --time-budget) alone means "this long", not a clash with the default
-        # epochs.
-        if isinstance(data, dict) and data.get("epochs") is None and (
-                data.get("steps") is not None or data.get("time_budget") is not None):
-            data = {**data, "epochs": None}
-        return data
+
+DISTILLATION = "Distillation"
+STUDENT = "Student"
+
+
+class DistillSettings(TaskTrainingSettings):
+    """`bertctl distill`: the task is the teacher's (flags may say how to read TRAIN); the
+    student is built by one of the student settings (or the --student-init/--student-config
+    inputs), by default from every second teacher layer."""
+
+    max_seq_length: int | None = Field(None, ge=8, le=512, description="Tokens per example; "
+                                       "unset: the teacher's fine-tuning length.",
+                                       json_schema_extra=meta(TASK))
+    lr: float = Field(5e-5, gt=0, description="Peak learning rate.",
+                      json_schema_extra=meta(TRAINING))
+    student_layers: str | None = Field(None, description="Build the student from these teacher "
+                                       "layers (0-based, increasing, e.g. 0,2,4), with the "
+                                       "teacher's embeddings and head; unset and no other "
+                                       "student given: every second layer.",
+                                       json_schema_extra=meta(STUDENT))
+    student_size: Literal["tiny", "mini", "small", "medium", "base"] | None = Field(
+        None, description="Build a randomly initialised student of this preset size with the "
+        "teacher's vocabulary.", json_schema_extra=meta(STUDENT))
+    temperature: float = Field(2.0, gt=0, le=100, description="Softmax temperature of the "
+                               "soft targets (the soft loss is scaled by its square).",
+                               json_schema_extra=meta(DISTILLATION))
+    alpha: float = Field(0.5, ge=0, le=1, description="Weight of the gold-label loss where "
+                         "the data has labels; the soft loss gets 1 - alpha (all of it on "
+                         "unlabelled data).", json_schema_extra=meta(DISTILLATION))
+    hidden_loss: float = Field(0.0, ge=0, le=1000, description="Weight of the hidden-state "
+                               "loss (mean squared error between mapped layers, through a "
+                               "learned projection where the widths differ); 0: off.",
+                               json_schema_extra=meta(DISTILLATION))
+    layer_map: str | None = Field(None, description="With --hidden-loss: student:teacher layer "
+                                  "pairs (0 is the embeddings), e.g. 1:2,2:4,3:6; unset: each "
+                                  "student layer m to teacher layer round(m * L_teacher / "
+                                  "L_student).", json_schema_extra=meta(DISTILLATION))
 
 
 class ReportSettings(StageConfig):

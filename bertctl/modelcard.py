@@ -129,7 +129,35 @@ def _finetuning(manifest: Manifest) -> list[str]:
     if manifest.metrics:
         lines += ["Dev metrics of the kept weights:", "",
                   *_table(_metrics_rows(manifest.metrics), ("metric", "value"))]
+    return lines + _distillation(manifest)
+
+
+def _distillation(manifest: Manifest) -> list[str]:
+    d, config = manifest.stats.get("distillation"), manifest.config
+    if not d:
+        return []
+    rows = [("teacher", f"{d.get('teacher')} ({d.get('teacher_id')})"),
+            ("student", d.get("student")),
+            ("layers, width", f"{d.get('student_layers')}, {d.get('student_hidden_size')}"),
+            ("parameters (student / teacher)",
+             f"{d.get('student_parameters'):,} / {d.get('teacher_parameters'):,}"),
+            *[(k, config.get(k)) for k in ("temperature", "alpha", "hidden_loss")],
+            ("layer map (student:teacher)",
+             ", ".join(f"{s}:{t}" for s, t in d.get("layer_map") or []) or None)]
+    lines = ["## Distillation", "", *_table(rows, ("fact", "value"))]
+    teacher = d.get("teacher_metrics") or {}
+    shared = [k for k in teacher if k in (manifest.metrics or {})]
+    if shared:
+        lines += ["The teacher on the same dev file:", "",
+                  *_table([(k, f"{teacher[k]:.4g} (student {manifest.metrics[k]:.4g})")
+                           for k in shared if isinstance(teacher[k], (int, float))],
+                          ("metric", "teacher"))]
     return lines
+
+
+def _stage(stats: dict[str, Any]) -> str:
+    return ("distill" if "distillation" in stats else "finetune" if "task" in stats
+            else "pretrain")
 
 
 def render(manifest: Manifest, directory: Path, history: list[dict[str, Any]]) -> str:
@@ -138,7 +166,7 @@ def render(manifest: Manifest, directory: Path, history: list[dict[str, Any]]) -
     arch = stats.get("architecture", "BertModel")
     finetuned = "task" in stats
     lines = [f"# {arch} {manifest.id}", "",
-             f"A bertctl model artifact made by `bertctl {'finetune' if finetuned else 'pretrain'}`"
+             f"A bertctl model artifact made by `bertctl {_stage(stats)}`"
              f" (bertctl {manifest.bertctl_version}) on {manifest.created_at[:10]}. Its lineage "
              f"is in `artifact.json` (`bertctl inspect` shows it); this card is written from it.",
              ""]

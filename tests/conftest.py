@@ -67,6 +67,21 @@ def small_tokenizer(tmp_path_factory):
     return out
 
 
+# One real training set per task family, as the tests that train a model of each family use
+# them: family -> (finetune's data and flags, a labelled file to evaluate on).
+_GLUE, _SQUAD, _CONLL = FIXTURES / "glue", FIXTURES / "squad", FIXTURES / "conll2003"
+FAMILY_DATA = {
+    "single": ([_GLUE / "SST-2", "--task", "glue/sst2"], _GLUE / "SST-2" / "dev.tsv"),
+    "pair": ([_GLUE / "MRPC", "--task", "glue/mrpc"], _GLUE / "MRPC" / "dev.tsv"),
+    "regression": ([_GLUE / "STS-B", "--task", "glue/sts-b"], _GLUE / "STS-B" / "dev.tsv"),
+    "multiple_choice": ([_GLUE / "swag" / "sample.jsonl", "--task", "swag"],
+                        _GLUE / "swag" / "sample.jsonl"),
+    "span": ([_SQUAD / "dev-v1.1-sample.json", "--task", "squad", "--max-seq-length", "128",
+              "--doc-stride", "48"], _SQUAD / "dev-v1.1-sample.json"),
+    "tagging": ([_CONLL, "--task", "conll2003", "--max-seq-length", "64"],
+                _CONLL / "valid.txt"),
+}
+
 TINY_MODEL = ["--model-size", "tiny", "--hidden-size", "32", "--num-attention-heads", "2",
               "--intermediate-size", "64", "--max-position-embeddings", "128"]
 

@@ -21,21 +21,10 @@ from bertctl import onnx_model  # noqa: E402
 from bertctl.errors import BertctlError  # noqa: E402
 from bertctl.model import BertConfig, BertForTokenClassification, BertModel  # noqa: E402
 
-from conftest import FIXTURES  # noqa: E402
+from conftest import FAMILY_DATA, FIXTURES  # noqa: E402
 
-GLUE, SQUAD, CONLL = FIXTURES / "glue", FIXTURES / "squad", FIXTURES / "conll2003"
-# family: (finetune's data and flags, the check / eval data)
-FAMILIES = {
-    "single": ([GLUE / "SST-2", "--task", "glue/sst2"], GLUE / "SST-2" / "dev.tsv"),
-    "pair": ([GLUE / "MRPC", "--task", "glue/mrpc"], GLUE / "MRPC" / "dev.tsv"),
-    "regression": ([GLUE / "STS-B", "--task", "glue/sts-b"], GLUE / "STS-B" / "dev.tsv"),
-    "multiple_choice": ([GLUE / "swag" / "sample.jsonl", "--task", "swag"],
-                        GLUE / "swag" / "sample.jsonl"),
-    "span": ([SQUAD / "dev-v1.1-sample.json", "--task", "squad", "--max-seq-length", "128",
-              "--doc-stride", "48"], SQUAD / "dev-v1.1-sample.json"),
-    "tagging": ([CONLL, "--task", "conll2003", "--max-seq-length", "64"],
-                CONLL / "valid.txt"),
-}
+GLUE = FIXTURES / "glue"
+FAMILIES = FAMILY_DATA   # family: (finetune's data and flags, the check / eval data)
 
 
 @pytest.fixture(scope="module")

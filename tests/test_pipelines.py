@@ -343,3 +343,30 @@ def test_budget_pipeline(tmp_path):
     r = make("budget", variables, makefile="budget.mk")
     assert r.returncode == 0, r.stderr
     assert mtimes(runs) == before
+
+
+# --- distillation (pipelines/distill.mk) ----------------------------------------------------------
+
+def test_distill_pipeline(tmp_path, minilm_dir):
+    """A teacher fine-tuned for two steps, distilled into its every-second-layer student, both
+    evaluated on the dev rows and compared on one report page (metrics, size, speed)."""
+    teacher = tmp_path / "teacher"
+    r = subprocess.run([sys.executable, "-m", "bertctl", "finetune", str(minilm_dir),
+                        str(FIXTURES / "glue" / "SST-2"), "--task", "glue/sst2", "--out",
+                        str(teacher), "--steps", "2", "--batch-size", "8", "--device", "cpu"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    runs = tmp_path / "runs"
+    variables = {"TEACHER": str(teacher), "DATA": str(FIXTURES / "glue" / "SST-2"),
+                 "RUNS": str(runs), "STEPS": "2", "BATCH": "8", "DISTILL_FLAGS": "--device cpu"}
+    r = make("distill", variables, makefile="distill.mk")
+    assert r.returncode == 0, r.stdout + r.stderr
+    student = manifest(runs / "student")
+    assert student["stats"]["distillation"]["student_layers"] == 3      # of the teacher's 6
+    assert manifest(runs / "eval-student")["stats"]["examples"] == \
+        manifest(runs / "eval-teacher")["stats"]["examples"]
+    page = (runs / "report" / "report.html").read_text()
+    assert "model MB" in page and "eval examples/s" in page
+    before = mtimes(runs)
+    r = make("distill", variables, makefile="distill.mk")
+    assert r.returncode == 0 and mtimes(runs) == before        # a second make does nothing

@@ -20,7 +20,7 @@ import typer
 import bertctl
 from bertctl import console
 from bertctl import locks, signals
-from bertctl.config import (BuildPretrainDataSettings, EmbedSettings, EvalSettings,
+from bertctl.config import (BuildPretrainDataSettings, DistillSettings, EmbedSettings, EvalSettings,
                             ExportSettings, FinetuneSettings, GlueSummarySettings,
                             PretrainSettings, ReportSettings, TokenizeSettings)
 from bertctl.cli.flags import COMMON, PanelledCommand, field_parameter
@@ -236,6 +236,12 @@ def _finetune_settings() -> type[FinetuneSettings]:
     return finetune_settings()
 
 
+def _distill_settings() -> type[DistillSettings]:
+    from bertctl.tasks.settings import distill_settings
+
+    return distill_settings()
+
+
 def _eval_settings() -> type[EvalSettings]:
     from bertctl.tasks.settings import eval_settings
 
@@ -258,6 +264,36 @@ def finetune(settings: FinetuneSettings, out: Path, force: bool,
 
     return stage_module.run(settings, str(model), str(train), str(out), force,
                             dev_path=str(dev) if dev else None)
+
+
+@stage("distill", _distill_settings, help="Train a smaller student to imitate a fine-tuned "
+       "teacher on task data (its soft targets at a temperature, the gold labels where the data "
+       "has them, optionally its hidden states) into a model artifact of the teacher's task. "
+       "The student: some of the teacher's layers (default: every second), a preset size, a "
+       "config.json or a pretrained model with the teacher's vocabulary.")
+def distill(settings: DistillSettings, out: Path, force: bool,
+            teacher: Annotated[Path, typer.Argument(
+                help="The fine-tuned teacher: a model artifact or Hugging Face BERT directory "
+                     "with a task head.", show_default=False)],
+            train: Annotated[Path, typer.Argument(
+                help="The training file, read with the teacher's task (flags may say how); "
+                     "without labels the teacher's outputs are the only targets.",
+                show_default=False)],
+            dev: Annotated[Optional[Path], typer.Option(
+                help="Validation file, evaluated after each epoch (default: the preset's dev "
+                     "file when TRAIN is a directory).")] = None,
+            student_init: Annotated[Optional[Path], typer.Option(
+                help="Start the student from this model (e.g. a small pretrained one); it must "
+                     "have the teacher's tokenizer.")] = None,
+            student_config: Annotated[Optional[Path], typer.Option(
+                help="Build the student from this Hugging Face config.json (random "
+                     "weights, the teacher's vocabulary).")] = None):
+    from bertctl.stages import finetune as stage_module
+
+    return stage_module.distill(settings, str(teacher), str(train), str(out), force,
+                                dev_path=str(dev) if dev else None,
+                                student_init=str(student_init) if student_init else None,
+                                student_config=str(student_config) if student_config else None)
 
 
 @stage("eval", _eval_settings, help="Evaluate a model on task data (metrics and GLUE-style "

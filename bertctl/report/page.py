@@ -116,6 +116,12 @@ def overview(runs: list[Run]) -> str:
     """What a reader came for, one column per artifact: what it is and its metrics."""
     head = "".join(f"<th>{esc(r.label)}</th>" for r in runs)
     body = _rows(runs, [("kind", lambda r: r.artifact.kind), ("id", lambda r: r.artifact.id)])
+    # An eval's cost beside its quality, so a teacher and its student (or a model and its
+    # export) compare on one page.
+    costs = [("model MB", _model_mb), ("eval examples/s",
+                                       lambda r: r.artifact.manifest.stats.get("examples_per_second"))]
+    body += _rows(runs, [(name, get) for name, get in costs
+                         if any(get(r) is not None for r in runs)])
     metric_keys = sorted({k for r in runs for k in numeric_metrics(r.artifact.manifest.metrics)})
     for k in metric_keys:
         body.append(f"<tr><th>metrics.{esc(k)}</th>"
@@ -125,6 +131,18 @@ def overview(runs: list[Run]) -> str:
                               for r in runs) + "</tr>")
     return (f'<h2>Overview</h2><table id="overview"><tr><th></th>{head}</tr>'
             + "".join(body) + "</table>")
+
+
+def _model_mb(run: Run) -> float | None:
+    """The size of the weights an eval artifact ran, where they are still on disk."""
+    model = run.artifact.manifest.stats.get("model") if run.artifact.kind == "eval" else None
+    if not model:
+        return None
+    for name in ("model.safetensors", "model.onnx"):
+        path = Path(model) / name
+        if path.is_file():
+            return round(path.stat().st_size / 1e6, 1)
+    return None
 
 
 def differences(runs: list[Run]) -> str:

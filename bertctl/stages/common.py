@@ -301,16 +301,19 @@ def resolve_task(config, source: ModelSource):
     from bertctl.tasks import TaskSpec, make_task_spec
 
     flags = config.task_fields()
-    if config.header is not None:   # e.g. GLUE's CoLA test file has a header, its dev file none
+    if getattr(config, "header", None) is not None:   # e.g. GLUE's CoLA test file has a header, its dev file none
         flags["header"] = config.header
     if config.task is not None:
         return make_task_spec(config.task, **flags)
     if source.task is not None:
         try:
-            base = TaskSpec(**source.task["spec"]).model_dump()
+            spec = TaskSpec(**source.task["spec"])
         except Exception as exc:  # noqa: BLE001 - a task file of another version or edited by hand
             raise BertctlError(f"{source.path / TASK_FILE}: cannot read the task: "
                                f"{' '.join(str(exc).split())}") from None
+        if not flags:
+            return spec   # the model's own, exactly
+        base = spec.model_dump()
         if "family" in flags and flags["family"] != base["family"]:
             raise BertctlError(f"{source.path}: the model was fine-tuned for a '{base['family']}' "
                                f"task, not '{flags['family']}'")

@@ -1,8 +1,12 @@
-"""`bertctl finetune`: model + task data -> model artifact with a task head.
+"""`bertctl finetune`: model + task data -> model artifact with a task head; and `bertctl
+distill`: fine-tuned teacher + task data -> a smaller student of the same task.
 
 The same training loop as pretraining; only the head, the data and the metric differ. The label
 list comes from the training file (or --labels) and is stored in the artifact (config.json's
-id2label and bertctl_task.json), so eval never re-derives it.
+id2label and bertctl_task.json), so eval never re-derives it. Distillation is fine-tuning with
+a teacher: the task, labels and length are the teacher's, the training file may lack labels
+(the teacher's outputs are the targets), and the model trained is a student built from the
+teacher (`Distillation`) inside the loss module of bertctl/train/distill.py.
 """
 
 from __future__ import annotations
@@ -10,7 +14,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from bertctl import console
-from bertctl.config import FinetuneSettings
+import json
+
+from bertctl.config import DistillSettings, FinetuneSettings
 from bertctl.errors import BertctlError
 from bertctl.stages import common
 
@@ -42,14 +48,116 @@ def frozen_features(config: FinetuneSettings, family, source) -> dict:
     return {"features": {"layers": list(layers), "combine": config.combine, "head": config.head}}
 
 
+class Distillation:
+    """The teacher and the student's plan, all checked before any work; `student` builds it
+    (in `prepare`, after the up-to-date check), `wrap` puts it in the loss module."""
+
+    def __init__(self, config: DistillSettings, teacher, family, init=None,
+                 student_config: Path | None = None):
+        from bertctl.model import BertConfig, read_config
+        from bertctl.model import students
+        from bertctl.train import distill
+
+        self.config, self.teacher, self.family, self.init = config, teacher, family, init
+        given = [name for name, value in (
+            ("--student-layers", config.student_layers), ("--student-size", config.student_size),
+            ("--student-init", init), ("--student-config", student_config)) if value]
+        if len(given) > 1:
+            raise BertctlError(f"give one way to build the student, not {' and '.join(given)}")
+        t_config = read_config(teacher.path)
+        self.student_config = self.layers = None
+        if init is not None:
+            s_config = read_config(init.path)
+            students.check_vocabulary(s_config, t_config, str(init.path))
+            if init.has_tokenizer() and \
+                    init.tokenizer()[0].get_vocab() != teacher.tokenizer()[0].get_vocab():
+                raise BertctlError(f"{init.path}: its tokenizer differs from the teacher's; "
+                                   f"distillation needs the teacher's tokenizer")
+            self.plan = f"initialised from {init.path}"
+        elif student_config is not None or config.student_size:
+            if student_config is not None:
+                try:
+                    raw = json.loads(Path(student_config).read_text(encoding="utf-8"))
+                except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+                    raise BertctlError(f"{student_config}: cannot read: "
+                                       f"{' '.join(str(exc).split())}") from None
+                s_config = BertConfig.from_hf_dict(raw, source=str(student_config))
+                students.check_vocabulary(s_config, t_config, str(student_config))
+                self.plan = f"a new model of {Path(student_config).name} (random weights)"
+            else:
+                s_config = students.sized_config(t_config, config.student_size)
+                self.plan = f"a new {config.student_size} model (random weights)"
+            self.student_config = s_config
+        else:
+            self.layers = (students.parse_layers(config.student_layers,
+                                                 t_config.num_hidden_layers)
+                           if config.student_layers else
+                           students.every_second_layer(t_config.num_hidden_layers))
+            s_config = None
+            self.plan = f"teacher layers {','.join(map(str, self.layers))}"
+        s_layers = len(self.layers) if self.layers else s_config.num_hidden_layers
+        if config.layer_map and not config.hidden_loss:
+            raise BertctlError("--layer-map maps hidden states for --hidden-loss: give its "
+                               "weight too")
+        self.layer_map = []
+        if config.hidden_loss:
+            if (teacher.hf_config.get("bertctl_features")):
+                raise BertctlError(f"{teacher.path}: a frozen-encoder teacher's layers were not "
+                                   f"fine-tuned; --hidden-loss needs a fully fine-tuned teacher")
+            self.layer_map = (distill.parse_layer_map(config.layer_map, s_layers,
+                                                      t_config.num_hidden_layers)
+                              if config.layer_map else
+                              distill.default_layer_map(s_layers, t_config.num_hidden_layers))
+
+    def student(self, head_class, head_kwargs: dict):
+        """(the student, its load report); also loads the teacher."""
+        from bertctl.model import LoadReport
+        from bertctl.model import students
+
+        self.teacher_model = common.load_task_model(self.teacher)
+        if self.init is not None:
+            return self.init.load(head_class, **head_kwargs)
+        if self.layers is not None:
+            return students.from_teacher_layers(self.teacher_model, self.layers, head_class,
+                                                head_kwargs)
+        return (head_class(self.student_config, **head_kwargs),
+                LoadReport(source=self.plan, missing=["(every weight)"]))
+
+    def wrap(self, student):
+        from bertctl.train.distill import Distiller
+
+        c = self.config
+        return Distiller(student, self.teacher_model, self.family.soft_targets, c.temperature,
+                         c.alpha, c.hidden_loss, self.layer_map)
+
+    def stats(self, student) -> dict:
+        return {"teacher": str(self.teacher.path), "teacher_id": self.teacher.ref.id,
+                "student": self.plan, "student_layers": student.config.num_hidden_layers,
+                "student_hidden_size": student.config.hidden_size,
+                "student_parameters": sum(p.numel() for p in student.parameters()),
+                "teacher_parameters": sum(p.numel() for p in self.teacher_model.parameters()),
+                "layer_map": [list(p) for p in self.layer_map]}
+
+
+def _student(model):
+    """The model a distillation trains inside its loss module, or the model itself."""
+    return getattr(model, "student", model)
+
+
 class FinetuneJob:
     """What `common.train_to_artifact` calls, in order: `prepare` (read, encode, build the
-    model), `fit` (the training loop), `write` (the model directory and its stats)."""
+    model), `fit` (the training loop), `write` (the model directory and its stats). With a
+    `Distillation`, the model is its student, trained on the teacher's outputs."""
 
     def __init__(self, config: FinetuneSettings, spec, family, source, features: dict,
-                 train_file: Path, dev_file: Path | None):
+                 train_file: Path, dev_file: Path | None,
+                 distillation: Distillation | None = None, max_seq_length: int | None = None,
+                 label_list: tuple[str, ...] | None = None):
         self.config, self.spec, self.family, self.source = config, spec, family, source
         self.features, self.train_file, self.dev_file = features, train_file, dev_file
+        self.distillation = distillation
+        self.max_len = max_seq_length or config.max_seq_length
+        self.labels = label_list if distillation else spec.labels
         self.metric_key = family.main_metric(spec)
 
     def prepare(self) -> None:
@@ -58,22 +166,29 @@ class FinetuneJob:
         from bertctl.train import distributed as dist
 
         config, family, spec = self.config, self.family, self.spec
+        distilling = self.distillation is not None
+        # A teacher's task spec describes its own training file's layout; these may differ.
+        spec_for = spec.for_file if distilling else (lambda path: spec)
         tok, _ = self.source.tokenizer()
-        common.check_reads_task(self.source, tok, config.max_seq_length)
-        self.train_examples = family.read(spec, self.train_file, label_list=spec.labels,
-                                          require_labels=True)
-        self.label_list = self.train_examples.label_list if family.label_list else None
-        self.dev_examples = (family.read(spec, self.dev_file, label_list=self.label_list,
-                                         require_labels=True)
+        common.check_reads_task(self.source, tok, self.max_len)
+        # A teacher labels what the file does not (distilling on unlabelled in-domain text).
+        self.train_examples = family.read(spec_for(self.train_file), self.train_file,
+                                          label_list=self.labels, require_labels=not distilling)
+        self.label_list = self.labels if distilling else (
+            self.train_examples.label_list if family.label_list else None)
+        self.dev_examples = (family.read(spec_for(self.dev_file), self.dev_file,
+                                         label_list=self.label_list, require_labels=True)
                              if self.dev_file is not None else None)
-        self.train_features = family.encode(self.train_examples, tok, config.max_seq_length,
+        self.train_features = family.encode(self.train_examples, tok, self.max_len,
                                             training=True)
-        self.dev_features = (family.encode(self.dev_examples, tok, config.max_seq_length)
+        self.dev_features = (family.encode(self.dev_examples, tok, self.max_len)
                              if self.dev_examples is not None else None)
         torch.manual_seed(config.seed)  # the new head's initial weights are part of --seed
-        self.model, report = self.source.load(family.head_class(),
-                                              **family.head_kwargs(spec, self.label_list),
-                                              **self.features)
+        head = (family.head_class(), family.head_kwargs(spec, self.label_list))
+        if distilling:
+            self.model, report = self.distillation.student(*head)
+        else:
+            self.model, report = self.source.load(head[0], **head[1], **self.features)
         if dist.is_main():
             self._log_summary(str(report))
         self.select = (self.metric_key, "max") if (self.dev_features is not None
@@ -82,7 +197,9 @@ class FinetuneJob:
             console.log("no --dev file: keeping the last weights")
         self.task_record = {"spec": spec.model_dump(mode="json"),
                             "label_list": list(self.label_list) if self.label_list else None,
-                            "max_seq_length": config.max_seq_length}
+                            "max_seq_length": self.max_len}
+        if distilling and self.dev_features is not None:   # what the student is measured by
+            self.teacher_metrics = self.evaluate(self.distillation.teacher_model)
 
     def _log_summary(self, load_report: str) -> None:
         spec, family = self.spec, self.family
@@ -101,6 +218,7 @@ class FinetuneJob:
     def _dev_predictions(self, model):
         from bertctl.evaluation import evaluate_task
 
+        model = _student(model)
         return evaluate_task(model, self.family, self.spec, self.dev_examples, self.dev_features,
                              self.label_list, self.config.eval_batch_size,
                              next(model.parameters()).device, self.config.precision)
@@ -115,26 +233,38 @@ class FinetuneJob:
         from bertctl.data.collate import TaskData
         from bertctl.train import TrainSettings, train
 
-        config = self.config
-        data = TaskData(self.train_features, config.pack, config.max_seq_length, self.model)
-        with console.training_progress(f"fine-tuning {self.spec.name}", config.steps) as on_log:
-            return train(self.model, data, TrainSettings.of(config), work,
+        config, model, metrics = self.config, self.model, None
+        if self.distillation is not None:
+            from bertctl.train.distill import step_metrics as metrics
+
+            model = self.distillation.wrap(self.model)
+        data = TaskData(self.train_features, config.pack, self.max_len, model)
+        what = "distilling" if self.distillation is not None else "fine-tuning"
+        with console.training_progress(f"{what} {self.spec.name}", config.steps) as on_log:
+            return train(model, data, TrainSettings.of(config), work,
                          evaluate=self.evaluate if self.dev_features is not None else None,
-                         select=self.select, on_log=on_log)
+                         select=self.select, on_log=on_log, step_metrics=metrics)
 
     def write(self, result, tmp: Path) -> dict:
-        family, spec = self.family, self.spec
+        family, spec, model = self.family, self.spec, _student(result.model)
         if family.calibrates and self.dev_features is not None:  # e.g. a no-answer threshold
-            _, predictions = self._dev_predictions(result.model)
+            _, predictions = self._dev_predictions(model)
             calibration = family.calibrate(predictions, self.dev_examples, spec)
             if calibration is not None:
                 self.task_record["calibration"] = calibration
-        common.write_model(result.model, tmp, self.source.path,
+        elif self.distillation is not None and (self.source.task or {}).get("calibration"):
+            self.task_record["calibration"] = self.source.task["calibration"]  # the teacher's
+        common.write_model(model, tmp, self.source.path,
                            extra_config=family.config_extras(spec, self.label_list),
                            task=self.task_record)
         chosen = result.best_metrics if self.select else result.eval_metrics
         train_stats = family.feature_stats(self.train_features)
-        return {"architecture": type(result.model).__name__, "task": spec.name,
+        distilled = {}
+        if self.distillation is not None:
+            distilled = {"distillation": {**self.distillation.stats(model),
+                                          "teacher_metrics": getattr(self, "teacher_metrics",
+                                                                     None)}}
+        return {"architecture": type(model).__name__, "task": spec.name,
                 "family": spec.family, "label_list": self.task_record["label_list"],
                 "train_examples": len(self.train_examples),
                 **({"train_features": train_stats} if train_stats else {}),
@@ -142,7 +272,9 @@ class FinetuneJob:
                 "step": result.step, "epochs": round(result.epoch, 4),
                 "selected_step": result.best_step if self.select else result.step,
                 "selection": f"best {self.metric_key}" if self.select else "last",
-                "metrics": chosen or {}}
+                **({"resumed_from_step": result.resumed_from}
+                   if result.resumed_from is not None else {}),
+                "metrics": chosen or {}, **distilled}
 
 
 def run(config: FinetuneSettings, model_dir: str, train_path: str, out: str, force: bool = False,
@@ -160,4 +292,38 @@ def run(config: FinetuneSettings, model_dir: str, train_path: str, out: str, for
     if dev_file is not None:
         inputs.append(common.data_input(dev_file, "dev"))
     job = FinetuneJob(config, spec, family, source, features, train_file, dev_file)
+    return common.train_to_artifact(config, inputs, out, force, job)
+
+
+def distill(config: DistillSettings, teacher_dir: str, train_path: str, out: str,
+            force: bool = False, dev_path: str | None = None, student_init: str | None = None,
+            student_config: str | None = None):
+    from bertctl import artifacts, tasks
+
+    teacher = common.open_model(teacher_dir, "teacher")
+    if teacher.task is None:
+        raise BertctlError(f"{teacher.path}: has no task head ({common.TASK_FILE}); distillation "
+                           f"needs a fine-tuned teacher (bertctl finetune)")
+    spec = common.resolve_task(config, teacher)
+    family = tasks.get(spec.family)
+    if family.soft_targets is None:
+        raise BertctlError(f"{teacher.path}: a '{family.name}' model's outputs are not scores a "
+                           f"student can imitate")
+    labels = family.resolve_labels(spec, teacher.task, teacher.hf_config, config.labels,
+                                   str(teacher.path))
+    family.check_head(teacher.hf_config, spec, labels, str(teacher.path))
+    train_file, dev_file = _data_files(spec, Path(train_path), Path(dev_path) if dev_path else None)
+    init = common.open_model(student_init, "student-init") if student_init else None
+    distillation = Distillation(config, teacher, family, init,
+                                Path(student_config) if student_config else None)
+    inputs = [teacher.ref, common.data_input(train_file, "train")]
+    if dev_file is not None:
+        inputs.append(common.data_input(dev_file, "dev"))
+    if init is not None:
+        inputs.append(init.ref)
+    if student_config:
+        inputs.append(artifacts.file_input(student_config, "student-config"))
+    max_len = config.max_seq_length or int(teacher.task.get("max_seq_length") or 128)
+    job = FinetuneJob(config, spec, family, teacher, {}, train_file, dev_file, distillation,
+                      max_len, labels)
     return common.train_to_artifact(config, inputs, out, force, job)

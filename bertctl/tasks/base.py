@@ -47,6 +47,11 @@ class Family:
     # The heads this family can train on a frozen encoder (finetune --freeze-encoder --head);
     # none: its head needs the whole encoder fine-tuned.
     feature_heads: ClassVar[tuple[str, ...]] = ()
+    # What a student imitates (`bertctl distill`): each score output of the head and how it is
+    # compared (train/distill.py): "classes" a softmax over the last axis per row, "tokens" the
+    # same per real token, "positions" a softmax over the sequence's real tokens, "score" a
+    # number (squared error). None: the family's models cannot be distilled.
+    soft_targets: ClassVar[dict[str, str] | None] = None
 
     # -- the spec
 

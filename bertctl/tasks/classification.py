@@ -44,6 +44,7 @@ class SequenceClassifierHead:
 
     head = "BertForSequenceClassification"
     regression = False
+    soft_targets = {"logits": "classes"}
     feature_heads = ("linear",)     # on the combined [CLS] vector
 
     def check_head(self, hf_config, spec, label_list, where: str) -> None:

@@ -16,6 +16,7 @@ class MultipleChoice(SequenceFamily):
     title = "Multiple choice"
     default_metric = "accuracy"
     head = "BertForMultipleChoice"
+    soft_targets = {"logits": "classes"}   # one score per choice: a softmax over them
 
     def check_spec(self, spec) -> None:
         if spec.text_columns:

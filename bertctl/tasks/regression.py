@@ -17,6 +17,7 @@ class Regression(SequenceClassifierHead, SequenceFamily):
     title = "Regression"
     default_metric = "pearson_spearman"
     regression = True
+    soft_targets = {"logits": "score"}
 
     def check_spec(self, spec) -> None:
         n = len(spec.text_columns)

@@ -18,7 +18,7 @@ from typing import Any, Literal, Optional
 
 from pydantic import Field, create_model, model_validator
 
-from bertctl.config import EvalSettings, FinetuneSettings, TaskSettings
+from bertctl.config import DistillSettings, EvalSettings, FinetuneSettings, TaskSettings
 from bertctl.settings import TASK, field_meta, meta
 from bertctl.tasks.registry import FAMILIES
 from bertctl.tasks.spec import PRESETS
@@ -100,6 +100,10 @@ def finetune_settings() -> type[FinetuneSettings]:
 
 def eval_settings() -> type[EvalSettings]:
     return _composed(EvalSettings, "eval", tuple(FAMILIES))
+
+
+def distill_settings() -> type[DistillSettings]:
+    return _composed(DistillSettings, "distill", tuple(FAMILIES))
 
 
 def task_spec(settings: TaskSettings):

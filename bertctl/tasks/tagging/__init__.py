@@ -97,6 +97,7 @@ class Tagging(Family):
     default_metric = "conlleval"
     label_list = True
     head = "BertForTokenClassification"
+    soft_targets = {"logits": "tokens"}
     feature_heads = ("linear", "bilstm")   # bilstm: the paper's feature-based NER head
 
     def check_spec(self, spec) -> None:

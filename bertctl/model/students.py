@@ -1,0 +1,81 @@
+"""Students for distillation, built from a teacher: some of its layers (DistilBERT's
+initialisation), or a fresh model of another size with its vocabulary.
+
+The student is always the teacher's head class (with the head arguments the task gives), so it
+is an ordinary fine-tuned model of the same family once trained.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from torch import nn
+
+from bertctl.errors import BertctlError
+from bertctl.model.bert import PRESETS, BertConfig
+from bertctl.model.hf import LoadReport, load_state_dict
+
+_LAYER = re.compile(r"^bert\.encoder\.layer\.(\d+)\.")
+
+
+def parse_layers(text: str, teacher_layers: int) -> list[int]:
+    """"0,2,4" -> [0, 2, 4]: distinct teacher layers, 0-based and increasing."""
+    items = [x.strip() for x in text.split(",")]
+    if not items or not all(x.isdigit() for x in items):
+        raise BertctlError(f"--student-layers {text!r}: expected teacher layer numbers such as "
+                           f"0,2,4 (0-based)")
+    layers = [int(x) for x in items]
+    bad = [i for i in layers if i >= teacher_layers]
+    if bad:
+        raise BertctlError(f"--student-layers {text!r}: the teacher has no layer {bad[0]} (it "
+                           f"has layers 0..{teacher_layers - 1})")
+    if layers != sorted(set(layers)):
+        raise BertctlError(f"--student-layers {text!r}: list each layer once, in increasing "
+                           f"order")
+    return layers
+
+
+def every_second_layer(teacher_layers: int) -> list[int]:
+    return list(range(0, teacher_layers, 2))
+
+
+def from_teacher_layers(teacher: nn.Module, layers: list[int], head_class,
+                        head_kwargs: dict) -> tuple[nn.Module, LoadReport]:
+    """A student with `layers` of the teacher's encoder (renumbered 0..), its embeddings, and
+    its pooler and head where their shapes fit (a frozen-encoder teacher's head reads combined
+    features of another width: the student's head then starts fresh)."""
+    config = dataclasses.replace(teacher.config, num_hidden_layers=len(layers))
+    student = head_class(config, **head_kwargs)
+    renumber = {old: new for new, old in enumerate(layers)}
+    state = {}
+    for key, tensor in teacher.state_dict().items():
+        found = _LAYER.match(key)
+        if found is None:
+            state[key] = tensor
+        elif int(found.group(1)) in renumber:
+            state[f"bert.encoder.layer.{renumber[int(found.group(1))]}.{key[found.end():]}"] = tensor
+    report = load_state_dict(student, state, source=f"teacher layers {','.join(map(str, layers))}")
+    return student, report
+
+
+def sized_config(teacher: BertConfig, size: str) -> BertConfig:
+    """A preset size with the teacher's vocabulary, positions and segment types."""
+    if size not in PRESETS:
+        raise BertctlError(f"--student-size {size!r}: one of {', '.join(PRESETS)}")
+    return BertConfig.from_preset(size, vocab_size=teacher.vocab_size,
+                                  max_position_embeddings=teacher.max_position_embeddings,
+                                  type_vocab_size=teacher.type_vocab_size,
+                                  pad_token_id=teacher.pad_token_id)
+
+
+def check_vocabulary(config: BertConfig, teacher: BertConfig, where: str) -> None:
+    """Distillation compares outputs token for token: one tokenizer for both."""
+    if config.vocab_size != teacher.vocab_size:
+        raise BertctlError(f"{where}: the student's vocabulary has {config.vocab_size:,} entries, "
+                           f"the teacher's {teacher.vocab_size:,}; distillation needs the "
+                           f"teacher's tokenizer (the same vocabulary)")
+
+
+__all__ = ["check_vocabulary", "every_second_layer", "from_teacher_layers", "parse_layers",
+           "sized_config"]

@@ -1,0 +1,189 @@
+"""Knowledge distillation: a student trained to imitate a frozen teacher.
+
+    model = Distiller(student, teacher, {"logits": "classes"}, temperature=2.0, alpha=0.5)
+    train(model, data, settings, work)      # the one training loop, unchanged
+
+`Distiller` is what the training loop trains: its forward runs the teacher (eval mode, no
+autograd) and the student on the same batch and returns the student's outputs with the
+distillation loss as "loss". The teacher is held outside the module tree, so the optimizer,
+checkpoints, best-weight copies and DDP see the student (and the hidden-state projections)
+only, and `train()` cannot switch the teacher's dropout on.
+
+The losses (Hinton et al. 2015; TinyBERT for the hidden states):
+- soft: per score output of the head, T^2 * KL(softmax(teacher / T) || softmax(student / T))
+  averaged over the rows it is taken over ("classes": examples or choices, "tokens": real
+  tokens, "positions": a softmax over each sequence's real tokens), or the squared error for a
+  "score" (regression); the mean over the head's outputs (span QA: start and end).
+- hard: the student head's own loss on the gold labels, where the batch has them;
+  loss = alpha * hard + (1 - alpha) * soft, or soft alone on unlabelled data.
+- hidden (weight > 0): mean squared error between mapped hidden states (0 = the embeddings'
+  output), over real tokens, through a learned linear projection where the widths differ.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bertctl.errors import BertctlError
+
+KINDS = ("classes", "tokens", "positions", "score")
+# A logit far below any real one but finite, so masked positions get probability 0 in both
+# distributions without producing inf - inf.
+_MASKED = -1e4
+
+
+def soft_loss(kind: str, student: torch.Tensor, teacher: torch.Tensor,
+              mask: torch.Tensor | None, temperature: float) -> torch.Tensor:
+    """The soft-target loss of one output. `mask`: the batch's attention mask (> 0 marks a
+    token; packed batches number their sequences), None when every position is a token."""
+    s, t = student.float(), teacher.float()
+    if kind == "score":
+        return F.mse_loss(s.reshape(-1), t.reshape(-1))
+    if kind == "positions":   # (B, T): one distribution over each sequence's tokens
+        if mask is not None:
+            real = mask.reshape(s.shape) > 0
+            s, t = s.masked_fill(~real, _MASKED), t.masked_fill(~real, _MASKED)
+        rows_s, rows_t = s, t
+    elif kind == "tokens":   # (B, T, K): one distribution over the labels per real token
+        rows_s, rows_t = s.reshape(-1, s.size(-1)), t.reshape(-1, t.size(-1))
+        if mask is not None:
+            keep = (mask.reshape(-1) > 0).nonzero().squeeze(1)
+            rows_s, rows_t = rows_s.index_select(0, keep), rows_t.index_select(0, keep)
+    elif kind == "classes":   # (N, K)
+        rows_s, rows_t = s.reshape(-1, s.size(-1)), t.reshape(-1, t.size(-1))
+    else:
+        raise ValueError(f"soft target kind {kind!r}: one of {', '.join(KINDS)}")
+    if rows_s.size(0) == 0:
+        return s.sum() * 0.0
+    log_s = F.log_softmax(rows_s / temperature, dim=-1)
+    log_t = F.log_softmax(rows_t / temperature, dim=-1)
+    kl = (log_t.exp() * (log_t - log_s)).sum(-1).mean()
+    return kl * temperature ** 2
+
+
+def default_layer_map(student_layers: int, teacher_layers: int) -> list[tuple[int, int]]:
+    """Each student layer m to teacher layer round(m * L_teacher / L_student) (TinyBERT's
+    uniform map; the last layers meet)."""
+    return [(m, round(m * teacher_layers / student_layers)) for m in range(1, student_layers + 1)]
+
+
+def parse_layer_map(text: str, student_layers: int, teacher_layers: int
+                    ) -> list[tuple[int, int]]:
+    """"1:2,2:4" -> [(1, 2), (2, 4)], each index a hidden state (0 = embeddings) the model has."""
+    pairs = []
+    for item in text.split(","):
+        parts = item.strip().split(":")
+        if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
+            raise BertctlError(f"--layer-map {text!r}: expected student:teacher pairs such as "
+                               f"1:2,2:4 (0 is the embeddings)")
+        s, t = int(parts[0]), int(parts[1])
+        for name, index, count in (("student", s, student_layers),
+                                   ("teacher", t, teacher_layers)):
+            if index > count:
+                raise BertctlError(f"--layer-map {text!r}: the {name} has no layer {index} "
+                                   f"(it has layers 1..{count}, and 0 for the embeddings)")
+        pairs.append((s, t))
+    if len({s for s, _ in pairs}) != len(pairs):
+        raise BertctlError(f"--layer-map {text!r}: a student layer is mapped twice")
+    return pairs
+
+
+@contextlib.contextmanager
+def hidden_states(model: nn.Module, wanted: Sequence[int]) -> Iterator[dict[int, torch.Tensor]]:
+    """Collect the hidden states `wanted` (0 = embeddings' output, i = layer i's) of the
+    encoder at `model.bert` while the block runs, by forward hooks: the heads stay as they are."""
+    states: dict[int, torch.Tensor] = {}
+    bert = model.bert
+    modules = {0: bert.embeddings, **{i + 1: layer for i, layer in enumerate(bert.encoder.layer)}}
+    handles = []
+    for index in set(wanted):
+        def keep(_module, _inputs, output, index=index):
+            states[index] = output
+        handles.append(modules[index].register_forward_hook(keep))
+    try:
+        yield states
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+class Distiller(nn.Module):
+    """The student, the frozen teacher and the losses, as one module the training loop trains."""
+
+    def __init__(self, student: nn.Module, teacher: nn.Module, targets: dict[str, str],
+                 temperature: float = 2.0, alpha: float = 0.5, hidden_weight: float = 0.0,
+                 layer_map: Sequence[tuple[int, int]] = ()):
+        super().__init__()
+        if not targets or any(kind not in KINDS for kind in targets.values()):
+            raise ValueError(f"targets {targets!r}: output name -> one of {', '.join(KINDS)}")
+        self.student = student
+        teacher.eval()
+        teacher.requires_grad_(False)
+        # Not a submodule: not trained, saved, put in train mode or wrapped by DDP.
+        self.__dict__["teacher"] = teacher
+        self.targets, self.temperature, self.alpha = dict(targets), temperature, alpha
+        self.hidden_weight = hidden_weight
+        self.layer_map = list(layer_map) if hidden_weight > 0 else []
+        widths = (student.config.hidden_size, teacher.config.hidden_size)
+        self.projections = (nn.ModuleList(nn.Linear(*widths) for _ in self.layer_map)
+                            if self.layer_map and widths[0] != widths[1] else None)
+        if self.projections is not None:
+            for projection in self.projections:
+                nn.init.normal_(projection.weight, std=student.config.initializer_range)
+                nn.init.zeros_(projection.bias)
+
+    @property
+    def packs(self) -> bool:
+        return bool(getattr(self.student, "packs", False) and getattr(self.teacher, "packs", False))
+
+    def _apply(self, fn, recurse=True):
+        # .to(device) and dtype casts reach the teacher too.
+        super()._apply(fn, recurse)
+        self.teacher._apply(fn)
+        return self
+
+    def forward(self, **batch) -> dict[str, torch.Tensor]:
+        mask = batch.get("attention_mask")
+        with hidden_states(self.student, [s for s, _ in self.layer_map]) as mine, \
+                hidden_states(self.teacher, [t for _, t in self.layer_map]) as theirs:
+            with torch.no_grad():
+                taught = self.teacher(**batch)
+            out = dict(self.student(**batch))
+        missing = [k for k in self.targets if k not in out or k not in taught]
+        if missing:
+            raise ValueError(f"the models returned no {', '.join(missing)}")
+        soft = sum(soft_loss(kind, out[k], taught[k], mask, self.temperature)
+                   for k, kind in self.targets.items()) / len(self.targets)
+        loss = soft if "loss" not in out else self.alpha * out["loss"] + (1 - self.alpha) * soft
+        out["soft_loss"] = soft.detach()
+        if self.layer_map:
+            hidden = self._hidden_loss(mine, theirs, mask)
+            out["hidden_loss"] = hidden.detach()
+            loss = loss + self.hidden_weight * hidden
+        out["loss"] = loss
+        return out
+
+    def _hidden_loss(self, mine: dict[int, torch.Tensor], theirs: dict[int, torch.Tensor],
+                     mask: torch.Tensor | None) -> torch.Tensor:
+        total = 0.0
+        for i, (s, t) in enumerate(self.layer_map):
+            x, y = mine[s].float(), theirs[t].float()
+            if self.projections is not None:
+                x = self.projections[i](x)
+            error = (x - y).pow(2).mean(-1)   # (rows, T): per token
+            if mask is not None:
+                real = (mask.reshape(error.shape) > 0).float()
+                total = total + (error * real).sum() / real.sum().clamp(min=1)
+            else:
+                total = total + error.mean()
+        return total / len(self.layer_map)
+
+
+def step_metrics(out: dict, batch: dict) -> dict:
+    """The distillation losses for the training log (a `train` step_metrics function)."""
+    return {name: (out[name], 1) for name in ("soft_loss", "hidden_loss") if name in out}

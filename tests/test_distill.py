@@ -1,0 +1,250 @@
+"""`bertctl distill` (#25): a student trained on a frozen teacher's outputs.
+
+The losses are checked against their textbook definitions computed independently (scipy's
+relative entropy, numpy's squared error); the teacher against any change; and the stage end to
+end on real rows of every family, with `eval` reading the student, on unlabelled data, across a
+kill, and on the bad inputs.
+"""
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from scipy.special import softmax
+from scipy.stats import entropy
+
+from bertctl.model import BertConfig, BertForSequenceClassification
+from bertctl.train import TrainSettings, train
+from bertctl.train.distill import Distiller, soft_loss
+
+from conftest import FAMILY_DATA, FIXTURES
+
+GLUE = FIXTURES / "glue"
+KILLPOINT = Path(__file__).parent / "faults" / "killpoint.py"
+FAMILIES = FAMILY_DATA   # family: (finetune's data and flags, the dev / eval file)
+RUN = ["--batch-size", "8", "--device", "cpu", "--precision", "fp32"]
+
+
+# ---- the losses, against their definitions ---------------------------------------------------
+
+def _kl_rows(student, teacher, temperature):
+    """Mean over rows of KL(p_teacher || p_student) at the temperature, times T^2 (scipy)."""
+    p = softmax(teacher / temperature, axis=-1)
+    q = softmax(student / temperature, axis=-1)
+    return float(np.mean([entropy(a, b) for a, b in zip(p, q)])) * temperature ** 2
+
+
+def test_soft_losses_equal_their_definitions():
+    rng = np.random.default_rng(0)
+    s, t = rng.normal(size=(5, 3)) * 3, rng.normal(size=(5, 3)) * 3
+    for temperature in (1.0, 2.0, 4.5):
+        got = soft_loss("classes", torch.tensor(s), torch.tensor(t), None, temperature)
+        assert got.item() == pytest.approx(_kl_rows(s, t, temperature), rel=1e-5)
+    # tokens: only real tokens (mask > 0; packed batches number their sequences) are rows
+    s3, t3 = rng.normal(size=(2, 4, 3)), rng.normal(size=(2, 4, 3))
+    mask = np.array([[1, 1, 2, 0], [1, 1, 1, 1]])
+    got = soft_loss("tokens", torch.tensor(s3), torch.tensor(t3), torch.tensor(mask), 2.0)
+    assert got.item() == pytest.approx(_kl_rows(s3[mask > 0], t3[mask > 0], 2.0), rel=1e-5)
+    # positions: one distribution over each sequence's real tokens
+    s2, t2 = rng.normal(size=(2, 5)), rng.normal(size=(2, 5))
+    mask = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]])
+    want = np.mean([_kl_rows(s2[i:i + 1, mask[i] > 0], t2[i:i + 1, mask[i] > 0], 3.0)
+                    for i in range(2)])
+    got = soft_loss("positions", torch.tensor(s2), torch.tensor(t2), torch.tensor(mask), 3.0)
+    assert got.item() == pytest.approx(want, rel=1e-5)
+    # a score (regression): squared error, whatever the temperature
+    got = soft_loss("score", torch.tensor(s[:, :1]), torch.tensor(t[:, :1]), None, 7.0)
+    assert got.item() == pytest.approx(float(np.mean((s[:, 0] - t[:, 0]) ** 2)), rel=1e-6)
+    # the student matching the teacher costs nothing
+    assert soft_loss("classes", torch.tensor(t), torch.tensor(t), None, 2.0).item() == \
+        pytest.approx(0.0, abs=1e-9)
+
+
+def test_alpha_weighs_the_gold_labels_and_unlabelled_batches_take_the_soft_loss_alone():
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1,
+                        num_attention_heads=2, intermediate_size=32, max_position_embeddings=16,
+                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    student, teacher = BertForSequenceClassification(config), BertForSequenceClassification(config)
+    ids = torch.randint(5, 50, (4, 7))
+    labels = torch.tensor([0, 1, 1, 0])
+    model = Distiller(student, teacher, {"logits": "classes"}, temperature=2.0, alpha=0.3)
+    out = model(input_ids=ids, labels=labels)
+    hard = student(input_ids=ids, labels=labels)["loss"]
+    soft = soft_loss("classes", student(input_ids=ids)["logits"],
+                     teacher.eval()(input_ids=ids)["logits"], None, 2.0)
+    assert out["loss"].item() == pytest.approx(0.3 * hard.item() + 0.7 * soft.item(), rel=1e-5)
+    assert model(input_ids=ids)["loss"].item() == pytest.approx(soft.item(), rel=1e-5)
+
+
+def test_the_teacher_is_frozen_and_not_part_of_the_trained_model(tmp_path):
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=60, hidden_size=16, num_hidden_layers=2,
+                        num_attention_heads=2, intermediate_size=32, max_position_embeddings=16)
+    teacher = BertForSequenceClassification(config)
+    small = BertConfig(**{**config.__dict__, "hidden_size": 8, "intermediate_size": 16,
+                          "num_hidden_layers": 1})
+    student = BertForSequenceClassification(small)
+    before = {k: v.clone() for k, v in teacher.state_dict().items()}
+    model = Distiller(student, teacher, {"logits": "classes"}, hidden_weight=1.0,
+                      layer_map=[(1, 2)])
+    assert not any(k.startswith("teacher") for k in model.state_dict())
+    assert {k.split(".")[0] for k in model.state_dict()} == {"student", "projections"}
+
+    class Rows:
+        def __len__(self):
+            return 16
+
+        def batch(self, idx, epoch=0):
+            g = torch.Generator().manual_seed(int(idx[0]))
+            return {"input_ids": torch.randint(5, 60, (len(idx), 9), generator=g),
+                    "labels": torch.randint(0, 2, (len(idx),), generator=g)}
+
+    student_before = {k: v.clone() for k, v in student.state_dict().items()}
+    train(model, Rows(), TrainSettings(steps=4, batch_size=4, lr=1e-2, device="cpu",
+                                       log_every=1), tmp_path, step_metrics=None)
+    assert not teacher.training
+    assert all(p.grad is None and not p.requires_grad for p in teacher.parameters())
+    for k, v in teacher.state_dict().items():
+        assert torch.equal(v, before[k]), k
+    assert any(not torch.equal(v, student_before[k]) for k, v in student.state_dict().items())
+
+
+# ---- the stage, end to end -------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def teachers(tmp_path_factory, tiny_pretrained):
+    """family -> a tiny model fine-tuned on the family's real rows (the teacher)."""
+    from conftest import invoke
+
+    root = tmp_path_factory.mktemp("teachers")
+    out = {}
+    for family, (train_args, _) in FAMILIES.items():
+        out[family] = root / family
+        r = invoke("finetune", tiny_pretrained, *train_args, "--out", out[family], "--steps",
+                   "4", "--lr", "5e-3", *RUN)
+        assert r.exit_code == 0, (family, r.stderr)
+    return out
+
+
+def _manifest(path: Path) -> dict:
+    return json.loads((path / "artifact.json").read_text())
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_every_family_distils_and_eval_reads_the_student(family, teachers, tmp_path, cli):
+    train_args, dev = FAMILIES[family]
+    student = tmp_path / "student"
+    # The tiny teacher has 2 layers: the default student keeps layer 0 (every second).
+    r = cli("distill", teachers[family], train_args[0], "--out", student, "--dev", dev,
+            "--steps", "3", *RUN)
+    assert r.exit_code == 0, r.stderr
+    m = _manifest(student)
+    assert m["stats"]["family"] == family
+    assert m["stats"]["distillation"]["student_layers"] == 1
+    assert m["stats"]["distillation"]["teacher_metrics"]
+    assert [i["role"] for i in m["inputs"]][:2] == ["teacher", "train"]
+    teacher_task = json.loads((teachers[family] / "bertctl_task.json").read_text())
+    student_task = json.loads((student / "bertctl_task.json").read_text())
+    assert student_task["spec"] == teacher_task["spec"]
+    assert student_task["label_list"] == teacher_task["label_list"]
+    config = json.loads((student / "config.json").read_text())
+    assert config["num_hidden_layers"] == 1
+    ev = cli("eval", student, dev, "--out", tmp_path / "eval")
+    assert ev.exit_code == 0, ev.stderr
+    assert _manifest(tmp_path / "eval")["metrics"]
+
+
+def test_hidden_loss_with_a_narrower_student_and_a_layer_map(teachers, tmp_path, cli):
+    config = json.loads((teachers["single"] / "config.json").read_text())
+    narrow = {k: config[k] for k in ("vocab_size", "max_position_embeddings", "type_vocab_size")}
+    narrow.update(hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                  intermediate_size=32)
+    (tmp_path / "student.json").write_text(json.dumps(narrow))
+    out = tmp_path / "s"
+    r = cli("distill", teachers["single"], GLUE / "SST-2", "--out", out, "--student-config",
+            tmp_path / "student.json", "--hidden-loss", "1", "--layer-map", "0:0,1:1,2:2",
+            "--steps", "3", "--log-every", "1", *RUN)
+    assert r.exit_code == 0, r.stderr
+    m = _manifest(out)
+    assert m["stats"]["distillation"]["layer_map"] == [[0, 0], [1, 1], [2, 2]]
+    assert json.loads((out / "config.json").read_text())["hidden_size"] == 16
+    card = (out / "README.md").read_text()
+    assert "`bertctl distill`" in card and "## Distillation" in card and "0:0, 1:1, 2:2" in card
+    records = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    train_records = [x for x in records if x["split"] == "train"]
+    assert all(x["hidden_loss"] > 0 and x["soft_loss"] >= 0 for x in train_records)
+    # the student is an ordinary model: no projection weights, transformers loads it
+    transformers = pytest.importorskip("transformers")
+    hf = transformers.BertForSequenceClassification.from_pretrained(str(out))
+    assert hf.config.hidden_size == 16
+
+
+def test_unlabelled_data_is_labelled_by_the_teacher(teachers, tmp_path, cli):
+    rows = (GLUE / "SST-2" / "train.tsv").read_text().splitlines()
+    (tmp_path / "unlabelled.tsv").write_text(
+        "sentence\n" + "\n".join(line.split("\t")[0] for line in rows[1:]) + "\n")
+    out = tmp_path / "s"
+    r = cli("distill", teachers["single"], tmp_path / "unlabelled.tsv", "--out", out,
+            "--dev", GLUE / "SST-2" / "dev.tsv", "--steps", "3", *RUN)
+    assert r.exit_code == 0, r.stderr
+    assert _manifest(out)["stats"]["train_examples"] == len(rows) - 1
+
+
+def test_a_killed_distillation_resumes_to_the_same_student(teachers, tmp_path):
+    args = ["distill", str(teachers["pair"]), str(GLUE / "MRPC"), "--steps", "8",
+            "--checkpoint-every", "3", "--log-every", "1", "--keep", "last", *RUN]
+    bertctl = [sys.executable, "-m", "bertctl"]
+    straight = subprocess.run(bertctl + args + ["--out", str(tmp_path / "a")],
+                              capture_output=True, text=True, timeout=600)
+    assert straight.returncode == 0, straight.stderr
+    out = tmp_path / "b"
+    killed = subprocess.run([sys.executable, str(KILLPOINT),
+                             "bertctl.train.checkpoint:save_checkpoint", "1", "after", "KILL",
+                             "--", *args, "--out", str(out)],
+                            capture_output=True, text=True, timeout=600)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    resumed = subprocess.run(bertctl + args + ["--out", str(out)], capture_output=True,
+                             text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr
+    assert _manifest(out)["stats"]["resumed_from_step"] == 3
+    assert (out / "model.safetensors").read_bytes() == \
+        (tmp_path / "a" / "model.safetensors").read_bytes()
+
+
+def _one_line(r, *parts):
+    assert r.exit_code == 2, (r.exit_code, r.stderr)
+    lines = [x for x in r.stderr.strip().splitlines() if x.strip()]
+    assert len(lines) == 1, r.stderr
+    for part in parts:
+        assert part in lines[0], lines[0]
+
+
+def test_bad_inputs_are_one_line_before_any_work(teachers, tiny_pretrained, minilm_dir,
+                                                  tmp_path, cli):
+    out = tmp_path / "out"
+    sst2 = GLUE / "SST-2"
+    cases = [
+        (["distill", tiny_pretrained, sst2], ["has no task head", str(tiny_pretrained)]),
+        (["distill", teachers["single"], sst2, "--student-init", minilm_dir],
+         ["vocabulary", str(minilm_dir)]),
+        (["distill", teachers["single"], GLUE / "MRPC" / "train.tsv"],
+         ["train.tsv"]),
+        (["distill", teachers["single"], sst2, "--hidden-loss", "1", "--layer-map", "1:5"],
+         ["--layer-map", "the teacher has no layer 5"]),
+        (["distill", teachers["single"], sst2, "--student-layers", "0,7"],
+         ["--student-layers", "no layer 7"]),
+        (["distill", teachers["single"], sst2, "--student-layers", "0", "--student-size",
+          "mini"], ["--student-layers and --student-size"]),
+        (["distill", teachers["single"], sst2, "--layer-map", "1:1"], ["--hidden-loss"]),
+    ]
+    for args, parts in cases:
+        r = cli(*args, "--out", out, "--steps", "1", *RUN)
+        _one_line(r, *parts)
+        assert not out.exists()
+        assert not list(tmp_path.glob(".out.*"))
