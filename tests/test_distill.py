@@ -80,6 +80,9 @@ def test_alpha_weighs_the_gold_labels_and_unlabelled_batches_take_the_soft_loss_
                      teacher.eval()(input_ids=ids)["logits"], None, 2.0)
     assert out["loss"].item() == pytest.approx(0.3 * hard.item() + 0.7 * soft.item(), rel=1e-5)
     assert model(input_ids=ids)["loss"].item() == pytest.approx(soft.item(), rel=1e-5)
+    # alpha 1 is fine-tuning on the labels alone (the benchmark's "direct" arm)
+    direct = Distiller(student, teacher, {"logits": "classes"}, alpha=1.0)
+    assert direct(input_ids=ids, labels=labels)["loss"].item() == pytest.approx(hard.item())
 
 
 def test_the_teacher_is_frozen_and_not_part_of_the_trained_model(tmp_path):
@@ -230,7 +233,9 @@ def test_bad_inputs_are_one_line_before_any_work(teachers, tiny_pretrained, mini
     out = tmp_path / "out"
     sst2 = GLUE / "SST-2"
     cases = [
-        (["distill", tiny_pretrained, sst2], ["has no task head", str(tiny_pretrained)]),
+        (["distill", tiny_pretrained, sst2], ["has no task", str(tiny_pretrained)]),
+        (["distill", tiny_pretrained, sst2, "--task", "glue/sst2"],
+         ["needs a BertForSequenceClassification head", str(tiny_pretrained)]),
         (["distill", teachers["single"], sst2, "--student-init", minilm_dir],
          ["vocabulary", str(minilm_dir)]),
         (["distill", teachers["single"], GLUE / "MRPC" / "train.tsv"],

@@ -301,9 +301,10 @@ def distill(config: DistillSettings, teacher_dir: str, train_path: str, out: str
     from bertctl import artifacts, tasks
 
     teacher = common.open_model(teacher_dir, "teacher")
-    if teacher.task is None:
-        raise BertctlError(f"{teacher.path}: has no task head ({common.TASK_FILE}); distillation "
-                           f"needs a fine-tuned teacher (bertctl finetune)")
+    if teacher.task is None and not (config.task or config.family):
+        raise BertctlError(f"{teacher.path}: has no task ({common.TASK_FILE}); distillation "
+                           f"needs a fine-tuned teacher (bertctl finetune), or --task for a "
+                           f"Hugging Face model with a head")
     spec = common.resolve_task(config, teacher)
     family = tasks.get(spec.family)
     if family.soft_targets is None:
@@ -323,7 +324,7 @@ def distill(config: DistillSettings, teacher_dir: str, train_path: str, out: str
         inputs.append(init.ref)
     if student_config:
         inputs.append(artifacts.file_input(student_config, "student-config"))
-    max_len = config.max_seq_length or int(teacher.task.get("max_seq_length") or 128)
+    max_len = config.max_seq_length or int((teacher.task or {}).get("max_seq_length") or 128)
     job = FinetuneJob(config, spec, family, teacher, {}, train_file, dev_file, distillation,
                       max_len, labels)
     return common.train_to_artifact(config, inputs, out, force, job)

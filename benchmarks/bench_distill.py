@@ -1,0 +1,257 @@
+"""Distillation: the quality a student keeps and the speed it gains (#25).
+
+    .venv/bin/python benchmarks/bench_distill.py --data ../shared/data --work runs/distill
+    .venv/bin/python benchmarks/bench_distill.py --work runs/distill --table
+
+Teachers: all-MiniLM-L6-v2 fine-tuned by `bertctl finetune` on SST-2, MRPC, STS-B and
+CoNLL-2003 with bench_export.py's recipe and subsets (SST-2: 4,000 training rows, MRPC: all,
+STS-B: 3,000, CoNLL-2003: the first 3,000 sentences; the full dev sets); `--teachers DIR` takes
+bench_export.py's models from its work directory instead of training them again.
+
+Students, each built by `bertctl distill` and trained on the teacher's training file with the
+teacher's epochs and learning rate, three seeds:
+
+    L2            teacher layers 0,5 (the teacher's width, 384)
+    L4            teacher layers 0,2,3,5
+    mini-random   --student-size mini (4 layers of width 256, random weights: no narrower
+                  pretrained model with MiniLM's vocabulary ships here)
+
+each two ways: `direct` (--alpha 1: the student fine-tuned on the labels alone, the teacher not
+run) and `distilled` (the defaults: temperature 2, alpha 0.5). The last weights are kept
+(--keep last, no dev set during training, as for the teachers), then `bertctl eval DEV
+--precision fp32` gives the dev metric. Speed: batched throughput and batch-1 latency of the
+teacher and of each student (seed 1, distilled) on the dev set, 1 thread, fp32, each in a fresh
+process with nothing else running (bench_export.py's measurement). Training time: the training
+loop's elapsed seconds (at --jobs 2, two runs share the machine, one core each).
+
+Results are kept per step under --work (a rerun does only what is missing); --table prints
+the table from them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_export  # noqa: E402  (the teachers' recipe, the data subsets, the measurement)
+
+BERTCTL = [sys.executable, "-m", "bertctl"]
+TASKS = ["SST-2", "MRPC", "STS-B", "CoNLL-2003"]
+STUDENTS = {"L2": ["--student-layers", "0,5"], "L4": ["--student-layers", "0,2,3,5"],
+            "mini-random": ["--student-size", "mini"]}
+ARMS = {"direct": ["--alpha", "1"], "distilled": []}
+SEEDS = [1, 2, 3]
+
+
+def run(cmd: list, log: Path, core: int | None) -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
+           "HF_HUB_OFFLINE": "1"}
+    prefix = ["taskset", "-c", str(core)] if core is not None else []
+    with open(log, "a") as f:
+        f.write("$ " + " ".join(map(str, cmd)) + "\n")
+        f.flush()
+        r = subprocess.run(prefix + [str(c) for c in cmd], stdout=f, stderr=subprocess.STDOUT,
+                           env=env)
+    if r.returncode:
+        raise SystemExit(f"failed ({r.returncode}): {' '.join(map(str, cmd))}; see {log}")
+
+
+def teacher(task: str, work: Path, files, teachers: Path | None, log: Path) -> Path:
+    out = work / task / "teacher"
+    if (out / "artifact.json").exists():
+        return out
+    if teachers is not None and (teachers / task / "model" / "artifact.json").exists():
+        shutil.copytree(teachers / task / "model", out)
+        return out
+    preset, _, epochs, lr, extra = bench_export.TASKS[task]
+    run(BERTCTL + ["finetune", bench_export.minilm(), files[0], "--task", preset, "--out", out,
+                   "--epochs", epochs, "--lr", lr, "--batch-size", 32, "--seed", 0,
+                   "--threads", 1, *extra], log, None)
+    return out
+
+
+def jobs(task: str, work: Path, files) -> list[list]:
+    """The distillations and evals of one task not done yet, as (student dir, commands)."""
+    _, _, epochs, lr, extra = bench_export.TASKS[task]
+    todo = []
+    t = work / task / "teacher"
+    for student, flags in STUDENTS.items():
+        for arm, arm_flags in ARMS.items():
+            for seed in SEEDS:
+                out = work / task / f"{student}-{arm}-seed{seed}"
+                cmds = []
+                if not (out / "model" / "artifact.json").exists():
+                    cmds.append(BERTCTL + ["distill", t, files[0], "--out", out / "model",
+                                           *flags, *arm_flags, "--epochs", epochs, "--lr", lr,
+                                           "--batch-size", 32, "--seed", seed, "--keep", "last",
+                                           "--threads", 1])
+                if not (out / "eval" / "artifact.json").exists():
+                    cmds.append(BERTCTL + ["eval", out / "model", files[1], "--out",
+                                           out / "eval", "--precision", "fp32", "--threads", 1])
+                if cmds:
+                    todo.append(cmds)
+    ev = t.parent / "teacher-eval"
+    if not (ev / "artifact.json").exists():
+        todo.append([BERTCTL + ["eval", t, files[1], "--out", ev, "--precision", "fp32",
+                                "--threads", 1]])
+    return todo
+
+
+def run_all(todo: list[list], log: Path, parallel: int) -> None:
+    """Each job's commands in order; `parallel` jobs at a time, each pinned to its own core."""
+    free = list(range(parallel))
+
+    def one(cmds):
+        core = free.pop()
+        try:
+            for cmd in cmds:
+                run(cmd, log, core if parallel > 1 else None)
+        finally:
+            free.append(core)
+
+    with ThreadPoolExecutor(max_workers=parallel) as pool:
+        for future in [pool.submit(one, cmds) for cmds in todo]:
+            future.result()
+
+
+def measure(task: str, work: Path, dev: Path, requests: int) -> None:
+    d = work / task / "measure"
+    d.mkdir(exist_ok=True)
+    engines = {"teacher": work / task / "teacher",
+               **{s: work / task / f"{s}-distilled-seed1" / "model" for s in STUDENTS}}
+    for name, path in engines.items():
+        bench_export.measured(d / f"{name}.json", path, dev, 1, requests, "fp32", "0")
+
+
+# ---- the table -------------------------------------------------------------------------------
+
+def _metric(eval_dir: Path) -> tuple[str, float] | None:
+    if not (eval_dir / "artifact.json").exists():
+        return None
+    m = json.loads((eval_dir / "artifact.json").read_text())
+    key = m["stats"]["main_metric"]
+    return key, float(m["metrics"][key])
+
+
+def _elapsed(model: Path) -> float | None:
+    path = model / "metrics.jsonl"
+    if not path.exists():
+        return None
+    train = [json.loads(x) for x in path.read_text().splitlines()]
+    train = [r for r in train if r.get("split") == "train" and "elapsed_s" in r]
+    return train[-1]["elapsed_s"] if train else None
+
+
+def _params(model: Path) -> int | None:
+    m = json.loads((model / "artifact.json").read_text())
+    return (m["stats"].get("distillation") or {}).get("student_parameters")
+
+
+def table(work: Path) -> str:
+    import torch
+
+    from bertctl import hardware
+
+    out = [f"Machine: {hardware.describe()}; torch {torch.__version__}. Dev metric: accuracy "
+           "(SST-2), F1 (MRPC), Spearman (STS-B), entity F1 (CoNLL-2003); mean +- sd over seeds "
+           f"{', '.join(map(str, SEEDS))}.", "",
+           "| task | model | parameters | direct | distilled | distilled - direct (se) | "
+           "kept of teacher | throughput ex/s (x teacher) | batch-1 ms | train s (direct / "
+           "distilled) |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for task in TASKS:
+        d = work / task
+        if not d.is_dir():
+            continue
+        tm = _metric(d / "teacher-eval")
+        speed = {p.stem: json.loads(p.read_text()) for p in (d / "measure").glob("*.json")} \
+            if (d / "measure").is_dir() else {}
+        ref = speed.get("teacher")
+        if tm:
+            tp = f"{_count(d / 'teacher'):,}"
+            out.append(f"| {task} | teacher (L6, 384) | {tp} | | {tm[0]} {tm[1]:.4f} | | | "
+                       f"{ref['throughput']:.0f} (1.00x) | {ref['median_ms']:.1f} | |"
+                       if ref else f"| {task} | teacher (L6, 384) | {tp} | | {tm[0]} "
+                       f"{tm[1]:.4f} | | | | | |")
+        for student in STUDENTS:
+            vals, times = {}, {}
+            for arm in ARMS:
+                runs = [d / f"{student}-{arm}-seed{s}" for s in SEEDS]
+                vals[arm] = [m[1] for m in (_metric(r / "eval") for r in runs) if m]
+                times[arm] = [t for t in (_elapsed(r / "model") for r in runs) if t]
+            if not vals["distilled"]:
+                continue
+            params = _params(d / f"{student}-distilled-seed1" / "model")
+            cells = []
+            for arm in ARMS:
+                v = vals[arm]
+                cells.append(f"{statistics.mean(v):.4f} +- {statistics.stdev(v):.4f}"
+                             if len(v) > 1 else (f"{v[0]:.4f}" if v else ""))
+            diff = ""
+            if len(vals["direct"]) > 1 and len(vals["distilled"]) > 1:
+                se = (statistics.variance(vals["direct"]) / len(vals["direct"])
+                      + statistics.variance(vals["distilled"]) / len(vals["distilled"])) ** 0.5
+                delta = statistics.mean(vals["distilled"]) - statistics.mean(vals["direct"])
+                diff = f"{delta:+.4f} ({delta / se:+.1f} se)" if se else f"{delta:+.4f}"
+            kept = (f"{100 * statistics.mean(vals['distilled']) / tm[1]:.1f}%"
+                    if tm and tm[1] else "")
+            m = speed.get(student)
+            thr = (f"{m['throughput']:.0f} ({m['throughput'] / ref['throughput']:.2f}x)"
+                   if m and ref else "")
+            lat = f"{m['median_ms']:.1f}" if m else ""
+            train_s = " / ".join(f"{statistics.mean(times[a]):.0f}" if times[a] else "-"
+                                 for a in ARMS)
+            out.append(f"| {task} | {student} | {params:,} | {cells[0]} | {cells[1]} | {diff} | "
+                       f"{kept} | {thr} | {lat} | {train_s} |")
+    return "\n".join(out)
+
+
+def _count(model: Path) -> int:
+    from safetensors.torch import load_file
+
+    return sum(t.numel() for t in load_file(str(model / "model.safetensors")).values())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--data", type=Path, default=bench_export.ROOT.parent / "shared" / "data")
+    ap.add_argument("--work", type=Path, default=bench_export.ROOT / "runs" / "distill")
+    ap.add_argument("--teachers", type=Path, help="bench_export.py's work directory: take its "
+                    "fine-tuned models as the teachers")
+    ap.add_argument("--tasks", nargs="+", default=TASKS, choices=TASKS)
+    ap.add_argument("--jobs", type=int, default=2, help="runs at a time, one core each")
+    ap.add_argument("--requests", type=int, default=200)
+    ap.add_argument("--no-measure", action="store_true",
+                    help="train and evaluate only; measure the speed later on a quiet machine")
+    ap.add_argument("--table", action="store_true", help="print the table and stop")
+    args = ap.parse_args()
+    work = args.work.resolve()
+    if args.table:
+        print(table(work))
+        return
+    work.mkdir(parents=True, exist_ok=True)
+    log = work / "log.txt"
+    files = bench_export.prepare(args.data.resolve(), work)
+    started = time.monotonic()
+    for task in args.tasks:
+        teacher(task, work, files[task], args.teachers.resolve() if args.teachers else None, log)
+    todo = [job for task in args.tasks for job in jobs(task, work, files[task])]
+    print(f"{len(todo)} jobs", flush=True)
+    run_all(todo, log, args.jobs)
+    print(f"trained and evaluated in {time.monotonic() - started:.0f}s", flush=True)
+    if not args.no_measure:
+        for task in args.tasks:
+            measure(task, work, files[task][1], args.requests)
+    print(table(work))
+
+
+if __name__ == "__main__":
+    main()
