@@ -292,7 +292,7 @@ def table(work: Path) -> str:
             metric = _metric(work, task, name)
             mtxt = "" if metric is None else f"{metric[0]} {metric[1]:.4g}"
             if metric and base_metric and name not in ("pytorch", "pytorch-auto"):
-                scale = 1 if task == "SQuAD" else 100
+                scale = 1 if _in_percent(work, task) else 100
                 mtxt += f" ({(metric[1] - base_metric[1]) * scale:+.2f} pt)"
             check = _check(work, task, name) if name.startswith(("fp32", "int8")) else None
             agree = "" if not check or check.get("agreement") is None else \
@@ -310,6 +310,14 @@ def table(work: Path) -> str:
             out.append(f"| {task} | {name} | {mtxt} | {agree} | {size} | {lat[0]} | {lat[1]} | "
                        f"{speed} | {thr} | {mem} |")
     return "\n".join(out)
+
+
+def _in_percent(work: Path, task: str) -> bool:
+    """Whether the task's metrics are 0-100 (conlleval, the SQuAD script) rather than 0-1."""
+    from bertctl import tasks
+
+    ev = json.loads((work / task / "eval-pytorch" / "artifact.json").read_text())
+    return tasks.get(ev["stats"]["family"]).metric_in_percent
 
 
 def _load(path: Path) -> dict | None:

@@ -179,3 +179,14 @@ def test_against_the_conlleval_script():
                 s["correct_entities"]) == tuple(map(int, counts))
         for key, value in zip(("accuracy", "precision", "recall", "f1"), figures):
             assert f"{s[key]:.2f}" == value
+
+
+def test_the_family_says_its_metrics_are_percentages():
+    """conlleval reports 0-100; export --check turns a difference into points with this flag
+    (a 0.05-point drop in F1 was read as 5 points and failed the gate)."""
+    from bertctl import tasks
+    from bertctl.tasks.tagging.metrics import score_lines
+
+    perfect = score_lines(["EU B-ORG B-ORG", "rejects O O", "German B-MISC B-MISC", ""])
+    assert perfect["f1"] == 100.0
+    assert tasks.get("tagging").metric_in_percent

@@ -98,6 +98,7 @@ class Tagging(Family):
     label_list = True
     head = "BertForTokenClassification"
     soft_targets = {"logits": "tokens"}
+    metric_in_percent = True   # conlleval's precision, recall and F1
     feature_heads = ("linear", "bilstm")   # bilstm: the paper's feature-based NER head
 
     def check_spec(self, spec) -> None:
