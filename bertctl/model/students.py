@@ -8,7 +8,9 @@ is an ordinary fine-tuned model of the same family once trained.
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
+from pathlib import Path
 
 from torch import nn
 
@@ -69,6 +71,49 @@ def sized_config(teacher: BertConfig, size: str) -> BertConfig:
                                   pad_token_id=teacher.pad_token_id)
 
 
+@dataclasses.dataclass
+class StudentPlan:
+    """How the student is built: from teacher `layers`, as a new model of `config`, or (both
+    None) from the pretrained model given beside; `description` is what the manifest says."""
+
+    description: str
+    num_layers: int
+    layers: list[int] | None = None
+    config: BertConfig | None = None
+
+
+def plan(teacher: BertConfig, *, layers: str | None = None, size: str | None = None,
+         config_file: str | Path | None = None, init: BertConfig | None = None,
+         init_path: str = "") -> StudentPlan:
+    """The student the options describe (at most one of them; none: every second teacher
+    layer), checked against the teacher before any work."""
+    given = [name for name, value in (("--student-layers", layers), ("--student-size", size),
+                                      ("--student-init", init), ("--student-config", config_file))
+             if value]
+    if len(given) > 1:
+        raise BertctlError(f"give one way to build the student, not {' and '.join(given)}")
+    if init is not None:
+        check_vocabulary(init, teacher, init_path)
+        return StudentPlan(f"initialised from {init_path}", init.num_hidden_layers)
+    if config_file is not None:
+        try:
+            raw = json.loads(Path(config_file).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise BertctlError(f"{config_file}: cannot read: "
+                               f"{' '.join(str(exc).split())}") from None
+        config = BertConfig.from_hf_dict(raw, source=str(config_file))
+        check_vocabulary(config, teacher, str(config_file))
+        return StudentPlan(f"a new model of {Path(config_file).name} (random weights)",
+                           config.num_hidden_layers, config=config)
+    if size:
+        config = sized_config(teacher, size)
+        return StudentPlan(f"a new {size} model (random weights)", config.num_hidden_layers,
+                           config=config)
+    kept = (parse_layers(layers, teacher.num_hidden_layers) if layers
+            else every_second_layer(teacher.num_hidden_layers))
+    return StudentPlan(f"teacher layers {','.join(map(str, kept))}", len(kept), layers=kept)
+
+
 def check_vocabulary(config: BertConfig, teacher: BertConfig, where: str) -> None:
     """Distillation compares outputs token for token: one tokenizer for both."""
     if config.vocab_size != teacher.vocab_size:
@@ -77,5 +122,5 @@ def check_vocabulary(config: BertConfig, teacher: BertConfig, where: str) -> Non
                            f"teacher's tokenizer (the same vocabulary)")
 
 
-__all__ = ["check_vocabulary", "every_second_layer", "from_teacher_layers", "parse_layers",
-           "sized_config"]
+__all__ = ["StudentPlan", "check_vocabulary", "every_second_layer", "from_teacher_layers",
+           "parse_layers", "plan", "sized_config"]

@@ -14,8 +14,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from bertctl import console
-import json
-
 from bertctl.config import DistillSettings, FinetuneSettings
 from bertctl.errors import BertctlError
 from bertctl.stages import common
@@ -54,60 +52,29 @@ class Distillation:
 
     def __init__(self, config: DistillSettings, teacher, family, init=None,
                  student_config: Path | None = None):
-        from bertctl.model import BertConfig, read_config
-        from bertctl.model import students
+        from bertctl.model import read_config, students
         from bertctl.train import distill
 
         self.config, self.teacher, self.family, self.init = config, teacher, family, init
-        given = [name for name, value in (
-            ("--student-layers", config.student_layers), ("--student-size", config.student_size),
-            ("--student-init", init), ("--student-config", student_config)) if value]
-        if len(given) > 1:
-            raise BertctlError(f"give one way to build the student, not {' and '.join(given)}")
         t_config = read_config(teacher.path)
-        self.student_config = self.layers = None
-        if init is not None:
-            s_config = read_config(init.path)
-            students.check_vocabulary(s_config, t_config, str(init.path))
-            if init.has_tokenizer() and \
-                    init.tokenizer()[0].get_vocab() != teacher.tokenizer()[0].get_vocab():
-                raise BertctlError(f"{init.path}: its tokenizer differs from the teacher's; "
-                                   f"distillation needs the teacher's tokenizer")
-            self.plan = f"initialised from {init.path}"
-        elif student_config is not None or config.student_size:
-            if student_config is not None:
-                try:
-                    raw = json.loads(Path(student_config).read_text(encoding="utf-8"))
-                except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-                    raise BertctlError(f"{student_config}: cannot read: "
-                                       f"{' '.join(str(exc).split())}") from None
-                s_config = BertConfig.from_hf_dict(raw, source=str(student_config))
-                students.check_vocabulary(s_config, t_config, str(student_config))
-                self.plan = f"a new model of {Path(student_config).name} (random weights)"
-            else:
-                s_config = students.sized_config(t_config, config.student_size)
-                self.plan = f"a new {config.student_size} model (random weights)"
-            self.student_config = s_config
-        else:
-            self.layers = (students.parse_layers(config.student_layers,
-                                                 t_config.num_hidden_layers)
-                           if config.student_layers else
-                           students.every_second_layer(t_config.num_hidden_layers))
-            s_config = None
-            self.plan = f"teacher layers {','.join(map(str, self.layers))}"
-        s_layers = len(self.layers) if self.layers else s_config.num_hidden_layers
+        self.plan = students.plan(t_config, layers=config.student_layers,
+                                  size=config.student_size, config_file=student_config,
+                                  init=read_config(init.path) if init else None,
+                                  init_path=str(init.path) if init else "")
+        if init is not None and init.has_tokenizer() and \
+                init.tokenizer()[0].get_vocab() != teacher.tokenizer()[0].get_vocab():
+            raise BertctlError(f"{init.path}: its tokenizer differs from the teacher's; "
+                               f"distillation needs the teacher's tokenizer")
         if config.layer_map and not config.hidden_loss:
             raise BertctlError("--layer-map maps hidden states for --hidden-loss: give its "
                                "weight too")
-        self.layer_map = []
-        if config.hidden_loss:
-            if (teacher.hf_config.get("bertctl_features")):
-                raise BertctlError(f"{teacher.path}: a frozen-encoder teacher's layers were not "
-                                   f"fine-tuned; --hidden-loss needs a fully fine-tuned teacher")
-            self.layer_map = (distill.parse_layer_map(config.layer_map, s_layers,
-                                                      t_config.num_hidden_layers)
-                              if config.layer_map else
-                              distill.default_layer_map(s_layers, t_config.num_hidden_layers))
+        if config.hidden_loss and teacher.hf_config.get("bertctl_features"):
+            raise BertctlError(f"{teacher.path}: a frozen-encoder teacher's layers were not "
+                               f"fine-tuned; --hidden-loss needs a fully fine-tuned teacher")
+        sizes = (self.plan.num_layers, t_config.num_hidden_layers)
+        self.layer_map = [] if not config.hidden_loss else (
+            distill.parse_layer_map(config.layer_map, *sizes) if config.layer_map
+            else distill.default_layer_map(*sizes))
 
     def student(self, head_class, head_kwargs: dict):
         """(the student, its load report); also loads the teacher."""
@@ -117,11 +84,11 @@ class Distillation:
         self.teacher_model = common.load_task_model(self.teacher)
         if self.init is not None:
             return self.init.load(head_class, **head_kwargs)
-        if self.layers is not None:
-            return students.from_teacher_layers(self.teacher_model, self.layers, head_class,
-                                                head_kwargs)
-        return (head_class(self.student_config, **head_kwargs),
-                LoadReport(source=self.plan, missing=["(every weight)"]))
+        if self.plan.layers is not None:
+            return students.from_teacher_layers(self.teacher_model, self.plan.layers,
+                                                head_class, head_kwargs)
+        return (head_class(self.plan.config, **head_kwargs),
+                LoadReport(source=self.plan.description, missing=["(every weight)"]))
 
     def wrap(self, student):
         from bertctl.train.distill import Distiller
@@ -132,7 +99,7 @@ class Distillation:
 
     def stats(self, student) -> dict:
         return {"teacher": str(self.teacher.path), "teacher_id": self.teacher.ref.id,
-                "student": self.plan, "student_layers": student.config.num_hidden_layers,
+                "student": self.plan.description, "student_layers": student.config.num_hidden_layers,
                 "student_hidden_size": student.config.hidden_size,
                 "student_parameters": sum(p.numel() for p in student.parameters()),
                 "teacher_parameters": sum(p.numel() for p in self.teacher_model.parameters()),
