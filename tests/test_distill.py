@@ -85,6 +85,28 @@ def test_alpha_weighs_the_gold_labels_and_unlabelled_batches_take_the_soft_loss_
     assert direct(input_ids=ids, labels=labels)["loss"].item() == pytest.approx(hard.item())
 
 
+def test_tagging_is_imitated_on_the_labelled_tokens_only():
+    """A tagging head is trained and read at each word's first piece; the teacher's outputs at
+    other pieces were never trained, so only labelled positions count where there are labels."""
+    from bertctl.model import BertForTokenClassification
+
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1,
+                        num_attention_heads=2, intermediate_size=32, max_position_embeddings=16,
+                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    student = BertForTokenClassification(config, num_labels=3)
+    teacher = BertForTokenClassification(config, num_labels=3)
+    ids = torch.randint(5, 50, (2, 6))
+    labels = torch.tensor([[-100, 1, -100, 2, -100, -100], [-100, 0, 0, -100, 1, -100]])
+    model = Distiller(student, teacher, {"logits": "tokens"}, temperature=2.0)
+    out = model(input_ids=ids, labels=labels)
+    s, t = student(input_ids=ids)["logits"], teacher(input_ids=ids)["logits"]
+    want = soft_loss("tokens", s, t, (labels != -100).long(), 2.0)
+    assert out["soft_loss"].item() == pytest.approx(want.item(), rel=1e-5)
+    every = soft_loss("tokens", s, t, None, 2.0)
+    assert model(input_ids=ids)["soft_loss"].item() == pytest.approx(every.item(), rel=1e-5)
+
+
 def test_the_teacher_is_frozen_and_not_part_of_the_trained_model(tmp_path):
     torch.manual_seed(0)
     config = BertConfig(vocab_size=60, hidden_size=16, num_hidden_layers=2,

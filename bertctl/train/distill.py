@@ -11,9 +11,10 @@ only, and `train()` cannot switch the teacher's dropout on.
 
 The losses (Hinton et al. 2015; TinyBERT for the hidden states):
 - soft: per score output of the head, T^2 * KL(softmax(teacher / T) || softmax(student / T))
-  averaged over the rows it is taken over ("classes": examples or choices, "tokens": real
-  tokens, "positions": a softmax over each sequence's real tokens), or the squared error for a
-  "score" (regression); the mean over the head's outputs (span QA: start and end).
+  averaged over the rows it is taken over ("classes": examples or choices, "tokens": the
+  labelled tokens where the batch has labels, else every real token, "positions": a softmax
+  over each sequence's real tokens), or the squared error for a "score" (regression); the mean
+  over the head's outputs (span QA: start and end).
 - hard: the student head's own loss on the gold labels, where the batch has them;
   loss = alpha * hard + (1 - alpha) * soft, or soft alone on unlabelled data.
 - hidden (weight > 0): mean squared error between mapped hidden states (0 = the embeddings'
@@ -30,6 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertctl.errors import BertctlError
+from bertctl.model.heads import IGNORE_INDEX
 
 KINDS = ("classes", "tokens", "positions", "score")
 # A logit far below any real one but finite, so masked positions get probability 0 in both
@@ -159,7 +161,8 @@ class Distiller(nn.Module):
         missing = [k for k in self.targets if k not in out or k not in taught]
         if missing:
             raise ValueError(f"the models returned no {', '.join(missing)}")
-        soft = sum(soft_loss(kind, out[k], taught[k], mask, self.temperature)
+        soft = sum(soft_loss(kind, out[k], taught[k], self._rows(kind, out[k], batch, mask),
+                             self.temperature)
                    for k, kind in self.targets.items()) / len(self.targets)
         loss = soft if "loss" not in out else self.alpha * out["loss"] + (1 - self.alpha) * soft
         out["soft_loss"] = soft.detach()
@@ -169,6 +172,16 @@ class Distiller(nn.Module):
             loss = loss + self.hidden_weight * hidden
         out["loss"] = loss
         return out
+
+    @staticmethod
+    def _rows(kind: str, output: torch.Tensor, batch: dict, mask: torch.Tensor | None):
+        """The tokens a "tokens" output is imitated on: those the head is trained and read at
+        (a tagging head's first word pieces: the labelled positions) where the batch has
+        labels, since the teacher's outputs elsewhere were never trained; else every token."""
+        labels = batch.get("labels")
+        if kind == "tokens" and labels is not None and labels.shape == output.shape[:-1]:
+            return (labels != IGNORE_INDEX).long()
+        return mask
 
     def _hidden_loss(self, mine: dict[int, torch.Tensor], theirs: dict[int, torch.Tensor],
                      mask: torch.Tensor | None) -> torch.Tensor:
