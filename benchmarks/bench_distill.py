@@ -32,10 +32,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import statistics
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -53,16 +51,8 @@ SEEDS = [1, 2, 3]
 
 
 def run(cmd: list, log: Path, core: int | None) -> None:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
-           "HF_HUB_OFFLINE": "1"}
-    prefix = ["taskset", "-c", str(core)] if core is not None else []
-    with open(log, "a") as f:
-        f.write("$ " + " ".join(map(str, cmd)) + "\n")
-        f.flush()
-        r = subprocess.run(prefix + [str(c) for c in cmd], stdout=f, stderr=subprocess.STDOUT,
-                           env=env)
-    if r.returncode:
-        raise SystemExit(f"failed ({r.returncode}): {' '.join(map(str, cmd))}; see {log}")
+    """bench_export's runner (one thread, logged, exit on failure), pinned to `core` if given."""
+    bench_export.sh((["taskset", "-c", str(core)] if core is not None else []) + cmd, log, 1)
 
 
 def teacher(task: str, work: Path, files, teachers: Path | None, log: Path) -> Path:

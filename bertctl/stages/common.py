@@ -279,9 +279,9 @@ def _train(config, inputs, out, force, job: TrainingJob, artifact_id, out_path):
 # ---------------------------------------------------------------------------------------------
 # A fine-tuned model and the task data it is run on (eval, export --check)
 
-def open_task(config, source: ModelSource, data: Path):
-    """How to read DATA for the model: (spec, family, label list, the file, sequence length),
-    the model's head checked against the task."""
+def model_task(config, source: ModelSource):
+    """The model's task as the flags refine it: (spec, family, label list), the model's head
+    checked against it (eval, export --check, and distill's teacher)."""
     from bertctl import tasks
 
     spec = resolve_task(config, source)
@@ -289,10 +289,20 @@ def open_task(config, source: ModelSource, data: Path):
     label_list = family.resolve_labels(spec, source.task, source.hf_config, config.labels,
                                        str(source.path))
     family.check_head(source.hf_config, spec, label_list, str(source.path))
+    return spec, family, label_list
+
+
+def task_length(config, source: ModelSource) -> int:
+    """--max-seq-length, else the model's fine-tuning length, else 128."""
+    return config.max_seq_length or int((source.task or {}).get("max_seq_length") or 128)
+
+
+def open_task(config, source: ModelSource, data: Path):
+    """How to read DATA for the model: (spec, family, label list, the file, sequence length),
+    the model's head checked against the task."""
+    spec, family, label_list = model_task(config, source)
     data = _task_file(spec, data)
-    spec = spec.for_file(data)
-    max_len = config.max_seq_length or int((source.task or {}).get("max_seq_length") or 128)
-    return spec, family, label_list, data, max_len
+    return spec.for_file(data), family, label_list, data, task_length(config, source)
 
 
 def resolve_task(config, source: ModelSource):

@@ -265,21 +265,17 @@ def run(config: FinetuneSettings, model_dir: str, train_path: str, out: str, for
 def distill(config: DistillSettings, teacher_dir: str, train_path: str, out: str,
             force: bool = False, dev_path: str | None = None, student_init: str | None = None,
             student_config: str | None = None):
-    from bertctl import artifacts, tasks
+    from bertctl import artifacts
 
     teacher = common.open_model(teacher_dir, "teacher")
     if teacher.task is None and not (config.task or config.family):
         raise BertctlError(f"{teacher.path}: has no task ({common.TASK_FILE}); distillation "
                            f"needs a fine-tuned teacher (bertctl finetune), or --task for a "
                            f"Hugging Face model with a head")
-    spec = common.resolve_task(config, teacher)
-    family = tasks.get(spec.family)
+    spec, family, labels = common.model_task(config, teacher)
     if family.soft_targets is None:
         raise BertctlError(f"{teacher.path}: a '{family.name}' model's outputs are not scores a "
                            f"student can imitate")
-    labels = family.resolve_labels(spec, teacher.task, teacher.hf_config, config.labels,
-                                   str(teacher.path))
-    family.check_head(teacher.hf_config, spec, labels, str(teacher.path))
     train_file, dev_file = _data_files(spec, Path(train_path), Path(dev_path) if dev_path else None)
     init = common.open_model(student_init, "student-init") if student_init else None
     distillation = Distillation(config, teacher, family, init,
@@ -291,7 +287,6 @@ def distill(config: DistillSettings, teacher_dir: str, train_path: str, out: str
         inputs.append(init.ref)
     if student_config:
         inputs.append(artifacts.file_input(student_config, "student-config"))
-    max_len = config.max_seq_length or int((teacher.task or {}).get("max_seq_length") or 128)
     job = FinetuneJob(config, spec, family, teacher, {}, train_file, dev_file, distillation,
-                      max_len, labels)
+                      common.task_length(config, teacher), labels)
     return common.train_to_artifact(config, inputs, out, force, job)
