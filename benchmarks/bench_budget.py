@@ -43,6 +43,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 BERTCTL = [sys.executable, "-m", "bertctl"]
 ROWS = ("hf", "paper", "mlm", "electra")
+RECIPE = ROOT / "examples" / "configs" / "budget-pretrain.yaml"
 BATCH, SEQ, LR, WARMUP = 64, 128, 5e-4, 0.06
 TASKS = {  # name: (preset, train rows kept, epochs, metric)
     "SST-2": ("glue/sst2", 4000, 2, "accuracy"),
@@ -173,7 +174,8 @@ def hf_pretrain(tokenizer_json: Path, corpus: Path, out: Path, budget: float, th
 # ---- the bertctl rows ------------------------------------------------------------------------
 
 def bertctl_row(row: str, tok: Path, corpus: Path, work: Path, budget: float, threads: int,
-                seed: int, mask_rate: float, log: Path) -> tuple[Path, dict]:
+                seed: int, mask_rate: float, log: Path,
+                recipe: Path | None = None) -> tuple[Path, dict]:
     data = work / row / "data"
     if row == "paper":
         build = []
@@ -188,11 +190,15 @@ def bertctl_row(row: str, tok: Path, corpus: Path, work: Path, budget: float, th
                       "--max-seq-length", SEQ, "--workers", 1, *build], log, threads)
     prep_s = time.perf_counter() - t0
     model = work / row / "model"
-    sh(BERTCTL + ["pretrain", data, "--out", model, "--model-size", "mini",
-                  "--max-position-embeddings", 512, "--time-budget", budget,
-                  "--batch-size", BATCH, "--lr", LR, "--warmup", WARMUP, "--seed", seed,
-                  "--threads", threads, "--log-every", 50, "--checkpoint-every", 1000, *train],
-       log, threads)
+    if row == "mlm" and recipe is not None:
+        # The recipe as it ships (what `make -C pipelines budget` runs), on the shared budget.
+        shape = ["--config", recipe, "--model-size", "mini"]
+    else:
+        shape = ["--model-size", "mini", "--max-position-embeddings", 512, "--batch-size",
+                 BATCH, "--lr", LR, "--warmup", WARMUP, *train]
+    sh(BERTCTL + ["pretrain", data, "--out", model, *shape, "--time-budget", budget,
+                  "--seed", seed, "--threads", threads, "--log-every", 50,
+                  "--checkpoint-every", 1000], log, threads)
     stats = json.loads((model / "artifact.json").read_text())["stats"]
     return model, {"steps": stats["step"], "tokens": stats.get("tokens"),
                    "elapsed_s": stats.get("elapsed_s"), "prep_s": round(prep_s, 1),
@@ -265,7 +271,12 @@ def main() -> None:
     ap.add_argument("--rows", nargs="+", default=list(ROWS), choices=ROWS)
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--mask-rate", type=float, default=0.3, help="the mlm row's")
+    ap.add_argument("--mask-rate", type=float, default=0.3, help="the mlm row's, without "
+                    "--recipe")
+    ap.add_argument("--recipe", type=Path, nargs="?", const=RECIPE, default=None,
+                    help="run the mlm row with this pretrain config (its lr, batch, dropout, "
+                    "mask rate; the mini model) instead of the shared settings (bare: "
+                    f"{RECIPE.relative_to(ROOT)})")
     ap.add_argument("--heldout", type=float, default=0.03)
     ap.add_argument("--vocab-size", type=int, default=8000)
     ap.add_argument("--pretrain-only", action="store_true")
@@ -306,7 +317,7 @@ def main() -> None:
                                   args.threads, 0)
             else:
                 model, rec = bertctl_row(row, tok, train_corpus, work, budget, args.threads, 0,
-                                         args.mask_rate, log)
+                                         args.mask_rate, log, args.recipe)
             rec.update(model=str(model), machine=machine,
                        heldout_mlm_loss=heldout_loss(model, heldout, work, row, args.threads,
                                                      log))
@@ -314,11 +325,12 @@ def main() -> None:
             print(row, json.dumps(rec), flush=True)
         if args.pretrain_only:
             continue
-        rec.setdefault("glue", {})
-        for task, files in glue.items():
-            rec["glue"][task] = [finetune(row, Path(rec["model"]), task, files, seed, work,
-                                          args.threads, log) for seed in args.seeds]
-        rec_path.write_text(json.dumps(rec, indent=1))
+        rec["glue"] = {task: [] for task in glue}
+        for seed in args.seeds:   # seed by seed: a run cut short leaves whole seeds
+            for task, files in glue.items():
+                rec["glue"][task].append(finetune(row, Path(rec["model"]), task, files, seed,
+                                                  work, args.threads, log))
+            rec_path.write_text(json.dumps(rec, indent=1))
         print(row, json.dumps(rec["glue"]), flush=True)
     print(table(work, ROWS))
 

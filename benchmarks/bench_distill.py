@@ -24,8 +24,14 @@ teacher and of each student (seed 1, distilled) on the dev set, 1 thread, fp32, 
 process with nothing else running (bench_export.py's measurement). Training time: the training
 loop's elapsed seconds (at --jobs 2, two runs share the machine, one core each).
 
+`--cache-timing` also distils the L4 student (seed 1) of each task twice, the teacher's
+outputs cached once (`--teacher-cache on`) and the teacher run at every step (`off`), timing
+each whole command; `--unlabelled ROWS` distils the SST-2 L4 student on the first ROWS
+training sentences with their labels removed (the teacher labels them), against the direct
+students' 4,000 labelled rows.
+
 Results are kept per step under --work (a rerun does only what is missing); --table prints
-the table from them.
+the tables from them.
 """
 
 from __future__ import annotations
@@ -103,14 +109,114 @@ def run_all(todo: list[list], log: Path, parallel: int) -> None:
     def one(cmds):
         core = free.pop()
         try:
-            for cmd in cmds:
-                run(cmd, log, core if parallel > 1 else None)
+            for cmd in cmds:   # a command, or a step that takes the core (`timed`)
+                if callable(cmd):
+                    cmd(log, core if parallel > 1 else None)
+                else:
+                    run(cmd, log, core if parallel > 1 else None)
         finally:
             free.append(core)
 
     with ThreadPoolExecutor(max_workers=parallel) as pool:
         for future in [pool.submit(one, cmds) for cmds in todo]:
             future.result()
+
+
+# ---- what the teacher cache saves, and distilling on unlabelled text ------------------------
+
+def timed(cmd: list, record: Path):
+    """A step that runs `cmd` and records its wall-clock seconds (the whole command: a cached
+    teacher's pass happens before the training loop's clock starts)."""
+    def step(log: Path, core: int | None) -> None:
+        start = time.perf_counter()
+        run(cmd, log, core)
+        record.write_text(json.dumps({"seconds": round(time.perf_counter() - start, 1)}))
+    return step
+
+
+def cache_jobs(task: str, work: Path, files) -> list[list]:
+    """The L4 student (seed 1) distilled with the teacher's outputs cached and with the teacher
+    run at every step, each timed as a whole command, then scored."""
+    _, _, epochs, lr, _ = bench_export.TASKS[task]
+    todo = []
+    for cache in ("on", "off"):
+        out = work / task / f"cache-{cache}"
+        cmds = []
+        if not (out / "time.json").exists():
+            shutil.rmtree(out, ignore_errors=True)
+            out.mkdir(parents=True)
+            cmds.append(timed(BERTCTL + ["distill", work / task / "teacher", files[0], "--out",
+                                         out / "model", *STUDENTS["L4"], "--epochs", epochs,
+                                         "--lr", lr, "--batch-size", 32, "--seed", 1, "--keep",
+                                         "last", "--threads", 1, "--teacher-cache", cache],
+                              out / "time.json"))
+        if not (out / "eval" / "artifact.json").exists():
+            cmds.append(BERTCTL + ["eval", out / "model", files[1], "--out", out / "eval",
+                                   "--precision", "fp32", "--threads", 1])
+        if cmds:
+            todo.append(cmds)
+    return todo
+
+
+def unlabelled_file(data: Path, work: Path, rows: int) -> Path:
+    """SST-2's first `rows` training sentences without their labels (the 4,000 the teacher and
+    the direct students learnt from among them): in-domain text for the teacher to label."""
+    out = work / "data" / f"SST-2-unlabelled-{rows}" / "train.tsv"
+    if not out.exists():
+        lines = (data / "glue" / "SST-2" / "train.tsv").read_text(
+            encoding="utf-8-sig").splitlines()
+        column = lines[0].split("\t").index("sentence")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text("sentence\n" + "".join(line.split("\t")[column] + "\n"
+                                              for line in lines[1:1 + rows]), encoding="utf-8")
+    return out
+
+
+def unlabelled_jobs(work: Path, train: Path, dev: Path, rows: int) -> list[list]:
+    _, _, epochs, lr, _ = bench_export.TASKS["SST-2"]
+    todo = []
+    for seed in SEEDS:
+        out = work / "SST-2" / f"L4-unlabelled{rows}-seed{seed}"
+        cmds = []
+        if not (out / "model" / "artifact.json").exists():
+            cmds.append(BERTCTL + ["distill", work / "SST-2" / "teacher", train, "--out",
+                                   out / "model", *STUDENTS["L4"], "--epochs", epochs, "--lr",
+                                   lr, "--batch-size", 32, "--seed", seed, "--keep", "last",
+                                   "--threads", 1])
+        if not (out / "eval" / "artifact.json").exists():
+            cmds.append(BERTCTL + ["eval", out / "model", dev, "--out", out / "eval",
+                                   "--precision", "fp32", "--threads", 1])
+        if cmds:
+            todo.append(cmds)
+    return todo
+
+
+def extra_table(work: Path) -> str:
+    out = ["| task | teacher run every step: s, dev | outputs cached: s, dev | time cached / "
+           "every step |", "|---|---|---|---|"]
+    for task in TASKS:
+        runs = {c: work / task / f"cache-{c}" for c in ("on", "off")}
+        if not all((r / "time.json").exists() and _metric(r / "eval") for r in runs.values()):
+            continue
+        t = {c: json.loads((r / "time.json").read_text())["seconds"] for c, r in runs.items()}
+        m = {c: _metric(r / "eval")[1] for c, r in runs.items()}
+        out.append(f"| {task} | {t['off']:.0f}, {m['off']:.4f} | {t['on']:.0f}, {m['on']:.4f} | "
+                   f"{t['on'] / t['off']:.2f} |")
+    for d in sorted((work / "SST-2").glob("L4-unlabelled*-seed1")):
+        arm = d.name[len("L4-"):-len("-seed1")]
+        vals = [m[1] for m in (_metric(work / "SST-2" / f"L4-{arm}-seed{s}" / "eval")
+                               for s in SEEDS) if m]
+        direct = [m[1] for m in (_metric(work / "SST-2" / f"L4-direct-seed{s}" / "eval")
+                                 for s in SEEDS) if m]
+        if len(vals) > 1 and len(direct) > 1:
+            se = (statistics.variance(vals) / len(vals)
+                  + statistics.variance(direct) / len(direct)) ** 0.5
+            delta = statistics.mean(vals) - statistics.mean(direct)
+            out.append(f"\nSST-2 L4 distilled on {arm[len('unlabelled'):]} unlabelled sentences:"
+                       f" {statistics.mean(vals):.4f} +- {statistics.stdev(vals):.4f}, against "
+                       f"direct on the 4,000 labelled {statistics.mean(direct):.4f}: "
+                       f"{delta:+.4f} ({delta / se:+.1f} se)")
+    return "\n".join(out)
 
 
 def measure(task: str, work: Path, dev: Path, requests: int) -> None:
@@ -221,11 +327,15 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=200)
     ap.add_argument("--no-measure", action="store_true",
                     help="train and evaluate only; measure the speed later on a quiet machine")
+    ap.add_argument("--cache-timing", action="store_true", help="time the L4 student with the "
+                    "teacher's outputs cached against the teacher run every step, per task")
+    ap.add_argument("--unlabelled", type=int, metavar="ROWS", help="distil the SST-2 L4 "
+                    "student on the first ROWS training sentences without labels")
     ap.add_argument("--table", action="store_true", help="print the table and stop")
     args = ap.parse_args()
     work = args.work.resolve()
     if args.table:
-        print(table(work))
+        print(table(work) + "\n\n" + extra_table(work))
         return
     work.mkdir(parents=True, exist_ok=True)
     log = work / "log.txt"
@@ -234,13 +344,19 @@ def main() -> None:
     for task in args.tasks:
         teacher(task, work, files[task], args.teachers.resolve() if args.teachers else None, log)
     todo = [job for task in args.tasks for job in jobs(task, work, files[task])]
+    if args.cache_timing:
+        todo += [job for task in args.tasks for job in cache_jobs(task, work, files[task])]
+    if args.unlabelled:
+        todo += unlabelled_jobs(work, unlabelled_file(args.data.resolve(), work,
+                                                      args.unlabelled),
+                                files["SST-2"][1], args.unlabelled)
     print(f"{len(todo)} jobs", flush=True)
     run_all(todo, log, args.jobs)
     print(f"trained and evaluated in {time.monotonic() - started:.0f}s", flush=True)
     if not args.no_measure:
         for task in args.tasks:
             measure(task, work, files[task][1], args.requests)
-    print(table(work))
+    print(table(work) + "\n\n" + extra_table(work))
 
 
 if __name__ == "__main__":

@@ -101,6 +101,12 @@ class PretrainSettings(TrainingSettings):
     intermediate_size: int | None = Field(None, ge=1, description="Override the feed-forward "
                                           "size (default 4 x hidden).",
                                           json_schema_extra=meta(MODEL))
+    # A training setting, not the architecture's: config.json keeps the rates fine-tuning uses.
+    dropout: float | None = Field(None, ge=0, lt=1, description="Dropout rate while "
+                                  "pretraining, everywhere (unset: the model's, 0.1); 0 learns "
+                                  "more per step on a short budget (Cramming). The saved model "
+                                  "keeps its rates for fine-tuning.",
+                                  json_schema_extra=meta(TRAINING))
     max_position_embeddings: int = Field(512, ge=8, description="Position embeddings (at least "
                                          "the data's max_seq_length).",
                                          json_schema_extra=meta(MODEL))
@@ -329,6 +335,11 @@ class DistillSettings(TaskTrainingSettings):
                                   "pairs (0 is the embeddings), e.g. 1:2,2:4,3:6; unset: each "
                                   "student layer m to teacher layer round(m * L_teacher / "
                                   "L_student).", json_schema_extra=meta(DISTILLATION))
+    teacher_cache: Literal["auto", "on", "off"] = Field(
+        "auto", description="Run the teacher once over the training set and keep its outputs in "
+        "the run directory (a resumed run reuses them); auto: when the set is read more than "
+        "once and --hidden-loss is off (it needs the teacher's layers every step).",
+        json_schema_extra=_RUN)
 
 
 class ReportSettings(StageConfig):

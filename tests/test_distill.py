@@ -210,6 +210,48 @@ def test_hidden_loss_with_a_narrower_student_and_a_layer_map(teachers, tmp_path,
     assert hf.config.hidden_size == 16
 
 
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_cached_teacher_outputs_train_the_same_student(family, teachers, tmp_path, cli):
+    """The teacher run once over the set (its outputs moved with packing, cut to each batch's
+    width) trains what the teacher run at every step trains: the same losses, the same
+    weights up to float rounding (its batches are grouped otherwise)."""
+    from safetensors.numpy import load_file
+
+    train_args, _ = FAMILIES[family]
+    runs = {}
+    for cache in ("on", "off"):
+        out = tmp_path / cache
+        r = cli("distill", teachers[family], train_args[0], "--out", out, "--steps", "4",
+                "--log-every", "1", "--teacher-cache", cache, *RUN)
+        assert r.exit_code == 0, r.stderr
+        assert ("teacher outputs for" in r.stderr) == (cache == "on"), r.stderr
+        records = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+        runs[cache] = ([x["loss"] for x in records if x["split"] == "train"],
+                       load_file(out / "model.safetensors"))
+    np.testing.assert_allclose(runs["on"][0], runs["off"][0], rtol=1e-5, atol=1e-6)
+    for name, value in runs["off"][1].items():
+        np.testing.assert_allclose(runs["on"][1][name], value, rtol=1e-4, atol=1e-5,
+                                   err_msg=name)
+
+
+def test_the_cache_is_used_where_the_set_is_read_again(teachers, tmp_path, cli):
+    rows = len((GLUE / "SST-2" / "train.tsv").read_text().splitlines()) - 1
+    once = cli("distill", teachers["single"], GLUE / "SST-2", "--out", tmp_path / "once",
+               "--epochs", "1", *RUN)
+    twice = cli("distill", teachers["single"], GLUE / "SST-2", "--out", tmp_path / "twice",
+                "--epochs", "2", *RUN)
+    assert once.exit_code == 0 and twice.exit_code == 0, once.stderr + twice.stderr
+    assert "teacher outputs for" not in once.stderr
+    assert f"teacher outputs for {rows:,} training examples" in twice.stderr
+    hidden = cli("distill", teachers["single"], GLUE / "SST-2", "--out", tmp_path / "h",
+                 "--epochs", "2", "--hidden-loss", "1", *RUN)
+    assert hidden.exit_code == 0 and "teacher outputs for" not in hidden.stderr
+    bad = cli("distill", teachers["single"], GLUE / "SST-2", "--out", tmp_path / "bad",
+              "--teacher-cache", "on", "--hidden-loss", "1", *RUN)
+    assert bad.exit_code == 2 and "--hidden-loss" in bad.stderr
+    assert not (tmp_path / "bad").exists()
+
+
 def test_unlabelled_data_is_labelled_by_the_teacher(teachers, tmp_path, cli):
     rows = (GLUE / "SST-2" / "train.tsv").read_text().splitlines()
     (tmp_path / "unlabelled.tsv").write_text(

@@ -119,3 +119,33 @@ def test_pretrain_with_a_mask_rate(cli, continuous_data, tmp_path):
             "--steps", "2", "--batch-size", "8", "--eval-batches", "1", "--out", tmp_path / "m")
     assert r.exit_code == 0, r.stderr
     assert json.loads((tmp_path / "m" / "artifact.json").read_text())["config"]["mask_rate"] == 0.3
+
+
+def test_training_dropout_is_set_everywhere_and_the_config_kept():
+    from bertctl.model import BertConfig, BertForMaskedLM
+    from bertctl.model.dropout import set_training_dropout
+
+    torch.manual_seed(0)
+    model = BertForMaskedLM(BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2,
+                                       num_attention_heads=2, intermediate_size=32))
+    ids = torch.randint(5, 50, (2, 12))
+    args = (ids, torch.zeros_like(ids), torch.ones_like(ids))
+    with torch.no_grad():
+        reference = model.eval()(*args)["mlm_logits"]
+        model.train()
+        assert not torch.allclose(model(*args)["mlm_logits"], reference)   # dropout at 0.1
+        set_training_dropout(model, 0.0)
+        torch.testing.assert_close(model(*args)["mlm_logits"], reference, atol=1e-5, rtol=1e-5)
+    assert model.config.hidden_dropout_prob == model.config.attention_probs_dropout_prob == 0.1
+
+
+def test_pretrain_without_dropout_keeps_the_models_rates(cli, continuous_data, tmp_path):
+    r = cli("pretrain", continuous_data, "--objective", "mlm", "--dropout", "0", *TINY_MODEL,
+            "--steps", "2", "--batch-size", "8", "--eval-batches", "1", "--out", tmp_path / "m")
+    assert r.exit_code == 0, r.stderr
+    assert json.loads((tmp_path / "m" / "artifact.json").read_text())["config"]["dropout"] == 0
+    config = json.loads((tmp_path / "m" / "config.json").read_text())
+    assert config["hidden_dropout_prob"] == config["attention_probs_dropout_prob"] == 0.1
+    r = cli("pretrain", continuous_data, "--dropout", "1", *TINY_MODEL, "--steps", "2",
+            "--out", tmp_path / "bad")
+    assert r.exit_code == 2 and "dropout" in r.stderr and not (tmp_path / "bad").exists()

@@ -84,6 +84,27 @@ def test_sequence_labels_follow_sequence_starts():
         assert int(packed["position_ids"][r, c]) == 0
 
 
+def test_a_teachers_cached_outputs_move_as_the_labels_do():
+    """Per token (B, T, K): with their tokens, 0 on padding; per example (B, K): with their
+    sequences, in the order of sequence_starts."""
+    from bertctl.data.collate import TEACHER
+
+    batch = padded_batch(LENGTHS, token_labels=True)
+    per_token = batch["input_ids"].float()[..., None] * torch.tensor([1.0, -1.0])
+    packed = pack_batch({**batch, TEACHER + "logits": per_token}, capacity=32, pad_id=PAD,
+                        per_token={TEACHER + "logits"})
+    moved = packed[TEACHER + "logits"]
+    assert moved.shape == (*packed["input_ids"].shape, 2) and moved.dtype == torch.float32
+    torch.testing.assert_close(moved[..., 0], packed["input_ids"].float())
+    assert bool((moved[packed["attention_mask"] == 0] == 0).all())
+
+    batch = padded_batch(LENGTHS)
+    per_example = torch.stack([batch["labels"].float(), torch.arange(len(LENGTHS)).float()], 1)
+    packed = pack_batch({**batch, TEACHER + "logits": per_example}, capacity=40, pad_id=PAD)
+    torch.testing.assert_close(packed[TEACHER + "logits"][:, 0], packed["labels"].float())
+    assert sorted(packed[TEACHER + "logits"][:, 1].tolist()) == list(range(len(LENGTHS)))
+
+
 def test_a_sequence_longer_than_capacity_gets_its_own_row():
     packed = pack_batch(padded_batch([40, 3, 4]), capacity=16, pad_id=PAD)
     assert packed["input_ids"].shape == (2, 40)

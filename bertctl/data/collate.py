@@ -6,7 +6,7 @@ or, where asked (`group_by_length`) and always for prediction, of similar length
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import numpy as np
 import torch
@@ -85,8 +85,13 @@ def without_full_mask(batch: dict) -> dict:
     return batch
 
 
+# Batch keys of a teacher's outputs read from its cache (bertctl/train/distill.py), per example
+# or per token: packing moves them with their sequences or tokens, as it moves the labels.
+TEACHER = "teacher:"
+
+
 def pack_batch(batch: dict[str, torch.Tensor], capacity: int, pad_id: int,
-               label_pad: int = -100) -> dict[str, torch.Tensor]:
+               label_pad: int = -100, per_token: Collection[str] = ()) -> dict[str, torch.Tensor]:
     """A padded (B, T) batch with several sequences per row: the same examples and the same
     loss, less padding.
 
@@ -100,7 +105,9 @@ def pack_batch(batch: dict[str, torch.Tensor], capacity: int, pad_id: int,
     flat row * width + column index.
     The model then computes for each sequence what it would unpacked (`model.bert.
     attention_bias`). Per-example `labels` (B,) are reordered to the order of `sequence_starts`;
-    per-token `labels` (B, T) move with their tokens, `label_pad` on padding.
+    per-token `labels` (B, T) move with their tokens, `label_pad` on padding. `TEACHER` outputs
+    move the same way: those named in `per_token` (B, T, ...) with their tokens (0 on padding),
+    the others (B, ...) with their sequences.
     """
     mask = batch["attention_mask"].numpy()
     B, T = mask.shape
@@ -119,10 +126,10 @@ def pack_batch(batch: dict[str, torch.Tensor], capacity: int, pad_id: int,
     src = np.arange(T)[None, :] < lengths[:, None]
     dst = ((row * width + col)[:, None] + np.arange(T)[None, :])[src]
 
-    def place(values: np.ndarray, pad: int) -> torch.Tensor:
-        out = np.full(rows * width, pad, dtype=np.int64)
+    def place(values: np.ndarray, pad: int, dtype=np.int64) -> torch.Tensor:
+        out = np.full((rows * width, *values.shape[2:]), pad, dtype=dtype)
         out[dst] = values[src]
-        return torch.from_numpy(out.reshape(rows, width))
+        return torch.from_numpy(out.reshape(rows, width, *values.shape[2:]))
 
     order = np.lexsort((col, row))                 # sequences in row-major order
     sorted_rows = row[order]
@@ -141,24 +148,43 @@ def pack_batch(batch: dict[str, torch.Tensor], capacity: int, pad_id: int,
         packed["sequence_starts"] = torch.from_numpy((row * width + col)[order])
         if labels is not None:
             packed["labels"] = labels[torch.from_numpy(order)]
+    for key in (k for k in batch if k.startswith(TEACHER)):
+        values = batch[key]
+        packed[key] = (place(values.numpy(), 0, values.numpy().dtype) if key in per_token
+                       else values[torch.from_numpy(order)])
     return packed
 
 
 class TaskData:
     """Fine-tuning features as the training loop's data source: padded batches, or packed ones
     (`pack_batch`: rows of at most `pack_to` tokens) where the settings ask for packing and the
-    model's head can read them (`model.packs`: sentence-level and tagging heads)."""
+    model's head can read them (`model.packs`: sentence-level and tagging heads).
 
-    def __init__(self, features, pack: bool, max_seq_length: int, model):
+    `teacher`: output name -> (values for every example, per token?): a distillation teacher's
+    cached outputs, given with each batch under `TEACHER + name` (per-token values cut or padded
+    to the batch's width)."""
+
+    def __init__(self, features, pack: bool, max_seq_length: int, model,
+                 teacher: dict[str, tuple[np.ndarray, bool]] | None = None):
         self.features = features
         self.lengths = features.lengths
         self.pack_to = max_seq_length if pack and model.packs else None
+        self.teacher = teacher or {}
 
     def __len__(self) -> int:
         return len(self.features)
 
     def batch(self, indices: np.ndarray, epoch: int):
         batch = self.features.batch(indices, epoch)
+        width = batch["input_ids"].shape[-1]
+        for name, (values, per_token) in self.teacher.items():
+            rows = np.asarray(values[np.asarray(indices, dtype=np.int64)])
+            if per_token:
+                rows = rows[:, :width]
+                rows = np.pad(rows, [(0, 0), (0, width - rows.shape[1])]
+                              + [(0, 0)] * (rows.ndim - 2))
+            batch[TEACHER + name] = torch.from_numpy(np.ascontiguousarray(rows))
         if self.pack_to is None:
             return batch
-        return pack_batch(batch, self.pack_to, self.features.pad_id)
+        return pack_batch(batch, self.pack_to, self.features.pad_id,
+                          per_token={TEACHER + n for n, (_, p) in self.teacher.items() if p})

@@ -11,6 +11,7 @@ teacher (`Distillation`) inside the loss module of bertctl/train/distill.py.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from bertctl import console
@@ -71,6 +72,9 @@ class Distillation:
         if config.hidden_loss and teacher.hf_config.get("bertctl_features"):
             raise BertctlError(f"{teacher.path}: a frozen-encoder teacher's layers were not "
                                f"fine-tuned; --hidden-loss needs a fully fine-tuned teacher")
+        if config.teacher_cache == "on" and config.hidden_loss:
+            raise BertctlError("--teacher-cache on keeps the teacher's outputs, not its hidden "
+                               "states: --hidden-loss runs the teacher at every step")
         sizes = (self.plan.num_layers, t_config.num_hidden_layers)
         self.layer_map = [] if not config.hidden_loss else (
             distill.parse_layer_map(config.layer_map, *sizes) if config.layer_map
@@ -96,6 +100,29 @@ class Distillation:
         c = self.config
         return Distiller(student, self.teacher_model, self.family.soft_targets, c.temperature,
                          c.alpha, c.hidden_loss, self.layer_map)
+
+    def cached_outputs(self, features, work: Path) -> dict | None:
+        """The teacher's outputs over the training set, computed once into the run directory,
+        where the settings ask for it (see DistillSettings.teacher_cache); else None."""
+        from bertctl.train import distill
+        from bertctl.train import distributed as dist
+
+        c = self.config
+        if c.teacher_cache == "off" or c.alpha == 1 or c.hidden_loss:
+            return None
+        passes = c.epochs if c.epochs is not None else (
+            c.steps * c.batch_size / len(features) if c.steps is not None else None)
+        if c.teacher_cache == "auto" and passes is not None and passes <= 1:
+            return None
+        start = time.perf_counter()
+        outputs = distill.teacher_outputs(self.teacher_model, features,
+                                          self.family.soft_targets, work / "teacher-outputs",
+                                          c.eval_batch_size, dist.init(c.device).device,
+                                          c.precision)
+        if dist.is_main():
+            console.log(f"teacher outputs for {len(features):,} training examples cached in the "
+                        f"run directory ({time.perf_counter() - start:.1f} s)")
+        return outputs
 
     def stats(self, student) -> dict:
         return {"teacher": str(self.teacher.path), "teacher_id": self.teacher.ref.id,
@@ -200,12 +227,13 @@ class FinetuneJob:
         from bertctl.data.collate import TaskData
         from bertctl.train import TrainSettings, train
 
-        config, model, metrics = self.config, self.model, None
+        config, model, metrics, taught = self.config, self.model, None, None
         if self.distillation is not None:
             from bertctl.train.distill import step_metrics as metrics
 
             model = self.distillation.wrap(self.model)
-        data = TaskData(self.train_features, config.pack, self.max_len, model)
+            taught = self.distillation.cached_outputs(self.train_features, work)
+        data = TaskData(self.train_features, config.pack, self.max_len, model, taught)
         what = "distilling" if self.distillation is not None else "fine-tuning"
         with console.training_progress(f"{what} {self.spec.name}", config.steps) as on_log:
             return train(model, data, TrainSettings.of(config), work,

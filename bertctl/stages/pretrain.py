@@ -21,14 +21,23 @@ def _build_model(config: PretrainSettings, objective, vocab_size: int,
                  init: common.ModelSource | None, model_config: Path | None):
     import torch
 
-    from bertctl.model import BertConfig
+    from bertctl.model.dropout import set_training_dropout
 
     torch.manual_seed(config.seed)  # the initial weights are part of what --seed fixes
     model_class, kwargs = objective.model_class(), objective.model_kwargs(config)
     if init is not None:
         model, report = init.load(model_class, **kwargs)
         console.log(str(report))
-        return model
+    else:
+        model = model_class(_new_config(config, vocab_size, model_config), **kwargs)
+    if config.dropout is not None:
+        set_training_dropout(model, config.dropout)
+    return model
+
+
+def _new_config(config: PretrainSettings, vocab_size: int, model_config: Path | None):
+    from bertctl.model import BertConfig
+
     if model_config is not None:
         try:
             hf = json.loads(Path(model_config).read_text(encoding="utf-8"))
@@ -42,7 +51,7 @@ def _build_model(config: PretrainSettings, objective, vocab_size: int,
             hidden_size=config.hidden_size, num_attention_heads=config.num_attention_heads,
             intermediate_size=config.intermediate_size, vocab_size=vocab_size,
             max_position_embeddings=config.max_position_embeddings)
-    return model_class(cfg, **kwargs)
+    return cfg
 
 
 def _check_agreement(model, data: artifacts.Artifact, init: common.ModelSource | None) -> None:

@@ -24,12 +24,17 @@ The losses (Hinton et al. 2015; TinyBERT for the hidden states):
 from __future__ import annotations
 
 import contextlib
+import json
+import shutil
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from bertctl.data.collate import TEACHER
 from bertctl.errors import BertctlError
 from bertctl.model.heads import IGNORE_INDEX
 
@@ -150,14 +155,18 @@ class Distiller(nn.Module):
         return self
 
     def forward(self, **batch) -> dict[str, torch.Tensor]:
+        # The teacher's outputs come with the batch where they were cached (`teacher_outputs`).
+        taught = {key[len(TEACHER):]: batch.pop(key)
+                  for key in [k for k in batch if k.startswith(TEACHER)]}
         mask = batch.get("attention_mask")
         with hidden_states(self.student, [s for s, _ in self.layer_map]) as mine, \
                 hidden_states(self.teacher, [t for _, t in self.layer_map]) as theirs:
             out = dict(self.student(**batch))
             if "loss" in out and self.alpha == 1 and not self.layer_map:
                 return out   # the teacher's outputs would weigh nothing: it is not run
-            with torch.no_grad():
-                taught = self.teacher(**batch)
+            if not taught:
+                with torch.no_grad():
+                    taught = self.teacher(**batch)
         missing = [k for k in self.targets if k not in out or k not in taught]
         if missing:
             raise ValueError(f"the models returned no {', '.join(missing)}")
@@ -202,3 +211,38 @@ class Distiller(nn.Module):
 def step_metrics(out: dict, batch: dict) -> dict:
     """The distillation losses for the training log (a `train` step_metrics function)."""
     return {name: (out[name], 1) for name in ("soft_loss", "hidden_loss") if name in out}
+
+
+def teacher_outputs(teacher: nn.Module, features, targets: dict[str, str], directory: Path,
+                    batch_size: int, device, precision: str) -> dict[str, tuple[np.ndarray, bool]]:
+    """The teacher's `targets` outputs for every example of `features`, computed once (eval
+    mode, no autograd, longest batches first) and kept as .npy files in `directory`, which a
+    resumed run reads back (memory-mapped) instead of running the teacher again. Returns what
+    `collate.TaskData` takes: name -> (values in example order, per token?)."""
+    from bertctl.evaluation import predict, task_batches
+    from bertctl.train import distributed as dist
+
+    stamp = {"examples": len(features), "precision": precision, "outputs": sorted(targets)}
+    marker = directory / "outputs.json"
+
+    def current() -> bool:
+        try:
+            return json.loads(marker.read_text()) == stamp
+        except (OSError, ValueError):
+            return False
+
+    if dist.is_main() and not current():
+        teacher.to(device)
+        outputs = predict(teacher, task_batches(features, batch_size), device, precision)
+        try:
+            shutil.rmtree(directory, ignore_errors=True)
+            directory.mkdir(parents=True)
+            for name in targets:
+                np.save(directory / f"{name}.npy", outputs[name].astype(np.float32))
+            marker.write_text(json.dumps(stamp))   # last: the files before it are complete
+        except OSError as exc:
+            raise BertctlError(f"{directory}: cannot keep the teacher's outputs: "
+                               f"{exc.strerror or exc} (or run with --teacher-cache off)") from None
+    dist.barrier()
+    return {name: (np.load(directory / f"{name}.npy", mmap_mode="r"),
+                   kind in ("tokens", "positions")) for name, kind in targets.items()}
