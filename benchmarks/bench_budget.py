@@ -15,7 +15,8 @@ seeds and scored on the full dev sets:
              (as bertctl's), fp32 as the Trainer runs on CPU
     paper    bertctl's defaults: MLM + NSP, Google's instances, static masks (dupe 10)
     mlm      bertctl --objective mlm on --packing concatenated, dynamic masks at --mask-rate
-             (default 0.3)
+             (default 0.3); with --recipe, pretrain runs examples/configs/budget-pretrain.yaml
+             as it ships (the mini model, the given budget)
     electra  bertctl --objective electra on the same data, 15% masked, generator 1/4 wide
 
 Shared by all rows: batch 64 x 128 tokens, peak lr 5e-4, 6% warm-up, linear decay to 0 at the
