@@ -103,9 +103,9 @@ class PretrainSettings(TrainingSettings):
                                           json_schema_extra=meta(MODEL))
     # A training setting, not the architecture's: config.json keeps the rates fine-tuning uses.
     dropout: float | None = Field(None, ge=0, lt=1, description="Dropout rate while "
-                                  "pretraining, everywhere (unset: the model's, 0.1); 0 learns "
-                                  "more per step on a short budget (Cramming). The saved model "
-                                  "keeps its rates for fine-tuning.",
+                                  "pretraining, everywhere (unset: the model's, 0.1; Cramming "
+                                  "pretrains with 0). The saved model keeps its rates for "
+                                  "fine-tuning.",
                                   json_schema_extra=meta(TRAINING))
     max_position_embeddings: int = Field(512, ge=8, description="Position embeddings (at least "
                                          "the data's max_seq_length).",

@@ -57,8 +57,7 @@ class Dropout(nn.Module):
 def set_training_dropout(model: nn.Module, p: float) -> None:
     """Train `model` with dropout rate `p` everywhere (the hidden, attention and head dropouts)
     without touching its config: the artifact keeps the architecture's rates, so fine-tuning a
-    model pretrained without dropout still regularises as usual (Cramming's recipe). With p = 0
-    the CPU attention also takes PyTorch's fused kernel, which has no dropout."""
+    model pretrained without dropout still regularises as usual (Cramming's recipe)."""
     for module in model.modules():
         if isinstance(module, (Dropout, nn.Dropout)):
             module.p = p
