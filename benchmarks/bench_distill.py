@@ -75,31 +75,38 @@ def teacher(task: str, work: Path, files, teachers: Path | None, log: Path) -> P
     return out
 
 
+def student_cmds(task: str, work: Path, train: Path, dev: Path, out: Path, flags: list,
+                 seed: int, record: Path | None = None) -> list:
+    """The commands still to run for one student: `bertctl distill` from the task's teacher with
+    the teacher's epochs and learning rate (timed into `record` if given), then its dev eval."""
+    _, _, epochs, lr, _ = bench_export.TASKS[task]
+    cmds: list = []
+    if not (out / "model" / "artifact.json").exists():
+        cmd = BERTCTL + ["distill", work / task / "teacher", train, "--out", out / "model",
+                         *flags, "--epochs", epochs, "--lr", lr, "--batch-size", 32, "--seed",
+                         seed, "--keep", "last", "--threads", 1]
+        cmds.append(timed(cmd, record) if record is not None else cmd)
+    if not (out / "eval" / "artifact.json").exists():
+        cmds.append(BERTCTL + ["eval", out / "model", dev, "--out", out / "eval",
+                               "--precision", "fp32", "--threads", 1])
+    return cmds
+
+
 def jobs(task: str, work: Path, files) -> list[list]:
-    """The distillations and evals of one task not done yet, as (student dir, commands)."""
-    _, _, epochs, lr, extra = bench_export.TASKS[task]
+    """The distillations and evals of one task not done yet, each a list of commands."""
     todo = []
-    t = work / task / "teacher"
     for student, flags in STUDENTS.items():
         for arm, arm_flags in ARMS.items():
             for seed in SEEDS:
-                out = work / task / f"{student}-{arm}-seed{seed}"
-                cmds = []
-                if not (out / "model" / "artifact.json").exists():
-                    cmds.append(BERTCTL + ["distill", t, files[0], "--out", out / "model",
-                                           *flags, *arm_flags, "--epochs", epochs, "--lr", lr,
-                                           "--batch-size", 32, "--seed", seed, "--keep", "last",
-                                           "--threads", 1])
-                if not (out / "eval" / "artifact.json").exists():
-                    cmds.append(BERTCTL + ["eval", out / "model", files[1], "--out",
-                                           out / "eval", "--precision", "fp32", "--threads", 1])
-                if cmds:
-                    todo.append(cmds)
+                todo.append(student_cmds(task, work, *files,
+                                         work / task / f"{student}-{arm}-seed{seed}",
+                                         [*flags, *arm_flags], seed))
+    t = work / task / "teacher"
     ev = t.parent / "teacher-eval"
     if not (ev / "artifact.json").exists():
         todo.append([BERTCTL + ["eval", t, files[1], "--out", ev, "--precision", "fp32",
                                 "--threads", 1]])
-    return todo
+    return [cmds for cmds in todo if cmds]
 
 
 def run_all(todo: list[list], log: Path, parallel: int) -> None:
@@ -137,25 +144,16 @@ def timed(cmd: list, record: Path):
 def cache_jobs(task: str, work: Path, files) -> list[list]:
     """The L4 student (seed 1) distilled with the teacher's outputs cached and with the teacher
     run at every step, each timed as a whole command, then scored."""
-    _, _, epochs, lr, _ = bench_export.TASKS[task]
     todo = []
     for cache in ("on", "off"):
         out = work / task / f"cache-{cache}"
-        cmds = []
-        if not (out / "time.json").exists():
+        if not (out / "time.json").exists():   # untimed leftovers are run again
             shutil.rmtree(out, ignore_errors=True)
             out.mkdir(parents=True)
-            cmds.append(timed(BERTCTL + ["distill", work / task / "teacher", files[0], "--out",
-                                         out / "model", *STUDENTS["L4"], "--epochs", epochs,
-                                         "--lr", lr, "--batch-size", 32, "--seed", 1, "--keep",
-                                         "last", "--threads", 1, "--teacher-cache", cache],
-                              out / "time.json"))
-        if not (out / "eval" / "artifact.json").exists():
-            cmds.append(BERTCTL + ["eval", out / "model", files[1], "--out", out / "eval",
-                                   "--precision", "fp32", "--threads", 1])
-        if cmds:
-            todo.append(cmds)
-    return todo
+        todo.append(student_cmds(task, work, *files, out,
+                                 [*STUDENTS["L4"], "--teacher-cache", cache], 1,
+                                 record=out / "time.json"))
+    return [cmds for cmds in todo if cmds]
 
 
 def unlabelled_file(data: Path, work: Path, rows: int) -> Path:
@@ -173,22 +171,10 @@ def unlabelled_file(data: Path, work: Path, rows: int) -> Path:
 
 
 def unlabelled_jobs(work: Path, train: Path, dev: Path, rows: int) -> list[list]:
-    _, _, epochs, lr, _ = bench_export.TASKS["SST-2"]
-    todo = []
-    for seed in SEEDS:
-        out = work / "SST-2" / f"L4-unlabelled{rows}-seed{seed}"
-        cmds = []
-        if not (out / "model" / "artifact.json").exists():
-            cmds.append(BERTCTL + ["distill", work / "SST-2" / "teacher", train, "--out",
-                                   out / "model", *STUDENTS["L4"], "--epochs", epochs, "--lr",
-                                   lr, "--batch-size", 32, "--seed", seed, "--keep", "last",
-                                   "--threads", 1])
-        if not (out / "eval" / "artifact.json").exists():
-            cmds.append(BERTCTL + ["eval", out / "model", dev, "--out", out / "eval",
-                                   "--precision", "fp32", "--threads", 1])
-        if cmds:
-            todo.append(cmds)
-    return todo
+    todo = [student_cmds("SST-2", work, train, dev,
+                         work / "SST-2" / f"L4-unlabelled{rows}-seed{seed}", STUDENTS["L4"], seed)
+            for seed in SEEDS]
+    return [cmds for cmds in todo if cmds]
 
 
 def extra_table(work: Path) -> str:
