@@ -16,7 +16,8 @@ seeds and scored on the full dev sets:
     paper    bertctl's defaults: MLM + NSP, Google's instances, static masks (dupe 10)
     mlm      bertctl --objective mlm on --packing concatenated, dynamic masks at --mask-rate
              (default 0.3); with --recipe, pretrain runs examples/configs/budget-pretrain.yaml
-             as it ships (the mini model, the given budget)
+             as it ships (the mini model, the given budget); the recipe's packing is given with
+             --build-args "--packing full-sentences" (budget-data.yaml's)
     electra  bertctl --objective electra on the same data, 15% masked, generator 1/4 wide
 
 Shared by all rows: batch 64 x 128 tokens, peak lr 5e-4, 6% warm-up, linear decay to 0 at the
@@ -25,7 +26,9 @@ outside it for every row; it is printed). Each row then gets the masked-LM loss 
 text (one static-masked `bertctl eval` data set shared by all rows; ELECTRA's discriminator has
 no masked-LM head). Rows run one after another, each pinned by --threads; a results JSON per
 row and per fine-tuning run is kept under --work, so a rerun only does what is missing, and
-`--table` prints the table from them.
+`--table` prints the table from them. Variants of a row side by side: --name (its directory and
+label) with --build-args / --pretrain-args, --hf-layout blocks for the baseline, --tasks to
+fine-tune a subset (e.g. SST-2 alone, the task that separates the rows at these budgets).
 """
 
 from __future__ import annotations
@@ -96,8 +99,9 @@ def prepare_glue(data: Path, work: Path) -> dict[str, tuple[Path, Path]]:
         lines = (src / "train.tsv").read_text(encoding="utf-8-sig").splitlines(keepends=True)
         if rows is not None:
             lines = lines[:1 + rows]
-        (d / "train.tsv").write_text("".join(lines), encoding="utf-8")
-        shutil.copy(src / "dev.tsv", d / "dev.tsv")
+        if not (d / "dev.tsv").exists():   # written once: runs side by side read them
+            (d / "train.tsv").write_text("".join(lines), encoding="utf-8")
+            shutil.copy(src / "dev.tsv", d / "dev.tsv")
         out[task] = (d / "train.tsv", d / "dev.tsv")
     return out
 
@@ -105,7 +109,7 @@ def prepare_glue(data: Path, work: Path) -> dict[str, tuple[Path, Path]]:
 # ---- the transformers baseline ---------------------------------------------------------------
 
 def hf_pretrain(tokenizer_json: Path, corpus: Path, out: Path, budget: float, threads: int,
-                seed: int) -> dict:
+                seed: int, layout: str = "lines") -> dict:
     import torch
     from transformers import (BertConfig, BertForMaskedLM, DataCollatorForLanguageModeling,
                               PreTrainedTokenizerFast)
@@ -116,14 +120,21 @@ def hf_pretrain(tokenizer_json: Path, corpus: Path, out: Path, budget: float, th
     tok = PreTrainedTokenizerFast(tokenizer_file=str(tokenizer_json), unk_token="[UNK]",
                                   pad_token="[PAD]", cls_token="[CLS]", sep_token="[SEP]",
                                   mask_token="[MASK]")
-    # run_mlm.py: tokenize every line (with [CLS] ... [SEP]), concatenate, cut into blocks.
+    # run_mlm.py ("lines"): tokenize every line (with [CLS] ... [SEP]), concatenate, cut into
+    # blocks. "blocks": the lines' tokens without specials, cut every SEQ - 2 and each block
+    # put in one [CLS] ... [SEP] (bertctl's --packing concatenated), to tell layout from tool.
+    lines_layout = layout == "lines"
     ids: list[int] = []
     for f in sorted(corpus.iterdir()):
         lines = [ln for ln in f.read_text(encoding="utf-8").splitlines() if ln.strip()]
-        for enc in tok(lines)["input_ids"]:
+        for enc in tok(lines, add_special_tokens=lines_layout)["input_ids"]:
             ids.extend(enc)
-    n = len(ids) // SEQ
-    blocks = torch.tensor(ids[:n * SEQ]).view(n, SEQ)
+    width = SEQ if lines_layout else SEQ - 2
+    n = len(ids) // width
+    blocks = torch.tensor(ids[:n * width]).view(n, width)
+    if not lines_layout:
+        blocks = torch.cat([torch.full((n, 1), tok.cls_token_id), blocks,
+                            torch.full((n, 1), tok.sep_token_id)], dim=1)
     prep_s = time.perf_counter() - t_prep
     config = BertConfig(vocab_size=len(tok), hidden_size=256, num_hidden_layers=4,
                         num_attention_heads=4, intermediate_size=1024,
@@ -169,15 +180,18 @@ def hf_pretrain(tokenizer_json: Path, corpus: Path, out: Path, budget: float, th
     tok.save_pretrained(out)
     return {"steps": step, "schedule": "time", "tokens": step * BATCH * SEQ,
             "elapsed_s": round(elapsed, 1), "prep_s": round(prep_s, 1),
-            "final_train_loss": round(statistics.mean(losses[-50:]), 4), "precision": "fp32"}
+            "final_train_loss": round(statistics.mean(losses[-50:]), 4), "precision": "fp32",
+            "layout": layout}
 
 
 # ---- the bertctl rows ------------------------------------------------------------------------
 
 def bertctl_row(row: str, tok: Path, corpus: Path, work: Path, budget: float, threads: int,
-                seed: int, mask_rate: float, log: Path,
-                recipe: Path | None = None) -> tuple[Path, dict]:
-    data = work / row / "data"
+                seed: int, mask_rate: float, log: Path, recipe: Path | None = None,
+                name: str | None = None, build_args: list[str] = (),
+                pretrain_args: list[str] = ()) -> tuple[Path, dict]:
+    name = name or row
+    data = work / name / "data"
     if row == "paper":
         build = []
         train = ["--objective", "bert"]
@@ -188,9 +202,10 @@ def bertctl_row(row: str, tok: Path, corpus: Path, work: Path, budget: float, th
     t0 = time.perf_counter()
     if not (data / "artifact.json").exists():
         sh(BERTCTL + ["build-pretrain-data", tok, corpus, "--out", data,
-                      "--max-seq-length", SEQ, "--workers", 1, *build], log, threads)
+                      "--max-seq-length", SEQ, "--workers", 1, *build, *build_args], log,
+           threads)
     prep_s = time.perf_counter() - t0
-    model = work / row / "model"
+    model = work / name / "model"
     if row == "mlm" and recipe is not None:
         # The recipe as it ships (what `make -C pipelines budget` runs), on the shared budget.
         shape = ["--config", recipe, "--model-size", "mini"]
@@ -199,7 +214,7 @@ def bertctl_row(row: str, tok: Path, corpus: Path, work: Path, budget: float, th
                  BATCH, "--lr", LR, "--warmup", WARMUP, *train]
     sh(BERTCTL + ["pretrain", data, "--out", model, *shape, "--time-budget", budget,
                   "--seed", seed, "--threads", threads, "--log-every", 50,
-                  "--checkpoint-every", 1000], log, threads)
+                  "--checkpoint-every", 1000, *pretrain_args], log, threads)
     stats = json.loads((model / "artifact.json").read_text())["stats"]
     return model, {"steps": stats["step"], "tokens": stats.get("tokens"),
                    "elapsed_s": stats.get("elapsed_s"), "prep_s": round(prep_s, 1),
@@ -208,10 +223,10 @@ def bertctl_row(row: str, tok: Path, corpus: Path, work: Path, budget: float, th
 
 
 def heldout_loss(model: Path, heldout_data: Path, work: Path, row: str, threads: int,
-                 log: Path) -> float | None:
+                 log: Path, name: str) -> float | None:
     if row == "electra":
         return None
-    out = work / row / "heldout-eval"
+    out = work / name / "heldout-eval"
     if not (out / "artifact.json").exists():
         sh(BERTCTL + ["eval", model, heldout_data, "--out", out, "--threads", threads,
                       "--precision", "fp32", "--split", "train"], log, threads)
@@ -236,27 +251,27 @@ def finetune(row: str, model: Path, task: str, files, seed: int, work: Path, thr
     return value
 
 
-def table(work: Path, rows) -> str:
+def table(work: Path) -> str:
     lines = ["| pretraining | steps | tokens seen | held-out MLM loss | " +
              " | ".join(f"{t} dev ({m[3]})" for t, m in TASKS.items()) + " | mean over tasks |",
              "|---|---|---|---|" + "---|" * len(TASKS) + "---|"]
-    for row in rows:
+    names = [r for r in ROWS if (work / r / "row.json").exists()] + sorted(
+        d.name for d in work.iterdir() if d.name not in ROWS and (d / "row.json").exists())
+    for row in names:
         f = work / row / "row.json"
-        if not f.exists():
-            continue
         r = json.loads(f.read_text())
         cells, seed_means = [], []
         per_task = r.get("glue", {})
         for task in TASKS:
             v = per_task.get(task, [])
-            cells.append(f"{statistics.mean(v):.3f} ± {statistics.stdev(v):.3f}" if len(v) > 1
-                         else "–")
+            cells.append(f"{statistics.mean(v):.3f} ± {statistics.stdev(v):.3f} (n {len(v)})"
+                         if len(v) > 1 else "–")
         # The mean over tasks, per seed, then mean ± sd (and the standard error) over seeds.
         n = min((len(v) for v in per_task.values()), default=0)
-        if n and len(per_task) == len(TASKS):
+        if n > 1 and len(per_task) == len(TASKS):
             seed_means = [statistics.mean(per_task[t][i] for t in TASKS) for i in range(n)]
         mean = (f"{statistics.mean(seed_means):.4f} ± {statistics.stdev(seed_means):.4f} "
-                f"(se {statistics.stdev(seed_means) / math.sqrt(n):.4f})" if n > 1 else "–")
+                f"(se {statistics.stdev(seed_means) / math.sqrt(n):.4f})" if seed_means else "–")
         loss = r.get("heldout_mlm_loss")
         lines.append(f"| {row} | {r['steps']:,} | {r['tokens'] or 0:,} | "
                      f"{'n/a' if loss is None else f'{loss:.3f}'} | " + " | ".join(cells) +
@@ -278,14 +293,25 @@ def main() -> None:
                     help="run the mlm row with this pretrain config (its lr, batch, dropout, "
                     "mask rate; the mini model) instead of the shared settings (bare: "
                     f"{RECIPE.relative_to(ROOT)})")
+    ap.add_argument("--name", help="the row's directory and table label (one row; default: "
+                    "the row), for variants of a row side by side")
+    ap.add_argument("--build-args", default="", help="extra build-pretrain-data flags of a "
+                    "bertctl row (one string), e.g. \"--packing full-sentences\"")
+    ap.add_argument("--pretrain-args", default="", help="extra pretrain flags of a bertctl row")
+    ap.add_argument("--hf-layout", choices=("lines", "blocks"), default="lines",
+                    help="the hf row's: lines as run_mlm.py (every line in [CLS] ... [SEP]), "
+                    "or blocks (one [CLS] ... [SEP] per 128 tokens, as bertctl's concatenated)")
+    ap.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
     ap.add_argument("--heldout", type=float, default=0.03)
     ap.add_argument("--vocab-size", type=int, default=8000)
     ap.add_argument("--pretrain-only", action="store_true")
     ap.add_argument("--table", action="store_true", help="print the table and stop")
     args = ap.parse_args()
+    if args.name and len(args.rows) != 1:
+        ap.error("--name names one row")
     work = args.work.resolve()
     if args.table:
-        print(table(work, ROWS))
+        print(table(work))
         return
     from bertctl.train.settings import parse_duration
 
@@ -293,7 +319,7 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     log = work / "log.txt"
     train_corpus, held_corpus = prepare_corpus(args.data.resolve(), work, args.heldout)
-    glue = prepare_glue(args.data.resolve(), work)
+    glue = {t: f for t, f in prepare_glue(args.data.resolve(), work).items() if t in args.tasks}
     tok = work / "tokenizer"
     if not (tok / "artifact.json").exists():
         sh(BERTCTL + ["tokenize", train_corpus, "--out", tok, "--vocab-size", args.vocab_size],
@@ -308,32 +334,37 @@ def main() -> None:
     machine = {"cpu_capability": torch.backends.cpu.get_cpu_capability(),
                "threads": args.threads, "budget_s": budget}
     for row in args.rows:
-        rec_path = work / row / "row.json"
+        name = args.name or row
+        rec_path = work / name / "row.json"
         rec = json.loads(rec_path.read_text()) if rec_path.exists() else None
         if rec is None:
-            (work / row).mkdir(parents=True, exist_ok=True)
+            (work / name).mkdir(parents=True, exist_ok=True)
             if row == "hf":
-                model = work / row / "model"
+                model = work / name / "model"
                 rec = hf_pretrain(tok / "tokenizer.json", train_corpus, model, budget,
-                                  args.threads, 0)
+                                  args.threads, 0, args.hf_layout)
             else:
                 model, rec = bertctl_row(row, tok, train_corpus, work, budget, args.threads, 0,
-                                         args.mask_rate, log, args.recipe)
+                                         args.mask_rate, log, args.recipe, name,
+                                         args.build_args.split(), args.pretrain_args.split())
             rec.update(model=str(model), machine=machine,
                        heldout_mlm_loss=heldout_loss(model, heldout, work, row, args.threads,
-                                                     log))
+                                                     log, name),
+                       build_args=args.build_args, pretrain_args=args.pretrain_args)
             rec_path.write_text(json.dumps(rec, indent=1))
-            print(row, json.dumps(rec), flush=True)
+            print(name, json.dumps(rec), flush=True)
         if args.pretrain_only:
             continue
-        rec["glue"] = {task: [] for task in glue}
+        rec.setdefault("glue", {})
+        for task in glue:
+            rec["glue"][task] = []
         for seed in args.seeds:   # seed by seed: a run cut short leaves whole seeds
             for task, files in glue.items():
-                rec["glue"][task].append(finetune(row, Path(rec["model"]), task, files, seed,
+                rec["glue"][task].append(finetune(name, Path(rec["model"]), task, files, seed,
                                                   work, args.threads, log))
             rec_path.write_text(json.dumps(rec, indent=1))
-        print(row, json.dumps(rec["glue"]), flush=True)
-    print(table(work, ROWS))
+        print(name, json.dumps(rec["glue"]), flush=True)
+    print(table(work))
 
 
 if __name__ == "__main__":

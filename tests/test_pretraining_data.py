@@ -382,12 +382,14 @@ def joined_stream(docs, held, tokenizer, max_num):
     return np.concatenate(parts).tobytes(), starts, ends
 
 
+@pytest.mark.parametrize("short", [None, 0.3])
 @pytest.mark.parametrize("packing", ["full-sentences", "concatenated"])
 def test_continuous_packing_fills_instances_across_documents(tmp_path_factory, corpus, tokenizer,
-                                                             packing):
+                                                             packing, short):
     seq = 64
     out = build(tmp_path_factory, corpus, tokenizer, "packed", no_nsp=True, packing=packing,
-                masking="dynamic", max_seq_length=seq, validation_fraction=0.2)
+                masking="dynamic", max_seq_length=seq, validation_fraction=0.2,
+                short_seq_prob=short)
     held = validation_documents(12345, 0, len(corpus), 0.2)
     stream, starts, ends = joined_stream(corpus, held, tokenizer, seq - 2)
     words = np.frombuffer(stream, dtype=np.uint32)
@@ -411,7 +413,13 @@ def test_continuous_packing_fills_instances_across_documents(tmp_path_factory, c
         crossing += len(found) == 1 and any(found[0] < e < found[0] + len(part)
                                             for e in ends)
     assert crossing > 0
-    if packing == "concatenated":
+    if short:
+        # The short share is drawn (whole-sentence instances also fall short of a full
+        # sequence where the next sentence does not fit, so only a lower bound there).
+        short_share = (lengths <= seq - 2 - (seq - 2) // 8).mean()
+        assert 0.6 * short < short_share < 1.4 * short or (
+            packing == "full-sentences" and short_share > 0.6 * short), short_share
+    elif packing == "concatenated":
         # Full but for the last instance of each run of touching documents (a chunk boundary
         # also ends a run), and a random-length first one in the second pass.
         chunks = json.loads(next(out.glob("build-*.json")).read_text())["corpus"]["chunks"]

@@ -184,11 +184,12 @@ class _ChunkBuilder:
         g = np.random.default_rng(ss)
         if cfg.packing != "documents":
             a0a, a1a = pack_full(g, cum, lo, hi, cfg.passes, cfg.max_seq_length - 2,
-                                 whole_sentences=cfg.packing == "full-sentences")
+                                 whole_sentences=cfg.packing == "full-sentences",
+                                 short_seq_prob=cfg.short_share)
             b0a, b1a, nspa = a1a.copy(), a1a.copy(), np.zeros(len(a0a), np.uint8)
         else:
             a0a, a1a, b0a, b1a, nspa = pack_pairs(g, cum, lo, hi, cfg.passes, max_num,
-                                                  cfg.short_seq_prob, cfg.no_nsp, stats)
+                                                  cfg.short_share, cfg.no_nsp, stats)
         # Truncate the longer side, front or back at random (closed form: pairs.truncation).
         la, lb = a1a - a0a, b1a - b0a
         budget = np.where(lb > 0, max_num, cfg.max_seq_length - 2)

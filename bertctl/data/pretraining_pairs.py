@@ -85,8 +85,8 @@ def truncation(la: np.ndarray, lb: np.ndarray,
 
 
 def pack_full(g: np.random.Generator, cum: np.ndarray, lo: np.ndarray, hi: np.ndarray,
-              passes: int, max_num: int, whole_sentences: bool = True
-              ) -> tuple[np.ndarray, np.ndarray]:
+              passes: int, max_num: int, whole_sentences: bool = True,
+              short_seq_prob: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
     """Continuous text packed to max_num tokens across document boundaries; returns token
     ranges [a0, a1).
 
@@ -99,6 +99,13 @@ def pack_full(g: np.random.Generator, cum: np.ndarray, lo: np.ndarray, hi: np.nd
     are separate runs: an instance is one contiguous range of the token array. Pass 0 packs
     each run from its start; every later pass begins each run with a piece of random length,
     so instance boundaries differ between passes as Google's packings do.
+
+    short_seq_prob: about that share of instances is shorter than max_num, as Google's
+    short_seq_prob does for its pairs (fine-tuning inputs are short; a model that only ever saw
+    full sequences never saw [SEP] anywhere but the end of the positions). Whole sentences: that
+    share of instances gets a target length drawn from [2, max_num]. Concatenated: that share of
+    instances comes from full pieces cut in two at a random token, so no text is dropped.
+    At 0 nothing is drawn: the instances are those of a build without it.
     """
     sents = ranges(lo, hi - lo)
     s0, s1 = cum[sents], cum[sents + 1]
@@ -118,6 +125,8 @@ def pack_full(g: np.random.Generator, cum: np.ndarray, lo: np.ndarray, hi: np.nd
         p1 = np.minimum(np.where(k > 0, p0 + max_num, p0 + np.repeat(first, n_pieces)),
                         np.repeat(s1, n_pieces))
         if not whole_sentences:
+            if short_seq_prob > 0:
+                p0, p1 = _split_some(g, p0, p1, short_seq_prob)
             out0.append(p0)
             out1.append(p1)
             continue
@@ -136,7 +145,26 @@ def pack_full(g: np.random.Generator, cum: np.ndarray, lo: np.ndarray, hi: np.nd
             out1.append(p1[e - 1])
             pos[live] = e
             cut[live] = max_num
+            if short_seq_prob > 0:
+                short = g.random(len(live)) < short_seq_prob
+                cut[live[short]] = g.integers(2, max_num + 1, int(short.sum()))
             live = live[pos[live] < ends[live]]
     if not out0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     return np.concatenate(out0), np.concatenate(out1)
+
+
+def _split_some(g: np.random.Generator, p0: np.ndarray, p1: np.ndarray, share: float
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Cut a random q of the pieces in two at a uniform inner token, q = share / (2 - share),
+    so that `share` of the pieces that result are the halves of a cut one."""
+    q = share / (2 - share)
+    cut = (g.random(len(p0)) < q) & (p1 - p0 >= 4)
+    at = p0[cut] + 2 + (g.random(int(cut.sum())) * (p1[cut] - p0[cut] - 3)).astype(np.int64)
+    # Each cut piece [a, b) becomes [a, at) and [at, b), kept next to each other.
+    n = 1 + cut.astype(np.int64)
+    first = np.cumsum(n) - n
+    q0, q1 = np.repeat(p0, n), np.repeat(p1, n)
+    q1[first[cut]] = at
+    q0[first[cut] + 1] = at
+    return q0, q1

@@ -21,8 +21,10 @@ class PretrainingDataSettings(StageConfig):
     dupe_factor: int | None = Field(None, ge=1, description="Passes over the corpus with "
                                     "different pairings and masks; unset: 10 for static masking, "
                                     "1 for dynamic.", json_schema_extra=meta(DATA))
-    short_seq_prob: float = Field(0.1, ge=0, le=1, description="Share of instances packed to a "
-                                  "random shorter target length.", json_schema_extra=meta(DATA))
+    short_seq_prob: float | None = Field(None, ge=0, le=1, description="Share of instances "
+                                         "packed to a random shorter length; unset: 0.1 for "
+                                         "documents (Google), 0 for the other packings.",
+                                         json_schema_extra=meta(DATA))
     masked_lm_prob: float = Field(0.15, gt=0, lt=1, description="Share of tokens predicted.",
                                   json_schema_extra=meta(DATA))
     max_predictions_per_seq: int = Field(20, ge=1, description="Most predictions per instance.",
@@ -66,6 +68,16 @@ class PretrainingDataSettings(StageConfig):
             return self.dupe_factor
         return 10 if self.masking == "static" else 1
 
+    @property
+    def short_share(self) -> float:
+        """short_seq_prob, with its default resolved: Google's 0.1 for its document packing; 0
+        for the packings that fill every instance, where it was not applied before it was a
+        choice (so their builds keep their bytes)."""
+        if self.short_seq_prob is not None:
+            return self.short_seq_prob
+        return 0.1 if self.packing == "documents" else 0.0
+
     def to_dict(self) -> dict[str, Any]:
-        """The settings as stored beside the data, dupe_factor resolved."""
-        return {**self.model_dump(mode="json"), "dupe_factor": self.passes}
+        """The settings as stored beside the data, dupe_factor and short_seq_prob resolved."""
+        return {**self.model_dump(mode="json"), "dupe_factor": self.passes,
+                "short_seq_prob": self.short_share}
