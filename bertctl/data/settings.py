@@ -58,6 +58,9 @@ class PretrainingDataSettings(StageConfig):
         if self.packing != "documents" and not self.no_nsp:
             raise ValueError(f"--packing {self.packing} packs continuous text without sentence "
                              f"pairs: add --no-nsp")
+        if self.short_seq_prob is None and self.packing == "documents":
+            # Google's default, recorded as before it could be unset (so ids do not move).
+            object.__setattr__(self, "short_seq_prob", 0.1)
         return self
 
     @property
@@ -73,9 +76,7 @@ class PretrainingDataSettings(StageConfig):
         """short_seq_prob, with its default resolved: Google's 0.1 for its document packing; 0
         for the packings that fill every instance, where it was not applied before it was a
         choice (so their builds keep their bytes)."""
-        if self.short_seq_prob is not None:
-            return self.short_seq_prob
-        return 0.1 if self.packing == "documents" else 0.0
+        return 0.0 if self.short_seq_prob is None else self.short_seq_prob
 
     def to_dict(self) -> dict[str, Any]:
         """The settings as stored beside the data, dupe_factor and short_seq_prob resolved."""
