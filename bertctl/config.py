@@ -78,8 +78,9 @@ class PretrainSettings(TrainingSettings):
     mask_rate: float | None = Field(None, gt=0, lt=1, description="Share of tokens masked in "
                                     "training, drawn anew every epoch: needs data built with "
                                     "--masking dynamic (unset: the data's --masked-lm-prob; "
-                                    "modern recipes use 0.3). Validation keeps the data's rate, "
-                                    "so runs compare.", json_schema_extra=meta(TRAINING))
+                                    "base-size recipes use 0.3, the mini budget recipe 0.15). "
+                                    "Validation keeps the data's rate, so runs compare.",
+                                    json_schema_extra=meta(TRAINING))
     generator_size: float | None = Field(None, gt=0, le=1, description="electra: the "
                                          "generator's width as a share of the model's (unset: "
                                          "0.25, the paper's best).",

@@ -327,8 +327,8 @@ def test_budget_pipeline(tmp_path):
     model = manifest(runs / "model")
     data = manifest(runs / "data")
     assert model["stats"]["objective"] == "mlm" and model["stats"]["time_budget_s"] == 6
-    assert model["config"]["mask_rate"] == 0.3 and model["config"]["time_budget"] == 6
-    assert data["config"]["packing"] == "concatenated" and data["config"]["no_nsp"]
+    assert model["config"]["mask_rate"] == 0.15 and model["config"]["time_budget"] == 6
+    assert data["config"]["packing"] == "full-sentences" and data["config"]["no_nsp"]
     # The budget was spent, not a step count; the history has the wall-clock time.
     assert 5 <= model["stats"]["elapsed_s"] < 30
     assert all("elapsed_s" in rec for rec in history(runs / "model"))
