@@ -16,8 +16,8 @@ seeds and scored on the full dev sets:
     paper    bertctl's defaults: MLM + NSP, Google's instances, static masks (dupe 10)
     mlm      bertctl --objective mlm on --packing concatenated, dynamic masks at --mask-rate
              (default 0.3); with --recipe, pretrain runs examples/configs/budget-pretrain.yaml
-             as it ships (the mini model, the given budget); the recipe's packing is given with
-             --build-args "--packing full-sentences" (budget-data.yaml's)
+             as it ships (the mini model, the given budget) on data built from
+             examples/configs/budget-data.yaml (without its validation split, as every row)
     electra  bertctl --objective electra on the same data, 15% masked, generator 1/4 wide
 
 Shared by all rows: batch 64 x 128 tokens, peak lr 5e-4, 6% warm-up, linear decay to 0 at the
@@ -48,6 +48,7 @@ ROOT = Path(__file__).resolve().parent.parent
 BERTCTL = [sys.executable, "-m", "bertctl"]
 ROWS = ("hf", "paper", "mlm", "electra")
 RECIPE = ROOT / "examples" / "configs" / "budget-pretrain.yaml"
+DATA_RECIPE = RECIPE.with_name("budget-data.yaml")
 BATCH, SEQ, LR, WARMUP = 64, 128, 5e-4, 0.06
 TASKS = {  # name: (preset, train rows kept, epochs, metric)
     "SST-2": ("glue/sst2", 4000, 2, "accuracy"),
@@ -199,6 +200,9 @@ def bertctl_row(row: str, tok: Path, corpus: Path, work: Path, budget: float, th
         build = ["--no-nsp", "--masking", "dynamic", "--packing", "concatenated"]
         # ELECTRA's small and base models mask 15% (the paper); mlm takes --mask-rate.
         train = ["--objective", row, "--mask-rate", str(mask_rate if row == "mlm" else 0.15)]
+    if row == "mlm" and recipe is not None:
+        # The data recipe as it ships, read rather than restated here so the two cannot drift.
+        build = ["--config", DATA_RECIPE, "--validation-fraction", 0]
     t0 = time.perf_counter()
     if not (data / "artifact.json").exists():
         sh(BERTCTL + ["build-pretrain-data", tok, corpus, "--out", data,

@@ -73,9 +73,9 @@ class PretrainingDataSettings(StageConfig):
 
     @property
     def short_share(self) -> float:
-        """short_seq_prob, with its default resolved: Google's 0.1 for its document packing; 0
-        for the packings that fill every instance, where it was not applied before it was a
-        choice (so their builds keep their bytes)."""
+        """short_seq_prob as applied: unset only for the packings that fill every instance
+        (document packing gets Google's 0.1 at validation), where it means 0, as before it was
+        a choice (so their builds keep their bytes)."""
         return 0.0 if self.short_seq_prob is None else self.short_seq_prob
 
     def to_dict(self) -> dict[str, Any]:
