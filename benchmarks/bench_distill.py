@@ -92,10 +92,11 @@ def student_cmds(task: str, work: Path, train: Path, dev: Path, out: Path, flags
     return cmds
 
 
-def jobs(task: str, work: Path, files) -> list[list]:
+def jobs(task: str, work: Path, files, students) -> list[list]:
     """The distillations and evals of one task not done yet, each a list of commands."""
     todo = []
-    for student, flags in STUDENTS.items():
+    for student in students:
+        flags = STUDENTS[student]
         for arm, arm_flags in ARMS.items():
             for seed in SEEDS:
                 todo.append(student_cmds(task, work, *files,
@@ -156,24 +157,49 @@ def cache_jobs(task: str, work: Path, files) -> list[list]:
     return [cmds for cmds in todo if cmds]
 
 
-def unlabelled_file(data: Path, work: Path, rows: int) -> Path:
-    """SST-2's first `rows` training sentences without their labels (the 4,000 the teacher and
-    the direct students learnt from among them): in-domain text for the teacher to label."""
-    out = work / "data" / f"SST-2-unlabelled-{rows}" / "train.tsv"
+# Each task's in-domain text for the teacher to label: its training set with the labels removed,
+# the teacher's rows among it and, where the benchmark's subset left rows out, those too.
+UNLABELLED = {"SST-2": ["sentence"], "STS-B": ["sentence1", "sentence2"], "CoNLL-2003": None}
+
+
+def unlabelled_file(task: str, data: Path, work: Path, rows: int) -> Path | None:
+    """The training set's first `rows` examples without their labels (SST-2: sentences, STS-B:
+    sentence pairs, CoNLL-2003: sentences as one word per line, no tags); None for MRPC, whose
+    subset is its whole training set."""
+    if task not in UNLABELLED:
+        return None
+    d = work / "data" / f"{task}-unlabelled-{rows}"
+    if task == "CoNLL-2003":
+        out = d / "train.txt"
+        if not out.exists():
+            d.mkdir(parents=True, exist_ok=True)
+            words, n = [], 0
+            for line in (data / "conll2003" / "train.txt").read_text(
+                    encoding="utf-8").split("\n"):
+                if line.strip():
+                    words.append(line.split()[0] + "\n")
+                elif words and words[-1] != "\n":
+                    words.append("\n")
+                    n += 1
+                    if n == rows:
+                        break
+            out.write_text("".join(words), encoding="utf-8")
+        return out
+    out = d / "train.tsv"
     if not out.exists():
-        lines = (data / "glue" / "SST-2" / "train.tsv").read_text(
+        lines = (data / "glue" / task / "train.tsv").read_text(
             encoding="utf-8-sig").splitlines()
-        column = lines[0].split("\t").index("sentence")
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text("sentence\n" + "".join(line.split("\t")[column] + "\n"
-                                              for line in lines[1:1 + rows]), encoding="utf-8")
+        head = lines[0].split("\t")
+        columns = [head.index(c) for c in UNLABELLED[task]]
+        d.mkdir(parents=True, exist_ok=True)
+        out.write_text("".join("\t".join(line.split("\t")[c] for c in columns) + "\n"
+                               for line in lines[:1 + rows]), encoding="utf-8")
     return out
 
 
-def unlabelled_jobs(work: Path, train: Path, dev: Path, rows: int) -> list[list]:
-    todo = [student_cmds("SST-2", work, train, dev,
-                         work / "SST-2" / f"L4-unlabelled{rows}-seed{seed}", STUDENTS["L4"], seed)
-            for seed in SEEDS]
+def unlabelled_jobs(task: str, work: Path, train: Path, dev: Path) -> list[list]:
+    todo = [student_cmds(task, work, train, dev, work / task / f"L4-unlabelled-seed{seed}",
+                         STUDENTS["L4"], seed) for seed in SEEDS]
     return [cmds for cmds in todo if cmds]
 
 
@@ -188,20 +214,22 @@ def extra_table(work: Path) -> str:
         m = {c: _metric(r / "eval")[1] for c, r in runs.items()}
         out.append(f"| {task} | {t['off']:.0f}, {m['off']:.4f} | {t['on']:.0f}, {m['on']:.4f} | "
                    f"{t['on'] / t['off']:.2f} |")
-    for d in sorted((work / "SST-2").glob("L4-unlabelled*-seed1")):
-        arm = d.name[len("L4-"):-len("-seed1")]
-        vals = [m[1] for m in (_metric(work / "SST-2" / f"L4-{arm}-seed{s}" / "eval")
-                               for s in SEEDS) if m]
-        direct = [m[1] for m in (_metric(work / "SST-2" / f"L4-direct-seed{s}" / "eval")
+    for task in TASKS:
+        rows = [_metric(work / task / f"L4-unlabelled-seed{s}" / "eval") for s in SEEDS]
+        vals = [m[1] for m in rows if m]
+        direct = [m[1] for m in (_metric(work / task / f"L4-direct-seed{s}" / "eval")
                                  for s in SEEDS) if m]
         if len(vals) > 1 and len(direct) > 1:
             se = (statistics.variance(vals) / len(vals)
                   + statistics.variance(direct) / len(direct)) ** 0.5
             delta = statistics.mean(vals) - statistics.mean(direct)
-            out.append(f"\nSST-2 L4 distilled on {arm[len('unlabelled'):]} unlabelled sentences:"
-                       f" {statistics.mean(vals):.4f} +- {statistics.stdev(vals):.4f}, against "
-                       f"direct on the 4,000 labelled {statistics.mean(direct):.4f}: "
-                       f"{delta:+.4f} ({delta / se:+.1f} se)")
+            times = [t for t in (_elapsed(work / task / f"L4-unlabelled-seed{s}" / "model")
+                                 for s in SEEDS) if t]
+            out.append(f"\n{task} L4 distilled on its unlabelled file "
+                       f"({_examples(work / task / 'L4-unlabelled-seed1' / 'model')} examples, "
+                       f"{statistics.mean(times):.0f} s): {statistics.mean(vals):.4f} +- "
+                       f"{statistics.stdev(vals):.4f}, against direct on the labelled subset "
+                       f"{statistics.mean(direct):.4f}: {delta:+.4f} ({delta / se:+.1f} se)")
     return "\n".join(out)
 
 
@@ -231,6 +259,11 @@ def _elapsed(model: Path) -> float | None:
     train = [json.loads(x) for x in path.read_text().splitlines()]
     train = [r for r in train if r.get("split") == "train" and "elapsed_s" in r]
     return train[-1]["elapsed_s"] if train else None
+
+
+def _examples(model: Path):
+    m = json.loads((model / "artifact.json").read_text())
+    return m["stats"].get("train_examples", "?")
 
 
 def _params(model: Path) -> int | None:
@@ -315,8 +348,10 @@ def main() -> None:
                     help="train and evaluate only; measure the speed later on a quiet machine")
     ap.add_argument("--cache-timing", action="store_true", help="time the L4 student with the "
                     "teacher's outputs cached against the teacher run every step, per task")
-    ap.add_argument("--unlabelled", type=int, metavar="ROWS", help="distil the SST-2 L4 "
-                    "student on the first ROWS training sentences without labels")
+    ap.add_argument("--students", nargs="+", default=list(STUDENTS), choices=list(STUDENTS))
+    ap.add_argument("--unlabelled", type=int, metavar="ROWS", help="also distil the L4 student "
+                    "on each task's first ROWS training examples with the labels removed (SST-2, "
+                    "STS-B, CoNLL-2003; MRPC has no rows beyond its labelled set)")
     ap.add_argument("--table", action="store_true", help="print the table and stop")
     args = ap.parse_args()
     work = args.work.resolve()
@@ -329,13 +364,13 @@ def main() -> None:
     started = time.monotonic()
     for task in args.tasks:
         teacher(task, work, files[task], args.teachers.resolve() if args.teachers else None, log)
-    todo = [job for task in args.tasks for job in jobs(task, work, files[task])]
+    todo = [job for task in args.tasks for job in jobs(task, work, files[task], args.students)]
     if args.cache_timing:
         todo += [job for task in args.tasks for job in cache_jobs(task, work, files[task])]
-    if args.unlabelled:
-        todo += unlabelled_jobs(work, unlabelled_file(args.data.resolve(), work,
-                                                      args.unlabelled),
-                                files["SST-2"][1], args.unlabelled)
+    for task in args.tasks if args.unlabelled else []:
+        path = unlabelled_file(task, args.data.resolve(), work, args.unlabelled)
+        if path is not None:
+            todo += unlabelled_jobs(task, work, path, files[task][1])
     print(f"{len(todo)} jobs", flush=True)
     run_all(todo, log, args.jobs)
     print(f"trained and evaluated in {time.monotonic() - started:.0f}s", flush=True)

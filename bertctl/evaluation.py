@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from bertctl import hardware
-from bertctl.data.collate import length_grouped_batches, without_full_mask
+from bertctl.data.collate import IMITATED, length_grouped_batches, without_full_mask
 
 Batches = Iterable[tuple[np.ndarray, dict[str, torch.Tensor]]]
 Progress = Callable[[int], None]  # called with the number of examples just done
@@ -104,6 +104,7 @@ def task_batches(features, batch_size: int, with_labels: bool = False) -> Batche
     about its own length. Labels are left out unless `with_labels` (pure inference)."""
     for indices in length_grouped_batches(np.asarray(features.lengths), batch_size, seed=None):
         batch = features.batch(indices)
+        batch.pop(IMITATED, None)   # read by a distillation's training step only
         if not with_labels:
             for target in ("labels", "start_positions", "end_positions"):
                 batch.pop(target, None)

@@ -85,18 +85,22 @@ def test_alpha_weighs_the_gold_labels_and_unlabelled_batches_take_the_soft_loss_
     assert direct(input_ids=ids, labels=labels)["loss"].item() == pytest.approx(hard.item())
 
 
-def test_tagging_is_imitated_on_the_labelled_tokens_only():
-    """A tagging head is trained and read at each word's first piece; the teacher's outputs at
-    other pieces were never trained, so only labelled positions count where there are labels."""
+def _token_models():
+    """A tiny tagging student and teacher (random, no dropout) and a batch of token ids."""
     from bertctl.model import BertForTokenClassification
 
     torch.manual_seed(0)
     config = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1,
                         num_attention_heads=2, intermediate_size=32, max_position_embeddings=16,
                         hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    student = BertForTokenClassification(config, num_labels=3)
-    teacher = BertForTokenClassification(config, num_labels=3)
-    ids = torch.randint(5, 50, (2, 6))
+    return (BertForTokenClassification(config, num_labels=3),
+            BertForTokenClassification(config, num_labels=3), torch.randint(5, 50, (2, 6)))
+
+
+def test_tagging_is_imitated_on_the_labelled_tokens_only():
+    """A tagging head is trained and read at each word's first piece; the teacher's outputs at
+    other pieces were never trained, so only labelled positions count where there are labels."""
+    student, teacher, ids = _token_models()
     labels = torch.tensor([[-100, 1, -100, 2, -100, -100], [-100, 0, 0, -100, 1, -100]])
     model = Distiller(student, teacher, {"logits": "tokens"}, temperature=2.0)
     out = model(input_ids=ids, labels=labels)
@@ -105,6 +109,22 @@ def test_tagging_is_imitated_on_the_labelled_tokens_only():
     assert out["soft_loss"].item() == pytest.approx(want.item(), rel=1e-5)
     every = soft_loss("tokens", s, t, None, 2.0)
     assert model(input_ids=ids)["soft_loss"].item() == pytest.approx(every.item(), rel=1e-5)
+
+
+def test_untagged_batches_are_imitated_at_the_predicting_tokens_only():
+    """Without labels, a tagging batch marks the word-first pieces `IMITATED`: the soft loss is
+    the KL there alone, and the student's own loss is not taken (there is no gold)."""
+    from bertctl.data.collate import IMITATED
+
+    student, teacher, ids = _token_models()
+    first = torch.tensor([[0, 1, 0, 1, 1, 0], [0, 1, 1, 0, 0, 0]])
+    out = Distiller(student, teacher, {"logits": "tokens"}, temperature=3.0, alpha=0.5)(
+        input_ids=ids, **{IMITATED: first})
+    s = student(input_ids=ids)["logits"].detach().numpy()
+    t = teacher(input_ids=ids)["logits"].detach().numpy()
+    at = first.numpy().astype(bool)
+    assert out["soft_loss"].item() == pytest.approx(_kl_rows(s[at], t[at], 3.0), rel=1e-5)
+    assert out["loss"].item() == pytest.approx(out["soft_loss"].item(), rel=1e-6)
 
 
 def test_the_teacher_is_frozen_and_not_part_of_the_trained_model(tmp_path):
@@ -215,13 +235,18 @@ def test_cached_teacher_outputs_train_the_same_student(family, teachers, tmp_pat
     """The teacher run once over the set (its outputs moved with packing, cut to each batch's
     width) trains what the teacher run at every step trains: the same losses, the same
     weights up to float rounding (its batches are grouped otherwise)."""
+    _cached_equals_live(cli, tmp_path, teachers[family], FAMILIES[family][0][0])
+
+
+def _cached_equals_live(cli, tmp_path, teacher, train, *flags) -> None:
+    """Distil with the teacher's outputs cached (tmp_path/on) and run every step (off): the
+    same losses, the same weights up to float rounding."""
     from safetensors.numpy import load_file
 
-    train_args, _ = FAMILIES[family]
     runs = {}
     for cache in ("on", "off"):
         out = tmp_path / cache
-        r = cli("distill", teachers[family], train_args[0], "--out", out, "--steps", "4",
+        r = cli("distill", teacher, train, *flags, "--out", out, "--steps", "4",
                 "--log-every", "1", "--teacher-cache", cache, *RUN)
         assert r.exit_code == 0, r.stderr
         assert ("teacher outputs for" in r.stderr) == (cache == "on"), r.stderr
@@ -261,6 +286,40 @@ def test_unlabelled_data_is_labelled_by_the_teacher(teachers, tmp_path, cli):
             "--dev", GLUE / "SST-2" / "dev.tsv", "--steps", "3", *RUN)
     assert r.exit_code == 0, r.stderr
     assert _manifest(out)["stats"]["train_examples"] == len(rows) - 1
+
+
+def _untagged(conll: Path, out: Path) -> int:
+    """`conll` with the words alone (one field per line), as in-domain text is; its word count."""
+    words = [line.split()[0] if line.strip() else "" for line in
+             conll.read_text(encoding="utf-8").splitlines()]
+    out.write_text("\n".join(words) + "\n", encoding="utf-8")
+    return sum(1 for w in words if w and w != "-DOCSTART-")
+
+
+def test_untagged_sentences_are_tagged_by_the_teacher(teachers, tmp_path, cli):
+    from bertctl.tasks.tagging.reader import read_tagged
+
+    conll = FAMILIES["tagging"][0][0] / "train.txt"
+    text = tmp_path / "words.txt"
+    words = _untagged(conll, text)
+    untagged = read_tagged(text, untagged_ok=True)
+    assert not untagged.labelled and untagged.num_words == words
+    assert untagged.words == read_tagged(conll).words
+    # The cached outputs move with the imitated tokens as batches are packed.
+    _cached_equals_live(cli, tmp_path, teachers["tagging"], text, "--task", "conll2003",
+                        "--max-seq-length", "64", "--dev", FAMILIES["tagging"][1])
+    assert _manifest(tmp_path / "on")["stats"]["train_examples"] == untagged.num_sentences
+    # Untagged words are predicted only: `token predicted` per word, no metric.
+    ev = cli("eval", tmp_path / "on", text, "--out", tmp_path / "eval")
+    assert ev.exit_code == 0, ev.stderr
+    assert not _manifest(tmp_path / "eval")["metrics"]
+    lines = [x for x in (tmp_path / "eval" / "predictions.txt").read_text().splitlines() if x]
+    assert len(lines) == words and all(len(x.split()) == 2 for x in lines)
+    # Where labels are required, untagged words are refused.
+    bad = cli("finetune", teachers["tagging"], text, "--task", "conll2003", "--out",
+              tmp_path / "ft", "--steps", "1", *RUN)
+    _one_line(bad, str(text), "without tags")
+    assert not (tmp_path / "ft").exists()
 
 
 def test_a_killed_distillation_resumes_to_the_same_student(teachers, tmp_path):

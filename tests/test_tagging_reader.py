@@ -137,3 +137,28 @@ def test_table_errors(tmp_path):
     path.write_text(json.dumps({"tokens": ["a"], "ner_tags": ["O"]}) + "\n")
     with pytest.raises(BertctlError, match="a label list is for integer tags"):
         read_tagged(path, labels=("O", "B-PER"))
+
+
+def test_untagged_words_are_read_only_where_allowed(tmp_path):
+    """Text for a teacher to tag: a column file of the words alone, or a table without the tag
+    column. Its words carry O placeholders and `labelled` is False; where tags are needed
+    (untagged_ok unset) the file is refused by name."""
+    tagged = read_tagged(CONLL / "train.txt")
+    words = tmp_path / "words.txt"
+    words.write_text("".join((line.split()[0] if line.strip() else "") + "\n"
+                             for line in _lines(CONLL / "train.txt")), encoding="utf-8")
+    table = tmp_path / "words.jsonl"
+    table.write_text("".join(json.dumps({"tokens": tagged.words[a:b]}) + "\n" for a, b in
+                             zip(tagged.offsets[:-1], tagged.offsets[1:])), encoding="utf-8")
+    for path in (words, table):
+        got = read_tagged(path, untagged_ok=True)
+        assert not got.labelled and got.words == tagged.words
+        assert set(got.tags.tolist()) == {"O"} and len(got.tags) == len(got.words)
+        if path is words:
+            np.testing.assert_array_equal(got.offsets, tagged.offsets)
+            np.testing.assert_array_equal(got.doc_ids, tagged.doc_ids)
+    assert read_tagged(CONLL / "train.txt", untagged_ok=True).labelled
+    with pytest.raises(BertctlError, match=f"{words}: words without tags"):
+        read_tagged(words)
+    with pytest.raises(BertctlError, match="no tag column 'ner_tags'"):
+        read_tagged(table)

@@ -277,7 +277,8 @@ def distill(settings: DistillSettings, out: Path, force: bool,
                      "with a task head.", show_default=False)],
             train: Annotated[Path, typer.Argument(
                 help="The training file, read with the teacher's task (flags may say how); "
-                     "without labels the teacher's outputs are the only targets.",
+                     "without labels (tagging: the words alone) the teacher's outputs are the only "
+                     "targets.",
                 show_default=False)],
             dev: Annotated[Optional[Path], typer.Option(
                 help="Validation file, evaluated after each epoch (default: the preset's dev "

@@ -88,6 +88,9 @@ def without_full_mask(batch: dict) -> dict:
 # Batch keys of a teacher's outputs read from its cache (bertctl/train/distill.py), per example
 # or per token: packing moves them with their sequences or tokens, as it moves the labels.
 TEACHER = "teacher:"
+# Per token, 1 where the student imitates the teacher when the batch has no labels to say so
+# (a tagging head's predicting pieces on untagged words); packed and stripped with the labels.
+IMITATED = TEACHER + "imitated"
 
 
 def pack_batch(batch: dict[str, torch.Tensor], capacity: int, pad_id: int,
@@ -144,7 +147,7 @@ def pack_batch(batch: dict[str, torch.Tensor], capacity: int, pad_id: int,
     labels = batch.get("labels")
     if labels is not None and labels.dim() == 2:
         packed["labels"] = place(labels.numpy(), label_pad).to(labels.dtype)
-    else:   # a sequence-level head: it reads each sequence's [CLS]
+    elif IMITATED not in batch:   # a sequence-level head (an untagged tagging batch is not)
         packed["sequence_starts"] = torch.from_numpy((row * width + col)[order])
         if labels is not None:
             packed["labels"] = labels[torch.from_numpy(order)]
@@ -187,4 +190,5 @@ class TaskData:
         if self.pack_to is None:
             return batch
         return pack_batch(batch, self.pack_to, self.features.pad_id,
-                          per_token={TEACHER + n for n, (_, p) in self.teacher.items() if p})
+                          per_token={TEACHER + n for n, (_, p) in self.teacher.items() if p}
+                          | {IMITATED})

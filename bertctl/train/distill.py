@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertctl.data.collate import TEACHER
+from bertctl.data.collate import IMITATED, TEACHER
 from bertctl.errors import BertctlError
 from bertctl.model.heads import IGNORE_INDEX
 
@@ -156,6 +156,7 @@ class Distiller(nn.Module):
 
     def forward(self, **batch) -> dict[str, torch.Tensor]:
         # The teacher's outputs come with the batch where they were cached (`teacher_outputs`).
+        imitated = batch.pop(IMITATED, None)
         taught = {key[len(TEACHER):]: batch.pop(key)
                   for key in [k for k in batch if k.startswith(TEACHER)]}
         mask = batch.get("attention_mask")
@@ -170,8 +171,8 @@ class Distiller(nn.Module):
         missing = [k for k in self.targets if k not in out or k not in taught]
         if missing:
             raise ValueError(f"the models returned no {', '.join(missing)}")
-        soft = sum(soft_loss(kind, out[k], taught[k], self._rows(kind, out[k], batch, mask),
-                             self.temperature)
+        soft = sum(soft_loss(kind, out[k], taught[k],
+                             self._rows(kind, out[k], batch, mask, imitated), self.temperature)
                    for k, kind in self.targets.items()) / len(self.targets)
         loss = soft if "loss" not in out else self.alpha * out["loss"] + (1 - self.alpha) * soft
         out["soft_loss"] = soft.detach()
@@ -183,13 +184,17 @@ class Distiller(nn.Module):
         return out
 
     @staticmethod
-    def _rows(kind: str, output: torch.Tensor, batch: dict, mask: torch.Tensor | None):
+    def _rows(kind: str, output: torch.Tensor, batch: dict, mask: torch.Tensor | None,
+              imitated: torch.Tensor | None = None):
         """The tokens a "tokens" output is imitated on: those the head is trained and read at
-        (a tagging head's first word pieces: the labelled positions) where the batch has
-        labels, since the teacher's outputs elsewhere were never trained; else every token."""
+        (a tagging head's first word pieces: the labelled positions, or those the batch marks
+        `IMITATED` when it has no labels), since the teacher's outputs elsewhere were never
+        trained; else every token."""
         labels = batch.get("labels")
         if kind == "tokens" and labels is not None and labels.shape == output.shape[:-1]:
             return (labels != IGNORE_INDEX).long()
+        if kind == "tokens" and imitated is not None:
+            return imitated
         return mask
 
     def _hidden_loss(self, mine: dict[int, torch.Tensor], theirs: dict[int, torch.Tensor],

@@ -131,7 +131,8 @@ class Tagging(Family):
         table = is_table(path)
         examples = read_tagged(path, _column(o.token_column, table), _column(o.tag_column, table),
                                column_names=None if table else spec.column_names,
-                               labels=spec.labels if table else None)
+                               labels=spec.labels if table else None,
+                               untagged_ok=not require_labels)
         detection = check_scheme(examples, o.tag_scheme)
         examples.scheme = detection.scheme
         examples.spec = spec
@@ -164,12 +165,13 @@ class Tagging(Family):
 
         o = options(examples.spec)
         labels = None
-        if training:
+        if training and examples.labelled:
             tags = convert(examples.tags, examples.offsets, TRAINING_SCHEME)
             labels = label_ids(tags, examples.label_list)
         features = encode_tagged(examples, tokenizer, max_seq_length,
                                  window_step(max_seq_length, o.doc_stride),
                                  document_context=o.document_context, word_labels=labels)
+        features.imitated = training and not examples.labelled
         features.stats["tag_scheme"] = examples.scheme_note
         return features
 

@@ -65,7 +65,8 @@ def conlleval_token(word: str) -> str:
 
 def write_predictions(path: str | Path, examples, predicted) -> None:
     """predictions.txt: `token gold predicted` per word, a blank line after each sentence, so
-    `conlleval < predictions.txt` prints `score(examples.tags, predicted, examples.offsets)`.
+    `conlleval < predictions.txt` prints `score(examples.tags, predicted, examples.offsets)`;
+    `token predicted` for untagged words (there is no gold to print).
     Written to a temporary file and renamed, so a failure leaves no partial file."""
     path = Path(path)
     predicted = np.asarray(predicted, dtype=str)
@@ -73,7 +74,8 @@ def write_predictions(path: str | Path, examples, predicted) -> None:
     out = []
     for i, (word, gold, pred) in enumerate(zip(examples.words, examples.tags.tolist(),
                                               predicted.tolist())):
-        out.append(f"{conlleval_token(word)} {gold} {pred}\n")
+        out.append(f"{conlleval_token(word)} {gold} {pred}\n" if examples.labelled
+                   else f"{conlleval_token(word)} {pred}\n")
         if i + 1 in ends:
             out.append("\n")
     tmp = path.with_name(path.name + ".tmp")

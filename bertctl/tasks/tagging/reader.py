@@ -11,6 +11,10 @@ Two kinds of input, told apart by the path:
   named by a label list (the Hugging Face `conll2003` layout: `tokens`, `ner_tags` as class ids).
   Each row is its own document.
 
+Untagged input (text for a distillation teacher to label, or for prediction only) is read
+where the caller allows it: a column file of one field per line (the words alone), or a table
+without the tag column. Its words carry the tag O as a placeholder and `labelled` is False.
+
 The result is columnar (`TaggedExamples`): every word of the file in one flat list, sentence
 offsets into it, the tags as a numpy string array, a document id and the source line (or row)
 per sentence, so an error can name `file:line` without keeping the lines.
@@ -22,7 +26,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import Literal
 
 import numpy as np
 
@@ -55,15 +59,13 @@ class TaggedExamples:
     doc_ids: np.ndarray        # int64 per sentence; equal ids are one document, in file order
     lines: np.ndarray          # int64 per sentence: line of its first word (column file) or row
     line_kind: Literal["line", "row"] = "line"
+    labelled: bool = True      # False: the tags are O placeholders (untagged input)
     # Set by the tagging family when it reads a task's file: the tags' scheme (the predictions
     # are written in it), the model's label list, and the task spec.
     scheme: str | None = None
     scheme_note: str | None = None     # for the log: "IOB1 (detected)"
     label_list: tuple[str, ...] | None = None
     spec: object = None
-
-    # Every sentence read carries tags: prediction-only input has no reader yet.
-    labelled: ClassVar[bool] = True
 
     def __len__(self) -> int:
         return self.num_sentences
@@ -95,8 +97,9 @@ def is_table(path: str | Path) -> bool:
 
 def read_tagged(path: str | Path, token_column: Column | None = None,
                 tag_column: Column | None = None, column_names: tuple[str, ...] | None = None,
-                labels: tuple[str, ...] | None = None) -> TaggedExamples:
-    """Read one file of tagged sentences.
+                labels: tuple[str, ...] | None = None, untagged_ok: bool = False
+                ) -> TaggedExamples:
+    """Read one file of tagged sentences (or, with `untagged_ok`, of untagged ones).
 
     Column files: `token_column` / `tag_column` are field indices (negative from the end; default
     the first and the last field) or names from `column_names` (a column file has no header).
@@ -108,12 +111,27 @@ def read_tagged(path: str | Path, token_column: Column | None = None,
     if not path.exists():
         raise BertctlError(f"{path}: file not found")
     if is_table(path):
-        return _read_tag_table(path, token_column, tag_column, labels)
+        return _read_tag_table(path, token_column, tag_column, labels, untagged_ok)
     if labels is not None:
         raise BertctlError(f"{path}: a label list is for tables with integer tags; "
                            "a column file spells its tags out")
+    if _first_width(path) == 1:   # the words alone
+        if not untagged_ok:
+            raise BertctlError(f"{path}: words without tags (one field per line); this needs "
+                               "each word's tag")
+        return _read_columns(path, 0, None, None)
     return _read_columns(path, 0 if token_column is None else token_column,
                          -1 if tag_column is None else tag_column, column_names)
+
+
+def _first_width(path: Path) -> int | None:
+    """Fields on the first word line of a column file (None: no word line)."""
+    with open(path, "rb") as f:
+        for raw in f:
+            fields = raw.decode("utf-8-sig", errors="replace").split()
+            if fields and fields[0] != DOCSTART:
+                return len(fields)
+    return None
 
 
 # --- column files --------------------------------------------------------------------------------
@@ -131,7 +149,7 @@ def _field_index(column: Column, names: tuple[str, ...] | None, path: Path, what
     return names.index(column)
 
 
-def _read_columns(path: Path, token_column: Column, tag_column: Column,
+def _read_columns(path: Path, token_column: Column, tag_column: Column | None,
                   column_names: tuple[str, ...] | None) -> TaggedExamples:
     words: list[str] = []
     tags: list[str] = []
@@ -146,10 +164,13 @@ def _read_columns(path: Path, token_column: Column, tag_column: Column,
     if not words:
         raise BertctlError(f"{path}: no sentences (expected one word per line, "
                            "a blank line between sentences)")
-    return TaggedExamples(path=str(path), words=words, tags=np.array(tags, dtype=str),
+    return TaggedExamples(path=str(path), words=words,
+                          tags=np.array(tags, dtype=str) if tag_column is not None
+                          else np.full(len(words), "O"),
                           offsets=np.array(offsets, dtype=np.int64),
                           doc_ids=np.array(doc_ids, dtype=np.int64),
-                          lines=np.array(lines, dtype=np.int64), line_kind="line")
+                          lines=np.array(lines, dtype=np.int64), line_kind="line",
+                          labelled=tag_column is not None)
 
 
 def column_sentences(path: Path, token_column: Column, tag_column: Column | None = None,
@@ -247,7 +268,8 @@ def _class_names(table, name: str) -> tuple[str, ...] | None:
 
 
 def _read_tag_table(path: Path, token_column: Column | None, tag_column: Column | None,
-                    labels: tuple[str, ...] | None) -> TaggedExamples:
+                    labels: tuple[str, ...] | None, untagged_ok: bool = False
+                    ) -> TaggedExamples:
     import pyarrow as pa
 
     table = read_table(BY_NAME, path)
@@ -255,9 +277,11 @@ def _read_tag_table(path: Path, token_column: Column | None, tag_column: Column 
         raise BertctlError(f"{path}: no rows")
     tok_name = _table_column(table, TABLE_TOKEN_COLUMN if token_column is None else token_column,
                              path, "token")
-    tag_name = _table_column(table, TABLE_TAG_COLUMN if tag_column is None else tag_column,
-                             path, "tag")
+    tag_column = TABLE_TAG_COLUMN if tag_column is None else tag_column
     n_tok, tokens = _list_column(table, tok_name, path, "tokens")
+    if untagged_ok and isinstance(tag_column, str) and tag_column not in table.column_names:
+        return _untagged_table(path, tokens, n_tok, tok_name)
+    tag_name = _table_column(table, tag_column, path, "tag")
     n_tag, tag_values = _list_column(table, tag_name, path, "tags")
     bad = np.flatnonzero(n_tok != n_tag)
     if bad.size:
@@ -304,3 +328,23 @@ def _read_tag_table(path: Path, token_column: Column | None, tag_column: Column 
     return TaggedExamples(path=str(path), words=tokens.to_pylist(), tags=tags, offsets=offsets,
                           doc_ids=np.arange(n, dtype=np.int64),
                           lines=np.arange(1, n + 1, dtype=np.int64), line_kind="row")
+
+
+def _untagged_table(path: Path, tokens, n_tok: np.ndarray, tok_name: str) -> TaggedExamples:
+    import pyarrow as pa
+
+    empty = np.flatnonzero(n_tok == 0)
+    if empty.size:
+        raise BertctlError(f"{path}: row {int(empty[0]) + 1}: empty sentence (no tokens)")
+    if not (pa.types.is_string(tokens.type) or pa.types.is_large_string(tokens.type)):
+        raise BertctlError(f"{path}: column '{tok_name}' holds lists of {tokens.type}, not tokens")
+    if tokens.null_count:
+        raise BertctlError(f"{path}: column '{tok_name}': a null token")
+    offsets = np.zeros(len(n_tok) + 1, dtype=np.int64)
+    np.cumsum(n_tok, out=offsets[1:])
+    n = len(n_tok)
+    return TaggedExamples(path=str(path), words=tokens.to_pylist(),
+                          tags=np.full(int(offsets[-1]), "O"), offsets=offsets,
+                          doc_ids=np.arange(n, dtype=np.int64),
+                          lines=np.arange(1, n + 1, dtype=np.int64), line_kind="row",
+                          labelled=False)

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from bertctl.data.collate import max_context_window, pad_to_tensor
+from bertctl.data.collate import IMITATED, max_context_window, pad_to_tensor
 from bertctl.data.tokenizer import CLS, PAD, SEP, UNK
 from bertctl.errors import BertctlError
 from bertctl.model.heads import IGNORE_INDEX
@@ -42,6 +42,8 @@ class TaggingFeatures:
     `predict_word[t]` is the (file-wide) index of the word whose label and prediction sit on token
     t, -1 on every other token; each word appears there exactly once over all windows.
     `word_labels` holds each word's label index (None when encoding for prediction only).
+    `imitated`: training on untagged words (a distillation teacher labels them): batches mark
+    the predicting tokens under `IMITATED`, the only ones the teacher's outputs are read at.
     """
 
     input_ids: np.ndarray          # int32, all windows concatenated
@@ -53,6 +55,7 @@ class TaggingFeatures:
     num_words: int
     pad_id: int
     stats: dict[str, int] = field(default_factory=dict)
+    imitated: bool = False
 
     @property
     def lengths(self) -> np.ndarray:
@@ -235,4 +238,7 @@ def make_batch(features: TaggingFeatures, indices) -> dict[str, torch.Tensor]:
         words = word_index(features, idx, width)
         labels = np.where(words >= 0, features.word_labels[np.maximum(words, 0)], IGNORE_INDEX)
         batch["labels"] = torch.from_numpy(labels.astype(np.int64))
+    elif features.imitated:
+        batch[IMITATED] = torch.from_numpy((word_index(features, idx, width) >= 0)
+                                           .astype(np.int64))
     return batch
