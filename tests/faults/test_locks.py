@@ -35,22 +35,32 @@ def test_a_second_run_fails_at_once_naming_the_holder(tmp_path, minilm_dir):
 
 
 def test_wait_takes_the_lock_when_it_is_released(tmp_path, minilm_dir):
+    """The lock is released only once the waiting run says it waits (not after a fixed delay,
+    which a loaded machine's slow start outlasts)."""
     out = tmp_path / "tok"
-    held, release = threading.Event(), threading.Event()
+    with locks.output_lock(out):
+        waiter = subprocess.Popen(
+            [sys.executable, "-m", "bertctl", "tokenize", "--from-vocab",
+             str(minilm_dir / "vocab.txt"), "--out", str(out), "--wait"],
+            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        said: list[str] = []
 
-    def hold():
-        with locks.output_lock(out):
-            held.set()
-            release.wait(30)
+        def read() -> None:
+            for line in waiter.stderr:
+                said.append(line)
 
-    t = threading.Thread(target=hold)
-    t.start()
-    held.wait(10)
-    threading.Timer(2.0, release.set).start()
-    r = _tokenize(minilm_dir, out, "--wait")
-    t.join()
-    assert r.returncode == 0, r.stderr
-    assert "waiting for another bertctl run" in r.stderr
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        deadline = time.monotonic() + 120
+
+        def waits() -> bool:
+            return any("waiting for another bertctl run" in x for x in said)
+
+        while not waits() and waiter.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert waits() and waiter.poll() is None, "".join(said)
+    assert waiter.wait(120) == 0, "".join(said)
+    reader.join(10)
     assert (out / "artifact.json").exists()
 
 
