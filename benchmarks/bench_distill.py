@@ -53,6 +53,12 @@ TASKS = ["SST-2", "MRPC", "STS-B", "CoNLL-2003"]
 STUDENTS = {"L2": ["--student-layers", "0,5"], "L4": ["--student-layers", "0,2,3,5"],
             "mini-random": ["--student-size", "mini"]}
 ARMS = {"direct": ["--alpha", "1"], "distilled": []}
+# The L4 student distilled with other settings than the defaults (temperature 2, alpha 0.5):
+# the temperature, the soft loss alone, and hidden-state matching (each student layer to the
+# teacher layer it was copied from: student layers 1-4 are teacher layers 1, 3, 4, 6).
+VARIANTS = {"T1": ["--temperature", "1"], "T4": ["--temperature", "4"],
+            "soft": ["--alpha", "0"],
+            "hidden": ["--hidden-loss", "1", "--layer-map", "1:1,2:3,3:4,4:6"]}
 SEEDS = [1, 2, 3]
 
 
@@ -197,6 +203,13 @@ def unlabelled_file(task: str, data: Path, work: Path, rows: int) -> Path | None
     return out
 
 
+def variant_jobs(task: str, work: Path, files, names) -> list[list]:
+    todo = [student_cmds(task, work, *files, work / task / f"L4-{name}-seed{seed}",
+                         [*STUDENTS["L4"], *VARIANTS[name]], seed)
+            for name in names for seed in SEEDS]
+    return [cmds for cmds in todo if cmds]
+
+
 def unlabelled_jobs(task: str, work: Path, train: Path, dev: Path) -> list[list]:
     todo = [student_cmds(task, work, train, dev, work / task / f"L4-unlabelled-seed{seed}",
                          STUDENTS["L4"], seed) for seed in SEEDS]
@@ -214,22 +227,30 @@ def extra_table(work: Path) -> str:
         m = {c: _metric(r / "eval")[1] for c, r in runs.items()}
         out.append(f"| {task} | {t['off']:.0f}, {m['off']:.4f} | {t['on']:.0f}, {m['on']:.4f} | "
                    f"{t['on'] / t['off']:.2f} |")
+    out += ["", "The L4 student's settings, each against `direct` (seeds "
+            f"{', '.join(map(str, SEEDS))}; train s: the loop's, mean):", "",
+            "| task | L4 | training examples | train s | dev metric | - direct (se) | "
+            "kept of teacher |", "|---|---|---|---|---|---|---|"]
     for task in TASKS:
-        rows = [_metric(work / task / f"L4-unlabelled-seed{s}" / "eval") for s in SEEDS]
-        vals = [m[1] for m in rows if m]
-        direct = [m[1] for m in (_metric(work / task / f"L4-direct-seed{s}" / "eval")
-                                 for s in SEEDS) if m]
-        if len(vals) > 1 and len(direct) > 1:
+        tm = _metric(work / task / "teacher-eval")
+        direct = _values(work / task, "L4-direct")
+        for arm in ["direct", "distilled", *VARIANTS, "unlabelled"]:
+            vals = _values(work / task, f"L4-{arm}")
+            if len(vals) < 2 or len(direct) < 2:
+                continue
             se = (statistics.variance(vals) / len(vals)
                   + statistics.variance(direct) / len(direct)) ** 0.5
             delta = statistics.mean(vals) - statistics.mean(direct)
-            times = [t for t in (_elapsed(work / task / f"L4-unlabelled-seed{s}" / "model")
+            times = [t for t in (_elapsed(work / task / f"L4-{arm}-seed{s}" / "model")
                                  for s in SEEDS) if t]
-            out.append(f"\n{task} L4 distilled on its unlabelled file "
-                       f"({_examples(work / task / 'L4-unlabelled-seed1' / 'model')} examples, "
-                       f"{statistics.mean(times):.0f} s): {statistics.mean(vals):.4f} +- "
-                       f"{statistics.stdev(vals):.4f}, against direct on the labelled subset "
-                       f"{statistics.mean(direct):.4f}: {delta:+.4f} ({delta / se:+.1f} se)")
+            label = arm + (f" ({' '.join(VARIANTS[arm])})" if arm in VARIANTS else "")
+            out.append(f"| {task} | {label} | "
+                       f"{_examples(work / task / f'L4-{arm}-seed{SEEDS[0]}' / 'model')} | "
+                       f"{statistics.mean(times):.0f} | {statistics.mean(vals):.4f} +- "
+                       f"{statistics.stdev(vals):.4f} | "
+                       + (f"{delta:+.4f} ({delta / se:+.1f} se)" if arm != "direct" and se
+                          else "") + " | "
+                       + (f"{100 * statistics.mean(vals) / tm[1]:.1f}%" if tm else "") + " |")
     return "\n".join(out)
 
 
@@ -259,6 +280,11 @@ def _elapsed(model: Path) -> float | None:
     train = [json.loads(x) for x in path.read_text().splitlines()]
     train = [r for r in train if r.get("split") == "train" and "elapsed_s" in r]
     return train[-1]["elapsed_s"] if train else None
+
+
+def _values(d: Path, name: str) -> list[float]:
+    """The dev metrics of runs `name`-seedN that have one."""
+    return [m[1] for m in (_metric(d / f"{name}-seed{s}" / "eval") for s in SEEDS) if m]
 
 
 def _examples(model: Path):
@@ -352,8 +378,12 @@ def main() -> None:
     ap.add_argument("--unlabelled", type=int, metavar="ROWS", help="also distil the L4 student "
                     "on each task's first ROWS training examples with the labels removed (SST-2, "
                     "STS-B, CoNLL-2003; MRPC has no rows beyond its labelled set)")
+    ap.add_argument("--variants", nargs="+", default=[], choices=list(VARIANTS),
+                    help="also distil the L4 student with these settings")
+    ap.add_argument("--seeds", type=int, nargs="+", default=SEEDS)
     ap.add_argument("--table", action="store_true", help="print the table and stop")
     args = ap.parse_args()
+    SEEDS[:] = args.seeds
     work = args.work.resolve()
     if args.table:
         print(table(work) + "\n\n" + extra_table(work))
@@ -367,6 +397,8 @@ def main() -> None:
     todo = [job for task in args.tasks for job in jobs(task, work, files[task], args.students)]
     if args.cache_timing:
         todo += [job for task in args.tasks for job in cache_jobs(task, work, files[task])]
+    todo += [job for task in args.tasks for job in variant_jobs(task, work, files[task],
+                                                                 args.variants)]
     for task in args.tasks if args.unlabelled else []:
         path = unlabelled_file(task, args.data.resolve(), work, args.unlabelled)
         if path is not None:
