@@ -26,9 +26,13 @@ loop's elapsed seconds (at --jobs 2, two runs share the machine, one core each).
 
 `--cache-timing` also distils the L4 student (seed 1) of each task twice, the teacher's
 outputs cached once (`--teacher-cache on`) and the teacher run at every step (`off`), timing
-each whole command; `--unlabelled ROWS` distils the SST-2 L4 student on the first ROWS
-training sentences with their labels removed (the teacher labels them), against the direct
-students' 4,000 labelled rows.
+each whole command; `--unlabelled ROWS` distils the 4-layer students on their task's first
+ROWS training examples with the labels removed (the teacher labels them: SST-2 sentences,
+STS-B pairs, CoNLL-2003 words; MRPC's subset is its whole set), against the direct students'
+labelled subset; `--variants` distils them with other temperatures, the soft loss alone, or
+hidden-state matching. `--students` picks the students: the teacher's own layers (L2, L4), a
+random mini model, or the layers of the pretrained MiniLM the teacher started from (L2-pre,
+L4-pre: DistilBERT's initialisation).
 
 Results are kept per step under --work (a rerun does only what is missing); --table prints
 the tables from them.
@@ -51,7 +55,11 @@ import bench_export  # noqa: E402  (the teachers' recipe, the data subsets, the 
 BERTCTL = [sys.executable, "-m", "bertctl"]
 TASKS = ["SST-2", "MRPC", "STS-B", "CoNLL-2003"]
 STUDENTS = {"L2": ["--student-layers", "0,5"], "L4": ["--student-layers", "0,2,3,5"],
-            "mini-random": ["--student-size", "mini"]}
+            "mini-random": ["--student-size", "mini"],
+            # The same layers of the pretrained MiniLM the teachers were fine-tuned from
+            # (DistilBERT's initialisation): a student that holds none of the task yet.
+            "L2-pre": ["--student-init", bench_export.minilm, "--student-layers", "0,5"],
+            "L4-pre": ["--student-init", bench_export.minilm, "--student-layers", "0,2,3,5"]}
 ARMS = {"direct": ["--alpha", "1"], "distilled": []}
 # The L4 student distilled with other settings than the defaults (temperature 2, alpha 0.5):
 # the temperature, the soft loss alone, and hidden-state matching (each student layer to the
@@ -88,6 +96,7 @@ def student_cmds(task: str, work: Path, train: Path, dev: Path, out: Path, flags
     _, _, epochs, lr, _ = bench_export.TASKS[task]
     cmds: list = []
     if not (out / "model" / "artifact.json").exists():
+        flags = [f() if callable(f) else f for f in flags]
         cmd = BERTCTL + ["distill", work / task / "teacher", train, "--out", out / "model",
                          *flags, "--epochs", epochs, "--lr", lr, "--batch-size", 32, "--seed",
                          seed, "--keep", "last", "--threads", 1]
@@ -203,16 +212,16 @@ def unlabelled_file(task: str, data: Path, work: Path, rows: int) -> Path | None
     return out
 
 
-def variant_jobs(task: str, work: Path, files, names) -> list[list]:
-    todo = [student_cmds(task, work, *files, work / task / f"L4-{name}-seed{seed}",
-                         [*STUDENTS["L4"], *VARIANTS[name]], seed)
+def variant_jobs(task: str, work: Path, files, student: str, names) -> list[list]:
+    todo = [student_cmds(task, work, *files, work / task / f"{student}-{name}-seed{seed}",
+                         [*STUDENTS[student], *VARIANTS[name]], seed)
             for name in names for seed in SEEDS]
     return [cmds for cmds in todo if cmds]
 
 
-def unlabelled_jobs(task: str, work: Path, train: Path, dev: Path) -> list[list]:
-    todo = [student_cmds(task, work, train, dev, work / task / f"L4-unlabelled-seed{seed}",
-                         STUDENTS["L4"], seed) for seed in SEEDS]
+def unlabelled_jobs(task: str, work: Path, train: Path, dev: Path, student: str) -> list[list]:
+    todo = [student_cmds(task, work, train, dev, work / task / f"{student}-unlabelled-seed{seed}",
+                         STUDENTS[student], seed) for seed in SEEDS]
     return [cmds for cmds in todo if cmds]
 
 
@@ -227,25 +236,25 @@ def extra_table(work: Path) -> str:
         m = {c: _metric(r / "eval")[1] for c, r in runs.items()}
         out.append(f"| {task} | {t['off']:.0f}, {m['off']:.4f} | {t['on']:.0f}, {m['on']:.4f} | "
                    f"{t['on'] / t['off']:.2f} |")
-    out += ["", "The L4 student's settings, each against `direct` (seeds "
+    out += ["", "The 4-layer students' settings, each against the same student's `direct` (seeds "
             f"{', '.join(map(str, SEEDS))}; train s: the loop's, mean):", "",
-            "| task | L4 | training examples | train s | dev metric | - direct (se) | "
+            "| task | student | training examples | train s | dev metric | - direct (se) | "
             "kept of teacher |", "|---|---|---|---|---|---|---|"]
-    for task in TASKS:
+    for task, student in ((t, s) for t in TASKS for s in ("L4", "L4-pre")):
         tm = _metric(work / task / "teacher-eval")
-        direct = _values(work / task, "L4-direct")
+        direct = _values(work / task, f"{student}-direct")
         for arm in ["direct", "distilled", *VARIANTS, "unlabelled"]:
-            vals = _values(work / task, f"L4-{arm}")
+            vals = _values(work / task, f"{student}-{arm}")
             if len(vals) < 2 or len(direct) < 2:
                 continue
             se = (statistics.variance(vals) / len(vals)
                   + statistics.variance(direct) / len(direct)) ** 0.5
             delta = statistics.mean(vals) - statistics.mean(direct)
-            times = [t for t in (_elapsed(work / task / f"L4-{arm}-seed{s}" / "model")
+            times = [t for t in (_elapsed(work / task / f"{student}-{arm}-seed{s}" / "model")
                                  for s in SEEDS) if t]
             label = arm + (f" ({' '.join(VARIANTS[arm])})" if arm in VARIANTS else "")
-            out.append(f"| {task} | {label} | "
-                       f"{_examples(work / task / f'L4-{arm}-seed{SEEDS[0]}' / 'model')} | "
+            first = work / task / f"{student}-{arm}-seed{SEEDS[0]}" / "model"
+            out.append(f"| {task} | {student} {label} | {_examples(first)} | "
                        f"{statistics.mean(times):.0f} | {statistics.mean(vals):.4f} +- "
                        f"{statistics.stdev(vals):.4f} | "
                        + (f"{delta:+.4f} ({delta / se:+.1f} se)" if arm != "direct" and se
@@ -260,6 +269,8 @@ def measure(task: str, work: Path, dev: Path, requests: int) -> None:
     engines = {"teacher": work / task / "teacher",
                **{s: work / task / f"{s}-distilled-seed1" / "model" for s in STUDENTS}}
     for name, path in engines.items():
+        if not (path / "artifact.json").exists():
+            continue
         bench_export.measured(d / f"{name}.json", path, dev, 1, requests, "fp32", "0")
 
 
@@ -379,7 +390,8 @@ def main() -> None:
                     "on each task's first ROWS training examples with the labels removed (SST-2, "
                     "STS-B, CoNLL-2003; MRPC has no rows beyond its labelled set)")
     ap.add_argument("--variants", nargs="+", default=[], choices=list(VARIANTS),
-                    help="also distil the L4 student with these settings")
+                    help="also distil the 4-layer students (L4, L4-pre, of --students) with "
+                    "these settings")
     ap.add_argument("--seeds", type=int, nargs="+", default=SEEDS)
     ap.add_argument("--table", action="store_true", help="print the table and stop")
     args = ap.parse_args()
@@ -397,12 +409,14 @@ def main() -> None:
     todo = [job for task in args.tasks for job in jobs(task, work, files[task], args.students)]
     if args.cache_timing:
         todo += [job for task in args.tasks for job in cache_jobs(task, work, files[task])]
-    todo += [job for task in args.tasks for job in variant_jobs(task, work, files[task],
-                                                                 args.variants)]
+    variant_students = [s for s in args.students if s.startswith("L4")]
+    todo += [job for task in args.tasks for s in variant_students
+             for job in variant_jobs(task, work, files[task], s, args.variants)]
     for task in args.tasks if args.unlabelled else []:
         path = unlabelled_file(task, args.data.resolve(), work, args.unlabelled)
         if path is not None:
-            todo += unlabelled_jobs(task, work, path, files[task][1])
+            todo += [job for s in variant_students
+                     for job in unlabelled_jobs(task, work, path, files[task][1], s)]
     print(f"{len(todo)} jobs", flush=True)
     run_all(todo, log, args.jobs)
     print(f"trained and evaluated in {time.monotonic() - started:.0f}s", flush=True)

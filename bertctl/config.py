@@ -316,7 +316,8 @@ class DistillSettings(TaskTrainingSettings):
                       json_schema_extra=meta(TRAINING))
     student_layers: str | None = Field(None, description="Build the student from these teacher "
                                        "layers (0-based, increasing, e.g. 0,2,4), with the "
-                                       "teacher's embeddings and head; unset and no other "
+                                       "teacher's embeddings and head, or with --student-init "
+                                       "from these layers of that model; unset and no other "
                                        "student given: every second layer.",
                                        json_schema_extra=meta(STUDENT))
     student_size: Literal["tiny", "mini", "small", "medium", "base"] | None = Field(

@@ -205,6 +205,27 @@ def test_every_family_distils_and_eval_reads_the_student(family, teachers, tmp_p
     assert _manifest(tmp_path / "eval")["metrics"]
 
 
+def test_a_student_from_layers_of_a_pretrained_model(teachers, tiny_pretrained, tmp_path, cli):
+    """DistilBERT's initialisation: layers of the model before fine-tuning (--student-init
+    with --student-layers), not of the teacher; the head starts fresh."""
+    from safetensors.numpy import load_file
+
+    out = tmp_path / "s"
+    r = cli("distill", teachers["single"], GLUE / "SST-2", "--student-init", tiny_pretrained,
+            "--student-layers", "1", "--out", out, "--steps", "1", "--lr", "1e-12", *RUN)
+    assert r.exit_code == 0, r.stderr
+    d = _manifest(out)["stats"]["distillation"]
+    assert d["student"] == f"layers 1 of {tiny_pretrained}" and d["student_layers"] == 1
+    got, pre = load_file(out / "model.safetensors"), load_file(tiny_pretrained / "model.safetensors")
+    teacher = load_file(teachers["single"] / "model.safetensors")
+    key = "bert.encoder.layer.0.attention.self.query.weight"
+    np.testing.assert_allclose(got[key], pre[key.replace("layer.0", "layer.1")], atol=1e-6)
+    assert not np.allclose(got[key], teacher[key.replace("layer.0", "layer.1")], atol=1e-6)
+    bad = cli("distill", teachers["single"], GLUE / "SST-2", "--student-init", tiny_pretrained,
+              "--student-layers", "0,7", "--out", tmp_path / "bad", "--steps", "1", *RUN)
+    _one_line(bad, "--student-layers", str(tiny_pretrained), "no layer 7")
+
+
 def test_hidden_loss_with_a_narrower_student_and_a_layer_map(teachers, tmp_path, cli):
     config = json.loads((teachers["single"] / "config.json").read_text())
     narrow = {k: config[k] for k in ("vocab_size", "max_position_embeddings", "type_vocab_size")}

@@ -1,5 +1,6 @@
-"""Students for distillation, built from a teacher: some of its layers (DistilBERT's
-initialisation), or a fresh model of another size with its vocabulary.
+"""Students for distillation, built from a teacher: some of its layers, or some layers of a
+pretrained model with its vocabulary (DistilBERT's initialisation: the layers before any
+fine-tuning), the whole of such a model, or a fresh model of another size.
 
 The student is always the teacher's head class (with the head arguments the task gives), so it
 is an ordinary fine-tuned model of the same family once trained.
@@ -21,8 +22,8 @@ from bertctl.model.hf import LoadReport, load_state_dict
 _LAYER = re.compile(r"^bert\.encoder\.layer\.(\d+)\.")
 
 
-def parse_layers(text: str, teacher_layers: int) -> list[int]:
-    """"0,2,4" -> [0, 2, 4]: distinct teacher layers, 0-based and increasing."""
+def parse_layers(text: str, teacher_layers: int, owner: str = "the teacher") -> list[int]:
+    """"0,2,4" -> [0, 2, 4]: distinct layers of `owner`, 0-based and increasing."""
     items = [x.strip() for x in text.split(",")]
     if not items or not all(x.isdigit() for x in items):
         raise BertctlError(f"--student-layers {text!r}: expected teacher layer numbers such as "
@@ -30,7 +31,7 @@ def parse_layers(text: str, teacher_layers: int) -> list[int]:
     layers = [int(x) for x in items]
     bad = [i for i in layers if i >= teacher_layers]
     if bad:
-        raise BertctlError(f"--student-layers {text!r}: the teacher has no layer {bad[0]} (it "
+        raise BertctlError(f"--student-layers {text!r}: {owner} has no layer {bad[0]} (it "
                            f"has layers 0..{teacher_layers - 1})")
     if layers != sorted(set(layers)):
         raise BertctlError(f"--student-layers {text!r}: list each layer once, in increasing "
@@ -43,10 +44,10 @@ def every_second_layer(teacher_layers: int) -> list[int]:
 
 
 def from_teacher_layers(teacher: nn.Module, layers: list[int], head_class,
-                        head_kwargs: dict) -> tuple[nn.Module, LoadReport]:
-    """A student with `layers` of the teacher's encoder (renumbered 0..), its embeddings, and
-    its pooler and head where their shapes fit (a frozen-encoder teacher's head reads combined
-    features of another width: the student's head then starts fresh)."""
+                        head_kwargs: dict, source: str = "teacher") -> tuple[nn.Module, LoadReport]:
+    """A student with `layers` of the teacher's (or `source` model's) encoder (renumbered 0..),
+    its embeddings, and its pooler and head where their shapes fit (a frozen-encoder teacher's
+    head reads combined features of another width: the student's head then starts fresh)."""
     config = dataclasses.replace(teacher.config, num_hidden_layers=len(layers))
     student = head_class(config, **head_kwargs)
     renumber = {old: new for new, old in enumerate(layers)}
@@ -57,7 +58,7 @@ def from_teacher_layers(teacher: nn.Module, layers: list[int], head_class,
             state[key] = tensor
         elif int(found.group(1)) in renumber:
             state[f"bert.encoder.layer.{renumber[int(found.group(1))]}.{key[found.end():]}"] = tensor
-    report = load_state_dict(student, state, source=f"teacher layers {','.join(map(str, layers))}")
+    report = load_state_dict(student, state, source=f"{source} layers {','.join(map(str, layers))}")
     return student, report
 
 
@@ -85,15 +86,20 @@ class StudentPlan:
 def plan(teacher: BertConfig, *, layers: str | None = None, size: str | None = None,
          config_file: str | Path | None = None, init: BertConfig | None = None,
          init_path: str = "") -> StudentPlan:
-    """The student the options describe (at most one of them; none: every second teacher
-    layer), checked against the teacher before any work."""
-    given = [name for name, value in (("--student-layers", layers), ("--student-size", size),
-                                      ("--student-init", init), ("--student-config", config_file))
-             if value]
+    """The student the options describe (at most one of them, or --student-layers of the
+    --student-init model; none: every second teacher layer), checked against the teacher
+    before any work."""
+    given = [name for name, value in (("--student-layers", layers and init is None),
+                                      ("--student-size", size), ("--student-init", init),
+                                      ("--student-config", config_file)) if value]
     if len(given) > 1:
         raise BertctlError(f"give one way to build the student, not {' and '.join(given)}")
     if init is not None:
         check_vocabulary(init, teacher, init_path)
+        if layers:
+            kept = parse_layers(layers, init.num_hidden_layers, f"{init_path} (--student-init)")
+            return StudentPlan(f"layers {','.join(map(str, kept))} of {init_path}", len(kept),
+                               layers=kept)
         return StudentPlan(f"initialised from {init_path}", init.num_hidden_layers)
     if config_file is not None:
         try:

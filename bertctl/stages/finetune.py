@@ -86,6 +86,10 @@ class Distillation:
         from bertctl.model import students
 
         self.teacher_model = common.load_task_model(self.teacher)
+        if self.init is not None and self.plan.layers is not None:
+            model, _ = self.init.load(head_class, **head_kwargs)
+            return students.from_teacher_layers(model, self.plan.layers, head_class,
+                                                head_kwargs, source=str(self.init.path))
         if self.init is not None:
             return self.init.load(head_class, **head_kwargs)
         if self.plan.layers is not None:
