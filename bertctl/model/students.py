@@ -43,16 +43,17 @@ def every_second_layer(teacher_layers: int) -> list[int]:
     return list(range(0, teacher_layers, 2))
 
 
-def from_teacher_layers(teacher: nn.Module, layers: list[int], head_class,
-                        head_kwargs: dict, source: str = "teacher") -> tuple[nn.Module, LoadReport]:
-    """A student with `layers` of the teacher's (or `source` model's) encoder (renumbered 0..),
-    its embeddings, and its pooler and head where their shapes fit (a frozen-encoder teacher's
-    head reads combined features of another width: the student's head then starts fresh)."""
-    config = dataclasses.replace(teacher.config, num_hidden_layers=len(layers))
+def from_layers(model: nn.Module, layers: list[int], head_class, head_kwargs: dict,
+                source: str = "teacher") -> tuple[nn.Module, LoadReport]:
+    """A student with `layers` of `model`'s encoder (the teacher's, or a pretrained model's,
+    named `source`; renumbered 0..), its embeddings, and its pooler and head where their
+    shapes fit (a frozen-encoder teacher's head reads combined features of another width: the
+    student's head then starts fresh)."""
+    config = dataclasses.replace(model.config, num_hidden_layers=len(layers))
     student = head_class(config, **head_kwargs)
     renumber = {old: new for new, old in enumerate(layers)}
     state = {}
-    for key, tensor in teacher.state_dict().items():
+    for key, tensor in model.state_dict().items():
         found = _LAYER.match(key)
         if found is None:
             state[key] = tensor
@@ -128,5 +129,5 @@ def check_vocabulary(config: BertConfig, teacher: BertConfig, where: str) -> Non
                            f"teacher's tokenizer (the same vocabulary)")
 
 
-__all__ = ["StudentPlan", "check_vocabulary", "every_second_layer", "from_teacher_layers",
+__all__ = ["StudentPlan", "check_vocabulary", "every_second_layer", "from_layers",
            "parse_layers", "plan", "sized_config"]

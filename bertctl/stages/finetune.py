@@ -88,13 +88,13 @@ class Distillation:
         self.teacher_model = common.load_task_model(self.teacher)
         if self.init is not None and self.plan.layers is not None:
             model, _ = self.init.load(head_class, **head_kwargs)
-            return students.from_teacher_layers(model, self.plan.layers, head_class,
-                                                head_kwargs, source=str(self.init.path))
+            return students.from_layers(model, self.plan.layers, head_class, head_kwargs,
+                                        source=str(self.init.path))
         if self.init is not None:
             return self.init.load(head_class, **head_kwargs)
         if self.plan.layers is not None:
-            return students.from_teacher_layers(self.teacher_model, self.plan.layers,
-                                                head_class, head_kwargs)
+            return students.from_layers(self.teacher_model, self.plan.layers, head_class,
+                                        head_kwargs)
         return (head_class(self.plan.config, **head_kwargs),
                 LoadReport(source=self.plan.description, missing=["(every weight)"]))
 

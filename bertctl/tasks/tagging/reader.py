@@ -279,14 +279,15 @@ def _read_tag_table(path: Path, token_column: Column | None, tag_column: Column 
                              path, "token")
     tag_column = TABLE_TAG_COLUMN if tag_column is None else tag_column
     n_tok, tokens = _list_column(table, tok_name, path, "tokens")
-    if untagged_ok and isinstance(tag_column, str) and tag_column not in table.column_names:
-        return _untagged_table(path, tokens, n_tok, tok_name)
-    tag_name = _table_column(table, tag_column, path, "tag")
-    n_tag, tag_values = _list_column(table, tag_name, path, "tags")
-    bad = np.flatnonzero(n_tok != n_tag)
-    if bad.size:
-        r = int(bad[0])
-        raise BertctlError(f"{path}: row {r + 1}: {n_tok[r]} tokens but {n_tag[r]} tags")
+    untagged = (untagged_ok and isinstance(tag_column, str)
+                and tag_column not in table.column_names)
+    if not untagged:
+        tag_name = _table_column(table, tag_column, path, "tag")
+        n_tag, tag_values = _list_column(table, tag_name, path, "tags")
+        bad = np.flatnonzero(n_tok != n_tag)
+        if bad.size:
+            r = int(bad[0])
+            raise BertctlError(f"{path}: row {r + 1}: {n_tok[r]} tokens but {n_tag[r]} tags")
     empty = np.flatnonzero(n_tok == 0)
     if empty.size:
         raise BertctlError(f"{path}: row {int(empty[0]) + 1}: empty sentence (no tokens)")
@@ -301,6 +302,20 @@ def _read_tag_table(path: Path, token_column: Column | None, tag_column: Column 
     if tokens.null_count:
         raise BertctlError(f"{path}: row {first_row(tokens.is_null().to_numpy(zero_copy_only=False))}"
                            f", column '{tok_name}': a null token")
+    tags = (np.full(int(offsets[-1]), "O") if untagged
+            else _table_tags(path, table, tag_name, tag_values, labels, first_row))
+    n = len(n_tok)
+    return TaggedExamples(path=str(path), words=tokens.to_pylist(), tags=tags, offsets=offsets,
+                          doc_ids=np.arange(n, dtype=np.int64),
+                          lines=np.arange(1, n + 1, dtype=np.int64), line_kind="row",
+                          labelled=not untagged)
+
+
+def _table_tags(path: Path, table, tag_name: str, tag_values, labels, first_row) -> np.ndarray:
+    """A table's tags as strings: spelt out, or integers named by `labels` or the table's own
+    class names; `first_row(mask)` names the row of a bad one."""
+    import pyarrow as pa
+
     if tag_values.null_count:
         raise BertctlError(f"{path}: row {first_row(tag_values.is_null().to_numpy(zero_copy_only=False))}"
                            f", column '{tag_name}': a null tag")
@@ -315,36 +330,11 @@ def _read_tag_table(path: Path, token_column: Column | None, tag_column: Column 
             raise BertctlError(f"{path}: row {first_row(out)}, column '{tag_name}': tag "
                                f"{int(ids[np.flatnonzero(out)[0]])} is not an index into the "
                                f"{len(names)} labels")
-        tags = np.asarray(names, dtype=str)[ids]
-    elif pa.types.is_string(tag_values.type) or pa.types.is_large_string(tag_values.type):
+        return np.asarray(names, dtype=str)[ids]
+    if pa.types.is_string(tag_values.type) or pa.types.is_large_string(tag_values.type):
         if labels is not None:
             raise BertctlError(f"{path}: column '{tag_name}' spells its tags out; "
                                "a label list is for integer tags")
-        tags = np.array(tag_values.to_pylist(), dtype=str)
-    else:
-        raise BertctlError(f"{path}: column '{tag_name}' holds lists of {tag_values.type}, "
-                           "not tags (strings, or integers with a label list)")
-    n = len(n_tok)
-    return TaggedExamples(path=str(path), words=tokens.to_pylist(), tags=tags, offsets=offsets,
-                          doc_ids=np.arange(n, dtype=np.int64),
-                          lines=np.arange(1, n + 1, dtype=np.int64), line_kind="row")
-
-
-def _untagged_table(path: Path, tokens, n_tok: np.ndarray, tok_name: str) -> TaggedExamples:
-    import pyarrow as pa
-
-    empty = np.flatnonzero(n_tok == 0)
-    if empty.size:
-        raise BertctlError(f"{path}: row {int(empty[0]) + 1}: empty sentence (no tokens)")
-    if not (pa.types.is_string(tokens.type) or pa.types.is_large_string(tokens.type)):
-        raise BertctlError(f"{path}: column '{tok_name}' holds lists of {tokens.type}, not tokens")
-    if tokens.null_count:
-        raise BertctlError(f"{path}: column '{tok_name}': a null token")
-    offsets = np.zeros(len(n_tok) + 1, dtype=np.int64)
-    np.cumsum(n_tok, out=offsets[1:])
-    n = len(n_tok)
-    return TaggedExamples(path=str(path), words=tokens.to_pylist(),
-                          tags=np.full(int(offsets[-1]), "O"), offsets=offsets,
-                          doc_ids=np.arange(n, dtype=np.int64),
-                          lines=np.arange(1, n + 1, dtype=np.int64), line_kind="row",
-                          labelled=False)
+        return np.array(tag_values.to_pylist(), dtype=str)
+    raise BertctlError(f"{path}: column '{tag_name}' holds lists of {tag_values.type}, "
+                       "not tags (strings, or integers with a label list)")
