@@ -61,7 +61,7 @@ STUDENTS = {"L2": ["--student-layers", "0,5"], "L4": ["--student-layers", "0,2,3
             "L2-pre": ["--student-init", bench_export.minilm, "--student-layers", "0,5"],
             "L4-pre": ["--student-init", bench_export.minilm, "--student-layers", "0,2,3,5"]}
 ARMS = {"direct": ["--alpha", "1"], "distilled": []}
-# The L4 student distilled with other settings than the defaults (temperature 2, alpha 0.5):
+# The 4-layer students distilled with other settings than the defaults (temperature 2, alpha 0.5):
 # the temperature, the soft loss alone, and hidden-state matching (each student layer to the
 # teacher layer it was copied from: student layers 1-4 are teacher layers 1, 3, 4, 6).
 VARIANTS = {"T1": ["--temperature", "1"], "T4": ["--temperature", "4"],
@@ -194,8 +194,8 @@ def unlabelled_file(task: str, data: Path, work: Path, rows: int) -> Path | None
                 if line.strip():
                     words.append(line.split()[0] + "\n")
                 elif words and words[-1] != "\n":
+                    n += words[-1] != "-DOCSTART-\n"   # a document mark is no sentence
                     words.append("\n")
-                    n += 1
                     if n == rows:
                         break
             out.write_text("".join(words), encoding="utf-8")
@@ -212,16 +212,11 @@ def unlabelled_file(task: str, data: Path, work: Path, rows: int) -> Path | None
     return out
 
 
-def variant_jobs(task: str, work: Path, files, student: str, names) -> list[list]:
-    todo = [student_cmds(task, work, *files, work / task / f"{student}-{name}-seed{seed}",
-                         [*STUDENTS[student], *VARIANTS[name]], seed)
-            for name in names for seed in SEEDS]
-    return [cmds for cmds in todo if cmds]
-
-
-def unlabelled_jobs(task: str, work: Path, train: Path, dev: Path, student: str) -> list[list]:
-    todo = [student_cmds(task, work, train, dev, work / task / f"{student}-unlabelled-seed{seed}",
-                         STUDENTS[student], seed) for seed in SEEDS]
+def arm_jobs(task: str, work: Path, train: Path, dev: Path, student: str, arm: str,
+             flags: list) -> list[list]:
+    """`student` distilled on `train` with `flags` added, every seed, as runs `student-arm`."""
+    todo = [student_cmds(task, work, train, dev, work / task / f"{student}-{arm}-seed{seed}",
+                         [*STUDENTS[student], *flags], seed) for seed in SEEDS]
     return [cmds for cmds in todo if cmds]
 
 
@@ -247,9 +242,6 @@ def extra_table(work: Path) -> str:
             vals = _values(work / task, f"{student}-{arm}")
             if len(vals) < 2 or len(direct) < 2:
                 continue
-            se = (statistics.variance(vals) / len(vals)
-                  + statistics.variance(direct) / len(direct)) ** 0.5
-            delta = statistics.mean(vals) - statistics.mean(direct)
             times = [t for t in (_elapsed(work / task / f"{student}-{arm}-seed{s}" / "model")
                                  for s in SEEDS) if t]
             label = arm + (f" ({' '.join(VARIANTS[arm])})" if arm in VARIANTS else "")
@@ -257,8 +249,7 @@ def extra_table(work: Path) -> str:
             out.append(f"| {task} | {student} {label} | {_examples(first)} | "
                        f"{statistics.mean(times):.0f} | {statistics.mean(vals):.4f} +- "
                        f"{statistics.stdev(vals):.4f} | "
-                       + (f"{delta:+.4f} ({delta / se:+.1f} se)" if arm != "direct" and se
-                          else "") + " | "
+                       + (_versus(vals, direct) if arm != "direct" else "") + " | "
                        + (f"{100 * statistics.mean(vals) / tm[1]:.1f}%" if tm else "") + " |")
     return "\n".join(out)
 
@@ -291,6 +282,13 @@ def _elapsed(model: Path) -> float | None:
     train = [json.loads(x) for x in path.read_text().splitlines()]
     train = [r for r in train if r.get("split") == "train" and "elapsed_s" in r]
     return train[-1]["elapsed_s"] if train else None
+
+
+def _versus(vals: list[float], base: list[float]) -> str:
+    """mean(vals) - mean(base), and in standard errors of that difference (each mean's own)."""
+    se = (statistics.variance(vals) / len(vals) + statistics.variance(base) / len(base)) ** 0.5
+    delta = statistics.mean(vals) - statistics.mean(base)
+    return f"{delta:+.4f} ({delta / se:+.1f} se)" if se else f"{delta:+.4f}"
 
 
 def _values(d: Path, name: str) -> list[float]:
@@ -347,12 +345,8 @@ def table(work: Path) -> str:
                 v = vals[arm]
                 cells.append(f"{statistics.mean(v):.4f} +- {statistics.stdev(v):.4f}"
                              if len(v) > 1 else (f"{v[0]:.4f}" if v else ""))
-            diff = ""
-            if len(vals["direct"]) > 1 and len(vals["distilled"]) > 1:
-                se = (statistics.variance(vals["direct"]) / len(vals["direct"])
-                      + statistics.variance(vals["distilled"]) / len(vals["distilled"])) ** 0.5
-                delta = statistics.mean(vals["distilled"]) - statistics.mean(vals["direct"])
-                diff = f"{delta:+.4f} ({delta / se:+.1f} se)" if se else f"{delta:+.4f}"
+            diff = (_versus(vals["distilled"], vals["direct"])
+                    if len(vals["direct"]) > 1 and len(vals["distilled"]) > 1 else "")
             kept = (f"{100 * statistics.mean(vals['distilled']) / tm[1]:.1f}%"
                     if tm and tm[1] else "")
             m = speed.get(student)
@@ -386,9 +380,10 @@ def main() -> None:
     ap.add_argument("--cache-timing", action="store_true", help="time the L4 student with the "
                     "teacher's outputs cached against the teacher run every step, per task")
     ap.add_argument("--students", nargs="+", default=list(STUDENTS), choices=list(STUDENTS))
-    ap.add_argument("--unlabelled", type=int, metavar="ROWS", help="also distil the L4 student "
-                    "on each task's first ROWS training examples with the labels removed (SST-2, "
-                    "STS-B, CoNLL-2003; MRPC has no rows beyond its labelled set)")
+    ap.add_argument("--unlabelled", type=int, metavar="ROWS", help="also distil the 4-layer "
+                    "students (L4, L4-pre, of --students) on each task's first ROWS training "
+                    "examples with the labels removed (SST-2, STS-B, CoNLL-2003; MRPC has no rows "
+                    "beyond its labelled set)")
     ap.add_argument("--variants", nargs="+", default=[], choices=list(VARIANTS),
                     help="also distil the 4-layer students (L4, L4-pre, of --students) with "
                     "these settings")
@@ -410,13 +405,13 @@ def main() -> None:
     if args.cache_timing:
         todo += [job for task in args.tasks for job in cache_jobs(task, work, files[task])]
     variant_students = [s for s in args.students if s.startswith("L4")]
-    todo += [job for task in args.tasks for s in variant_students
-             for job in variant_jobs(task, work, files[task], s, args.variants)]
+    todo += [job for task in args.tasks for s in variant_students for name in args.variants
+             for job in arm_jobs(task, work, *files[task], s, name, VARIANTS[name])]
     for task in args.tasks if args.unlabelled else []:
         path = unlabelled_file(task, args.data.resolve(), work, args.unlabelled)
         if path is not None:
             todo += [job for s in variant_students
-                     for job in unlabelled_jobs(task, work, path, files[task][1], s)]
+                     for job in arm_jobs(task, work, path, files[task][1], s, "unlabelled", [])]
     print(f"{len(todo)} jobs", flush=True)
     run_all(todo, log, args.jobs)
     print(f"trained and evaluated in {time.monotonic() - started:.0f}s", flush=True)
