@@ -108,30 +108,6 @@ def test_generator_is_a_fraction_of_the_discriminator():
     assert model.discriminator_predictions.dense.weight.grad is None
 
 
-@pytest.fixture(scope="module")
-def electra_data(tmp_path_factory, small_tokenizer):
-    from conftest import invoke
-
-    out = tmp_path_factory.mktemp("electradata") / "data"
-    r = invoke("build-pretrain-data", small_tokenizer, CORPUS / "alice.txt", "--out", out,
-               "--max-seq-length", "64", "--no-nsp", "--masking", "dynamic", "--packing",
-               "concatenated", "--validation-fraction", "0.1", "--workers", "1")
-    assert r.exit_code == 0, r.stderr
-    return out
-
-
-@pytest.fixture(scope="module")
-def electra_model(tmp_path_factory, electra_data):
-    from conftest import invoke
-
-    out = tmp_path_factory.mktemp("electra") / "model"
-    r = invoke("pretrain", electra_data, "--objective", "electra", *TINY_MODEL, "--steps", "6",
-               "--batch-size", "8", "--eval-every", "3", "--eval-batches", "2", "--mask-rate",
-               "0.25", "--generator-size", "0.5", "--out", out)
-    assert r.exit_code == 0, r.stderr
-    return out
-
-
 def test_electra_chain_and_transformers_loads_the_encoder(cli, electra_model, electra_data,
                                                            tmp_path):
     transformers = pytest.importorskip("transformers")

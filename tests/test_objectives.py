@@ -13,29 +13,6 @@ from bertctl.data.pretraining_dataset import PretrainingDataset
 from conftest import CORPUS, FIXTURES, TINY_MODEL
 
 
-@pytest.fixture(scope="module")
-def continuous_data(tmp_path_factory, small_tokenizer):
-    from conftest import invoke
-
-    out = tmp_path_factory.mktemp("mlmdata") / "data"
-    r = invoke("build-pretrain-data", small_tokenizer, CORPUS / "alice.txt", "--out", out,
-               "--max-seq-length", "64", "--no-nsp", "--masking", "dynamic",
-               "--validation-fraction", "0.1", "--workers", "1")
-    assert r.exit_code == 0, r.stderr
-    return out
-
-
-@pytest.fixture(scope="module")
-def mlm_model(tmp_path_factory, continuous_data):
-    from conftest import invoke
-
-    out = tmp_path_factory.mktemp("mlm") / "model"
-    r = invoke("pretrain", continuous_data, "--objective", "mlm", *TINY_MODEL, "--steps", "6",
-               "--batch-size", "8", "--eval-every", "3", "--eval-batches", "2", "--out", out)
-    assert r.exit_code == 0, r.stderr
-    return out
-
-
 def test_mlm_trains_a_masked_lm_that_transformers_loads_alike(mlm_model, continuous_data):
     transformers = pytest.importorskip("transformers")
     from bertctl.model.hf import load_model

@@ -351,6 +351,24 @@ def _task_file(spec, data: Path) -> Path:
     return data  # the family's reader explains what a saved dataset directory needs
 
 
+def load_encoder(source: ModelSource):
+    """The bare encoder of any model input (its ONNX graph for an export). A checkpoint without
+    a pooler (pretrained with `--objective mlm` or `electra`, or a tagging or span QA model, as
+    transformers' BertForMaskedLM has none) is a complete encoder: it is built without one, so
+    nothing random is run or exported; any other missing weight is refused."""
+    from bertctl.model import BertModel
+
+    model, report = source.load(BertModel)
+    if report.missing and all(k.startswith("pooler.") for k in report.missing):
+        model.pooler = None
+        report.missing = []
+    problems = report.missing + report.mismatched
+    if problems:
+        raise BertctlError(f"{source.path}: the checkpoint lacks encoder weights "
+                           f"({', '.join(problems[:4])})")
+    return model
+
+
 def load_task_model(source: ModelSource):
     model, report = source.load()
     problems = report.missing + report.mismatched

@@ -14,8 +14,6 @@ from bertctl.stages import common
 
 
 def run(config: EmbedSettings, model_dir: str, data: Path, out: str, force: bool = False):
-    from bertctl.model import BertModel
-
     hardware.set_threads(config.threads)
     source = common.open_model(model_dir, "model", exports=True)
     tok, _ = source.tokenizer()
@@ -34,11 +32,7 @@ def run(config: EmbedSettings, model_dir: str, data: Path, out: str, force: bool
     inputs = [source.ref, common.data_input(data)]
 
     def build(tmp: Path) -> dict:
-        model, report = source.load(BertModel)
-        if report.missing or report.mismatched:
-            missing = (report.missing + report.mismatched)[:4]
-            raise BertctlError(f"{source.path}: the checkpoint lacks encoder weights "
-                               f"({', '.join(missing)})")
+        model = common.load_encoder(source)
         model.to(device)
         started = time.monotonic()
         with console.progress("embedding", total=None, unit="rows") as bar, \

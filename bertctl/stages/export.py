@@ -48,15 +48,7 @@ def run(config: ExportSettings, model_dir: str, out: str, force: bool,
     common.tokenizer_files(source.path)
 
     def build(tmp: Path) -> dict[str, Any]:
-        from bertctl.model import BertModel
-
-        if encoder:
-            model, report = source.load(BertModel)
-            if report.missing or report.mismatched:
-                raise BertctlError(f"{source.path}: the checkpoint lacks encoder weights "
-                                   f"({', '.join((report.missing + report.mismatched)[:4])})")
-        else:
-            model = common.load_task_model(source)
+        model = common.load_encoder(source) if encoder else common.load_task_model(source)
         started = time.monotonic()
         facts = _write_graph(model, tmp, config, encoder, source)
         console.log(f"exported {facts['graph']} ({facts['quantize']}) in "

@@ -1,0 +1,94 @@
+"""Every pretraining objective's model is a complete encoder: `embed` and `export` take it.
+
+A model from `--objective mlm` (the budget recipe) or `electra` has no pooler, as transformers'
+BertForMaskedLM has none; embed and export used to refuse it for lacking `pooler.*`. The
+encoder is exported without a pooler output, and its hidden states equal transformers'
+BertModel on the same weights; the pooler is exported only where the checkpoint trained one.
+"""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import FIXTURES
+
+pytest.importorskip("onnxruntime")
+OBJECTIVES = {"bert": "tiny_pretrained", "mlm": "mlm_model", "electra": "electra_model"}
+
+
+@pytest.mark.parametrize("objective", sorted(OBJECTIVES))
+def test_every_objective_exports_an_encoder_equal_to_transformers(objective, request, cli,
+                                                                   tmp_path):
+    transformers = pytest.importorskip("transformers")
+    from bertctl.onnx_model import OnnxModel
+
+    model_dir = request.getfixturevalue(OBJECTIVES[objective])
+    r = cli("export", model_dir, "--out", tmp_path / "enc")
+    assert r.exit_code == 0, r.stderr
+    onnx = json.loads((tmp_path / "enc" / "artifact.json").read_text())["stats"]["onnx"]
+    layers = json.loads((model_dir / "config.json").read_text())["num_hidden_layers"]
+    pooled = objective == "bert"   # the one objective whose checkpoint trained a pooler
+    assert onnx["graph"] == "BertModel"
+    assert onnx["outputs"] == ([f"hidden_states.{i}" for i in range(layers + 1)]
+                               + (["pooler_output"] if pooled else []))
+
+    hf = transformers.BertModel.from_pretrained(str(model_dir), add_pooling_layer=pooled).eval()
+    torch.manual_seed(0)
+    ids = torch.randint(5, 400, (3, 21))
+    mask = torch.ones_like(ids)
+    mask[1, 12:] = 0
+    types = torch.zeros_like(ids)
+    types[0, 9:] = 1
+    got = OnnxModel(tmp_path / "enc" / "model.onnx", threads=1)(ids, types, mask)
+    with torch.no_grad():
+        ref = hf(input_ids=ids, token_type_ids=types, attention_mask=mask,
+                 output_hidden_states=True)
+    real = mask.bool()
+    assert len(got["hidden_states"]) == len(ref.hidden_states) == layers + 1
+    for a, b in zip(got["hidden_states"], ref.hidden_states):
+        torch.testing.assert_close(a[real], b[real], atol=1e-4, rtol=1e-4)
+    if pooled:
+        torch.testing.assert_close(got["pooler_output"], ref.pooler_output, atol=1e-4,
+                                   rtol=1e-4)
+
+
+@pytest.mark.parametrize("objective", sorted(OBJECTIVES))
+def test_every_objective_embeds_from_pytorch_and_from_its_export(objective, request, cli,
+                                                                 tmp_path):
+    model_dir = request.getfixturevalue(OBJECTIVES[objective])
+    r = cli("export", model_dir, "--out", tmp_path / "enc")
+    assert r.exit_code == 0, r.stderr
+    text = FIXTURES / "glue" / "SST-2" / "dev.tsv"
+    for name, model in (("pt", model_dir), ("onnx", tmp_path / "enc")):
+        r = cli("embed", model, text, "--text-column", "sentence", "--pool", "cls",
+                "--layers", "-1", "--precision", "fp32", "--out", tmp_path / f"emb-{name}")
+        assert r.exit_code == 0, r.stderr
+    a = np.load(tmp_path / "emb-pt" / "vectors-00000.npy")
+    b = np.load(tmp_path / "emb-onnx" / "vectors-00000.npy")
+    assert a.shape == b.shape and np.isfinite(a).all()
+    np.testing.assert_allclose(a, b, atol=1e-4)
+
+
+def test_a_missing_encoder_weight_is_still_refused(tiny_pretrained, cli, tmp_path):
+    """Only the pooler may be absent: a checkpoint missing a layer's weight is one line, exit 2,
+    nothing written (for embed and export alike)."""
+    from safetensors.torch import load_file, save_file
+
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    for f in tiny_pretrained.iterdir():
+        if f.name not in ("artifact.json", "model.safetensors"):
+            (broken / f.name).write_bytes(f.read_bytes())
+    tensors = load_file(str(tiny_pretrained / "model.safetensors"))
+    del tensors["bert.encoder.layer.0.attention.self.query.weight"]
+    save_file(tensors, str(broken / "model.safetensors"))
+    text = FIXTURES / "glue" / "SST-2" / "dev.tsv"
+    for args in (("export", broken), ("embed", broken, text, "--text-column", "sentence")):
+        out = tmp_path / f"out-{args[0]}"
+        r = cli(*args, "--out", out)
+        assert r.exit_code == 2, (r.exit_code, r.stderr)
+        lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+        assert len(lines) == 1 and str(broken) in lines[0] and "query.weight" in lines[0], r.stderr
+        assert not out.exists()
