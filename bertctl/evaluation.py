@@ -18,7 +18,6 @@ float16 autocast (for GPUs); outputs are returned as float32.
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -129,18 +128,5 @@ def evaluate_task(model: torch.nn.Module, family, spec, examples, features, labe
     return family.score(predictions, examples, spec, label_list), predictions
 
 
-def json_safe(value: Any) -> Any:
-    """`value` with every NaN / infinity replaced by None, so it can be written as strict JSON."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
-    if isinstance(value, np.generic):
-        return json_safe(value.item())
-    return value
-
-
-__all__ = ["evaluate_task", "inference", "json_safe", "predict",
+__all__ = ["evaluate_task", "inference", "predict",
            "task_batches"]

@@ -25,6 +25,9 @@ conlleval's entity-level figures with the tagging family (bertctl/tasks/tagging/
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
 import numpy as np
 
 from bertctl.errors import BertctlError
@@ -209,3 +212,16 @@ def compute_metrics(name: str, predictions, labels) -> dict[str, float]:
 def main_metric(name: str) -> str:
     """The key of `compute_metrics(name, ...)` that model selection maximises."""
     return _lookup(name)[1]
+
+
+def json_safe(value: Any) -> Any:
+    """`value` with every NaN / infinity replaced by None, so it can be written as strict JSON."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    if isinstance(value, np.generic):
+        return json_safe(value.item())
+    return value

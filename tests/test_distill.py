@@ -19,7 +19,8 @@ from scipy.special import softmax
 from scipy.stats import entropy
 
 from bertctl.model import BertConfig, BertForSequenceClassification
-from bertctl.train import TrainSettings, train
+from bertctl.train.loop import train
+from bertctl.train.settings import TrainSettings
 from bertctl.train.distill import Distiller, soft_loss
 
 from conftest import FAMILY_DATA, FIXTURES

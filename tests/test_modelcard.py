@@ -76,7 +76,7 @@ def test_pretrained_model_card(tiny_pretrained, pretrain_data):
     assert _number(pre["parameters"]) == model["stats"]["parameters"]
     # tokens trained on: recounted here from the batches the loop's data order gives
     from bertctl.data.pretraining_dataset import PretrainingDataset
-    from bertctl.train import BatchOrder
+    from bertctl.train.order import BatchOrder
 
     dataset = PretrainingDataset(pretrain_data, "train")
     order = BatchOrder(len(dataset), model["config"]["batch_size"], model["config"]["seed"], None)

@@ -11,7 +11,8 @@ import torch
 from bertctl.errors import BertctlError
 from bertctl.modelcard import tokens_trained
 from bertctl.objectives.scoring import pretraining_step_metrics
-from bertctl.train import TrainSettings, train
+from bertctl.train.loop import train
+from bertctl.train.settings import TrainSettings
 from bertctl.train.loop import Trainer
 from bertctl.train.optim import lr_at_share
 from bertctl.train.settings import parse_duration

@@ -28,7 +28,8 @@ sys.path.insert(0, str(HERE))
 from test_train_loop import RepeatedTokens, fixed_eval, records, tiny_pretraining  # noqa: E402
 
 from bertctl.objectives.scoring import pretraining_step_metrics as pretraining_metrics  # noqa: E402
-from bertctl.train import TrainSettings, train  # noqa: E402
+from bertctl.train.loop import train  # noqa: E402
+from bertctl.train.settings import TrainSettings  # noqa: E402
 from bertctl.train import checkpoint as ckpt  # noqa: E402
 
 SETTINGS = dict(steps=6, batch_size=8, micro_batch_size=2, lr=3e-3, warmup=0.2, log_every=1,

@@ -24,11 +24,12 @@ import torch
 from bertctl.errors import BertctlError
 from bertctl.model import BertConfig, BertForPreTraining, BertForSequenceClassification
 from bertctl.objectives.scoring import pretraining_step_metrics as pretraining_metrics
-from bertctl.train import (
-    BatchOrder, CorruptCheckpoint, TrainingDiverged, TrainSettings, lr_at, param_groups, train,
-    warmup_steps)
 from bertctl.train import checkpoint as ckpt
-from bertctl.train.optim import make_optimizer, no_decay_names
+from bertctl.train.checkpoint import CorruptCheckpoint
+from bertctl.train.loop import TrainingDiverged, train
+from bertctl.train.optim import lr_at, make_optimizer, no_decay_names, param_groups, warmup_steps
+from bertctl.train.order import BatchOrder
+from bertctl.train.settings import TrainSettings
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 TINY = dict(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,

@@ -353,9 +353,9 @@ def _task_file(spec, data: Path) -> Path:
 
 def load_encoder(source: ModelSource):
     """The bare encoder of any model input (its ONNX graph for an export). A checkpoint without
-    a pooler (pretrained with `--objective mlm` or `electra`, or a tagging or span QA model, as
-    transformers' BertForMaskedLM has none) is a complete encoder: it is built without one, so
-    nothing random is run or exported; any other missing weight is refused."""
+    a pooler (a masked LM alone, a replaced-token detector, a tagging or span QA model) is a
+    complete encoder: it is built without one, so nothing random is run or exported; any other
+    missing weight is refused."""
     from bertctl.model import BertModel
 
     model, report = source.load(BertModel)

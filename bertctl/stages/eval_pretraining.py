@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from bertctl import agreement, artifacts, console, evaluation, hardware, objectives
+from bertctl.metrics import json_safe
 from bertctl.config import EvalSettings
 from bertctl.errors import BertctlError
 from bertctl.stages.common import ModelSource
@@ -53,7 +54,7 @@ def run(config: EvalSettings, source: ModelSource, art: artifacts.Artifact, out:
                                         **options)
         seconds = time.monotonic() - started
         examples, masked = result.pop("examples"), result.pop("masked_tokens")
-        metrics = evaluation.json_safe(result)
+        metrics = json_safe(result)
         (tmp / METRICS_FILE).write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
         return {"metrics": metrics, "examples": examples, "masked_tokens": masked,
                 "model": str(source.path), "model_id": source.ref.id, "data": str(art.path),

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from bertctl import artifacts, console, evaluation, hardware
+from bertctl.metrics import json_safe
 from bertctl.config import EvalSettings
 from bertctl.errors import BertctlError
 from bertctl.stages import common
@@ -64,7 +65,7 @@ def run(config: EvalSettings, source: ModelSource, data: Path, out: str,
                     f"{', labels ' + ', '.join(label_list) if label_list else ''}")
         predictions, examples = family.join(kept)
         metrics = family.score(predictions, examples, spec, label_list) if labelled else {}
-        metrics = evaluation.json_safe(metrics)
+        metrics = json_safe(metrics)
         (tmp / METRICS_FILE).write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
         return {"metrics": metrics, "examples": n, "labelled": labelled,
                 "model": str(source.path), "model_id": source.ref.id, "data": str(data),

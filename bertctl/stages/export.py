@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from bertctl import artifacts, console, evaluation, hardware, modelcard, onnx_model
+from bertctl.metrics import json_safe
 from bertctl.config import ExportSettings
 from bertctl.errors import BertctlError
 from bertctl.expectations import ExpectationsUnmet
@@ -132,7 +133,7 @@ def _check(model, exported, source: common.ModelSource, task, config: ExportSett
             outputs = evaluation.predict(m, evaluation.task_batches(features, config.batch_size),
                                          "cpu", "fp32", progress=lambda n: bar.update(n))
         predictions = family.predictions(outputs, features, examples, spec, calibration)
-        metrics = evaluation.json_safe(family.score(predictions, examples, spec, label_list))
+        metrics = json_safe(family.score(predictions, examples, spec, label_list))
         runs[name] = (outputs, metrics, _latency(m, features))
     (ref, ref_metrics, ref_latency), (got, got_metrics, got_latency) = runs["pytorch"], runs["export"]
     main = family.main_metric(spec)

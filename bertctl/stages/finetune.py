@@ -229,7 +229,8 @@ class FinetuneJob:
 
     def fit(self, work: Path):
         from bertctl.data.collate import TaskData
-        from bertctl.train import TrainSettings, train
+        from bertctl.train.loop import train
+        from bertctl.train.settings import TrainSettings
 
         config, model, metrics, taught = self.config, self.model, None, None
         if self.distillation is not None:

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from bertctl import artifacts, console, glue
+from bertctl.metrics import json_safe
 from bertctl.config import GlueSummarySettings
 from bertctl.errors import BertctlError
 
@@ -17,8 +18,6 @@ ZIP = "submission.zip"
 
 
 def run(config: GlueSummarySettings, paths: list[str], out: str, force: bool = False):
-    from bertctl.evaluation import json_safe
-
     if not paths:
         raise BertctlError("glue-summary: give the eval artifacts of the runs")
     placed = [glue.place(artifacts.read_artifact(p, "eval")) for p in paths]

@@ -95,7 +95,7 @@ class PretrainJob:
 
     def prepare(self) -> None:
         from bertctl.data.pretraining_dataset import PretrainingDataset
-        from bertctl.train import TrainSettings
+        from bertctl.train.settings import TrainSettings
         from bertctl.train import distributed as dist
 
         config = self.config
@@ -121,7 +121,7 @@ class PretrainJob:
                                        self.config.precision, max_batches=self.config.eval_batches)
 
     def fit(self, work: Path):
-        from bertctl.train import train
+        from bertctl.train.loop import train
 
         with console.training_progress("pretraining", self.config.steps,
                                        self.settings.start_step) as on_log:

@@ -19,9 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
-from bertctl.data.collate import pad_to_tensor
 from bertctl.errors import BertctlError
 from bertctl.tasks import files
 from bertctl.tasks.base import Family, logits_of
@@ -75,7 +73,7 @@ class TaskFeatures:
     def __len__(self) -> int:
         return len(self.lengths)
 
-    def batch(self, indices, epoch: int = 0) -> dict[str, torch.Tensor]:
+    def batch(self, indices, epoch: int = 0) -> dict[str, Any]:
         return make_batch(self, indices)
 
 
@@ -122,10 +120,16 @@ def encode_examples(examples: TaskExamples, tokenizer, max_seq_length: int) -> T
                         label_list=examples.label_list)
 
 
-def make_batch(features: TaskFeatures, indices) -> dict[str, torch.Tensor]:
+def make_batch(features: TaskFeatures, indices) -> dict[str, Any]:
     """The model inputs for the examples `indices`, padded to the batch's longest sequence:
     `input_ids`, `token_type_ids`, `attention_mask` as (B, T) long tensors, or (B, C, T) for
     multiple choice; and `labels` ((B,) long, or float for regression) when the file had labels."""
+    # Here, not at the top: the CLI imports every family to build its flags, and the commands
+    # that run no model must not pay torch's import (about 2 s and 180 MB).
+    import torch
+
+    from bertctl.data.collate import pad_to_tensor
+
     idx = np.asarray(indices, dtype=np.int64).reshape(-1)
     c = features.num_choices
     seq = (idx[:, None] * c + np.arange(c)).reshape(-1) if c else idx
