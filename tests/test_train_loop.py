@@ -497,7 +497,7 @@ def _documents(path: Path) -> list[list[str]]:
 
 
 def test_trains_on_a_real_pretraining_dataset(tmp_path, small_tokenizer):
-    pretraining = pytest.importorskip("bertctl.data.pretraining")
+    from bertctl.data import pretraining
     from tokenizers import Tokenizer
 
     from bertctl.data.settings import PretrainingDataSettings

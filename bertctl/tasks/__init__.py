@@ -20,21 +20,4 @@ from bertctl.tasks import classification, regression, multiple_choice, span, tag
 from bertctl.tasks.spec import PRESETS, TaskSpec, make_task_spec  # noqa: E402
 
 
-def read_examples(spec: TaskSpec, path, label_list=None, require_labels: bool = False):
-    """`get(spec.family).read(...)`."""
-    return get(spec.family).read(spec, path, label_list=label_list,
-                                 require_labels=require_labels)
-
-
-def encode_examples(examples, tokenizer, max_seq_length: int, training: bool = False):
-    """`get(examples.spec.family).encode(...)`."""
-    return get(examples.spec.family).encode(examples, tokenizer, max_seq_length,
-                                            training=training)
-
-
-def make_batch(features, indices):
-    return features.batch(indices)
-
-
-__all__ = ["FAMILIES", "PRESETS", "TaskSpec", "encode_examples", "get", "make_batch",
-           "make_task_spec", "read_examples", "register"]
+__all__ = ["FAMILIES", "PRESETS", "TaskSpec", "get", "make_task_spec", "register"]

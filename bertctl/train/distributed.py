@@ -106,18 +106,11 @@ def wrap(model: nn.Module, info: DistInfo, find_unused_parameters: bool = False)
     return DDP(model, device_ids=ids, find_unused_parameters=find_unused_parameters)
 
 
-def unwrap(model: nn.Module) -> nn.Module:
-    """The module inside DDP (and torch.compile), whose state dict has the plain names."""
-    while hasattr(model, "module") or hasattr(model, "_orig_mod"):
-        model = getattr(model, "module", None) or model._orig_mod
-    return model
-
-
 def cleanup() -> None:
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
 
 
 __all__ = ["DistInfo", "active", "all_gather_object", "all_reduce_sum", "barrier", "cleanup",
-           "init", "is_main", "launched_by_torchrun", "rank", "resolve_device", "unwrap",
+           "init", "is_main", "launched_by_torchrun", "rank", "resolve_device",
            "world_size", "wrap"]

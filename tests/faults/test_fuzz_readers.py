@@ -23,6 +23,7 @@ from bertctl.settings import resolve  # noqa: E402
 from bertctl.tasks.settings import finetune_settings  # noqa: E402
 from bertctl.tasks.span.reader import read_span_examples  # noqa: E402
 from bertctl.tasks.tagging.reader import read_tagged  # noqa: E402
+from conftest import read_examples  # noqa: E402
 
 FUZZ = settings(max_examples=40, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.function_scoped_fixture,
@@ -62,7 +63,7 @@ def test_task_files(tmp_path, data, suffix):
     path = _write(tmp_path, "task" + suffix, data)
     before = _files(tmp_path)
     spec = tasks.make_task_spec(family="pair", text_columns=["a", "b"], label_column="label")
-    _only_bertctl_errors(tasks.read_examples, spec, path, require_labels=True)
+    _only_bertctl_errors(read_examples, spec, path, require_labels=True)
     assert _files(tmp_path) == before
 
 
@@ -71,7 +72,7 @@ def test_task_files(tmp_path, data, suffix):
 def test_glue_presets(tmp_path, data):
     path = _write(tmp_path, "dev.tsv", data)
     for preset in ("glue/cola", "glue/mrpc", "glue/sts-b"):
-        _only_bertctl_errors(tasks.read_examples, tasks.make_task_spec(preset), path)
+        _only_bertctl_errors(read_examples, tasks.make_task_spec(preset), path)
 
 
 @FUZZ
@@ -86,7 +87,7 @@ def test_corpus_files(tmp_path, data):
 def test_conll_files(tmp_path, data):
     path = _write(tmp_path, "train.txt", data)
     spec = tasks.make_task_spec("conll2003")
-    _only_bertctl_errors(tasks.read_examples, spec, path, require_labels=True)
+    _only_bertctl_errors(read_examples, spec, path, require_labels=True)
     _only_bertctl_errors(read_tagged, path)
 
 
@@ -153,4 +154,4 @@ def test_json_rows_that_crash_the_datasets_reader_are_refused_first(tmp_path, te
     path = _write(tmp_path, "t.jsonl", text.encode())
     spec = tasks.make_task_spec(family="single", text_columns=["a"], label_column="label")
     with pytest.raises(BertctlError, match=needle):
-        tasks.read_examples(spec, path)
+        read_examples(spec, path)
