@@ -464,12 +464,13 @@ def test_evaluate_task_scores_and_json_safe():
     from types import SimpleNamespace
 
     from bertctl import tasks
+    from bertctl.metrics import json_safe
 
     spec = make_task_spec("glue/sts-b")
     m = tasks.get("regression").score(np.zeros(4, dtype=np.float32),
                                       SimpleNamespace(labels=np.array([0.0, 1, 2, 3])), spec, None)
     assert np.isnan(m["pearson"])
-    assert evaluation.json_safe(m) == {"pearson": None, "spearman": None}
+    assert json_safe(m) == {"pearson": None, "spearman": None}
     spec = make_task_spec("glue/rte")
     m = tasks.get("pair").score(np.array([0, 0, 1, 1]), SimpleNamespace(labels=np.array([0, 1, 1, 1])),
                                 spec, spec.labels)
