@@ -432,3 +432,13 @@ class ExportSettings(StageConfig):
     threads: int | None = Field(None, ge=1, description="CPU threads; unset: OMP_NUM_THREADS "
                                 "if set, else the cores this process may use.",
                                 json_schema_extra=_RUN)
+
+
+# Every stage's settings class, declared here once: the artifact-id check reads from these which
+# fields each kind's ids leave out (settings.identity_exclusions). The task stages' classes as
+# the CLI shows them add the families' options (tasks/settings.py); those options are always
+# part of the id, so these bases say all their composed classes leave out.
+STAGE_SETTINGS: tuple[type[StageConfig], ...] = (
+    TokenizeSettings, BuildPretrainDataSettings, PretrainSettings, FinetuneSettings,
+    DistillSettings, EvalSettings, EmbedSettings, ExportSettings, ReportSettings,
+    GlueSummarySettings)

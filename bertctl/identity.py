@@ -10,6 +10,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from bertctl import settings as settings_mod
+from bertctl.config import STAGE_SETTINGS
 
 if TYPE_CHECKING:
     from bertctl.artifacts import InputRef, Manifest
@@ -54,12 +55,10 @@ def id_holds(kind: str, artifact_id: str, config: dict[str, Any],
     """Whether `artifact_id` is the id of these recorded settings and inputs, as this code or an
     earlier revision of it computed ids. A manifest is plain JSON: this is what notices a
     setting, an input or a parent's id edited after the artifact was written."""
-    import bertctl.config  # noqa: F401 - the stage settings say which fields ids leave out
-
     if kind not in SCHEMA_VERSIONS:
         return False
     revisions = [None, *range(2, REVISIONS.get(kind, 1) + 1)]
-    for excluded in settings_mod.identity_exclusions(kind):
+    for excluded in settings_mod.identity_exclusions(kind, STAGE_SETTINGS):
         hashed = {k: v for k, v in config.items() if k not in excluded}
         if any(compute_id(kind, hashed, inputs, r) == artifact_id for r in revisions):
             return True

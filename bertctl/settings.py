@@ -165,15 +165,12 @@ def identity(config: StageConfig) -> dict[str, Any]:
     return values
 
 
-def identity_exclusions(kind: str) -> set[frozenset[str]]:
+def identity_exclusions(kind: str, classes) -> set[frozenset[str]]:
     """The sets of fields `identity` may have left out of an artifact of `kind`: one per
-    settings class writing that kind (the settings classes must be imported: bertctl.config),
-    and the empty set (settings given as a plain dict, as `--combine` records them)."""
+    settings class of `classes` writing that kind (config.STAGE_SETTINGS), and the empty set
+    (settings given as a plain dict, as `--combine` records them)."""
     found: set[frozenset[str]] = {frozenset()}
-    stack = list(StageConfig.__subclasses__())
-    while stack:
-        cls = stack.pop()
-        stack.extend(cls.__subclasses__())
+    for cls in classes:
         if cls.produces == kind:
             found.add(frozenset(n for n, f in cls.model_fields.items()
                                 if field_meta(f).get("identity") is False))

@@ -118,3 +118,23 @@ def test_the_loop_the_stages_and_inference_name_no_objective():
         text = path.read_text(encoding="utf-8")
         found = sorted(n for n in names | models if n in text)
         assert not found, f"{path.name} names objectives {found}"
+
+
+def test_every_stage_settings_class_is_declared_once_for_the_id_check():
+    """The id check reads which fields ids leave out from config.STAGE_SETTINGS, not from
+    whatever subclasses happen to be imported: each command's class is one of them, or is
+    composed from one (the families' options added) and leaves out exactly what it does."""
+    from bertctl.cli import _STAGES, settings_of
+    from bertctl.config import STAGE_SETTINGS
+    from bertctl.settings import field_meta
+
+    def excluded(cls):
+        return {n for n, f in cls.model_fields.items() if field_meta(f).get("identity") is False}
+
+    for name, *_ in _STAGES:
+        cls = settings_of(name)
+        if cls.produces is None:
+            continue
+        base = next((b for b in STAGE_SETTINGS if b is cls or b in cls.__bases__), None)
+        assert base is not None, f"{name}: {cls.__name__} is not in config.STAGE_SETTINGS"
+        assert base.produces == cls.produces and excluded(base) == excluded(cls), name
