@@ -36,10 +36,12 @@ def direct(files, vocab_size):
 
 
 def bertctl_stage(files, vocab_size, out):
+    from bertctl.artifacts import Target
     from bertctl.config import TokenizeSettings
     from bertctl.stages import tokenize
 
-    outcome = tokenize.run(TokenizeSettings(vocab_size=vocab_size), files, out)
+    outcome = tokenize.run(TokenizeSettings(vocab_size=vocab_size), Target(out),
+                           list(files))
     return outcome.manifest.stats["tokenizer"]["vocab_size"]
 
 

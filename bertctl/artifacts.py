@@ -8,6 +8,7 @@ which is what lets make, CI and shell scripts chain stages safely.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import hashlib
 import json
@@ -17,6 +18,7 @@ import shutil
 import sys
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
@@ -362,11 +364,25 @@ def plan(kind: str, settings: StageConfig | dict[str, Any], inputs: list[InputRe
     return artifact_id, out_path
 
 
+@dataclass(frozen=True)
+class Target:
+    """Where and how a stage publishes its artifact: `out` (--out, may hold {id}), `force`
+    (replace a different artifact there), `wait` (wait for another run's lock on it instead
+    of failing at once)."""
+
+    out: Path
+    force: bool = False
+    wait: bool = False
+
+    def __post_init__(self):
+        object.__setattr__(self, "out", Path(self.out))
+
+
 def produce(kind: str, settings: StageConfig | dict[str, Any], inputs: list[InputRef],
-            out: str | os.PathLike, build: Callable[[Path], dict[str, Any]],
-            force: bool = False) -> Outcome:
-    """Run `build(tmp_dir)` for an artifact unless `out` already holds it, and move the result
-    into place atomically.
+            target: Target, build: Callable[[Path], dict[str, Any]],
+            locked: bool = False) -> Outcome:
+    """Run `build(tmp_dir)` for an artifact unless `target.out` already holds it, and move the
+    result into place atomically, holding the output's lock (`locked`: the caller holds it).
 
     `build` writes the stage's files into the temporary directory and returns the manifest's
     `stats` (and, under the key "metrics", its metrics). The manifest is written last, then the
@@ -374,9 +390,9 @@ def produce(kind: str, settings: StageConfig | dict[str, Any], inputs: list[Inpu
     which the next run removes.
     """
     recorded, _ = _settings(settings)
-    artifact_id, out_path = plan(kind, settings, inputs, out)
-    with locks.output_lock(out_path):
-        return _produce(kind, recorded, artifact_id, out_path, inputs, build, force)
+    artifact_id, out_path = plan(kind, settings, inputs, target.out)
+    with contextlib.nullcontext() if locked else locks.output_lock(out_path, target.wait):
+        return _produce(kind, recorded, artifact_id, out_path, inputs, build, target.force)
 
 
 def _produce(kind, recorded, artifact_id, out_path, inputs, build, force) -> Outcome:

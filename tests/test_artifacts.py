@@ -54,7 +54,7 @@ def test_id_is_stable_and_depends_on_config_and_inputs(tmp_path, monkeypatch):
 
 def test_produce_writes_manifest_and_skips_when_up_to_date(tmp_path):
     out = tmp_path / "art"
-    first = artifacts.produce("eval", {"k": 1}, [], out, _build())
+    first = artifacts.produce("eval", {"k": 1}, [], artifacts.Target(out), _build())
     assert not first.up_to_date
     m = json.loads((out / "artifact.json").read_text())
     assert m["format"] == "bertctl-artifact" and m["kind"] == "eval" and m["schema_version"] == 1
@@ -64,25 +64,25 @@ def test_produce_writes_manifest_and_skips_when_up_to_date(tmp_path):
 
     def fail(tmp):
         raise AssertionError("must not rebuild an up-to-date artifact")
-    again = artifacts.produce("eval", {"k": 1}, [], out, fail)
+    again = artifacts.produce("eval", {"k": 1}, [], artifacts.Target(out), fail)
     assert again.up_to_date and again.manifest.id == first.manifest.id
 
 
 def test_different_id_needs_force(tmp_path):
     out = tmp_path / "art"
-    artifacts.produce("eval", {"k": 1}, [], out, _build("one"))
+    artifacts.produce("eval", {"k": 1}, [], artifacts.Target(out), _build("one"))
     with pytest.raises(BertctlError, match="pass --force"):
-        artifacts.produce("eval", {"k": 2}, [], out, _build("two"))
+        artifacts.produce("eval", {"k": 2}, [], artifacts.Target(out), _build("two"))
     assert (out / "data.txt").read_text() == "one"
-    replaced = artifacts.produce("eval", {"k": 2}, [], out, _build("two"), force=True)
+    replaced = artifacts.produce("eval", {"k": 2}, [], artifacts.Target(out, force=True), _build("two"))
     assert (out / "data.txt").read_text() == "two"
     assert artifacts.read_artifact(out).id == replaced.manifest.id
     assert _left(tmp_path) == ["art"]  # no temporary leftovers
 
 
 def test_id_placeholder_keeps_versions_side_by_side(tmp_path):
-    a = artifacts.produce("eval", {"k": 1}, [], tmp_path / "run-{id}", _build())
-    b = artifacts.produce("eval", {"k": 2}, [], tmp_path / "run-{id}", _build())
+    a = artifacts.produce("eval", {"k": 1}, [], artifacts.Target(tmp_path / "run-{id}"), _build())
+    b = artifacts.produce("eval", {"k": 2}, [], artifacts.Target(tmp_path / "run-{id}"), _build())
     assert a.path != b.path
     assert Path(a.path).name == f"run-{a.manifest.id}" and Path(b.path).is_dir()
 
@@ -94,7 +94,7 @@ def test_failed_build_leaves_nothing(tmp_path):
         (tmp / "half.txt").write_text("half")
         raise BertctlError("boom")
     with pytest.raises(BertctlError):
-        artifacts.produce("eval", {}, [], out, broken)
+        artifacts.produce("eval", {}, [], artifacts.Target(out), broken)
     assert _left(tmp_path) == []
 
 
@@ -102,22 +102,22 @@ def test_out_that_is_a_file_or_other_kind_is_refused(tmp_path):
     f = tmp_path / "file"
     f.write_text("x")
     with pytest.raises(BertctlError, match="not a directory"):
-        artifacts.produce("eval", {}, [], f, _build())
+        artifacts.produce("eval", {}, [], artifacts.Target(f), _build())
     other = tmp_path / "model"
-    artifacts.produce("model", {}, [], other, _build())
+    artifacts.produce("model", {}, [], artifacts.Target(other), _build())
     with pytest.raises(BertctlError, match="holds a model artifact"):
-        artifacts.produce("eval", {}, [], other, _build())
+        artifacts.produce("eval", {}, [], artifacts.Target(other), _build())
     plain = tmp_path / "plain"
     plain.mkdir()
     (plain / "notes.txt").write_text("mine")
     with pytest.raises(BertctlError, match="not an artifact"):
-        artifacts.produce("eval", {}, [], plain, _build())
+        artifacts.produce("eval", {}, [], artifacts.Target(plain), _build())
     assert (plain / "notes.txt").read_text() == "mine"
 
 
 def test_reading_checks_kind_schema_and_corruption(tmp_path):
     out = tmp_path / "art"
-    artifacts.produce("eval", {}, [], out, _build())
+    artifacts.produce("eval", {}, [], artifacts.Target(out), _build())
     with pytest.raises(BertctlError, match="is an eval artifact, expected tokenizer"):
         artifacts.read_artifact(out, "tokenizer")
     manifest = out / "artifact.json"
@@ -135,7 +135,7 @@ def test_reading_checks_kind_schema_and_corruption(tmp_path):
 
 def test_verify_catches_one_changed_byte_and_a_missing_file(tmp_path, cli):
     out = tmp_path / "art"
-    artifacts.produce("eval", {}, [], out, _build("abcdef"))
+    artifacts.produce("eval", {}, [], artifacts.Target(out), _build("abcdef"))
     assert cli("inspect", out, "--verify").exit_code == 0
     (out / "data.txt").write_text("abcdeF")
     r = cli("inspect", out, "--verify")
@@ -157,7 +157,7 @@ def build(tmp):
     print("started", flush=True)
     time.sleep(60)
     return {}
-artifacts.produce("eval", {}, [], sys.argv[1], build)
+artifacts.produce("eval", {}, [], artifacts.Target(sys.argv[1]), build)
 """
 
 
@@ -175,7 +175,7 @@ def test_killed_write_leaves_no_artifact_and_rerun_works(tmp_path, sig):
     assert all(name.startswith(".art.tmp-") for name in leftovers)
     if sig == signal.SIGINT:
         assert leftovers == []
-    artifacts.produce("eval", {}, [], out, _build())
+    artifacts.produce("eval", {}, [], artifacts.Target(out), _build())
     assert artifacts.read_artifact(out).kind == "eval"
     assert _left(tmp_path) == ["art"]  # the stale sibling was removed
 

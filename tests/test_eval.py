@@ -54,7 +54,7 @@ def make_model_artifact(out: Path, model: nn.Module, tokenizer_dir: Path, spec=N
         write_model(model, tmp, tokenizer_dir, extra_config=extra, task=task)
         return {}
 
-    artifacts.produce("model", {"test": out.name}, [], out, build)
+    artifacts.produce("model", {"test": out.name}, [], artifacts.Target(out), build)
     return out
 
 
@@ -319,7 +319,7 @@ def test_a_file_is_evaluated_a_part_at_a_time(cli, models, tmp_path, monkeypatch
     """eval reads, encodes, predicts and writes a file a part at a time and keeps only the labels
     and predictions for scoring; the parts give what the whole file gives (regression scores up
     to float rounding: a part's batches are padded to other lengths)."""
-    from bertctl.stages import eval_task
+    from bertctl.stages.eval import task as eval_task
     from bertctl.tasks.sequence import SequenceFamily
 
     whole = tmp_path / "whole"
@@ -505,7 +505,7 @@ def pretrain_data(tmp_path_factory, minilm_dir):
             copy_tokenizer(minilm_dir, tmp)
             return {}
 
-        artifacts.produce("pretrain-data", config.to_dict(), [], root / name, build)
+        artifacts.produce("pretrain-data", config.to_dict(), [], artifacts.Target(root / name), build)
         made[name] = root / name
     torch.manual_seed(0)
     made["model"] = make_model_artifact(root / "model", BertForPreTraining(tiny_config(0.02)),

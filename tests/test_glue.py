@@ -38,8 +38,7 @@ def make_eval(root: Path, task: str, file: str, lr: float, seed: int, *, metrics
                 "metrics": metrics or {}}
 
     out = root / "evals" / f"{task.replace('/', '_')}-{file}-{lr}-{seed}-{epochs}"
-    artifacts.produce("eval", {"precision": "fp32"}, [model, artifacts.file_input(data, "data")],
-                      out, build)
+    artifacts.produce("eval", {"precision": "fp32"}, [model, artifacts.file_input(data, "data")], artifacts.Target(out), build)
     return out
 
 

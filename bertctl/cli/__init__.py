@@ -16,14 +16,16 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
+from click.exceptions import NoArgsIsHelpError
 
 import bertctl
 from bertctl import console
-from bertctl import locks, signals
+from bertctl import signals
+from bertctl.artifacts import Target
 from bertctl.config import (BuildPretrainDataSettings, DistillSettings, EmbedSettings, EvalSettings,
                             ExportSettings, FinetuneSettings, GlueSummarySettings,
                             PretrainSettings, ReportSettings, TokenizeSettings)
-from bertctl.cli.flags import COMMON, PanelledCommand, field_parameter
+from bertctl.cli.flags import COMMON, DEBUG, JSON_OUTPUT, PanelledCommand, field_parameter
 from bertctl.settings import StageConfig, resolve
 from bertctl.errors import BertctlError, DiskFull, Interrupted, is_disk_full
 from bertctl.expectations import ExpectationsUnmet
@@ -113,20 +115,20 @@ def _command(settings: type[StageConfig], help: str, fn):
     hints = typing.get_type_hints(fn, include_extras=True)
     own = [p.replace(annotation=hints[p.name])
            for p in inspect.signature(fn).parameters.values()
-           if p.name not in ("settings", "out", "force")]
+           if p.name not in ("settings", "target")]
     common = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, annotation=a, default=d)
               for n, (a, d) in COMMON.items()]
     fields = [field_parameter(n, f) for n, f in settings.model_fields.items()]
 
     def command(**kwargs):
         json_mode, debug = kwargs.pop("json_output"), kwargs.pop("debug")
-        locks.wait_for_locks(kwargs.pop("wait"))
+        target = Target(kwargs.pop("out"), kwargs.pop("force"), kwargs.pop("wait"))
         config_file = kwargs.pop("config")
         overrides = {n: kwargs.pop(n) for n in settings.model_fields}
         console.set_quiet(False)
         with _handled(json_mode, debug):
             resolved = resolve(settings, config_file, overrides)
-            outcome = fn(settings=resolved, **kwargs)
+            outcome = fn(settings=resolved, target=target, **kwargs)
             if outcome is not None and signals.pending():   # asked to stop as it finished
                 raise Interrupted(f"interrupted as the {outcome.manifest.kind} artifact was "
                                   f"finished; it is complete: {outcome.path}")
@@ -169,7 +171,7 @@ def make_app() -> typer.Typer:
 
 @stage("tokenize", TokenizeSettings, help="Train a BERT WordPiece tokenizer on corpus files (or "
        "import a vocab.txt or a Hugging Face tokenizer directory) into a tokenizer artifact.")
-def tokenize(settings: TokenizeSettings, out: Path, force: bool,
+def tokenize(settings: TokenizeSettings, target: Target,
              corpus: Annotated[Optional[list[str]], typer.Argument(
                  help="Corpus files, globs or directories: text (one sentence per line, blank "
                       "line between documents; .gz too), or .jsonl/.csv/.tsv/.parquet with "
@@ -180,16 +182,15 @@ def tokenize(settings: TokenizeSettings, out: Path, force: bool,
                  help="Import a local Hugging Face BERT tokenizer directory.")] = None):
     from bertctl.stages import tokenize as stage_module
 
-    return stage_module.run(settings, corpus or [], str(out), force,
-                            from_vocab=str(from_vocab) if from_vocab else None,
-                            from_pretrained=str(from_pretrained) if from_pretrained else None)
+    return stage_module.run(settings, target, corpus or [], from_vocab=from_vocab,
+                            from_pretrained=from_pretrained)
 
 
 @stage("build-pretrain-data", BuildPretrainDataSettings, help="Build masked-LM + next-sentence "
        "instances (Google's algorithm) from a tokenizer artifact and corpus files into a "
        "pretrain-data artifact; or combine slices built separately.")
 def build_pretrain_data(
-        settings: BuildPretrainDataSettings, out: Path, force: bool,
+        settings: BuildPretrainDataSettings, target: Target,
         tokenizer: Annotated[Optional[Path], typer.Argument(
             help="The tokenizer artifact.", show_default=False)] = None,
         corpus: Annotated[Optional[list[str]], typer.Argument(
@@ -200,14 +201,13 @@ def build_pretrain_data(
                  "one; repeat the flag per slice.")] = None):
     from bertctl.stages import build_pretrain_data as stage_module
 
-    return stage_module.run(settings, str(tokenizer) if tokenizer else None, corpus or [],
-                            str(out), force, combine=[str(c) for c in combine or []])
+    return stage_module.run(settings, target, tokenizer, corpus or [], combine=combine)
 
 
 @stage("pretrain", PretrainSettings, help="Pretrain BERT (masked LM + next-sentence prediction) "
        "on a pretrain-data artifact into a model artifact; from a size preset, a config.json, "
        "or continuing from a model. Runs data-parallel under torchrun.")
-def pretrain(settings: PretrainSettings, out: Path, force: bool,
+def pretrain(settings: PretrainSettings, target: Target,
              data: Annotated[Path, typer.Argument(help="The pretrain-data artifact.",
                                                    show_default=False)],
              init_from: Annotated[Optional[Path], typer.Option(
@@ -218,9 +218,8 @@ def pretrain(settings: PretrainSettings, out: Path, force: bool,
                       "preset.")] = None):
     from bertctl.stages import pretrain as stage_module
 
-    return stage_module.run(settings, str(data), str(out), force,
-                            init_from=str(init_from) if init_from else None,
-                            model_config=str(model_config) if model_config else None)
+    return stage_module.run(settings, target, data, init_from=init_from,
+                            model_config=model_config)
 
 
 ModelArgument = Annotated[Path, typer.Argument(
@@ -252,7 +251,7 @@ def _eval_settings() -> type[EvalSettings]:
        "directory on a task of any registered family (single sentence or pair classification, "
        "regression, multiple choice, span QA, tagging: see --family) into a model artifact "
        "with the task head. Runs data-parallel under torchrun.")
-def finetune(settings: FinetuneSettings, out: Path, force: bool,
+def finetune(settings: FinetuneSettings, target: Target,
              model: ModelArgument,
              train: Annotated[Path, typer.Argument(
                  help="The training file (TSV, CSV, JSON lines, parquet or a saved dataset "
@@ -262,8 +261,7 @@ def finetune(settings: FinetuneSettings, out: Path, force: bool,
                       "file when TRAIN is a directory).")] = None):
     from bertctl.stages import finetune as stage_module
 
-    return stage_module.run(settings, str(model), str(train), str(out), force,
-                            dev_path=str(dev) if dev else None)
+    return stage_module.run(settings, target, model, train, dev_path=dev)
 
 
 @stage("distill", _distill_settings, help="Train a smaller student to imitate a fine-tuned "
@@ -271,7 +269,7 @@ def finetune(settings: FinetuneSettings, out: Path, force: bool,
        "has them, optionally its hidden states) into a model artifact of the teacher's task. "
        "The student: some of the teacher's layers (default: every second), a preset size, a "
        "config.json or a pretrained model with the teacher's vocabulary.")
-def distill(settings: DistillSettings, out: Path, force: bool,
+def distill(settings: DistillSettings, target: Target,
             teacher: Annotated[Path, typer.Argument(
                 help="The fine-tuned teacher: a model artifact or Hugging Face BERT directory "
                      "with a task head.", show_default=False)],
@@ -291,16 +289,14 @@ def distill(settings: DistillSettings, out: Path, force: bool,
                      "weights, the teacher's vocabulary).")] = None):
     from bertctl.stages import finetune as stage_module
 
-    return stage_module.distill(settings, str(teacher), str(train), str(out), force,
-                                dev_path=str(dev) if dev else None,
-                                student_init=str(student_init) if student_init else None,
-                                student_config=str(student_config) if student_config else None)
+    return stage_module.distill(settings, target, teacher, train, dev_path=dev,
+                                student_init=student_init, student_config=student_config)
 
 
 @stage("eval", _eval_settings, help="Evaluate a model on task data (metrics and GLUE-style "
        "predictions) or, for a pretrain-data artifact, its masked-LM loss, accuracy and "
        "perplexity, into an eval artifact.")
-def evaluate(settings: EvalSettings, out: Path, force: bool,
+def evaluate(settings: EvalSettings, target: Target,
              model: RunnableModel,
              data: Annotated[Path, typer.Argument(
                  help="A task data file (.tsv/.csv/.jsonl/.parquet or a save_to_disk directory), "
@@ -309,45 +305,29 @@ def evaluate(settings: EvalSettings, out: Path, force: bool,
                  help="A quality gate on metrics.json, e.g. 'accuracy>=0.85' (repeatable; "
                       "dotted paths reach nested metrics). The artifact is written either way; "
                       "each unmet one is a line on stderr and the exit code is 3.")] = None):
-    from bertctl import expectations
-    from bertctl.stages import common
+    from bertctl.stages import eval as stage_module
 
-    gates = [expectations.parse(e) for e in expect or []]  # a typo fails before any work
-    source = common.open_model(model, exports=True)
-    pretrain_data = common.pretrain_data_artifact(data)
-    if pretrain_data is not None and source.onnx is not None:
-        raise BertctlError(f"{model}: is an export; the masked-LM scores of a pretrain-data "
-                           f"artifact come from the PyTorch model it was exported from")
-    if pretrain_data is not None:
-        from bertctl.stages import eval_pretraining as stage_module
-    else:
-        from bertctl.stages import eval_task as stage_module
-    outcome = stage_module.run(settings, source, pretrain_data or data, str(out), force)
-    console.log_metrics(outcome.manifest.metrics)
-    unmet = expectations.unmet(gates, outcome.manifest.metrics or {}, outcome.path)
-    if unmet:
-        raise ExpectationsUnmet(outcome, unmet)
-    return outcome
+    return stage_module.run(settings, target, model, data, expect or [])
 
 
 @stage("embed", EmbedSettings, help="Run a model's encoder frozen over texts and store its "
        "hidden states as vectors (per text, per piece or per word) in memory-mappable .npy "
        "shards with an index, into an embeddings artifact.")
-def embed(settings: EmbedSettings, out: Path, force: bool,
+def embed(settings: EmbedSettings, target: Target,
           model: RunnableModel,
           data: Annotated[Path, typer.Argument(
               help="A text file (one item per line) or a table (.tsv/.csv/.jsonl/.parquet or a "
                    "save_to_disk directory) with --text-column.", show_default=False)]):
     from bertctl.stages import embed as stage_module
 
-    return stage_module.run(settings, str(model), data, str(out), force)
+    return stage_module.run(settings, target, model, data)
 
 
 @stage("export", ExportSettings, help="Export a model's task head (or its bare encoder) to "
        "ONNX with dynamic batch and sequence axes, optionally int8-quantized, into an export "
        "artifact that eval and embed run with onnxruntime; --check DATA measures the quality "
        "it keeps and its latency. Needs the export extra: pip install 'bertctl[export]'.")
-def export(settings: ExportSettings, out: Path, force: bool,
+def export(settings: ExportSettings, target: Target,
            model: ModelArgument,
            check: Annotated[Optional[Path], typer.Option(
                help="Labelled task data (as eval reads it with the model's task): score the "
@@ -355,16 +335,15 @@ def export(settings: ExportSettings, out: Path, force: bool,
                     "drop beyond --max-drop exits 3 with the artifact written.")] = None):
     from bertctl.stages import export as stage_module
 
-    return stage_module.run(settings, str(model), str(out), force,
-                            check=str(check) if check else None)
+    return stage_module.run(settings, target, model, check=check)
 
 
 def inspect_artifact(
     directory: Annotated[Path, typer.Argument(help="Any artifact directory.")],
     verify: Annotated[bool, typer.Option("--verify", help="Recompute every file's checksum; "
                                          "exit 1 naming any changed or missing file.")] = False,
-    json_output: Annotated[bool, typer.Option("--json", help="Print the manifest as JSON.")] = False,
-    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
+    json_output: JSON_OUTPUT = False,
+    debug: DEBUG = False,
 ):
     """Show an artifact's manifest, its lineage back to the source files, and check it."""
     from bertctl.stages import inspect as stage_module
@@ -377,33 +356,32 @@ def inspect_artifact(
        "needed) for one or several artifacts: training curves, metrics, confusion matrices, "
        "lineage; for several runs a side-by-side table, overlaid curves and mean +- sd over "
        "seeds. The page is a report artifact.")
-def report(settings: ReportSettings, out: Path, force: bool,
+def report(settings: ReportSettings, target: Target,
            artifact: Annotated[list[Path], typer.Argument(
                help="The artifacts to show (any kind).", show_default=False)]):
     from bertctl.stages import report as stage_module
 
-    return stage_module.run(settings, [str(a) for a in artifact], str(out), force)
+    return stage_module.run(settings, target, artifact)
 
 
 @stage("glue-summary", GlueSummarySettings, help="Summarise a GLUE grid of fine-tuning runs "
        "from their eval artifacts: per task the dev metric's mean +- sd over seeds at each "
        "learning rate, the dev-selected run, and the benchmark's submission zip of its test "
        "predictions. The summary is a glue-summary artifact.")
-def glue_summary(settings: GlueSummarySettings, out: Path, force: bool,
+def glue_summary(settings: GlueSummarySettings, target: Target,
                  evals: Annotated[list[Path], typer.Argument(
                      help="Eval artifacts of fine-tuned GLUE models: dev files, test files and "
                           "the diagnostic set (AX) for MNLI.", show_default=False)]):
     from bertctl.stages import glue_summary as stage_module
 
-    return stage_module.run(settings, [str(e) for e in evals], str(out), force)
+    return stage_module.run(settings, target, evals)
 
 
 def diff_artifacts(
     a: Annotated[Path, typer.Argument(help="An artifact directory.", show_default=False)],
     b: Annotated[Path, typer.Argument(help="Another artifact directory.", show_default=False)],
-    json_output: Annotated[bool, typer.Option("--json", help="Print the differences as one "
-                                              "JSON object.")] = False,
-    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
+    json_output: JSON_OUTPUT = False,
+    debug: DEBUG = False,
 ):
     """What differs between two artifacts' lineages (settings at every level, inputs by content
     hash, bertctl versions, environments), one line per difference."""
@@ -432,7 +410,7 @@ def main() -> None:
         ctx = getattr(exc, "ctx", None)
         where = ctx.command_path if ctx is not None else "bertctl"
         message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
-        if type(exc).__name__ == "NoArgsIsHelpError":   # `bertctl` alone: the help, as asked
+        if isinstance(exc, NoArgsIsHelpError):   # `bertctl` alone: the help, as asked
             print(message, file=sys.stderr)
             sys.exit(2)
         print(f"{where}: {' '.join(message.split())}", file=sys.stderr)

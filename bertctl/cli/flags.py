@@ -52,6 +52,12 @@ def field_parameter(name: str, field: FieldInfo) -> inspect.Parameter:
 
 
 ARTIFACT = "Artifact"
+# Every command's --json and --debug, the stages' and those of inspect and diff.
+JSON_OUTPUT = Annotated[bool, typer.Option("--json", help="Print the result (the manifest, or "
+                                           "the error) as one JSON object on stdout.",
+                                           rich_help_panel=ARTIFACT)]
+DEBUG = Annotated[bool, typer.Option("--debug", help="Show tracebacks.",
+                                     rich_help_panel=ARTIFACT)]
 COMMON = {
     "out": (Annotated[Path, typer.Option("--out", "-o", help="Artifact directory to write; may "
                                          "contain {id}.", rich_help_panel=ARTIFACT)],
@@ -62,11 +68,8 @@ COMMON = {
     "force": (Annotated[bool, typer.Option("--force", help="Replace what --out holds when it is "
                                            "not this very artifact (an up-to-date artifact is "
                                            "kept).", rich_help_panel=ARTIFACT)], False),
-    "json_output": (Annotated[bool, typer.Option("--json", help="Print the manifest (or the "
-                                                 "error) as one JSON object on stdout.",
-                                                 rich_help_panel=ARTIFACT)], False),
-    "debug": (Annotated[bool, typer.Option("--debug", help="Show tracebacks.",
-                                           rich_help_panel=ARTIFACT)], False),
+    "json_output": (JSON_OUTPUT, False),
+    "debug": (DEBUG, False),
     "wait": (Annotated[bool, typer.Option("--wait", help="If another run is writing --out, "
                                           "wait for it instead of failing at once.",
                                           rich_help_panel=ARTIFACT)], False),

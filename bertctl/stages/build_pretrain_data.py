@@ -22,12 +22,12 @@ def _tokenizer_stats(tok_art: artifacts.Artifact) -> dict:
     return {"id": tok_art.id, **tok_art.manifest.stats.get("tokenizer", {})}
 
 
-def run(config: BuildPretrainDataSettings, tokenizer_dir: str | None, sources: list[str], out: str,
-        force: bool = False, combine: list[str] | None = None) -> artifacts.Outcome:
+def run(config: BuildPretrainDataSettings, target: artifacts.Target, tokenizer_dir: Path | None,
+        sources: list[str], combine: list[Path] | None = None) -> artifacts.Outcome:
     if combine:
         if tokenizer_dir or sources:
             raise BertctlError("--combine takes only the slice artifacts, no tokenizer or corpus")
-        return _combine(combine, out, force)
+        return _combine(combine, target)
     if not tokenizer_dir:
         raise BertctlError("missing the tokenizer artifact (first argument)")
     tok_art = artifacts.read_artifact(tokenizer_dir, "tokenizer")
@@ -53,7 +53,7 @@ def run(config: BuildPretrainDataSettings, tokenizer_dir: str | None, sources: l
         return _stats(summary["settings"], splits, _tokenizer_stats(tok_art),
                       corpus=stats.as_dict(), slice=summary["slice"])
 
-    outcome = artifacts.produce("pretrain-data", config, inputs, out, build, force=force)
+    outcome = artifacts.produce("pretrain-data", config, inputs, target, build)
     _show_sample(outcome)
     return outcome
 
@@ -71,7 +71,7 @@ def _show_sample(outcome: artifacts.Outcome) -> None:
         console.log(line)
 
 
-def _combine(slices: list[str], out: str, force: bool) -> artifacts.Outcome:
+def _combine(slices: list[Path], target: artifacts.Target) -> artifacts.Outcome:
     """One artifact from slices built separately with --num-shards/--shard-index."""
     arts = [artifacts.read_artifact(s, "pretrain-data") for s in slices]
     first = arts[0].manifest
@@ -117,4 +117,4 @@ def _combine(slices: list[str], out: str, force: bool) -> artifacts.Outcome:
         return _stats(info.settings, info.stats, first.stats.get("tokenizer", {}),
                       corpus=corpus_stats, slice={"index": None, "count": common["num_shards"]})
 
-    return artifacts.produce("pretrain-data", settings, inputs, out, build, force=force)
+    return artifacts.produce("pretrain-data", settings, inputs, target, build)

@@ -218,7 +218,7 @@ class TrainingJob(Protocol):
     def write(self, result: Any, tmp: Path) -> dict: ...
 
 
-def train_to_artifact(config, inputs: list[artifacts.InputRef], out: str, force: bool,
+def train_to_artifact(config, inputs: list[artifacts.InputRef], target: artifacts.Target,
                       job: TrainingJob):
     """What every training stage shares. Under torchrun every rank decides "up to date" the same
     way and trains; rank 0 alone writes the artifact (the others return None). The work
@@ -230,19 +230,20 @@ def train_to_artifact(config, inputs: list[artifacts.InputRef], out: str, force:
     dist.init(config.device)  # under torchrun: join the group first, to know who writes
     hardware.set_threads(config.threads)
     try:
-        artifact_id, out_path = artifacts.plan("model", config, inputs, out)
+        artifact_id, out_path = artifacts.plan("model", config, inputs, target.out)
         # The output's lock covers the whole run, its run directory included (rank 0 holds it
         # for a distributed run).
-        with locks.output_lock(out_path) if dist.is_main() else contextlib.nullcontext():
-            return _train(config, inputs, out, force, job, artifact_id, out_path)
+        with (locks.output_lock(out_path, target.wait) if dist.is_main()
+              else contextlib.nullcontext()):
+            return _train(config, inputs, target, job, artifact_id, out_path)
     finally:
         dist.cleanup()
 
 
-def _train(config, inputs, out, force, job: TrainingJob, artifact_id, out_path):
+def _train(config, inputs, target, job: TrainingJob, artifact_id, out_path):
     from bertctl.train import distributed as dist
 
-    existing = artifacts.check_out(out_path, "model", artifact_id, force)
+    existing = artifacts.check_out(out_path, "model", artifact_id, target.force)
     if existing is not None:
         return artifacts.Outcome(manifest=existing, path=str(out_path), up_to_date=True)
     work = placement.work_dir(out_path, artifact_id)
@@ -261,7 +262,7 @@ def _train(config, inputs, out, force, job: TrainingJob, artifact_id, out_path):
         return stats
 
     try:
-        outcome = artifacts.produce("model", config, inputs, out, build, force=force)
+        outcome = artifacts.produce("model", config, inputs, target, build, locked=True)
     except BaseException as exc:
         from bertctl.train.checkpoint import list_checkpoints
 

@@ -13,7 +13,7 @@ from bertctl.model.features import parse_layers
 from bertctl.stages import common
 
 
-def run(config: EmbedSettings, model_dir: str, data: Path, out: str, force: bool = False):
+def run(config: EmbedSettings, target: artifacts.Target, model_dir: Path, data: Path):
     hardware.set_threads(config.threads)
     source = common.open_model(model_dir, "model", exports=True)
     tok, _ = source.tokenizer()
@@ -49,4 +49,4 @@ def run(config: EmbedSettings, model_dir: str, data: Path, out: str, force: bool
                 "seconds": round(seconds, 3),
                 "rows_per_second": round(stats["rows"] / seconds, 1) if seconds else None}
 
-    return artifacts.produce("embeddings", config, inputs, out, build, force=force)
+    return artifacts.produce("embeddings", config, inputs, target, build)

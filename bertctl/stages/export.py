@@ -32,8 +32,8 @@ from bertctl.stages import common
 LATENCY_REQUESTS, LATENCY_WARMUP = 100, 5
 
 
-def run(config: ExportSettings, model_dir: str, out: str, force: bool,
-        check: str | None = None) -> artifacts.Outcome:
+def run(config: ExportSettings, target: artifacts.Target, model_dir: Path,
+        check: Path | None = None) -> artifacts.Outcome:
     onnx_model.require("bertctl export")   # before any work: nothing written without it
     hardware.set_threads(config.threads)
     source = common.open_model(model_dir)
@@ -44,7 +44,7 @@ def run(config: ExportSettings, model_dir: str, out: str, force: bool,
         if encoder:
             raise BertctlError(f"--check {check}: an encoder export has no task to score"
                                + ("" if config.encoder else f" ({model_dir} was not fine-tuned)"))
-        task = _read_check(source, common.open_task(_eval_settings(), source, Path(check)))
+        task = _read_check(source, common.open_task(_eval_settings(), source, check))
         inputs.append(common.data_input(task[3], "check"))
     common.tokenizer_files(source.path)
 
@@ -65,7 +65,7 @@ def run(config: ExportSettings, model_dir: str, out: str, force: bool,
         modelcard.write_export(tmp, stats, config.model_dump(mode="json"))
         return stats
 
-    outcome = artifacts.produce("export", config, inputs, out, build, force=force)
+    outcome = artifacts.produce("export", config, inputs, target, build)
     check_stats = outcome.manifest.stats.get("check")
     if check_stats and (check_stats.get("drop_points") or 0) > config.max_drop:
         raise ExpectationsUnmet(outcome, [

@@ -277,8 +277,8 @@ class FinetuneJob:
                 "metrics": chosen or {}, **distilled}
 
 
-def run(config: FinetuneSettings, model_dir: str, train_path: str, out: str, force: bool = False,
-        dev_path: str | None = None):
+def run(config: FinetuneSettings, target, model_dir: Path, train_path: Path,
+        dev_path: Path | None = None):
     from bertctl import tasks
     from bertctl.tasks.settings import task_spec
 
@@ -286,18 +286,17 @@ def run(config: FinetuneSettings, model_dir: str, train_path: str, out: str, for
     family = tasks.get(spec.family)
     source = common.open_model(model_dir, "model")
     features = frozen_features(config, family, source)   # a bad --head fails before any work
-    train_file, dev_file = _data_files(spec, Path(train_path),
-                                       Path(dev_path) if dev_path else None)
+    train_file, dev_file = _data_files(spec, train_path, dev_path)
     inputs = [source.ref, common.data_input(train_file, "train")]
     if dev_file is not None:
         inputs.append(common.data_input(dev_file, "dev"))
     job = FinetuneJob(config, spec, family, source, features, train_file, dev_file)
-    return common.train_to_artifact(config, inputs, out, force, job)
+    return common.train_to_artifact(config, inputs, target, job)
 
 
-def distill(config: DistillSettings, teacher_dir: str, train_path: str, out: str,
-            force: bool = False, dev_path: str | None = None, student_init: str | None = None,
-            student_config: str | None = None):
+def distill(config: DistillSettings, target, teacher_dir: Path, train_path: Path,
+            dev_path: Path | None = None, student_init: Path | None = None,
+            student_config: Path | None = None):
     from bertctl import artifacts
 
     teacher = common.open_model(teacher_dir, "teacher")
@@ -309,10 +308,9 @@ def distill(config: DistillSettings, teacher_dir: str, train_path: str, out: str
     if family.soft_targets is None:
         raise BertctlError(f"{teacher.path}: a '{family.name}' model's outputs are not scores a "
                            f"student can imitate")
-    train_file, dev_file = _data_files(spec, Path(train_path), Path(dev_path) if dev_path else None)
+    train_file, dev_file = _data_files(spec, train_path, dev_path)
     init = common.open_model(student_init, "student-init") if student_init else None
-    distillation = Distillation(config, teacher, family, init,
-                                Path(student_config) if student_config else None)
+    distillation = Distillation(config, teacher, family, init, student_config)
     inputs = [teacher.ref, common.data_input(train_file, "train")]
     if dev_file is not None:
         inputs.append(common.data_input(dev_file, "dev"))
@@ -322,4 +320,4 @@ def distill(config: DistillSettings, teacher_dir: str, train_path: str, out: str
         inputs.append(artifacts.file_input(student_config, "student-config"))
     job = FinetuneJob(config, spec, family, teacher, {}, train_file, dev_file, distillation,
                       common.task_length(config, teacher), labels)
-    return common.train_to_artifact(config, inputs, out, force, job)
+    return common.train_to_artifact(config, inputs, target, job)

@@ -17,7 +17,7 @@ PAGE = "summary.md"
 ZIP = "submission.zip"
 
 
-def run(config: GlueSummarySettings, paths: list[str], out: str, force: bool = False):
+def run(config: GlueSummarySettings, target: artifacts.Target, paths: list[Path]):
     if not paths:
         raise BertctlError("glue-summary: give the eval artifacts of the runs")
     placed = [glue.place(artifacts.read_artifact(p, "eval")) for p in paths]
@@ -49,4 +49,4 @@ def run(config: GlueSummarySettings, paths: list[str], out: str, force: bool = F
                 "submission_files": summary["submission_files"],
                 "missing": summary["missing"], "evals": len(placed), "metrics": metrics}
 
-    return artifacts.produce("glue-summary", config, inputs, out, build, force=force)
+    return artifacts.produce("glue-summary", config, inputs, target, build)

@@ -149,8 +149,8 @@ class PretrainJob:
         return {**stats, "metrics": result.eval_metrics or {}}
 
 
-def run(config: PretrainSettings, data_dir: str, out: str, force: bool = False,
-        init_from: str | None = None, model_config: str | None = None):
+def run(config: PretrainSettings, target: artifacts.Target, data_dir: Path,
+        init_from: Path | None = None, model_config: Path | None = None):
     if init_from and model_config:
         raise BertctlError("give either --init-from or --model-config, not both")
     from bertctl import objectives
@@ -169,5 +169,5 @@ def run(config: PretrainSettings, data_dir: str, out: str, force: bool = False,
         inputs.append(init.ref)
     if model_config:
         inputs.append(artifacts.file_input(model_config, "model-config"))
-    job = PretrainJob(config, objective, data, init, Path(model_config) if model_config else None)
-    return common.train_to_artifact(config, inputs, out, force, job)
+    job = PretrainJob(config, objective, data, init, model_config)
+    return common.train_to_artifact(config, inputs, target, job)

@@ -13,7 +13,7 @@ from bertctl.errors import BertctlError
 PAGE = "report.html"
 
 
-def run(config: ReportSettings, paths: list[str], out: str, force: bool = False):
+def run(config: ReportSettings, target: artifacts.Target, paths: list[Path]):
     from bertctl.report import page, plots
 
     plots.require()
@@ -46,4 +46,4 @@ def run(config: ReportSettings, paths: list[str], out: str, force: bool = False)
         return {"page": PAGE, "artifacts": ids,
                 "seed_groups": [[r.artifact.id for r in g] for g in groups]}
 
-    return artifacts.produce("report", config, inputs, out, build, force=force)
+    return artifacts.produce("report", config, inputs, target, build)

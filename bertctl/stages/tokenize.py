@@ -10,8 +10,9 @@ from bertctl.data import corpus, tokenizer
 from bertctl.errors import BertctlError
 
 
-def run(config: TokenizeSettings, sources: list[str], out: str, force: bool = False,
-        from_vocab: str | None = None, from_pretrained: str | None = None) -> artifacts.Outcome:
+def run(config: TokenizeSettings, target: artifacts.Target, sources: list[str],
+        from_vocab: Path | None = None, from_pretrained: Path | None = None
+        ) -> artifacts.Outcome:
     if from_vocab and from_pretrained:
         raise BertctlError("give either --from-vocab or --from-pretrained, not both")
     if not sources and not (from_vocab or from_pretrained):
@@ -22,7 +23,7 @@ def run(config: TokenizeSettings, sources: list[str], out: str, force: bool = Fa
     if from_vocab:
         inputs.append(artifacts.file_input(from_vocab, "vocab"))
     if from_pretrained:
-        hf_dir = Path(from_pretrained)
+        hf_dir = from_pretrained
         if not hf_dir.is_dir():
             raise BertctlError(f"{hf_dir}: not a directory")
         inputs += [artifacts.file_input(hf_dir / n, "pretrained")
@@ -46,9 +47,9 @@ def run(config: TokenizeSettings, sources: list[str], out: str, force: bool = Fa
 
             strip = config.strip_accents
             if from_pretrained:
-                tok, lowercase, strip = tokenizer.from_hf_directory(Path(from_pretrained))
+                tok, lowercase, strip = tokenizer.from_hf_directory(from_pretrained)
             elif from_vocab:
-                tok = tokenizer.from_vocab(Path(from_vocab), lowercase, config.strip_accents)
+                tok = tokenizer.from_vocab(from_vocab, lowercase, config.strip_accents)
             else:
                 try:
                     tok = tokenizer.train(batches(corpus.CorpusStats()),
@@ -62,7 +63,7 @@ def run(config: TokenizeSettings, sources: list[str], out: str, force: bool = Fa
                 for _ in tokenizer.sample_batches(batches(stats), sample):
                     pass
         if files and stats.sentences == 0:
-            raise BertctlError(f"{', '.join(map(str, sources))}: corpus holds no text")
+            raise BertctlError(f"{', '.join(sources)}: corpus holds no text")
         tokenizer.save(tok, tmp, lowercase, strip)
         info = tokenizer.TokenizerInfo.of(tok, lowercase)
         measured = tokenizer.measure(tok, [s for b in sample for s in b])
@@ -70,4 +71,4 @@ def run(config: TokenizeSettings, sources: list[str], out: str, force: bool = Fa
                     f"{measured['unk_rate']:.4%}, {measured['pieces_per_word']:.2f} pieces/word")
         return {"tokenizer": info.as_dict(), **stats.as_dict(), **measured}
 
-    return artifacts.produce("tokenizer", config, inputs, out, build, force=force)
+    return artifacts.produce("tokenizer", config, inputs, target, build)

@@ -18,7 +18,7 @@ def _artifact(path, files):
             (tmp / name).parent.mkdir(parents=True, exist_ok=True)
             (tmp / name).write_text(text)
         return {}
-    artifacts.produce("eval", {"t": 1}, [], path, build)
+    artifacts.produce("eval", {"t": 1}, [], artifacts.Target(path), build)
     return path
 
 
@@ -144,7 +144,7 @@ def test_files_get_the_umask_mode(tmp_path):
         return {}
     old = os.umask(0o027)
     try:
-        artifacts.produce("eval", {"t": 2}, [], tmp_path / "art", build)
+        artifacts.produce("eval", {"t": 2}, [], artifacts.Target(tmp_path / "art"), build)
     finally:
         os.umask(old)
     modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "art").iterdir()}

@@ -52,12 +52,12 @@ def test_an_artifact_write_with_enospc_keeps_the_old_artifact(cli, tmp_path):
             return {}
         return write
 
-    artifacts.produce("eval", {"k": 1}, [], out, build("one"))
+    artifacts.produce("eval", {"k": 1}, [], artifacts.Target(out), build("one"))
 
     def full(tmp):
         raise OSError(errno.ENOSPC, "No space left on device", str(tmp / "data.txt"))
     with pytest.raises(OSError):
-        artifacts.produce("eval", {"k": 2}, [], out, full, force=True)
+        artifacts.produce("eval", {"k": 2}, [], artifacts.Target(out, force=True), full)
     assert (out / "data.txt").read_text() == "one"
     assert str(DiskFull("x")) == "no space left on device writing x"
 

@@ -26,8 +26,8 @@ METRICS_FILE = "metrics.json"
 ROWS_PER_PART = 10_000
 
 
-def run(config: EvalSettings, source: ModelSource, data: Path, out: str,
-        force: bool = False) -> artifacts.Outcome:
+def run(config: EvalSettings, target: artifacts.Target, source: ModelSource,
+        data: Path) -> artifacts.Outcome:
     hardware.set_threads(config.threads)
     if config.split is not None:
         raise BertctlError(f"--split applies to pretrain-data artifacts; {data} is a task data "
@@ -77,4 +77,4 @@ def run(config: EvalSettings, source: ModelSource, data: Path, out: str,
                 "seconds": round(seconds, 3),
                 "examples_per_second": round(n / seconds, 1) if seconds else None}
 
-    return artifacts.produce("eval", config, inputs, out, build, force=force)
+    return artifacts.produce("eval", config, inputs, target, build)

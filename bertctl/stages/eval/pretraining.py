@@ -20,8 +20,8 @@ _TASK_FLAGS = ("task", "family", "text_column", "label_column", "context_column"
                "choice_columns", "labels", "max_seq_length", "header")
 
 
-def run(config: EvalSettings, source: ModelSource, art: artifacts.Artifact, out: str,
-        force: bool = False) -> artifacts.Outcome:
+def run(config: EvalSettings, target: artifacts.Target, source: ModelSource,
+        art: artifacts.Artifact) -> artifacts.Outcome:
     from bertctl.data.pretraining_dataset import PretrainingDataset, read_pretraining_info
 
     hardware.set_threads(config.threads)
@@ -62,7 +62,7 @@ def run(config: EvalSettings, source: ModelSource, art: artifacts.Artifact, out:
                 "precision": config.precision,
                 "device": str(device), "seconds": round(seconds, 3)}
 
-    return artifacts.produce("eval", config, inputs, out, build, force=force)
+    return artifacts.produce("eval", config, inputs, target, build)
 
 
 def check_pretraining_agreement(source: ModelSource, info) -> None:

@@ -1,0 +1,33 @@
+"""`bertctl eval MODEL DATA --out DIR [--expect GATE]`: which evaluation DATA asks for (a task
+data file: task.py; a pretrain-data artifact, its masked-LM scores: pretraining.py), and the
+quality gate on the metrics it writes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bertctl import artifacts, console, expectations
+from bertctl.config import EvalSettings
+from bertctl.errors import BertctlError
+from bertctl.expectations import ExpectationsUnmet
+from bertctl.stages import common
+from bertctl.stages.eval import pretraining, task
+
+
+def run(config: EvalSettings, target: artifacts.Target, model: Path, data: Path,
+        expect: list[str]) -> artifacts.Outcome:
+    gates = [expectations.parse(e) for e in expect]  # a typo fails before any work
+    source = common.open_model(model, exports=True)
+    pretrain_data = common.pretrain_data_artifact(data)
+    if pretrain_data is not None and source.onnx is not None:
+        raise BertctlError(f"{model}: is an export; the masked-LM scores of a pretrain-data "
+                           f"artifact come from the PyTorch model it was exported from")
+    if pretrain_data is not None:
+        outcome = pretraining.run(config, target, source, pretrain_data)
+    else:
+        outcome = task.run(config, target, source, data)
+    console.log_metrics(outcome.manifest.metrics)
+    unmet = expectations.unmet(gates, outcome.manifest.metrics or {}, outcome.path)
+    if unmet:
+        raise ExpectationsUnmet(outcome, unmet)
+    return outcome
