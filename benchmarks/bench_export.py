@@ -158,18 +158,20 @@ def measure(path: Path, dev: Path, threads: int, requests: int, precision: str) 
     torch.set_num_threads(threads)
     from bertctl import evaluation, hardware
     from bertctl.data.collate import length_grouped_batches
-    from bertctl.stages import common
+    from bertctl.stages.common import models
+    from bertctl.tasks.resolve import open_task
     from bertctl.tasks.settings import eval_settings
 
     if precision == "auto":
         precision = hardware.auto_precision("cpu")
-    source = common.open_model(path, exports=True)
-    spec, family, labels, data, max_len = common.open_task(eval_settings()(), source, dev)
+    source = models.open_model(path, exports=True)
+    task = open_task(eval_settings()(), source, dev)
     tok, _ = source.tokenizer()
-    examples = family.read(spec, data, label_list=labels, require_labels=False)
-    features = family.encode(examples, tok, max_len)
+    examples = task.family.read(task.spec, task.file, label_list=task.label_list,
+                                require_labels=False)
+    features = task.family.encode(examples, tok, task.max_seq_length)
     before = _rss_mb()
-    model = common.load_task_model(source)
+    model = models.load_task_model(source)
     n = len(features)
     times = []
     with evaluation.inference(model, "cpu", precision):

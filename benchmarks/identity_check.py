@@ -8,7 +8,8 @@ It runs a fixed chain on the test fixtures, small enough for a minute or two on 
 reaches every stage and every task family: tokenize; build-pretrain-data static (NSP) and dynamic
 (no NSP); pretrain (AdamW and LAMB, with validation and checkpoints); finetune + eval for single,
 pair, regression, multiple choice, span QA v1 and v2, tagging and a frozen-encoder BiLSTM head;
-eval of a pretrain-data artifact; embed. Every run is fp32 on one thread, so the numbers are this
+eval of a pretrain-data artifact; embed; distill (a cached teacher, hidden states); export (a
+checked head, an int8 encoder) and eval of an export. Every run is fp32 on one thread, so the numbers are this
 machine's exact ones. For each artifact it records the id, every file's sha256 (the manifest's),
 the metrics, and metrics.jsonl without its timings. `--compare` prints each difference and exits
 1 if there is any.
@@ -87,6 +88,23 @@ def chain(w: Path) -> list[tuple[str, list[str]]]:
     for name, args, dev in tasks:
         steps.append((f"ft-{name}", ["finetune", str(w / "model"), *ft, *args]))
         steps.append((f"eval-{name}", ["eval", str(w / f"ft-{name}"), str(dev), *RUN]))
+    steps += [
+        # Distillation (two epochs: the teacher's outputs cached) and with hidden states, a
+        # tagging student on words without tags; exports of a head (checked) and an encoder.
+        ("distill-sst2", ["distill", str(w / "ft-sst2"), str(GLUE / "SST-2"), "--epochs", "2",
+                          "--batch-size", "16", *RUN]),
+        ("distill-conll", ["distill", str(w / "ft-conll"), str(FIX / "conll2003" / "train.txt"),
+                           "--dev", str(FIX / "conll2003" / "valid.txt"), "--epochs", "1",
+                           "--batch-size", "16", "--hidden-loss", "1", *RUN]),
+        ("eval-distill-sst2", ["eval", str(w / "distill-sst2"), str(GLUE / "SST-2" / "dev.tsv"),
+                               *RUN]),
+        ("export-sst2", ["export", str(w / "ft-sst2"), "--check", str(GLUE / "SST-2" / "dev.tsv"),
+                         "--threads", "1"]),
+        ("export-encoder", ["export", str(w / "model"), "--quantize", "int8", "--threads",
+                            "1"]),
+        ("eval-export-sst2", ["eval", str(w / "export-sst2"), str(GLUE / "SST-2" / "dev.tsv"),
+                              "--threads", "1"]),
+    ]
     return steps
 
 

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from bertctl import hardware
-from bertctl.data.collate import IMITATED, length_grouped_batches, without_full_mask
+from bertctl.data.collate import length_grouped_batches, without_full_mask
 
 Batches = Iterable[tuple[np.ndarray, dict[str, torch.Tensor]]]
 Progress = Callable[[int], None]  # called with the number of examples just done
@@ -98,16 +98,11 @@ def predict(model: torch.nn.Module, source_batches: Batches, device: str | torch
     return result
 
 
-def task_batches(features, batch_size: int, with_labels: bool = False) -> Batches:
+def task_batches(features, batch_size: int, family) -> Batches:
     """`(indices, inputs)` for every feature, longest first so that each batch is padded to
-    about its own length. Labels are left out unless `with_labels` (pure inference)."""
+    about its own length: the model's inputs alone (`family.inputs`), no targets."""
     for indices in length_grouped_batches(np.asarray(features.lengths), batch_size, seed=None):
-        batch = features.batch(indices)
-        batch.pop(IMITATED, None)   # read by a distillation's training step only
-        if not with_labels:
-            for target in ("labels", "start_positions", "end_positions"):
-                batch.pop(target, None)
-        yield indices, batch
+        yield indices, family.inputs(features.batch(indices))
 
 
 def evaluate_task(model: torch.nn.Module, family, spec, examples, features, label_list,
@@ -120,7 +115,7 @@ def evaluate_task(model: torch.nn.Module, family, spec, examples, features, labe
     labels: prediction only) and its per-example predictions. `label_list` names the classes
     of families that have one.
     """
-    outputs = predict(model, task_batches(features, batch_size), device, precision,
+    outputs = predict(model, task_batches(features, batch_size, family), device, precision,
                       progress=progress)
     predictions = family.predictions(outputs, features, examples, spec, calibration)
     if not examples.labelled:

@@ -141,3 +141,36 @@ def test_every_stage_settings_class_is_declared_once_for_the_id_check():
         base = next((b for b in STAGE_SETTINGS if b is cls or b in cls.__bases__), None)
         assert base is not None, f"{name}: {cls.__name__} is not in config.STAGE_SETTINGS"
         assert base.produces == cls.produces and excluded(base) == excluded(cls), name
+
+
+def _strings(path: Path) -> set[str]:
+    return {node.value for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(node, ast.Constant) and isinstance(node.value, str)}
+
+
+def test_distillation_and_the_families_targets_stay_theirs():
+    """Distillation is bertctl/distillation.py and stages/distill.py: the loop, the data core,
+    the model core and the inference path name none of its batch keys, and (the model heads
+    aside, whose forward takes its targets as transformers' do) no family's target names."""
+    from bertctl import distillation
+    from bertctl.tasks.base import IMITATED
+
+    keys = {distillation.TEACHER, IMITATED}
+    targets = {t for f in tasks.FAMILIES.values() for t in f.targets if t != "labels"}
+    assert targets, "span QA declares its targets"
+    core = [*(PACKAGE / "train").rglob("*.py"), *(PACKAGE / "data").rglob("*.py"),
+            *(PACKAGE / "model").rglob("*.py"), PACKAGE / "evaluation.py"]
+    for path in core:
+        strings = _strings(path)
+        found = sorted(s for s in strings if any(k in s for k in keys))
+        assert not found, f"{_module(path)} names distillation keys {found}"
+        if path.parent.name != "model":
+            found = sorted(strings & targets)
+            assert not found, f"{_module(path)} names a family's targets {found}"
+        assert "distillation" not in _imports(path) and not any(
+            n.startswith("bertctl.distillation") for n in _imports(path)), _module(path)
+    # fine-tuning knows nothing of it either
+    for path in (PACKAGE / "stages" / "finetune.py",
+                 PACKAGE / "stages" / "common" / "task_training.py"):
+        text = path.read_text(encoding="utf-8")
+        assert "distill" not in text.lower(), _module(path)

@@ -21,7 +21,7 @@ from scipy.stats import entropy
 from bertctl.model import BertConfig, BertForSequenceClassification
 from bertctl.train.loop import train
 from bertctl.train.settings import TrainSettings
-from bertctl.train.distill import Distiller, soft_loss
+from bertctl.distillation import Distiller, soft_loss
 
 from conftest import FAMILY_DATA, FIXTURES
 
@@ -115,7 +115,7 @@ def test_tagging_is_imitated_on_the_labelled_tokens_only():
 def test_untagged_batches_are_imitated_at_the_predicting_tokens_only():
     """Without labels, a tagging batch marks the word-first pieces `IMITATED`: the soft loss is
     the KL there alone, and the student's own loss is not taken (there is no gold)."""
-    from bertctl.data.collate import IMITATED
+    from bertctl.tasks.base import IMITATED
 
     student, teacher, ids = _token_models()
     first = torch.tensor([[0, 1, 0, 1, 1, 0], [0, 1, 1, 0, 0, 0]])

@@ -17,11 +17,11 @@ import pytest
 import torch
 from torch import nn
 
-from bertctl import artifacts, evaluation
+from bertctl import artifacts, evaluation, tasks
 from bertctl.tasks import PRESETS, make_task_spec
 from bertctl.model import (BertConfig, BertForMultipleChoice, BertForPreTraining,
                            BertForSequenceClassification)
-from bertctl.stages.common import write_model
+from bertctl.stages.common.models import write_model
 
 from conftest import FIXTURES
 
@@ -150,7 +150,7 @@ def test_pair_logits_equal_transformers(models, minilm_dir):
     """Core API: evaluation.predict's logits, in file order, equal transformers' on MRPC pairs
     (BOM, no quoting); the length-sorted batches are put back in example order."""
     from conftest import encode_examples, read_examples
-    from bertctl.stages.common import open_model
+    from bertctl.stages.common.models import open_model
 
     source = open_model(models["mrpc"])
     spec = PRESETS["glue/mrpc"]
@@ -158,7 +158,8 @@ def test_pair_logits_equal_transformers(models, minilm_dir):
     examples = read_examples(spec, data, label_list=spec.labels)
     features = encode_examples(examples, source.tokenizer()[0], 128)
     model, _ = source.load()
-    out = evaluation.predict(model, evaluation.task_batches(features, 7), "cpu", "fp32")
+    out = evaluation.predict(model, evaluation.task_batches(features, 7, tasks.get("pair")), "cpu",
+                             "fp32")
     expected = hf_logits(models["mrpc"], column(data, "#1 String"), column(data, "#2 String"))
     np.testing.assert_allclose(out["logits"], expected, atol=1e-4, rtol=1e-4)
 
@@ -488,7 +489,7 @@ def pretrain_data(tmp_path_factory, minilm_dir):
     from bertctl.data.settings import PretrainingDataSettings
     from bertctl.data.corpus import iter_documents
     from bertctl.data.tokenizer import from_hf_directory
-    from bertctl.stages.common import copy_tokenizer
+    from bertctl.stages.common.models import copy_tokenizer
 
     tok, _, _ = from_hf_directory(minilm_dir)
     root = tmp_path_factory.mktemp("pretrain")

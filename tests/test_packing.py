@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from bertctl.data.collate import pack_batch, pad_to_tensor
-from bertctl.model.bert import BertConfig
-from bertctl.model.heads import (IGNORE_INDEX, BertForSequenceClassification,
-                                 BertForTokenClassification)
+from bertctl.model.config import BertConfig
+from bertctl.data import IGNORE_INDEX
+from bertctl.model.heads import BertForSequenceClassification, BertForTokenClassification
 
 PAD = 0
 
@@ -85,9 +85,10 @@ def test_sequence_labels_follow_sequence_starts():
 
 
 def test_a_teachers_cached_outputs_move_as_the_labels_do():
-    """Per token (B, T, K): with their tokens, 0 on padding; per example (B, K): with their
+    """Values a batch carries besides the features' (a distillation teacher's cached outputs):
+    per token (B, T, K) with their tokens, 0 on padding; per example (B, K) with their
     sequences, in the order of sequence_starts."""
-    from bertctl.data.collate import TEACHER
+    from bertctl.distillation import TEACHER
 
     batch = padded_batch(LENGTHS, token_labels=True)
     per_token = batch["input_ids"].float()[..., None] * torch.tensor([1.0, -1.0])
@@ -100,7 +101,8 @@ def test_a_teachers_cached_outputs_move_as_the_labels_do():
 
     batch = padded_batch(LENGTHS)
     per_example = torch.stack([batch["labels"].float(), torch.arange(len(LENGTHS)).float()], 1)
-    packed = pack_batch({**batch, TEACHER + "logits": per_example}, capacity=40, pad_id=PAD)
+    packed = pack_batch({**batch, TEACHER + "logits": per_example}, capacity=40, pad_id=PAD,
+                        per_example={TEACHER + "logits"})
     torch.testing.assert_close(packed[TEACHER + "logits"][:, 0], packed["labels"].float())
     assert sorted(packed[TEACHER + "logits"][:, 1].tolist()) == list(range(len(LENGTHS)))
 

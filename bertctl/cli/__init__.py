@@ -287,9 +287,9 @@ def distill(settings: DistillSettings, target: Target,
             student_config: Annotated[Optional[Path], typer.Option(
                 help="Build the student from this Hugging Face config.json (random "
                      "weights, the teacher's vocabulary).")] = None):
-    from bertctl.stages import finetune as stage_module
+    from bertctl.stages import distill as stage_module
 
-    return stage_module.distill(settings, target, teacher, train, dev_path=dev,
+    return stage_module.run(settings, target, teacher, train, dev_path=dev,
                                 student_init=student_init, student_config=student_config)
 
 

@@ -11,6 +11,8 @@ from collections.abc import Collection, Sequence
 import numpy as np
 import torch
 
+from bertctl.data import IGNORE_INDEX
+
 
 def pad_to_tensor(seqs: Sequence[np.ndarray], pad_value: int = 0, length: int | None = None,
                   dtype: torch.dtype = torch.long) -> torch.Tensor:
@@ -85,16 +87,9 @@ def without_full_mask(batch: dict) -> dict:
     return batch
 
 
-# Batch keys of a teacher's outputs read from its cache (bertctl/train/distill.py), per example
-# or per token: packing moves them with their sequences or tokens, as it moves the labels.
-TEACHER = "teacher:"
-# Per token, 1 where the student imitates the teacher when the batch has no labels to say so
-# (a tagging head's predicting pieces on untagged words); packed and stripped with the labels.
-IMITATED = TEACHER + "imitated"
-
-
 def pack_batch(batch: dict[str, torch.Tensor], capacity: int, pad_id: int,
-               label_pad: int = -100, per_token: Collection[str] = ()) -> dict[str, torch.Tensor]:
+               label_pad: int = IGNORE_INDEX, per_token: Collection[str] = (),
+               per_example: Collection[str] = ()) -> dict[str, torch.Tensor]:
     """A padded (B, T) batch with several sequences per row: the same examples and the same
     loss, less padding.
 
@@ -108,9 +103,10 @@ def pack_batch(batch: dict[str, torch.Tensor], capacity: int, pad_id: int,
     flat row * width + column index.
     The model then computes for each sequence what it would unpacked (`model.bert.
     attention_bias`). Per-example `labels` (B,) are reordered to the order of `sequence_starts`;
-    per-token `labels` (B, T) move with their tokens, `label_pad` on padding. `TEACHER` outputs
-    move the same way: those named in `per_token` (B, T, ...) with their tokens (0 on padding),
-    the others (B, ...) with their sequences.
+    per-token `labels` (B, T) move with their tokens, `label_pad` on padding. Other values the
+    batch carries move the same way: those named in `per_token` (B, T, ...) with their tokens
+    (0 on padding), those in `per_example` (B, ...) with their sequences. A batch with per-token
+    labels or values is a token-level one: it has no `sequence_starts`.
     """
     mask = batch["attention_mask"].numpy()
     B, T = mask.shape
@@ -147,32 +143,37 @@ def pack_batch(batch: dict[str, torch.Tensor], capacity: int, pad_id: int,
     labels = batch.get("labels")
     if labels is not None and labels.dim() == 2:
         packed["labels"] = place(labels.numpy(), label_pad).to(labels.dtype)
-    elif IMITATED not in batch:   # a sequence-level head (an untagged tagging batch is not)
+    elif not any(key in batch for key in per_token):   # a sequence-level batch
         packed["sequence_starts"] = torch.from_numpy((row * width + col)[order])
         if labels is not None:
             packed["labels"] = labels[torch.from_numpy(order)]
-    for key in (k for k in batch if k.startswith(TEACHER)):
-        values = batch[key]
-        packed[key] = (place(values.numpy(), 0, values.numpy().dtype) if key in per_token
-                       else values[torch.from_numpy(order)])
+    for key in (k for k in per_token if k in batch):
+        values = batch[key].numpy()
+        packed[key] = place(values, 0, values.dtype)
+    for key in (k for k in per_example if k in batch):
+        packed[key] = batch[key][torch.from_numpy(order)]
     return packed
 
 
 class TaskData:
     """Fine-tuning features as the training loop's data source: padded batches, or packed ones
-    (`pack_batch`: rows of at most `pack_to` tokens) where the settings ask for packing and the
-    model's head can read them (`model.packs`: sentence-level and tagging heads).
+    (`pack_batch`: rows of at most `pack_to` tokens) where `pack` is asked and the model's head
+    can read them (`packs`: sentence-level and tagging heads).
 
-    `teacher`: output name -> (values for every example, per token?): a distillation teacher's
-    cached outputs, given with each batch under `TEACHER + name` (per-token values cut or padded
-    to the batch's width)."""
+    `extras`: batch key -> (values for every example, per token?): values given with each
+    batch beside the features' own (a distillation teacher's cached outputs), per-token values
+    cut or padded to the batch's width. `per_token`: the features' own per-token keys besides
+    the labels (moved with their tokens when packed)."""
 
-    def __init__(self, features, pack: bool, max_seq_length: int, model,
-                 teacher: dict[str, tuple[np.ndarray, bool]] | None = None):
+    def __init__(self, features, pack: bool, max_seq_length: int, packs: bool,
+                 extras: dict[str, tuple[np.ndarray, bool]] | None = None,
+                 per_token: Collection[str] = ()):
         self.features = features
         self.lengths = features.lengths
-        self.pack_to = max_seq_length if pack and model.packs else None
-        self.teacher = teacher or {}
+        self.pack_to = max_seq_length if pack and packs else None
+        self.extras = extras or {}
+        self.per_token = {*per_token, *(k for k, (_, p) in self.extras.items() if p)}
+        self.per_example = {k for k, (_, p) in self.extras.items() if not p}
 
     def __len__(self) -> int:
         return len(self.features)
@@ -180,15 +181,14 @@ class TaskData:
     def batch(self, indices: np.ndarray, epoch: int):
         batch = self.features.batch(indices, epoch)
         width = batch["input_ids"].shape[-1]
-        for name, (values, per_token) in self.teacher.items():
+        for key, (values, per_token) in self.extras.items():
             rows = np.asarray(values[np.asarray(indices, dtype=np.int64)])
             if per_token:
                 rows = rows[:, :width]
                 rows = np.pad(rows, [(0, 0), (0, width - rows.shape[1])]
                               + [(0, 0)] * (rows.ndim - 2))
-            batch[TEACHER + name] = torch.from_numpy(np.ascontiguousarray(rows))
+            batch[key] = torch.from_numpy(np.ascontiguousarray(rows))
         if self.pack_to is None:
             return batch
         return pack_batch(batch, self.pack_to, self.features.pad_id,
-                          per_token={TEACHER + n for n, (_, p) in self.teacher.items() if p}
-                          | {IMITATED})
+                          per_token=self.per_token, per_example=self.per_example)

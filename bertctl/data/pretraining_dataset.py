@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from bertctl.data import IGNORE_INDEX
 from bertctl.data.pretraining import _COUNTS, SPLITS, _zero_stats, finish_stats, masking_rules
 from bertctl.data.settings import PretrainingDataSettings
 from bertctl.data.pretraining_masking import MaskingRules, apply_masking, hashed_uniform_at, ranges
@@ -120,7 +121,7 @@ class PretrainingDataset:
     open its own.
 
     `batch(indices, epoch)` returns torch tensors: input_ids, token_type_ids, attention_mask
-    (B, T) padded to the batch's longest instance, labels (B, T) with -100 where nothing is
+    (B, T) padded to the batch's longest instance, labels (B, T) with IGNORE_INDEX where nothing is
     predicted, and next_sentence_label (B,) unless the data is no-NSP. With dynamic masking the
     masks are drawn from (mask_seed, epoch, index): the same epoch and index always give the same
     mask, whatever the batch. `mask_seed` defaults to the build seed.
@@ -205,7 +206,7 @@ class PretrainingDataset:
         col = np.arange(width)[None, :]
         inside = col < lengths[:, None]
         ids = np.full((n, width), self.pad_id, dtype=np.int64)
-        labels = np.full((n, width), -100, dtype=np.int64)
+        labels = np.full((n, width), IGNORE_INDEX, dtype=np.int64)
         for s in np.unique(shard_of):
             sel = np.nonzero(shard_of == s)[0]
             a = self.shards[s].arrays
@@ -260,7 +261,7 @@ def decode_instances(dataset: PretrainingDataset, indices: Sequence[int], epoch:
         pieces = []
         for p in range(n):
             t = tok.id_to_token(int(ids[p])) or f"<{int(ids[p])}>"
-            if labels[p] != -100:
+            if labels[p] != IGNORE_INDEX:
                 word = tok.id_to_token(int(labels[p]))
                 t = (f"[MASK→{word}]" if t == "[MASK]" else
                      f"[={word}]" if labels[p] == ids[p] else f"[{t}→{word}]")
@@ -269,7 +270,7 @@ def decode_instances(dataset: PretrainingDataset, indices: Sequence[int], epoch:
         head = f"#{int(i)}"
         if dataset.nsp:
             head += " IsNext" if arr["next_sentence_label"][r] == 0 else " NotNext"
-        head += f" ({n} tokens, {int((labels != -100).sum())} predicted)"
+        head += f" ({n} tokens, {int((labels != IGNORE_INDEX).sum())} predicted)"
         out.append(f"{head}\nA: {text_a}\nB: {text_b}" if b < n else f"{head}\nA: {text_a}")
     return out
 

@@ -1,10 +1,10 @@
 """The shared PyTorch BERT core: config and encoder (bert.py), task heads (heads.py) and
 Hugging Face checkpoint reading/writing (hf.py)."""
 
-from bertctl.model.bert import PRESETS, BertConfig, BertModel, flops_per_token
+from bertctl.model.bert import BertModel, flops_per_token
+from bertctl.model.config import PRESETS, BertConfig
 from bertctl.model.heads import (
     HEADS,
-    IGNORE_INDEX,
     BertForMaskedLM,
     BertForMultipleChoice,
     BertForPreTraining,
@@ -17,7 +17,7 @@ from bertctl.model.electra import BertForElectraPreTraining
 from bertctl.model.hf import LoadReport, load_model, read_config, read_config_dict, save_model
 
 __all__ = [
-    "HEADS", "IGNORE_INDEX", "PRESETS", "BertConfig", "BertForElectraPreTraining", "BertForMaskedLM", "BertForMultipleChoice", "BertForPreTraining",
+    "HEADS", "PRESETS", "BertConfig", "BertForElectraPreTraining", "BertForMaskedLM", "BertForMultipleChoice", "BertForPreTraining",
     "BertForQuestionAnswering", "BertForSequenceClassification", "BertForTokenClassification",
     "BertModel", "BertWithHead", "LoadReport", "flops_per_token", "load_model", "read_config",
     "read_config_dict", "save_model",

@@ -23,8 +23,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertctl.model.bert import ACTIVATIONS, BertConfig, BertLayer, attention_bias
-from bertctl.model.heads import HEADS, IGNORE_INDEX, BertWithHead
+from bertctl.model.bert import BertLayer, attention_bias
+from bertctl.model.config import ACTIVATIONS, BertConfig
+from bertctl.data import IGNORE_INDEX
+from bertctl.model.heads import HEADS, BertWithHead
 
 GENERATOR_SIZE = 0.25      # the paper's best generator: 1/4 to 1/2 of the discriminator
 DISCRIMINATOR_WEIGHT = 50.0

@@ -13,12 +13,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertctl.model.bert import (ACTIVATIONS, BertConfig, BertModel, first_tokens,
-                                init_bert_weights)
+from bertctl.data import IGNORE_INDEX
+from bertctl.model.bert import BertModel, first_tokens, init_bert_weights
+from bertctl.model.config import ACTIVATIONS, BertConfig
 from bertctl.model.dropout import Dropout
 from bertctl.model.features import FrozenFeatures
 
-IGNORE_INDEX = -100  # label value for positions that carry no target (HF's convention)
 
 
 class BertWithHead(nn.Module):
@@ -44,6 +44,15 @@ class BertWithHead(nn.Module):
         if self.features is not None:
             self.bert.eval()   # a frozen encoder's features are fixed: no dropout
         return self
+
+    def hidden_state_modules(self) -> list[nn.Module]:
+        """The encoder's modules whose outputs are its hidden states 0 (the embeddings) to L."""
+        return self.bert.hidden_state_modules()
+
+    def layer_state(self, layers: list[int]) -> dict[str, torch.Tensor]:
+        """This model's weights with only `layers` of its encoder, renumbered from 0: the
+        weights of the same model class with `len(layers)` layers."""
+        return self.bert.layer_state(layers, self.state_dict(), prefix="bert.")
 
     @property
     def packs(self) -> bool:

@@ -20,7 +20,8 @@ from safetensors.torch import save_file
 from torch import nn
 
 from bertctl.errors import BertctlError, DiskFull, is_disk_full
-from bertctl.model.bert import BertConfig, BertModel
+from bertctl.model.bert import BertModel
+from bertctl.model.config import BertConfig
 from bertctl.model.heads import HEADS, BertWithHead
 
 CONFIG_NAME = "config.json"

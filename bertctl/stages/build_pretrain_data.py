@@ -13,8 +13,7 @@ from bertctl.data.settings import PretrainingDataSettings
 from bertctl.data import corpus, pretraining, pretraining_dataset
 from bertctl.data import tokenizer as tokenizer_mod
 from bertctl.errors import BertctlError
-from bertctl.stages import common
-from bertctl.stages.common import copy_tokenizer
+from bertctl.stages.common import models
 
 
 
@@ -31,7 +30,7 @@ def run(config: BuildPretrainDataSettings, target: artifacts.Target, tokenizer_d
     if not tokenizer_dir:
         raise BertctlError("missing the tokenizer artifact (first argument)")
     tok_art = artifacts.read_artifact(tokenizer_dir, "tokenizer")
-    common.tokenizer_files(tok_art.path)   # copied into the data at the end: checked first
+    models.tokenizer_files(tok_art.path)   # copied into the data at the end: checked first
     tok = tokenizer_mod.load(tok_art.file("tokenizer.json"))
     if not sources:
         raise BertctlError("no corpus files given")
@@ -48,7 +47,7 @@ def run(config: BuildPretrainDataSettings, target: artifacts.Target, tokenizer_d
                 workers=config.workers, num_shards=config.num_shards,
                 shard_index=config.shard_index,
                 progress=lambda p: bar.update(1, documents=p.documents, instances=p.instances))
-        copy_tokenizer(tok_art.path, tmp)
+        models.copy_tokenizer(tok_art.path, tmp)
         splits = {k: v["stats"] for k, v in summary["splits"].items()}
         return _stats(summary["settings"], splits, _tokenizer_stats(tok_art),
                       corpus=stats.as_dict(), slice=summary["slice"])
@@ -82,7 +81,7 @@ def _combine(slices: list[Path], target: artifacts.Target) -> artifacts.Outcome:
         m = art.manifest
         mine = {k: v for k, v in m.config.items() if k not in ("shard_index", "workers")}
         if mine != common:
-            diff = sorted(k for k in set(mine) | set(common) if mine.get(k) != common.get(k))
+            diff = sorted(k for k in set(mine) | set(common) if mine.get(k) != models.get(k))
             raise BertctlError(f"{art.path}: built with other settings than {arts[0].path} "
                                f"({', '.join(diff)})")
         if m.stats.get("tokenizer", {}).get("id") != tokenizer_id:

@@ -10,17 +10,17 @@ from bertctl import artifacts, console, embeddings, evaluation, hardware
 from bertctl.config import EmbedSettings
 from bertctl.errors import BertctlError
 from bertctl.model.features import parse_layers
-from bertctl.stages import common
+from bertctl.stages.common import models
 
 
 def run(config: EmbedSettings, target: artifacts.Target, model_dir: Path, data: Path):
     hardware.set_threads(config.threads)
-    source = common.open_model(model_dir, "model", exports=True)
+    source = models.open_model(model_dir, "model", exports=True)
     tok, _ = source.tokenizer()
     # Unset: as long as the model reads (a model trained with 128 positions cannot take 512).
     max_len = config.max_seq_length or min(
         512, int(source.hf_config.get("max_position_embeddings", 512)))
-    common.check_reads_task(source, tok, max_len)
+    models.check_reads_task(source, tok, max_len)
     layers = parse_layers(config.layers, int(source.hf_config["num_hidden_layers"]))
     if not data.exists():
         raise BertctlError(f"{data}: no such file or directory")
@@ -29,10 +29,10 @@ def run(config: EmbedSettings, target: artifacts.Target, model_dir: Path, data: 
                                    normalize=config.normalize, dtype=config.dtype,
                                    max_seq_length=max_len,
                                    stride=config.doc_stride, batch_size=config.batch_size)
-    inputs = [source.ref, common.data_input(data)]
+    inputs = [source.ref, models.data_input(data)]
 
     def build(tmp: Path) -> dict:
-        model = common.load_encoder(source)
+        model = models.load_encoder(source)
         model.to(device)
         started = time.monotonic()
         with console.progress("embedding", total=None, unit="rows") as bar, \

@@ -15,6 +15,7 @@ import json
 import shutil
 import statistics
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,9 @@ from bertctl.metrics import json_safe
 from bertctl.config import ExportSettings
 from bertctl.errors import BertctlError
 from bertctl.expectations import ExpectationsUnmet
-from bertctl.stages import common
+from bertctl.stages.common import models
+from bertctl.tasks.resolve import TASK_FILE, TaskInput, open_task
+from bertctl.tasks.settings import eval_settings
 
 # Batch-1 requests timed for the latency the card states (the first ones warm up, untimed).
 LATENCY_REQUESTS, LATENCY_WARMUP = 100, 5
@@ -36,7 +39,7 @@ def run(config: ExportSettings, target: artifacts.Target, model_dir: Path,
         check: Path | None = None) -> artifacts.Outcome:
     onnx_model.require("bertctl export")   # before any work: nothing written without it
     hardware.set_threads(config.threads)
-    source = common.open_model(model_dir)
+    source = models.open_model(model_dir)
     encoder = config.encoder or source.task is None
     inputs = [source.ref]
     task = None
@@ -44,12 +47,12 @@ def run(config: ExportSettings, target: artifacts.Target, model_dir: Path,
         if encoder:
             raise BertctlError(f"--check {check}: an encoder export has no task to score"
                                + ("" if config.encoder else f" ({model_dir} was not fine-tuned)"))
-        task = _read_check(source, common.open_task(_eval_settings(), source, check))
-        inputs.append(common.data_input(task[3], "check"))
-    common.tokenizer_files(source.path)
+        task = _read_check(source, open_task(eval_settings()(), source, check))
+        inputs.append(models.data_input(task.input.file, "check"))
+    models.tokenizer_files(source.path)
 
     def build(tmp: Path) -> dict[str, Any]:
-        model = common.load_encoder(source) if encoder else common.load_task_model(source)
+        model = models.load_encoder(source) if encoder else models.load_task_model(source)
         started = time.monotonic()
         facts = _write_graph(model, tmp, config, encoder, source)
         console.log(f"exported {facts['graph']} ({facts['quantize']}) in "
@@ -58,7 +61,7 @@ def run(config: ExportSettings, target: artifacts.Target, model_dir: Path,
         stats: dict[str, Any] = {"onnx": facts, "model": source.ref.path,
                                  "model_id": source.ref.id}
         if task is not None:
-            stats["check"] = _check(model, onnx_model.OnnxModel(tmp / common.ONNX_FILE),
+            stats["check"] = _check(model, onnx_model.OnnxModel(tmp / models.ONNX_FILE),
                                     source, task, config)
             stats["metrics"] = {"pytorch": stats["check"]["pytorch"],
                                 "export": stats["check"]["export"]}
@@ -75,15 +78,9 @@ def run(config: ExportSettings, target: artifacts.Target, model_dir: Path,
     return outcome
 
 
-def _eval_settings():
-    from bertctl.tasks.settings import eval_settings
-
-    return eval_settings()()   # the model's own task, read as `eval MODEL DATA` reads it
-
-
 def _write_graph(model, tmp: Path, config: ExportSettings, encoder: bool,
-                 source: common.ModelSource) -> dict[str, Any]:
-    path = tmp / common.ONNX_FILE
+                 source: models.ModelSource) -> dict[str, Any]:
+    path = tmp / models.ONNX_FILE
     bert = model if encoder else model.bert
     outputs = onnx_model.export(model, path, encoder=encoder, opset=config.opset,
                                 max_positions=bert.config.max_position_embeddings)
@@ -100,47 +97,58 @@ def _write_graph(model, tmp: Path, config: ExportSettings, encoder: bool,
             "fused": fused, "bytes": path.stat().st_size}
 
 
-def _copy_model_files(source: common.ModelSource, tmp: Path, encoder: bool) -> None:
-    common.copy_tokenizer(source.path, tmp)
+def _copy_model_files(source: models.ModelSource, tmp: Path, encoder: bool) -> None:
+    models.copy_tokenizer(source.path, tmp)
     hf_config = dict(source.hf_config)
     if encoder:   # the graph is the encoder whatever head the model had: eval must say so
         hf_config["architectures"] = ["BertModel"]
     (tmp / "config.json").write_text(json.dumps(hf_config, indent=2) + "\n", encoding="utf-8")
     if not encoder and source.task is not None:
-        shutil.copyfile(artifacts.checked_file(source.path, common.TASK_FILE),
-                        tmp / common.TASK_FILE)
+        shutil.copyfile(artifacts.checked_file(source.path, TASK_FILE),
+                        tmp / TASK_FILE)
 
 
-def _read_check(source: common.ModelSource, task) -> tuple:
+@dataclass(frozen=True)
+class CheckData:
+    """The --check file as the model's task reads it (read as `eval MODEL DATA` reads it)."""
+
+    input: TaskInput
+    examples: Any
+    features: Any
+
+
+def _read_check(source: models.ModelSource, task: TaskInput) -> CheckData:
     """The check data read and encoded before any export work: a file the model's task cannot
     read is one line, and nothing is exported."""
-    spec, family, label_list, data, max_len = task
     tok, _ = source.tokenizer()
-    common.check_reads_task(source, tok, max_len)
-    examples = family.read(spec, data, label_list=label_list, require_labels=True)
-    return spec, family, label_list, data, examples, family.encode(examples, tok, max_len)
+    models.check_reads_task(source, tok, task.max_seq_length)
+    examples = task.family.read(task.spec, task.file, label_list=task.label_list,
+                                require_labels=True)
+    return CheckData(task, examples, task.family.encode(examples, tok, task.max_seq_length))
 
 
-def _check(model, exported, source: common.ModelSource, task, config: ExportSettings
-           ) -> dict[str, Any]:
+def _check(model, exported, source: models.ModelSource, check: CheckData,
+           config: ExportSettings) -> dict[str, Any]:
     """Both models over the check data: outputs, predictions, metrics and batch-1 latency."""
-    spec, family, label_list, data, examples, features = task
+    spec, family, label_list = check.input.spec, check.input.family, check.input.label_list
+    examples, features = check.examples, check.features
     calibration = (source.task or {}).get("calibration")
     runs = {}
     for name, m in (("pytorch", model), ("export", exported)):
         with console.progress(f"checking ({name})", total=len(features),
                               unit="sequences") as bar:
-            outputs = evaluation.predict(m, evaluation.task_batches(features, config.batch_size),
-                                         "cpu", "fp32", progress=lambda n: bar.update(n))
+            outputs = evaluation.predict(
+                m, evaluation.task_batches(features, config.batch_size, family), "cpu", "fp32",
+                progress=lambda n: bar.update(n))
         predictions = family.predictions(outputs, features, examples, spec, calibration)
         metrics = json_safe(family.score(predictions, examples, spec, label_list))
-        runs[name] = (outputs, metrics, _latency(m, features))
+        runs[name] = (outputs, metrics, _latency(m, features, family))
     (ref, ref_metrics, ref_latency), (got, got_metrics, got_latency) = runs["pytorch"], runs["export"]
     main = family.main_metric(spec)
     scale = 1.0 if family.metric_in_percent else 100.0
     before, after = ref_metrics.get(main), got_metrics.get(main)
     drop = (before - after) * scale if before is not None and after is not None else None
-    return {"data": str(data), "examples": len(examples), "metric": main,
+    return {"data": str(check.input.file), "examples": len(examples), "metric": main,
             "pytorch_value": before, "export_value": after,
             "drop_points": None if drop is None else round(drop, 6),
             "max_abs_diff": {k: float(np.abs(ref[k] - got[k]).max()) for k in ref if k in got},
@@ -168,15 +176,14 @@ def agreement(ref: dict[str, np.ndarray], got: dict[str, np.ndarray],
     return None if same is None else round(float(same.mean()), 6)
 
 
-def _latency(model, features) -> dict[str, float]:
+def _latency(model, features, family) -> dict[str, float]:
     """Median and p95 milliseconds of a one-example request, over the first examples."""
     n = min(len(features), LATENCY_REQUESTS + LATENCY_WARMUP)
     times = []
     with evaluation.inference(model, "cpu", "fp32"):
         for i in range(n):
             batch = features.batch(np.array([i]))
-            inputs = {k: v for k, v in batch.items()
-                      if k not in ("labels", "start_positions", "end_positions")}
+            inputs = family.inputs(batch)
             start = time.perf_counter()
             model(**inputs)
             if i >= min(LATENCY_WARMUP, n - 1):

@@ -15,10 +15,10 @@ from pathlib import Path
 from bertctl import agreement, artifacts, console, modelcard
 from bertctl.config import PretrainSettings
 from bertctl.errors import BertctlError
-from bertctl.stages import common
+from bertctl.stages.common import models, training
 
 def _build_model(config: PretrainSettings, objective, vocab_size: int,
-                 init: common.ModelSource | None, model_config: Path | None):
+                 init: models.ModelSource | None, model_config: Path | None):
     import torch
 
     from bertctl.model.dropout import set_training_dropout
@@ -54,7 +54,7 @@ def _new_config(config: PretrainSettings, vocab_size: int, model_config: Path | 
     return cfg
 
 
-def _check_agreement(model, data: artifacts.Artifact, init: common.ModelSource | None) -> None:
+def _check_agreement(model, data: artifacts.Artifact, init: models.ModelSource | None) -> None:
     """Refuse a model that cannot read this data (bertctl.agreement): ids past its embeddings,
     sequences past its positions, or, continuing from a model, another tokenizer's ids."""
     tok = data.manifest.stats.get("tokenizer", {})
@@ -70,7 +70,7 @@ def _check_agreement(model, data: artifacts.Artifact, init: common.ModelSource |
               f"--from-pretrained {init.path})" if init is not None else ""))
 
 
-def _schedule(config: PretrainSettings, init: common.ModelSource | None) -> dict:
+def _schedule(config: PretrainSettings, init: models.ModelSource | None) -> dict:
     """start_step/total_steps: fresh, or continuing the parent run's schedule (phase 2)."""
     if not config.continue_schedule:
         return {}
@@ -86,10 +86,10 @@ def _schedule(config: PretrainSettings, init: common.ModelSource | None) -> dict
 
 
 class PretrainJob:
-    """What `common.train_to_artifact` calls, in order: `prepare`, `fit`, `write`."""
+    """What `training.train_to_artifact` calls, in order: `prepare`, `fit`, `write`."""
 
     def __init__(self, config: PretrainSettings, objective, data: artifacts.Artifact,
-                 init: common.ModelSource | None, model_config: Path | None):
+                 init: models.ModelSource | None, model_config: Path | None):
         self.config, self.objective, self.data = config, objective, data
         self.init, self.model_config = init, model_config
 
@@ -130,7 +130,7 @@ class PretrainJob:
                          on_log=on_log, step_metrics=self.objective.step_metrics)
 
     def write(self, result, tmp: Path) -> dict:
-        common.write_model(result.model, tmp, self.data.path)
+        models.write_model(result.model, tmp, self.data.path)
         train_records = [r for r in result.history if r.get("split", "train") == "train"]
         stats = {"architecture": self.objective.architecture, "objective": self.objective.name,
                  "step": result.step,
@@ -162,12 +162,12 @@ def run(config: PretrainSettings, target: artifacts.Target, data_dir: Path,
     objective.check_settings(config, "pretrain")
     objective.check_data(info, str(data.path))
     check_mask_rate(info, config.mask_rate)
-    common.tokenizer_files(data.path)   # copied into the model at the end: checked first
+    models.tokenizer_files(data.path)   # copied into the model at the end: checked first
     inputs = [data.as_input("data")]
-    init = common.open_model(init_from, "init") if init_from else None
+    init = models.open_model(init_from, "init") if init_from else None
     if init:
         inputs.append(init.ref)
     if model_config:
         inputs.append(artifacts.file_input(model_config, "model-config"))
     job = PretrainJob(config, objective, data, init, model_config)
-    return common.train_to_artifact(config, inputs, target, job)
+    return training.train_to_artifact(config, inputs, target, job)

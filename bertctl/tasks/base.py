@@ -24,6 +24,11 @@ import numpy as np
 from bertctl.errors import BertctlError
 
 
+# A per-token mark: 1 at the tokens a tagging head is read at (each word's first piece), where a
+# distilled student imitates its teacher when the words carry no tags to say so.
+IMITATED = "imitated"
+
+
 class Family:
     name: ClassVar[str]
     # How --help and the docs name the family (its flags' panel: "Span QA (family span)").
@@ -48,10 +53,21 @@ class Family:
     # none: its head needs the whole encoder fine-tuned.
     feature_heads: ClassVar[tuple[str, ...]] = ()
     # What a student imitates (`bertctl distill`): each score output of the head and how it is
-    # compared (train/distill.py): "classes" a softmax over the last axis per row, "tokens" the
+    # compared (bertctl/distillation.py): "classes" a softmax over the last axis per row, "tokens" the
     # same per real token, "positions" a softmax over the sequence's real tokens, "score" a
     # number (squared error). None: the family's models cannot be distilled.
     soft_targets: ClassVar[dict[str, str] | None] = None
+    # The batch keys of its features that are training targets, not model inputs.
+    targets: ClassVar[tuple[str, ...]] = ("labels",)
+    # Per-token values its batches may carry that are neither inputs nor targets (tagging's
+    # mark of the tokens a student imitates on untagged words); moved with their tokens when
+    # a batch is packed, left out when a model only predicts.
+    marks: ClassVar[tuple[str, ...]] = ()
+
+    def inputs(self, batch: dict) -> dict:
+        """A batch of this family's features as the model's inputs alone (inference)."""
+        dropped = (*self.targets, *self.marks)
+        return {k: v for k, v in batch.items() if k not in dropped}
 
     # -- the spec
 

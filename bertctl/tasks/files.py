@@ -30,6 +30,14 @@ _SUFFIX_FORMATS = {".tsv": "tsv", ".csv": "csv", ".json": "json", ".jsonl": "jso
                    ".parquet": "parquet"}
 
 
+
+# What `datasets`' save_to_disk leaves in a directory (a Dataset, or a DatasetDict).
+SAVED_DATASET_FILES = ("dataset_info.json", "state.json", "dataset_dict.json")
+
+
+def is_saved_dataset(path: Path) -> bool:
+    return path.is_dir() and any((path / n).is_file() for n in SAVED_DATASET_FILES)
+
 def column_name(value: Any) -> Any:
     # Columns of a headerless file are named by their index; accept the index as an int.
     return str(value) if isinstance(value, int) and not isinstance(value, bool) else value

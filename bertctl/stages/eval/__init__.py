@@ -10,15 +10,15 @@ from bertctl import artifacts, console, expectations
 from bertctl.config import EvalSettings
 from bertctl.errors import BertctlError
 from bertctl.expectations import ExpectationsUnmet
-from bertctl.stages import common
+from bertctl.stages.common import models
 from bertctl.stages.eval import pretraining, task
 
 
 def run(config: EvalSettings, target: artifacts.Target, model: Path, data: Path,
         expect: list[str]) -> artifacts.Outcome:
     gates = [expectations.parse(e) for e in expect]  # a typo fails before any work
-    source = common.open_model(model, exports=True)
-    pretrain_data = common.pretrain_data_artifact(data)
+    source = models.open_model(model, exports=True)
+    pretrain_data = models.pretrain_data_artifact(data)
     if pretrain_data is not None and source.onnx is not None:
         raise BertctlError(f"{model}: is an export; the masked-LM scores of a pretrain-data "
                            f"artifact come from the PyTorch model it was exported from")

@@ -12,7 +12,7 @@ from bertctl import agreement, artifacts, console, evaluation, hardware, objecti
 from bertctl.metrics import json_safe
 from bertctl.config import EvalSettings
 from bertctl.errors import BertctlError
-from bertctl.stages.common import ModelSource
+from bertctl.stages.common.models import ModelSource
 
 METRICS_FILE = "metrics.json"
 

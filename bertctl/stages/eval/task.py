@@ -18,8 +18,9 @@ from bertctl import artifacts, console, evaluation, hardware
 from bertctl.metrics import json_safe
 from bertctl.config import EvalSettings
 from bertctl.errors import BertctlError
-from bertctl.stages import common
-from bertctl.stages.common import ModelSource
+from bertctl.stages.common import models
+from bertctl.tasks.resolve import open_task
+from bertctl.stages.common.models import ModelSource
 
 METRICS_FILE = "metrics.json"
 # Examples read, predicted and written at a time: a few MB of texts and token ids.
@@ -32,17 +33,19 @@ def run(config: EvalSettings, target: artifacts.Target, source: ModelSource,
     if config.split is not None:
         raise BertctlError(f"--split applies to pretrain-data artifacts; {data} is a task data "
                            f"file (one split already)")
-    spec, family, label_list, data, max_len = common.open_task(config, source, data)
+    task = open_task(config, source, data)
+    spec, family, label_list, data, max_len = (task.spec, task.family, task.label_list,
+                                               task.file, task.max_seq_length)
     tok, _ = source.tokenizer()
-    common.check_reads_task(source, tok, max_len)
+    models.check_reads_task(source, tok, max_len)
     device, precision, recorded = source.runtime(config.device, config.precision)
-    inputs = [source.ref, common.data_input(data)]
+    inputs = [source.ref, models.data_input(data)]
     calibration = (source.task or {}).get("calibration")
 
     def build(tmp: Path) -> dict[str, Any]:
         # The file is read, predicted and written a part at a time (as `embed` does), so memory
         # stays bounded at any size; only what scoring needs is kept (labels and predictions).
-        model = common.load_task_model(source)
+        model = models.load_task_model(source)
         model.to(device)
         kept, stats, n, labelled, seconds = [], {}, 0, False, 0.0
         with console.progress("evaluating", unit="sequences") as bar:
@@ -51,7 +54,7 @@ def run(config: EvalSettings, target: artifacts.Target, source: ModelSource,
                 stats = stats or family.feature_stats(features)
                 started = time.monotonic()
                 outputs = evaluation.predict(
-                    model, evaluation.task_batches(features, config.batch_size), device,
+                    model, evaluation.task_batches(features, config.batch_size, family), device,
                     precision, progress=lambda k: bar.update(k))
                 predictions = family.predictions(outputs, features, examples, spec, calibration)
                 seconds += time.monotonic() - started

@@ -37,7 +37,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from bertctl.errors import BertctlError
-from bertctl.tasks.base import Family, check_options
+from bertctl.tasks.base import IMITATED, Family, check_options
 from bertctl.tasks.registry import register
 
 # The model is always trained on IOB2 labels: one consistent scheme whatever the files use.
@@ -98,6 +98,7 @@ class Tagging(Family):
     label_list = True
     head = "BertForTokenClassification"
     soft_targets = {"logits": "tokens"}
+    marks = (IMITATED,)
     metric_in_percent = True   # conlleval's precision, recall and F1
     feature_heads = ("linear", "bilstm")   # bilstm: the paper's feature-based NER head
 

@@ -28,10 +28,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from bertctl.data.collate import IMITATED, max_context_window, pad_to_tensor
+from bertctl.data.collate import max_context_window, pad_to_tensor
 from bertctl.data.tokenizer import CLS, PAD, SEP, UNK
 from bertctl.errors import BertctlError
-from bertctl.model.heads import IGNORE_INDEX
+from bertctl.tasks.base import IMITATED
+from bertctl.data import IGNORE_INDEX
 from bertctl.tasks.tagging.schemes import concat_ranges
 
 

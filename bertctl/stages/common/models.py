@@ -1,29 +1,33 @@
-"""What several stages share: opening a model input and writing a model directory.
+"""Model inputs and outputs: opening a model input (a bertctl model artifact, any local Hugging
+Face BERT directory, or for the stages that only run a model an export artifact), loading its
+encoder or its task model, writing a model directory, and the data inputs a stage records.
 
-A model input is either a bertctl model artifact or any local Hugging Face BERT directory; a
-model artifact is itself a Hugging Face directory (config.json, model.safetensors and the
-tokenizer files) plus `artifact.json` and, after fine-tuning, `bertctl_task.json`.
+A model artifact is itself a Hugging Face directory (config.json, model.safetensors and the
+tokenizer files) plus `artifact.json` and, after fine-tuning, the task record TASK_FILE.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from bertctl import agreement, artifacts, console, hardware, locks, modelcard, placement
-from bertctl import settings as settings_mod
+from bertctl import agreement, artifacts, console, hardware
 from bertctl.data import tokenizer as tokenizer_mod
-from bertctl.errors import BertctlError, Interrupted
+from bertctl.errors import BertctlError
+from bertctl.tasks.resolve import TASK_FILE
+
 
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json",
                    "special_tokens_map.json")
-TASK_FILE = "bertctl_task.json"
+
+
 MODEL_FILES = ("config.json", "model.safetensors", "model.safetensors.index.json")
+
+
 ONNX_FILE = "model.onnx"
 
 
@@ -93,14 +97,6 @@ def _hf_directory_ref(path: Path, role: str) -> artifacts.InputRef:
     digest, size = _digest(path, files)
     return artifacts.InputRef(role=role, kind="hf-model", id=digest,
                               path=str(path.resolve()), size=size)
-
-
-# What `datasets`' save_to_disk leaves in a directory (a Dataset, or a DatasetDict).
-SAVED_DATASET_FILES = ("dataset_info.json", "state.json", "dataset_dict.json")
-
-
-def is_saved_dataset(path: Path) -> bool:
-    return path.is_dir() and any((path / n).is_file() for n in SAVED_DATASET_FILES)
 
 
 def data_input(path: Path, role: str = "data") -> artifacts.InputRef:
@@ -203,153 +199,6 @@ def check_reads_task(source: ModelSource, tokenizer, max_seq_length: int) -> Non
                     data_vocab=tokenizer.get_vocab_size(), seq_length=max_seq_length,
                     data_special_ids={"[PAD]": tokenizer.token_to_id("[PAD]")}
                     if tokenizer.token_to_id("[PAD]") is not None else None)
-
-
-class TrainingJob(Protocol):
-    """A training stage's own part, called by `train_to_artifact` in this order on every rank:
-    `prepare()` (read the data, build the model: everything before the first step), `fit(work)`
-    (the training loop, resuming from `work`'s checkpoints), and on rank 0 `write(result, tmp)`
-    (the model directory; returns the manifest stats)."""
-
-    def prepare(self) -> None: ...
-
-    def fit(self, work: Path) -> Any: ...
-
-    def write(self, result: Any, tmp: Path) -> dict: ...
-
-
-def train_to_artifact(config, inputs: list[artifacts.InputRef], target: artifacts.Target,
-                      job: TrainingJob):
-    """What every training stage shares. Under torchrun every rank decides "up to date" the same
-    way and trains; rank 0 alone writes the artifact (the others return None). The work
-    directory holds the checkpoints, so it outlives a crash (the rerun resumes from it) and is
-    removed once the artifact is in place.
-    """
-    from bertctl.train import distributed as dist
-
-    dist.init(config.device)  # under torchrun: join the group first, to know who writes
-    hardware.set_threads(config.threads)
-    try:
-        artifact_id, out_path = artifacts.plan("model", config, inputs, target.out)
-        # The output's lock covers the whole run, its run directory included (rank 0 holds it
-        # for a distributed run).
-        with (locks.output_lock(out_path, target.wait) if dist.is_main()
-              else contextlib.nullcontext()):
-            return _train(config, inputs, target, job, artifact_id, out_path)
-    finally:
-        dist.cleanup()
-
-
-def _train(config, inputs, target, job: TrainingJob, artifact_id, out_path):
-    from bertctl.train import distributed as dist
-
-    existing = artifacts.check_out(out_path, "model", artifact_id, target.force)
-    if existing is not None:
-        return artifacts.Outcome(manifest=existing, path=str(out_path), up_to_date=True)
-    work = placement.work_dir(out_path, artifact_id)
-    job.prepare()
-    if not dist.is_main():
-        job.fit(work)
-        # Back only once rank 0 has put the artifact in place: when torchrun returns on any
-        # node, the next stage (phase 2, a fine-tuning) finds it.
-        dist.barrier()
-        return None
-
-    def build(tmp: Path) -> dict:
-        stats = job.write(job.fit(work), tmp)
-        shutil.copyfile(work / "metrics.jsonl", tmp / "metrics.jsonl")
-        modelcard.write(tmp, artifact_id, out_path, settings_mod.as_dict(config), inputs, stats)
-        return stats
-
-    try:
-        outcome = artifacts.produce("model", config, inputs, target, build, locked=True)
-    except BaseException as exc:
-        from bertctl.train.checkpoint import list_checkpoints
-
-        if not list_checkpoints(work):   # nothing a rerun could resume: nothing left behind
-            shutil.rmtree(work, ignore_errors=True)
-        elif isinstance(exc, KeyboardInterrupt):   # kept on purpose: the rerun resumes
-            raise Interrupted(f"interrupted; no artifact was written; checkpoints kept in "
-                              f"{work / 'checkpoints'}: rerun the same command to resume") from None
-        raise
-    shutil.rmtree(work, ignore_errors=True)
-    dist.barrier()
-    return outcome
-
-
-# ---------------------------------------------------------------------------------------------
-# A fine-tuned model and the task data it is run on (eval, export --check)
-
-def model_task(config, source: ModelSource):
-    """The model's task as the flags refine it: (spec, family, label list), the model's head
-    checked against it (eval, export --check, and distill's teacher)."""
-    from bertctl import tasks
-
-    spec = resolve_task(config, source)
-    family = tasks.get(spec.family)
-    label_list = family.resolve_labels(spec, source.task, source.hf_config, config.labels,
-                                       str(source.path))
-    family.check_head(source.hf_config, spec, label_list, str(source.path))
-    return spec, family, label_list
-
-
-def task_length(config, source: ModelSource) -> int:
-    """--max-seq-length, else the model's fine-tuning length, else 128."""
-    return config.max_seq_length or int((source.task or {}).get("max_seq_length") or 128)
-
-
-def open_task(config, source: ModelSource, data: Path):
-    """How to read DATA for the model: (spec, family, label list, the file, sequence length),
-    the model's head checked against the task."""
-    spec, family, label_list = model_task(config, source)
-    data = _task_file(spec, data)
-    return spec.for_file(data), family, label_list, data, task_length(config, source)
-
-
-def resolve_task(config, source: ModelSource):
-    """The TaskSpec to read DATA with: the model's task, with the flags given replacing its
-    fields; a preset named by --task instead; or the flags alone for a model without one."""
-    from bertctl.tasks import TaskSpec, make_task_spec
-
-    flags = config.task_fields()
-    if getattr(config, "header", None) is not None:   # e.g. GLUE's CoLA test file has a header, its dev file none
-        flags["header"] = config.header
-    if config.task is not None:
-        return make_task_spec(config.task, **flags)
-    if source.task is not None:
-        try:
-            spec = TaskSpec(**source.task["spec"])
-        except Exception as exc:  # noqa: BLE001 - a task file of another version or edited by hand
-            raise BertctlError(f"{source.path / TASK_FILE}: cannot read the task: "
-                               f"{' '.join(str(exc).split())}") from None
-        if not flags:
-            return spec   # the model's own, exactly
-        base = spec.model_dump()
-        if "family" in flags and flags["family"] != base["family"]:
-            raise BertctlError(f"{source.path}: the model was fine-tuned for a '{base['family']}' "
-                               f"task, not '{flags['family']}'")
-        if "options" in flags:  # flags refine the model's options (e.g. --null-threshold)
-            flags = {**flags, "options": {**base.get("options", {}), **flags["options"]}}
-        return make_task_spec(None, **{**base, **flags})
-    if "family" in flags:
-        return make_task_spec(None, **flags)
-    raise BertctlError(f"{source.path}: the model has no task file ({TASK_FILE}); give "
-                       f"the task with --task (e.g. glue/sst2) or --family and the columns")
-
-
-def _task_file(spec, data: Path) -> Path:
-    """A preset task's data directory (GLUE's SST-2/) stands for its dev file; any other
-    directory must be one written by `datasets`' save_to_disk."""
-    if not data.is_dir() or is_saved_dataset(data):
-        return data
-    found = spec.split_files(data)
-    if "dev" in found:
-        console.log(f"{data}: evaluating the task's dev file {found['dev'].name}")
-        return found["dev"]
-    if found:
-        raise BertctlError(f"{data}: give one of the task's files: "
-                           f"{', '.join(str(p) for p in found.values())}")
-    return data  # the family's reader explains what a saved dataset directory needs
 
 
 def load_encoder(source: ModelSource):

@@ -1,13 +1,15 @@
-"""Knowledge distillation: a student trained to imitate a frozen teacher.
+"""Knowledge distillation: a student trained to imitate a frozen teacher, and the student
+built from a teacher, a pretrained model or a preset size. What the distill stage
+(bertctl/stages/distill.py) runs; nothing else in bertctl knows distillation exists.
 
     model = Distiller(student, teacher, {"logits": "classes"}, temperature=2.0, alpha=0.5)
     train(model, data, settings, work)      # the one training loop, unchanged
 
 `Distiller` is what the training loop trains: its forward runs the teacher (eval mode, no
 autograd) and the student on the same batch and returns the student's outputs with the
-distillation loss as "loss". The teacher is held outside the module tree, so the optimizer,
-checkpoints, best-weight copies and DDP see the student (and the hidden-state projections)
-only, and `train()` cannot switch the teacher's dropout on.
+distillation loss as "loss". The teacher is not a submodule: the optimizer, checkpoints,
+best-weight copies and DDP see the student (and the hidden-state projections) only, `train()`
+cannot switch the teacher's dropout on, and the forward puts it on the batch's device.
 
 The losses (Hinton et al. 2015; TinyBERT for the hidden states):
 - soft: per score output of the head, T^2 * KL(softmax(teacher / T) || softmax(student / T))
@@ -19,11 +21,17 @@ The losses (Hinton et al. 2015; TinyBERT for the hidden states):
   loss = alpha * hard + (1 - alpha) * soft, or soft alone on unlabelled data.
 - hidden (weight > 0): mean squared error between mapped hidden states (0 = the embeddings'
   output), over real tokens, through a learned linear projection where the widths differ.
+
+The student is always the teacher's head class (with the head arguments the task gives), so it
+is an ordinary fine-tuned model of the same family once trained: some of the teacher's layers,
+some layers of a pretrained model with its vocabulary (DistilBERT's initialisation: the layers
+before any fine-tuning), the whole of such a model, or a fresh model of another size.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import shutil
 from collections.abc import Iterator, Sequence
@@ -34,9 +42,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertctl.data.collate import IMITATED, TEACHER
+from bertctl.data import IGNORE_INDEX
 from bertctl.errors import BertctlError
-from bertctl.model.heads import IGNORE_INDEX
+from bertctl.evaluation import predict, task_batches
+from bertctl.model.config import PRESETS, BertConfig
+from bertctl.model.hf import LoadReport, load_state_dict
+from bertctl.tasks.base import IMITATED
+from bertctl.train import distributed as dist
+
+# Batch keys of a teacher's outputs read from its cache (`teacher_outputs`), per example or per
+# token: packing moves them with their sequences or tokens, as it moves the labels.
+TEACHER = "teacher:"
 
 KINDS = ("classes", "tokens", "positions", "score")
 # A logit far below any real one but finite, so masked positions get probability 0 in both
@@ -103,10 +119,10 @@ def parse_layer_map(text: str, student_layers: int, teacher_layers: int
 @contextlib.contextmanager
 def hidden_states(model: nn.Module, wanted: Sequence[int]) -> Iterator[dict[int, torch.Tensor]]:
     """Collect the hidden states `wanted` (0 = embeddings' output, i = layer i's) of the
-    encoder at `model.bert` while the block runs, by forward hooks: the heads stay as they are."""
+    model's encoder while the block runs, by forward hooks on the modules the model names
+    (`hidden_state_modules`): the heads stay as they are."""
     states: dict[int, torch.Tensor] = {}
-    bert = model.bert
-    modules = {0: bert.embeddings, **{i + 1: layer for i, layer in enumerate(bert.encoder.layer)}}
+    modules = dict(enumerate(model.hidden_state_modules()))
     handles = []
     for index in set(wanted):
         def keep(_module, _inputs, output, index=index):
@@ -131,8 +147,8 @@ class Distiller(nn.Module):
         self.student = student
         teacher.eval()
         teacher.requires_grad_(False)
-        # Not a submodule: not trained, saved, put in train mode or wrapped by DDP.
-        self.__dict__["teacher"] = teacher
+        # In a tuple, not a submodule: not trained, saved, put in train mode or wrapped by DDP.
+        self._frozen = (teacher,)
         self.targets, self.temperature, self.alpha = dict(targets), temperature, alpha
         self.hidden_weight = hidden_weight
         self.layer_map = list(layer_map) if hidden_weight > 0 else []
@@ -145,14 +161,18 @@ class Distiller(nn.Module):
                 nn.init.zeros_(projection.bias)
 
     @property
-    def packs(self) -> bool:
-        return bool(getattr(self.student, "packs", False) and getattr(self.teacher, "packs", False))
+    def teacher(self) -> nn.Module:
+        return self._frozen[0]
 
-    def _apply(self, fn, recurse=True):
-        # .to(device) and dtype casts reach the teacher too.
-        super()._apply(fn, recurse)
-        self.teacher._apply(fn)
-        return self
+    @property
+    def packs(self) -> bool:
+        return bool(self.student.packs and self.teacher.packs)
+
+    def _teacher_on(self, device: torch.device) -> nn.Module:
+        """The teacher, moved where the batch is (the training loop moves the module)."""
+        if next(self.teacher.parameters()).device != device:
+            self.teacher.to(device)
+        return self.teacher
 
     def forward(self, **batch) -> dict[str, torch.Tensor]:
         # The teacher's outputs come with the batch where they were cached (`teacher_outputs`).
@@ -160,14 +180,15 @@ class Distiller(nn.Module):
         taught = {key[len(TEACHER):]: batch.pop(key)
                   for key in [k for k in batch if k.startswith(TEACHER)]}
         mask = batch.get("attention_mask")
+        teacher = self._teacher_on(batch["input_ids"].device)
         with hidden_states(self.student, [s for s, _ in self.layer_map]) as mine, \
-                hidden_states(self.teacher, [t for _, t in self.layer_map]) as theirs:
+                hidden_states(teacher, [t for _, t in self.layer_map]) as theirs:
             out = dict(self.student(**batch))
             if "loss" in out and self.alpha == 1 and not self.layer_map:
                 return out   # the teacher's outputs would weigh nothing: it is not run
             if not taught:
                 with torch.no_grad():
-                    taught = self.teacher(**batch)
+                    taught = teacher(**batch)
         missing = [k for k in self.targets if k not in out or k not in taught]
         if missing:
             raise ValueError(f"the models returned no {', '.join(missing)}")
@@ -218,15 +239,13 @@ def step_metrics(out: dict, batch: dict) -> dict:
     return {name: (out[name], 1) for name in ("soft_loss", "hidden_loss") if name in out}
 
 
-def teacher_outputs(teacher: nn.Module, features, targets: dict[str, str], directory: Path,
-                    batch_size: int, device, precision: str) -> dict[str, tuple[np.ndarray, bool]]:
+def teacher_outputs(teacher: nn.Module, features, family, directory: Path, batch_size: int,
+                    device, precision: str) -> dict[str, tuple[np.ndarray, bool]]:
     """The teacher's `targets` outputs for every example of `features`, computed once (eval
     mode, no autograd, longest batches first) and kept as .npy files in `directory`, which a
     resumed run reads back (memory-mapped) instead of running the teacher again. Returns what
-    `collate.TaskData` takes: name -> (values in example order, per token?)."""
-    from bertctl.evaluation import predict, task_batches
-    from bertctl.train import distributed as dist
-
+    `collate.TaskData` takes as extras: batch key -> (values in example order, per token?)."""
+    targets = family.soft_targets
     stamp = {"examples": len(features), "precision": precision, "outputs": sorted(targets)}
     marker = directory / "outputs.json"
 
@@ -238,7 +257,7 @@ def teacher_outputs(teacher: nn.Module, features, targets: dict[str, str], direc
 
     if dist.is_main() and not current():
         teacher.to(device)
-        outputs = predict(teacher, task_batches(features, batch_size), device, precision)
+        outputs = predict(teacher, task_batches(features, batch_size, family), device, precision)
         try:
             shutil.rmtree(directory, ignore_errors=True)
             directory.mkdir(parents=True)
@@ -249,5 +268,108 @@ def teacher_outputs(teacher: nn.Module, features, targets: dict[str, str], direc
             raise BertctlError(f"{directory}: cannot keep the teacher's outputs: "
                                f"{exc.strerror or exc} (or run with --teacher-cache off)") from None
     dist.barrier()
-    return {name: (np.load(directory / f"{name}.npy", mmap_mode="r"),
-                   kind in ("tokens", "positions")) for name, kind in targets.items()}
+    return {TEACHER + name: (np.load(directory / f"{name}.npy", mmap_mode="r"),
+                             kind in ("tokens", "positions")) for name, kind in targets.items()}
+
+
+# ---------------------------------------------------------------------------------------------
+# The student
+
+def parse_layers(text: str, teacher_layers: int, owner: str = "the teacher") -> list[int]:
+    """"0,2,4" -> [0, 2, 4]: distinct layers of `owner`, 0-based and increasing."""
+    items = [x.strip() for x in text.split(",")]
+    if not items or not all(x.isdigit() for x in items):
+        raise BertctlError(f"--student-layers {text!r}: expected teacher layer numbers such as "
+                           f"0,2,4 (0-based)")
+    layers = [int(x) for x in items]
+    bad = [i for i in layers if i >= teacher_layers]
+    if bad:
+        raise BertctlError(f"--student-layers {text!r}: {owner} has no layer {bad[0]} (it "
+                           f"has layers 0..{teacher_layers - 1})")
+    if layers != sorted(set(layers)):
+        raise BertctlError(f"--student-layers {text!r}: list each layer once, in increasing "
+                           f"order")
+    return layers
+
+
+def every_second_layer(teacher_layers: int) -> list[int]:
+    return list(range(0, teacher_layers, 2))
+
+
+def from_layers(model: nn.Module, layers: list[int], head_class, head_kwargs: dict,
+                source: str = "teacher") -> tuple[nn.Module, LoadReport]:
+    """A student with `layers` of `model`'s encoder (the teacher's, or a pretrained model's,
+    named `source`; renumbered 0..), its embeddings, and its pooler and head where their
+    shapes fit (a frozen-encoder teacher's head reads combined features of another width: the
+    student's head then starts fresh)."""
+    config = dataclasses.replace(model.config, num_hidden_layers=len(layers))
+    student = head_class(config, **head_kwargs)
+    report = load_state_dict(student, model.layer_state(layers),
+                             source=f"{source} layers {','.join(map(str, layers))}")
+    return student, report
+
+
+def sized_config(teacher: BertConfig, size: str) -> BertConfig:
+    """A preset size with the teacher's vocabulary, positions and segment types."""
+    if size not in PRESETS:
+        raise BertctlError(f"--student-size {size!r}: one of {', '.join(PRESETS)}")
+    return BertConfig.from_preset(size, vocab_size=teacher.vocab_size,
+                                  max_position_embeddings=teacher.max_position_embeddings,
+                                  type_vocab_size=teacher.type_vocab_size,
+                                  pad_token_id=teacher.pad_token_id)
+
+
+@dataclasses.dataclass
+class StudentPlan:
+    """How the student is built: from teacher `layers`, as a new model of `config`, or (both
+    None) from the pretrained model given beside; `description` is what the manifest says."""
+
+    description: str
+    num_layers: int
+    layers: list[int] | None = None
+    config: BertConfig | None = None
+
+
+def plan(teacher: BertConfig, *, layers: str | None = None, size: str | None = None,
+         config_file: str | Path | None = None, init: BertConfig | None = None,
+         init_path: str = "") -> StudentPlan:
+    """The student the options describe (at most one of them, or --student-layers of the
+    --student-init model; none: every second teacher layer), checked against the teacher
+    before any work."""
+    given = [name for name, value in (("--student-layers", layers and init is None),
+                                      ("--student-size", size), ("--student-init", init),
+                                      ("--student-config", config_file)) if value]
+    if len(given) > 1:
+        raise BertctlError(f"give one way to build the student, not {' and '.join(given)}")
+    if init is not None:
+        check_vocabulary(init, teacher, init_path)
+        if layers:
+            kept = parse_layers(layers, init.num_hidden_layers, f"{init_path} (--student-init)")
+            return StudentPlan(f"layers {','.join(map(str, kept))} of {init_path}", len(kept),
+                               layers=kept)
+        return StudentPlan(f"initialised from {init_path}", init.num_hidden_layers)
+    if config_file is not None:
+        try:
+            raw = json.loads(Path(config_file).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise BertctlError(f"{config_file}: cannot read: "
+                               f"{' '.join(str(exc).split())}") from None
+        config = BertConfig.from_hf_dict(raw, source=str(config_file))
+        check_vocabulary(config, teacher, str(config_file))
+        return StudentPlan(f"a new model of {Path(config_file).name} (random weights)",
+                           config.num_hidden_layers, config=config)
+    if size:
+        config = sized_config(teacher, size)
+        return StudentPlan(f"a new {size} model (random weights)", config.num_hidden_layers,
+                           config=config)
+    kept = (parse_layers(layers, teacher.num_hidden_layers) if layers
+            else every_second_layer(teacher.num_hidden_layers))
+    return StudentPlan(f"teacher layers {','.join(map(str, kept))}", len(kept), layers=kept)
+
+
+def check_vocabulary(config: BertConfig, teacher: BertConfig, where: str) -> None:
+    """Distillation compares outputs token for token: one tokenizer for both."""
+    if config.vocab_size != teacher.vocab_size:
+        raise BertctlError(f"{where}: the student's vocabulary has {config.vocab_size:,} entries, "
+                           f"the teacher's {teacher.vocab_size:,}; distillation needs the "
+                           f"teacher's tokenizer (the same vocabulary)")

@@ -1,0 +1,145 @@
+"""BERT's hyper-parameters as config.json names them (`BertConfig`), and Google's size presets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from functools import partial
+from typing import Any
+
+import torch.nn.functional as F
+
+from bertctl.errors import BertctlError
+
+# HF's names for the activations BERT checkpoints use. "gelu" is the exact erf form, as in the
+# original TF code; the tanh approximation is a different function and gives different outputs.
+ACTIVATIONS = {
+    "gelu": F.gelu,
+    "gelu_new": partial(F.gelu, approximate="tanh"),
+    "gelu_pytorch_tanh": partial(F.gelu, approximate="tanh"),
+    "relu": F.relu,
+    "silu": F.silu,
+    "swish": F.silu,
+}
+
+
+@dataclass
+class BertConfig:
+    """Hyper-parameters under Hugging Face's field names, so config.json maps one to one.
+
+    The defaults are BERT-Base with the uncased English vocabulary.
+    """
+
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    initializer_range: float = 0.02
+    layer_norm_eps: float = 1e-12
+    pad_token_id: int | None = 0
+    # HF's optional override of the dropout before sequence/token classifiers (None: hidden's).
+    classifier_dropout: float | None = None
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise BertctlError for settings no BERT can be built from."""
+        def bad(problem: str) -> BertctlError:
+            return BertctlError(f"model config: {problem}")
+
+        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                     "intermediate_size", "max_position_embeddings", "type_vocab_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise bad(f"{name} must be a positive integer, got {value!r}")
+        if self.hidden_size % self.num_attention_heads:
+            raise bad(f"hidden_size {self.hidden_size} is not a multiple of "
+                      f"num_attention_heads {self.num_attention_heads}")
+        if self.hidden_act not in ACTIVATIONS:
+            raise bad(f"hidden_act {self.hidden_act!r} is not supported "
+                      f"(one of {', '.join(sorted(ACTIVATIONS))})")
+        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise bad(f"{name} must be in [0, 1), got {getattr(self, name)!r}")
+        if self.pad_token_id is not None and not 0 <= self.pad_token_id < self.vocab_size:
+            raise bad(f"pad_token_id {self.pad_token_id} is outside the vocabulary "
+                      f"of {self.vocab_size}")
+
+    @property
+    def head_size(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    # -- Hugging Face config.json --------------------------------------------------------------
+
+    def to_hf_dict(self) -> dict[str, Any]:
+        """The config.json content transformers' BertConfig reads (without `architectures`)."""
+        return {"model_type": "bert", **asdict(self), "position_embedding_type": "absolute",
+                "tie_word_embeddings": True}
+
+    @classmethod
+    def from_hf_dict(cls, d: dict[str, Any], source: str = "config.json") -> BertConfig:
+        """Build from a parsed HF config.json; unknown keys are ignored, known ones checked.
+
+        The size fields must be present: HF would silently fall back to BERT-Base for a missing
+        one, which then fails later with a confusing shape error.
+        """
+        if not isinstance(d, dict):
+            raise BertctlError(f"{source}: expected a JSON object, got {type(d).__name__}")
+        model_type = d.get("model_type", "bert")
+        if model_type != "bert":
+            raise BertctlError(f"{source}: model_type is {model_type!r}, not 'bert'")
+        missing = [k for k in ESSENTIAL_KEYS if k not in d]
+        if missing:
+            raise BertctlError(f"{source}: missing {', '.join(missing)}")
+        # Variants this encoder does not implement must fail here, not load wrong weights quietly.
+        if d.get("position_embedding_type", "absolute") != "absolute":
+            raise BertctlError(f"{source}: position_embedding_type "
+                               f"{d['position_embedding_type']!r} is not supported (only 'absolute')")
+        if d.get("is_decoder") or d.get("add_cross_attention"):
+            raise BertctlError(f"{source}: decoder/cross-attention BERT is not supported")
+        known = {f.name for f in fields(cls)}
+        try:
+            return cls(**{k: v for k, v in d.items() if k in known})
+        except BertctlError as exc:  # say which file holds the bad value
+            raise BertctlError(str(exc).replace("model config:", f"{source}:", 1)) from None
+        except TypeError as exc:  # e.g. a string where a number belongs
+            raise BertctlError(f"{source}: {exc}") from None
+
+    # -- size presets --------------------------------------------------------------------------
+
+    @classmethod
+    def from_preset(cls, name: str, *, num_hidden_layers: int | None = None,
+                    hidden_size: int | None = None, num_attention_heads: int | None = None,
+                    intermediate_size: int | None = None, **overrides: Any) -> BertConfig:
+        """A preset from PRESETS with overrides (vocab_size, max_position_embeddings, ...).
+
+        Overriding hidden_size without intermediate_size keeps the paper's 4H feed-forward.
+        """
+        if name not in PRESETS:
+            raise BertctlError(f"model size {name!r}: unknown preset "
+                               f"(one of {', '.join(PRESETS)})")
+        layers, hidden, heads = PRESETS[name]
+        hidden = hidden_size or hidden
+        return cls(num_hidden_layers=num_hidden_layers or layers, hidden_size=hidden,
+                   num_attention_heads=num_attention_heads or heads,
+                   intermediate_size=intermediate_size or 4 * hidden, **overrides)
+
+
+# (layers, hidden, heads): Google's released sizes; the feed-forward is always 4 * hidden.
+PRESETS: dict[str, tuple[int, int, int]] = {
+    "tiny": (2, 128, 2),
+    "mini": (4, 256, 4),
+    "small": (4, 512, 8),
+    "medium": (8, 512, 8),
+    "base": (12, 768, 12),
+    "large": (24, 1024, 16),
+}
+
+ESSENTIAL_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads")

@@ -1,0 +1,3 @@
+"""What several stages share, by concern: `models` (opening, loading and writing models, and
+the data inputs a stage records), `training` (the training stages' shared run) and
+`task_training` (the job fine-tuning and distillation share)."""

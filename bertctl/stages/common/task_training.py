@@ -1,0 +1,171 @@
+"""Training a task head: the job `finetune` hands to `training.train_to_artifact`, and the base
+of other task-training stages' jobs. The same training loop as pretraining; only the head, the data and the metric
+differ. The label list comes from the training file (or --labels) and is stored in the artifact
+(config.json's id2label and the task record), so eval never re-derives it.
+
+A subclass changes what its methods say, no more: which rows the training file must label
+(`require_labels`), the model trained (`build_model`), what the loop trains and reads besides
+the features (`training_setup`), the model kept from the loop's (`trained`), and what it adds
+to the manifest (`extra_stats`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bertctl import console
+from bertctl.data.collate import TaskData
+from bertctl.evaluation import evaluate_task
+from bertctl.stages.common import models
+from bertctl.train import distributed as dist
+from bertctl.train.loop import train
+from bertctl.train.settings import TrainSettings
+
+
+@dataclass
+class LoopSetup:
+    """What the training loop trains and reads: the module (the model, or a loss module around
+    it), values given with each batch besides the features', and its per-step metrics."""
+
+    model: torch.nn.Module
+    extras: dict[str, Any] | None = None
+    step_metrics: Any = None
+
+
+class TaskJob:
+    """`prepare` (read, encode, build the model), `fit` (the training loop), `write` (the model
+    directory and its stats), as `training.train_to_artifact` calls them."""
+
+    verb = "fine-tuning"
+    require_labels = True
+
+    def __init__(self, config, spec, family, source: models.ModelSource, train_file: Path,
+                 dev_file: Path | None, max_seq_length: int,
+                 label_list: tuple[str, ...] | None = None, features: dict | None = None):
+        self.config, self.spec, self.family, self.source = config, spec, family, source
+        self.train_file, self.dev_file = train_file, dev_file
+        self.max_len = max_seq_length
+        self.labels = label_list   # given (the teacher's), or as the training file says
+        self.features = features or {}
+        self.metric_key = family.main_metric(spec)
+
+    # -- what a subclass may change
+
+    def spec_for(self, path: Path):
+        return self.spec
+
+    def build_model(self, head_class, head_kwargs: dict):
+        """(the model, its load report)."""
+        return self.source.load(head_class, **head_kwargs, **self.features)
+
+    def training_setup(self, work: Path) -> LoopSetup:
+        return LoopSetup(self.model)
+
+    def trained(self, model):
+        """The model to write, from what the loop trained."""
+        return model
+
+    def inherited_task(self) -> dict:
+        """Task record entries carried over when the dev set calibrates nothing."""
+        return {}
+
+    def extra_stats(self, model) -> dict:
+        return {}
+
+    # -- the job
+
+    def prepare(self) -> None:
+        config, family, spec = self.config, self.family, self.spec
+        tok, _ = self.source.tokenizer()
+        models.check_reads_task(self.source, tok, self.max_len)
+        self.train_examples = family.read(self.spec_for(self.train_file), self.train_file,
+                                          label_list=self.labels,
+                                          require_labels=self.require_labels)
+        self.label_list = (self.labels if not self.require_labels else
+                           self.train_examples.label_list if family.label_list else None)
+        self.dev_examples = (family.read(self.spec_for(self.dev_file), self.dev_file,
+                                         label_list=self.label_list, require_labels=True)
+                             if self.dev_file is not None else None)
+        self.train_features = family.encode(self.train_examples, tok, self.max_len,
+                                            training=True)
+        self.dev_features = (family.encode(self.dev_examples, tok, self.max_len)
+                             if self.dev_examples is not None else None)
+        torch.manual_seed(config.seed)  # the new head's initial weights are part of --seed
+        self.model, report = self.build_model(family.head_class(),
+                                              family.head_kwargs(spec, self.label_list))
+        if dist.is_main():
+            self._log_summary(str(report))
+        self.select = (self.metric_key, "max") if (self.dev_features is not None
+                                                   and config.keep == "best") else None
+        if self.dev_features is None and config.keep == "best" and dist.is_main():
+            console.log("no --dev file: keeping the last weights")
+        self.task_record = {"spec": spec.model_dump(mode="json"),
+                            "label_list": list(self.label_list) if self.label_list else None,
+                            "max_seq_length": self.max_len}
+
+    def _log_summary(self, load_report: str) -> None:
+        spec, family = self.spec, self.family
+        console.log(load_report)
+        console.log(f"task {spec.name} ({spec.family}): {len(self.train_examples):,} training "
+                    f"examples" + (f", {len(self.dev_examples):,} validation"
+                                   if self.dev_examples else "")
+                    + (f"; labels {', '.join(self.label_list)}" if self.label_list else ""))
+        for name, features in (("training", self.train_features),
+                               ("validation", self.dev_features)):
+            stats = family.feature_stats(features) if features is not None else {}
+            if stats:
+                console.log(f"{name} features: "
+                            + ", ".join(f"{k} {v}" for k, v in stats.items()))
+
+    def dev_predictions(self, model):
+        model = self.trained(model)
+        return evaluate_task(model, self.family, self.spec, self.dev_examples, self.dev_features,
+                             self.label_list, self.config.eval_batch_size,
+                             next(model.parameters()).device, self.config.precision)
+
+    def evaluate(self, model) -> dict:
+        metrics, _ = self.dev_predictions(model)
+        # Per-step records hold numbers; the eval stage reports the rest (a confusion matrix,
+        # per-type figures).
+        return {k: v for k, v in metrics.items() if not isinstance(v, (dict, list))}
+
+    def fit(self, work: Path):
+        config = self.config
+        setup = self.training_setup(work)
+        data = TaskData(self.train_features, config.pack, self.max_len, setup.model.packs,
+                        setup.extras, per_token=self.family.marks)
+        with console.training_progress(f"{self.verb} {self.spec.name}", config.steps) as on_log:
+            return train(setup.model, data, TrainSettings.of(config), work,
+                         evaluate=self.evaluate if self.dev_features is not None else None,
+                         select=self.select, on_log=on_log, step_metrics=setup.step_metrics)
+
+    def write(self, result, tmp: Path) -> dict:
+        family, spec, model = self.family, self.spec, self.trained(result.model)
+        calibration = None
+        if family.calibrates and self.dev_features is not None:  # e.g. a no-answer threshold
+            _, predictions = self.dev_predictions(model)
+            calibration = family.calibrate(predictions, self.dev_examples, spec)
+        if calibration is not None:
+            self.task_record["calibration"] = calibration
+        elif not (family.calibrates and self.dev_features is not None):
+            self.task_record.update(self.inherited_task())
+        models.write_model(model, tmp, self.source.path,
+                           extra_config=family.config_extras(spec, self.label_list),
+                           task=self.task_record)
+        chosen = result.best_metrics if self.select else result.eval_metrics
+        train_stats = family.feature_stats(self.train_features)
+        return {"architecture": type(model).__name__, "task": spec.name,
+                "family": spec.family, "label_list": self.task_record["label_list"],
+                "train_examples": len(self.train_examples),
+                **({"train_features": train_stats} if train_stats else {}),
+                "dev_examples": len(self.dev_examples) if self.dev_examples else 0,
+                "step": result.step, "epochs": round(result.epoch, 4),
+                "selected_step": result.best_step if self.select else result.step,
+                "selection": f"best {self.metric_key}" if self.select else "last",
+                **({"resumed_from_step": result.resumed_from}
+                   if result.resumed_from is not None else {}),
+                "metrics": chosen or {}, **self.extra_stats(model)}

@@ -1,0 +1,83 @@
+"""The training stages' shared run (pretrain, finetune, distill): the up-to-date check, the
+output's lock for the whole run, the run directory that outlives a crash, and the atomic write.
+A stage hands its own part over as a `TrainingJob`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+from pathlib import Path
+from typing import Any, Protocol
+
+from bertctl import artifacts, hardware, locks, modelcard, placement
+from bertctl import settings as settings_mod
+from bertctl.errors import Interrupted
+from bertctl.train import distributed as dist
+from bertctl.train.checkpoint import list_checkpoints
+
+
+class TrainingJob(Protocol):
+    """A training stage's own part, called by `train_to_artifact` in this order on every rank:
+    `prepare()` (read the data, build the model: everything before the first step), `fit(work)`
+    (the training loop, resuming from `work`'s checkpoints), and on rank 0 `write(result, tmp)`
+    (the model directory; returns the manifest stats)."""
+
+    def prepare(self) -> None: ...
+
+    def fit(self, work: Path) -> Any: ...
+
+    def write(self, result: Any, tmp: Path) -> dict: ...
+
+
+def train_to_artifact(config, inputs: list[artifacts.InputRef], target: artifacts.Target,
+                      job: TrainingJob):
+    """What every training stage shares. Under torchrun every rank decides "up to date" the same
+    way and trains; rank 0 alone writes the artifact (the others return None). The work
+    directory holds the checkpoints, so it outlives a crash (the rerun resumes from it) and is
+    removed once the artifact is in place.
+    """
+    dist.init(config.device)  # under torchrun: join the group first, to know who writes
+    hardware.set_threads(config.threads)
+    try:
+        artifact_id, out_path = artifacts.plan("model", config, inputs, target.out)
+        # The output's lock covers the whole run, its run directory included (rank 0 holds it
+        # for a distributed run).
+        with (locks.output_lock(out_path, target.wait) if dist.is_main()
+              else contextlib.nullcontext()):
+            return _train(config, inputs, target, job, artifact_id, out_path)
+    finally:
+        dist.cleanup()
+
+
+def _train(config, inputs, target, job: TrainingJob, artifact_id, out_path):
+    existing = artifacts.check_out(out_path, "model", artifact_id, target.force)
+    if existing is not None:
+        return artifacts.Outcome(manifest=existing, path=str(out_path), up_to_date=True)
+    work = placement.work_dir(out_path, artifact_id)
+    job.prepare()
+    if not dist.is_main():
+        job.fit(work)
+        # Back only once rank 0 has put the artifact in place: when torchrun returns on any
+        # node, the next stage (phase 2, a fine-tuning) finds it.
+        dist.barrier()
+        return None
+
+    def build(tmp: Path) -> dict:
+        stats = job.write(job.fit(work), tmp)
+        shutil.copyfile(work / "metrics.jsonl", tmp / "metrics.jsonl")
+        modelcard.write(tmp, artifact_id, out_path, settings_mod.as_dict(config), inputs, stats)
+        return stats
+
+    try:
+        outcome = artifacts.produce("model", config, inputs, target, build, locked=True)
+    except BaseException as exc:
+        if not list_checkpoints(work):   # nothing a rerun could resume: nothing left behind
+            shutil.rmtree(work, ignore_errors=True)
+        elif isinstance(exc, KeyboardInterrupt):   # kept on purpose: the rerun resumes
+            raise Interrupted(f"interrupted; no artifact was written; checkpoints kept in "
+                              f"{work / 'checkpoints'}: rerun the same command to resume") from None
+        raise
+    shutil.rmtree(work, ignore_errors=True)
+    dist.barrier()
+    return outcome

@@ -1,0 +1,169 @@
+"""`bertctl distill TEACHER TRAIN --out DIR`: fine-tuned teacher + task data -> a smaller
+student of the same task, trained on the teacher's outputs (the losses and the students:
+bertctl/distillation.py).
+
+Distillation is task training with a teacher: the task, labels and length are the teacher's,
+the training file may lack labels (the teacher's outputs are the targets), and the model the
+loop trains is the student inside the loss module (`Distiller`); the artifact is the student,
+an ordinary fine-tuned model of the teacher's family.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from bertctl import artifacts, console, distillation
+from bertctl.config import DistillSettings
+from bertctl.errors import BertctlError
+from bertctl.model import LoadReport, read_config
+from bertctl.stages.common import models, training
+from bertctl.stages.common.task_training import LoopSetup, TaskJob
+from bertctl.tasks.resolve import TASK_FILE, model_task, task_length, training_files
+from bertctl.train import distributed as dist
+
+
+class Distillation:
+    """The teacher and the student's plan, all checked before any work; `student` builds it
+    (in `prepare`, after the up-to-date check), `wrap` puts it in the loss module."""
+
+    def __init__(self, config: DistillSettings, teacher, family, init=None,
+                 student_config: Path | None = None):
+        self.config, self.teacher, self.family, self.init = config, teacher, family, init
+        t_config = read_config(teacher.path)
+        self.plan = distillation.plan(t_config, layers=config.student_layers,
+                                  size=config.student_size, config_file=student_config,
+                                  init=read_config(init.path) if init else None,
+                                  init_path=str(init.path) if init else "")
+        if init is not None and init.has_tokenizer() and \
+                init.tokenizer()[0].get_vocab() != teacher.tokenizer()[0].get_vocab():
+            raise BertctlError(f"{init.path}: its tokenizer differs from the teacher's; "
+                               f"distillation needs the teacher's tokenizer")
+        if config.layer_map and not config.hidden_loss:
+            raise BertctlError("--layer-map maps hidden states for --hidden-loss: give its "
+                               "weight too")
+        if config.hidden_loss and teacher.hf_config.get("bertctl_features"):
+            raise BertctlError(f"{teacher.path}: a frozen-encoder teacher's layers were not "
+                               f"fine-tuned; --hidden-loss needs a fully fine-tuned teacher")
+        if config.teacher_cache == "on" and config.hidden_loss:
+            raise BertctlError("--teacher-cache on keeps the teacher's outputs, not its hidden "
+                               "states: --hidden-loss runs the teacher at every step")
+        sizes = (self.plan.num_layers, t_config.num_hidden_layers)
+        self.layer_map = [] if not config.hidden_loss else (
+            distillation.parse_layer_map(config.layer_map, *sizes) if config.layer_map
+            else distillation.default_layer_map(*sizes))
+
+    def student(self, head_class, head_kwargs: dict):
+        """(the student, its load report); also loads the teacher."""
+        self.teacher_model = models.load_task_model(self.teacher)
+        if self.init is not None and self.plan.layers is not None:
+            model, _ = self.init.load(head_class, **head_kwargs)
+            return distillation.from_layers(model, self.plan.layers, head_class, head_kwargs,
+                                        source=str(self.init.path))
+        if self.init is not None:
+            return self.init.load(head_class, **head_kwargs)
+        if self.plan.layers is not None:
+            return distillation.from_layers(self.teacher_model, self.plan.layers, head_class,
+                                        head_kwargs)
+        return (head_class(self.plan.config, **head_kwargs),
+                LoadReport(source=self.plan.description, missing=["(every weight)"]))
+
+    def wrap(self, student) -> distillation.Distiller:
+        c = self.config
+        return distillation.Distiller(student, self.teacher_model, self.family.soft_targets, c.temperature,
+                         c.alpha, c.hidden_loss, self.layer_map)
+
+    def cached_outputs(self, features, work: Path) -> dict | None:
+        """The teacher's outputs over the training set, computed once into the run directory,
+        where the settings ask for it (see DistillSettings.teacher_cache); else None."""
+        c = self.config
+        if c.teacher_cache == "off" or c.alpha == 1 or c.hidden_loss:
+            return None
+        passes = c.epochs if c.epochs is not None else (
+            c.steps * c.batch_size / len(features) if c.steps is not None else None)
+        if c.teacher_cache == "auto" and passes is not None and passes <= 1:
+            return None
+        start = time.perf_counter()
+        outputs = distillation.teacher_outputs(self.teacher_model, features, self.family,
+                                               work / "teacher-outputs", c.eval_batch_size,
+                                               dist.init(c.device).device, c.precision)
+        if dist.is_main():
+            console.log(f"teacher outputs for {len(features):,} training examples cached in the "
+                        f"run directory ({time.perf_counter() - start:.1f} s)")
+        return outputs
+
+    def stats(self, student) -> dict:
+        return {"teacher": str(self.teacher.path), "teacher_id": self.teacher.ref.id,
+                "student": self.plan.description, "student_layers": student.config.num_hidden_layers,
+                "student_hidden_size": student.config.hidden_size,
+                "student_parameters": sum(p.numel() for p in student.parameters()),
+                "teacher_parameters": sum(p.numel() for p in self.teacher_model.parameters()),
+                "layer_map": [list(p) for p in self.layer_map]}
+
+
+class DistillJob(TaskJob):
+    """Task training of the student, on the teacher's outputs (and the labels where the file
+    has them)."""
+
+    verb = "distilling"
+    require_labels = False   # a teacher labels what the file does not
+
+    def __init__(self, distill: Distillation, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.distill = distill
+
+    def spec_for(self, path: Path):
+        # A teacher's task spec describes its own training file's layout; these may differ.
+        return self.spec.for_file(path)
+
+    def build_model(self, head_class, head_kwargs: dict):
+        return self.distill.student(head_class, head_kwargs)
+
+    def prepare(self) -> None:
+        super().prepare()
+        # What the student is measured by.
+        self.teacher_metrics = (self.evaluate(self.distill.teacher_model)
+                                if self.dev_features is not None else None)
+
+    def training_setup(self, work: Path) -> LoopSetup:
+        return LoopSetup(self.distill.wrap(self.model),
+                         self.distill.cached_outputs(self.train_features, work),
+                         distillation.step_metrics)
+
+    def trained(self, model):
+        return model.student if isinstance(model, distillation.Distiller) else model
+
+    def inherited_task(self) -> dict:
+        calibration = (self.source.task or {}).get("calibration")
+        return {"calibration": calibration} if calibration else {}   # the teacher's
+
+    def extra_stats(self, model) -> dict:
+        return {"distillation": {**self.distill.stats(model),
+                                 "teacher_metrics": self.teacher_metrics}}
+
+
+def run(config: DistillSettings, target: artifacts.Target, teacher_dir: Path, train_path: Path,
+        dev_path: Path | None = None, student_init: Path | None = None,
+        student_config: Path | None = None):
+    teacher = models.open_model(teacher_dir, "teacher")
+    if teacher.task is None and not (config.task or config.family):
+        raise BertctlError(f"{teacher.path}: has no task ({TASK_FILE}); distillation "
+                           f"needs a fine-tuned teacher (bertctl finetune), or --task for a "
+                           f"Hugging Face model with a head")
+    task = model_task(config, teacher)
+    if task.family.soft_targets is None:
+        raise BertctlError(f"{teacher.path}: a '{task.family.name}' model's outputs are not "
+                           f"scores a student can imitate")
+    train_file, dev_file = training_files(task.spec, train_path, dev_path)
+    init = models.open_model(student_init, "student-init") if student_init else None
+    distill = Distillation(config, teacher, task.family, init, student_config)
+    inputs = [teacher.ref, models.data_input(train_file, "train")]
+    if dev_file is not None:
+        inputs.append(models.data_input(dev_file, "dev"))
+    if init is not None:
+        inputs.append(init.ref)
+    if student_config:
+        inputs.append(artifacts.file_input(student_config, "student-config"))
+    job = DistillJob(distill, config, task.spec, task.family, teacher, train_file, dev_file,
+                     task_length(config, teacher), task.label_list)
+    return training.train_to_artifact(config, inputs, target, job)

@@ -1,0 +1,133 @@
+"""A model's task as the flags refine it, and how a data file is read for it: what eval, export
+--check and distillation's teacher share.
+
+    task = model_task(config, model)               # ModelTask: spec, family, label list
+    opened = open_task(config, model, Path(DATA))  # TaskInput: + the file, the sequence length
+
+`model` is any object with the model input's `path`, its config.json (`hf_config`) and its task
+record (`task`, the parsed TASK_FILE, or None): the stages' ModelSource.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from bertctl import console
+from bertctl.errors import BertctlError
+from bertctl.tasks.files import is_saved_dataset
+from bertctl.tasks.registry import get
+from bertctl.tasks.spec import TaskSpec, make_task_spec
+
+# The task record beside a fine-tuned model's weights: its spec, label list, length, calibration.
+TASK_FILE = "bertctl_task.json"
+# A model whose task record does not say (a Hugging Face model with a head) reads this many
+# tokens per example, as the fine-tuning settings' default.
+DEFAULT_LENGTH = 128
+
+
+class TaskModel(Protocol):
+    path: Path
+    hf_config: dict[str, Any]
+    task: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class ModelTask:
+    spec: TaskSpec
+    family: Any            # the registered tasks.base.Family
+    label_list: tuple[str, ...] | None
+
+
+@dataclass(frozen=True)
+class TaskInput:
+    """How to read one data file for a model: its spec (for that file), family and labels,
+    the file itself (a preset's directory resolved to its dev file) and the sequence length."""
+
+    spec: TaskSpec
+    family: Any
+    label_list: tuple[str, ...] | None
+    file: Path
+    max_seq_length: int
+
+
+def model_task(config, model: TaskModel) -> ModelTask:
+    """The model's task as the flags refine it, the model's head checked against it."""
+    spec = resolve_spec(config, model)
+    family = get(spec.family)
+    label_list = family.resolve_labels(spec, model.task, model.hf_config, config.labels,
+                                       str(model.path))
+    family.check_head(model.hf_config, spec, label_list, str(model.path))
+    return ModelTask(spec, family, label_list)
+
+
+def task_length(config, model: TaskModel) -> int:
+    """--max-seq-length, else the model's fine-tuning length, else DEFAULT_LENGTH."""
+    return config.max_seq_length or int((model.task or {}).get("max_seq_length")
+                                        or DEFAULT_LENGTH)
+
+
+def open_task(config, model: TaskModel, data: Path) -> TaskInput:
+    """How to read DATA for the model, the model's head checked against the task."""
+    task = model_task(config, model)
+    data = task_file(task.spec, data)
+    return TaskInput(task.spec.for_file(data), task.family, task.label_list, data,
+                     task_length(config, model))
+
+
+def resolve_spec(config, model: TaskModel) -> TaskSpec:
+    """The TaskSpec to read DATA with: the model's task, with the flags given replacing its
+    fields; a preset named by --task instead; or the flags alone for a model without one."""
+    flags = config.task_fields()
+    if getattr(config, "header", None) is not None:   # e.g. GLUE's CoLA test file has a header, its dev file none
+        flags["header"] = config.header
+    if config.task is not None:
+        return make_task_spec(config.task, **flags)
+    if model.task is not None:
+        try:
+            spec = TaskSpec(**model.task["spec"])
+        except Exception as exc:  # noqa: BLE001 - a task file of another version or edited by hand
+            raise BertctlError(f"{model.path / TASK_FILE}: cannot read the task: "
+                               f"{' '.join(str(exc).split())}") from None
+        if not flags:
+            return spec   # the model's own, exactly
+        base = spec.model_dump()
+        if "family" in flags and flags["family"] != base["family"]:
+            raise BertctlError(f"{model.path}: the model was fine-tuned for a '{base['family']}' "
+                               f"task, not '{flags['family']}'")
+        if "options" in flags:  # flags refine the model's options (e.g. --null-threshold)
+            flags = {**flags, "options": {**base.get("options", {}), **flags["options"]}}
+        return make_task_spec(None, **{**base, **flags})
+    if "family" in flags:
+        return make_task_spec(None, **flags)
+    raise BertctlError(f"{model.path}: the model has no task file ({TASK_FILE}); give "
+                       f"the task with --task (e.g. glue/sst2) or --family and the columns")
+
+
+def task_file(spec: TaskSpec, data: Path) -> Path:
+    """A preset task's data directory (GLUE's SST-2/) stands for its dev file; any other
+    directory must be one written by `datasets`' save_to_disk."""
+    if not data.is_dir() or is_saved_dataset(data):
+        return data
+    found = spec.split_files(data)
+    if "dev" in found:
+        console.log(f"{data}: evaluating the task's dev file {found['dev'].name}")
+        return found["dev"]
+    if found:
+        raise BertctlError(f"{data}: give one of the task's files: "
+                           f"{', '.join(str(p) for p in found.values())}")
+    return data  # the family's reader explains what a saved dataset directory needs
+
+
+def training_files(spec: TaskSpec, train: Path, dev: Path | None) -> tuple[Path, Path | None]:
+    """A training file or a save_to_disk directory, or a preset's data directory holding its
+    train and dev files (finetune and distill)."""
+    if train.is_dir() and not is_saved_dataset(train):
+        found = spec.split_files(train)
+        if "train" not in found:
+            raise BertctlError(f"{train}: no training file for task {spec.name} "
+                               f"(expected {spec.files.get('train', 'train.*')})")
+        dev_key = next((k for k in ("dev", "dev_matched", "validation") if k in found), None)
+        return found["train"], dev or (found[dev_key] if dev_key else None)
+    return train, dev
