@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bertctl.errors import BertctlError
+from tokenizers import Tokenizer
 
 
 def check(where: str, *, model_vocab: int, max_positions: int, pad_id: int | None,
@@ -44,8 +45,6 @@ def check(where: str, *, model_vocab: int, max_positions: int, pad_id: int | Non
             raise BertctlError(f"{where}: {name} is id {model_tokenizer.token_to_id(name)} in the "
                                f"model's tokenizer but {i} in the data{hint}")
     if data_tokenizer is not None and Path(data_tokenizer).is_file():
-        from tokenizers import Tokenizer
-
         theirs = Tokenizer.from_file(str(data_tokenizer)).get_vocab(with_added_tokens=True)
         ours = model_tokenizer.get_vocab(with_added_tokens=True)
         differ = sorted(i for t, i in theirs.items() if ours.get(t) != i)

@@ -14,6 +14,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from rich.console import Console
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                           TimeElapsedColumn, TimeRemainingColumn)
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 out = Console(highlight=False, soft_wrap=True)
@@ -83,9 +85,6 @@ def progress(description: str, total: float | None = None, unit: str = "items",
         yield _LineProgress(description, total, unit, float("inf"))
         return
     if err.is_terminal:
-        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                                   TimeElapsedColumn, TimeRemainingColumn)
-
         columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                    TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[info]}")]
         with Progress(*columns, console=err, transient=False) as bar:

@@ -38,6 +38,11 @@ import torch.nn.functional as F
 from bertctl.data.collate import length_grouped_batches, max_context_window, pad_to_tensor
 from bertctl.errors import BertctlError
 from bertctl.model.features import combine_layers
+from bertctl.tasks.tagging.reader import column_sentences
+from bertctl.tasks.files import BY_NAME, read_table
+import pyarrow as pa
+import pyarrow.parquet as pq
+from tokenizers import Tokenizer
 
 VECTORS = "vectors-{:05d}.npy"
 INDEX = "index.parquet"
@@ -97,8 +102,6 @@ def read_chunks(path: Path, text_columns: list[str] | None, rows: int = CHUNK_RO
 
 
 def _token_file_chunks(path: Path, token_column: str, rows: int, chars: int) -> Iterator[Chunk]:
-    from bertctl.tasks.tagging.reader import column_sentences
-
     if is_table(path):
         raise BertctlError(f"{path}: --token-column reads CoNLL-style token files (one word per "
                            "line, a blank line between sentences), not tables")
@@ -115,8 +118,6 @@ def _token_file_chunks(path: Path, token_column: str, rows: int, chars: int) -> 
 
 
 def _table_chunks(path: Path, text_columns: list[str] | None, rows: int) -> Iterator[Chunk]:
-    from bertctl.tasks.files import BY_NAME, read_table
-
     if not text_columns or len(text_columns) > 2:
         raise BertctlError(f"{path}: give the text column of the table with --text-column "
                            "(twice for sentence pairs)")
@@ -340,10 +341,7 @@ def header_shape(path: Path) -> tuple[int, int]:
 def write(model, tokenizer, chunks: Iterator[Chunk], opts: EmbedOptions, out: Path, device,
           shard_rows: int, progress: Callable[[int], None] | None = None) -> dict:
     """Embed every row of `chunks` into `out` (see the module doc); returns the stats."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
 
-    from tokenizers import Tokenizer
 
     tok = Tokenizer.from_str(tokenizer.to_str())   # a copy: truncation is set per chunk
     tok.no_padding()

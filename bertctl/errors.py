@@ -1,6 +1,8 @@
 """The errors a user can fix. The CLI prints them as one line and exits with `exit_code`;
 anything else is a bug or an environment failure and exits 1 (with a traceback under --debug)."""
 
+import errno
+
 
 class BertctlError(Exception):
     """Bad usage, settings or input data: exit code 2, one line naming what and where."""
@@ -47,8 +49,6 @@ _RUST_FULL = ("No space left on device", "StorageFull", "Disk quota exceeded",
 
 
 def is_disk_full(exc: BaseException) -> bool:
-    import errno
-
     if isinstance(exc, OSError):
         return exc.errno in (errno.ENOSPC, errno.EDQUOT)
     if isinstance(exc, RuntimeError) and any(m in str(exc) for m in _SHORT_WRITE):

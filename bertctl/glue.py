@@ -27,6 +27,7 @@ from typing import Any
 from bertctl import lineage
 from bertctl.artifacts import Artifact, InputRef, sha256_file
 from bertctl.errors import BertctlError
+from bertctl.tasks import PRESETS
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,6 @@ def place(art: Artifact) -> Evaluated:
     if model.kind != "model" or not model.config or "lr" not in model.config:
         raise BertctlError(f"{art.path}: its model {model.path} is not a bertctl fine-tuned model "
                            f"artifact (no learning rate and seed to place it in the grid)")
-    from bertctl.tasks import PRESETS
 
     name = Path(data.path).name
     splits = {file: split for split, file in PRESETS[preset].files.items() if split != "train"}
@@ -232,7 +232,6 @@ def read_index_column(path: Path) -> list[str]:
 
 def _allowed(e: Evaluated) -> tuple[str, ...] | None:
     """The labels the benchmark takes for this file (None: a float, STS-B)."""
-    from bertctl.tasks import PRESETS
 
     return PRESETS[e.task.preset].labels
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from bertctl.errors import BertctlError
+import contextlib
 
 # torch is imported where it is asked: usable_cpus also serves the data builder, which does not
 # load torch.
@@ -122,12 +124,9 @@ def resolve_device(device: str, local_rank: int = 0):
     import torch
 
     if device not in ("auto", "cpu", "cuda"):
-        from bertctl.errors import BertctlError
-
         raise BertctlError(f"device must be auto, cpu or cuda, got {device!r}")
     if not cuda_wanted(device):
         return torch.device("cpu")
-    from bertctl.errors import BertctlError
 
     if not torch.cuda.is_available():
         raise BertctlError("--device cuda: no CUDA device is available (use auto or cpu)")
@@ -140,7 +139,6 @@ def resolve_device(device: str, local_rank: int = 0):
 def autocast(device, precision: str):
     """The autocast context of a precision name for a device: none for fp32, bf16 or fp16
     (the latter for GPUs) otherwise; shared by training and inference."""
-    import contextlib
 
     import torch
 
@@ -165,7 +163,6 @@ def check_training_precision(precision: str, device) -> None:
     """The precision a training run asked for can run on `device`."""
     import torch
 
-    from bertctl.errors import BertctlError
 
     if precision == "fp16" and device.type != "cuda":
         raise BertctlError("train settings: precision fp16 needs a CUDA GPU (loss scaling); "

@@ -15,6 +15,7 @@ from typing import Any
 import bertctl
 from bertctl import lineage
 from bertctl.artifacts import InputRef, Manifest
+from bertctl.artifacts import FORMAT, SCHEMA_VERSIONS, environment
 
 README = "README.md"
 
@@ -205,7 +206,6 @@ def write(tmp: Path, artifact_id: str, out_path: Path, config: dict[str, Any],
     """Write README.md into a model artifact being built in `tmp` (metrics.jsonl already
     there), bound for `out_path`. The manifest is not written yet, so the card is made from
     what it will hold."""
-    from bertctl.artifacts import FORMAT, SCHEMA_VERSIONS, environment
 
     draft = Manifest(format=FORMAT, schema_version=SCHEMA_VERSIONS["model"], kind="model",
                      id=artifact_id, bertctl_version=bertctl.__version__,

@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from bertctl.errors import BertctlError
+from bertctl.hardware import auto_precision
 
 # The --help panels, in the order a reader looks for them.
 PANELS = TASK, TRAINING, MODEL, DATA, EVALUATION, CHECKPOINTS, RUNTIME = (
@@ -185,6 +186,5 @@ def resolve_precision(cls, data: Any) -> Any:
     precision = data.get("precision", cls.model_fields["precision"].default)
     if precision != "auto":
         return data
-    from bertctl.hardware import auto_precision
 
     return {**data, "precision": auto_precision(str(data.get("device") or "auto"))}

@@ -174,3 +174,66 @@ def test_distillation_and_the_families_targets_stay_theirs():
                  PACKAGE / "stages" / "common" / "task_training.py"):
         text = path.read_text(encoding="utf-8")
         assert "distill" not in text.lower(), _module(path)
+
+
+# Libraries a command pays for on import (torch about 2 s and 180 MB, datasets about 1 s), and
+# the optional extras, which may be missing.
+HEAVY = ("torch", "datasets", "pyarrow")
+EXTRAS = ("onnx", "onnxruntime", "onnxscript", "matplotlib", "tensorboardX", "transformers")
+
+
+def _top_level_imports(path: Path) -> set[str]:
+    names = set()
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+            names.update(f"{node.module}.{a.name}" for a in node.names)
+    return names
+
+
+def _heavy_modules() -> set[str]:
+    """The bertctl modules whose top-level imports reach a HEAVY library."""
+    tops = {_module(p).removesuffix(".__init__"): _top_level_imports(p) for p in SOURCES}
+    heavy: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for mod, names in tops.items():
+            if mod not in heavy and any(n.split(".")[0] in HEAVY or n in heavy for n in names):
+                heavy.add(mod)
+                changed = True
+    return heavy
+
+
+def _function_imports(path: Path):
+    for fn in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Import):
+                    yield node.lineno, [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.module:
+                    yield node.lineno, [node.module, *(f"{node.module}.{a.name}"
+                                                       for a in node.names)]
+
+
+def test_function_level_imports_only_where_they_pay():
+    """The rule (docs/architecture.md): an import sits at the top of its module, unless it is an
+    optional extra, or it keeps a heavy library out of a module that is light without it (so
+    the commands that run no model start without torch: tests/test_import_cost.py), or it is
+    the CLI's import of a stage."""
+    heavy = _heavy_modules()
+    bad = []
+    for path in SOURCES:
+        mine = _module(path).removesuffix(".__init__")
+        for line, names in _function_imports(path):
+            target = names[0]
+            if target.split(".")[0] in EXTRAS:
+                continue
+            if mine == "bertctl.cli" and target.startswith("bertctl.stages"):
+                continue
+            if mine not in heavy and any(n.split(".")[0] in HEAVY or n in heavy for n in names):
+                continue
+            bad.append(f"{path.relative_to(PACKAGE.parent)}:{line} {target}")
+    assert not bad, "move to the top of the module:\n" + "\n".join(bad)

@@ -29,6 +29,7 @@ from bertctl.cli.flags import COMMON, DEBUG, JSON_OUTPUT, PanelledCommand, field
 from bertctl.settings import StageConfig, resolve
 from bertctl.errors import BertctlError, DiskFull, Interrupted, is_disk_full
 from bertctl.expectations import ExpectationsUnmet
+from bertctl.tasks.settings import distill_settings, eval_settings, finetune_settings
 
 HELP = ("BERT pretraining and fine-tuning pipelines: each command is a stage that reads and "
         "writes versioned artifact directories.")
@@ -229,25 +230,7 @@ RunnableModel = Annotated[Path, typer.Argument(
          "with onnxruntime).", show_default=False)]
 
 
-def _finetune_settings() -> type[FinetuneSettings]:
-    from bertctl.tasks.settings import finetune_settings
-
-    return finetune_settings()
-
-
-def _distill_settings() -> type[DistillSettings]:
-    from bertctl.tasks.settings import distill_settings
-
-    return distill_settings()
-
-
-def _eval_settings() -> type[EvalSettings]:
-    from bertctl.tasks.settings import eval_settings
-
-    return eval_settings()
-
-
-@stage("finetune", _finetune_settings, help="Fine-tune a model artifact or Hugging Face BERT "
+@stage("finetune", finetune_settings, help="Fine-tune a model artifact or Hugging Face BERT "
        "directory on a task of any registered family (single sentence or pair classification, "
        "regression, multiple choice, span QA, tagging: see --family) into a model artifact "
        "with the task head. Runs data-parallel under torchrun.")
@@ -264,7 +247,7 @@ def finetune(settings: FinetuneSettings, target: Target,
     return stage_module.run(settings, target, model, train, dev_path=dev)
 
 
-@stage("distill", _distill_settings, help="Train a smaller student to imitate a fine-tuned "
+@stage("distill", distill_settings, help="Train a smaller student to imitate a fine-tuned "
        "teacher on task data (its soft targets at a temperature, the gold labels where the data "
        "has them, optionally its hidden states) into a model artifact of the teacher's task. "
        "The student: some of the teacher's layers (default: every second), a preset size, a "
@@ -293,7 +276,7 @@ def distill(settings: DistillSettings, target: Target,
                                 student_init=student_init, student_config=student_config)
 
 
-@stage("eval", _eval_settings, help="Evaluate a model on task data (metrics and GLUE-style "
+@stage("eval", eval_settings, help="Evaluate a model on task data (metrics and GLUE-style "
        "predictions) or, for a pretrain-data artifact, its masked-LM loss, accuracy and "
        "perplexity, into an eval artifact.")
 def evaluate(settings: EvalSettings, target: Target,

@@ -14,6 +14,7 @@ import typer
 
 from bertctl.cli import make_app
 from bertctl.cli.flags import help_sections
+from bertctl.tasks import FAMILIES, PRESETS
 
 HEADER = """# CLI reference
 
@@ -44,8 +45,6 @@ def command_section(name: str, command, parent) -> list[str]:
 
 
 def families_section() -> list[str]:
-    from bertctl.tasks import FAMILIES, PRESETS
-
     lines = ["## Task families and presets", "",
              "`finetune` and `eval` take `--task PRESET`, or `--family NAME` and the columns.", "",
              "| family | title | head | default metric | options |", "|---|---|---|---|---|"]

@@ -63,9 +63,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
+from tokenizers import Tokenizer
 
 from bertctl.data.pretraining_pairs import pack_full, pack_pairs, truncation
 from bertctl.data.pretraining_masking import (
@@ -76,9 +77,7 @@ from bertctl.data.pretraining_shards import (
 from bertctl.data.workers import OrderedWorkers
 from bertctl.data.settings import PretrainingDataSettings
 from bertctl.errors import BertctlError
-
-if TYPE_CHECKING:  # pragma: no cover
-    from tokenizers import Tokenizer
+from bertctl.hardware import usable_cpus
 
 SPLITS = ("train", "validation")
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -125,7 +124,6 @@ class _ChunkBuilder:
     """Everything a worker needs, built once per process."""
 
     def __init__(self, tokenizer_json: str, config: PretrainingDataSettings):
-        from tokenizers import Tokenizer
         self.tokenizer = Tokenizer.from_str(tokenizer_json)
         # Sentences are encoded whole: no truncation/padding that a tokenizer.json may carry.
         self.tokenizer.no_truncation()
@@ -334,8 +332,6 @@ def _tokenizers_single_threaded():
 
 
 def default_workers() -> int:
-    from bertctl.hardware import usable_cpus
-
     return usable_cpus()
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from tokenizers import Tokenizer
 
 from bertctl.data import IGNORE_INDEX
 from bertctl.data.pretraining import _COUNTS, SPLITS, _zero_stats, finish_stats, masking_rules
@@ -26,7 +27,6 @@ from bertctl.errors import BertctlError
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
-    from tokenizers import Tokenizer
 
 
 # What ShardWriter names a shard: split, slice tag, number.
@@ -167,7 +167,6 @@ class PretrainingDataset:
     def tokenizer(self) -> Tokenizer:
         """The tokenizer the data was built with (the copy stored next to the shards)."""
         if self._tokenizer is None:
-            from tokenizers import Tokenizer
             self._tokenizer = Tokenizer.from_file(str(self.path / "tokenizer.json"))
         return self._tokenizer
 

@@ -1,7 +1,6 @@
 """The on-disk layout of pretraining data: raw little-endian arrays plus small JSON indexes.
 
 A build (or one slice of a build, see `build_pretraining_data`) writes into its output directory:
-
     build-<i>of<K>.json                  the slice's summary: settings, tokenizer facts, stats,
                                          the shards it wrote
     <split>-<i>of<K>-<n>.json            one shard's index: instance/token counts, array dtypes
@@ -32,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from bertctl.errors import BertctlError
 
 FORMAT = "bertctl-pretrain-shards"
 FORMAT_VERSION = 1
@@ -146,8 +146,6 @@ class ShardReader:
     """One shard, memory-mapped read-only."""
 
     def __init__(self, directory: Path, name: str):
-        from bertctl.errors import BertctlError
-
         index_path = directory / f"{name}.json"
         try:
             index = json.loads(index_path.read_text(encoding="utf-8"))

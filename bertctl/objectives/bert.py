@@ -9,6 +9,7 @@ from bertctl.errors import BertctlError
 from bertctl.objectives.base import Objective
 from bertctl.objectives.registry import register
 from bertctl.objectives.scoring import evaluate_pretraining, pretraining_step_metrics
+from bertctl import console
 
 
 class Bert(Objective):
@@ -30,7 +31,6 @@ class Bert(Objective):
     def load_for_evaluation(self, source, dataset):
         """The checkpoint as a BertForPreTraining, scored on next sentences where the data has
         pairs and the checkpoint an NSP head."""
-        from bertctl import console
 
         model, report = source.load(self.model_class())
         missing = report.missing + report.mismatched

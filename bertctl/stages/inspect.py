@@ -6,13 +6,12 @@ from pathlib import Path
 
 from bertctl import artifacts, console, lineage
 from bertctl.errors import IntegrityError
+from bertctl.data.pretraining_dataset import describe
 
 
 def _samples(artifact: artifacts.Artifact) -> list[str]:
     """Kind-specific lines that show a person what the artifact holds."""
     if artifact.kind == "pretrain-data":
-        from bertctl.data.pretraining_dataset import describe
-
         return describe(artifact.path)
     return []
 

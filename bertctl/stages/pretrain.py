@@ -16,12 +16,19 @@ from bertctl import agreement, artifacts, console, modelcard
 from bertctl.config import PretrainSettings
 from bertctl.errors import BertctlError
 from bertctl.stages.common import models, training
+import torch
+from bertctl.model.dropout import set_training_dropout
+from bertctl.model import BertConfig
+from bertctl import objectives
+from bertctl.data.pretraining_dataset import check_mask_rate, read_pretraining_info
+from bertctl.data.pretraining_dataset import PretrainingDataset
+from bertctl.train.settings import TrainSettings
+from bertctl.train import distributed as dist
+from bertctl.train.loop import train
 
 def _build_model(config: PretrainSettings, objective, vocab_size: int,
                  init: models.ModelSource | None, model_config: Path | None):
-    import torch
 
-    from bertctl.model.dropout import set_training_dropout
 
     torch.manual_seed(config.seed)  # the initial weights are part of what --seed fixes
     model_class, kwargs = objective.model_class(), objective.model_kwargs(config)
@@ -36,8 +43,6 @@ def _build_model(config: PretrainSettings, objective, vocab_size: int,
 
 
 def _new_config(config: PretrainSettings, vocab_size: int, model_config: Path | None):
-    from bertctl.model import BertConfig
-
     if model_config is not None:
         try:
             hf = json.loads(Path(model_config).read_text(encoding="utf-8"))
@@ -94,10 +99,6 @@ class PretrainJob:
         self.init, self.model_config = init, model_config
 
     def prepare(self) -> None:
-        from bertctl.data.pretraining_dataset import PretrainingDataset
-        from bertctl.train.settings import TrainSettings
-        from bertctl.train import distributed as dist
-
         config = self.config
         self.train_data = PretrainingDataset(self.data.path, "train",
                                              mask_rate=config.mask_rate)
@@ -121,8 +122,6 @@ class PretrainJob:
                                        self.config.precision, max_batches=self.config.eval_batches)
 
     def fit(self, work: Path):
-        from bertctl.train.loop import train
-
         with console.training_progress("pretraining", self.config.steps,
                                        self.settings.start_step) as on_log:
             return train(self.model, self.train_data, self.settings, work,
@@ -153,8 +152,6 @@ def run(config: PretrainSettings, target: artifacts.Target, data_dir: Path,
         init_from: Path | None = None, model_config: Path | None = None):
     if init_from and model_config:
         raise BertctlError("give either --init-from or --model-config, not both")
-    from bertctl import objectives
-    from bertctl.data.pretraining_dataset import check_mask_rate, read_pretraining_info
 
     objective = objectives.get(config.objective)
     data = artifacts.read_artifact(data_dir, "pretrain-data")

@@ -9,13 +9,12 @@ from pathlib import Path
 from bertctl import artifacts, console
 from bertctl.config import ReportSettings
 from bertctl.errors import BertctlError
+from bertctl.report import page, plots
 
 PAGE = "report.html"
 
 
 def run(config: ReportSettings, target: artifacts.Target, paths: list[Path]):
-    from bertctl.report import page, plots
-
     plots.require()
     if not paths:
         raise BertctlError("report: give at least one artifact")

@@ -22,6 +22,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from bertctl.errors import BertctlError
+from pydantic import ValidationError
+from bertctl.metrics import main_metric
 
 
 # A per-token mark: 1 at the tokens a tagging head is read at (each word's first piece), where a
@@ -154,8 +156,6 @@ class Family:
         return parts[0]
 
     def main_metric(self, spec) -> str:
-        from bertctl.metrics import main_metric
-
         return main_metric(spec.metric)
 
     def calibrate(self, predictions, examples, spec) -> dict[str, Any] | None:
@@ -166,7 +166,6 @@ class Family:
 def check_options(options_model, spec) -> None:
     """A family's options (a spec's `options` dict) checked by its pydantic model: ValueError
     naming the first bad key, as the spec's own validation reports it."""
-    from pydantic import ValidationError
 
     try:
         options_model(**spec.options)

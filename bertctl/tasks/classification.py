@@ -11,6 +11,8 @@ from bertctl.errors import BertctlError
 from bertctl.tasks import files
 from bertctl.tasks.registry import register
 from bertctl.tasks.sequence import SequenceFamily
+from bertctl.tasks.base import architecture_name
+from bertctl import metrics
 
 
 def _placeholders(names: list[str]) -> bool:
@@ -52,7 +54,6 @@ class SequenceClassifierHead:
         if self.head not in arch:
             hint = (" (fine-tune it first with bertctl finetune)"
                     if "BertForMultipleChoice" not in arch else "")
-            from bertctl.tasks.base import architecture_name
 
             raise BertctlError(f"{where}: task {spec.name} needs a {self.head} head but the "
                                f"model is {architecture_name(arch)}{hint}")
@@ -126,7 +127,6 @@ class Classification(SequenceClassifierHead, SequenceFamily):
 
     def score(self, predictions, examples, spec, label_list) -> dict[str, Any]:
         """The task's metric plus macro-F1 and the confusion matrix (rows: true label)."""
-        from bertctl import metrics
 
         labels = examples.labels
         result = super().score(predictions, examples, spec, label_list)

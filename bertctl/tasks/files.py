@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from bertctl.errors import BertctlError
+import json
 
 _SUFFIX_FORMATS = {".tsv": "tsv", ".csv": "csv", ".json": "json", ".jsonl": "json",
                    ".parquet": "parquet"}
@@ -131,7 +132,6 @@ def _check_json_rows(path: Path) -> None:
     Checked before `datasets` reads the file, because its JSON reader crashes the process (a
     segmentation fault, found by tests/faults) on some files whose rows are not objects, such as
     a bare `null` or `[null, {...}]`."""
-    import json
 
     with open(path, "rb") as f:
         head = f.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")
@@ -163,7 +163,6 @@ def _check_json_rows(path: Path) -> None:
 
 def _complete_object(path: Path) -> bool:
     """Whether the file's first line alone is a JSON value (so the file is JSON lines)."""
-    import json
 
     with open(path, "rb") as f:
         try:

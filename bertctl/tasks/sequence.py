@@ -23,6 +23,9 @@ import numpy as np
 from bertctl.errors import BertctlError
 from bertctl.tasks import files
 from bertctl.tasks.base import Family, logits_of
+from tokenizers import Tokenizer
+from bertctl.metrics import TASK_METRICS
+from bertctl.metrics import compute_metrics
 
 
 @dataclasses.dataclass
@@ -78,7 +81,6 @@ class TaskFeatures:
 
 
 def _bert_tokenizer(tokenizer, max_seq_length: int):
-    from tokenizers import Tokenizer
     tok = Tokenizer.from_str(tokenizer.to_str())   # a copy: the caller's settings stay as they were
     tok.enable_truncation(max_seq_length, strategy="longest_first")
     tok.no_padding()
@@ -164,8 +166,6 @@ class SequenceFamily(Family):
         return text_a, text_b, None
 
     def check_metric(self, spec) -> None:
-        from bertctl.metrics import TASK_METRICS
-
         if spec.metric not in TASK_METRICS:
             raise ValueError(f"unknown metric '{spec.metric}' (known: "
                              f"{', '.join(sorted(TASK_METRICS))})")
@@ -230,8 +230,6 @@ class SequenceFamily(Family):
         return logits_of(outputs).argmax(axis=-1).astype(np.int64)
 
     def score(self, predictions, examples, spec, label_list) -> dict[str, Any]:
-        from bertctl.metrics import compute_metrics
-
         return dict(compute_metrics(spec.metric, predictions, examples.labels))
 
     def prediction_values(self, predictions, label_list) -> list[str]:

@@ -22,6 +22,7 @@ from bertctl.config import DistillSettings, EvalSettings, FinetuneSettings, Task
 from bertctl.settings import TASK, field_meta, meta
 from bertctl.tasks.registry import FAMILIES
 from bertctl.tasks.spec import PRESETS
+from bertctl.tasks.spec import make_task_spec
 
 
 def option_fields(stage: str) -> dict[str, tuple[Any, Any]]:
@@ -108,6 +109,5 @@ def distill_settings() -> type[DistillSettings]:
 
 def task_spec(settings: TaskSettings):
     """The TaskSpec these settings describe (BertctlError if they describe none)."""
-    from bertctl.tasks.spec import make_task_spec
 
     return make_task_spec(settings.task, **settings.task_fields(), labels=settings.labels)

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, mo
 from bertctl.errors import BertctlError
 from bertctl.tasks.files import column_name, label_key
 from bertctl.tasks.registry import FAMILIES
+from bertctl.tasks.files import format_of
 
 FileFormat = Literal["auto", "tsv", "csv", "json", "parquet", "arrow"]
 
@@ -106,7 +107,6 @@ class TaskSpec(BaseModel):
         """This spec for reading `path`: a spec read from a model describes its training file's
         layout (GLUE: TSV without quoting, CoLA without a header); a file plainly in another
         format is read as what it is."""
-        from bertctl.tasks.files import format_of
 
         detected = format_of(path)
         if self.format == "auto" or detected is None or detected == self.format:

@@ -16,6 +16,7 @@ import torch.distributed as dist
 from torch import nn
 
 from bertctl import hardware
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,6 @@ def wrap(model: nn.Module, info: DistInfo, find_unused_parameters: bool = False)
     """DDP-wrap `model` (already on info.device) when there is more than one process."""
     if not active():
         return model
-    from torch.nn.parallel import DistributedDataParallel as DDP
     ids = [info.device.index] if info.device.type == "cuda" else None
     return DDP(model, device_ids=ids, find_unused_parameters=find_unused_parameters)
 

@@ -9,6 +9,7 @@ from pydantic import Field, field_validator, model_validator
 
 from bertctl.settings import (CHECKPOINTS, EVALUATION, RUNTIME, TRAINING, StageConfig, meta,
                               resolve_precision)
+import re
 
 _RUN = meta(RUNTIME, identity=False)
 
@@ -117,7 +118,6 @@ _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 def parse_duration(text: str) -> float:
     """'90s', '30m', '2h', '1d', '1h30m' or a number of seconds -> seconds."""
-    import re
 
     cleaned = text.strip().lower().replace(" ", "")
     try:

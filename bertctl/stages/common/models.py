@@ -19,6 +19,7 @@ from bertctl import agreement, artifacts, console, hardware
 from bertctl.data import tokenizer as tokenizer_mod
 from bertctl.errors import BertctlError
 from bertctl.tasks.resolve import TASK_FILE
+from bertctl.data.tokenizer import check_vocab_agrees
 
 
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json",
@@ -166,7 +167,6 @@ def open_model(path: str | Path, role: str = "model", exports: bool = False) -> 
 def tokenizer_files(source: Path) -> list[Path]:
     """The tokenizer files a new artifact will copy from `source`, checked now (before any
     work): an artifact's own, unchanged files, no link to a file elsewhere."""
-    from bertctl.data.tokenizer import check_vocab_agrees
 
     files = [artifacts.checked_file(source, name) for name in TOKENIZER_FILES
              if (source / name).is_file() or (source / name).is_symlink()]

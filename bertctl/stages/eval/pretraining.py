@@ -8,11 +8,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bertctl import agreement, artifacts, console, evaluation, hardware, objectives
+from bertctl import agreement, artifacts, console, hardware, objectives
 from bertctl.metrics import json_safe
 from bertctl.config import EvalSettings
 from bertctl.errors import BertctlError
 from bertctl.stages.common.models import ModelSource
+from bertctl.data.pretraining_dataset import PretrainingDataset, read_pretraining_info
 
 METRICS_FILE = "metrics.json"
 
@@ -22,7 +23,6 @@ _TASK_FLAGS = ("task", "family", "text_column", "label_column", "context_column"
 
 def run(config: EvalSettings, target: artifacts.Target, source: ModelSource,
         art: artifacts.Artifact) -> artifacts.Outcome:
-    from bertctl.data.pretraining_dataset import PretrainingDataset, read_pretraining_info
 
     hardware.set_threads(config.threads)
     given = [f"--{k.replace('_', '-')}" for k in _TASK_FLAGS if getattr(config, k) is not None]

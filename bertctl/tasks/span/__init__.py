@@ -22,6 +22,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from bertctl.tasks.base import Family, check_options
 from bertctl.tasks.registry import register
+from bertctl.tasks.span.reader import SpanColumns, read_span_examples
+from bertctl.tasks.span.metrics import squad_v1_metrics, squad_v2_metrics
+from bertctl.tasks.span.metrics import best_null_threshold
 
 
 class SpanOptions(BaseModel):
@@ -98,8 +101,6 @@ class Span(Family):
             raise ValueError("a 'span' task is scored with metric 'squad' (exact match and F1)")
 
     def read(self, spec, path, label_list=None, require_labels=False):
-        from bertctl.tasks.span.reader import SpanColumns, read_span_examples
-
         o = options(spec)
         columns = SpanColumns(id=o.id_column, context=spec.context_column or "context",
                               question=o.question_column, answers=o.answers_column)
@@ -138,8 +139,6 @@ class Span(Family):
                            version_2=o.version_2_with_negative, null_threshold=threshold)
 
     def score(self, predictions, examples, spec, label_list) -> dict[str, Any]:
-        from bertctl.tasks.span.metrics import squad_v1_metrics, squad_v2_metrics
-
         gold = examples.gold_answers()
         if options(spec).version_2_with_negative:
             return squad_v2_metrics(gold, predictions.predictions, predictions.null_odds)
@@ -154,7 +153,6 @@ class Span(Family):
     def calibrate(self, predictions, examples, spec) -> dict[str, Any] | None:
         """v2.0: the null-odds threshold with the best dev F1, used by eval unless
         --null-threshold is given."""
-        from bertctl.tasks.span.metrics import best_null_threshold
 
         if not options(spec).version_2_with_negative:
             return None

@@ -28,6 +28,7 @@ import torch
 from bertctl.data.collate import pad_to_tensor
 from bertctl.errors import BertctlError
 from bertctl.tasks.span.reader import SpanExamples
+from tokenizers import Tokenizer
 
 _SHOWN_IDS = 5          # unaligned question ids kept for the report
 
@@ -145,7 +146,6 @@ def encode_windows(examples: SpanExamples, tokenizer, max_seq_length: int = 384,
             f"max_seq_length {max_seq_length} leaves {room_min} passage tokens after a "
             f"{max_query_length}-token question and [CLS]/[SEP]/[SEP]; it must exceed doc_stride "
             f"{doc_stride} (lower --max-query-length or --doc-stride)")
-    from tokenizers import Tokenizer
     tok = Tokenizer.from_str(tokenizer.to_str())   # a copy: the caller's settings stay
     tok.no_truncation()
     tok.no_padding()

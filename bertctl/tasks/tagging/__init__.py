@@ -10,7 +10,6 @@
 The family object at the end of this module (`Tagging`, registered as "tagging", preset
 `conll2003`) is what `finetune` and `eval` call; underneath, the building blocks run like this
 (the model is trained in one scheme, IOB2; each file keeps its own):
-
     train = read_tagged(path)                                   # or tables, columns by name
     scheme = check_scheme(train, tag_scheme)                    # None: detected; log .describe()
     tags = convert(train.tags, train.offsets, "iob2")
@@ -39,6 +38,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from bertctl.errors import BertctlError
 from bertctl.tasks.base import IMITATED, Family, check_options
 from bertctl.tasks.registry import register
+from bertctl.tasks.tagging.reader import is_table, read_tagged
+from bertctl.tasks.tagging.schemes import (check_known_types, check_scheme, convert,
+                                           entity_types, invalid_tags)
+from bertctl.tasks.tagging.schemes import label_ids
+from bertctl.tasks.tagging.schemes import label_list as make_label_list
+from bertctl.tasks.classification import model_labels
+from bertctl.tasks.base import logits_of
+from bertctl.tasks.tagging.metrics import score
 
 # The model is always trained on IOB2 labels: one consistent scheme whatever the files use.
 TRAINING_SCHEME = "iob2"
@@ -123,10 +130,6 @@ class Tagging(Family):
         """A file's sentences, its tag scheme (given or detected), and the model's labels:
         `label_list` when given (a model's, or a training run's --labels), else O and the IOB2
         tags of the file's entity types. Every tag must map onto the labels."""
-        from bertctl.tasks.tagging.reader import is_table, read_tagged
-        from bertctl.tasks.tagging.schemes import (check_known_types, check_scheme, convert,
-                                                   entity_types, invalid_tags)
-        from bertctl.tasks.tagging.schemes import label_list as make_label_list
 
         o = options(spec)
         table = is_table(path)
@@ -161,7 +164,6 @@ class Tagging(Family):
         return examples
 
     def encode(self, examples, tokenizer, max_seq_length: int, training: bool = False):
-        from bertctl.tasks.tagging.schemes import convert, label_ids
         from bertctl.tasks.tagging.windows import encode_tagged
 
         o = options(examples.spec)
@@ -186,7 +188,6 @@ class Tagging(Family):
 
     def resolve_labels(self, spec, model_task, hf_config, given, where):
         """The model's own label names; a tagging model without them cannot be read."""
-        from bertctl.tasks.classification import model_labels
 
         own = model_labels(model_task, hf_config)
         if own is None:
@@ -198,7 +199,6 @@ class Tagging(Family):
 
     def predictions(self, outputs, features, examples, spec, calibration=None) -> np.ndarray:
         """One tag per word, in the file's own scheme."""
-        from bertctl.tasks.base import logits_of
         from bertctl.tasks.tagging.predict import WordPredictions, predicted_tags
 
         collector = WordPredictions(features)
@@ -208,8 +208,6 @@ class Tagging(Family):
                               examples.scheme)
 
     def score(self, predictions, examples, spec, label_list) -> dict[str, Any]:
-        from bertctl.tasks.tagging.metrics import score
-
         return score(examples.tags, predictions, examples.offsets)
 
     def write_predictions(self, directory: Path, predictions, examples, spec,

@@ -34,6 +34,7 @@ from bertctl.errors import BertctlError
 from bertctl.tasks.base import IMITATED
 from bertctl.data import IGNORE_INDEX
 from bertctl.tasks.tagging.schemes import concat_ranges
+from tokenizers import Tokenizer
 
 
 @dataclass
@@ -130,7 +131,6 @@ def encode_tagged(examples, tokenizer, max_seq_length: int, doc_stride: int,
     """Windows over the sentences of `examples` (a `TaggedExamples`: words, offsets, doc_ids),
     tokenized with a `tokenizers.Tokenizer` (bertctl's tokenizer artifact). `word_labels` (int,
     one per word) are the label indices to train on."""
-    from tokenizers import Tokenizer
 
     budget = max_seq_length - 2
     if budget < 1:
