@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, field_validator, model_validator
 
 from bertctl.data.settings import PretrainingDataSettings
+from bertctl.objectives import OBJECTIVES
 from bertctl.settings import (DATA, EVALUATION, MODEL, RUNTIME, TASK, TRAINING, StageConfig,
                               meta, resolve_precision)
 from bertctl.train.settings import TrainingSettings
@@ -67,6 +68,8 @@ class BuildPretrainDataSettings(PretrainingDataSettings):
 
 
 class PretrainSettings(TrainingSettings):
+    """`bertctl pretrain`; the objectives' own options are added by objectives/settings.py."""
+
     produces: ClassVar[str | None] = "model"
     objective: str = Field("bert", description="The pretraining objective, from the registry "
                            "(bertctl/objectives): bert is masked LM + next-sentence prediction "
@@ -81,14 +84,6 @@ class PretrainSettings(TrainingSettings):
                                     "base-size recipes use 0.3, the mini budget recipe 0.15). "
                                     "Validation keeps the data's rate, so runs compare.",
                                     json_schema_extra=meta(TRAINING))
-    generator_size: float | None = Field(None, gt=0, le=1, description="electra: the "
-                                         "generator's width as a share of the model's (unset: "
-                                         "0.25, the paper's best).",
-                                         json_schema_extra=meta(TRAINING))
-    discriminator_weight: float | None = Field(None, gt=0, description="electra: the weight "
-                                               "of the replaced-token loss against the "
-                                               "generator's masked-LM loss (unset: 50, the "
-                                               "paper's).", json_schema_extra=meta(TRAINING))
     model_size: Literal["tiny", "mini", "small", "medium", "base", "large"] = Field(
         "base", description="Google's sizes (L/H/A): tiny 2/128/2, mini 4/256/4, small 4/512/8, "
         "medium 8/512/8, base 12/768/12, large 24/1024/16. Ignored with --init-from or "
@@ -132,8 +127,6 @@ class PretrainSettings(TrainingSettings):
     @field_validator("objective")
     @classmethod
     def _registered(cls, name: str) -> str:
-        from bertctl.objectives import OBJECTIVES  # the registry as it is when settings resolve
-
         if name not in OBJECTIVES:
             raise ValueError(f"unknown objective (known: {', '.join(OBJECTIVES)})")
         return name

@@ -11,10 +11,10 @@ the flag's spelling where it is not derived from the name.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Optional, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from bertctl.errors import BertctlError
 from bertctl.hardware import auto_precision
@@ -188,3 +188,37 @@ def resolve_precision(cls, data: Any) -> Any:
         return data
 
     return {**data, "precision": auto_precision(str(data.get("device") or "auto"))}
+
+
+def plugin_option_fields(plugins, kind: str, shared_panel: str, stage: str | None = None
+                         ) -> dict[str, tuple[Any, Any]]:
+    """name -> (annotation, FieldInfo): the options the registered `plugins` of one kind (task
+    families, pretraining objectives) declare in their `options_model`, as optional fields of
+    a stage's settings, one flag each in a help panel of the plug-in's ("Span QA (family
+    span)"). Unset by default (unset: the plug-in's own default); the values' checks are the
+    plug-in's, when it reads them. Two plug-ins may share an option name: one flag serves both,
+    its help joining theirs, in `shared_panel`. An option whose metadata names
+    `stages` is shown by those stages only."""
+    owners: dict[str, list[tuple[Any, Any]]] = {}
+    for plugin in plugins:
+        model = plugin.options_model
+        if model is None:
+            continue
+        for name, info in model.model_fields.items():
+            if stage is not None and stage not in field_meta(info).get("stages", (stage,)):
+                continue
+            owners.setdefault(name, []).append((plugin, info))
+    fields = {}
+    for name, found in owners.items():
+        annotations = {info.annotation for _, info in found}
+        if len(annotations) > 1 and len({Optional[a] for a in annotations}) > 1:  # noqa: UP007
+            raise TypeError(f"{kind}s {', '.join(p.name for p, _ in found)} declare the "
+                            f"option {name!r} with different types")
+        plugin, info = found[0]
+        panel = shared_panel if len(found) > 1 else f"{plugin.title} ({kind} {plugin.name})"
+        help_text = (info.description if len(found) == 1 else
+                     " ".join(f"{p.title}: {i.description[:1].lower()}{i.description[1:]}"
+                              for p, i in found))
+        fields[name] = (Optional[info.annotation], Field(  # noqa: UP007 - typer reads Optional
+            None, description=help_text, json_schema_extra=meta(panel)))
+    return fields

@@ -150,7 +150,7 @@ def test_electra_chain_and_transformers_loads_the_encoder(cli, electra_model, el
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--objective", "mlm", "--generator-size", "0.5"], "--generator-size apply to another"),
+    (["--objective", "mlm", "--generator-size", "0.5"], "--generator-size applies to another objective, not to --objective mlm"),
     (["--objective", "electra"], "--masking dynamic"),
 ])
 def test_bad_electra_use(cli, electra_data, pretrain_data, tmp_path, args, message):

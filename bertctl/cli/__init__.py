@@ -29,6 +29,7 @@ from bertctl.cli.flags import COMMON, DEBUG, JSON_OUTPUT, PanelledCommand, field
 from bertctl.settings import StageConfig, resolve
 from bertctl.errors import BertctlError, DiskFull, Interrupted, is_disk_full
 from bertctl.expectations import ExpectationsUnmet
+from bertctl.objectives.settings import pretrain_settings
 from bertctl.tasks.settings import distill_settings, eval_settings, finetune_settings
 
 HELP = ("BERT pretraining and fine-tuning pipelines: each command is a stage that reads and "
@@ -205,7 +206,7 @@ def build_pretrain_data(
     return stage_module.run(settings, target, tokenizer, corpus or [], combine=combine)
 
 
-@stage("pretrain", PretrainSettings, help="Pretrain BERT (masked LM + next-sentence prediction) "
+@stage("pretrain", pretrain_settings, help="Pretrain BERT (masked LM + next-sentence prediction) "
        "on a pretrain-data artifact into a model artifact; from a size preset, a config.json, "
        "or continuing from a model. Runs data-parallel under torchrun.")
 def pretrain(settings: PretrainSettings, target: Target,

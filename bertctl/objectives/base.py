@@ -5,26 +5,30 @@ An objective names the model it trains (`architecture`, a class in bertctl.model
 config.json and the manifest), says which pretraining data it can train on (`check_data`), which
 of the model's parameters may get no gradient (DDP must be told), gives the training loop its
 per-step metrics and scores a model on a pretraining split, during training (validation) and
-for `bertctl eval MODEL PRETRAIN_DATA`.
+for `bertctl eval MODEL PRETRAIN_DATA`. Its own settings are a pydantic model
+(`options_model`), whose fields become `pretrain` flags (objectives/settings.py).
+
+Objectives are imported when the CLI starts (to make pretrain's flags), so their modules import
+torch, the model and the scoring code (objectives/scoring.py) in the methods that run them.
 """
 
 from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from pydantic import ValidationError
+
 from bertctl.errors import BertctlError
-
-
-# Every objective's own settings (PretrainSettings fields), and the objectives they belong to.
-OPTIONS = ("generator_size", "discriminator_weight")
+from bertctl.objectives.registry import OBJECTIVES
 
 
 class Objective:
     name: ClassVar[str]
     # Why `load_for_evaluation` refuses a checkpoint without all of the model's weights.
     needs: ClassVar[str] = "its metrics need all of its model's weights"
-    # Which of OPTIONS this objective reads.
-    options: ClassVar[tuple[str, ...]] = ()
+    # Its own settings: a pydantic model whose fields (type, checks, help text) become pretrain
+    # flags of the same names, unset by default. None: it has none.
+    options_model: ClassVar[type | None] = None
     # How --help and the docs name it.
     title: ClassVar[str]
     # The model class in bertctl.model that this objective trains.
@@ -47,17 +51,39 @@ class Objective:
                                f"the data holds next-sentence pairs (half their B segments come "
                                f"from other documents): build it with --no-nsp")
 
+    def own_options(self) -> tuple[str, ...]:
+        return tuple(self.options_model.model_fields) if self.options_model else ()
+
+    def given_options(self, settings) -> dict:
+        """Its own options that the settings set, checked by its options model."""
+        given = {k: getattr(settings, k, None) for k in self.own_options()}
+        given = {k: v for k, v in given.items() if v is not None}
+        if not given:
+            return {}
+        try:
+            return self.options_model(**given).model_dump(exclude_unset=True)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            name = str(err["loc"][0]) if err["loc"] else ""
+            raise BertctlError(f"--{name.replace('_', '-')} {given.get(name)!r}: "
+                               f"{err['msg']} (setting '{name}' of --objective "
+                               f"{self.name})") from None
+
     def model_kwargs(self, settings) -> dict:
-        """Constructor arguments of the model from the pretrain settings (its own options)."""
-        return {}
+        """Constructor arguments of the model from the pretrain settings: its own options."""
+        return self.given_options(settings)
 
     def check_settings(self, settings, where: str) -> None:
         """BertctlError for another objective's options given to this one."""
-        given = [f"--{k.replace('_', '-')}" for k in OPTIONS
-                 if k not in self.options and getattr(settings, k, None) is not None]
+        others = sorted({k for o in OBJECTIVES.values() for k in o.own_options()}
+                        - set(self.own_options()))
+        given = [f"--{k.replace('_', '-')}" for k in others
+                 if getattr(settings, k, None) is not None]
         if given:
-            raise BertctlError(f"{where}: {', '.join(given)} apply to another objective, not "
-                               f"--objective {self.name}")
+            verb = "applies" if len(given) == 1 else "apply"
+            raise BertctlError(f"{where}: {', '.join(given)} {verb} to another objective, not "
+                               f"to --objective {self.name}")
+        self.given_options(settings)
 
     def unused_parameters(self, data) -> bool:
         """Whether some parameters get no gradient on this data (DDP's find_unused_parameters)."""

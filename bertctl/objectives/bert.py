@@ -8,7 +8,6 @@ from __future__ import annotations
 from bertctl.errors import BertctlError
 from bertctl.objectives.base import Objective
 from bertctl.objectives.registry import register
-from bertctl.objectives.scoring import evaluate_pretraining, pretraining_step_metrics
 from bertctl import console
 
 
@@ -21,10 +20,14 @@ class Bert(Objective):
         return not data.nsp   # MLM-only data leaves the NSP head without gradients
 
     def step_metrics(self, outputs, batch):
+        from bertctl.objectives.scoring import pretraining_step_metrics
+
         return pretraining_step_metrics(outputs, batch)
 
     def evaluate(self, model, dataset, batch_size, device, precision, max_batches=None,
                  progress=None, nsp=None):
+        from bertctl.objectives.scoring import evaluate_pretraining
+
         return evaluate_pretraining(model, dataset, batch_size, device, precision, max_batches,
                                     nsp=nsp, progress=progress)
 

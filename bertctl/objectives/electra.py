@@ -8,26 +8,21 @@ built with --no-nsp and --masking dynamic (the masks are what the generator fill
 
 from __future__ import annotations
 
-import torch
-import torch.nn.functional as F
+from pydantic import BaseModel, ConfigDict, Field
 
-from bertctl import hardware
-from bertctl.data.collate import without_full_mask
 from bertctl.errors import BertctlError
-from bertctl.evaluation import inference
 from bertctl.objectives.base import Objective
 from bertctl.objectives.registry import register
-from bertctl.objectives.scoring import validation_batches
-from bertctl.train import distributed as dist
-
-# Validation samples with this seed, so two evaluations of one model agree.
-_SAMPLE_SEED = 0
 
 
-def _disc_counts(out) -> tuple[torch.Tensor, ...]:
-    real = out["real"]
-    right = ((out["disc_logits"] > 0) == out["replaced"]) & real
-    return right.sum(), real.sum(), (out["replaced"] & real).sum()
+class ElectraOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    generator_size: float | None = Field(None, gt=0, le=1, description="The generator's width "
+                                         "as a share of the model's (unset: 0.25, the paper's "
+                                         "best).")
+    discriminator_weight: float | None = Field(None, gt=0, description="The weight of the "
+                                               "replaced-token loss against the generator's "
+                                               "masked-LM loss (unset: 50, the paper's).")
 
 
 class Electra(Objective):
@@ -36,7 +31,7 @@ class Electra(Objective):
     architecture = "BertForElectraPreTraining"
     nsp_data = False
     needs = "ELECTRA metrics need its generator and discriminator head"
-    options = ("generator_size", "discriminator_weight")
+    options_model = ElectraOptions
 
     def check_data(self, info, where: str) -> None:
         super().check_data(info, where)
@@ -45,51 +40,19 @@ class Electra(Objective):
                                f"masked positions at every step: build the data with --masking "
                                f"dynamic")
 
-    def model_kwargs(self, settings) -> dict:
-        return {k: v for k, v in (("generator_size", settings.generator_size),
-                                  ("discriminator_weight", settings.discriminator_weight))
-                if v is not None}
-
     def step_metrics(self, outputs, batch):
-        right, real, replaced = _disc_counts(outputs)
-        targets = outputs["mlm_targets"]
-        return {"mlm_accuracy": ((outputs["mlm_logits"].argmax(-1) == targets).sum(),
-                                 torch.tensor(targets.numel(), device=targets.device)),
-                "disc_accuracy": (right, real), "replaced_share": (replaced, real)}
+        from bertctl.objectives.scoring import electra_step_metrics
+
+        return electra_step_metrics(outputs, batch)
 
     def evaluate(self, model, dataset, batch_size, device, precision, max_batches=None,
                  progress=None):
         """The generator's masked-LM loss and accuracy, the discriminator's loss (mean over
         real tokens), accuracy and the share of tokens replaced, with seeded samples."""
-        device = torch.device(device)
-        subset, batches = validation_batches(dataset, batch_size, max_batches)
-        sums = torch.zeros(7, dtype=torch.float64)
-        sampler = torch.Generator(device).manual_seed(_SAMPLE_SEED)
-        with inference(model, device, precision):
-            for local in batches:
-                indices = subset[local]
-                batch = hardware.to_device(without_full_mask(dataset.batch(indices, epoch=0)),
-                                           device)
-                out = model(batch["input_ids"], batch["token_type_ids"],
-                            batch.get("attention_mask"), labels=batch["labels"],
-                            sample_generator=sampler)
-                logits, targets = out["mlm_logits"].float(), out["mlm_targets"]
-                right, real, replaced = _disc_counts(out)
-                sums += torch.tensor([
-                    float(F.cross_entropy(logits, targets, reduction="sum")) if targets.numel()
-                    else 0.0, float((logits.argmax(-1) == targets).sum()), targets.numel(),
-                    float(out["disc_loss"]) * float(real), float(right), float(real),
-                    float(replaced)], dtype=torch.float64)
-                if progress is not None:
-                    progress(len(indices))
-        s = dist.all_reduce_sum(sums.to(device)).tolist()
-        nan = float("nan")
-        return {"mlm_loss": s[0] / s[2] if s[2] else nan,
-                "mlm_accuracy": s[1] / s[2] if s[2] else nan,
-                "disc_loss": s[3] / s[5] if s[5] else nan,
-                "disc_accuracy": s[4] / s[5] if s[5] else nan,
-                "replaced_share": s[6] / s[5] if s[5] else nan,
-                "examples": len(subset), "masked_tokens": int(s[2])}
+        from bertctl.objectives.scoring import evaluate_electra
+
+        return evaluate_electra(model, dataset, batch_size, device, precision, max_batches,
+                                progress)
 
 
 ELECTRA = register(Electra())

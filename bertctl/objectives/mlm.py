@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from bertctl.objectives.base import Objective
 from bertctl.objectives.registry import register
-from bertctl.objectives.scoring import evaluate_pretraining, pretraining_step_metrics
 
 
 class MaskedLM(Objective):
@@ -19,10 +18,14 @@ class MaskedLM(Objective):
     needs = "masked-LM metrics need its masked-LM head (cls.predictions)"
 
     def step_metrics(self, outputs, batch):
+        from bertctl.objectives.scoring import pretraining_step_metrics
+
         return pretraining_step_metrics(outputs, batch)
 
     def evaluate(self, model, dataset, batch_size, device, precision, max_batches=None,
                  progress=None):
+        from bertctl.objectives.scoring import evaluate_pretraining
+
         return evaluate_pretraining(model, dataset, batch_size, device, precision, max_batches,
                                     nsp=False, progress=progress)
 

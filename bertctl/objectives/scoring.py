@@ -103,3 +103,59 @@ def pretraining_step_metrics(outputs: dict[str, Any], batch: dict[str, Any]) -> 
         metrics["nsp_accuracy"] = _accuracy(outputs["nsp_logits"],
                                             batch["next_sentence_label"].reshape(-1))
     return metrics
+
+
+# ---------------------------------------------------------------------------------------------
+# Replaced-token detection (objectives/electra.py)
+
+# Validation samples with this seed, so two evaluations of one model agree.
+ELECTRA_SAMPLE_SEED = 0
+
+
+def disc_counts(out) -> tuple[torch.Tensor, ...]:
+    real = out["real"]
+    right = ((out["disc_logits"] > 0) == out["replaced"]) & real
+    return right.sum(), real.sum(), (out["replaced"] & real).sum()
+
+
+def electra_step_metrics(outputs: dict[str, Any], batch: dict[str, Any]) -> dict[str, tuple]:
+    right, real, replaced = disc_counts(outputs)
+    targets = outputs["mlm_targets"]
+    return {"mlm_accuracy": ((outputs["mlm_logits"].argmax(-1) == targets).sum(),
+                             torch.tensor(targets.numel(), device=targets.device)),
+            "disc_accuracy": (right, real), "replaced_share": (replaced, real)}
+
+
+def evaluate_electra(model, dataset, batch_size: int, device, precision: str,
+                     max_batches: int | None = None, progress=None) -> dict[str, float]:
+    """The generator's masked-LM loss and accuracy, the discriminator's loss (mean over
+    real tokens), accuracy and the share of tokens replaced, with seeded samples."""
+    device = torch.device(device)
+    subset, batches = validation_batches(dataset, batch_size, max_batches)
+    sums = torch.zeros(7, dtype=torch.float64)
+    sampler = torch.Generator(device).manual_seed(ELECTRA_SAMPLE_SEED)
+    with inference(model, device, precision):
+        for local in batches:
+            indices = subset[local]
+            batch = hardware.to_device(without_full_mask(dataset.batch(indices, epoch=0)),
+                                       device)
+            out = model(batch["input_ids"], batch["token_type_ids"],
+                        batch.get("attention_mask"), labels=batch["labels"],
+                        sample_generator=sampler)
+            logits, targets = out["mlm_logits"].float(), out["mlm_targets"]
+            right, real, replaced = disc_counts(out)
+            sums += torch.tensor([
+                float(F.cross_entropy(logits, targets, reduction="sum")) if targets.numel()
+                else 0.0, float((logits.argmax(-1) == targets).sum()), targets.numel(),
+                float(out["disc_loss"]) * float(real), float(right), float(real),
+                float(replaced)], dtype=torch.float64)
+            if progress is not None:
+                progress(len(indices))
+    s = dist.all_reduce_sum(sums.to(device)).tolist()
+    nan = float("nan")
+    return {"mlm_loss": s[0] / s[2] if s[2] else nan,
+            "mlm_accuracy": s[1] / s[2] if s[2] else nan,
+            "disc_loss": s[3] / s[5] if s[5] else nan,
+            "disc_accuracy": s[4] / s[5] if s[5] else nan,
+            "replaced_share": s[6] / s[5] if s[5] else nan,
+            "examples": len(subset), "masked_tokens": int(s[2])}

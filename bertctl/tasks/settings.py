@@ -19,40 +19,15 @@ from typing import Any, Literal, Optional
 from pydantic import Field, create_model, model_validator
 
 from bertctl.config import DistillSettings, EvalSettings, FinetuneSettings, TaskSettings
-from bertctl.settings import TASK, field_meta, meta
+from bertctl.settings import TASK, meta, plugin_option_fields
 from bertctl.tasks.registry import FAMILIES
 from bertctl.tasks.spec import PRESETS
 from bertctl.tasks.spec import make_task_spec
 
 
 def option_fields(stage: str) -> dict[str, tuple[Any, Any]]:
-    """name -> (annotation, FieldInfo) of the registered families' options a stage shows.
-    An option whose metadata names `stages` is shown by those stages only (span QA's
-    null_threshold: eval)."""
-    owners: dict[str, list[tuple[Any, Any]]] = {}
-    for family in FAMILIES.values():
-        model = family.options_model
-        if model is None:
-            continue
-        for name, info in model.model_fields.items():
-            if stage not in field_meta(info).get("stages", (stage,)):
-                continue
-            owners.setdefault(name, []).append((family, info))
-    fields = {}
-    for name, found in owners.items():
-        annotations = {info.annotation for _, info in found}
-        if len(annotations) > 1 and len({Optional[a] for a in annotations}) > 1:  # noqa: UP007
-            raise TypeError(f"task families {', '.join(f.name for f, _ in found)} declare the "
-                            f"option {name!r} with different types")
-        family, info = found[0]
-        panel = TASK if len(found) > 1 else f"{family.title} (family {family.name})"
-        help_text = (info.description if len(found) == 1 else
-                     " ".join(f"{f.title}: {i.description[:1].lower()}{i.description[1:]}"
-                              for f, i in found))
-        # Unset by default; the values' checks are the family's, when it reads the spec.
-        fields[name] = (Optional[info.annotation], Field(  # noqa: UP007 - typer reads Optional
-            None, description=help_text, json_schema_extra=meta(panel)))
-    return fields
+    """The registered families' options a stage shows (span QA's null_threshold: eval only)."""
+    return plugin_option_fields(FAMILIES.values(), "family", TASK, stage)
 
 
 def _family_length(cls, data: Any) -> Any:
