@@ -16,8 +16,8 @@ from pydantic import Field, field_validator, model_validator
 
 from bertctl.data.settings import PretrainingDataSettings
 from bertctl.objectives import OBJECTIVES
-from bertctl.settings import (DATA, EVALUATION, MODEL, RUNTIME, TASK, TRAINING, StageConfig,
-                              meta, resolve_precision)
+from bertctl.settings import (DATA, DEFAULT_LENGTH, EVALUATION, MODEL, RUNTIME, SEQ_LENGTH, TASK,
+                              TRAINING, StageConfig, meta, resolve_precision)
 from bertctl.train.settings import TrainingSettings
 
 _RUN = meta(RUNTIME, identity=False)
@@ -177,7 +177,7 @@ class TaskSettings(StageConfig):
                                      "(default: the sorted labels of the training file); "
                                      "tagging: the names of integer tags.",
                                      json_schema_extra=meta(TASK))
-    max_seq_length: int = Field(128, ge=8, le=512, description="Tokens per example; pairs are "
+    max_seq_length: int = Field(DEFAULT_LENGTH, **SEQ_LENGTH, description="Tokens per example; pairs are "
                                 "truncated longest-first (a family may default to another "
                                 "length: span QA 384, the paper's).",
                                 json_schema_extra=meta(TASK))
@@ -205,7 +205,7 @@ class EvalSettings(TaskSettings, InferenceSettings):
                                      "model whose config.json has only LABEL_0... placeholders; "
                                      "must agree with the model's own names otherwise.",
                                      json_schema_extra=meta(TASK))
-    max_seq_length: int | None = Field(None, ge=8, le=512, description="Tokens per example; "
+    max_seq_length: int | None = Field(None, **SEQ_LENGTH, description="Tokens per example; "
                                        "unset: the model's fine-tuning length, else 128.",
                                        json_schema_extra=meta(TASK))
     header: bool | None = Field(None, description="Whether DATA's first row names its columns; "
@@ -302,7 +302,7 @@ class DistillSettings(TaskTrainingSettings):
     student is built by one of the student settings (or the --student-init/--student-config
     inputs), by default from every second teacher layer."""
 
-    max_seq_length: int | None = Field(None, ge=8, le=512, description="Tokens per example; "
+    max_seq_length: int | None = Field(None, **SEQ_LENGTH, description="Tokens per example; "
                                        "unset: the teacher's fine-tuning length.",
                                        json_schema_extra=meta(TASK))
     lr: float = Field(5e-5, gt=0, description="Peak learning rate.",
@@ -372,7 +372,7 @@ class EmbedSettings(InferenceSettings):
                             "cosine search).", json_schema_extra=meta(EMBEDDINGS))
     dtype: Literal["fp32", "fp16"] = Field("fp32", description="Stored vector type.",
                                            json_schema_extra=meta(EMBEDDINGS))
-    max_seq_length: int | None = Field(None, ge=8, le=512, description="Pieces per model "
+    max_seq_length: int | None = Field(None, **SEQ_LENGTH, description="Pieces per model "
                                        "window; longer single texts are windowed, pairs "
                                        "truncated. Unset: the model's position limit (at most "
                                        "512).", json_schema_extra=meta(EMBEDDINGS))

@@ -19,6 +19,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from bertctl.errors import BertctlError
 from bertctl.hardware import auto_precision
 
+# A sequence length setting's bounds (data, fine-tuning, eval, embed: one declaration), and the
+# length where neither the user nor the model says one (the paper's fine-tuning length).
+SEQ_LENGTH = {"ge": 8, "le": 512}
+DEFAULT_LENGTH = 128
+
 # The --help panels, in the order a reader looks for them.
 PANELS = TASK, TRAINING, MODEL, DATA, EVALUATION, CHECKPOINTS, RUNTIME = (
     "Task", "Training", "Model", "Data", "Evaluation", "Checkpoints", "Runtime")

@@ -7,7 +7,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from bertctl.settings import DATA, StageConfig, meta
+from bertctl.settings import DATA, DEFAULT_LENGTH, SEQ_LENGTH, StageConfig, meta
 
 
 class PretrainingDataSettings(StageConfig):
@@ -15,7 +15,7 @@ class PretrainingDataSettings(StageConfig):
     corpus) give the same bytes. The core builder takes these; the stage adds how to run."""
 
     where: ClassVar[str] = "build-pretrain-data"
-    max_seq_length: int = Field(128, ge=8, le=512, description="Tokens per instance, [CLS] and "
+    max_seq_length: int = Field(DEFAULT_LENGTH, **SEQ_LENGTH, description="Tokens per instance, [CLS] and "
                                 "both [SEP] included (BERT's positions stop at 512).",
                                 json_schema_extra=meta(DATA))
     dupe_factor: int | None = Field(None, ge=1, description="Passes over the corpus with "

@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from bertctl.errors import BertctlError
+from bertctl.settings import DEFAULT_LENGTH
 from pydantic import ValidationError
 from bertctl.metrics import main_metric
 
@@ -50,7 +51,7 @@ class Family:
     # Whether the family's metrics are percentages (SQuAD's 0-100) rather than shares (0-1).
     metric_in_percent: ClassVar[bool] = False
     # max_seq_length when the user gives none (span QA: the paper's 384).
-    default_max_seq_length: ClassVar[int] = 128
+    default_max_seq_length: ClassVar[int] = DEFAULT_LENGTH
     # The heads this family can train on a frozen encoder (finetune --freeze-encoder --head);
     # none: its head needs the whole encoder fine-tuned.
     feature_heads: ClassVar[tuple[str, ...]] = ()

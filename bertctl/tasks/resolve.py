@@ -16,15 +16,13 @@ from typing import Any, Protocol
 
 from bertctl import console
 from bertctl.errors import BertctlError
+from bertctl.settings import DEFAULT_LENGTH
 from bertctl.tasks.files import is_saved_dataset
 from bertctl.tasks.registry import get
 from bertctl.tasks.spec import TaskSpec, make_task_spec
 
 # The task record beside a fine-tuned model's weights: its spec, label list, length, calibration.
 TASK_FILE = "bertctl_task.json"
-# A model whose task record does not say (a Hugging Face model with a head) reads this many
-# tokens per example, as the fine-tuning settings' default.
-DEFAULT_LENGTH = 128
 
 
 class TaskModel(Protocol):

@@ -41,18 +41,13 @@ from bertctl.train import distributed as dist
 from bertctl.train import tensorboard
 from bertctl.train.optim import lr_at, lr_at_share, make_optimizer, set_lr, warmup_steps
 from bertctl.train.order import BatchOrder, DataSource, lengths_of
-from bertctl.train.records import (METRICS_FILE, Best, Interval, TrainResult, append_jsonl,
-                                   count_tokens, plain, read_history, rewrite_jsonl)
+from bertctl.train.records import (METRICS_FILE, Best, Interval, StepTotals, TrainingDiverged,
+                                   TrainResult, append_jsonl, count_tokens, plain,
+                                   read_history, rewrite_jsonl)
 from bertctl.train.settings import TrainSettings
 
 Evaluate = Callable[[nn.Module], dict[str, Any]]
 StepMetrics = Callable[[dict[str, Any], dict[str, Any]], dict[str, tuple[Any, Any]]]
-
-
-class TrainingDiverged(BertctlError):
-    """The loss or the gradient became NaN/inf; the run stops before updating the weights."""
-
-    exit_code = 1
 
 
 def train(model: nn.Module, train_data: DataSource, settings: TrainSettings, work_dir: str | Path,
@@ -310,30 +305,36 @@ class Trainer:
         self.scaler.unscale_(self.optimizer)
         norm = torch.nn.utils.clip_grad_norm_(
             self.model.parameters(), s.max_grad_norm if s.max_grad_norm is not None else math.inf)
-        # One collective and one host sync per step: the global loss and gradient norm (needed
-        # every step to stop on NaN before the update), the step metrics and the throughput
-        # counts. (The norm is already global: clipping reduced it.)
-        # The clock rides along: every rank takes the mean, so all decide alike when a time
-        # budget is spent and what rate the next step gets.
-        names = sorted(sums)
-        packed = torch.stack([loss_sum] + [x.double() for n in names for x in sums[n]]
-                             + [torch.tensor(float(v), dtype=torch.float64, device=device)
-                                for v in (tokens, examples,
-                                          self._now() - self.started)])
-        reduced = dist.all_reduce_sum(packed)
-        values = torch.cat([reduced, norm.detach().double().reshape(1).to(reduced.device)
-                            ]).tolist()
-        grad_norm = values.pop()
-        self.elapsed = values.pop() / self.world
-        loss_value = values[0]
-        self._stop_if_diverged(loss_value, grad_norm, lr)
+        totals = self._step_totals(loss_sum, sums, tokens, examples, norm, device)
+        self.elapsed = totals.elapsed
+        self._stop_if_diverged(totals.loss, totals.grad_norm, lr)
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
-        self.interval.add(loss_value, grad_norm, int(values[-2]),
-                          {n: (values[1 + 2 * j], values[2 + 2 * j]) for j, n in enumerate(names)})
-        return int(values[-2]), int(values[-1])
+        self.interval.add(totals.loss, totals.grad_norm, totals.tokens, totals.metrics)
+        return totals.tokens, totals.examples
+
+    def _step_totals(self, loss_sum, sums: dict, tokens: int, examples: int, norm,
+                     device) -> StepTotals:
+        """One collective and one host sync per step: the global loss and gradient norm (needed
+        every step to stop on NaN before the update), the step metrics and the throughput
+        counts. (The norm is already global: clipping reduced it.) The clock rides along:
+        every rank takes the mean, so all decide alike when a time budget is spent and what
+        rate the next step gets."""
+        names = sorted(sums)
+        scalars = (tokens, examples, self._now() - self.started)
+        packed = torch.stack([loss_sum] + [x.double() for n in names for x in sums[n]]
+                             + [torch.tensor(float(v), dtype=torch.float64, device=device)
+                                for v in scalars])
+        reduced = dist.all_reduce_sum(packed)
+        values = torch.cat([reduced, norm.detach().double().reshape(1).to(reduced.device)
+                            ]).tolist()
+        metrics = {n: (values[1 + 2 * j], values[2 + 2 * j]) for j, n in enumerate(names)}
+        total_tokens, total_examples, clock, grad_norm = values[-4:]
+        return StepTotals(loss=values[0], grad_norm=grad_norm, tokens=int(total_tokens),
+                          examples=int(total_examples), elapsed=clock / self.world,
+                          metrics=metrics)
 
     def _now(self) -> float:
         """The clock of the time budget (read once at the start and once per step)."""

@@ -14,7 +14,29 @@ import numpy as np
 import torch
 from torch import nn
 
+from bertctl.errors import BertctlError
+
 METRICS_FILE = "metrics.jsonl"
+
+
+class TrainingDiverged(BertctlError):
+    """The loss or the gradient became NaN/inf; the run stops before updating the weights."""
+
+    exit_code = 1
+
+
+@dataclass
+class StepTotals:
+    """One optimizer step over every process: the mean loss, the global gradient norm, the
+    tokens and examples it read, the run's time so far (the mean of the ranks' clocks) and each
+    step metric's (numerator, denominator) sums."""
+
+    loss: float
+    grad_norm: float
+    tokens: int
+    examples: int
+    elapsed: float
+    metrics: dict[str, tuple[float, float]]
 
 
 @dataclass
