@@ -16,6 +16,7 @@ import bertctl
 from bertctl import lineage
 from bertctl.artifacts import InputRef, Manifest
 from bertctl.artifacts import FORMAT, SCHEMA_VERSIONS, environment
+from bertctl.exports import ExportFacts
 
 README = "README.md"
 
@@ -220,19 +221,19 @@ def write(tmp: Path, artifact_id: str, out_path: Path, config: dict[str, Any],
 def render_export(stats: dict[str, Any], config: dict[str, Any]) -> str:
     """The model card of an export artifact: what the graph is and, after --check, the
     quality it kept and the latency it gained, measured."""
-    onnx, check = stats["onnx"], stats.get("check")
-    quant = (f"int8 dynamic ({'per channel' if onnx.get('per_channel') else 'per tensor'})"
-             if onnx["quantize"] == "int8" else "none (fp32)")
-    axes = "batch x choices x sequence" if onnx.get("input_rank") == 3 else "batch x sequence"
-    fused = ", ".join(f"{k} {v}" for k, v in (onnx.get("fused") or {}).items()) or "none"
-    lines = [f"# ONNX export of {onnx['graph']} {stats.get('model_id', '')}".rstrip(), "",
+    onnx, check = ExportFacts.from_stats(stats["onnx"]), stats.get("check")
+    quant = (f"int8 dynamic ({'per channel' if onnx.per_channel else 'per tensor'})"
+             if onnx.quantize == "int8" else "none (fp32)")
+    axes = "batch x choices x sequence" if onnx.input_rank == 3 else "batch x sequence"
+    fused = ", ".join(f"{k} {v}" for k, v in onnx.fused.items()) or "none"
+    lines = [f"# ONNX export of {onnx.graph} {stats.get('model_id', '')}".rstrip(), "",
              f"A bertctl export artifact made by `bertctl export` (bertctl {bertctl.__version__})"
              f" from the model at {stats.get('model')}. Its lineage is in `artifact.json`; this "
              f"card is written from it.", "", "## The graph", "",
-             *_table([("file", "model.onnx"), ("opset", onnx["opset"]),
-                      ("inputs", f"{', '.join(onnx['inputs'])} (int64, {axes})"),
-                      ("outputs", ", ".join(onnx["outputs"])), ("quantization", quant),
-                      ("fused operators", fused), ("bytes", onnx["bytes"])], ("fact", "value"))]
+             *_table([("file", "model.onnx"), ("opset", onnx.opset),
+                      ("inputs", f"{', '.join(onnx.inputs)} (int64, {axes})"),
+                      ("outputs", ", ".join(onnx.outputs)), ("quantization", quant),
+                      ("fused operators", fused), ("bytes", onnx.bytes)], ("fact", "value"))]
     if check:
         lat = check["latency_ms"]
         rows = [(f"{check['metric']} on {Path(check['data']).name} ({check['examples']:,} "
@@ -259,7 +260,7 @@ def render_export(stats: dict[str, Any], config: dict[str, Any]) -> str:
               "np.array([enc.attention_mask]),",
               "         'token_type_ids': np.array([enc.type_ids])}",
               "names = [o.name for o in session.get_outputs()]",
-              f"outputs = dict(zip(names, session.run(None, feeds)))  # {onnx['outputs'][0]}, ...",
+              f"outputs = dict(zip(names, session.run(None, feeds)))  # {onnx.outputs[0]}, ...",
               "```", ""]
     return "\n".join(lines)
 

@@ -27,6 +27,7 @@ from bertctl.metrics import json_safe
 from bertctl.config import ExportSettings
 from bertctl.errors import BertctlError
 from bertctl.expectations import ExpectationsUnmet
+from bertctl.exports import ExportFacts
 from bertctl.stages.common import models
 from bertctl.tasks.resolve import TASK_FILE, TaskInput, open_task
 from bertctl.tasks.settings import eval_settings
@@ -55,10 +56,10 @@ def run(config: ExportSettings, target: artifacts.Target, model_dir: Path,
         model = models.load_encoder(source) if encoder else models.load_task_model(source)
         started = time.monotonic()
         facts = _write_graph(model, tmp, config, encoder, source)
-        console.log(f"exported {facts['graph']} ({facts['quantize']}) in "
-                    f"{time.monotonic() - started:.1f}s: {facts['bytes']:,} bytes")
+        console.log(f"exported {facts.graph} ({facts.quantize}) in "
+                    f"{time.monotonic() - started:.1f}s: {facts.bytes:,} bytes")
         _copy_model_files(source, tmp, encoder)
-        stats: dict[str, Any] = {"onnx": facts, "model": source.ref.path,
+        stats: dict[str, Any] = {"onnx": facts.as_stats(), "model": source.ref.path,
                                  "model_id": source.ref.id}
         if task is not None:
             stats["check"] = _check(model, onnx_model.OnnxModel(tmp / models.ONNX_FILE),
@@ -79,7 +80,7 @@ def run(config: ExportSettings, target: artifacts.Target, model_dir: Path,
 
 
 def _write_graph(model, tmp: Path, config: ExportSettings, encoder: bool,
-                 source: models.ModelSource) -> dict[str, Any]:
+                 source: models.ModelSource) -> ExportFacts:
     path = tmp / models.ONNX_FILE
     bert = model if encoder else model.bert
     outputs = onnx_model.export(model, path, encoder=encoder, opset=config.opset,
@@ -90,11 +91,11 @@ def _write_graph(model, tmp: Path, config: ExportSettings, encoder: bool,
         quantized = tmp / "model.int8.onnx"
         onnx_model.quantize(path, quantized, config.per_channel)
         quantized.replace(path)
-    return {"graph": type(model).__name__, "inputs": list(onnx_model.INPUTS),
-            "outputs": outputs, "input_rank": onnx_model.input_rank(model),
-            "opset": config.opset, "quantize": config.quantize,
-            "per_channel": config.per_channel if config.quantize == "int8" else None,
-            "fused": fused, "bytes": path.stat().st_size}
+    return ExportFacts(graph=type(model).__name__, inputs=list(onnx_model.INPUTS),
+                       outputs=outputs, input_rank=onnx_model.input_rank(model),
+                       opset=config.opset, quantize=config.quantize,
+                       per_channel=config.per_channel if config.quantize == "int8" else None,
+                       fused=fused, bytes=path.stat().st_size)
 
 
 def _copy_model_files(source: models.ModelSource, tmp: Path, encoder: bool) -> None:

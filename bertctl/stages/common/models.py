@@ -18,6 +18,7 @@ from typing import Any
 from bertctl import agreement, artifacts, console, hardware
 from bertctl.data import tokenizer as tokenizer_mod
 from bertctl.errors import BertctlError
+from bertctl.exports import ExportFacts
 from bertctl.tasks.resolve import TASK_FILE
 from bertctl.data.tokenizer import check_vocab_agrees
 
@@ -40,8 +41,8 @@ class ModelSource:
     ref: artifacts.InputRef
     hf_config: dict[str, Any]
     task: dict[str, Any] | None
-    # An export artifact's facts (its manifest's stats["onnx"]): the model is its ONNX graph.
-    onnx: dict[str, Any] | None = None
+    # An export artifact's facts: the model is its ONNX graph.
+    onnx: ExportFacts | None = None
 
     def has_tokenizer(self) -> bool:
         return any((self.path / n).is_file() for n in ("tokenizer.json", "vocab.txt"))
@@ -63,7 +64,7 @@ class ModelSource:
             return load_model(self.path, head_class, **head_kwargs)
         from bertctl.onnx_model import OnnxModel
 
-        graph = self.onnx.get("graph")
+        graph = self.onnx.graph
         if head_class is not None and head_class.__name__ != graph:
             hint = " (bertctl export --encoder)" if head_class.__name__ == "BertModel" else ""
             raise BertctlError(f"{self.path}: is an export of a {graph}; this needs an export "
@@ -75,7 +76,7 @@ class ModelSource:
         model: an export runs its graph as written, with onnxruntime on the CPU."""
         if self.onnx is None:
             return hardware.resolve_device(device), precision, precision
-        return hardware.resolve_device("cpu"), "fp32", f"onnxruntime {self.onnx.get('quantize')}"
+        return hardware.resolve_device("cpu"), "fp32", self.onnx.runtime
 
     @property
     def vocab_size(self) -> int:
@@ -139,7 +140,7 @@ def open_model(path: str | Path, role: str = "model", exports: bool = False) -> 
         art = artifacts.read_artifact(path, ("model", "export") if exports else "model")
         ref = art.as_input(role)
         if art.kind == "export":
-            onnx = art.manifest.stats.get("onnx") or {}
+            onnx = ExportFacts.from_stats(art.manifest.stats.get("onnx") or {})
             # Checked whole on every open, whatever its size, before any work: an edited graph
             # is still a valid graph, and runs.
             file = artifacts.checked_file(path, ONNX_FILE)
