@@ -82,7 +82,9 @@ class PretrainSettings(TrainingSettings):
                                     "training, drawn anew every epoch: needs data built with "
                                     "--masking dynamic (unset: the data's --masked-lm-prob; "
                                     "base-size recipes use 0.3, the mini budget recipe 0.15). "
-                                    "Validation keeps the data's rate, so runs compare.",
+                                    "Validation keeps the data's rate, so runs compare. A rate above "
+                                    "the data's raises its --max-predictions-per-seq to what the "
+                                    "rate needs (stats.masking in the manifest says both).",
                                     json_schema_extra=meta(TRAINING))
     model_size: Literal["tiny", "mini", "small", "medium", "base", "large"] = Field(
         "base", description="Google's sizes (L/H/A): tiny 2/128/2, mini 4/256/4, small 4/512/8, "

@@ -3,6 +3,7 @@ loads and computes alike, refuses next-sentence data, is scored by `eval` and fi
 BERT; an unknown objective is a settings error."""
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -92,10 +93,23 @@ def test_a_mask_rate_needs_dynamic_masks(cli, small_tokenizer, tmp_path):
 
 
 def test_pretrain_with_a_mask_rate(cli, continuous_data, tmp_path):
-    r = cli("pretrain", continuous_data, "--objective", "mlm", "--mask-rate", "0.3", *TINY_MODEL,
+    r = cli("pretrain", continuous_data, "--objective", "mlm", "--mask-rate", "0.5", *TINY_MODEL,
             "--steps", "2", "--batch-size", "8", "--eval-batches", "1", "--out", tmp_path / "m")
     assert r.exit_code == 0, r.stderr
-    assert json.loads((tmp_path / "m" / "artifact.json").read_text())["config"]["mask_rate"] == 0.3
+    manifest = json.loads((tmp_path / "m" / "artifact.json").read_text())
+    assert manifest["config"]["mask_rate"] == 0.5
+    # The data's cap on predictions per instance is raised to what half its length needs, and
+    # the manifest says so (it was raised silently before).
+    data = json.loads((continuous_data / "artifact.json").read_text())["config"]
+    need = math.ceil(0.5 * data["max_seq_length"])
+    assert data["max_predictions_per_seq"] < need
+    assert manifest["stats"]["masking"] == {"mask_rate": 0.5, "max_predictions_per_seq": need}
+    r = cli("pretrain", continuous_data, "--objective", "mlm", *TINY_MODEL, "--steps", "1",
+            "--batch-size", "8", "--eval-batches", "1", "--out", tmp_path / "d")
+    assert r.exit_code == 0, r.stderr
+    assert json.loads((tmp_path / "d" / "artifact.json").read_text())["stats"]["masking"] == {
+        "mask_rate": data["masked_lm_prob"],
+        "max_predictions_per_seq": data["max_predictions_per_seq"]}
 
 
 def test_training_dropout_is_set_everywhere_and_the_config_kept():

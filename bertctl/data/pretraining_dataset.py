@@ -170,14 +170,25 @@ class PretrainingDataset:
             self._tokenizer = Tokenizer.from_file(str(self.path / "tokenizer.json"))
         return self._tokenizer
 
+    @property
+    def masking(self) -> dict[str, float | int]:
+        """The masks drawn in training: the share of tokens and the most predictions per
+        instance. A training rate above the data's raises that cap to what the rate needs at
+        the full length (the data's cap would clip it), so it is stated here and recorded."""
+        settings = self.info.settings
+        if self.mask_rate is None:
+            return {"mask_rate": settings["masked_lm_prob"],
+                    "max_predictions_per_seq": settings["max_predictions_per_seq"]}
+        return {"mask_rate": self.mask_rate,
+                "max_predictions_per_seq": max(settings["max_predictions_per_seq"],
+                                               math.ceil(self.mask_rate
+                                                         * settings["max_seq_length"]))}
+
     def _masking_rules(self) -> MaskingRules:
         if self._rules is None:
-            settings = dict(self.info.settings)
-            if self.mask_rate is not None:   # a training recipe's own rate (e.g. 0.3)
-                settings["masked_lm_prob"] = self.mask_rate
-                settings["max_predictions_per_seq"] = max(
-                    settings["max_predictions_per_seq"],
-                    math.ceil(self.mask_rate * settings["max_seq_length"]))
+            masking = self.masking
+            settings = {**self.info.settings, "masked_lm_prob": masking["mask_rate"],
+                        "max_predictions_per_seq": masking["max_predictions_per_seq"]}
             self._rules = masking_rules(self.tokenizer, PretrainingDataSettings(**settings))
         return self._rules
 

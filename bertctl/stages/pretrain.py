@@ -138,6 +138,8 @@ class PretrainJob:
                  "parameters": sum(p.numel() for p in result.model.parameters()),
                  "final_train": train_records[-1] if train_records else {},
                  "tokenizer": self.data.manifest.stats.get("tokenizer", {})}
+        if self.train_data.info.masking == "dynamic":   # drawn in training: say how
+            stats["masking"] = self.train_data.masking
         if result.resumed_from is not None:
             stats["resumed_from_step"] = result.resumed_from
         # What the run bought: tokens and time (over resumed runs too), and the budget.
