@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Optional, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from bertctl.errors import BertctlError
 from bertctl.hardware import auto_precision
@@ -58,6 +58,18 @@ class StageConfig(BaseModel):
     # The artifact kind a stage with these settings writes: how a manifest's recorded settings
     # are read back into the part its id hashes (`identity_exclusions`).
     produces: ClassVar[str | None] = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nothing_empty(cls, data: Any) -> Any:
+        """An empty value given for a text or list setting (--student-layers "", labels: [])
+        means nothing; it is refused rather than read as unset."""
+        if isinstance(data, dict):
+            for key, value in data.items():
+                if value == "" or (isinstance(value, (list, tuple))
+                                   and (not value or "" in value)):
+                    raise ValueError(f"{key} is empty: give a value, or leave it out")
+        return data
 
     def __init__(self, /, **data: Any):
         try:

@@ -24,6 +24,7 @@ def run(config: EmbedSettings, target: artifacts.Target, model_dir: Path, data: 
     layers = parse_layers(config.layers, int(source.hf_config["num_hidden_layers"]))
     if not data.exists():
         raise BertctlError(f"{data}: no such file or directory")
+    config = source.applied(config)
     device, precision, recorded = source.runtime(config.device, config.precision)
     opts = embeddings.EmbedOptions(layers=layers, combine=config.combine, pool=config.pool,
                                    normalize=config.normalize, dtype=config.dtype,

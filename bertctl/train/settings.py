@@ -23,8 +23,8 @@ class TrainingSettings(StageConfig):
                                  "give --steps).", json_schema_extra=meta(TRAINING))
     # Seconds once resolved ("30m" and "1800" are one setting, one artifact id).
     time_budget: float | None = Field(
-        None, gt=0, description="Train for this long instead of --steps or --epochs: 90s, 30m, "
-        "2h, 1d (or seconds). The learning-rate schedule runs over the budget (warm-up and "
+        None, gt=0, le=365 * 86400, description="Train for this long instead of --steps or "
+        "--epochs: 90s, 30m, 2h, 1d (or seconds; at most 365 days). The learning-rate schedule runs over the budget (warm-up and "
         "decay by the elapsed share of it), so the run ends with a decayed rate; evaluations "
         "and checkpoints count against it; a resumed run has the budget it had left.",
         json_schema_extra=meta(TRAINING, text=True))
@@ -124,8 +124,9 @@ def parse_duration(text: str) -> float:
         return float(cleaned)
     except ValueError:
         pass
-    parts = re.fullmatch(r"((\d+(\.\d+)?)[smhd])+", cleaned) and re.findall(
-        r"(\d+(?:\.\d+)?)([smhd])", cleaned)
+    number = r"\d+(?:\.\d+)?(?:e[+-]?\d+)?"
+    parts = re.fullmatch(rf"(?:{number}[smhd])+", cleaned) and re.findall(
+        rf"({number})([smhd])", cleaned)
     if not parts:
         raise ValueError(f"{text!r} is not a duration: give e.g. 90s, 30m, 2h, 1d or seconds")
     return float(sum(float(n) * _UNITS[u] for n, u in parts))

@@ -71,6 +71,13 @@ class ModelSource:
                                f"of a {head_class.__name__}{hint}")
         return OnnxModel(self.path / ONNX_FILE), LoadReport(source=str(self.path))
 
+    def applied(self, config):
+        """The settings as they apply to this model: an export's graph runs as it was
+        exported, so a --precision given does not apply, and must not change the id."""
+        if self.onnx is None or getattr(config, "precision", "fp32") == "fp32":
+            return config
+        return config.model_copy(update={"precision": "fp32"})
+
     def runtime(self, device: str, precision: str) -> tuple[Any, str, str]:
         """(device, precision, what the manifest records as the precision) for running this
         model: an export runs its graph as written, with onnxruntime on the CPU."""

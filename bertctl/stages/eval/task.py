@@ -38,6 +38,7 @@ def run(config: EvalSettings, target: artifacts.Target, source: ModelSource,
                                                task.file, task.max_seq_length)
     tok, _ = source.tokenizer()
     models.check_reads_task(source, tok, max_len)
+    config = source.applied(config)
     device, precision, recorded = source.runtime(config.device, config.precision)
     inputs = [source.ref, models.data_input(data)]
     calibration = (source.task or {}).get("calibration")
