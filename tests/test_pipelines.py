@@ -370,3 +370,14 @@ def test_distill_pipeline(tmp_path, minilm_dir):
     before = mtimes(runs)
     r = make("distill", variables, makefile="distill.mk")
     assert r.returncode == 0 and mtimes(runs) == before        # a second make does nothing
+
+
+@pytest.mark.parametrize("budget", ["junk", "30x", "m30"])
+def test_budget_pipeline_checks_its_budget_before_the_first_stage(tmp_path, budget):
+    """A BUDGET that is no duration stops make before the tokenizer is built (it used to build
+    the tokenizer and the data, then fail in pretrain)."""
+    runs = tmp_path / "runs"
+    r = make("budget", {"CORPUS": str(FIXTURES / "pretrain"), "BUDGET": budget,
+                        "RUNS": str(runs)}, makefile="budget.mk")
+    assert r.returncode != 0 and f"BUDGET={budget} is not a duration" in r.stderr
+    assert not runs.exists()
