@@ -17,9 +17,7 @@ def run(config: EmbedSettings, target: artifacts.Target, model_dir: Path, data: 
     hardware.set_threads(config.threads)
     source = models.open_model(model_dir, "model", exports=True)
     tok, _ = source.tokenizer()
-    # Unset: as long as the model reads (a model trained with 128 positions cannot take 512).
-    max_len = config.max_seq_length or min(
-        512, int(source.hf_config.get("max_position_embeddings", 512)))
+    max_len = config.max_seq_length or models.model_length(source)   # unset: the model's
     models.check_reads_task(source, tok, max_len)
     layers = parse_layers(config.layers, int(source.hf_config["num_hidden_layers"]))
     if not data.exists():

@@ -51,6 +51,9 @@ def run(config: ExportSettings, target: artifacts.Target, model_dir: Path,
         task = _read_check(source, open_task(eval_settings()(), source, check))
         inputs.append(models.data_input(task.input.file, "check"))
     models.tokenizer_files(source.path)
+    # The checks every stage that reads a model applies (an embedding table smaller than the
+    # tokenizer exported a graph that crashes on the tokenizer's last ids).
+    models.check_reads_task(source, source.tokenizer()[0], models.model_length(source))
 
     def build(tmp: Path) -> dict[str, Any]:
         model = models.load_encoder(source) if encoder else models.load_task_model(source)

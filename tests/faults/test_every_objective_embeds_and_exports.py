@@ -92,3 +92,38 @@ def test_a_missing_encoder_weight_is_still_refused(tiny_pretrained, cli, tmp_pat
         lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
         assert len(lines) == 1 and str(broken) in lines[0] and "query.weight" in lines[0], r.stderr
         assert not out.exists()
+
+
+def test_every_stage_refuses_a_model_smaller_than_its_tokenizer(tiny_pretrained, cli, tmp_path):
+    """A Hugging Face directory whose embedding table (vocab_size) is smaller than its
+    tokenizer: export wrote a graph that embed then refused; now export, embed and finetune
+    refuse it with the same one line (bertctl.agreement's), before any work."""
+    import json
+
+    from safetensors.torch import load_file, save_file
+
+    small = tmp_path / "small"
+    small.mkdir()
+    for f in tiny_pretrained.iterdir():
+        if f.name not in ("artifact.json", "model.safetensors", "config.json"):
+            (small / f.name).write_bytes(f.read_bytes())
+    config = json.loads((tiny_pretrained / "config.json").read_text())
+    cut = config["vocab_size"] - 22
+    config["vocab_size"] = cut
+    (small / "config.json").write_text(json.dumps(config))
+    tensors = load_file(str(tiny_pretrained / "model.safetensors"))
+    tensors = {k: (v[:cut] if v.shape and v.shape[0] == cut + 22 else v)
+               for k, v in tensors.items()}
+    save_file(tensors, str(small / "model.safetensors"))
+    text = FIXTURES / "glue" / "SST-2" / "dev.tsv"
+    for name, args in (("export", ("export", small)),
+                       ("embed", ("embed", small, text, "--text-column", "sentence")),
+                       ("finetune", ("finetune", small, FIXTURES / "glue" / "SST-2", "--task",
+                                     "glue/sst2", "--steps", "1"))):
+        out = tmp_path / f"out-{name}"
+        r = cli(*args, "--out", out)
+        assert r.exit_code == 2, (name, r.exit_code, r.stderr)
+        lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+        assert len(lines) == 1 and str(small) in lines[0], (name, r.stderr)
+        assert f"vocabulary ({cut} tokens) is smaller" in lines[0], (name, lines[0])
+        assert not out.exists(), name

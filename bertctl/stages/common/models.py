@@ -19,6 +19,7 @@ from bertctl import agreement, artifacts, console, hardware
 from bertctl.data import tokenizer as tokenizer_mod
 from bertctl.errors import BertctlError
 from bertctl.exports import ExportFacts
+from bertctl.settings import SEQ_LENGTH
 from bertctl.tasks.resolve import TASK_FILE
 from bertctl.data.tokenizer import check_vocab_agrees
 
@@ -196,6 +197,13 @@ def write_model(model, directory: Path, tokenizer_dir: Path, extra_config: dict 
     copy_tokenizer(tokenizer_dir, directory)
     if task is not None:
         (directory / TASK_FILE).write_text(json.dumps(task, indent=2) + "\n", encoding="utf-8")
+
+
+def model_length(source: ModelSource) -> int:
+    """The longest input the model reads: its position table, at most SEQ_LENGTH's bound (a
+    model trained with 128 positions cannot take 512)."""
+    return min(SEQ_LENGTH["le"], int(source.hf_config.get("max_position_embeddings",
+                                                          SEQ_LENGTH["le"])))
 
 
 def check_reads_task(source: ModelSource, tokenizer, max_seq_length: int) -> None:
