@@ -165,26 +165,34 @@ def quantize(source: Path, target: Path, per_channel: bool) -> None:
 class OnnxModel(torch.nn.Module):
     """An exported model run by onnxruntime on the CPU, with the PyTorch model's interface."""
 
-    def __init__(self, path: Path, threads: int | None = None):
+    def __init__(self, path: Path, threads: int | None = None, name: str | None = None):
+        """`name`: how errors name the graph (the artifact's file, for a graph still in the
+        export's temporary directory)."""
         super().__init__()
+        self.name = name or str(path)
         require(f"{path.parent}: running an export", ("onnxruntime",))
         import onnxruntime as ort
 
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads or torch.get_num_threads()
         options.inter_op_num_threads = 1
-        options.log_severity_level = 3
+        options.log_severity_level = 4   # its errors reach the user as our one line
+        self.path = path
         try:
             self.session = ort.InferenceSession(str(path), options,
                                                 providers=["CPUExecutionProvider"])
         except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own exception types
-            raise BertctlError(f"{path}: onnxruntime cannot load it: "
-                               f"{' '.join(str(exc).split())[:300]}") from None
+            raise BertctlError(f"{self.name}: onnxruntime {ort.__version__} cannot load it: "
+                               f"{self._said(exc)}") from None
         self.inputs = [i.name for i in self.session.get_inputs()]
         self.outputs = [o.name for o in self.session.get_outputs()]
         if sorted(self.inputs) != sorted(INPUTS):
-            raise BertctlError(f"{path}: inputs {self.inputs}, not the {list(INPUTS)} of a "
-                               f"bertctl export")
+            raise BertctlError(f"{self.name}: inputs {self.inputs}, not the {list(INPUTS)} of "
+                               f"a bertctl export")
+
+    def _said(self, exc: Exception) -> str:
+        """onnxruntime's message on one line, naming the graph as `name` does."""
+        return " ".join(str(exc).split()).replace(str(self.path), self.name)[:300]
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None, **_: Any) -> dict[str, Any]:
@@ -195,8 +203,12 @@ class OnnxModel(torch.nn.Module):
                  else attention_mask,
                  "token_type_ids": torch.zeros_like(input_ids) if token_type_ids is None
                  else token_type_ids}
-        arrays = self.session.run(None, {k: np.ascontiguousarray(
-            v.detach().cpu().numpy().astype(np.int64, copy=False)) for k, v in feeds.items()})
+        try:
+            arrays = self.session.run(None, {k: np.ascontiguousarray(
+                v.detach().cpu().numpy().astype(np.int64, copy=False)) for k, v in feeds.items()})
+        except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own exception types
+            raise BertctlError(f"{self.name}: onnxruntime cannot run it: "
+                               f"{self._said(exc)}") from None
         out: dict[str, Any] = {n: torch.from_numpy(a) for n, a in zip(self.outputs, arrays)}
         states = [out.pop(n) for n in self.outputs if n.startswith(HIDDEN)]
         if states:

@@ -59,6 +59,7 @@ def run(config: ExportSettings, target: artifacts.Target, model_dir: Path,
         model = models.load_encoder(source) if encoder else models.load_task_model(source)
         started = time.monotonic()
         facts = _write_graph(model, tmp, config, encoder, source)
+        _runs(tmp / models.ONNX_FILE, facts, config, target)
         console.log(f"exported {facts.graph} ({facts.quantize}) in "
                     f"{time.monotonic() - started:.1f}s: {facts.bytes:,} bytes")
         _copy_model_files(source, tmp, encoder)
@@ -99,6 +100,20 @@ def _write_graph(model, tmp: Path, config: ExportSettings, encoder: bool,
                        opset=config.opset, quantize=config.quantize,
                        per_channel=config.per_channel if config.quantize == "int8" else None,
                        fused=fused, bytes=path.stat().st_size)
+
+
+def _runs(path: Path, facts: ExportFacts, config: ExportSettings,
+          target: artifacts.Target) -> None:
+    """The graph loads and runs one batch in the installed onnxruntime before it is published:
+    an opset or a quantized operator it cannot run is one line, and nothing is written."""
+    shape = (1, 2, 8) if facts.input_rank == 3 else (1, 8)
+    what = f"--opset {config.opset}" + (" --quantize int8" if config.quantize == "int8" else "")
+    try:
+        onnx_model.OnnxModel(path, threads=1, name=str(target.out / models.ONNX_FILE))(
+            torch.ones(shape, dtype=torch.long))
+    except BertctlError as exc:
+        raise BertctlError(f"{exc} (exported with {what}; opset 18 is what bertctl tests)"
+                           ) from None
 
 
 def _copy_model_files(source: models.ModelSource, tmp: Path, encoder: bool) -> None:

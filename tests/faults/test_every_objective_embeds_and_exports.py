@@ -127,3 +127,26 @@ def test_every_stage_refuses_a_model_smaller_than_its_tokenizer(tiny_pretrained,
         assert len(lines) == 1 and str(small) in lines[0], (name, r.stderr)
         assert f"vocabulary ({cut} tokens) is smaller" in lines[0], (name, lines[0])
         assert not out.exists(), name
+
+
+@pytest.mark.parametrize("opset", ["18", "20", "23"])
+@pytest.mark.parametrize("quantize", ["none", "int8"])
+def test_every_accepted_export_option_loads_and_runs_or_is_one_line(tiny_pretrained, cli,
+                                                                     tmp_path, opset, quantize):
+    """Every --opset the settings accept (18-23) with and without int8: the export is published
+    only if the installed onnxruntime loads it and runs a batch; otherwise one line naming the
+    artifact (not the hidden temporary directory) and the options, exit 2, nothing written."""
+    from bertctl.onnx_model import OnnxModel
+
+    out = tmp_path / "enc"
+    r = cli("export", tiny_pretrained, "--opset", opset, "--quantize", quantize, "--out", out)
+    if r.exit_code == 0:
+        got = OnnxModel(out / "model.onnx", threads=1)(torch.randint(5, 300, (2, 9)))
+        assert np.isfinite(got["last_hidden_state"].numpy()).all()
+        return
+    assert r.exit_code == 2, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith(f"error: {out / 'model.onnx'}: onnxruntime") and \
+        f"--opset {opset}" in lines[0] and ".tmp-" not in lines[0], lines[0]
+    assert not out.exists() and list(tmp_path.iterdir()) == []
