@@ -32,9 +32,9 @@ class Distillation:
         self.config, self.teacher, self.family, self.init = config, teacher, family, init
         t_config = read_config(teacher.path)
         self.plan = distillation.plan(t_config, layers=config.student_layers,
-                                  size=config.student_size, config_file=student_config,
-                                  init=read_config(init.path) if init else None,
-                                  init_path=str(init.path) if init else "")
+                                      size=config.student_size, config_file=student_config,
+                                      init=read_config(init.path) if init else None,
+                                      init_path=str(init.path) if init else "")
         if init is not None and init.has_tokenizer() and \
                 init.tokenizer()[0].get_vocab() != teacher.tokenizer()[0].get_vocab():
             raise BertctlError(f"{init.path}: its tokenizer differs from the teacher's; "
