@@ -136,44 +136,43 @@ def tiny_pretrained(tmp_path_factory, pretrain_data):
     return out
 
 
+def _made(factory, name: str, *args) -> Path:
+    """An artifact made by `bertctl ARGS --out` in a session directory of its own."""
+    out = factory.mktemp(name) / "artifact"
+    r = invoke(*args, "--out", out)
+    assert r.exit_code == 0, r.stderr
+    return out
+
+
 @pytest.fixture(scope="session")
 def continuous_data(tmp_path_factory, small_tokenizer):
     """Pretraining data without next-sentence pairs, masked in training: `--objective mlm`'s."""
-    out = tmp_path_factory.mktemp("mlmdata") / "data"
-    r = invoke("build-pretrain-data", small_tokenizer, CORPUS / "alice.txt", "--out", out,
-               "--max-seq-length", "64", "--no-nsp", "--masking", "dynamic",
-               "--validation-fraction", "0.1", "--workers", "1")
-    assert r.exit_code == 0, r.stderr
-    return out
+    return _made(tmp_path_factory, "mlmdata", "build-pretrain-data", small_tokenizer,
+                 CORPUS / "alice.txt", "--max-seq-length", "64", "--no-nsp", "--masking",
+                 "dynamic", "--validation-fraction", "0.1", "--workers", "1")
 
 
 @pytest.fixture(scope="session")
 def mlm_model(tmp_path_factory, continuous_data):
-    out = tmp_path_factory.mktemp("mlm") / "model"
-    r = invoke("pretrain", continuous_data, "--objective", "mlm", *TINY_MODEL, "--steps", "6",
-               "--batch-size", "8", "--eval-every", "3", "--eval-batches", "2", "--out", out)
-    assert r.exit_code == 0, r.stderr
-    return out
+    return _made(tmp_path_factory, "mlm", "pretrain", continuous_data, "--objective", "mlm",
+                 *TINY_MODEL, "--steps", "6", "--batch-size", "8", "--eval-every", "3",
+                 "--eval-batches", "2")
 
 
 @pytest.fixture(scope="session")
 def electra_data(tmp_path_factory, small_tokenizer):
-    out = tmp_path_factory.mktemp("electradata") / "data"
-    r = invoke("build-pretrain-data", small_tokenizer, CORPUS / "alice.txt", "--out", out,
-               "--max-seq-length", "64", "--no-nsp", "--masking", "dynamic", "--packing",
-               "concatenated", "--validation-fraction", "0.1", "--workers", "1")
-    assert r.exit_code == 0, r.stderr
-    return out
+    """Continuous text cut anywhere, masked in training: `--objective electra`'s."""
+    return _made(tmp_path_factory, "electradata", "build-pretrain-data", small_tokenizer,
+                 CORPUS / "alice.txt", "--max-seq-length", "64", "--no-nsp", "--masking",
+                 "dynamic", "--packing", "concatenated", "--validation-fraction", "0.1",
+                 "--workers", "1")
 
 
 @pytest.fixture(scope="session")
 def electra_model(tmp_path_factory, electra_data):
-    out = tmp_path_factory.mktemp("electra") / "model"
-    r = invoke("pretrain", electra_data, "--objective", "electra", *TINY_MODEL, "--steps", "6",
-               "--batch-size", "8", "--eval-every", "3", "--eval-batches", "2", "--mask-rate",
-               "0.25", "--generator-size", "0.5", "--out", out)
-    assert r.exit_code == 0, r.stderr
-    return out
+    return _made(tmp_path_factory, "electra", "pretrain", electra_data, "--objective", "electra",
+                 *TINY_MODEL, "--steps", "6", "--batch-size", "8", "--eval-every", "3",
+                 "--eval-batches", "2", "--mask-rate", "0.25", "--generator-size", "0.5")
 
 
 @pytest.fixture(scope="session")

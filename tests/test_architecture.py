@@ -15,9 +15,11 @@ from bertctl import tasks
 PACKAGE = Path(__file__).resolve().parents[1] / "bertctl"
 
 
-def _imports(path: Path) -> set[str]:
+def _imports(path: Path, top_level: bool = False) -> set[str]:
+    """The modules (and module.name) a source file imports: anywhere, or at its top level."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
     names = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in (tree.body if top_level else ast.walk(tree)):
         if isinstance(node, ast.Import):
             names.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module:
@@ -182,20 +184,9 @@ HEAVY = ("torch", "datasets", "pyarrow")
 EXTRAS = ("onnx", "onnxruntime", "onnxscript", "matplotlib", "tensorboardX", "transformers")
 
 
-def _top_level_imports(path: Path) -> set[str]:
-    names = set()
-    for node in ast.parse(path.read_text(encoding="utf-8")).body:
-        if isinstance(node, ast.Import):
-            names.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            names.add(node.module)
-            names.update(f"{node.module}.{a.name}" for a in node.names)
-    return names
-
-
 def _heavy_modules() -> set[str]:
     """The bertctl modules whose top-level imports reach a HEAVY library."""
-    tops = {_module(p).removesuffix(".__init__"): _top_level_imports(p) for p in SOURCES}
+    tops = {_module(p).removesuffix(".__init__"): _imports(p, top_level=True) for p in SOURCES}
     heavy: set[str] = set()
     changed = True
     while changed:
