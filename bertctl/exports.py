@@ -23,8 +23,7 @@ class ExportFacts:
     @classmethod
     def from_stats(cls, stats: dict[str, Any]) -> ExportFacts:
         known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in stats.items() if k in known and v is not None
-                      or k == "per_channel"})
+        return cls(**{k: v for k, v in stats.items() if k in known and v is not None})
 
     def as_stats(self) -> dict[str, Any]:
         return asdict(self)

@@ -8,7 +8,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from bertctl.cli import app
+from bertctl.cli import app, make_app
 
 # The tests' models are tiny: a second thread costs more in synchronisation than it gains, and
 # one thread keeps timings steady when the machine is shared.
@@ -52,6 +52,22 @@ def encode_examples(examples, tokenizer, max_seq_length, training=False):
 
     return tasks.get(examples.spec.family).encode(examples, tokenizer, max_seq_length,
                                                   training=training)
+
+
+def with_plugin(plugins, plugin):
+    """A generator for a fixture: `plugin` registered in the registry `plugins` (task families,
+    objectives), and a runner of the command tree made with it, giving (exit code, stdout,
+    stderr); the plug-in is unregistered after the test."""
+    plugins.register(plugin)
+    try:
+        app = make_app()   # the command tree as made with the plug-in registered
+
+        def run(*args):
+            result = CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=False)
+            return result.exit_code, result.stdout, result.stderr
+        yield run
+    finally:
+        plugins.pop(plugin.name)
 
 
 @pytest.fixture

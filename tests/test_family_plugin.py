@@ -14,6 +14,8 @@ from bertctl.tasks import registry
 from bertctl.tasks.base import check_options
 from bertctl.tasks.classification import Classification
 
+from conftest import with_plugin
+
 GLUE = Path(__file__).resolve().parent / "fixtures" / "glue"
 
 
@@ -49,15 +51,8 @@ class Marked(Classification):
 
 @pytest.fixture
 def plugin_cli():
-    registry.register(Marked())
-    app = cli.make_app()   # the command tree as made with the family registered
     Marked.seen.clear()
-
-    def run(*args):
-        result = CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=False)
-        return result.exit_code, result.stdout, result.stderr
-    yield run
-    registry.FAMILIES.pop("marked")
+    yield from with_plugin(registry.FAMILIES, Marked())
 
 
 def test_the_family_brings_its_flag_in_its_own_panel(plugin_cli):

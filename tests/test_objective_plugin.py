@@ -8,13 +8,10 @@ import json
 
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
-from typer.testing import CliRunner
-
-from bertctl import cli
 from bertctl.objectives import registry
 from bertctl.objectives.mlm import MaskedLM
 
-from conftest import TINY_MODEL
+from conftest import TINY_MODEL, with_plugin
 
 
 class WarmOptions(BaseModel):
@@ -37,15 +34,8 @@ class Warm(MaskedLM):
 
 @pytest.fixture
 def plugin_cli():
-    registry.register(Warm())
-    app = cli.make_app()
     Warm.seen.clear()
-
-    def run(*args):
-        result = CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=False)
-        return result.exit_code, result.stdout, result.stderr
-    yield run
-    registry.OBJECTIVES.pop("warm-mlm")
+    yield from with_plugin(registry.OBJECTIVES, Warm())
 
 
 def test_an_objectives_option_is_a_flag_a_setting_and_reaches_it(plugin_cli, continuous_data,

@@ -274,7 +274,7 @@ def distill(settings: DistillSettings, target: Target,
     from bertctl.stages import distill as stage_module
 
     return stage_module.run(settings, target, teacher, train, dev_path=dev,
-                                student_init=student_init, student_config=student_config)
+                            student_init=student_init, student_config=student_config)
 
 
 @stage("eval", eval_settings, help="Evaluate a model on task data (metrics and GLUE-style "

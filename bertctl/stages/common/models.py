@@ -21,16 +21,10 @@ from bertctl.errors import BertctlError
 from bertctl.exports import ExportFacts
 from bertctl.settings import SEQ_LENGTH
 from bertctl.tasks.resolve import TASK_FILE
-from bertctl.data.tokenizer import check_vocab_agrees
-
 
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json",
                    "special_tokens_map.json")
-
-
 MODEL_FILES = ("config.json", "model.safetensors", "model.safetensors.index.json")
-
-
 ONNX_FILE = "model.onnx"
 
 
@@ -50,7 +44,7 @@ class ModelSource:
 
     def tokenizer(self):
         """The model's tokenizer, with its lowercase flag; a clear error if it ships none."""
-        if not any((self.path / n).is_file() for n in ("tokenizer.json", "vocab.txt")):
+        if not self.has_tokenizer():
             raise BertctlError(f"{self.path}: model directory has no tokenizer "
                                f"(tokenizer.json or vocab.txt)")
         tok, lowercase, _ = tokenizer_mod.from_hf_directory(self.path)
@@ -176,10 +170,9 @@ def open_model(path: str | Path, role: str = "model", exports: bool = False) -> 
 def tokenizer_files(source: Path) -> list[Path]:
     """The tokenizer files a new artifact will copy from `source`, checked now (before any
     work): an artifact's own, unchanged files, no link to a file elsewhere."""
-
     files = [artifacts.checked_file(source, name) for name in TOKENIZER_FILES
              if (source / name).is_file() or (source / name).is_symlink()]
-    check_vocab_agrees(Path(source))
+    tokenizer_mod.check_vocab_agrees(Path(source))
     return files
 
 
