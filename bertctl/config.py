@@ -86,10 +86,19 @@ class PretrainSettings(TrainingSettings):
                                     "the data's raises its --max-predictions-per-seq to what the "
                                     "rate needs (stats.masking in the manifest says both).",
                                     json_schema_extra=meta(TRAINING))
+    architecture: str = Field("bert", description="The encoder (bertctl/model/architectures"
+                              ".py): bert, the paper's; modernbert, ModernBERT's (pre-norm, "
+                              "GeGLU, rotary positions, no biases, local attention), saved as "
+                              "transformers' ModernBERT, trained by --objective mlm. With "
+                              "--init-from or --model-config, their config.json says.",
+                              json_schema_extra=meta(MODEL, hashed_if_changed=True))
     model_size: Literal["tiny", "mini", "small", "medium", "base", "large"] = Field(
-        "base", description="Google's sizes (L/H/A): tiny 2/128/2, mini 4/256/4, small 4/512/8, "
-        "medium 8/512/8, base 12/768/12, large 24/1024/16. Ignored with --init-from or "
-        "--model-config.", json_schema_extra=meta(MODEL))
+        "base", description="The architecture's sizes (L/H/A): bert's are Google's: tiny "
+        "2/128/2, mini 4/256/4, small 4/512/8, medium 8/512/8, base 12/768/12, large "
+        "24/1024/16; modernbert's keep the widths and heads, 1.5 x hidden GeGLU, and deepen "
+        "to about the same parameters: 3, 6, 6, 11 layers, base 22/768/12 and large 28/1024/16 "
+        "(ModernBERT's own). Ignored with --init-from or --model-config.",
+        json_schema_extra=meta(MODEL))
     num_hidden_layers: int | None = Field(None, ge=1, description="Override the preset's layers.",
                                           json_schema_extra=meta(MODEL))
     hidden_size: int | None = Field(None, ge=1, description="Override the preset's hidden size.",
@@ -97,7 +106,7 @@ class PretrainSettings(TrainingSettings):
     num_attention_heads: int | None = Field(None, ge=1, description="Override the preset's "
                                             "heads.", json_schema_extra=meta(MODEL))
     intermediate_size: int | None = Field(None, ge=1, description="Override the feed-forward "
-                                          "size (default 4 x hidden).",
+                                          "size (default 4 x hidden; modernbert 1.5 x).",
                                           json_schema_extra=meta(MODEL))
     # A training setting, not the architecture's: config.json keeps the rates fine-tuning uses.
     dropout: float | None = Field(None, ge=0, lt=1, description="Dropout rate while "
@@ -106,7 +115,9 @@ class PretrainSettings(TrainingSettings):
                                   "fine-tuning.",
                                   json_schema_extra=meta(TRAINING))
     max_position_embeddings: int = Field(512, ge=8, description="Position embeddings (at least "
-                                         "the data's max_seq_length).",
+                                         "the data's max_seq_length); modernbert has no "
+                                         "position table (rotary): the longest input it "
+                                         "declares, up to 8192.",
                                          json_schema_extra=meta(MODEL))
     batch_size: int = Field(256, ge=1, description="Examples per optimizer step, over all "
                             "processes (the paper: 256).", json_schema_extra=meta(TRAINING))

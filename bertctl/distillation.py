@@ -45,7 +45,8 @@ from torch import nn
 from bertctl.data import IGNORE_INDEX
 from bertctl.errors import BertctlError
 from bertctl.evaluation import predict, task_batches
-from bertctl.model.config import PRESETS, BertConfig
+from bertctl.model import architectures, build
+from bertctl.model.config import PRESETS
 from bertctl.model.hf import LoadReport, load_state_dict
 from bertctl.tasks.base import IMITATED
 from bertctl.train import distributed as dist
@@ -296,27 +297,23 @@ def every_second_layer(teacher_layers: int) -> list[int]:
     return list(range(0, teacher_layers, 2))
 
 
-def from_layers(model: nn.Module, layers: list[int], head_class, head_kwargs: dict,
+def from_layers(model: nn.Module, layers: list[int], role: str, head_kwargs: dict,
                 source: str = "teacher") -> tuple[nn.Module, LoadReport]:
     """A student with `layers` of `model`'s encoder (the teacher's, or a pretrained model's,
     named `source`; renumbered 0..), its embeddings, and its pooler and head where their
     shapes fit (a frozen-encoder teacher's head reads combined features of another width: the
     student's head then starts fresh)."""
-    config = dataclasses.replace(model.config, num_hidden_layers=len(layers))
-    student = head_class(config, **head_kwargs)
+    student = build(role, model.config.with_layers(layers), **head_kwargs)
     report = load_state_dict(student, model.layer_state(layers),
                              source=f"{source} layers {','.join(map(str, layers))}")
     return student, report
 
 
-def sized_config(teacher: BertConfig, size: str) -> BertConfig:
-    """A preset size with the teacher's vocabulary, positions and segment types."""
+def sized_config(teacher, size: str):
+    """A preset size of the teacher's architecture, reading what the teacher reads."""
     if size not in PRESETS:
         raise BertctlError(f"--student-size {size!r}: one of {', '.join(PRESETS)}")
-    return BertConfig.from_preset(size, vocab_size=teacher.vocab_size,
-                                  max_position_embeddings=teacher.max_position_embeddings,
-                                  type_vocab_size=teacher.type_vocab_size,
-                                  pad_token_id=teacher.pad_token_id)
+    return teacher.sized(size)
 
 
 @dataclasses.dataclass
@@ -327,11 +324,11 @@ class StudentPlan:
     description: str
     num_layers: int
     layers: list[int] | None = None
-    config: BertConfig | None = None
+    config: object | None = None   # the architecture's config class
 
 
-def plan(teacher: BertConfig, *, layers: str | None = None, size: str | None = None,
-         config_file: str | Path | None = None, init: BertConfig | None = None,
+def plan(teacher, *, layers: str | None = None, size: str | None = None,
+         config_file: str | Path | None = None, init=None,
          init_path: str = "") -> StudentPlan:
     """The student the options describe (at most one of them, or --student-layers of the
     --student-init model; none: every second teacher layer), checked against the teacher
@@ -354,7 +351,8 @@ def plan(teacher: BertConfig, *, layers: str | None = None, size: str | None = N
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise BertctlError(f"{config_file}: cannot read: "
                                f"{' '.join(str(exc).split())}") from None
-        config = BertConfig.from_hf_dict(raw, source=str(config_file))
+        config = architectures.of_config(raw, str(config_file)).config_from_hf(
+            raw, str(config_file))
         check_vocabulary(config, teacher, str(config_file))
         return StudentPlan(f"a new model of {Path(config_file).name} (random weights)",
                            config.num_hidden_layers, config=config)
@@ -367,7 +365,7 @@ def plan(teacher: BertConfig, *, layers: str | None = None, size: str | None = N
     return StudentPlan(f"teacher layers {','.join(map(str, kept))}", len(kept), layers=kept)
 
 
-def check_vocabulary(config: BertConfig, teacher: BertConfig, where: str) -> None:
+def check_vocabulary(config, teacher, where: str) -> None:
     """Distillation compares outputs token for token: one tokenizer for both."""
     if config.vocab_size != teacher.vocab_size:
         raise BertctlError(f"{where}: the student's vocabulary has {config.vocab_size:,} entries, "

@@ -58,6 +58,8 @@ def id_holds(kind: str, artifact_id: str, config: dict[str, Any],
     if kind not in SCHEMA_VERSIONS:
         return False
     revisions = [None, *range(2, REVISIONS.get(kind, 1) + 1)]
+    writers = [cls for cls in STAGE_SETTINGS if cls.produces == kind]
+    config = settings_mod.without_unchanged_defaults(config, *writers)
     for excluded in settings_mod.identity_exclusions(kind, STAGE_SETTINGS):
         hashed = {k: v for k, v in config.items() if k not in excluded}
         if any(compute_id(kind, hashed, inputs, r) == artifact_id for r in revisions):

@@ -141,12 +141,13 @@ def export(model: torch.nn.Module, path: Path, *, encoder: bool, opset: int,
     return outputs
 
 
-def optimize(path: Path, num_heads: int, hidden_size: int) -> dict[str, int]:
-    """onnxruntime's transformer fusions in place; returns the fused operators it made."""
+def optimize(path: Path, model_type: str, num_heads: int, hidden_size: int) -> dict[str, int]:
+    """onnxruntime's transformer fusions (for its `model_type`) in place; returns the fused
+    operators it made."""
     from onnxruntime.transformers.optimizer import optimize_model
 
     with _quiet():
-        optimized = optimize_model(str(path), model_type="bert", num_heads=num_heads,
+        optimized = optimize_model(str(path), model_type=model_type, num_heads=num_heads,
                                    hidden_size=hidden_size)
         optimized.save_model_to_file(str(path))
     return {k: v for k, v in optimized.get_fused_operator_statistics().items() if v}

@@ -30,13 +30,17 @@ PANELS = TASK, TRAINING, MODEL, DATA, EVALUATION, CHECKPOINTS, RUNTIME = (
 
 
 def meta(panel: str, *, identity: bool = True, flag: str | None = None,
-         text: bool = False) -> dict[str, Any]:
+         text: bool = False, hashed_if_changed: bool = False) -> dict[str, Any]:
     """A field's json_schema_extra. identity=False: the setting changes how a run goes (worker
     counts, logging), not what it makes, so changing it must not invalidate an artifact.
+    hashed_if_changed=True: a setting added later whose default makes what the code made
+    before it existed; the id leaves it out at its default, so those artifacts keep their ids.
     text=True: the flag takes text that the field's validator parses (a duration: 30m)."""
     extra: dict[str, Any] = {"panel": panel}
     if not identity:
         extra["identity"] = False
+    if hashed_if_changed:
+        extra["hashed_if_changed"] = True
     if flag:
         extra["flag"] = flag
     if text:
@@ -180,6 +184,16 @@ def identity(config: StageConfig) -> dict[str, Any]:
     for name, field in type(config).model_fields.items():
         if field_meta(field).get("identity") is False:
             values.pop(name, None)
+    return without_unchanged_defaults(values, type(config))
+
+
+def without_unchanged_defaults(values: dict[str, Any], *classes) -> dict[str, Any]:
+    """`values` without the `hashed_if_changed` settings of `classes` that are at their
+    default."""
+    for cls in classes:
+        for name, field in cls.model_fields.items():
+            if field_meta(field).get("hashed_if_changed") and values.get(name) == field.default:
+                values = {k: v for k, v in values.items() if k != name}
     return values
 
 

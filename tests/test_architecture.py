@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from bertctl import tasks
+from bertctl.model import ARCHITECTURES, ROLES
 
 PACKAGE = Path(__file__).resolve().parents[1] / "bertctl"
 
@@ -64,7 +65,7 @@ def test_every_family_is_registered_and_answers_the_protocol():
     assert set(tasks.FAMILIES) >= {"single", "pair", "regression", "multiple_choice"}
     for name, family in tasks.FAMILIES.items():
         assert family.name == name
-        assert family.head_class().__name__ == family.head
+        assert family.head in ROLES
         # Each method of the protocol implemented, not the base's NotImplementedError.
         from bertctl.tasks.base import Family
 
@@ -117,12 +118,42 @@ def test_the_loop_the_stages_and_inference_name_no_objective():
     from bertctl import objectives
 
     names = {f'"{n}"' for n in objectives.OBJECTIVES} | {f"'{n}'" for n in objectives.OBJECTIVES}
-    models = {o.architecture for o in objectives.OBJECTIVES.values()}
+    roles = {o.head for o in objectives.OBJECTIVES.values()}
+    models = {cls.__name__ for arch in ARCHITECTURES.values()
+              for role, cls in arch.heads.items() if role in roles}
     for path in [*(PACKAGE / "stages").rglob("*.py"), PACKAGE / "evaluation.py",
                  *(PACKAGE / "train").glob("*.py")]:
         text = path.read_text(encoding="utf-8")
         found = sorted(n for n in names | models if n in text)
         assert not found, f"{path.name} names objectives {found}"
+
+
+def test_only_the_model_core_names_an_architecture():
+    """Architectures are plug-ins of the model core (bertctl/model/architectures.py): the
+    stages, the loop, inference, the objectives and the task families ask for a role and get
+    the class of the architecture at hand; none names a model class or an architecture."""
+    from bertctl import objectives
+
+    classes = {cls.__name__ for arch in ARCHITECTURES.values() for cls in arch.heads.values()}
+    names = {f'"{n}"' for n in ARCHITECTURES if n not in objectives.OBJECTIVES}
+    for path in [*(PACKAGE / "stages").rglob("*.py"), *(PACKAGE / "train").glob("*.py"),
+                 *(PACKAGE / "objectives").glob("*.py"), *(PACKAGE / "tasks").rglob("*.py"),
+                 PACKAGE / "evaluation.py", PACKAGE / "distillation.py"]:
+        code = "\n".join(line for line in path.read_text(encoding="utf-8").splitlines()
+                         if not line.lstrip().startswith("#"))
+        found = sorted(n for n in classes | names if n in _code_only(code))
+        assert not found, f"{_module(path)} names {found}"
+
+
+def _code_only(text: str) -> str:
+    """The source without its docstrings (prose may name a class as an example)."""
+    tree = ast.parse(text)
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) and \
+                isinstance(getattr(body[0], "value", None), ast.Constant):
+            body[0].value.value = ""
+    return ast.unparse(tree)
 
 
 def test_every_stage_settings_class_is_declared_once_for_the_id_check():

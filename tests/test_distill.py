@@ -380,7 +380,7 @@ def test_bad_inputs_are_one_line_before_any_work(teachers, tiny_pretrained, mini
     cases = [
         (["distill", tiny_pretrained, sst2], ["has no task", str(tiny_pretrained)]),
         (["distill", tiny_pretrained, sst2, "--task", "glue/sst2"],
-         ["needs a BertForSequenceClassification head", str(tiny_pretrained)]),
+         ["needs a sequence classification model", str(tiny_pretrained)]),
         (["distill", teachers["single"], sst2, "--student-init", minilm_dir],
          ["vocabulary", str(minilm_dir)]),
         (["distill", teachers["single"], GLUE / "MRPC" / "train.tsv"],

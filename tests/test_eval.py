@@ -427,7 +427,7 @@ def test_missing_column(cli, models, tmp_path):
 def test_bare_encoder_is_not_a_classifier(cli, minilm_dir, tmp_path):
     r = cli("eval", minilm_dir, GLUE / "SST-2" / "dev.tsv", "--out", tmp_path / "e",
             "--task", "glue/sst2")
-    assert_one_line_error(r, "needs a BertForSequenceClassification head", "BertModel")
+    assert_one_line_error(r, "needs a sequence classification model", "BertModel")
 
 
 # ---------------------------------------------------------------------------------------------

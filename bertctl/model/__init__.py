@@ -1,10 +1,13 @@
-"""The shared PyTorch BERT core: config and encoder (bert.py), task heads (heads.py) and
+"""The shared PyTorch model core: the architectures (architectures.py: BERT in bert.py,
+config.py and heads.py, ModernBERT in modernbert/), the roles their heads play (roles.py) and
 Hugging Face checkpoint reading/writing (hf.py)."""
 
+from bertctl.model import architectures
+from bertctl.model.architectures import ARCHITECTURES, ROLES, Architecture, build, role_of
 from bertctl.model.bert import BertModel, flops_per_token
 from bertctl.model.config import PRESETS, BertConfig
+from bertctl.model.electra import BertForElectraPreTraining
 from bertctl.model.heads import (
-    HEADS,
     BertForMaskedLM,
     BertForMultipleChoice,
     BertForPreTraining,
@@ -12,13 +15,32 @@ from bertctl.model.heads import (
     BertForSequenceClassification,
     BertForTokenClassification,
     BertWithHead,
+    EncoderWithHead,
 )
-from bertctl.model.electra import BertForElectraPreTraining
 from bertctl.model.hf import LoadReport, load_model, read_config, read_config_dict, save_model
 
+architectures.register(Architecture(
+    name="bert", title="BERT (Devlin et al., 2018)", model_type="bert",
+    config_class=BertConfig, presets=PRESETS, flops_per_token=flops_per_token,
+    heads={"encoder": BertModel, "pretraining": BertForPreTraining,
+           "masked_lm": BertForMaskedLM, "electra": BertForElectraPreTraining,
+           "sequence_classification": BertForSequenceClassification,
+           "multiple_choice": BertForMultipleChoice,
+           "question_answering": BertForQuestionAnswering,
+           "token_classification": BertForTokenClassification},
+    encoder_name="bert", bare_prefixes=("embeddings.", "encoder.", "pooler."),
+    # HF's non-persistent index buffers (older versions saved them) and the decoder weight,
+    # which is the word embeddings.
+    ignored_keys=("bert.embeddings.position_ids", "bert.embeddings.token_type_ids",
+                  "cls.predictions.decoder.weight"),
+    onnx_fusions="bert"))
+
+import bertctl.model.modernbert  # noqa: E402,F401  (registers itself)
+
 __all__ = [
-    "HEADS", "PRESETS", "BertConfig", "BertForElectraPreTraining", "BertForMaskedLM", "BertForMultipleChoice", "BertForPreTraining",
-    "BertForQuestionAnswering", "BertForSequenceClassification", "BertForTokenClassification",
-    "BertModel", "BertWithHead", "LoadReport", "flops_per_token", "load_model", "read_config",
-    "read_config_dict", "save_model",
+    "ARCHITECTURES", "PRESETS", "ROLES", "Architecture", "BertConfig", "BertForElectraPreTraining",
+    "BertForMaskedLM", "BertForMultipleChoice", "BertForPreTraining", "BertForQuestionAnswering",
+    "BertForSequenceClassification", "BertForTokenClassification", "BertModel", "BertWithHead",
+    "EncoderWithHead", "LoadReport", "build", "flops_per_token", "load_model", "read_config",
+    "read_config_dict", "role_of", "save_model",
 ]

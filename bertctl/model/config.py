@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from functools import partial
 from typing import Any
 
@@ -29,6 +29,8 @@ class BertConfig:
 
     The defaults are BERT-Base with the uncased English vocabulary.
     """
+
+    architecture = "bert"   # model.architectures
 
     vocab_size: int = 30522
     hidden_size: int = 768
@@ -75,6 +77,17 @@ class BertConfig:
     @property
     def head_size(self) -> int:
         return self.hidden_size // self.num_attention_heads
+
+    def with_layers(self, layers: list[int]) -> BertConfig:
+        """This config for a model of only `layers` of this one's."""
+        return replace(self, num_hidden_layers=len(layers))
+
+    def sized(self, preset: str) -> BertConfig:
+        """A preset size that reads what this model reads (vocabulary, positions, segments)."""
+        return BertConfig.from_preset(preset, vocab_size=self.vocab_size,
+                                      max_position_embeddings=self.max_position_embeddings,
+                                      type_vocab_size=self.type_vocab_size,
+                                      pad_token_id=self.pad_token_id)
 
     # -- Hugging Face config.json --------------------------------------------------------------
 

@@ -26,7 +26,7 @@ from torch import nn
 from bertctl.model.bert import BertLayer, attention_bias
 from bertctl.model.config import ACTIVATIONS, BertConfig
 from bertctl.data import IGNORE_INDEX
-from bertctl.model.heads import HEADS, BertWithHead
+from bertctl.model.heads import BertWithHead
 
 GENERATOR_SIZE = 0.25      # the paper's best generator: 1/4 to 1/2 of the discriminator
 DISCRIMINATOR_WEIGHT = 50.0
@@ -150,5 +150,3 @@ class BertForElectraPreTraining(BertWithHead):
         out["loss"] = out["mlm_loss"] + self.discriminator_weight * out["disc_loss"]
         return out
 
-
-HEADS[BertForElectraPreTraining.__name__] = BertForElectraPreTraining

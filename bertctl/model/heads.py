@@ -7,52 +7,67 @@ of the same name. Every forward returns a dict with "loss" only when labels were
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertctl.data import IGNORE_INDEX
 from bertctl.model.bert import BertModel, first_tokens, init_bert_weights
 from bertctl.model.config import ACTIVATIONS, BertConfig
 from bertctl.model.dropout import Dropout
 from bertctl.model.features import FrozenFeatures
+from bertctl.model.roles import (MultipleChoice, QuestionAnswering, SequenceClassifier,
+                                 TokenClassifier, masked_lm)
 
 
 
-class BertWithHead(nn.Module):
-    """The encoder at `bert` plus a head; subclasses build the head and call `_init_head()`."""
+class EncoderWithHead(nn.Module):
+    """An encoder plus a head, for any architecture: the encoder sits at `encoder_name` (BERT's
+    `bert`, ModernBERT's `model`, as transformers names them); subclasses build the head and
+    call `_init_head()`."""
 
-    add_pooling_layer = True
+    encoder_name: ClassVar[str] = "bert"
     supports_packing = False   # see `packs`
     input_rank = 2   # (batch, sequence) inputs; multiple choice: (batch, choices, sequence)
 
-    def __init__(self, config: BertConfig, features: dict[str, Any] | None = None):
+    def __init__(self, config, features: dict[str, Any] | None = None):
         super().__init__()
         self.config = config
-        self.bert = BertModel(config, add_pooling_layer=self.add_pooling_layer)
+        setattr(self, self.encoder_name, self._build_encoder(config))
         # Feature-based use (the paper's ELMo-style ablation): the encoder frozen, the head
         # trained on its combined hidden states. Heads that support it pass `features`.
         self.features = None
         if features is not None:
             self.features = FrozenFeatures(config.hidden_size, **features)
-            self.bert.requires_grad_(False)
+            self.encoder.requires_grad_(False)
+
+    @property
+    def encoder(self) -> nn.Module:
+        return getattr(self, self.encoder_name)
+
+    def _build_encoder(self, config) -> nn.Module:
+        raise NotImplementedError
+
+    def _init_module(self, module: nn.Module) -> None:
+        """Initialise one of the head's modules as the architecture does."""
+        raise NotImplementedError
 
     def train(self, mode: bool = True):
         super().train(mode)
         if self.features is not None:
-            self.bert.eval()   # a frozen encoder's features are fixed: no dropout
+            self.encoder.eval()   # a frozen encoder's features are fixed: no dropout
         return self
 
     def hidden_state_modules(self) -> list[nn.Module]:
         """The encoder's modules whose outputs are its hidden states 0 (the embeddings) to L."""
-        return self.bert.hidden_state_modules()
+        return self.encoder.hidden_state_modules()
 
     def layer_state(self, layers: list[int]) -> dict[str, torch.Tensor]:
         """This model's weights with only `layers` of its encoder, renumbered from 0: the
         weights of the same model class with `len(layers)` layers."""
-        return self.bert.layer_state(layers, self.state_dict(), prefix="bert.")
+        return self.encoder.layer_state(layers, self.state_dict(),
+                                        prefix=f"{self.encoder_name}.")
 
     @property
     def packs(self) -> bool:
@@ -65,10 +80,10 @@ class BertWithHead(nn.Module):
                   position_ids=None) -> torch.Tensor:
         """(B, T, width): the last hidden state, or the frozen encoder's features."""
         if self.features is not None:
-            return self.features(self.bert, input_ids, token_type_ids, attention_mask,
+            return self.features(self.encoder, input_ids, token_type_ids, attention_mask,
                                  position_ids)
-        return self.bert(input_ids, token_type_ids, attention_mask,
-                         position_ids=position_ids)["last_hidden_state"]
+        return self.encoder(input_ids, token_type_ids, attention_mask,
+                            position_ids=position_ids)["last_hidden_state"]
 
     def _feature_config(self) -> dict[str, Any]:
         # Not a transformers key: transformers would load such a checkpoint's classifier onto
@@ -83,8 +98,29 @@ class BertWithHead(nn.Module):
     def _init_head(self) -> None:
         # The encoder initialised itself; only the head's modules are still at PyTorch defaults.
         for name, child in self.named_children():
-            if name != "bert":
-                child.apply(lambda m: init_bert_weights(m, self.config.initializer_range))
+            if name != self.encoder_name:
+                child.apply(self._init_module)
+
+    def hf_config(self) -> dict[str, Any]:
+        """Keys this head adds to config.json (num_labels, problem_type, ...)."""
+        return {}
+
+    @classmethod
+    def kwargs_from_hf(cls, hf_config: dict[str, Any]) -> dict[str, Any]:
+        """Constructor arguments recovered from a config.json this head wrote."""
+        return {}
+
+
+class BertWithHead(EncoderWithHead):
+    """BERT's encoder at `bert` plus a head."""
+
+    add_pooling_layer = True
+
+    def _build_encoder(self, config: BertConfig) -> nn.Module:
+        return BertModel(config, add_pooling_layer=self.add_pooling_layer)
+
+    def _init_module(self, module: nn.Module) -> None:
+        init_bert_weights(module, self.config.initializer_range)
 
     def _add_classifier(self, num_outputs: int) -> None:
         """HF's classifier head: `dropout` (classifier_dropout, else the hidden dropout) then a
@@ -95,14 +131,8 @@ class BertWithHead(nn.Module):
         self.classifier = nn.Linear(width, num_outputs)
         self._init_head()
 
-    def hf_config(self) -> dict[str, Any]:
-        """Keys this head adds to config.json (num_labels, problem_type, ...)."""
-        return {}
-
-    @classmethod
-    def kwargs_from_hf(cls, hf_config: dict[str, Any]) -> dict[str, Any]:
-        """Constructor arguments recovered from a config.json this head wrote."""
-        return {}
+    def _classify(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.dropout(x))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -141,7 +171,14 @@ class BertPreTrainingHeads(nn.Module):
         self.seq_relationship = nn.Linear(config.hidden_size, 2)
 
 
-class BertForPreTraining(BertWithHead):
+class BertMaskedLMHead(BertWithHead):
+    """A head at `cls` whose `predictions` is BERT's masked-LM head."""
+
+    def _predict(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.cls.predictions(hidden, self.bert.embeddings.word_embeddings.weight)
+
+
+class BertForPreTraining(BertMaskedLMHead):
     """Masked LM (`masked_lm`) + next-sentence prediction, BERT's two pretraining tasks.
     `next_sentence_label=None` trains MLM only (data built without NSP)."""
 
@@ -154,7 +191,7 @@ class BertForPreTraining(BertWithHead):
                 attention_mask: torch.Tensor | None = None, labels: torch.Tensor | None = None,
                 next_sentence_label: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         enc = self.bert(input_ids, token_type_ids, attention_mask)
-        out = masked_lm(self.cls.predictions, self.bert, enc["last_hidden_state"], labels)
+        out = masked_lm(self._predict, enc["last_hidden_state"], labels)
         out["nsp_logits"] = self.cls.seq_relationship(enc["pooler_output"])
         losses = [out["mlm_loss"]] if labels is not None else []
         if next_sentence_label is not None:
@@ -165,34 +202,13 @@ class BertForPreTraining(BertWithHead):
         return out
 
 
-def masked_lm(predictions: BertLMPredictionHead, bert: BertModel, hidden: torch.Tensor,
-              labels: torch.Tensor | None) -> dict[str, torch.Tensor]:
-    """The masked-LM outputs: with `labels` ((B, T), IGNORE_INDEX where nothing is predicted)
-    the hidden states of the labelled positions are gathered *before* the head (only ~15% of
-    positions pay for the vocabulary projection, which for small models costs more than the
-    whole encoder), and the loss over them."""
-    out: dict[str, torch.Tensor] = {}
-    if labels is not None:
-        flat = labels.reshape(-1)
-        where = (flat != IGNORE_INDEX).nonzero().squeeze(1)
-        hidden = hidden.reshape(-1, hidden.size(-1)).index_select(0, where)
-        out["mlm_targets"] = flat.index_select(0, where)
-    out["mlm_logits"] = predictions(hidden, bert.embeddings.word_embeddings.weight)
-    if labels is not None:
-        if out["mlm_targets"].numel():
-            out["mlm_loss"] = F.cross_entropy(out["mlm_logits"].float(), out["mlm_targets"])
-        else:  # nothing masked in this batch: a zero that still reaches every parameter
-            out["mlm_loss"] = out["mlm_logits"].sum() * 0.0
-    return out
-
-
 class BertOnlyMLMHead(nn.Module):
     def __init__(self, config: BertConfig):
         super().__init__()
         self.predictions = BertLMPredictionHead(config)
 
 
-class BertForMaskedLM(BertWithHead):
+class BertForMaskedLM(BertMaskedLMHead):
     """Masked LM alone (RoBERTa's objective), as transformers' BertForMaskedLM: no pooler, the
     head at `cls.predictions`, the decoder tied to the word embeddings."""
 
@@ -207,7 +223,7 @@ class BertForMaskedLM(BertWithHead):
                 attention_mask: torch.Tensor | None = None,
                 labels: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         enc = self.bert(input_ids, token_type_ids, attention_mask)
-        out = masked_lm(self.cls.predictions, self.bert, enc["last_hidden_state"], labels)
+        out = masked_lm(self._predict, enc["last_hidden_state"], labels)
         if labels is not None:
             out["loss"] = out["mlm_loss"]
         return out
@@ -217,102 +233,34 @@ class BertForMaskedLM(BertWithHead):
 # Fine-tuning
 
 
-class BertForSequenceClassification(BertWithHead):
-    """Dropout + linear on the pooled [CLS]: classification (CE) or regression (MSE, 1 output)."""
-
-    PROBLEM_TYPES = ("single_label_classification", "regression")
-    supports_packing = True
+class BertForSequenceClassification(SequenceClassifier, BertWithHead):
+    """Dropout + linear on the pooled [CLS]."""
 
     def __init__(self, config: BertConfig, num_labels: int | None = None,
                  problem_type: str = "single_label_classification",
                  features: dict[str, Any] | None = None):
         super().__init__(config, features)
-        if problem_type not in self.PROBLEM_TYPES:
-            raise ValueError(f"problem_type must be one of {self.PROBLEM_TYPES}, got {problem_type!r}")
-        if num_labels is None:
-            num_labels = 1 if problem_type == "regression" else 2
-        if problem_type == "regression" and num_labels != 1:
-            raise ValueError(f"regression has one output, got num_labels={num_labels}")
-        self.num_labels, self.problem_type = num_labels, problem_type
-        self._add_classifier(num_labels)
+        self._add_classifier(self._problem(num_labels, problem_type))
 
-    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
-                attention_mask: torch.Tensor | None = None,
-                labels: torch.Tensor | None = None,
-                position_ids: torch.Tensor | None = None,
-                sequence_starts: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    def _pool(self, input_ids, token_type_ids, attention_mask, position_ids=None,
+              sequence_starts=None) -> torch.Tensor:
         if self.features is not None:   # feature-based: the combined [CLS] vector
-            pooled = first_tokens(self._sequence(input_ids, token_type_ids, attention_mask,
-                                                 position_ids), sequence_starts)
-        else:
-            pooled = self.bert(input_ids, token_type_ids, attention_mask,
-                               position_ids=position_ids,
-                               sequence_starts=sequence_starts)["pooler_output"]
-        if self.problem_type == "regression":
-            # A score is read as a number, not an argmax: bf16's 8 bits of mantissa would round
-            # STS-B's 0-5 scores to steps of 1/64 and tie their ranks (Spearman). One output
-            # costs nothing to compute in fp32, under autocast or not.
-            with torch.autocast(pooled.device.type, enabled=False):
-                logits = self.classifier(self.dropout(pooled).float())
-        else:
-            logits = self.classifier(self.dropout(pooled))
-        out = {"logits": logits}
-        if labels is not None:
-            if self.problem_type == "regression":
-                out["loss"] = F.mse_loss(logits.float().squeeze(-1), labels.float().reshape(-1))
-            else:
-                out["loss"] = F.cross_entropy(logits.float(), labels.reshape(-1))
-        return out
-
-    def hf_config(self) -> dict[str, Any]:
-        return {"problem_type": self.problem_type, **_label_maps(self.num_labels),
-                **self._feature_config()}
-
-    @classmethod
-    def kwargs_from_hf(cls, hf_config: dict[str, Any]) -> dict[str, Any]:
-        kwargs = {"num_labels": _num_labels(hf_config), **cls._feature_kwargs(hf_config)}
-        if hf_config.get("problem_type") in cls.PROBLEM_TYPES:
-            kwargs["problem_type"] = hf_config["problem_type"]
-        elif kwargs["num_labels"] == 1:
-            kwargs["problem_type"] = "regression"
-        return {k: v for k, v in kwargs.items() if v is not None}
+            return first_tokens(self._sequence(input_ids, token_type_ids, attention_mask,
+                                               position_ids), sequence_starts)
+        return self.bert(input_ids, token_type_ids, attention_mask, position_ids=position_ids,
+                         sequence_starts=sequence_starts)["pooler_output"]
 
 
-class BertForMultipleChoice(BertWithHead):
-    """One score per (context, choice) pair from the pooled [CLS]; softmax over the choices.
-
-    Inputs are (B, C, T); the C choices run through the encoder as C * B sequences.
-    """
-
-    input_rank = 3
-
+class BertForMultipleChoice(MultipleChoice, BertWithHead):
     def __init__(self, config: BertConfig):
         super().__init__(config)
         self._add_classifier(1)
 
-    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
-                attention_mask: torch.Tensor | None = None,
-                labels: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        B, C, T = input_ids.shape
-
-        def flat(t: torch.Tensor | None) -> torch.Tensor | None:
-            return None if t is None else t.reshape(B * C, T)
-
-        pooled = self.bert(flat(input_ids), flat(token_type_ids), flat(attention_mask))["pooler_output"]
-        logits = self.classifier(self.dropout(pooled)).view(B, C)
-        out = {"logits": logits}
-        if labels is not None:
-            out["loss"] = F.cross_entropy(logits.float(), labels.reshape(-1))
-        return out
+    def _pool(self, input_ids, token_type_ids, attention_mask) -> torch.Tensor:
+        return self.bert(input_ids, token_type_ids, attention_mask)["pooler_output"]
 
 
-class BertForQuestionAnswering(BertWithHead):
-    """Start and end logits per token for extractive span QA (SQuAD).
-
-    Gold positions outside the window (>= T, e.g. an answer cut off by the doc stride) carry no
-    loss, as in HF; the loss is the mean of the start and end cross-entropies.
-    """
-
+class BertForQuestionAnswering(QuestionAnswering, BertWithHead):
     add_pooling_layer = False
 
     def __init__(self, config: BertConfig):
@@ -320,73 +268,15 @@ class BertForQuestionAnswering(BertWithHead):
         self.qa_outputs = nn.Linear(config.hidden_size, 2)
         self._init_head()
 
-    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
-                attention_mask: torch.Tensor | None = None,
-                start_positions: torch.Tensor | None = None,
-                end_positions: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        hidden = self.bert(input_ids, token_type_ids, attention_mask)["last_hidden_state"]
-        start_logits, end_logits = self.qa_outputs(hidden).float().unbind(-1)
-        out = {"start_logits": start_logits, "end_logits": end_logits}
-        if start_positions is not None and end_positions is not None:
-            T = start_logits.size(1)
-            start = start_positions.reshape(-1).clamp(0, T)
-            end = end_positions.reshape(-1).clamp(0, T)
-            out["loss"] = (F.cross_entropy(start_logits, start, ignore_index=T)
-                           + F.cross_entropy(end_logits, end, ignore_index=T)) / 2
-        return out
-
-    def hf_config(self) -> dict[str, Any]:
-        return _label_maps(2)  # HF sizes qa_outputs by num_labels, which defaults to 2
+    def _span_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.qa_outputs(hidden)
 
 
-class BertForTokenClassification(BertWithHead):
-    """Per-token labels (NER tagging); positions labelled IGNORE_INDEX carry no loss."""
-
+class BertForTokenClassification(TokenClassifier, BertWithHead):
     add_pooling_layer = False
-    supports_packing = True
 
     def __init__(self, config: BertConfig, num_labels: int = 2,
                  features: dict[str, Any] | None = None):
         super().__init__(config, features)
         self.num_labels = num_labels
         self._add_classifier(num_labels)
-
-    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
-                attention_mask: torch.Tensor | None = None,
-                labels: torch.Tensor | None = None,
-                position_ids: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        hidden = self._sequence(input_ids, token_type_ids, attention_mask, position_ids)
-        logits = self.classifier(self.dropout(hidden))
-        out = {"logits": logits}
-        if labels is not None:
-            out["loss"] = F.cross_entropy(logits.float().reshape(-1, self.num_labels),
-                                          labels.reshape(-1), ignore_index=IGNORE_INDEX)
-        return out
-
-    def hf_config(self) -> dict[str, Any]:
-        return {**_label_maps(self.num_labels), **self._feature_config()}
-
-    @classmethod
-    def kwargs_from_hf(cls, hf_config: dict[str, Any]) -> dict[str, Any]:
-        n = _num_labels(hf_config)
-        return {**({} if n is None else {"num_labels": n}), **cls._feature_kwargs(hf_config)}
-
-
-def _label_maps(num_labels: int) -> dict[str, Any]:
-    # HF derives num_labels from id2label; these placeholders are what it writes by default.
-    # The caller's real label names (extra_config) replace them.
-    return {"id2label": {str(i): f"LABEL_{i}" for i in range(num_labels)},
-            "label2id": {f"LABEL_{i}": i for i in range(num_labels)}}
-
-
-def _num_labels(hf_config: dict[str, Any]) -> int | None:
-    if isinstance(hf_config.get("id2label"), dict) and hf_config["id2label"]:
-        return len(hf_config["id2label"])
-    n = hf_config.get("num_labels")
-    return n if isinstance(n, int) and n > 0 else None
-
-
-HEADS: dict[str, type[nn.Module]] = {cls.__name__: cls for cls in (
-    BertModel, BertForPreTraining, BertForMaskedLM, BertForSequenceClassification,
-    BertForMultipleChoice,
-    BertForQuestionAnswering, BertForTokenClassification)}

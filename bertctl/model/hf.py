@@ -1,9 +1,10 @@
 """Hugging Face names in and out: config.json + model.safetensors, as transformers writes them.
 
 Our parameter names already are HF's, so writing is a plain dump of the state dict. Reading
-accepts any local HF BERT directory: our artifacts, `save_pretrained` output of any BERT head,
-a bare `BertModel` checkpoint (keys without the `bert.` prefix, e.g. sentence-transformers
-models), and old TF-converted names (`gamma`/`beta`, an explicit decoder). Only safetensors is
+accepts any local HF directory of a registered architecture (config.json's model_type: bert,
+modernbert): our artifacts, `save_pretrained` output of any of its heads, a bare encoder's
+checkpoint (keys without the encoder's prefix, e.g. sentence-transformers models), and old
+TF-converted BERT names (`gamma`/`beta`, an explicit decoder). Only safetensors is
 read: a pickle (`pytorch_model.bin`) can run code when loaded, so it is refused.
 """
 
@@ -20,9 +21,8 @@ from safetensors.torch import save_file
 from torch import nn
 
 from bertctl.errors import BertctlError, DiskFull, is_disk_full
-from bertctl.model.bert import BertModel
-from bertctl.model.config import BertConfig
-from bertctl.model.heads import HEADS, BertWithHead
+from bertctl.model import architectures
+from bertctl.model.heads import EncoderWithHead
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
@@ -30,11 +30,6 @@ WEIGHTS_INDEX_NAME = "model.safetensors.index.json"  # sharded checkpoints
 PICKLE_NAMES = ("pytorch_model.bin", "pytorch_model.bin.index.json", "tf_model.h5",
                 "flax_model.msgpack")
 
-ENCODER_PREFIX = "bert."
-# Checkpoint entries that are not parameters of ours and need no report: HF's non-persistent
-# index buffers (older versions saved them) and the decoder weight, which is the word embeddings.
-SILENTLY_IGNORED = ("bert.embeddings.position_ids", "bert.embeddings.token_type_ids",
-                    "cls.predictions.decoder.weight")
 
 
 @dataclass
@@ -82,9 +77,12 @@ def read_config_dict(directory: str | Path) -> dict[str, Any]:
     return data
 
 
-def read_config(directory: str | Path) -> BertConfig:
-    """The BertConfig of a model directory; BertctlError if it is not a BERT we can build."""
-    return BertConfig.from_hf_dict(read_config_dict(directory), source=str(Path(directory) / CONFIG_NAME))
+def read_config(directory: str | Path):
+    """The config of a model directory, of its architecture's config class; BertctlError if it
+    is not a model bertctl can build."""
+    hf = read_config_dict(directory)
+    source = str(Path(directory) / CONFIG_NAME)
+    return architectures.of_config(hf, source).config_from_hf(hf, source)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -105,13 +103,13 @@ def save_model(model: nn.Module, directory: str | Path, extra_config: dict[str, 
     names, problem_type, and anything a later stage wants to read back.
     """
     model = _unwrap(model)
-    if not isinstance(model, (BertModel, BertWithHead)):
-        raise TypeError(f"save_model expects a bertctl BERT model, got {type(model).__name__}")
+    if architectures.role_of(type(model).__name__) is None:
+        raise TypeError(f"save_model expects a bertctl model, got {type(model).__name__}")
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     config = model.config.to_hf_dict()
     config["architectures"] = [type(model).__name__]
-    if isinstance(model, BertWithHead):
+    if isinstance(model, EncoderWithHead):
         config.update(model.hf_config())
     config.update(extra_config or {})
     (directory / CONFIG_NAME).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n",
@@ -161,10 +159,11 @@ def read_safetensors(directory: str | Path) -> dict[str, torch.Tensor]:
     return tensors
 
 
-def _canonical_name(key: str) -> str:
-    """A checkpoint key as a full HF head-model name (`bert.` prefix, current LayerNorm names)."""
-    if key.startswith(("embeddings.", "encoder.", "pooler.")):  # a bare BertModel's file
-        key = ENCODER_PREFIX + key
+def _canonical_name(key: str, arch: architectures.Architecture, prefix: str) -> str:
+    """A checkpoint key as a full head-model name (the encoder's prefix, current LayerNorm
+    names)."""
+    if key.startswith(arch.bare_prefixes):  # a bare encoder's file
+        key = prefix + key
     if "LayerNorm." in key:  # TF-converted checkpoints call the LayerNorm affine gamma/beta
         key = key.replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta", "LayerNorm.bias")
     return key
@@ -178,12 +177,15 @@ def load_state_dict(model: nn.Module, state_dict: dict[str, torch.Tensor], sourc
     classifier loaded for a 2-label task) is left initialised and reported as mismatched.
     """
     model = _unwrap(model)
+    arch = architectures.of_model(model)
     ours = model.state_dict()
-    prefix = "" if isinstance(model, BertModel) else ENCODER_PREFIX  # how our keys start
+    headed = isinstance(model, EncoderWithHead)
+    encoder = f"{model.encoder_name}." if headed else ""
+    full = f"{arch.encoder_name}."
 
     incoming: dict[str, torch.Tensor] = {}
     for key, tensor in state_dict.items():
-        incoming[_canonical_name(key)] = tensor
+        incoming[_canonical_name(key, arch, full)] = tensor
     # Old HF files hold the MLM output bias as the decoder's bias too (or only there).
     decoder_bias = incoming.pop("cls.predictions.decoder.bias", None)
     if decoder_bias is not None and "cls.predictions.bias" not in incoming:
@@ -192,13 +194,13 @@ def load_state_dict(model: nn.Module, state_dict: dict[str, torch.Tensor], sourc
     report = LoadReport(source=source)
     to_load: dict[str, torch.Tensor] = {}
     for key, tensor in incoming.items():
-        name = key if prefix else key.removeprefix(ENCODER_PREFIX)
-        if key in SILENTLY_IGNORED:
+        if key in arch.ignored_keys:
             continue
+        name = key if headed else key.removeprefix(full)
         if name not in ours:
             report.unexpected.append(key)
         elif ours[name].shape != tensor.shape:
-            if name.startswith(prefix + "embeddings.") or name.startswith(prefix + "encoder."):
+            if name.startswith(encoder) and not name[len(encoder):].startswith("pooler."):
                 raise BertctlError(f"{source}: {key} has shape {tuple(tensor.shape)} but the "
                                    f"config gives {tuple(ours[name].shape)}")
             report.mismatched.append(name)
@@ -209,21 +211,28 @@ def load_state_dict(model: nn.Module, state_dict: dict[str, torch.Tensor], sourc
     return report
 
 
-def load_model(directory: str | Path, head_class: type[nn.Module] | None = None,
+def load_model(directory: str | Path, role: str | type | None = None,
                **head_kwargs: Any) -> tuple[nn.Module, LoadReport]:
-    """Build `head_class` from a model directory's config.json and load its weights.
+    """Build the model of `role` (architectures.ROLES, or a model class of any architecture,
+    standing for its role) of the directory's architecture from its config.json and load its
+    weights.
 
-    `head_class=None` takes the class from config.json `architectures` (BertModel if unknown).
-    Head arguments not given (num_labels, problem_type) come from config.json when it has them.
-    The returned model is in train mode on the CPU, in float32.
+    `role=None` takes the role of the class config.json's `architectures` names (the bare
+    encoder if none is known). Head arguments not given (num_labels, problem_type) come from
+    config.json when it has them. The returned model is in train mode on the CPU, in float32.
     """
     directory = Path(directory)
     hf_config = read_config_dict(directory)
-    config = BertConfig.from_hf_dict(hf_config, source=str(directory / CONFIG_NAME))
-    if head_class is None:
-        names = hf_config.get("architectures") or []
-        head_class = next((HEADS[n] for n in names if n in HEADS), BertModel)
-    if issubclass(head_class, BertWithHead) and head_class.__name__ in (hf_config.get("architectures") or []):
+    source = str(directory / CONFIG_NAME)
+    arch = architectures.of_config(hf_config, source)
+    config = arch.config_from_hf(hf_config, source)
+    names = hf_config.get("architectures") or []
+    if isinstance(role, type):
+        role = architectures.role_of(role.__name__)
+    if role is None:
+        role = next((r for r in map(architectures.role_of, names) if r in arch.heads), "encoder")
+    head_class = arch.head(role, str(directory))
+    if issubclass(head_class, EncoderWithHead) and head_class.__name__ in names:
         # A checkpoint of this very head type knows its label count; another head's does not.
         head_kwargs = {**head_class.kwargs_from_hf(hf_config), **head_kwargs}
     model = head_class(config, **head_kwargs)

@@ -1,8 +1,8 @@
 """What a pretraining objective is: the one object `pretrain` and `eval` ask about everything
 objective-specific.
 
-An objective names the model it trains (`architecture`, a class in bertctl.model, written into
-config.json and the manifest), says which pretraining data it can train on (`check_data`), which
+An objective names the role of the model it trains (`head`, one of bertctl.model's ROLES: each
+architecture that has that role has its class, written into config.json and the manifest), says which pretraining data it can train on (`check_data`), which
 of the model's parameters may get no gradient (DDP must be told), gives the training loop its
 per-step metrics and scores a model on a pretraining split, during training (validation) and
 for `bertctl eval MODEL PRETRAIN_DATA`. Its own settings are a pydantic model
@@ -31,15 +31,21 @@ class Objective:
     options_model: ClassVar[type | None] = None
     # How --help and the docs name it.
     title: ClassVar[str]
-    # The model class in bertctl.model that this objective trains.
-    architecture: ClassVar[str]
+    # The role of the model it trains (bertctl.model.architectures.ROLES).
+    head: ClassVar[str]
     # Whether the data must carry next-sentence labels (True), must not (False), or either.
     nsp_data: ClassVar[bool | None] = None
 
-    def model_class(self):
-        import bertctl.model as model
+    def check_architecture(self, architecture: str, where: str) -> None:
+        """BertctlError for an architecture without a model of this objective's role."""
+        from bertctl.model import ARCHITECTURES
 
-        return getattr(model, self.architecture)
+        if self.head not in ARCHITECTURES[architecture].heads:
+            able = [o.name for o in OBJECTIVES.values()
+                    if o.head in ARCHITECTURES[architecture].heads]
+            raise BertctlError(f"{where}: --objective {self.name} cannot train --architecture "
+                               f"{architecture} (it has no {self.head.replace('_', ' ')} "
+                               f"model); its objectives: {', '.join(able)}")
 
     def check_data(self, info, where: str) -> None:
         """BertctlError for pretraining data this objective cannot train on."""
@@ -101,7 +107,7 @@ class Objective:
     def load_for_evaluation(self, source, dataset) -> tuple[Any, dict[str, Any]]:
         """(the model, options for `evaluate`) for `bertctl eval MODEL PRETRAIN_DATA`: the
         checkpoint as this objective's model, refused when it lacks any of its weights."""
-        model, report = source.load(self.model_class())
+        model, report = source.load(self.head)
         missing = report.missing + report.mismatched
         if missing:
             raise BertctlError(f"{source.path}: the checkpoint has no weights for "

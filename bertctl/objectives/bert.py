@@ -14,7 +14,7 @@ from bertctl import console
 class Bert(Objective):
     name = "bert"
     title = "Masked LM + next-sentence prediction (BERT)"
-    architecture = "BertForPreTraining"
+    head = "pretraining"
 
     def unused_parameters(self, data) -> bool:
         return not data.nsp   # MLM-only data leaves the NSP head without gradients
@@ -35,7 +35,7 @@ class Bert(Objective):
         """The checkpoint as a BertForPreTraining, scored on next sentences where the data has
         pairs and the checkpoint an NSP head."""
 
-        model, report = source.load(self.model_class())
+        model, report = source.load(self.head)
         missing = report.missing + report.mismatched
         mlm = [k for k in missing if not k.startswith(("cls.seq_relationship", "bert.pooler"))]
         if mlm:
@@ -44,7 +44,7 @@ class Bert(Objective):
                                                                 for k in mlm)
                     else f"no weights for {', '.join(mlm[:3])}")
             raise BertctlError(f"{source.path}: the checkpoint ({arch}) has {what}; pretraining "
-                               f"metrics need a BertForPreTraining or BertForMaskedLM checkpoint")
+                               f"metrics need a pretraining or masked-LM checkpoint")
         nsp = dataset.nsp and not missing
         if dataset.nsp and not nsp:
             console.log(f"{source.path}: the checkpoint has no next-sentence head; scoring the "

@@ -28,7 +28,7 @@ class ElectraOptions(BaseModel):
 class Electra(Objective):
     name = "electra"
     title = "Replaced-token detection (ELECTRA)"
-    architecture = "BertForElectraPreTraining"
+    head = "electra"
     nsp_data = False
     needs = "ELECTRA metrics need its generator and discriminator head"
     options_model = ElectraOptions

@@ -16,7 +16,7 @@ from pathlib import Path
 from bertctl import artifacts, console, distillation
 from bertctl.config import DistillSettings
 from bertctl.errors import BertctlError
-from bertctl.model import LoadReport, read_config
+from bertctl.model import LoadReport, build, read_config
 from bertctl.stages.common import models, training
 from bertctl.stages.common.task_training import LoopSetup, TaskJob
 from bertctl.tasks.resolve import TASK_FILE, model_task, task_length, training_files
@@ -53,19 +53,19 @@ class Distillation:
             distillation.parse_layer_map(config.layer_map, *sizes) if config.layer_map
             else distillation.default_layer_map(*sizes))
 
-    def student(self, head_class, head_kwargs: dict):
+    def student(self, role: str, head_kwargs: dict):
         """(the student, its load report); also loads the teacher."""
         self.teacher_model = models.load_task_model(self.teacher)
         if self.init is not None and self.plan.layers is not None:
-            model, _ = self.init.load(head_class, **head_kwargs)
-            return distillation.from_layers(model, self.plan.layers, head_class, head_kwargs,
-                                        source=str(self.init.path))
+            model, _ = self.init.load(role, **head_kwargs)
+            return distillation.from_layers(model, self.plan.layers, role, head_kwargs,
+                                            source=str(self.init.path))
         if self.init is not None:
-            return self.init.load(head_class, **head_kwargs)
+            return self.init.load(role, **head_kwargs)
         if self.plan.layers is not None:
-            return distillation.from_layers(self.teacher_model, self.plan.layers, head_class,
-                                        head_kwargs)
-        return (head_class(self.plan.config, **head_kwargs),
+            return distillation.from_layers(self.teacher_model, self.plan.layers, role,
+                                            head_kwargs)
+        return (build(role, self.plan.config, **head_kwargs),
                 LoadReport(source=self.plan.description, missing=["(every weight)"]))
 
     def wrap(self, student) -> distillation.Distiller:
@@ -116,8 +116,8 @@ class DistillJob(TaskJob):
         # A teacher's task spec describes its own training file's layout; these may differ.
         return self.spec.for_file(path)
 
-    def build_model(self, head_class, head_kwargs: dict):
-        return self.distill.student(head_class, head_kwargs)
+    def build_model(self, role: str, head_kwargs: dict):
+        return self.distill.student(role, head_kwargs)
 
     def prepare(self) -> None:
         super().prepare()

@@ -24,6 +24,7 @@ import torch
 
 from bertctl import artifacts, console, evaluation, hardware, modelcard, onnx_model
 from bertctl.metrics import json_safe
+from bertctl.model import architectures
 from bertctl.config import ExportSettings
 from bertctl.errors import BertctlError
 from bertctl.expectations import ExpectationsUnmet
@@ -86,11 +87,12 @@ def run(config: ExportSettings, target: artifacts.Target, model_dir: Path,
 def _write_graph(model, tmp: Path, config: ExportSettings, encoder: bool,
                  source: models.ModelSource) -> ExportFacts:
     path = tmp / models.ONNX_FILE
-    bert = model if encoder else model.bert
+    fusions = architectures.of_model(model).onnx_fusions
     outputs = onnx_model.export(model, path, encoder=encoder, opset=config.opset,
-                                max_positions=bert.config.max_position_embeddings)
-    fused = (onnx_model.optimize(path, bert.config.num_attention_heads, bert.config.hidden_size)
-             if config.optimize else {})
+                                max_positions=model.config.max_position_embeddings)
+    fused = (onnx_model.optimize(path, fusions, model.config.num_attention_heads,
+                                 model.config.hidden_size)
+             if config.optimize and fusions else {})
     if config.quantize == "int8":
         quantized = tmp / "model.int8.onnx"
         onnx_model.quantize(path, quantized, config.per_channel)
@@ -120,7 +122,8 @@ def _copy_model_files(source: models.ModelSource, tmp: Path, encoder: bool) -> N
     models.copy_tokenizer(source.path, tmp)
     hf_config = dict(source.hf_config)
     if encoder:   # the graph is the encoder whatever head the model had: eval must say so
-        hf_config["architectures"] = ["BertModel"]
+        hf_config["architectures"] = [
+            architectures.of_config(hf_config).head("encoder").__name__]
     (tmp / "config.json").write_text(json.dumps(hf_config, indent=2) + "\n", encoding="utf-8")
     if not encoder and source.task is not None:
         shutil.copyfile(artifacts.checked_file(source.path, TASK_FILE),

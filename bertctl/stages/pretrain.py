@@ -17,8 +17,8 @@ from bertctl.config import PretrainSettings
 from bertctl.errors import BertctlError
 from bertctl.stages.common import models, training
 import torch
+from bertctl.model import ARCHITECTURES, architectures, build
 from bertctl.model.dropout import set_training_dropout
-from bertctl.model import BertConfig
 from bertctl import objectives
 from bertctl.data.pretraining_dataset import check_mask_rate, read_pretraining_info
 from bertctl.data.pretraining_dataset import PretrainingDataset
@@ -27,36 +27,66 @@ from bertctl.train import distributed as dist
 from bertctl.train.loop import train
 
 def _build_model(config: PretrainSettings, objective, vocab_size: int,
-                 init: models.ModelSource | None, model_config: Path | None):
+                 init: models.ModelSource | None, model_config: Path | None,
+                 special_ids: dict | None = None):
 
 
     torch.manual_seed(config.seed)  # the initial weights are part of what --seed fixes
-    model_class, kwargs = objective.model_class(), objective.model_kwargs(config)
+    kwargs = objective.model_kwargs(config)
     if init is not None:
-        model, report = init.load(model_class, **kwargs)
+        model, report = init.load(objective.head, **kwargs)
         console.log(str(report))
     else:
-        model = model_class(_new_config(config, vocab_size, model_config), **kwargs)
+        new = _new_config(config, vocab_size, model_config)
+        special = special_ids or {}
+        for field, token in (("cls_token_id", "[CLS]"), ("sep_token_id", "[SEP]")):
+            # The architecture's config names its special tokens (ModernBERT's does): ours.
+            if getattr(new, field, 0) is None and special.get(token) is not None:
+                setattr(new, field, special[token])
+        model = build(objective.head, new, **kwargs)
     if config.dropout is not None:
         set_training_dropout(model, config.dropout)
     return model
 
 
+def model_architecture(config: PretrainSettings, init: models.ModelSource | None,
+                       model_config: Path | None) -> str:
+    """The architecture the run trains: the one config.json says (--init-from,
+    --model-config), which a --architecture given must name; else --architecture."""
+    ARCHITECTURES.get_known(config.architecture)
+    given = "architecture" in config.model_fields_set
+    if init is None and model_config is None:
+        return config.architecture
+    where = str(init.path if init is not None else model_config)
+    hf = init.hf_config if init is not None else _read_model_config(model_config)
+    arch = architectures.of_config(hf, where).name
+    if given and arch != config.architecture:
+        raise BertctlError(f"{where}: is a {arch} model; --architecture "
+                           f"{config.architecture} cannot start from it")
+    return arch
+
+
+def _read_model_config(model_config: Path) -> dict:
+    try:
+        hf = json.loads(Path(model_config).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BertctlError(f"{model_config}: cannot read model config: {exc}") from None
+    if not isinstance(hf, dict):
+        raise BertctlError(f"{model_config}: expected a JSON object")
+    return hf
+
+
 def _new_config(config: PretrainSettings, vocab_size: int, model_config: Path | None):
     if model_config is not None:
-        try:
-            hf = json.loads(Path(model_config).read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise BertctlError(f"{model_config}: cannot read model config: {exc}") from None
-        cfg = BertConfig.from_hf_dict({**hf, "vocab_size": hf.get("vocab_size", vocab_size)},
-                                      source=str(model_config))
-    else:
-        cfg = BertConfig.from_preset(
-            config.model_size, num_hidden_layers=config.num_hidden_layers,
-            hidden_size=config.hidden_size, num_attention_heads=config.num_attention_heads,
-            intermediate_size=config.intermediate_size, vocab_size=vocab_size,
-            max_position_embeddings=config.max_position_embeddings)
-    return cfg
+        hf = _read_model_config(model_config)
+        arch = architectures.of_config(hf, str(model_config))
+        return arch.config_from_hf({**hf, "vocab_size": hf.get("vocab_size", vocab_size)},
+                                   str(model_config))
+    return ARCHITECTURES[config.architecture].config_class.from_preset(
+        config.model_size, num_hidden_layers=config.num_hidden_layers,
+        hidden_size=config.hidden_size, num_attention_heads=config.num_attention_heads,
+        intermediate_size=config.intermediate_size, vocab_size=vocab_size,
+        max_position_embeddings=config.max_position_embeddings)
 
 
 def _check_agreement(model, data: artifacts.Artifact, init: models.ModelSource | None) -> None:
@@ -106,8 +136,9 @@ class PretrainJob:
         # hand-edited manifest must not decide what is read.
         self.validation = (PretrainingDataset(self.data.path, "validation")
                            if self.train_data.info.stats["validation"].get("instances") else None)
-        self.model = _build_model(config, self.objective,
-                                  self.train_data.info.vocab_size, self.init, self.model_config)
+        self.model = _build_model(
+            config, self.objective, self.train_data.info.vocab_size, self.init,
+            self.model_config, self.data.manifest.stats.get("tokenizer", {}).get("special_ids"))
         _check_agreement(self.model, self.data, self.init)
         self.settings = TrainSettings.of(
             config, find_unused_parameters=self.objective.unused_parameters(self.train_data),
@@ -131,7 +162,7 @@ class PretrainJob:
     def write(self, result, tmp: Path) -> dict:
         models.write_model(result.model, tmp, self.data.path)
         train_records = [r for r in result.history if r.get("split", "train") == "train"]
-        stats = {"architecture": self.objective.architecture, "objective": self.objective.name,
+        stats = {"architecture": type(result.model).__name__, "objective": self.objective.name,
                  "step": result.step,
                  "total_steps": self.settings.total_steps or result.step,
                  "epochs": round(result.epoch, 4),
@@ -168,5 +199,6 @@ def run(config: PretrainSettings, target: artifacts.Target, data_dir: Path,
         inputs.append(init.ref)
     if model_config:
         inputs.append(artifacts.file_input(model_config, "model-config"))
+    objective.check_architecture(model_architecture(config, init, model_config), "pretrain")
     job = PretrainJob(config, objective, data, init, model_config)
     return training.train_to_artifact(config, inputs, target, job)

@@ -44,7 +44,8 @@ class Family:
     # Whether labels are classes named by a label list that is stored with the model
     # (config.json's id2label) and read back by eval.
     label_list: ClassVar[bool] = False
-    # The model head class's name in bertctl.model (also config.json's "architectures").
+    # The role of the model it fine-tunes (bertctl.model.architectures.ROLES); each
+    # architecture has its class for it (config.json's "architectures" names that class).
     head: ClassVar[str]
     # Whether `calibrate` tunes something on the dev set (finetune then predicts it once more).
     calibrates: ClassVar[bool] = False
@@ -102,11 +103,6 @@ class Family:
 
     # -- the head
 
-    def head_class(self):
-        import bertctl.model as model
-
-        return getattr(model, self.head)
-
     def head_kwargs(self, spec, label_list: tuple[str, ...] | None) -> dict[str, Any]:
         return {}
 
@@ -120,10 +116,10 @@ class Family:
     def check_head(self, hf_config: dict[str, Any], spec, label_list, where: str) -> None:
         """BertctlError unless a checkpoint with this config.json can answer `spec`."""
         arch = hf_config.get("architectures") or []
-        if self.head not in arch:
+        if self.head not in model_roles(arch):
             hint = " (fine-tune it first with bertctl finetune)" if not arch else ""
-            raise BertctlError(f"{where}: task {spec.name} needs a {self.head} head but the model "
-                               f"is {architecture_name(arch)}{hint}")
+            raise BertctlError(f"{where}: task {spec.name} needs a {role_name(self.head)} model "
+                               f"but the model is {architecture_name(arch)}{hint}")
 
     def resolve_labels(self, spec, model_task: dict | None, hf_config: dict[str, Any],
                        given: list[str] | None, where: str) -> tuple[str, ...] | None:
@@ -177,6 +173,18 @@ def check_options(options_model, spec) -> None:
 
 def architecture_name(arch: list[str]) -> str:
     return "/".join(arch) if arch else "a bare encoder (no architectures in config.json)"
+
+
+def model_roles(arch: list[str]) -> set[str]:
+    """The roles (model.architectures.ROLES) of the classes config.json's `architectures`
+    names, of any architecture."""
+    from bertctl.model import role_of
+
+    return {r for r in map(role_of, arch) if r is not None}
+
+
+def role_name(role: str) -> str:
+    return role.replace("_", " ")
 
 
 def logits_of(outputs: dict[str, np.ndarray], model_name: str = "the model") -> np.ndarray:

@@ -11,7 +11,7 @@ from bertctl.errors import BertctlError
 from bertctl.tasks import files
 from bertctl.tasks.registry import register
 from bertctl.tasks.sequence import SequenceFamily
-from bertctl.tasks.base import architecture_name
+from bertctl.tasks.base import architecture_name, model_roles, role_name
 from bertctl import metrics
 
 
@@ -35,28 +35,28 @@ def model_labels(model_task: dict | None, hf_config: dict[str, Any]) -> tuple[st
 
 
 def num_labels(hf_config: dict[str, Any]) -> int | None:
-    from bertctl.model import BertForSequenceClassification
+    from bertctl.model.roles import num_labels_of
 
-    return BertForSequenceClassification.kwargs_from_hf(hf_config).get("num_labels")
+    return num_labels_of(hf_config)
 
 
 class SequenceClassifierHead:
-    """The head rules shared by classification and regression: a BertForSequenceClassification
-    whose problem type and label count fit the task."""
+    """The head rules shared by classification and regression: a sequence classifier whose
+    problem type and label count fit the task."""
 
-    head = "BertForSequenceClassification"
+    head = "sequence_classification"
     regression = False
     soft_targets = {"logits": "classes"}
     feature_heads = ("linear",)     # on the combined [CLS] vector
 
     def check_head(self, hf_config, spec, label_list, where: str) -> None:
         arch = hf_config.get("architectures") or []
-        if self.head not in arch:
+        roles = model_roles(arch)
+        if self.head not in roles:
             hint = (" (fine-tune it first with bertctl finetune)"
-                    if "BertForMultipleChoice" not in arch else "")
-
-            raise BertctlError(f"{where}: task {spec.name} needs a {self.head} head but the "
-                               f"model is {architecture_name(arch)}{hint}")
+                    if "multiple_choice" not in roles else "")
+            raise BertctlError(f"{where}: task {spec.name} needs a {role_name(self.head)} "
+                               f"model but the model is {architecture_name(arch)}{hint}")
         problem = hf_config.get("problem_type")
         if problem == "multi_label_classification":
             raise BertctlError(f"{where}: a multi-label classifier; bertctl tasks have one label "

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from bertctl.errors import BertctlError
 from bertctl.tasks import files
-from bertctl.tasks.base import architecture_name
+from bertctl.tasks.base import architecture_name, model_roles
 from bertctl.tasks.registry import register
 from bertctl.tasks.sequence import SequenceFamily
 
@@ -15,7 +15,7 @@ class MultipleChoice(SequenceFamily):
     name = "multiple_choice"
     title = "Multiple choice"
     default_metric = "accuracy"
-    head = "BertForMultipleChoice"
+    head = "multiple_choice"
     soft_targets = {"logits": "classes"}   # one score per choice: a softmax over them
 
     def check_spec(self, spec) -> None:
@@ -35,9 +35,9 @@ class MultipleChoice(SequenceFamily):
 
     def check_head(self, hf_config, spec, label_list, where: str) -> None:
         arch = hf_config.get("architectures") or []
-        if self.head not in arch:
+        if self.head not in model_roles(arch):
             raise BertctlError(f"{where}: task {spec.name} is multiple choice but the model is "
-                               f"{architecture_name(arch)}, not a {self.head}")
+                               f"{architecture_name(arch)}, not a multiple choice model")
 
     def read_texts(self, spec, table, path, first_row=0):
         """Sentence A is the context; each choice is the prefix column (SWAG's sent2) and the

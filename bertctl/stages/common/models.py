@@ -50,20 +50,21 @@ class ModelSource:
         tok, lowercase, _ = tokenizer_mod.from_hf_directory(self.path)
         return tok, lowercase
 
-    def load(self, head_class=None, **head_kwargs):
-        """The model and its LoadReport; for an export, its graph run by onnxruntime (which
-        must hold `head_class`, when given)."""
-        from bertctl.model import LoadReport, load_model
+    def load(self, role: str | None = None, **head_kwargs):
+        """The model of `role` (bertctl.model.ROLES; None: the one config.json names) and its
+        LoadReport; for an export, its graph run by onnxruntime (which must be of `role`, when
+        given)."""
+        from bertctl.model import LoadReport, load_model, role_of
 
         if self.onnx is None:
-            return load_model(self.path, head_class, **head_kwargs)
+            return load_model(self.path, role, **head_kwargs)
         from bertctl.onnx_model import OnnxModel
 
         graph = self.onnx.graph
-        if head_class is not None and head_class.__name__ != graph:
-            hint = " (bertctl export --encoder)" if head_class.__name__ == "BertModel" else ""
+        if role is not None and role_of(graph) != role:
+            hint = " (bertctl export --encoder)" if role == "encoder" else ""
             raise BertctlError(f"{self.path}: is an export of a {graph}; this needs an export "
-                               f"of a {head_class.__name__}{hint}")
+                               f"of a {role.replace('_', ' ')} model{hint}")
         return OnnxModel(self.path / ONNX_FILE), LoadReport(source=str(self.path))
 
     def applied(self, config):
@@ -215,9 +216,7 @@ def load_encoder(source: ModelSource):
     a pooler (a masked LM alone, a replaced-token detector, a tagging or span QA model) is a
     complete encoder: it is built without one, so nothing random is run or exported; any other
     missing weight is refused."""
-    from bertctl.model import BertModel
-
-    model, report = source.load(BertModel)
+    model, report = source.load("encoder")
     if report.missing and all(k.startswith("pooler.") for k in report.missing):
         model.pooler = None
         report.missing = []

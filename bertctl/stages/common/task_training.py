@@ -58,9 +58,9 @@ class TaskJob:
     def spec_for(self, path: Path):
         return self.spec
 
-    def build_model(self, head_class, head_kwargs: dict):
+    def build_model(self, role: str, head_kwargs: dict):
         """(the model, its load report)."""
-        return self.source.load(head_class, **head_kwargs, **self.features)
+        return self.source.load(role, **head_kwargs, **self.features)
 
     def training_setup(self, work: Path) -> LoopSetup:
         return LoopSetup(self.model)
@@ -95,7 +95,7 @@ class TaskJob:
         self.dev_features = (family.encode(self.dev_examples, tok, self.max_len)
                              if self.dev_examples is not None else None)
         torch.manual_seed(config.seed)  # the new head's initial weights are part of --seed
-        self.model, report = self.build_model(family.head_class(),
+        self.model, report = self.build_model(family.head,
                                               family.head_kwargs(spec, self.label_list))
         if dist.is_main():
             self._log_summary(str(report))

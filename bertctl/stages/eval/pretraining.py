@@ -39,7 +39,7 @@ def run(config: EvalSettings, target: artifacts.Target, source: ModelSource,
     device = hardware.resolve_device(config.device)
     inputs = [source.ref, art.as_input("data")]
 
-    objective = objectives.for_checkpoint(source.hf_config.get("architectures") or [])
+    objective = objectives.for_checkpoint(source.hf_config)
 
     def build(tmp: Path) -> dict[str, Any]:
         dataset = PretrainingDataset(art.path, split)

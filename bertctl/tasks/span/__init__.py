@@ -81,7 +81,7 @@ class Span(Family):
     title = "Span QA"
     options_model = SpanOptions
     default_metric = "squad"
-    head = "BertForQuestionAnswering"
+    head = "question_answering"
     soft_targets = {"start_logits": "positions", "end_logits": "positions"}
     targets = ("start_positions", "end_positions")
     calibrates = True

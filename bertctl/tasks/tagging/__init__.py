@@ -17,7 +17,7 @@ The family object at the end of this module (`Tagging`, registered as "tagging",
     labels = label_list(types, "iob2")                          # the model's id2label
     features = encode_tagged(train, tokenizer, max_seq_length, doc_stride, document_context,
                              word_labels=label_ids(tags, labels))
-    batch = make_batch(features, indices)                       # BertForTokenClassification(**batch)
+    batch = make_batch(features, indices)                       # the token classifier(**batch)
 
     dev = read_tagged(dev_path); dev_scheme = check_scheme(dev, tag_scheme)
     check_known_types(dev, types)
@@ -103,7 +103,7 @@ class Tagging(Family):
     options_model = TaggingOptions
     default_metric = "conlleval"
     label_list = True
-    head = "BertForTokenClassification"
+    head = "token_classification"
     soft_targets = {"logits": "tokens"}
     marks = (IMITATED,)
     metric_in_percent = True   # conlleval's precision, recall and F1

@@ -1,0 +1,27 @@
+"""ModernBERT (Warner et al., 2024) as a bertctl architecture, saved as transformers'
+ModernBERT: config.py (the config and presets), encoder.py, heads.py."""
+
+from bertctl.model.architectures import Architecture, register
+from bertctl.model.modernbert.config import PRESETS, ModernBertConfig
+from bertctl.model.modernbert.encoder import ModernBertModel, flops_per_token
+from bertctl.model.modernbert.heads import (
+    ModernBertForMaskedLM,
+    ModernBertForMultipleChoice,
+    ModernBertForQuestionAnswering,
+    ModernBertForSequenceClassification,
+    ModernBertForTokenClassification,
+)
+
+register(Architecture(
+    name="modernbert", title="ModernBERT (Warner et al., 2024)", model_type="modernbert",
+    config_class=ModernBertConfig, presets=PRESETS, flops_per_token=flops_per_token,
+    # No next-sentence head and no ELECTRA discriminator: ModernBERT pretrains by masked LM.
+    heads={"encoder": ModernBertModel, "masked_lm": ModernBertForMaskedLM,
+           "sequence_classification": ModernBertForSequenceClassification,
+           "multiple_choice": ModernBertForMultipleChoice,
+           "question_answering": ModernBertForQuestionAnswering,
+           "token_classification": ModernBertForTokenClassification},
+    encoder_name="model", bare_prefixes=("embeddings.", "layers.", "final_norm."),
+    ignored_keys=("decoder.weight",)))
+
+__all__ = ["ModernBertConfig", "ModernBertModel"]

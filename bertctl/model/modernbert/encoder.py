@@ -1,0 +1,314 @@
+"""The ModernBERT encoder (Warner et al., 2024): pre-norm blocks with bias-free LayerNorm, GeGLU
+feed-forward, rotary positions, no biases, a global attention layer every third and local
+windows elsewhere, a final norm.
+
+Module and parameter names are transformers' `ModernBertModel`'s (`embeddings.tok_embeddings`,
+`layers.3.attn.Wqkv`, `final_norm`), so a state dict moves between the two unchanged. Padding
+is not removed as ModernBERT's research code does; bertctl's packed batches (several sequences a
+row, `data.collate.pack_batch`) fill rows instead, and the attention keeps their sequences apart,
+in the local windows too. Long inputs run local layers in blocks (`local_attention`), so their
+cost grows with the window, not the sequence.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+import torch.utils.checkpoint
+from torch import nn
+
+from bertctl.model.bert import attention_bias
+from bertctl.model.config import ACTIVATIONS
+from bertctl.model.dropout import Dropout
+from bertctl.model.modernbert.config import GLOBAL, ModernBertConfig
+
+
+class ModernBertEmbeddings(nn.Module):
+    """Token embeddings, norm, dropout: positions enter the attention (rotary), not here."""
+
+    def __init__(self, config: ModernBertConfig):
+        super().__init__()
+        self.tok_embeddings = nn.Embedding(config.vocab_size, config.hidden_size,
+                                           padding_idx=config.pad_token_id)
+        self.norm = nn.LayerNorm(config.hidden_size, eps=config.norm_eps, bias=config.norm_bias)
+        self.drop = Dropout(config.embedding_dropout)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.drop(self.norm(self.tok_embeddings(input_ids)))
+
+
+class Rotary(nn.Module):
+    """cos and sin of each position's angles, for one theta (global and local layers differ)."""
+
+    def __init__(self, head_size: int, theta: float):
+        super().__init__()
+        inv_freq = 1.0 / theta ** (torch.arange(0, head_size, 2, dtype=torch.float) / head_size)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def forward(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """positions (T,) or (B, T) -> cos, sin broadcastable to (B, heads, T, head_size)."""
+        angles = positions[..., None].float() * self.inv_freq
+        angles = torch.cat((angles, angles), dim=-1)
+        if angles.dim() == 3:
+            angles = angles[:, None]
+        return angles.cos(), angles.sin()
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x rotated by its positions' angles, in fp32 (bf16 angles lose the far positions)."""
+    dtype, x = x.dtype, x.float()
+    half = x.shape[-1] // 2
+    turned = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return (x * cos + turned * sin).to(dtype)
+
+
+def groups(attention_mask: torch.Tensor | None, packed: bool) -> torch.Tensor | None:
+    """Each token's sequence number in its row (0: padding), the one form both masks read."""
+    if attention_mask is None:
+        return None
+    return attention_mask.long() if packed else (attention_mask != 0).long()
+
+
+def local_mask(group: torch.Tensor | None, T: int, half: int,
+               device: torch.device) -> torch.Tensor:
+    """The (B or 1, 1, T, T) "may attend" mask of a local layer: within `half` positions, in
+    the same sequence, never a padding key. Every token also sees itself, so a padding row far
+    from any token still has a key (SDPA gives NaN for a row with none)."""
+    i = torch.arange(T, device=device)
+    band = (i[:, None] - i[None, :]).abs() <= half
+    if group is None:
+        return band[None, None]
+    allowed = (group[:, :, None] == group[:, None, :]) | (group[:, :, None] == 0)
+    allowed = allowed & (group[:, None, :] > 0) & band
+    return (allowed | torch.eye(T, dtype=torch.bool, device=device))[:, None]
+
+
+def blocked_local_attention(q, k, v, group: torch.Tensor | None, half: int,
+                            dropout_p: float) -> torch.Tensor:
+    """Local attention computed block by block: the queries of each block of `half` positions
+    against the 3 * half keys that can reach them. The same result as the full (T, T) mask,
+    at a cost that grows with T * half instead of T * T."""
+    B, heads, T, d = q.shape
+    c = half
+    nb = -(-T // c)
+    tail = nb * c - T
+    qb = F.pad(q, (0, 0, 0, tail)).view(B, heads, nb, c, d)
+
+    def windows(t: torch.Tensor) -> torch.Tensor:   # (B, h, T, d) -> (B, h, nb, 3c, d)
+        return F.pad(t, (0, 0, c, c + tail)).unfold(2, 3 * c, c).transpose(-1, -2)
+
+    kb, vb = windows(k), windows(v)
+    r = torch.arange(c, device=q.device)[:, None]
+    s = torch.arange(3 * c, device=q.device)[None, :]
+    band = ((r + c) - s).abs() <= c                            # (c, 3c)
+    g = torch.ones(B, T, dtype=torch.long, device=q.device) if group is None else group
+    qg = F.pad(g, (0, tail)).view(B, nb, c)
+    kg = F.pad(g, (c, c + tail)).unfold(1, 3 * c, c)           # (B, nb, 3c); 0 off the ends
+    allowed = ((qg[..., :, None] == kg[..., None, :]) | (qg[..., :, None] == 0))
+    allowed = allowed & (kg[..., None, :] > 0) & band
+    allowed = allowed | (s == r + c)                           # each token sees itself
+    y = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=allowed[:, None],
+                                       dropout_p=dropout_p)
+    return y.reshape(B, heads, nb * c, d)[:, :, :T]
+
+
+class ModernBertAttention(nn.Module):
+    def __init__(self, config: ModernBertConfig, is_global: bool):
+        super().__init__()
+        self.num_heads = config.num_attention_heads
+        self.is_global = is_global
+        self.half = config.half_window
+        self.Wqkv = nn.Linear(config.hidden_size, 3 * config.hidden_size,
+                              bias=config.attention_bias)
+        self.Wo = nn.Linear(config.hidden_size, config.hidden_size, bias=config.attention_bias)
+        self.dropout_p = config.attention_dropout
+        self.out_drop = Dropout(config.attention_dropout)
+
+    def forward(self, x: torch.Tensor, masks: dict[str, Any],
+                rotary: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        B, T, H = x.shape
+        qkv = self.Wqkv(x).view(B, T, 3, self.num_heads, H // self.num_heads)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)       # each (B, heads, T, head_size)
+        q, k = rotate(q, *rotary), rotate(k, *rotary)
+        p = self.dropout_p if self.training else 0.0
+        # (`exporting` first: a comparison with T would fix the exported graph's length)
+        if self.is_global or (not masks["exporting"] and T - 1 <= self.half):
+            # (a window that spans the input is global)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=masks["global"],
+                                               dropout_p=p)
+        elif not masks["exporting"] and T > 4 * self.half:
+            y = blocked_local_attention(q, k, v, masks["group"], self.half, p)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=masks["local"], dropout_p=p)
+        return self.out_drop(self.Wo(y.transpose(1, 2).reshape(B, T, H)))
+
+
+class ModernBertMLP(nn.Module):
+    """GeGLU: the input projection gives a value and a gate; act(value) * gate is projected
+    back."""
+
+    def __init__(self, config: ModernBertConfig):
+        super().__init__()
+        self.Wi = nn.Linear(config.hidden_size, 2 * config.intermediate_size,
+                            bias=config.mlp_bias)
+        self.act = ACTIVATIONS[config.hidden_activation]
+        self.drop = Dropout(config.mlp_dropout)
+        self.Wo = nn.Linear(config.intermediate_size, config.hidden_size, bias=config.mlp_bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        value, gate = self.Wi(x).chunk(2, dim=-1)
+        return self.Wo(self.drop(self.act(value) * gate))
+
+
+class ModernBertEncoderLayer(nn.Module):
+    """Pre-norm: x + attn(norm(x)), then x + mlp(norm(x)). The first layer's input is the
+    embeddings' norm already, so it has no attention norm (as transformers')."""
+
+    def __init__(self, config: ModernBertConfig, index: int):
+        super().__init__()
+        self.is_global = config.layer_types[index] == GLOBAL
+        self.attn_norm = (nn.Identity() if index == 0 else
+                          nn.LayerNorm(config.hidden_size, eps=config.norm_eps,
+                                       bias=config.norm_bias))
+        self.attn = ModernBertAttention(config, self.is_global)
+        self.mlp_norm = nn.LayerNorm(config.hidden_size, eps=config.norm_eps,
+                                     bias=config.norm_bias)
+        self.mlp = ModernBertMLP(config)
+
+    def forward(self, x: torch.Tensor, masks: dict[str, Any],
+                rotary: dict[bool, tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+        x = x + self.attn(self.attn_norm(x), masks, rotary[self.is_global])
+        return x + self.mlp(self.mlp_norm(x))
+
+
+def init_modernbert_weights(model: nn.Module, config: ModernBertConfig) -> None:
+    """ModernBERT's initialisation: truncated normals (at `initializer_cutoff_factor` standard
+    deviations), the residual branches' output projections scaled down by sqrt(2L), norms 1."""
+    std = config.initializer_range
+    out_std = std / (2.0 * config.num_hidden_layers) ** 0.5
+
+    def normal(weight: torch.Tensor, s: float) -> None:
+        cut = config.initializer_cutoff_factor * s
+        nn.init.trunc_normal_(weight, mean=0.0, std=s, a=-cut, b=cut)
+
+    for name, module in model.named_modules():
+        if isinstance(module, nn.Linear):
+            normal(module.weight, out_std if name.endswith("Wo") else std)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            normal(module.weight, std)
+        elif isinstance(module, nn.LayerNorm):
+            nn.init.ones_(module.weight)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+
+
+class ModernBertModel(nn.Module):
+    """forward(input_ids, token_type_ids=None, attention_mask=None, output_hidden_states=False,
+    num_layers=None, position_ids=None, sequence_starts=None), as `bert.BertModel`'s:
+    token_type_ids are taken and not read (ModernBERT has no segments; a pair is told apart by
+    its [SEP]). "hidden_states" are the embeddings' output, each layer's, and the last after
+    the final norm (as transformers gives them). There is no pooler ("pooler_output" is
+    None): the heads pool (`classifier_pooling`)."""
+
+    def __init__(self, config: ModernBertConfig):
+        super().__init__()
+        self.config = config
+        self.embeddings = ModernBertEmbeddings(config)
+        self.layers = nn.ModuleList(ModernBertEncoderLayer(config, i)
+                                    for i in range(config.num_hidden_layers))
+        self.final_norm = nn.LayerNorm(config.hidden_size, eps=config.norm_eps,
+                                       bias=config.norm_bias)
+        # (not a ModuleDict keyed "global": a Python keyword breaks torch.export's code)
+        self.global_rotary = Rotary(config.head_size, config.global_rope_theta)
+        self.local_rotary = Rotary(config.head_size, config.local_rope_theta)
+        init_modernbert_weights(self, config)
+        self.gradient_checkpointing = False
+
+    def compile_layers(self) -> None:
+        """torch.compile each layer in place (see `bert.BertModel.compile_layers`)."""
+        for layer in self.layers:
+            layer.compile()
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None,
+                output_hidden_states: bool = False, num_layers: int | None = None,
+                position_ids: torch.Tensor | None = None,
+                sequence_starts: torch.Tensor | None = None) -> dict[str, Any]:
+        del sequence_starts   # read by the heads that pool
+        T = input_ids.size(1)
+        if T > self.config.max_position_embeddings:
+            raise ValueError(f"sequence length {T} exceeds max_position_embeddings "
+                             f"{self.config.max_position_embeddings}")
+        packed = position_ids is not None
+        group, half = groups(attention_mask, packed), self.config.half_window
+        # An exported graph takes any length: one path, the full local mask, whatever T.
+        exporting = torch.compiler.is_exporting() or torch.onnx.is_in_onnx_export()
+        masks: dict[str, Any] = {"global": attention_bias(attention_mask, packed),
+                                 "group": group, "local": None, "exporting": exporting}
+        if (exporting or half < T - 1 <= 4 * half - 1) and \
+                not all(layer.is_global for layer in self.layers):
+            masks["local"] = local_mask(group, T, half, input_ids.device)
+        positions = position_ids if packed else torch.arange(T, device=input_ids.device)
+        rotary = {True: self.global_rotary(positions), False: self.local_rotary(positions)}
+        x = self.embeddings(input_ids)
+        states = [x]
+        layers = self.layers if num_layers is None else self.layers[:num_layers]
+        recompute = self.gradient_checkpointing and self.training and torch.is_grad_enabled()
+        for layer in layers:
+            if recompute:
+                x = torch.utils.checkpoint.checkpoint(layer, x, masks, rotary,
+                                                      use_reentrant=False)
+            else:
+                x = layer(x, masks, rotary)
+            states.append(x)
+        if len(layers) == len(self.layers):
+            x = states[-1] = self.final_norm(x)
+        return {
+            "last_hidden_state": x,
+            "pooler_output": None,
+            **({"hidden_states": tuple(states)} if output_hidden_states else {}),
+        }
+
+    def hidden_state_modules(self) -> list[nn.Module]:
+        """The modules whose outputs are the hidden states 0 to L (the last before the final
+        norm)."""
+        return [self.embeddings, *self.layers]
+
+    def layer_state(self, layers: list[int], state: dict[str, torch.Tensor] | None = None,
+                    prefix: str = "") -> dict[str, torch.Tensor]:
+        """`state` with only `layers`, renumbered from 0 (see `bert.BertModel.layer_state`).
+        A layer moved to position 0 drops its attention norm (the first layer has none)."""
+        state = self.state_dict() if state is None else state
+        head = f"{prefix}layers."
+        renumber = {old: new for new, old in enumerate(layers)}
+        kept = {}
+        for key, tensor in state.items():
+            if not key.startswith(head):
+                kept[key] = tensor
+                continue
+            index, rest = key[len(head):].split(".", 1)
+            new = renumber.get(int(index))
+            if new is not None and not (new == 0 and rest.startswith("attn_norm.")):
+                kept[f"{head}{new}.{rest}"] = tensor
+        return kept
+
+    def num_parameters(self, exclude_embeddings: bool = False) -> int:
+        skip = {id(p) for p in self.embeddings.parameters()} if exclude_embeddings else set()
+        return sum(p.numel() for p in self.parameters() if id(p) not in skip)
+
+
+def flops_per_token(config: ModernBertConfig, seq_len: int, mlm_fraction: float = 0.15,
+                    training: bool = True) -> float:
+    """Matmul FLOPs per input token (see `bert.flops_per_token`); local layers' attention
+    spans at most `local_attention` + 1 keys."""
+    H, I, V = config.hidden_size, config.intermediate_size, config.vocab_size
+    total = 0.0
+    for kind in config.layer_types:
+        keys = seq_len if kind == GLOBAL else min(seq_len, 2 * config.half_window + 1)
+        total += 2 * (4 * H * H + 3 * H * I) + 2 * 2 * keys * H
+    total += mlm_fraction * 2 * (H * H + H * V)
+    return total * (3 if training else 1)

@@ -1,0 +1,182 @@
+"""What a head of each role takes and returns, for any architecture: the masked LM's outputs
+(`masked_lm`) and the fine-tuning roles (`SequenceClassifier`, `MultipleChoice`,
+`QuestionAnswering`, `TokenClassifier`). An architecture's head class mixes a role in and says
+how it pools (`_pool`), how its classifier reads a vector (`_classify`) and how it scores spans
+(`_span_logits`); its encoder is at `encoder`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from bertctl.data import IGNORE_INDEX
+
+
+def masked_lm(predict: Callable[[torch.Tensor], torch.Tensor], hidden: torch.Tensor,
+              labels: torch.Tensor | None) -> dict[str, torch.Tensor]:
+    """The masked-LM outputs of the head `predict` (hidden states -> vocabulary logits): with
+    `labels` ((B, T), IGNORE_INDEX where nothing is predicted) the hidden states of the labelled positions are gathered *before* the head (only ~15% of
+    positions pay for the vocabulary projection, which for small models costs more than the
+    whole encoder), and the loss over them."""
+    out: dict[str, torch.Tensor] = {}
+    if labels is not None:
+        flat = labels.reshape(-1)
+        where = (flat != IGNORE_INDEX).nonzero().squeeze(1)
+        hidden = hidden.reshape(-1, hidden.size(-1)).index_select(0, where)
+        out["mlm_targets"] = flat.index_select(0, where)
+    out["mlm_logits"] = predict(hidden)
+    if labels is not None:
+        if out["mlm_targets"].numel():
+            out["mlm_loss"] = F.cross_entropy(out["mlm_logits"].float(), out["mlm_targets"])
+        else:  # nothing masked in this batch: a zero that still reaches every parameter
+            out["mlm_loss"] = out["mlm_logits"].sum() * 0.0
+    return out
+
+
+
+
+
+class SequenceClassifier:
+    """A classifier on a pooled sequence vector: classification (CE) or regression (MSE, one
+    output)."""
+
+    PROBLEM_TYPES = ("single_label_classification", "regression")
+    supports_packing = True
+
+    def _problem(self, num_labels: int | None, problem_type: str) -> int:
+        if problem_type not in self.PROBLEM_TYPES:
+            raise ValueError(f"problem_type must be one of {self.PROBLEM_TYPES}, got {problem_type!r}")
+        if num_labels is None:
+            num_labels = 1 if problem_type == "regression" else 2
+        if problem_type == "regression" and num_labels != 1:
+            raise ValueError(f"regression has one output, got num_labels={num_labels}")
+        self.num_labels, self.problem_type = num_labels, problem_type
+        return num_labels
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None,
+                labels: torch.Tensor | None = None,
+                position_ids: torch.Tensor | None = None,
+                sequence_starts: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        pooled = self._pool(input_ids, token_type_ids, attention_mask, position_ids,
+                            sequence_starts)
+        if self.problem_type == "regression":
+            # A score is read as a number, not an argmax: bf16's 8 bits of mantissa would round
+            # STS-B's 0-5 scores to steps of 1/64 and tie their ranks (Spearman). One output
+            # costs nothing to compute in fp32, under autocast or not.
+            with torch.autocast(pooled.device.type, enabled=False):
+                logits = self._classify(pooled.float())
+        else:
+            logits = self._classify(pooled)
+        out = {"logits": logits}
+        if labels is not None:
+            if self.problem_type == "regression":
+                out["loss"] = F.mse_loss(logits.float().squeeze(-1), labels.float().reshape(-1))
+            else:
+                out["loss"] = F.cross_entropy(logits.float(), labels.reshape(-1))
+        return out
+
+    def hf_config(self) -> dict[str, Any]:
+        return {"problem_type": self.problem_type, **label_maps(self.num_labels),
+                **self._feature_config()}
+
+    @classmethod
+    def kwargs_from_hf(cls, hf_config: dict[str, Any]) -> dict[str, Any]:
+        kwargs = {"num_labels": num_labels_of(hf_config), **cls._feature_kwargs(hf_config)}
+        if hf_config.get("problem_type") in cls.PROBLEM_TYPES:
+            kwargs["problem_type"] = hf_config["problem_type"]
+        elif kwargs["num_labels"] == 1:
+            kwargs["problem_type"] = "regression"
+        return {k: v for k, v in kwargs.items() if v is not None}
+
+
+class MultipleChoice:
+    """One score per (context, choice) pair from the pooled vector; softmax over the choices.
+    Inputs are (B, C, T); the C choices run through the encoder as C * B sequences."""
+
+    input_rank = 3
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None,
+                labels: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        B, C, T = input_ids.shape
+
+        def flat(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else t.reshape(B * C, T)
+
+        pooled = self._pool(flat(input_ids), flat(token_type_ids), flat(attention_mask))
+        logits = self._classify(pooled).view(B, C)
+        out = {"logits": logits}
+        if labels is not None:
+            out["loss"] = F.cross_entropy(logits.float(), labels.reshape(-1))
+        return out
+
+
+class QuestionAnswering:
+    """Start and end logits per token for extractive span QA (SQuAD).
+
+    Gold positions outside the window (>= T, e.g. an answer cut off by the doc stride) carry no
+    loss, as in HF; the loss is the mean of the start and end cross-entropies.
+    """
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None,
+                start_positions: torch.Tensor | None = None,
+                end_positions: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        hidden = self.encoder(input_ids, token_type_ids, attention_mask)["last_hidden_state"]
+        start_logits, end_logits = self._span_logits(hidden).float().unbind(-1)
+        out = {"start_logits": start_logits, "end_logits": end_logits}
+        if start_positions is not None and end_positions is not None:
+            T = start_logits.size(1)
+            start = start_positions.reshape(-1).clamp(0, T)
+            end = end_positions.reshape(-1).clamp(0, T)
+            out["loss"] = (F.cross_entropy(start_logits, start, ignore_index=T)
+                           + F.cross_entropy(end_logits, end, ignore_index=T)) / 2
+        return out
+
+    def hf_config(self) -> dict[str, Any]:
+        return label_maps(2)  # HF sizes the span output by num_labels, which defaults to 2
+
+
+class TokenClassifier:
+    """Per-token labels (NER tagging); positions labelled IGNORE_INDEX carry no loss."""
+
+    supports_packing = True
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None,
+                labels: torch.Tensor | None = None,
+                position_ids: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        hidden = self._sequence(input_ids, token_type_ids, attention_mask, position_ids)
+        logits = self._classify(hidden)
+        out = {"logits": logits}
+        if labels is not None:
+            out["loss"] = F.cross_entropy(logits.float().reshape(-1, self.num_labels),
+                                          labels.reshape(-1), ignore_index=IGNORE_INDEX)
+        return out
+
+    def hf_config(self) -> dict[str, Any]:
+        return {**label_maps(self.num_labels), **self._feature_config()}
+
+    @classmethod
+    def kwargs_from_hf(cls, hf_config: dict[str, Any]) -> dict[str, Any]:
+        n = num_labels_of(hf_config)
+        return {**({} if n is None else {"num_labels": n}), **cls._feature_kwargs(hf_config)}
+
+
+def label_maps(num_labels: int) -> dict[str, Any]:
+    # HF derives num_labels from id2label; these placeholders are what it writes by default.
+    # The caller's real label names (extra_config) replace them.
+    return {"id2label": {str(i): f"LABEL_{i}" for i in range(num_labels)},
+            "label2id": {f"LABEL_{i}": i for i in range(num_labels)}}
+
+
+def num_labels_of(hf_config: dict[str, Any]) -> int | None:
+    if isinstance(hf_config.get("id2label"), dict) and hf_config["id2label"]:
+        return len(hf_config["id2label"])
+    n = hf_config.get("num_labels")
+    return n if isinstance(n, int) and n > 0 else None
