@@ -19,9 +19,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from bertctl.errors import BertctlError
 from bertctl.hardware import auto_precision
 
-# A sequence length setting's bounds (data, fine-tuning, eval, embed: one declaration), and the
-# length where neither the user nor the model says one (the paper's fine-tuning length).
-SEQ_LENGTH = {"ge": 8, "le": 512}
+# A sequence length setting's bounds (data, fine-tuning, eval, embed: one declaration; 8192 is
+# ModernBERT's context, and a model's own positions bound it further), and the length where
+# neither the user nor the model says one (the paper's fine-tuning length).
+SEQ_LENGTH = {"ge": 8, "le": 8192}
 DEFAULT_LENGTH = 128
 
 # The --help panels, in the order a reader looks for them.

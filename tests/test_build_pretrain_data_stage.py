@@ -82,7 +82,7 @@ def test_slices_combine_into_the_whole(tmp_path, small_tokenizer, cli, built):
 
 @pytest.mark.parametrize("args, message", [
     (["--max-seq-length", "4"], "setting 'max_seq_length' = 4"),
-    (["--max-seq-length", "1000"], "less than or equal to 512"),
+    (["--max-seq-length", "9000"], "less than or equal to 8192"),
     (["--masked-lm-prob", "1.5"], "setting 'masked_lm_prob' = 1.5"),
     (["--num-shards", "2", "--shard-index", "2"], "shard_index 2 must be below num_shards 2"),
     (["--masking", "sometimes"], "setting 'masking' = 'sometimes'"),

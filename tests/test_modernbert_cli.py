@@ -1,0 +1,169 @@
+"""`--architecture modernbert` through every stage, on the command line: pretrain (mlm), every
+family's finetune and eval, embed, export (fp32 and int8, with --check), distill, and the
+pretraining metrics; the artifacts are transformers' ModernBERT directories. And the bad
+inputs of the architecture, each one line and exit 2 before any work."""
+
+import json
+
+import pytest
+import torch
+
+from conftest import FAMILY_DATA, _made
+
+TINY_MODERN = ["--architecture", "modernbert", "--model-size", "tiny", "--hidden-size", "32",
+               "--num-attention-heads", "2", "--intermediate-size", "48",
+               "--max-position-embeddings", "256"]
+
+
+@pytest.fixture(scope="module")
+def modern(tmp_path_factory, continuous_data):
+    return _made(tmp_path_factory, "modern", "pretrain", continuous_data, "--objective", "mlm",
+                 *TINY_MODERN, "--steps", "6", "--batch-size", "8", "--lr", "2e-3",
+                 "--eval-every", "3", "--eval-batches", "2")
+
+
+@pytest.fixture(scope="module")
+def modern_tasks(tmp_path_factory, modern):
+    """One fine-tuned tiny ModernBERT per family."""
+    made = {}
+    for family, (data, _) in FAMILY_DATA.items():
+        made[family] = _made(tmp_path_factory, f"modern-{family}", "finetune", modern, *data,
+                             "--steps", "4", "--batch-size", "8")
+    return made
+
+
+def _one_line(r, *parts):
+    assert r.exit_code == 2, (r.exit_code, r.stderr)
+    lines = [x for x in r.stderr.strip().splitlines() if x.strip()]
+    assert len(lines) == 1, r.stderr
+    for part in parts:
+        assert part in lines[0], lines[0]
+
+
+def test_pretrained_modernbert_is_what_transformers_loads(modern):
+    transformers = pytest.importorskip("transformers")
+    config = json.loads((modern / "config.json").read_text())
+    assert config["model_type"] == "modernbert"
+    assert config["architectures"] == ["ModernBertForMaskedLM"]
+    manifest = json.loads((modern / "artifact.json").read_text())
+    assert manifest["config"]["architecture"] == "modernbert"
+    assert manifest["stats"]["architecture"] == "ModernBertForMaskedLM"
+    assert "ModernBertForMaskedLM" in (modern / "README.md").read_text()
+
+    tok = transformers.AutoTokenizer.from_pretrained(str(modern))
+    enc = tok(["Alice was beginning to get very tired.", "Down the rabbit hole."],
+              padding=True, return_tensors="pt")
+    assert config["cls_token_id"] == tok.cls_token_id and config["pad_token_id"] == 0
+    hf = transformers.AutoModelForMaskedLM.from_pretrained(str(modern)).eval()
+    from bertctl.model import load_model
+
+    ours, report = load_model(modern)
+    assert report.complete, report
+    with torch.no_grad():
+        got = ours.eval()(enc["input_ids"], None, enc["attention_mask"])["mlm_logits"]
+        ref = hf(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).logits
+    real = enc["attention_mask"].bool()
+    torch.testing.assert_close(got[real], ref[real], atol=1e-5, rtol=1e-5)
+
+
+def test_pretraining_metrics_of_a_modernbert(cli, modern, continuous_data, tmp_path):
+    r = cli("eval", modern, continuous_data, "--out", tmp_path / "ev")
+    assert r.exit_code == 0, r.stderr
+    metrics = json.loads((tmp_path / "ev" / "metrics.json").read_text())
+    assert metrics["mlm_accuracy"] >= 0 and metrics["perplexity"] > 1
+
+
+@pytest.mark.parametrize("family", sorted(FAMILY_DATA))
+def test_every_family_finetunes_and_evaluates_a_modernbert(family, modern_tasks, cli, tmp_path):
+    model = modern_tasks[family]
+    config = json.loads((model / "config.json").read_text())
+    assert config["model_type"] == "modernbert"
+    assert config["architectures"][0].startswith("ModernBertFor")
+    r = cli("eval", model, FAMILY_DATA[family][1], "--out", tmp_path / "ev")
+    assert r.exit_code == 0, r.stderr
+    metrics = json.loads((tmp_path / "ev" / "metrics.json").read_text())
+    assert metrics, "no metrics"
+
+
+def test_a_finetuned_modernbert_is_transformers_own_class(modern_tasks):
+    transformers = pytest.importorskip("transformers")
+    for family in ("single", "tagging", "span", "multiple_choice"):
+        directory = modern_tasks[family]
+        name = json.loads((directory / "config.json").read_text())["architectures"][0]
+        hf = getattr(transformers, name).from_pretrained(str(directory))
+        assert type(hf).__name__ == name
+
+
+@pytest.mark.parametrize("quantize", [[], ["--quantize", "int8"]])
+def test_export_of_a_modernbert_is_checked_and_runs(quantize, modern_tasks, cli, tmp_path):
+    pytest.importorskip("onnxruntime")
+    data, dev = FAMILY_DATA["single"]
+    r = cli("export", modern_tasks["single"], "--out", tmp_path / "ex", "--check", dev,
+            *quantize)
+    assert r.exit_code == 0, r.stderr
+    stats = json.loads((tmp_path / "ex" / "artifact.json").read_text())["stats"]
+    assert stats["onnx"]["graph"] == "ModernBertForSequenceClassification"
+    assert stats["check"]["agreement"] >= (0.9 if quantize else 0.999)
+    r = cli("eval", tmp_path / "ex", dev, "--out", tmp_path / "ev")
+    assert r.exit_code == 0, r.stderr
+
+
+def test_exported_modernbert_encoder_equals_transformers(modern, cli, tmp_path):
+    pytest.importorskip("onnxruntime")
+    transformers = pytest.importorskip("transformers")
+    from bertctl.onnx_model import OnnxModel
+
+    r = cli("export", modern, "--out", tmp_path / "enc")
+    assert r.exit_code == 0, r.stderr
+    config = json.loads((tmp_path / "enc" / "config.json").read_text())
+    assert config["architectures"] == ["ModernBertModel"]
+    hf = transformers.AutoModel.from_pretrained(str(modern)).eval()
+    torch.manual_seed(0)
+    ids = torch.randint(5, 400, (2, 150))    # past the 128-token window: local layers matter
+    mask = torch.ones_like(ids)
+    mask[1, 90:] = 0
+    got = OnnxModel(tmp_path / "enc" / "model.onnx", threads=1)(ids, torch.zeros_like(ids),
+                                                                 mask)
+    with torch.no_grad():
+        ref = hf(input_ids=ids, attention_mask=mask, output_hidden_states=True)
+    real = mask.bool()
+    for a, b in zip(got["hidden_states"], ref.hidden_states):
+        torch.testing.assert_close(a[real], b[real], atol=1e-4, rtol=1e-4)
+
+
+def test_embed_and_distill_take_a_modernbert(modern, modern_tasks, cli, tmp_path):
+    data, dev = FAMILY_DATA["single"]
+    r = cli("embed", modern, dev, "--text-column", "sentence", "--out", tmp_path / "emb")
+    assert r.exit_code == 0, r.stderr
+    r = cli("distill", modern_tasks["single"], *data, "--out", tmp_path / "student",
+            "--steps", "3", "--batch-size", "8", "--student-layers", "0,2")
+    assert r.exit_code == 0, r.stderr
+    config = json.loads((tmp_path / "student" / "config.json").read_text())
+    assert config["model_type"] == "modernbert" and config["num_hidden_layers"] == 2
+    # Each kept layer keeps its kind: layer 0 global, layer 2 local.
+    assert config["layer_types"] == ["full_attention", "sliding_attention"]
+
+
+def test_bad_architecture_inputs_are_one_line_before_any_work(cli, continuous_data,
+                                                              tiny_pretrained, modern, tmp_path):
+    out = tmp_path / "out"
+    base = ["pretrain", continuous_data, "--out", out, "--steps", "2", "--batch-size", "4"]
+    _one_line(cli(*base, "--architecture", "modernbertz", "--objective", "mlm"),
+              "unknown architecture 'modernbertz'", "bert, modernbert")
+    _one_line(cli(*base, "--architecture", "modernbert"),
+              "--objective bert cannot train --architecture modernbert", "mlm")
+    _one_line(cli(*base, "--architecture", "modernbert", "--objective", "electra"),
+              "--objective electra cannot train --architecture modernbert")
+    _one_line(cli(*base, "--objective", "mlm", "--architecture", "modernbert", "--init-from",
+                  tiny_pretrained), str(tiny_pretrained), "is a bert model")
+    _one_line(cli(*base, "--objective", "mlm", "--architecture", "bert", "--init-from", modern),
+              "is a modernbert model")
+    hf = json.loads((modern / "config.json").read_text())
+    hf["rope_parameters"]["sliding_attention"]["rope_type"] = "linear"
+    (tmp_path / "config.json").write_text(json.dumps(hf))
+    _one_line(cli(*base, "--objective", "mlm", "--model-config", tmp_path / "config.json"),
+              "rope_parameters.sliding_attention.rope_type 'linear' is not supported")
+    data, _ = FAMILY_DATA["single"]
+    _one_line(cli("finetune", modern, *data, "--out", out, "--steps", "1",
+                  "--max-seq-length", "512"), "512")
+    assert not out.exists()
