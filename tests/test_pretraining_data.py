@@ -528,7 +528,7 @@ def test_all_documents_held_out_is_an_error(tmp_path, corpus, tokenizer):
 
 
 def test_settings_are_checked(tmp_path, tokenizer):
-    for bad in (dict(max_seq_length=4), dict(max_seq_length=513), dict(masked_lm_prob=0.0),
+    for bad in (dict(max_seq_length=4), dict(max_seq_length=8193), dict(masked_lm_prob=0.0),
                 dict(masked_lm_prob=1.0), dict(masking="sometimes"), dict(dupe_factor=0),
                 dict(validation_fraction=1.0)):
         with pytest.raises(BertctlError, match="build-pretrain-data: "):
