@@ -279,22 +279,30 @@ class BertModel(nn.Module):
                     prefix: str = "") -> dict[str, torch.Tensor]:
         """`state` (this model's by default; keys under `prefix`) with only `layers` of the
         encoder, renumbered from 0."""
-        state = self.state_dict() if state is None else state
-        layer = f"{prefix}encoder.layer."
-        renumber = {old: new for new, old in enumerate(layers)}
-        kept = {}
-        for key, tensor in state.items():
-            if not key.startswith(layer):
-                kept[key] = tensor
-                continue
-            index, rest = key[len(layer):].split(".", 1)
-            if int(index) in renumber:
-                kept[f"{layer}{renumber[int(index)]}.{rest}"] = tensor
-        return kept
+        return keep_layers(self.state_dict() if state is None else state,
+                           f"{prefix}encoder.layer.", layers)
 
     def num_parameters(self, exclude_embeddings: bool = False) -> int:
         skip = {id(p) for p in self.embeddings.parameters()} if exclude_embeddings else set()
         return sum(p.numel() for p in self.parameters() if id(p) not in skip)
+
+
+def keep_layers(state: dict[str, torch.Tensor], layer: str, layers: list[int],
+                drop=lambda new, rest: False) -> dict[str, torch.Tensor]:
+    """`state` with only the `layers` of the list whose keys start with `layer` (`encoder.layer.`),
+    renumbered from 0; `drop(new index, rest of the key)` leaves out what the layer at its new
+    place does not have."""
+    renumber = {old: new for new, old in enumerate(layers)}
+    kept = {}
+    for key, tensor in state.items():
+        if not key.startswith(layer):
+            kept[key] = tensor
+            continue
+        index, rest = key[len(layer):].split(".", 1)
+        new = renumber.get(int(index))
+        if new is not None and not drop(new, rest):
+            kept[f"{layer}{new}.{rest}"] = tensor
+    return kept
 
 
 def flops_per_token(config: BertConfig, seq_len: int, mlm_fraction: float = 0.15,
@@ -314,5 +322,5 @@ def flops_per_token(config: BertConfig, seq_len: int, mlm_fraction: float = 0.15
     return forward * (3 if training else 1)
 
 
-__all__ = ["BertModel", "attention_bias",
+__all__ = ["BertModel", "attention_bias", "keep_layers",
            "first_tokens", "flops_per_token", "init_bert_weights"]

@@ -53,26 +53,11 @@ class BertConfig:
 
     def validate(self) -> None:
         """Raise BertctlError for settings no BERT can be built from."""
-        def bad(problem: str) -> BertctlError:
-            return BertctlError(f"model config: {problem}")
-
-        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                     "intermediate_size", "max_position_embeddings", "type_vocab_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise bad(f"{name} must be a positive integer, got {value!r}")
-        if self.hidden_size % self.num_attention_heads:
-            raise bad(f"hidden_size {self.hidden_size} is not a multiple of "
-                      f"num_attention_heads {self.num_attention_heads}")
-        if self.hidden_act not in ACTIVATIONS:
-            raise bad(f"hidden_act {self.hidden_act!r} is not supported "
-                      f"(one of {', '.join(sorted(ACTIVATIONS))})")
-        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                raise bad(f"{name} must be in [0, 1), got {getattr(self, name)!r}")
-        if self.pad_token_id is not None and not 0 <= self.pad_token_id < self.vocab_size:
-            raise bad(f"pad_token_id {self.pad_token_id} is outside the vocabulary "
-                      f"of {self.vocab_size}")
+        check_config(self, ("vocab_size", "hidden_size", "num_hidden_layers",
+                            "num_attention_heads", "intermediate_size",
+                            "max_position_embeddings", "type_vocab_size"),
+                     rates=("hidden_dropout_prob", "attention_probs_dropout_prob"),
+                     activations=("hidden_act",))
 
     @property
     def head_size(self) -> int:
@@ -143,6 +128,33 @@ class BertConfig:
         return cls(num_hidden_layers=num_hidden_layers or layers, hidden_size=hidden,
                    num_attention_heads=num_attention_heads or heads,
                    intermediate_size=intermediate_size or 4 * hidden, **overrides)
+
+
+def check_config(config, positive: tuple[str, ...], rates: tuple[str, ...],
+                 activations: tuple[str, ...]) -> None:
+    """The checks every architecture's config makes (BertctlError "model config: ..."): the
+    `positive` fields are positive integers, the dropout `rates` in [0, 1), the activations
+    known, the heads divide the width and the padding id is in the vocabulary."""
+    def bad(problem: str) -> BertctlError:
+        return BertctlError(f"model config: {problem}")
+
+    for name in positive:
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise bad(f"{name} must be a positive integer, got {value!r}")
+    if config.hidden_size % config.num_attention_heads:
+        raise bad(f"hidden_size {config.hidden_size} is not a multiple of "
+                  f"num_attention_heads {config.num_attention_heads}")
+    for name in activations:
+        if getattr(config, name) not in ACTIVATIONS:
+            raise bad(f"{name} {getattr(config, name)!r} is not supported "
+                      f"(one of {', '.join(sorted(ACTIVATIONS))})")
+    for name in rates:
+        if not 0.0 <= getattr(config, name) < 1.0:
+            raise bad(f"{name} must be in [0, 1), got {getattr(config, name)!r}")
+    if config.pad_token_id is not None and not 0 <= config.pad_token_id < config.vocab_size:
+        raise bad(f"pad_token_id {config.pad_token_id} is outside the vocabulary "
+                  f"of {config.vocab_size}")
 
 
 # (layers, hidden, heads): Google's released sizes; the feed-forward is always 4 * hidden.

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from bertctl.errors import BertctlError
-from bertctl.model.config import ACTIVATIONS
+from bertctl.model.config import check_config
 
 GLOBAL, LOCAL = "full_attention", "sliding_attention"   # transformers' layer_types values
 
@@ -60,37 +60,25 @@ class ModernBertConfig:
         self.validate()
 
     def validate(self) -> None:
+        check_config(self, ("vocab_size", "hidden_size", "num_hidden_layers",
+                            "num_attention_heads", "intermediate_size",
+                            "max_position_embeddings", "local_attention"),
+                     rates=("attention_dropout", "embedding_dropout", "mlp_dropout",
+                            "classifier_dropout"),
+                     activations=("hidden_activation", "classifier_activation"))
+
         def bad(problem: str) -> BertctlError:
             return BertctlError(f"model config: {problem}")
 
-        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                     "intermediate_size", "max_position_embeddings", "local_attention"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise bad(f"{name} must be a positive integer, got {value!r}")
-        if self.hidden_size % self.num_attention_heads:
-            raise bad(f"hidden_size {self.hidden_size} is not a multiple of "
-                      f"num_attention_heads {self.num_attention_heads}")
         if self.head_size % 2:
             raise bad(f"the head size {self.head_size} must be even (rotary positions rotate "
                       f"pairs)")
-        for name in ("hidden_activation", "classifier_activation"):
-            if getattr(self, name) not in ACTIVATIONS:
-                raise bad(f"{name} {getattr(self, name)!r} is not supported "
-                          f"(one of {', '.join(sorted(ACTIVATIONS))})")
-        for name in ("attention_dropout", "embedding_dropout", "mlp_dropout",
-                     "classifier_dropout"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                raise bad(f"{name} must be in [0, 1), got {getattr(self, name)!r}")
         if len(self.layer_types) != self.num_hidden_layers or \
                 set(self.layer_types) - {GLOBAL, LOCAL}:
             raise bad(f"layer_types must give one of {GLOBAL!r}, {LOCAL!r} for each of the "
                       f"{self.num_hidden_layers} layers")
         if self.classifier_pooling not in ("cls", "mean"):
             raise bad(f"classifier_pooling {self.classifier_pooling!r} is not 'cls' or 'mean'")
-        if self.pad_token_id is not None and not 0 <= self.pad_token_id < self.vocab_size:
-            raise bad(f"pad_token_id {self.pad_token_id} is outside the vocabulary "
-                      f"of {self.vocab_size}")
 
     @property
     def head_size(self) -> int:

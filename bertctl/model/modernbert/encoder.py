@@ -19,7 +19,7 @@ import torch.nn.functional as F
 import torch.utils.checkpoint
 from torch import nn
 
-from bertctl.model.bert import attention_bias
+from bertctl.model.bert import attention_bias, keep_layers
 from bertctl.model.config import ACTIVATIONS
 from bertctl.model.dropout import Dropout
 from bertctl.model.modernbert.config import GLOBAL, ModernBertConfig
@@ -282,19 +282,11 @@ class ModernBertModel(nn.Module):
                     prefix: str = "") -> dict[str, torch.Tensor]:
         """`state` with only `layers`, renumbered from 0 (see `bert.BertModel.layer_state`).
         A layer moved to position 0 drops its attention norm (the first layer has none)."""
-        state = self.state_dict() if state is None else state
-        head = f"{prefix}layers."
-        renumber = {old: new for new, old in enumerate(layers)}
-        kept = {}
-        for key, tensor in state.items():
-            if not key.startswith(head):
-                kept[key] = tensor
-                continue
-            index, rest = key[len(head):].split(".", 1)
-            new = renumber.get(int(index))
-            if new is not None and not (new == 0 and rest.startswith("attn_norm.")):
-                kept[f"{head}{new}.{rest}"] = tensor
-        return kept
+        def first_has_no_norm(new: int, rest: str) -> bool:
+            return new == 0 and rest.startswith("attn_norm.")
+
+        return keep_layers(self.state_dict() if state is None else state, f"{prefix}layers.",
+                           layers, drop=first_has_no_norm)
 
     def num_parameters(self, exclude_embeddings: bool = False) -> int:
         skip = {id(p) for p in self.embeddings.parameters()} if exclude_embeddings else set()
