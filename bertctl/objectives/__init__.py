@@ -2,7 +2,7 @@
 
     objective = get("bert")                 # pretrain --objective bert
     objective.check_data(info, where)        # refuses data it cannot train on, before any work
-    model = objective.model_class()(config, **objective.model_kwargs(settings))  # its model
+    model = build(objective.head, config, **objective.model_kwargs(settings))  # its role's model
     objective.step_metrics(outputs, batch)   # the training loop's per-step metrics
     objective.evaluate(model, dataset, ...)  # validation during pretrain, and `eval` on data
 
