@@ -39,6 +39,15 @@ def invoke(*args):
     return Result(result.exit_code, result.stdout, result.stderr)
 
 
+def one_line_error(r, *parts):
+    """A refusal as the contract says: exit 2, one line on stderr, holding every part."""
+    assert r.exit_code == 2, (r.exit_code, r.stderr)
+    lines = [x for x in r.stderr.strip().splitlines() if x.strip()]
+    assert len(lines) == 1, r.stderr
+    for part in parts:
+        assert part in lines[0], lines[0]
+
+
 def read_examples(spec, path, label_list=None, require_labels=False):
     """A task file read by its family, as the stages read it."""
     from bertctl import tasks

@@ -23,7 +23,7 @@ from bertctl.train.loop import train
 from bertctl.train.settings import TrainSettings
 from bertctl.distillation import Distiller, soft_loss
 
-from conftest import FAMILY_DATA, FIXTURES
+from conftest import FAMILY_DATA, FIXTURES, one_line_error
 
 GLUE = FIXTURES / "glue"
 KILLPOINT = Path(__file__).parent / "faults" / "killpoint.py"
@@ -224,7 +224,7 @@ def test_a_student_from_layers_of_a_pretrained_model(teachers, tiny_pretrained, 
     assert not np.allclose(got[key], teacher[key.replace("layer.0", "layer.1")], atol=1e-6)
     bad = cli("distill", teachers["single"], GLUE / "SST-2", "--student-init", tiny_pretrained,
               "--student-layers", "0,7", "--out", tmp_path / "bad", "--steps", "1", *RUN)
-    _one_line(bad, "--student-layers", str(tiny_pretrained), "no layer 7")
+    one_line_error(bad, "--student-layers", str(tiny_pretrained), "no layer 7")
 
 
 def test_hidden_loss_with_a_narrower_student_and_a_layer_map(teachers, tmp_path, cli):
@@ -340,7 +340,7 @@ def test_untagged_sentences_are_tagged_by_the_teacher(teachers, tmp_path, cli):
     # Where labels are required, untagged words are refused.
     bad = cli("finetune", teachers["tagging"], text, "--task", "conll2003", "--out",
               tmp_path / "ft", "--steps", "1", *RUN)
-    _one_line(bad, str(text), "without tags")
+    one_line_error(bad, str(text), "without tags")
     assert not (tmp_path / "ft").exists()
 
 
@@ -365,14 +365,6 @@ def test_a_killed_distillation_resumes_to_the_same_student(teachers, tmp_path):
         (tmp_path / "a" / "model.safetensors").read_bytes()
 
 
-def _one_line(r, *parts):
-    assert r.exit_code == 2, (r.exit_code, r.stderr)
-    lines = [x for x in r.stderr.strip().splitlines() if x.strip()]
-    assert len(lines) == 1, r.stderr
-    for part in parts:
-        assert part in lines[0], lines[0]
-
-
 def test_bad_inputs_are_one_line_before_any_work(teachers, tiny_pretrained, minilm_dir,
                                                   tmp_path, cli):
     out = tmp_path / "out"
@@ -395,6 +387,6 @@ def test_bad_inputs_are_one_line_before_any_work(teachers, tiny_pretrained, mini
     ]
     for args, parts in cases:
         r = cli(*args, "--out", out, "--steps", "1", *RUN)
-        _one_line(r, *parts)
+        one_line_error(r, *parts)
         assert not out.exists()
         assert not list(tmp_path.glob(".out.*"))

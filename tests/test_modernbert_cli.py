@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from conftest import FAMILY_DATA, _made
+from conftest import FAMILY_DATA, _made, one_line_error
 
 TINY_MODERN = ["--architecture", "modernbert", "--model-size", "tiny", "--hidden-size", "32",
                "--num-attention-heads", "2", "--intermediate-size", "48",
@@ -30,14 +30,6 @@ def modern_tasks(tmp_path_factory, modern):
         made[family] = _made(tmp_path_factory, f"modern-{family}", "finetune", modern, *data,
                              "--steps", "4", "--batch-size", "8")
     return made
-
-
-def _one_line(r, *parts):
-    assert r.exit_code == 2, (r.exit_code, r.stderr)
-    lines = [x for x in r.stderr.strip().splitlines() if x.strip()]
-    assert len(lines) == 1, r.stderr
-    for part in parts:
-        assert part in lines[0], lines[0]
 
 
 def test_pretrained_modernbert_is_what_transformers_loads(modern):
@@ -148,22 +140,22 @@ def test_bad_architecture_inputs_are_one_line_before_any_work(cli, continuous_da
                                                               tiny_pretrained, modern, tmp_path):
     out = tmp_path / "out"
     base = ["pretrain", continuous_data, "--out", out, "--steps", "2", "--batch-size", "4"]
-    _one_line(cli(*base, "--architecture", "modernbertz", "--objective", "mlm"),
+    one_line_error(cli(*base, "--architecture", "modernbertz", "--objective", "mlm"),
               "unknown architecture 'modernbertz'", "bert, modernbert")
-    _one_line(cli(*base, "--architecture", "modernbert"),
+    one_line_error(cli(*base, "--architecture", "modernbert"),
               "--objective bert cannot train --architecture modernbert", "mlm")
-    _one_line(cli(*base, "--architecture", "modernbert", "--objective", "electra"),
+    one_line_error(cli(*base, "--architecture", "modernbert", "--objective", "electra"),
               "--objective electra cannot train --architecture modernbert")
-    _one_line(cli(*base, "--objective", "mlm", "--architecture", "modernbert", "--init-from",
+    one_line_error(cli(*base, "--objective", "mlm", "--architecture", "modernbert", "--init-from",
                   tiny_pretrained), str(tiny_pretrained), "is a bert model")
-    _one_line(cli(*base, "--objective", "mlm", "--architecture", "bert", "--init-from", modern),
+    one_line_error(cli(*base, "--objective", "mlm", "--architecture", "bert", "--init-from", modern),
               "is a modernbert model")
     hf = json.loads((modern / "config.json").read_text())
     hf["rope_parameters"]["sliding_attention"]["rope_type"] = "linear"
     (tmp_path / "config.json").write_text(json.dumps(hf))
-    _one_line(cli(*base, "--objective", "mlm", "--model-config", tmp_path / "config.json"),
+    one_line_error(cli(*base, "--objective", "mlm", "--model-config", tmp_path / "config.json"),
               "rope_parameters.sliding_attention.rope_type 'linear' is not supported")
     data, _ = FAMILY_DATA["single"]
-    _one_line(cli("finetune", modern, *data, "--out", out, "--steps", "1",
+    one_line_error(cli("finetune", modern, *data, "--out", out, "--steps", "1",
                   "--max-seq-length", "512"), "512")
     assert not out.exists()

@@ -20,8 +20,7 @@ from bertctl.model.heads import (
 from bertctl.model.hf import LoadReport, load_model, read_config, read_config_dict, save_model
 
 architectures.register(Architecture(
-    name="bert", title="BERT (Devlin et al., 2018)", model_type="bert",
-    config_class=BertConfig, presets=PRESETS, flops_per_token=flops_per_token,
+    name="bert", model_type="bert", config_class=BertConfig,
     heads={"encoder": BertModel, "pretraining": BertForPreTraining,
            "masked_lm": BertForMaskedLM, "electra": BertForElectraPreTraining,
            "sequence_classification": BertForSequenceClassification,

@@ -1,5 +1,5 @@
-"""Model architectures as plug-ins: each names its config class, its size presets and its model
-class for each role (the bare encoder, the pretraining heads, the fine-tuning heads).
+"""Model architectures as plug-ins: each names its config class (which knows its size presets) and
+its model class for each role (the bare encoder, the pretraining heads, the fine-tuning heads).
 
 The rest of bertctl asks for a role ("sequence_classification") and gets the class of the
 architecture at hand: config.json's `model_type` says which for a saved model, `pretrain
@@ -10,7 +10,7 @@ import in bertctl/model/__init__.py.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from bertctl.errors import BertctlError
 from bertctl.registry import Registry
@@ -24,12 +24,9 @@ ROLES = ("encoder", "pretraining", "masked_lm", "electra", "sequence_classificat
 @dataclass(frozen=True)
 class Architecture:
     name: str
-    title: str
     model_type: str                       # config.json's
     config_class: type
-    presets: dict[str, tuple]
     heads: dict[str, type]                # role -> model class
-    flops_per_token: Callable[..., float]
     # Where its headed models keep the encoder (transformers' base_model_prefix).
     encoder_name: str
     # The first names of a bare encoder's keys (a checkpoint saved without a head), which a

@@ -178,9 +178,9 @@ def architecture_name(arch: list[str]) -> str:
 def model_roles(arch: list[str]) -> set[str]:
     """The roles (model.architectures.ROLES) of the classes config.json's `architectures`
     names, of any architecture."""
-    from bertctl.model import role_of
+    from bertctl.model import architectures   # (the registered ones: torch)
 
-    return {r for r in map(role_of, arch) if r is not None}
+    return architectures.roles_of(arch)
 
 
 def role_name(role: str) -> str:

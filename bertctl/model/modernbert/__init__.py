@@ -2,8 +2,8 @@
 ModernBERT: config.py (the config and presets), encoder.py, heads.py."""
 
 from bertctl.model.architectures import Architecture, register
-from bertctl.model.modernbert.config import PRESETS, ModernBertConfig
-from bertctl.model.modernbert.encoder import ModernBertModel, flops_per_token
+from bertctl.model.modernbert.config import ModernBertConfig
+from bertctl.model.modernbert.encoder import ModernBertModel
 from bertctl.model.modernbert.heads import (
     ModernBertForMaskedLM,
     ModernBertForMultipleChoice,
@@ -13,8 +13,7 @@ from bertctl.model.modernbert.heads import (
 )
 
 register(Architecture(
-    name="modernbert", title="ModernBERT (Warner et al., 2024)", model_type="modernbert",
-    config_class=ModernBertConfig, presets=PRESETS, flops_per_token=flops_per_token,
+    name="modernbert", model_type="modernbert", config_class=ModernBertConfig,
     # No next-sentence head and no ELECTRA discriminator: ModernBERT pretrains by masked LM.
     heads={"encoder": ModernBertModel, "masked_lm": ModernBertForMaskedLM,
            "sequence_classification": ModernBertForSequenceClassification,

@@ -287,20 +287,3 @@ class ModernBertModel(nn.Module):
 
         return keep_layers(self.state_dict() if state is None else state, f"{prefix}layers.",
                            layers, drop=first_has_no_norm)
-
-    def num_parameters(self, exclude_embeddings: bool = False) -> int:
-        skip = {id(p) for p in self.embeddings.parameters()} if exclude_embeddings else set()
-        return sum(p.numel() for p in self.parameters() if id(p) not in skip)
-
-
-def flops_per_token(config: ModernBertConfig, seq_len: int, mlm_fraction: float = 0.15,
-                    training: bool = True) -> float:
-    """Matmul FLOPs per input token (see `bert.flops_per_token`); local layers' attention
-    spans at most `local_attention` + 1 keys."""
-    H, I, V = config.hidden_size, config.intermediate_size, config.vocab_size
-    total = 0.0
-    for kind in config.layer_types:
-        keys = seq_len if kind == GLOBAL else min(seq_len, 2 * config.half_window + 1)
-        total += 2 * (4 * H * H + 3 * H * I) + 2 * 2 * keys * H
-    total += mlm_fraction * 2 * (H * H + H * V)
-    return total * (3 if training else 1)
