@@ -119,6 +119,9 @@ def training_progress(description: str, total_steps: int | None, start_step: int
                 bar.update(step - last[0])
                 last[0] = step
                 return
+            if record.get("split") == "note":
+                log(record["text"])
+                return
             if record.get("split") == "validation":
                 log(f"validation at step {step}: {_fmt(record)}")
                 return

@@ -105,8 +105,11 @@ def _pretraining(config: dict[str, Any], stats: dict[str, Any], metrics: dict[st
                  history: list[dict[str, Any]], title: str) -> list[str]:
     rows = [("steps", stats.get("step")), ("schedule length", stats.get("total_steps")),
             ("epochs", stats.get("epochs")), ("tokens trained on", tokens_trained(history))]
-    rows += [(k, config.get(k)) for k in ("batch_size", "lr", "warmup", "weight_decay",
-                                          "precision", "seed")]
+    fit = stats.get("batch_fit")
+    batch = (f"{fit['batch_size']} (fitted to the time budget: {config.get('batch_size')} "
+             f"asked, at least {fit['min_steps']} steps)" if fit else config.get("batch_size"))
+    rows += [("batch_size", batch)] + [(k, config.get(k)) for k in (
+        "lr", "warmup", "weight_decay", "precision", "seed")]
     rows.append(("parameters", stats.get("parameters")))
     lines = [title, "", *_table(rows, ("fact", "value"))]
     if metrics:

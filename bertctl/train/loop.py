@@ -36,6 +36,7 @@ from torch import nn
 from bertctl import hardware, signals
 from bertctl.data.collate import without_full_mask
 from bertctl.errors import BertctlError
+from bertctl.train import budget
 from bertctl.train import checkpoint as ckpt
 from bertctl.train import distributed as dist
 from bertctl.train import tensorboard
@@ -69,7 +70,9 @@ def train(model: nn.Module, train_data: DataSource, settings: TrainSettings, wor
         returns the model holding them; without it the model holds the final weights.
     on_log(record): rank 0 only, for every record written to metrics.jsonl (train and
         validation), e.g. for a progress display; and, when the run resumes, once with
-        {"split": "resume", "step": N, "path": checkpoint} (not written to metrics.jsonl).
+        {"split": "resume", "step": N, "path": checkpoint}, and with a batch size fitted to
+        the time budget once with {"split": "note", "text": ...} (neither written to
+        metrics.jsonl).
     step_metrics(outputs, batch) -> {name: (numerator, denominator)}: called after each
         micro-batch's forward (no_grad); numerators and denominators are summed over
         micro-batches, steps of the log interval and ranks, and `name` is logged as their
@@ -102,6 +105,16 @@ class Trainer:
         self.info = dist.init(s.device)
         self.device, self.world, self.rank = self.info.device, self.info.world_size, self.info.rank
         hardware.check_training_precision(s.precision, self.device)
+        self.model = model.to(self.device)
+        self.batch_fit = None
+        if s.time_budget is not None and s.min_steps is not None:
+            self.batch_fit = budget.fit(self.model, data, s.batch_size,
+                                        (s.micro_batch_size or 1) * self.world, s.min_steps,
+                                        s.time_budget, s.precision, self.device, self.world,
+                                        work_dir)
+            s = self.s = s.model_copy(update={"batch_size": self.batch_fit.batch_size})
+            if self.info.is_main and on_log is not None:
+                on_log({"split": "note", "text": self.batch_fit.message()})
 
         # The geometry: a global batch is num_micro micro-batches, dealt round-robin to ranks.
         self.micro = s.micro_batch_size or s.batch_size // self.world
@@ -126,7 +139,6 @@ class Trainer:
         self.last_step = self.end_step
 
         # The model, the optimizer and loss scaling.
-        self.model = model.to(self.device)
         self.model.train()
         for module in self.model.modules():   # the encoder's switch (model.bert.BertModel)
             if hasattr(module, "gradient_checkpointing"):
@@ -443,7 +455,8 @@ class Trainer:
                            eval_metrics=self.last_eval, best_metrics=self.best.metrics,
                            best_step=self.best.step, model=self.model,
                            stopped_early=stopped_early, resumed_from=self.resumed_from,
-                           elapsed=self.elapsed)
+                           elapsed=self.elapsed,
+                           batch_fit=asdict(self.batch_fit) if self.batch_fit else None)
 
 
 __all__ = ["BatchOrder", "DataSource", "METRICS_FILE", "TrainResult", "TrainSettings",

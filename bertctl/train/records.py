@@ -143,3 +143,4 @@ class TrainResult:
     stopped_early: bool = False          # stop_after reached before the end
     resumed_from: int | None = None      # the checkpoint step this run started from
     elapsed: float = 0.0                 # seconds of training, over all (resumed) runs
+    batch_fit: dict[str, Any] | None = None   # the batch size fitted to the budget (budget.py)

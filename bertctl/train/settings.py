@@ -30,6 +30,13 @@ class TrainingSettings(StageConfig):
         json_schema_extra=meta(TRAINING, text=True))
     batch_size: int = Field(32, ge=1, description="Examples per optimizer step, over all "
                             "processes.", json_schema_extra=meta(TRAINING))
+    min_steps: int | None = Field(
+        None, ge=1, description="With --time-budget: the optimizer steps the budget should buy "
+        "at least. A few forward and backward passes measure the time per example on this "
+        "machine, and --batch-size is halved (not below 16) until the budget buys this many; "
+        "the learning rate, the warm-up share and the model stay. Recorded in the manifest "
+        "(batch_fit); a resumed run keeps the choice.",
+        json_schema_extra=meta(TRAINING, hashed_if_changed=True))
     micro_batch_size: int | None = Field(None, ge=1, description="Examples per forward pass; "
                                          "gradients accumulate up to --batch-size. Unset: "
                                          "batch size / processes.", json_schema_extra=_RUN)
@@ -107,6 +114,9 @@ class TrainingSettings(StageConfig):
         if len(given) != 1:
             raise ValueError("give exactly one of steps, epochs and time_budget"
                              + (f" (got {' and '.join(given)})" if given else ""))
+        if self.min_steps is not None and self.time_budget is None:
+            raise ValueError("min_steps fits the batch size to a time budget: give "
+                             "time_budget too")
         if self.time_budget is not None and self.warmup >= 1:
             raise ValueError(f"with time_budget, warmup is a fraction of the budget (below 1), "
                              f"not a step count ({self.warmup:g})")
