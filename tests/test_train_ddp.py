@@ -40,7 +40,8 @@ NO_DROPOUT = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
 
 def run(work_dir: Path, **overrides):
     data = RepeatedTokens(n=96)
-    return train(tiny_pretraining(**NO_DROPOUT), data, TrainSettings(**SETTINGS, **overrides),
+    return train(tiny_pretraining(**NO_DROPOUT), data,
+                 TrainSettings(**{**SETTINGS, **overrides}),
                  work_dir, evaluate=fixed_eval(data), select=("val_loss", "min"),
                  step_metrics=pretraining_metrics)
 
@@ -72,14 +73,17 @@ def worker(work_dir: str, stop_after: str) -> None:
     writes: list[str] = []
     if rank != 0:
         _watch_writes(work.resolve(), writes)
-    result = run(work, stop_after=int(stop_after) if stop_after != "none" else None)
+    if stop_after == "fit":   # a time budget whose batch size the ranks fit together
+        result = run(work, steps=None, time_budget=3, min_steps=10 ** 6, batch_size=32)
+    else:
+        result = run(work, stop_after=int(stop_after) if stop_after != "none" else None)
     report = {"rank": rank, "world": int(os.environ["WORLD_SIZE"]), "step": result.step,
               "resumed_from": result.resumed_from, "best_step": result.best_step,
-              "writes": writes, "history": result.history}
+              "writes": writes, "history": result.history, "batch_fit": result.batch_fit}
     (work.parent / f"rank{rank}-{stop_after}.json").write_text(json.dumps(report))
 
 
-def torchrun(work_dir: Path, stop_after: int | None) -> None:
+def torchrun(work_dir: Path, stop_after: int | str | None) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
            "--nproc_per_node", "2", str(Path(__file__).resolve()), str(work_dir),
@@ -135,6 +139,18 @@ def test_two_process_ddp_matches_one_process_and_resumes(tmp_path):
     assert [s for s, _ in ckpt.list_checkpoints(work)] == [2, 3, 4, 6]
     assert not list((work / "checkpoints").glob(".tmp-*"))
     assert np.isfinite([r["loss"] for r in ddp_records if r["split"] == "train"]).all()
+
+
+def test_the_ranks_fit_one_batch_size_to_a_time_budget(tmp_path):
+    work = tmp_path / "ddp" / "work"
+    work.parent.mkdir(parents=True)
+    torchrun(work, stop_after="fit")
+    fits = [json.loads((work.parent / f"rank{r}-fit.json").read_text()) for r in (0, 1)]
+    # each rank measured its own passes; both took the mean, so both chose alike
+    assert fits[0]["batch_fit"] == fits[1]["batch_fit"]
+    assert fits[0]["batch_fit"]["batch_size"] == 16 and fits[0]["batch_fit"]["asked"] == 32
+    assert fits[1]["writes"] == []
+    assert json.loads((work / "batch-fit.json").read_text()) == fits[0]["batch_fit"]
 
 
 if __name__ == "__main__":

@@ -26,7 +26,8 @@ class TrainingSettings(StageConfig):
         None, gt=0, le=365 * 86400, description="Train for this long instead of --steps or "
         "--epochs: 90s, 30m, 2h, 1d (or seconds; at most 365 days). The learning-rate schedule runs over the budget (warm-up and "
         "decay by the elapsed share of it), so the run ends with a decayed rate; evaluations "
-        "and checkpoints count against it; a resumed run has the budget it had left.",
+        "and checkpoints count against it; a resumed run has the budget it had left at its "
+        "last checkpoint.",
         json_schema_extra=meta(TRAINING, text=True))
     batch_size: int = Field(32, ge=1, description="Examples per optimizer step, over all "
                             "processes.", json_schema_extra=meta(TRAINING))
