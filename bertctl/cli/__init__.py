@@ -22,8 +22,8 @@ import bertctl
 from bertctl import console
 from bertctl import signals
 from bertctl.artifacts import Target
-from bertctl.config import (BuildPretrainDataSettings, DistillSettings, EmbedSettings, EvalSettings,
-                            ExportSettings, FinetuneSettings, GlueSummarySettings,
+from bertctl.config import (AuditSettings, BuildPretrainDataSettings, DistillSettings,
+                            EmbedSettings, EvalSettings, ExportSettings, FinetuneSettings, GlueSummarySettings,
                             PretrainSettings, ReportSettings, TokenizeSettings)
 from bertctl.cli.flags import COMMON, DEBUG, JSON_OUTPUT, PanelledCommand, field_parameter
 from bertctl.settings import StageConfig, resolve
@@ -305,6 +305,20 @@ def embed(settings: EmbedSettings, target: Target,
     from bertctl.stages import embed as stage_module
 
     return stage_module.run(settings, target, model, data)
+
+
+@stage("audit", AuditSettings, help="Audit a corpus for task examples: which examples of "
+       "each task file share a word n-gram (13 words; shorter texts whole) with the corpus, "
+       "streamed over corpora of any size, into an audit artifact listing them.")
+def audit(settings: AuditSettings, target: Target,
+          corpus: Annotated[list[str], typer.Argument(
+              help="Corpus files, globs or directories, as for tokenize.", show_default=False)],
+          against: Annotated[Optional[list[Path]], typer.Option(
+              help="A task file to audit (.tsv/.csv/.jsonl/.parquet); repeat the flag per "
+                   "file.", show_default=False)] = None):
+    from bertctl.stages import audit as stage_module
+
+    return stage_module.run(settings, target, corpus, against or [])
 
 
 @stage("export", ExportSettings, help="Export a model's task head (or its bare encoder) to "

@@ -1,0 +1,141 @@
+"""`bertctl audit CORPUS... --against TASK_FILE... --out DIR`: which task examples share a word
+n-gram with the corpus (the rule: bertctl/data/overlap.py), as an audit artifact: per task file
+the share of audited examples that overlap, in the manifest; every overlapping example, with the
+n-gram and where in the corpus it was found, in overlaps.jsonl."""
+
+from __future__ import annotations
+
+import bisect
+import json
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from bertctl import artifacts, console
+from bertctl.config import AuditSettings
+from bertctl.data import corpus, overlap
+from bertctl.errors import BertctlError
+from bertctl.tasks import files as task_files
+
+OVERLAPS_FILE = "overlaps.jsonl"
+# A column is text to audit when its median cell has this many words (labels, ids, genres not).
+TEXT_WORDS = 4
+
+
+@dataclass
+class TaskFile:
+    path: Path
+    columns: list[str]
+    cells: list[list[str]]      # per column, per row
+
+    @property
+    def rows(self) -> int:
+        return len(self.cells[0]) if self.cells else 0
+
+
+def read_task_file(path: Path, columns: list[str] | None) -> TaskFile:
+    if not path.is_file():
+        raise BertctlError(f"{path}: file not found")
+    table = task_files.read_table(task_files.BY_NAME, path)
+    if table.num_rows == 0:
+        raise BertctlError(f"{path}: no data rows")
+    if columns is not None:
+        task_files.require_columns(table, columns, path)
+        chosen = list(columns)
+    else:
+        chosen = [name for name in table.column_names if _is_text(table.column(name))]
+        if not chosen:
+            raise BertctlError(f"{path}: no column with text to audit (columns: "
+                               f"{', '.join(table.column_names)}); name one with "
+                               f"--against-column")
+    return TaskFile(path, chosen, [task_files.text_column(table, c, path, allow_empty=True)
+                                   for c in chosen])
+
+
+def _is_text(column) -> bool:
+    import pyarrow as pa
+
+    if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+        return False
+    cells = [c for c in column.to_pylist() if c]
+    return bool(cells) and statistics.median(len(c.split()) for c in cells) >= TEXT_WORDS
+
+
+def run(config: AuditSettings, target: artifacts.Target, sources: list[str],
+        against: list[Path]) -> artifacts.Outcome:
+    if not sources:
+        raise BertctlError("no corpus files given (audit CORPUS... --against TASK_FILE...)")
+    if not against:
+        raise BertctlError("no task files given: name them with --against")
+    files = corpus.expand_sources(sources)
+    tasks = [read_task_file(Path(p), config.against_column) for p in against]
+    inputs = ([artifacts.file_input(f, "corpus") for f in files]
+              + [artifacts.file_input(t.path, "task") for t in tasks])
+    # One index over every audited cell; `owner` maps its texts back to (task, row, column).
+    texts, owner = [], []
+    for t, task in enumerate(tasks):
+        for c, cells in enumerate(task.cells):
+            texts += cells
+            owner += [(t, r, c) for r in range(len(cells))]
+    index = overlap.TaskTexts.index(texts, config.ngram, config.min_ngram)
+    total_bytes = sum(f.stat().st_size for f in files)
+
+    def build(tmp: Path) -> dict:
+        stats = corpus.CorpusStats()
+        starts: list[int] = []     # the first corpus sentence of each file, in stream order
+        counted = [0]
+
+        def batches():
+            with console.progress("auditing corpus", total=total_bytes, unit="bytes") as bar:
+                for f in files:
+                    starts.append(counted[0])
+                    for batch in corpus.iter_sentence_batches([f], config.text_column, stats):
+                        counted[0] += len(batch)
+                        bar.update(sum(map(len, batch)))
+                        yield batch
+                if stats.sentences == 0:   # before the progress line's last report
+                    raise BertctlError(f"{', '.join(sources)}: corpus holds no text")
+
+        started = time.monotonic()
+        first: dict[tuple[int, int], tuple[int, overlap.Match]] = {}
+        for match in index.scan(batches()):
+            t, r, c = owner[match.text]
+            first.setdefault((t, r), (c, match))
+        seconds = time.monotonic() - started
+
+        with open(tmp / OVERLAPS_FILE, "w", encoding="utf-8") as out:
+            for (t, r), (c, m) in sorted(first.items()):
+                k = bisect.bisect_right(starts, m.line) - 1
+                out.write(json.dumps({
+                    "file": str(tasks[t].path), "row": r + 1, "column": tasks[t].columns[c],
+                    "text": tasks[t].cells[c][r], "ngram": m.ngram, "corpus": str(files[k]),
+                    "sentence": m.line - starts[k] + 1}, ensure_ascii=False) + "\n")
+        per_file = {}
+        for t, task in enumerate(tasks):
+            lo = sum(len(x.cells) * x.rows for x in tasks[:t])
+            audited_rows = set()
+            for c in range(len(task.columns)):
+                base = lo + c * task.rows
+                audited_rows.update(r for r in range(task.rows) if index.ns[base + r] > 0)
+            hits = sorted(r for (tt, r) in first if tt == t)
+            per_file[str(task.path)] = {
+                "columns": task.columns, "examples": task.rows, "audited": len(audited_rows),
+                "too_short": task.rows - len(audited_rows), "overlapping": len(hits),
+                "share": round(len(hits) / len(audited_rows), 6) if audited_rows else None}
+            share = per_file[str(task.path)]["share"]
+            console.log(f"{task.path}: {len(hits):,} of {len(audited_rows):,} audited examples "
+                        f"overlap the corpus" + (f" ({share:.2%})" if share is not None else "")
+                        + f"; {task.rows - len(audited_rows):,} too short to audit")
+            for r in hits[:config.max_listed]:
+                c, m = first[(t, r)]
+                console.log(f"  row {r + 1}: \"{m.ngram}\"")
+        console.log(f"{stats.sentences:,} corpus sentences ({total_bytes / 1e6:,.1f} MB) audited "
+                    f"in {seconds:.1f}s")
+        return {"rule": {"ngram": config.ngram, "min_ngram": config.min_ngram,
+                         "words": "lowercased, accents stripped, runs of letters and digits"},
+                "tasks": per_file, "corpus": stats.as_dict(),
+                "seconds": round(seconds, 3),
+                "mb_per_second": round(total_bytes / 1e6 / seconds, 2) if seconds else None}
+
+    return artifacts.produce("audit", config, inputs, target, build)
