@@ -14,7 +14,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from bertctl.data.settings import PretrainingDataSettings
+from bertctl.data.settings import AuditSettings, PretrainingDataSettings
 from bertctl.objectives import OBJECTIVES
 from bertctl.settings import (DATA, DEFAULT_LENGTH, EVALUATION, MODEL, RUNTIME, SEQ_LENGTH, TASK,
                               TRAINING, StageConfig, meta, resolve_precision)
@@ -438,35 +438,6 @@ class ExportSettings(StageConfig):
     threads: int | None = Field(None, ge=1, description="CPU threads; unset: OMP_NUM_THREADS "
                                 "if set, else the cores this process may use.",
                                 json_schema_extra=_RUN)
-
-
-class AuditSettings(StageConfig):
-    """`bertctl audit`: which task examples share word n-grams with a corpus (data/overlap.py)."""
-
-    produces: ClassVar[str | None] = "audit"
-    ngram: int = Field(13, ge=2, le=64, description="Words in the n-grams compared (GPT-3's "
-                       "contamination check used 13); a shorter text is compared whole.",
-                       json_schema_extra=meta(DATA))
-    min_ngram: int = Field(8, ge=1, description="Texts of fewer words are not audited (a short "
-                           "phrase in a large corpus tells nothing); they are counted apart.",
-                           json_schema_extra=meta(DATA))
-    against_column: list[str] | None = Field(None, description="The task files' columns to "
-                                             "audit (repeat the flag); unset: every column whose "
-                                             "median cell has at least 4 words.",
-                                             json_schema_extra=meta(DATA))
-    text_column: str | None = Field(None, description="Column holding the text in JSON lines, "
-                                    "CSV or parquet corpus files.", json_schema_extra=meta(DATA))
-    max_listed: int = Field(20, ge=0, description="Overlapping examples shown per task file in "
-                            "the log (all are in overlaps.jsonl).",
-                            json_schema_extra=meta(RUNTIME, identity=False))
-
-    @model_validator(mode="after")
-    def _lengths(self):
-        if self.min_ngram > self.ngram:
-            raise ValueError(f"min_ngram {self.min_ngram} is above ngram {self.ngram}")
-        if self.against_column is not None and not self.against_column:
-            raise ValueError("against_column is empty: name a column, or leave it unset")
-        return self
 
 
 # Every stage's settings class, declared here once: the artifact-id check reads from these which

@@ -1,5 +1,6 @@
 """The settings that determine pretraining instances, owned by the builder that reads them
-(`data.pretraining`) and the loader that re-draws dynamic masks (`data.pretraining_dataset`)."""
+(`data.pretraining`) and the loader that re-draws dynamic masks (`data.pretraining_dataset`);
+and those of the contamination audit (`data.overlap`)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from bertctl.settings import DATA, DEFAULT_LENGTH, SEQ_LENGTH, StageConfig, meta
+from bertctl.settings import DATA, DEFAULT_LENGTH, RUNTIME, SEQ_LENGTH, StageConfig, meta
 
 
 class PretrainingDataSettings(StageConfig):
@@ -82,3 +83,32 @@ class PretrainingDataSettings(StageConfig):
         """The settings as stored beside the data, dupe_factor and short_seq_prob resolved."""
         return {**self.model_dump(mode="json"), "dupe_factor": self.passes,
                 "short_seq_prob": self.short_share}
+
+
+class AuditSettings(StageConfig):
+    """`bertctl audit`: which task examples share word n-grams with a corpus (data/overlap.py)."""
+
+    produces: ClassVar[str | None] = "audit"
+    ngram: int = Field(13, ge=2, le=64, description="Words in the n-grams compared (GPT-3's "
+                       "contamination check used 13); a shorter text is compared whole.",
+                       json_schema_extra=meta(DATA))
+    min_ngram: int = Field(8, ge=1, description="Texts of fewer words are not audited (a short "
+                           "phrase in a large corpus tells nothing); they are counted apart.",
+                           json_schema_extra=meta(DATA))
+    against_column: list[str] | None = Field(None, description="The task files' columns to "
+                                             "audit (repeat the flag); unset: every column whose "
+                                             "median cell has at least 4 words.",
+                                             json_schema_extra=meta(DATA))
+    text_column: str | None = Field(None, description="Column holding the text in JSON lines, "
+                                    "CSV or parquet corpus files.", json_schema_extra=meta(DATA))
+    max_listed: int = Field(20, ge=0, description="Overlapping examples shown per task file in "
+                            "the log (all are in overlaps.jsonl).",
+                            json_schema_extra=meta(RUNTIME, identity=False))
+
+    @model_validator(mode="after")
+    def _lengths(self):
+        if self.min_ngram > self.ngram:
+            raise ValueError(f"min_ngram {self.min_ngram} is above ngram {self.ngram}")
+        if self.against_column is not None and not self.against_column:
+            raise ValueError("against_column is empty: name a column, or leave it unset")
+        return self

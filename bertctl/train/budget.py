@@ -92,6 +92,20 @@ def measure(model: nn.Module, data: DataSource, rows: int, device: torch.device,
     return min(times[1:]) / rows
 
 
+def fit_to_budget(model: nn.Module, data: DataSource, settings, device: torch.device,
+                  world: int, work_dir: Path, on_log=None) -> BatchFit | None:
+    """The batch size for a run with a time budget and min_steps (None for any other run),
+    announced through on_log."""
+    s = settings
+    if s.time_budget is None or s.min_steps is None:
+        return None
+    chosen = fit(model, data, s.batch_size, (s.micro_batch_size or 1) * world, s.min_steps,
+                 s.time_budget, s.precision, device, world, work_dir)
+    if on_log is not None:
+        on_log({"split": "note", "text": chosen.message()})
+    return chosen
+
+
 def fit(model: nn.Module, data: DataSource, asked: int, step_unit: int, min_steps: int,
         budget_s: float, precision: str, device: torch.device, world: int,
         work_dir: Path) -> BatchFit:

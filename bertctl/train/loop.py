@@ -70,9 +70,8 @@ def train(model: nn.Module, train_data: DataSource, settings: TrainSettings, wor
         returns the model holding them; without it the model holds the final weights.
     on_log(record): rank 0 only, for every record written to metrics.jsonl (train and
         validation), e.g. for a progress display; and, when the run resumes, once with
-        {"split": "resume", "step": N, "path": checkpoint}, and with a batch size fitted to
-        the time budget once with {"split": "note", "text": ...} (neither written to
-        metrics.jsonl).
+        {"split": "resume", "step": N, "path": checkpoint}, and once with {"split": "note",
+        "text": ...} for a batch size fitted to a budget (neither written to metrics.jsonl).
     step_metrics(outputs, batch) -> {name: (numerator, denominator)}: called after each
         micro-batch's forward (no_grad); numerators and denominators are summed over
         micro-batches, steps of the log interval and ranks, and `name` is logged as their
@@ -106,15 +105,10 @@ class Trainer:
         self.device, self.world, self.rank = self.info.device, self.info.world_size, self.info.rank
         hardware.check_training_precision(s.precision, self.device)
         self.model = model.to(self.device)
-        self.batch_fit = None
-        if s.time_budget is not None and s.min_steps is not None:
-            self.batch_fit = budget.fit(self.model, data, s.batch_size,
-                                        (s.micro_batch_size or 1) * self.world, s.min_steps,
-                                        s.time_budget, s.precision, self.device, self.world,
-                                        work_dir)
+        self.batch_fit = budget.fit_to_budget(self.model, data, s, self.device, self.world,
+                                              work_dir, on_log if self.info.is_main else None)
+        if self.batch_fit is not None:
             s = self.s = s.model_copy(update={"batch_size": self.batch_fit.batch_size})
-            if self.info.is_main and on_log is not None:
-                on_log({"split": "note", "text": self.batch_fit.message()})
 
         # The geometry: a global batch is num_micro micro-batches, dealt round-robin to ranks.
         self.micro = s.micro_batch_size or s.batch_size // self.world
@@ -353,17 +347,9 @@ class Trainer:
         return time.perf_counter()
 
     def _stop_if_diverged(self, loss: float, grad_norm: float, lr: float) -> None:
-        if math.isfinite(loss) and (self.s.precision == "fp16" or math.isfinite(grad_norm)):
-            return
-        what = "loss" if not math.isfinite(loss) else "gradient norm"
-        value = loss if what == "loss" else grad_norm
-        last_good = ckpt.list_checkpoints(self.work_dir)
-        keep = (f"the last good checkpoint is {last_good[-1][1]}" if last_good
-                else "no checkpoint was written")
-        raise TrainingDiverged(
-            f"training diverged at step {self.step + 1}: {what} is {value} (lr {lr:.3g}); the "
-            f"weights were not updated and {keep}. Try a lower lr, more warmup or "
-            f"max_grad_norm, or bf16/fp32 instead of fp16")
+        if not (math.isfinite(loss) and (self.s.precision == "fp16" or math.isfinite(grad_norm))):
+            raise TrainingDiverged.at(self.step + 1, loss, grad_norm, lr,
+                                      ckpt.list_checkpoints(self.work_dir))
 
     # -- logging, evaluation, checkpoints
 

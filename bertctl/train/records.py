@@ -24,6 +24,16 @@ class TrainingDiverged(BertctlError):
 
     exit_code = 1
 
+    @classmethod
+    def at(cls, step: int, loss: float, grad_norm: float, lr: float,
+           checkpoints: list) -> "TrainingDiverged":
+        what, value = ("loss", loss) if not math.isfinite(loss) else ("gradient norm", grad_norm)
+        keep = (f"the last good checkpoint is {checkpoints[-1][1]}" if checkpoints
+                else "no checkpoint was written")
+        return cls(f"training diverged at step {step}: {what} is {value} (lr {lr:.3g}); the "
+                   f"weights were not updated and {keep}. Try a lower lr, more warmup or "
+                   f"max_grad_norm, or bf16/fp32 instead of fp16")
+
 
 @dataclass
 class StepTotals:
