@@ -58,7 +58,8 @@ def write_corpus(data: Path, mb: int, out: Path, planted: list[str]) -> int:
 
 
 def dev_files(data: Path) -> list[Path]:
-    return [data / "glue" / t / "dev.tsv" for t in TASKS if (data / "glue" / t / "dev.tsv").exists()]
+    files = [data / "glue" / t / "dev.tsv" for t in TASKS]
+    return [f for f in files if f.exists()]
 
 
 def words(text: str) -> list[str]:
@@ -168,7 +169,8 @@ def main() -> None:
         f"only plain")
     ours = bertctl_mb_s = size / 1e6 / stats["seconds"]
     plain_mb_s = plain_bytes / 1e6 / plain_s
-    machine = f"{torch.backends.cpu.get_cpu_capability()}, {a.threads} threads, {os.cpu_count()} cores"
+    machine = (f"{torch.backends.cpu.get_cpu_capability()}, {a.threads} threads, "
+               f"{os.cpu_count()} cores")
     print(f"machine: {machine}")
     print(f"corpus: {size / 1e6:,.0f} MB, {stats['corpus']['sentences']:,} sentences; task "
           f"files: {', '.join(p.parent.name for p in files)}")

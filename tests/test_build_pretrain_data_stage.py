@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from conftest import CORPUS
+from conftest import CORPUS, one_line_error
 
 BOOK = CORPUS / "alice.txt"
 
@@ -113,3 +113,53 @@ def test_bad_inputs(tmp_path, small_tokenizer, built, cli):
     r = cli("build-pretrain-data", newer, BOOK, "--out", tmp_path / "d2")
     assert r.exit_code == 2 and "newer than this bertctl" in r.stderr
     assert not (tmp_path / "d2").exists()
+
+
+def test_slices_built_with_other_settings_are_refused_in_one_line(tmp_path, small_tokenizer,
+                                                                  cli):
+    for i, dupe in ((0, "2"), (1, "3")):
+        r = cli("build-pretrain-data", small_tokenizer, BOOK, "--out", tmp_path / f"s{i}",
+                "--dupe-factor", dupe, "--workers", "1", "--num-shards", "2",
+                "--chunk-chars", "20000", "--shard-index", str(i))
+        assert r.exit_code == 0, r.stderr
+    r = cli("build-pretrain-data", "--combine", tmp_path / "s0", "--combine", tmp_path / "s1",
+            "--out", tmp_path / "all")
+    one_line_error(r, "s1: built with other settings than", "(dupe_factor)")
+
+
+def test_exclude_leaves_out_the_documents_holding_task_text(tmp_path, small_tokenizer, cli):
+    """Two documents of the book carry a sentence of a task file: both, and only they, are
+    left out, and listed; the data built is what the book without them builds."""
+    from bertctl.data import corpus as corpus_mod
+
+    docs = list(corpus_mod.iter_documents([BOOK]))
+    task = tmp_path / "task.tsv"
+    sentence = "the quick brown fox jumps over the lazy dog by the old mill stream"
+    task.write_text("sentence\tlabel\n" + sentence.capitalize() + " .\t1\nshort one\t0\n",
+                    encoding="utf-8")
+    planted = [d[:] for d in docs]
+    planted[3] = planted[3] + ["And then: The QUICK brown fox jumps over the lazy dog by the "
+                               "old mill stream!"]
+    planted[7] = [sentence] + planted[7]
+    book = tmp_path / "book.txt"
+    book.write_text("\n\n".join("\n".join(d) for d in planted) + "\n", encoding="utf-8")
+    clean = tmp_path / "clean.txt"
+    clean.write_text("\n\n".join("\n".join(d) for i, d in enumerate(planted) if i not in (3, 7))
+                     + "\n", encoding="utf-8")
+    common = ["--dupe-factor", "2", "--workers", "1", "--json"]
+    r = cli("build-pretrain-data", small_tokenizer, book, "--exclude", task,
+            "--out", tmp_path / "x", *common)
+    assert r.exit_code == 0, r.stderr
+    stats = r.json()["stats"]
+    assert stats["excluded"]["documents"] == 2
+    listed = [json.loads(line) for line in (tmp_path / "x" / "excluded.jsonl").read_text()
+              .splitlines()]
+    assert [(d["document"], d["row"]) for d in listed] == [(3, 1), (7, 1)]
+    assert "exclude" in [i["role"] for i in r.json()["inputs"]]
+    base = cli("build-pretrain-data", small_tokenizer, clean, "--out", tmp_path / "c", *common)
+    assert base.exit_code == 0, base.stderr
+    assert stats["splits"] == base.json()["stats"]["splits"]
+    r = cli("build-pretrain-data", small_tokenizer, book, "--exclude", tmp_path / "none.tsv",
+            "--out", tmp_path / "y")
+    one_line_error(r, "none.tsv: file not found")
+    assert not (tmp_path / "y").exists()

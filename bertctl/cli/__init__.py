@@ -200,10 +200,15 @@ def build_pretrain_data(
             show_default=False)] = None,
         combine: Annotated[Optional[list[Path]], typer.Option(
             help="Combine these slice artifacts (built with --num-shards/--shard-index) into "
-                 "one; repeat the flag per slice.")] = None):
+                 "one; repeat the flag per slice.")] = None,
+        exclude: Annotated[Optional[list[Path]], typer.Option(
+            help="Leave out every corpus document that shares a word n-gram with this task "
+                 "file's texts (the rule of bertctl audit); repeat the flag per file. What was "
+                 "left out is listed in excluded.jsonl.")] = None):
     from bertctl.stages import build_pretrain_data as stage_module
 
-    return stage_module.run(settings, target, tokenizer, corpus or [], combine=combine)
+    return stage_module.run(settings, target, tokenizer, corpus or [], combine=combine,
+                            exclude=exclude)
 
 
 @stage("pretrain", pretrain_settings, help="Pretrain BERT (masked LM + next-sentence prediction) "

@@ -110,8 +110,8 @@ class Words:
                 self.lines[first] == self.lines[first + n - 1])
 
     def words(self, first: int, n: int) -> tuple[str, ...]:
-        return tuple(self.text[s:e].decode("utf-8") for s, e in
-                     zip(self.starts[first:first + n].tolist(), self.ends[first:first + n].tolist()))
+        spans = zip(self.starts[first:first + n].tolist(), self.ends[first:first + n].tolist())
+        return tuple(self.text[s:e].decode("utf-8") for s, e in spans)
 
 
 def words(texts: list[str]) -> list[list[str]]:
@@ -184,3 +184,40 @@ class TaskTexts:
                     for text in owners:
                         yield Match(text, " ".join(words_), first_line + int(w.lines[pos]))
             first_line += len(batch)
+
+
+@dataclass
+class Dropped:
+    document: int        # in corpus order, 0 the first
+    text: int            # the task text it overlaps (TaskTexts order)
+    ngram: str
+
+
+def without_overlaps(documents: Iterable[list[str]], index: TaskTexts, dropped: list[Dropped],
+                     batch_sentences: int = 5000) -> Iterator[list[str]]:
+    """The documents (lists of sentences) that share no n-gram with the index's texts, in
+    order; each one left out is appended to `dropped`. Documents are checked in batches of
+    about `batch_sentences` sentences, so the matcher's per-batch work is amortised."""
+    pending: list[list[str]] = []
+    size = number = 0
+    for doc in documents:
+        pending.append(doc)
+        size += len(doc)
+        if size >= batch_sentences:
+            yield from _keep(pending, number, index, dropped)
+            number += len(pending)
+            pending, size = [], 0
+    yield from _keep(pending, number, index, dropped)
+
+
+def _keep(docs: list[list[str]], first: int, index: TaskTexts,
+          dropped: list[Dropped]) -> Iterator[list[str]]:
+    ends = np.cumsum([len(d) for d in docs])
+    hits: dict[int, Match] = {}
+    for m in index.scan([[s for d in docs for s in d]]):
+        hits.setdefault(int(np.searchsorted(ends, m.line, side="right")), m)
+    for i, doc in enumerate(docs):
+        if i in hits:
+            dropped.append(Dropped(first + i, hits[i].text, hits[i].ngram))
+        else:
+            yield doc

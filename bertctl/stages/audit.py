@@ -7,59 +7,16 @@ from __future__ import annotations
 
 import bisect
 import json
-import statistics
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from bertctl import artifacts, console
 from bertctl.config import AuditSettings
 from bertctl.data import corpus, overlap
 from bertctl.errors import BertctlError
-from bertctl.tasks import files as task_files
+from bertctl.stages.common import task_texts
 
 OVERLAPS_FILE = "overlaps.jsonl"
-# A column is text to audit when its median cell has this many words (labels, ids, genres not).
-TEXT_WORDS = 4
-
-
-@dataclass
-class TaskFile:
-    path: Path
-    columns: list[str]
-    cells: list[list[str]]      # per column, per row
-
-    @property
-    def rows(self) -> int:
-        return len(self.cells[0]) if self.cells else 0
-
-
-def read_task_file(path: Path, columns: list[str] | None) -> TaskFile:
-    if not path.is_file():
-        raise BertctlError(f"{path}: file not found")
-    table = task_files.read_table(task_files.BY_NAME, path)
-    if table.num_rows == 0:
-        raise BertctlError(f"{path}: no data rows")
-    if columns is not None:
-        task_files.require_columns(table, columns, path)
-        chosen = list(columns)
-    else:
-        chosen = [name for name in table.column_names if _is_text(table.column(name))]
-        if not chosen:
-            raise BertctlError(f"{path}: no column with text to audit (columns: "
-                               f"{', '.join(table.column_names)}); name one with "
-                               f"--against-column")
-    return TaskFile(path, chosen, [task_files.text_column(table, c, path, allow_empty=True)
-                                   for c in chosen])
-
-
-def _is_text(column) -> bool:
-    import pyarrow as pa
-
-    if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
-        return False
-    cells = [c for c in column.to_pylist() if c]
-    return bool(cells) and statistics.median(len(c.split()) for c in cells) >= TEXT_WORDS
 
 
 def run(config: AuditSettings, target: artifacts.Target, sources: list[str],
@@ -69,15 +26,10 @@ def run(config: AuditSettings, target: artifacts.Target, sources: list[str],
     if not against:
         raise BertctlError("no task files given: name them with --against")
     files = corpus.expand_sources(sources)
-    tasks = [read_task_file(Path(p), config.against_column) for p in against]
+    tasks = [task_texts.read_task_file(Path(p), config.against_column) for p in against]
     inputs = ([artifacts.file_input(f, "corpus") for f in files]
               + [artifacts.file_input(t.path, "task") for t in tasks])
-    # One index over every audited cell; `owner` maps its texts back to (task, row, column).
-    texts, owner = [], []
-    for t, task in enumerate(tasks):
-        for c, cells in enumerate(task.cells):
-            texts += cells
-            owner += [(t, r, c) for r in range(len(cells))]
+    texts, owner = task_texts.flatten(tasks)
     index = overlap.TaskTexts.index(texts, config.ngram, config.min_ngram)
     total_bytes = sum(f.stat().st_size for f in files)
 

@@ -14,6 +14,7 @@ from bertctl.data import corpus, pretraining, pretraining_dataset
 from bertctl.data import tokenizer as tokenizer_mod
 from bertctl.errors import BertctlError
 from bertctl.stages.common import models
+from bertctl.stages.common.task_texts import Exclusion
 
 
 
@@ -22,10 +23,12 @@ def _tokenizer_stats(tok_art: artifacts.Artifact) -> dict:
 
 
 def run(config: BuildPretrainDataSettings, target: artifacts.Target, tokenizer_dir: Path | None,
-        sources: list[str], combine: list[Path] | None = None) -> artifacts.Outcome:
+        sources: list[str], combine: list[Path] | None = None,
+        exclude: list[Path] | None = None) -> artifacts.Outcome:
     if combine:
-        if tokenizer_dir or sources:
-            raise BertctlError("--combine takes only the slice artifacts, no tokenizer or corpus")
+        if tokenizer_dir or sources or exclude:
+            raise BertctlError("--combine takes only the slice artifacts, no tokenizer, corpus "
+                               "or --exclude")
         return _combine(combine, target)
     if not tokenizer_dir:
         raise BertctlError("missing the tokenizer artifact (first argument)")
@@ -36,21 +39,28 @@ def run(config: BuildPretrainDataSettings, target: artifacts.Target, tokenizer_d
         raise BertctlError("no corpus files given")
     files = corpus.expand_sources(sources)
     inputs = [tok_art.as_input("tokenizer")] + [artifacts.file_input(f, "corpus") for f in files]
+    excluded = Exclusion.of(exclude) if exclude else None
+    if excluded is not None:
+        inputs += excluded.inputs
     core = PretrainingDataSettings(
         **config.model_dump(include=set(PretrainingDataSettings.model_fields)))
 
     def build(tmp: Path) -> dict:
         stats = corpus.CorpusStats()
+        documents = corpus.iter_documents(files, config.text_column, stats)
+        if excluded is not None:
+            documents = excluded.filter(documents)
         with console.progress("building instances", unit="chunks") as bar:
             summary = pretraining.build_pretraining_data(
-                corpus.iter_documents(files, config.text_column, stats), tok, tmp, core,
+                documents, tok, tmp, core,
                 workers=config.workers, num_shards=config.num_shards,
                 shard_index=config.shard_index,
                 progress=lambda p: bar.update(1, documents=p.documents, instances=p.instances))
         models.copy_tokenizer(tok_art.path, tmp)
         splits = {k: v["stats"] for k, v in summary["splits"].items()}
+        extra = {"excluded": excluded.write(tmp)} if excluded is not None else {}
         return _stats(summary["settings"], splits, _tokenizer_stats(tok_art),
-                      corpus=stats.as_dict(), slice=summary["slice"])
+                      corpus=stats.as_dict(), slice=summary["slice"], **extra)
 
     outcome = artifacts.produce("pretrain-data", config, inputs, target, build)
     _show_sample(outcome)
@@ -81,7 +91,7 @@ def _combine(slices: list[Path], target: artifacts.Target) -> artifacts.Outcome:
         m = art.manifest
         mine = {k: v for k, v in m.config.items() if k not in ("shard_index", "workers")}
         if mine != common:
-            diff = sorted(k for k in set(mine) | set(common) if mine.get(k) != models.get(k))
+            diff = sorted(k for k in set(mine) | set(common) if mine.get(k) != common.get(k))
             raise BertctlError(f"{art.path}: built with other settings than {arts[0].path} "
                                f"({', '.join(diff)})")
         if m.stats.get("tokenizer", {}).get("id") != tokenizer_id:

@@ -1,0 +1,103 @@
+"""The texts of task files that `audit` looks for in a corpus and `build-pretrain-data
+--exclude` keeps out of one (the matching rule: bertctl/data/overlap.py)."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bertctl import artifacts
+from bertctl.data import overlap
+from bertctl.errors import BertctlError
+from bertctl.tasks import files as task_files
+
+# A column is text to audit when its median cell has this many words (labels, ids, genres not).
+TEXT_WORDS = 4
+EXCLUDED_FILE = "excluded.jsonl"
+
+
+@dataclass
+class TaskFile:
+    path: Path
+    columns: list[str]
+    cells: list[list[str]]      # per column, per row
+
+    @property
+    def rows(self) -> int:
+        return len(self.cells[0]) if self.cells else 0
+
+
+def read_task_file(path: Path, columns: list[str] | None) -> TaskFile:
+    if not path.is_file():
+        raise BertctlError(f"{path}: file not found")
+    table = task_files.read_table(task_files.BY_NAME, path)
+    if table.num_rows == 0:
+        raise BertctlError(f"{path}: no data rows")
+    if columns is not None:
+        task_files.require_columns(table, columns, path)
+        chosen = list(columns)
+    else:
+        chosen = [name for name in table.column_names if _is_text(table.column(name))]
+        if not chosen:
+            raise BertctlError(f"{path}: no column with text to audit (columns: "
+                               f"{', '.join(table.column_names)}); name one with "
+                               f"--against-column")
+    return TaskFile(path, chosen, [task_files.text_column(table, c, path, allow_empty=True)
+                                   for c in chosen])
+
+
+def _is_text(column) -> bool:
+    import pyarrow as pa
+
+    if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+        return False
+    cells = [c for c in column.to_pylist() if c]
+    return bool(cells) and statistics.median(len(c.split()) for c in cells) >= TEXT_WORDS
+
+
+def flatten(tasks: list[TaskFile]) -> tuple[list[str], list[tuple[int, int, int]]]:
+    """Every audited cell as one list of texts, and each text's (task, row, column)."""
+    texts, owner = [], []
+    for t, task in enumerate(tasks):
+        for c, cells in enumerate(task.cells):
+            texts += cells
+            owner += [(t, r, c) for r in range(len(cells))]
+    return texts, owner
+
+
+@dataclass
+class Exclusion:
+    """Corpus documents that overlap task files, left out of what is built and listed."""
+
+    tasks: list[TaskFile]
+    owner: list[tuple[int, int, int]]
+    index: overlap.TaskTexts
+    dropped: list[overlap.Dropped] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, paths: list[Path]) -> "Exclusion":
+        tasks = [read_task_file(Path(p), None) for p in paths]
+        texts, owner = flatten(tasks)
+        return cls(tasks, owner, overlap.TaskTexts.index(texts))
+
+    @property
+    def inputs(self) -> list[artifacts.InputRef]:
+        return [artifacts.file_input(t.path, "exclude") for t in self.tasks]
+
+    def filter(self, documents: Iterable[list[str]]) -> Iterator[list[str]]:
+        return overlap.without_overlaps(documents, self.index, self.dropped)
+
+    def write(self, out: Path) -> dict:
+        """excluded.jsonl in `out`; the manifest's summary of it."""
+        with open(out / EXCLUDED_FILE, "w", encoding="utf-8") as f:
+            for d in self.dropped:
+                t, r, c = self.owner[d.text]
+                f.write(json.dumps({"document": d.document, "file": str(self.tasks[t].path),
+                                    "row": r + 1, "column": self.tasks[t].columns[c],
+                                    "ngram": d.ngram}, ensure_ascii=False) + "\n")
+        return {"documents": len(self.dropped), "list": EXCLUDED_FILE,
+                "task_files": [str(t.path) for t in self.tasks],
+                "rule": {"ngram": self.index.ngram, "min_ngram": self.index.min_ngram}}
