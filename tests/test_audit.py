@@ -131,3 +131,17 @@ def test_bad_input_is_one_line_and_writes_nothing(cli, corpus_files, tmp_path):
         assert r.exit_code == 2 and message in r.stderr, (args, r.stderr)
         assert len(r.stderr.strip().splitlines()) == 1, r.stderr
         assert not out.exists()
+
+
+def test_report_shows_what_the_audit_found(cli, corpus_files, tmp_path):
+    a, b = corpus_files
+    r = cli("audit", a, b, "--against", SST2_DEV, "--out", tmp_path / "audit")
+    assert r.exit_code == 0, r.stderr
+    r = cli("report", tmp_path / "audit", "--out", tmp_path / "report")
+    assert r.exit_code == 0, r.stderr
+    page = (tmp_path / "report" / "report.html").read_text(encoding="utf-8")
+    table = page[page.index('<table class="audit">'):]
+    table = table[:table.index("</table>")]
+    assert f'data-file="{SST2_DEV}"' in table and 'data-value="2"' in table   # overlapping
+    overlaps = page[page.index('<table class="overlaps">'):]
+    assert "it s a charming and often affecting journey" in overlaps[:overlaps.index("</table>")]

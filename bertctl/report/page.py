@@ -289,6 +289,34 @@ def confusion(run: Run) -> str:
             f'<table class="confusion"><tr><th>true \\ predicted</th>{head}</tr>{rows}</table>')
 
 
+def audit(run: Run, listed: int = 20) -> str:
+    """An audit artifact's findings: per task file the share of its examples found in the
+    corpus, and the first overlapping examples with the n-gram found."""
+    tasks = run.artifact.manifest.stats.get("tasks") if run.artifact.kind == "audit" else None
+    if not isinstance(tasks, dict):
+        return ""
+    head = ("<tr><th>task file</th><th>examples</th><th>audited</th><th>too short</th>"
+            "<th>overlapping</th><th>share of audited</th></tr>")
+    rows = "".join(f'<tr data-file="{esc(path)}"><th>{esc(path)}</th>'
+                   + "".join(cell(t.get(k)) for k in ("examples", "audited", "too_short",
+                                                      "overlapping", "share")) + "</tr>"
+                   for path, t in tasks.items())
+    found = []
+    path = run.artifact.path / "overlaps.jsonl"
+    if path.is_file():
+        with open(path, encoding="utf-8") as f:
+            for line, _ in zip(f, range(listed)):
+                o = json.loads(line)
+                found.append(f"<tr><td>{esc(o['file'])}</td>{cell(o['row'])}"
+                             f"<td>{esc(o['text'])}</td><td>{esc(o['ngram'])}</td></tr>")
+    shown = ("<h3>Overlapping examples (the first " + str(len(found)) + ")</h3>"
+             '<table class="overlaps"><tr><th>task file</th><th>row</th><th>text</th>'
+             "<th>n-gram found in the corpus</th></tr>" + "".join(found) + "</table>"
+             if found else "")
+    return ('<h3>Task examples found in the corpus</h3><table class="audit">' + head + rows
+            + "</table>" + shown)
+
+
 def lineage_tree(inputs: list[InputRef]) -> str:
     if not inputs:
         return ""
@@ -318,7 +346,7 @@ def artifact_section(run: Run) -> str:
     metrics = {k: v for k, v in m.metrics.items() if k != "confusion_matrix"}
     if metrics:
         parts += ["<h3>Metrics</h3>", key_table("metrics", flatten(metrics), run)]
-    parts.append(confusion(run))
+    parts += [confusion(run), audit(run)]
     # Everything else behind a fold: the reader came for the metrics and the curves.
     parts += ['<details class="all"><summary>All settings, stats, lineage and environment'
               '</summary>', "<h3>Settings</h3>", key_table("settings", m.config, run)]
