@@ -14,37 +14,15 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from bertctl.data.settings import AuditSettings, PretrainingDataSettings
+from bertctl.data.settings import AuditSettings, PretrainingDataSettings, TokenizeSettings
 from bertctl.objectives import OBJECTIVES
 from bertctl.settings import (DATA, DEFAULT_LENGTH, EVALUATION, MODEL, RUNTIME, SEQ_LENGTH, TASK,
                               TRAINING, StageConfig, meta, resolve_precision)
 from bertctl.train.settings import TrainingSettings
 
 _RUN = meta(RUNTIME, identity=False)
-TOKENIZER = "Tokenizer"
 FROZEN = "Frozen encoder (feature-based)"
 EMBEDDINGS = "Embeddings"
-
-
-class TokenizeSettings(StageConfig):
-    produces: ClassVar[str | None] = "tokenizer"
-    vocab_size: int = Field(30522, ge=1, description="Vocabulary size, special and [unused] "
-                            "tokens included.", json_schema_extra=meta(TOKENIZER))
-    cased: bool = Field(False, description="Keep case and accents (a cased model) instead of "
-                        "lowercasing.", json_schema_extra=meta(TOKENIZER, flag="--cased/--uncased"))
-    strip_accents: bool | None = Field(None, description="Strip accents; unset follows "
-                                       "--uncased as Google's models do.",
-                                       json_schema_extra=meta(TOKENIZER))
-    min_frequency: int = Field(2, ge=1, description="Minimum count for a piece to be merged "
-                               "into the vocabulary.", json_schema_extra=meta(TOKENIZER))
-    limit_alphabet: int = Field(1000, ge=1, description="Most distinct characters kept in "
-                                "the alphabet; rarer ones become [UNK].",
-                                json_schema_extra=meta(TOKENIZER))
-    unused_tokens: int = Field(99, ge=0, le=100000, description="Reserved [unusedN] slots for "
-                               "adding domain words later (Google's layout: [UNK]=100 with 99).",
-                               json_schema_extra=meta(TOKENIZER))
-    text_column: str | None = Field(None, description="Column holding the text in JSON lines, "
-                                    "CSV or parquet corpus files.", json_schema_extra=meta(DATA))
 
 
 class BuildPretrainDataSettings(PretrainingDataSettings):

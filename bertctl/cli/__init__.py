@@ -181,11 +181,15 @@ def tokenize(settings: TokenizeSettings, target: Target,
              from_vocab: Annotated[Optional[Path], typer.Option(
                  help="Import this vocab.txt instead of training.")] = None,
              from_pretrained: Annotated[Optional[Path], typer.Option(
-                 help="Import a local Hugging Face BERT tokenizer directory.")] = None):
+                 help="Import a local Hugging Face BERT tokenizer directory.")] = None,
+             extend: Annotated[Optional[Path], typer.Option(
+                 help="Extend this tokenizer (a tokenizer artifact, or a model's or Hugging "
+                      "Face directory) with --add N words of the corpus, keeping its ids.")
+             ] = None):
     from bertctl.stages import tokenize as stage_module
 
     return stage_module.run(settings, target, corpus or [], from_vocab=from_vocab,
-                            from_pretrained=from_pretrained)
+                            from_pretrained=from_pretrained, extend=extend)
 
 
 @stage("build-pretrain-data", BuildPretrainDataSettings, help="Build masked-LM + next-sentence "

@@ -1,6 +1,7 @@
 """The settings that determine pretraining instances, owned by the builder that reads them
 (`data.pretraining`) and the loader that re-draws dynamic masks (`data.pretraining_dataset`);
-and those of the contamination audit (`data.overlap`)."""
+and those of the tokenizer (`data.tokenizer`, `data.vocab_extension`) and of the contamination
+audit (`data.overlap`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,34 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, model_validator
 
 from bertctl.settings import DATA, DEFAULT_LENGTH, RUNTIME, SEQ_LENGTH, StageConfig, meta
+
+
+TOKENIZER = "Tokenizer"
+
+
+class TokenizeSettings(StageConfig):
+    produces: ClassVar[str | None] = "tokenizer"
+    vocab_size: int = Field(30522, ge=1, description="Vocabulary size, special and [unused] "
+                            "tokens included.", json_schema_extra=meta(TOKENIZER))
+    cased: bool = Field(False, description="Keep case and accents (a cased model) instead of "
+                        "lowercasing.", json_schema_extra=meta(TOKENIZER, flag="--cased/--uncased"))
+    strip_accents: bool | None = Field(None, description="Strip accents; unset follows "
+                                       "--uncased as Google's models do.",
+                                       json_schema_extra=meta(TOKENIZER))
+    min_frequency: int = Field(2, ge=1, description="Minimum count for a piece to be merged "
+                               "into the vocabulary.", json_schema_extra=meta(TOKENIZER))
+    limit_alphabet: int = Field(1000, ge=1, description="Most distinct characters kept in "
+                                "the alphabet; rarer ones become [UNK].",
+                                json_schema_extra=meta(TOKENIZER))
+    unused_tokens: int = Field(99, ge=0, le=100000, description="Reserved [unusedN] slots for "
+                               "adding domain words later (Google's layout: [UNK]=100 with 99).",
+                               json_schema_extra=meta(TOKENIZER))
+    text_column: str | None = Field(None, description="Column holding the text in JSON lines, "
+                                    "CSV or parquet corpus files.", json_schema_extra=meta(DATA))
+    add: int | None = Field(None, ge=1, le=1_000_000, description="With --extend: the number of "
+                            "words to add as pieces (those that shorten the corpus's "
+                            "tokenization most).",
+                            json_schema_extra=meta(TOKENIZER, hashed_if_changed=True))
 
 
 class PretrainingDataSettings(StageConfig):

@@ -22,6 +22,8 @@ from bertctl.model.dropout import set_training_dropout
 from bertctl import objectives
 from bertctl.data.pretraining_dataset import check_mask_rate, read_pretraining_info
 from bertctl.data.pretraining_dataset import PretrainingDataset
+from bertctl.data import tokenizer, vocab_extension
+from bertctl.model.vocabulary import grow_vocabulary
 from bertctl.train.settings import TrainSettings
 from bertctl.train import distributed as dist
 from bertctl.train.loop import train
@@ -89,11 +91,34 @@ def _new_config(config: PretrainSettings, vocab_size: int, model_config: Path | 
         max_position_embeddings=config.max_position_embeddings)
 
 
-def _check_agreement(model, data: artifacts.Artifact, init: models.ModelSource | None) -> None:
+def _grow_vocabulary(model, data: artifacts.Artifact,
+                     init: models.ModelSource | None) -> dict | None:
+    """Continuing from a model whose tokenizer the data's extends (tokenize --extend): the
+    model's vocabulary grows to the data's, each new piece starting from the mean of the pieces
+    the model's own tokenizer splits it into (bertctl.model.vocabulary)."""
+    if init is None or not init.has_tokenizer():
+        return None
+    base = init.tokenizer()[0]
+    extended = tokenizer.load(data.path / "tokenizer.json")
+    if not vocab_extension.is_extension(base, extended):
+        return None
+    before = int(model.config.vocab_size)
+    after = grow_vocabulary(model, base.get_vocab_size(),
+                            vocab_extension.base_pieces(base, extended))
+    console.log(f"vocabulary grown from {before:,} to {after:,}: each new piece starts from the "
+                f"mean of the embeddings of the pieces {init.path} splits it into")
+    return {"from": before, "to": after, "new_pieces": extended.get_vocab_size()
+            - base.get_vocab_size(), "initialised": "mean of the base pieces' rows"}
+
+
+def _check_agreement(model, data: artifacts.Artifact, init: models.ModelSource | None,
+                     grown: bool = False) -> None:
     """Refuse a model that cannot read this data (bertctl.agreement): ids past its embeddings,
-    sequences past its positions, or, continuing from a model, another tokenizer's ids."""
+    sequences past its positions, or, continuing from a model, another tokenizer's ids (an
+    extension of its tokenizer, once grown, reads as its own)."""
     tok = data.manifest.stats.get("tokenizer", {})
-    model_tokenizer = init.tokenizer()[0] if init is not None and init.has_tokenizer() else None
+    model_tokenizer = (init.tokenizer()[0] if init is not None and init.has_tokenizer()
+                       and not grown else None)
     agreement.check(
         str(init.path if init else "model"), model_vocab=model.config.vocab_size,
         max_positions=model.config.max_position_embeddings, pad_id=model.config.pad_token_id,
@@ -139,7 +164,8 @@ class PretrainJob:
         self.model = _build_model(
             config, self.objective, self.train_data.info.vocab_size, self.init,
             self.model_config, self.data.manifest.stats.get("tokenizer", {}).get("special_ids"))
-        _check_agreement(self.model, self.data, self.init)
+        self.grown = _grow_vocabulary(self.model, self.data, self.init)
+        _check_agreement(self.model, self.data, self.init, grown=self.grown is not None)
         self.settings = TrainSettings.of(
             config, find_unused_parameters=self.objective.unused_parameters(self.train_data),
             **_schedule(config, self.init))
@@ -173,6 +199,8 @@ class PretrainJob:
             stats["masking"] = self.train_data.masking
         if result.resumed_from is not None:
             stats["resumed_from_step"] = result.resumed_from
+        if self.grown is not None:
+            stats["vocabulary_grown"] = self.grown
         # What the run bought: tokens and time (over resumed runs too), and the budget.
         stats.update(tokens=modelcard.tokens_trained(result.history),
                      elapsed_s=round(result.elapsed, 1))

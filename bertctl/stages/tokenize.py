@@ -6,13 +6,17 @@ from pathlib import Path
 
 from bertctl import artifacts, console
 from bertctl.config import TokenizeSettings
-from bertctl.data import corpus, tokenizer
+from bertctl.data import corpus, tokenizer, vocab_extension
 from bertctl.errors import BertctlError
+
+ADDED_FILE = "added_pieces.tsv"
 
 
 def run(config: TokenizeSettings, target: artifacts.Target, sources: list[str],
-        from_vocab: Path | None = None, from_pretrained: Path | None = None
-        ) -> artifacts.Outcome:
+        from_vocab: Path | None = None, from_pretrained: Path | None = None,
+        extend: Path | None = None) -> artifacts.Outcome:
+    if extend is not None or config.add is not None:
+        return _extend(config, target, sources, extend)
     if from_vocab and from_pretrained:
         raise BertctlError("give either --from-vocab or --from-pretrained, not both")
     if not sources and not (from_vocab or from_pretrained):
@@ -70,5 +74,61 @@ def run(config: TokenizeSettings, target: artifacts.Target, sources: list[str],
         console.log(f"vocabulary of {info.vocab_size:,} tokens; unknown-token rate "
                     f"{measured['unk_rate']:.4%}, {measured['pieces_per_word']:.2f} pieces/word")
         return {"tokenizer": info.as_dict(), **stats.as_dict(), **measured}
+
+    return artifacts.produce("tokenizer", config, inputs, target, build)
+
+
+def _extend(config: TokenizeSettings, target: artifacts.Target, sources: list[str],
+            base_dir: Path | None) -> artifacts.Outcome:
+    if base_dir is None or config.add is None:
+        raise BertctlError("--extend TOKENIZER and --add N go together: the tokenizer to extend "
+                           "and how many words to add")
+    if not sources:
+        raise BertctlError("--extend: no corpus files given (the words added are the corpus's)")
+    if not base_dir.is_dir():
+        raise BertctlError(f"{base_dir}: not a directory (a tokenizer artifact, or a model's or "
+                           f"Hugging Face directory)")
+    base, lowercase, strip = tokenizer.from_hf_directory(base_dir)
+    files = corpus.expand_sources(sources)
+    inputs = [artifacts.file_input(f, "corpus") for f in files] + [
+        artifacts.file_input(base_dir / n, "extends") for n in ("tokenizer.json", "vocab.txt")
+        if (base_dir / n).is_file()]
+    total_bytes = sum(f.stat().st_size for f in files)
+
+    def build(tmp: Path) -> dict:
+        stats = corpus.CorpusStats()
+        sample: list[list[str]] = []
+        # Read three times: the frequent words, their counts, and a sample measured both ways.
+        with console.progress("reading corpus", total=3 * total_bytes, unit="bytes") as bar:
+            def batches(tally: corpus.CorpusStats | None = None):
+                for batch in corpus.iter_sentence_batches(files, config.text_column, tally):
+                    bar.update(sum(map(len, batch)))
+                    yield batch
+
+            added = vocab_extension.choose(base, batches, config.add)
+            for _ in tokenizer.sample_batches(batches(stats), sample):
+                pass
+        if stats.sentences == 0:
+            raise BertctlError(f"{', '.join(sources)}: corpus holds no text")
+        tok = vocab_extension.extend(base, added)
+        tokenizer.save(tok, tmp, lowercase, strip)
+        with open(tmp / ADDED_FILE, "w", encoding="utf-8") as f:
+            f.write("id\tpiece\tcount\tbase_pieces\n")
+            for i, a in enumerate(added):
+                f.write(f"{base.get_vocab_size() + i}\t{a.piece}\t{a.count}\t{a.base_pieces}\n")
+        text = [s for b in sample for s in b]
+        before, after = tokenizer.measure(base, text), tokenizer.measure(tok, text)
+        console.log(f"added {len(added):,} of the {config.add:,} words asked (vocabulary "
+                    f"{base.get_vocab_size():,} -> {tok.get_vocab_size():,}); pieces per word "
+                    f"{before['pieces_per_word']:.3f} -> {after['pieces_per_word']:.3f}")
+        if len(added) < config.add:
+            console.log(f"only {len(added):,} words of the corpus (seen twice or more) are split "
+                        f"by the base vocabulary: no more shorten it")
+        info = tokenizer.TokenizerInfo.of(tok, lowercase)
+        return {"tokenizer": info.as_dict(), **stats.as_dict(), **after,
+                "extends": {"path": str(base_dir), "vocab_size": base.get_vocab_size(),
+                            "added": len(added), "list": ADDED_FILE,
+                            "pieces_per_word_before": before["pieces_per_word"],
+                            "unk_rate_before": before["unk_rate"]}}
 
     return artifacts.produce("tokenizer", config, inputs, target, build)
