@@ -245,3 +245,25 @@ def test_report_bad_input(tmp_path, tiny_pretrained, cli, monkeypatch):
     assert r.exit_code == 2 and "pip install 'bertctl[report]'" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "r").exists()
+
+
+def test_groups_are_compared_in_standard_errors_as_welch_does():
+    from types import SimpleNamespace
+
+    from scipy import stats
+
+    from bertctl.report.page import Run, group_comparison
+
+    def run(i, value):
+        manifest = SimpleNamespace(metrics={"accuracy": value, "label": "x"})
+        return Run(i, SimpleNamespace(manifest=manifest, id=f"a{i}"))
+
+    a, b = [0.70, 0.72, 0.69, 0.71], [0.74, 0.73, 0.76]
+    html = group_comparison([[run(i, v) for i, v in enumerate(a)],
+                             [run(10 + i, v) for i, v in enumerate(b)]])
+    row = Tree(html).root.one("tr", **{"data-metric": "accuracy"})
+    diff, se, ratio = (json.loads(td.attrs["data-value"]) for td in row.all("td"))
+    assert diff == pytest.approx(np.mean(b) - np.mean(a))
+    assert ratio == pytest.approx(stats.ttest_ind(b, a, equal_var=False).statistic)
+    assert se == pytest.approx(diff / ratio)
+    assert group_comparison([[run(0, 0.5), run(1, 0.6)]]) == ""

@@ -204,6 +204,34 @@ def seed_table(groups: list[list[Run]]) -> str:
     return "".join(parts)
 
 
+def group_comparison(groups: list[list[Run]]) -> str:
+    """Each later seed group against the first, metric by metric: the difference of the means
+    and how many standard errors of that difference it is (se = sqrt(sd1^2/n1 + sd2^2/n2), the
+    groups independent)."""
+    if len(groups) < 2:
+        return ""
+    rows = []
+    first = groups[0]
+    for g, group in enumerate(groups[1:], 2):
+        keys = sorted(set.intersection(*(set(numeric_metrics(r.artifact.manifest.metrics))
+                                         for r in first + group)))
+        for k in keys:
+            a = [float(r.artifact.manifest.metrics[k]) for r in first]
+            b = [float(r.artifact.manifest.metrics[k]) for r in group]
+            diff = statistics.fmean(b) - statistics.fmean(a)
+            se = math.sqrt(statistics.variance(a) / len(a) + statistics.variance(b) / len(b))
+            ratio = diff / se if se > 0 else None
+            rows.append(f'<tr data-group="{g}" data-metric="{esc(k)}"><th>group {g} &minus; '
+                        f"group 1</th><th>{esc(k)}</th>{cell(diff)}{cell(se)}{cell(ratio)}</tr>")
+    if not rows:
+        return ""
+    return ("<h2>Groups compared</h2><p>The difference of the means against group 1, its "
+            "standard error and the difference in standard errors.</p>"
+            '<table class="group-comparison"><tr><th>groups</th><th>metric</th>'
+            "<th>difference</th><th>se</th><th>difference / se</th></tr>" + "".join(rows)
+            + "</table>")
+
+
 def curve_keys(runs: list[Run]) -> list[tuple[str, str]]:
     found = {(r.get("split", "train"), k) for run in runs for r in run.history
              for k, v in r.items() if k not in NOT_CURVES and is_number(v)}
@@ -361,7 +389,8 @@ def artifact_section(run: Run) -> str:
 
 def render(runs: list[Run], title: str) -> str:
     groups = seed_groups(runs)
-    body = [f"<h1>{esc(title)}</h1>", overview(runs), seed_table(groups), curves(runs, groups),
+    body = [f"<h1>{esc(title)}</h1>", overview(runs), seed_table(groups),
+            group_comparison(groups), curves(runs, groups),
             differences(runs), *(artifact_section(r) for r in runs)]
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>{esc(title)}</title><style>{CSS}</style></head><body>"
