@@ -221,3 +221,17 @@ def sst2_seed_runs(tmp_path_factory, tiny_pretrained):
                                 catch_exceptions=False)
     assert result.exit_code == 0, result.stderr
     return runs[0], runs[1], ev
+
+
+@pytest.fixture
+def ten_seconds_a_step(monkeypatch):
+    """The training loop's clock (Trainer._now) reads 0 at the run's start and 10 s more at each step."""
+    calls = {}
+
+    def now(self):
+        n = calls.get(id(self), -1) + 1
+        calls[id(self)] = n
+        return 10.0 * n
+    from bertctl.train.loop import Trainer
+
+    monkeypatch.setattr(Trainer, "_now", now)

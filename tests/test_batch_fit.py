@@ -11,7 +11,7 @@ import torch
 from bertctl.errors import BertctlError
 from bertctl.settings import identity
 from bertctl.train import budget
-from bertctl.train.loop import Trainer, train
+from bertctl.train.loop import train
 from bertctl.train.settings import TrainSettings
 
 from test_train_loop import RepeatedTokens, records, tiny_pretraining
@@ -32,17 +32,6 @@ def test_halving_stops_at_the_smallest_batch_and_at_the_micro_batch_unit():
     assert "fewer than the 1000000 asked even at 16" in fit.message()
     assert budget.choose(96, 48, 10 ** 6, 1200.0, 0.05, 1).batch_size == 48  # micro-batch 48
     assert budget.choose(8, 1, 10 ** 6, 1200.0, 0.05, 1).batch_size == 8   # never raised
-
-
-@pytest.fixture
-def ten_seconds_a_step(monkeypatch):
-    calls = {}
-
-    def now(self):
-        n = calls.get(id(self), -1) + 1
-        calls[id(self)] = n
-        return 10.0 * n
-    monkeypatch.setattr(Trainer, "_now", now)
 
 
 def _fitted_run(work, **overrides):

@@ -381,3 +381,50 @@ def test_budget_pipeline_checks_its_budget_before_the_first_stage(tmp_path, budg
                         "RUNS": str(runs)}, makefile="budget.mk")
     assert r.returncode != 0 and f"BUDGET={budget} is not a duration" in r.stderr
     assert not runs.exists()
+
+
+# --- domain adaptation (pipelines/adapt.mk) -------------------------------------------------------
+
+def test_adapt_pipeline_from_relative_paths(tmp_path, minilm_dir):
+    """The real checkpoint continued on the fixture books (its vocabulary grown by 20 words),
+    both it and the original fine-tuned with two seeds, one report comparing the two groups;
+    the paths given relative to the directory make is started from, as a user types them."""
+    work = tmp_path / "work"
+    shutil.copytree(FIXTURES / "glue" / "SST-2", work / "sst2")
+    shutil.copytree(FIXTURES / "pretrain", work / "books")
+    variables = {"BERTCTL": BERTCTL, "MODEL": str(minilm_dir), "CORPUS": "books",
+                 "TASK": "glue/sst2", "TRAIN": "sst2", "DEV": "sst2/dev.tsv", "BUDGET": "4s",
+                 "SEEDS": "1 2", "EPOCHS": "1", "EXTEND": "20", "RUNS": "runs",
+                 "DATA_FLAGS": "--workers 1 --max-seq-length 64 --validation-fraction 0.1",
+                 "PRETRAIN_FLAGS": "--device cpu --batch-size 8 --eval-batches 1 --log-every 5",
+                 "FINETUNE_FLAGS": "--device cpu --max-seq-length 64 --batch-size 16",
+                 "EVAL_FLAGS": "--device cpu"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "PWD": str(work)}
+    cmd = ["make", "-C", str(PIPELINES), "adapt", *(f"{k}={v}" for k, v in variables.items())]
+    r = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    runs = work / "runs"
+    adapted = manifest(runs / "adapted")
+    assert adapted["stats"]["vocabulary_grown"]["to"] == 30542
+    assert adapted["config"]["lr"] == 1e-4 and adapted["stats"]["time_budget_s"] == 4
+    data = manifest(runs / "data")
+    assert "excluded" in data["stats"]
+    assert "exclude" in [i["role"] for i in data["inputs"]]
+    report = manifest(runs / "report")
+    groups = report["stats"]["seed_groups"]
+    assert [len(g) for g in groups] == [2, 2]
+    html = (runs / "report" / "report.html").read_text()
+    assert 'class="group-comparison"' in html and 'data-metric="accuracy"' in html
+    before = mtimes(runs)
+    r = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0 and mtimes(runs) == before, r.stderr[-2000:]
+
+
+def test_adapt_pipeline_names_a_missing_path_and_where_it_looked(tmp_path):
+    env = {**os.environ, "PWD": str(tmp_path)}
+    r = subprocess.run(["make", "-C", str(PIPELINES), "adapt", "MODEL=nowhere", "CORPUS=books",
+                        "TRAIN=t", "DEV=d.tsv"], cwd=tmp_path, env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode != 0
+    assert f"{tmp_path}/nowhere: no such file or directory (paths are read from {tmp_path})" \
+        in r.stderr

@@ -13,23 +13,10 @@ from bertctl.modelcard import tokens_trained
 from bertctl.objectives.scoring import pretraining_step_metrics
 from bertctl.train.loop import train
 from bertctl.train.settings import TrainSettings
-from bertctl.train.loop import Trainer
 from bertctl.train.optim import lr_at_share
 from bertctl.train.settings import parse_duration
 
 from test_train_loop import RepeatedTokens, records, tiny_pretraining
-
-
-@pytest.fixture
-def ten_seconds_a_step(monkeypatch):
-    """Trainer._now reads 0 at the run's start and 10 s more at each step."""
-    calls = {}
-
-    def now(self):
-        n = calls.get(id(self), -1) + 1
-        calls[id(self)] = n
-        return 10.0 * n
-    monkeypatch.setattr(Trainer, "_now", now)
 
 
 def _budget_run(work, **overrides):

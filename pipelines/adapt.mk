@@ -1,0 +1,94 @@
+# Adapting a published model to a domain (#41): continue pretraining MODEL on CORPUS with the
+# adapt recipe for BUDGET (its tokenizer kept, or grown by EXTEND words), then fine-tune the
+# adapted model and MODEL itself on one task with the same seeds, and one report with the two
+# side by side (mean +- sd per group, the difference in standard errors).
+#
+#   make -C pipelines adapt MODEL=DIR CORPUS=... TASK=glue/sst2 TRAIN=DIR_OR_FILE DEV=FILE
+#   make -C pipelines -f adapt.mk adapt ...        (the same, without the top Makefile)
+#
+# Artifacts (each the target `make` keeps up to date; a second `make` does nothing):
+#   RUNS/tokenizer   tokenize --from-pretrained MODEL (or --extend MODEL --add EXTEND CORPUS)
+#   RUNS/data        build-pretrain-data --config DATA_RECIPE --exclude DEV (CORPUS's documents
+#                    that share text with the dev file are left out: no score on seen text)
+#   RUNS/adapted     pretrain --init-from MODEL --config ADAPT_RECIPE --time-budget BUDGET
+#   RUNS/{original,adapted}/seedS/{model,dev}   finetune and eval, per seed
+#   RUNS/report      report: the original's dev evals (group 1) and the adapted's (group 2)
+#
+# Variables (paths relative to the directory make was started from, or absolute):
+#   MODEL     the model to adapt: a bertctl model artifact or a Hugging Face BERT directory
+#   CORPUS    the domain's text (files, globs or directories, as bertctl tokenize takes them)
+#   TASK      the task preset (e.g. glue/sst2, conll2003) or custom task flags in FINETUNE_FLAGS
+#   TRAIN     the labelled training data; DEV the dev file scored (and excluded from the corpus)
+#   BUDGET    continued-pretraining time (default 20m); SEEDS fine-tuning seeds (default 1 2 3 4 5)
+#   EXTEND    words added to the vocabulary before continuing (default 0: the model's own)
+#   LR, EPOCHS   fine-tuning learning rate (default 5e-5) and epochs (default 3)
+#   DATA_RECIPE, ADAPT_RECIPE   default examples/configs/budget-data.yaml, adapt-pretrain.yaml
+#   DATA_FLAGS, PRETRAIN_FLAGS, FINETUNE_FLAGS, EVAL_FLAGS   more flags
+#   RUNS      where the artifacts go (default runs/adapt); BERTCTL the bertctl command
+
+ROOT     := $(abspath $(dir $(lastword $(MAKEFILE_LIST)))/..)
+BERTCTL  ?= $(if $(wildcard $(ROOT)/.venv/bin/bertctl),$(ROOT)/.venv/bin/bertctl,bertctl)
+# make -C changes directory; the paths given are the user's, so resolve them where make started.
+from_start = $(foreach p,$(1),$(if $(filter /%,$(p)),$(p),$(PWD)/$(p)))
+RUNS     ?= $(ROOT)/runs/adapt
+OUT      := $(call from_start,$(RUNS))
+BUDGET   ?= 20m
+SEEDS    ?= 1 2 3 4 5
+EXTEND   ?= 0
+LR       ?= 5e-5
+EPOCHS   ?= 3
+DATA_RECIPE  ?= $(ROOT)/examples/configs/budget-data.yaml
+ADAPT_RECIPE ?= $(ROOT)/examples/configs/adapt-pretrain.yaml
+DATA_FLAGS ?=
+PRETRAIN_FLAGS ?=
+FINETUNE_FLAGS ?=
+EVAL_FLAGS ?=
+
+ifeq ($(filter adapt-clean,$(MAKECMDGOALS)),)
+$(foreach v,MODEL CORPUS TRAIN DEV,$(if $(strip $($(v))),,$(error $(v)= is required (see pipelines/adapt.mk))))
+endif
+MODEL_ := $(call from_start,$(MODEL))
+CORPUS_ := $(call from_start,$(CORPUS))
+TRAIN_ := $(call from_start,$(TRAIN))
+DEV_ := $(call from_start,$(DEV))
+$(foreach p,$(MODEL_) $(TRAIN_) $(DEV_),$(if $(wildcard $(p)),,$(if $(filter adapt-clean,$(MAKECMDGOALS)),,$(error $(p): no such file or directory (paths are read from $(PWD))))))
+CORPUS_FILES := $(foreach c,$(CORPUS_),$(if $(wildcard $(c)/.),$(shell find $(c) -type f),$(wildcard $(c))))
+MODEL_DEPS := $(or $(wildcard $(MODEL_)/artifact.json),$(wildcard $(MODEL_)/config.json $(MODEL_)/*.safetensors))
+TASK_ARGS := $(if $(TASK),--task $(TASK)) $(FINETUNE_FLAGS)
+
+.PHONY: adapt adapt-model adapt-clean
+adapt: $(OUT)/report/artifact.json
+	@$(BERTCTL) inspect $(OUT)/report
+adapt-model: $(OUT)/adapted/artifact.json
+
+$(OUT)/tokenizer/artifact.json: $(MODEL_DEPS) $(if $(filter-out 0,$(EXTEND)),$(CORPUS_FILES))
+	$(BERTCTL) tokenize $(if $(filter-out 0,$(EXTEND)),$(CORPUS_) --extend $(MODEL_) --add \
+	    $(EXTEND),--from-pretrained $(MODEL_)) --out $(@D) --force
+
+$(OUT)/data/artifact.json: $(OUT)/tokenizer/artifact.json $(CORPUS_FILES) $(DATA_RECIPE) $(DEV_)
+	$(BERTCTL) build-pretrain-data $(<D) $(CORPUS_) --config $(DATA_RECIPE) --exclude $(DEV_) \
+	    $(DATA_FLAGS) --out $(@D) --force
+
+$(OUT)/adapted/artifact.json: $(OUT)/data/artifact.json $(ADAPT_RECIPE) $(MODEL_DEPS)
+	$(BERTCTL) pretrain $(<D) --init-from $(MODEL_) --config $(ADAPT_RECIPE) \
+	    --time-budget $(BUDGET) $(PRETRAIN_FLAGS) --out $(@D) --force
+
+# finetune and eval: which (original, adapted), its model directory, its model's deps, seed
+define RUN
+$(OUT)/$(1)/seed$(4)/model/artifact.json: $(3) $(TRAIN_) $(DEV_)
+	$(BERTCTL) finetune $(2) $(TRAIN_) $(TASK_ARGS) --lr $(LR) --epochs $(EPOCHS) --seed $(4) \
+	    --out $$(@D) --force
+$(OUT)/$(1)/seed$(4)/dev/artifact.json: $(OUT)/$(1)/seed$(4)/model/artifact.json $(DEV_)
+	$(BERTCTL) eval $$(<D) $(DEV_) $(EVAL_FLAGS) --out $$(@D) --force
+endef
+$(foreach s,$(SEEDS),$(eval $(call RUN,original,$(MODEL_),$(MODEL_DEPS),$(s))))
+$(foreach s,$(SEEDS),$(eval $(call RUN,adapted,$(OUT)/adapted,$(OUT)/adapted/artifact.json,$(s))))
+
+DEVS = $(foreach w,original adapted,$(foreach s,$(SEEDS),$(OUT)/$(w)/seed$(s)/dev))
+$(OUT)/report/artifact.json: $(addsuffix /artifact.json,$(DEVS)) $(OUT)/adapted/artifact.json
+	$(BERTCTL) report $(DEVS) $(OUT)/adapted --title "$(notdir $(MODEL_)) adapted to \
+	    $(notdir $(firstword $(CORPUS_))) for $(BUDGET), then $(or $(TASK),the task)" \
+	    --out $(@D) --force
+
+adapt-clean:
+	rm -rf $(OUT)
