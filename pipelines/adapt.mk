@@ -10,7 +10,7 @@
 #   RUNS/tokenizer   tokenize --from-pretrained MODEL (or --extend MODEL --add EXTEND CORPUS)
 #   RUNS/data        build-pretrain-data --config DATA_RECIPE --exclude DEV (CORPUS's documents
 #                    that share text with the dev file are left out: no score on seen text)
-#   RUNS/adapted     pretrain --init-from MODEL --config ADAPT_RECIPE --time-budget BUDGET
+#   RUNS/model       pretrain --init-from MODEL --config ADAPT_RECIPE --time-budget BUDGET
 #   RUNS/{original,adapted}/seedS/{model,dev}   finetune and eval, per seed
 #   RUNS/report      report: the original's dev evals (group 1) and the adapted's (group 2)
 #
@@ -28,8 +28,10 @@
 
 ROOT     := $(abspath $(dir $(lastword $(MAKEFILE_LIST)))/..)
 BERTCTL  ?= $(if $(wildcard $(ROOT)/.venv/bin/bertctl),$(ROOT)/.venv/bin/bertctl,bertctl)
-# make -C changes directory; the paths given are the user's, so resolve them where make started.
-from_start = $(foreach p,$(1),$(if $(filter /%,$(p)),$(p),$(PWD)/$(p)))
+# make -C changes directory; the paths given are the user's, so resolve them where make started
+# (the shell's PWD; without one, make's own directory).
+START    := $(or $(PWD),$(CURDIR))
+from_start = $(foreach p,$(1),$(if $(filter /%,$(p)),$(p),$(START)/$(p)))
 RUNS     ?= $(ROOT)/runs/adapt
 OUT      := $(call from_start,$(RUNS))
 BUDGET   ?= 20m
@@ -51,7 +53,7 @@ MODEL_ := $(call from_start,$(MODEL))
 CORPUS_ := $(call from_start,$(CORPUS))
 TRAIN_ := $(call from_start,$(TRAIN))
 DEV_ := $(call from_start,$(DEV))
-$(foreach p,$(MODEL_) $(TRAIN_) $(DEV_),$(if $(wildcard $(p)),,$(if $(filter adapt-clean,$(MAKECMDGOALS)),,$(error $(p): no such file or directory (paths are read from $(PWD))))))
+$(foreach p,$(MODEL_) $(TRAIN_) $(DEV_),$(if $(wildcard $(p)),,$(if $(filter adapt-clean,$(MAKECMDGOALS)),,$(error $(p): no such file or directory (paths are read from $(START))))))
 CORPUS_FILES := $(foreach c,$(CORPUS_),$(if $(wildcard $(c)/.),$(shell find $(c) -type f),$(wildcard $(c))))
 MODEL_DEPS := $(or $(wildcard $(MODEL_)/artifact.json),$(wildcard $(MODEL_)/config.json $(MODEL_)/*.safetensors))
 TASK_ARGS := $(if $(TASK),--task $(TASK)) $(FINETUNE_FLAGS)
@@ -59,7 +61,7 @@ TASK_ARGS := $(if $(TASK),--task $(TASK)) $(FINETUNE_FLAGS)
 .PHONY: adapt adapt-model adapt-clean
 adapt: $(OUT)/report/artifact.json
 	@$(BERTCTL) inspect $(OUT)/report
-adapt-model: $(OUT)/adapted/artifact.json
+adapt-model: $(OUT)/model/artifact.json
 
 $(OUT)/tokenizer/artifact.json: $(MODEL_DEPS) $(if $(filter-out 0,$(EXTEND)),$(CORPUS_FILES))
 	$(BERTCTL) tokenize $(if $(filter-out 0,$(EXTEND)),$(CORPUS_) --extend $(MODEL_) --add \
@@ -69,7 +71,7 @@ $(OUT)/data/artifact.json: $(OUT)/tokenizer/artifact.json $(CORPUS_FILES) $(DATA
 	$(BERTCTL) build-pretrain-data $(<D) $(CORPUS_) --config $(DATA_RECIPE) --exclude $(DEV_) \
 	    $(DATA_FLAGS) --out $(@D) --force
 
-$(OUT)/adapted/artifact.json: $(OUT)/data/artifact.json $(ADAPT_RECIPE) $(MODEL_DEPS)
+$(OUT)/model/artifact.json: $(OUT)/data/artifact.json $(ADAPT_RECIPE) $(MODEL_DEPS)
 	$(BERTCTL) pretrain $(<D) --init-from $(MODEL_) --config $(ADAPT_RECIPE) \
 	    --time-budget $(BUDGET) $(PRETRAIN_FLAGS) --out $(@D) --force
 
@@ -82,11 +84,11 @@ $(OUT)/$(1)/seed$(4)/dev/artifact.json: $(OUT)/$(1)/seed$(4)/model/artifact.json
 	$(BERTCTL) eval $$(<D) $(DEV_) $(EVAL_FLAGS) --out $$(@D) --force
 endef
 $(foreach s,$(SEEDS),$(eval $(call RUN,original,$(MODEL_),$(MODEL_DEPS),$(s))))
-$(foreach s,$(SEEDS),$(eval $(call RUN,adapted,$(OUT)/adapted,$(OUT)/adapted/artifact.json,$(s))))
+$(foreach s,$(SEEDS),$(eval $(call RUN,adapted,$(OUT)/model,$(OUT)/model/artifact.json,$(s))))
 
 DEVS = $(foreach w,original adapted,$(foreach s,$(SEEDS),$(OUT)/$(w)/seed$(s)/dev))
-$(OUT)/report/artifact.json: $(addsuffix /artifact.json,$(DEVS)) $(OUT)/adapted/artifact.json
-	$(BERTCTL) report $(DEVS) $(OUT)/adapted --title "$(notdir $(MODEL_)) adapted to \
+$(OUT)/report/artifact.json: $(addsuffix /artifact.json,$(DEVS)) $(OUT)/model/artifact.json
+	$(BERTCTL) report $(DEVS) $(OUT)/model --title "$(notdir $(MODEL_)) adapted to \
 	    $(notdir $(firstword $(CORPUS_))) for $(BUDGET), then $(or $(TASK),the task)" \
 	    --out $(@D) --force
 

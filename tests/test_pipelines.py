@@ -404,7 +404,7 @@ def test_adapt_pipeline_from_relative_paths(tmp_path, minilm_dir):
     r = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     runs = work / "runs"
-    adapted = manifest(runs / "adapted")
+    adapted = manifest(runs / "model")
     assert adapted["stats"]["vocabulary_grown"]["to"] == 30542
     assert adapted["config"]["lr"] == 1e-4 and adapted["stats"]["time_budget_s"] == 4
     data = manifest(runs / "data")
