@@ -9,7 +9,7 @@ encoder of 6 layers x 384 saved without its masked-LM head, so continued pretrai
 that head from scratch, which a checkpoint with its head would not need).
 
 - sst2: continued pretraining on the 67,349 sentences of SST-2's training file, labels dropped
-  (one sentence per line; `examples/configs/budget-data.yaml` packs them to 128 tokens), then
+  (each its own document; `examples/configs/budget-data.yaml` packs them to 128 tokens), then
   fine-tuning on the first 4,000 labelled training rows, scored on the full dev set (872).
 - conll: continued pretraining on CoNLL-2003's training sentences as text, fine-tuning on its
   first 1,000 labelled sentences, entity F1 on the full validation set.
@@ -67,7 +67,9 @@ def prepare(task: str, data: Path, work: Path) -> tuple[Path, Path, Path]:
         src = data / "glue" / "SST-2"
         with open(src / "train.tsv", encoding="utf-8") as f:
             table = list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
-        corpus.write_text("".join(r["sentence"].strip() + "\n" for r in table), encoding="utf-8")
+        # each sentence its own document: --exclude drops documents, and a review is one
+        corpus.write_text("".join(r["sentence"].strip() + "\n\n" for r in table),
+                          encoding="utf-8")
         train.mkdir(exist_ok=True)
         with open(train / "train.tsv", "w", encoding="utf-8") as f:
             f.write("sentence\tlabel\n")
@@ -86,7 +88,7 @@ def prepare(task: str, data: Path, work: Path) -> tuple[Path, Path, Path]:
             current.append(line)
     if current:
         sentences.append(current)
-    corpus.write_text("".join(" ".join(t.split()[0] for t in s) + "\n" for s in sentences),
+    corpus.write_text("".join(" ".join(t.split()[0] for t in s) + "\n\n" for s in sentences),
                       encoding="utf-8")
     train.mkdir(exist_ok=True)
     (train / "train.txt").write_text("".join("\n".join(s) + "\n\n" for s in sentences[:rows]),
@@ -190,12 +192,12 @@ def main() -> None:
     corpus, train, dev = prepare(a.task, a.data, work)
     pretraining_data(corpus, dev, work)
     with ThreadPoolExecutor(a.jobs) as pool:
-        models = {"original": model_dir()}
-        adapted = {f"adapted-{lr}": pool.submit(adapt, lr, work, a.budget)
-                   for lr in a.lrs}
-        models.update({r: f.result() for r, f in adapted.items()})
-        jobs = [pool.submit(finetune, a.task, r, m, train, dev, s, work)
-                for s in a.seeds for r, m in models.items()]
+        # the adapted models first, the original's runs beside them, then the adapted runs
+        adapted = {f"adapted-{lr}": pool.submit(adapt, lr, work, a.budget) for lr in a.lrs}
+        jobs = [pool.submit(finetune, a.task, "original", model_dir(), train, dev, s, work)
+                for s in a.seeds]
+        jobs += [pool.submit(finetune, a.task, r, f.result(), train, dev, s, work)
+                 for s in a.seeds for r, f in adapted.items()]
         for j in jobs:
             j.result()
     print(table(work, a.task))
