@@ -390,3 +390,35 @@ def test_bad_inputs_are_one_line_before_any_work(teachers, tiny_pretrained, mini
         one_line_error(r, *parts)
         assert not out.exists()
         assert not list(tmp_path.glob(".out.*"))
+
+
+def test_labels_on_another_scale_than_the_teachers_are_caught(teachers, tmp_path, cli):
+    """A regression teacher records the range it was trained on (STS-B's 0-5); a file scored
+    0-100 is refused by distill while its labels count (they would be mixed with the teacher's
+    0-5 outputs), accepted with --alpha 0, and noted by eval and finetune."""
+    import csv
+
+    teacher = teachers["regression"]
+    record = json.loads((teacher / "bertctl_task.json").read_text())
+    lo, hi = record["label_range"]
+    assert 0 <= lo < hi <= 5
+    src = FAMILY_DATA["regression"][1]
+    scaled = tmp_path / "dev-0-100.tsv"
+    with open(src, encoding="utf-8") as f, open(scaled, "w", encoding="utf-8") as g:
+        rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+        col = rows[0].index("score")
+        for i, row in enumerate(rows):
+            if i:
+                row[col] = str(float(row[col]) * 20)
+            g.write("\t".join(row) + "\n")
+    r = cli("distill", teacher, scaled, "--out", tmp_path / "s", "--steps", "1", *RUN)
+    one_line_error(r, "dev-0-100.tsv: labels run from", f"outside the {lo:g} to {hi:g}",
+                   "--alpha 0")
+    assert not (tmp_path / "s").exists()
+    r = cli("distill", teacher, scaled, "--alpha", "0", "--out", tmp_path / "s", "--steps", "1",
+            *RUN)
+    assert r.exit_code == 0, r.stderr
+    r = cli("eval", teacher, scaled, "--out", tmp_path / "e", *RUN[2:])
+    assert r.exit_code == 0 and "note: " in r.stderr and "outside the" in r.stderr, r.stderr
+    r = cli("eval", teacher, src, "--out", tmp_path / "e2", *RUN[2:])
+    assert r.exit_code == 0 and "outside the" not in r.stderr

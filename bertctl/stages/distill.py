@@ -119,6 +119,13 @@ class DistillJob(TaskJob):
     def build_model(self, role: str, head_kwargs: dict):
         return self.distill.student(role, head_kwargs)
 
+    def check_label_range(self, outside: str | None) -> None:
+        # The loss would mix the teacher's outputs on its scale with labels on theirs.
+        if outside and self.config.alpha > 0:
+            raise BertctlError(f"{outside}: distillation would mix the teacher's scale with the "
+                               f"labels'; rescale the labels, or learn from the teacher alone "
+                               f"(--alpha 0)")
+
     def prepare(self) -> None:
         super().prepare()
         # What the student is measured by.

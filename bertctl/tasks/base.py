@@ -96,6 +96,11 @@ class Family:
     def encode(self, examples, tokenizer, max_seq_length: int, training: bool = False):
         raise NotImplementedError
 
+    def label_range(self, examples) -> list[float] | None:
+        """The span of a labelled file's numeric targets (regression), recorded with the model
+        so a later file on another scale is noticed; None for labels that are classes."""
+        return None
+
     def feature_stats(self, features) -> dict[str, Any]:
         """Facts about the encoding for the log and the manifest (span QA: windows per
         question, answers that could not be aligned)."""

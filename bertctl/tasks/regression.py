@@ -37,6 +37,12 @@ class Regression(SequenceClassifierHead, SequenceFamily):
     def read_labels(self, values, path, column, spec, label_list, first_row=0):
         return files.float_labels(values, path, column, first_row), None
 
+    def label_range(self, examples) -> list[float] | None:
+        labels = examples.labels
+        if labels is None or not len(labels):
+            return None
+        return [float(np.min(labels)), float(np.max(labels))]
+
     def head_kwargs(self, spec, label_list):
         return {"num_labels": 1, "problem_type": "regression"}
 

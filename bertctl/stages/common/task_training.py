@@ -73,6 +73,12 @@ class TaskJob:
         """Task record entries carried over when the dev set calibrates nothing."""
         return {}
 
+    def check_label_range(self, outside: str | None) -> None:
+        """A training file on another scale than the model's (see label_scale): a note; to
+        continue fine-tuning a regression model on rescaled targets can be meant."""
+        if outside and dist.is_main():
+            console.log(f"note: {outside}")
+
     def extra_stats(self, model) -> dict:
         return {}
 
@@ -90,6 +96,7 @@ class TaskJob:
         self.dev_examples = (family.read(self.spec_for(self.dev_file), self.dev_file,
                                          label_list=self.label_list, require_labels=True)
                              if self.dev_file is not None else None)
+        self.check_label_range(label_scale(family, self.train_examples, self.source))
         self.train_features = family.encode(self.train_examples, tok, self.max_len,
                                             training=True)
         self.dev_features = (family.encode(self.dev_examples, tok, self.max_len)
@@ -106,6 +113,10 @@ class TaskJob:
         self.task_record = {"spec": spec.model_dump(mode="json"),
                             "label_list": list(self.label_list) if self.label_list else None,
                             "max_seq_length": self.max_len}
+        span = family.label_range(self.train_examples) or (self.source.task or {}).get(
+            "label_range")
+        if span:
+            self.task_record["label_range"] = span
 
     def _log_summary(self, load_report: str) -> None:
         spec, family = self.spec, self.family
@@ -170,3 +181,19 @@ class TaskJob:
                    if result.resumed_from is not None else {}),
                 **({"batch_fit": result.batch_fit} if result.batch_fit is not None else {}),
                 "metrics": chosen or {}, **self.extra_stats(model)}
+
+
+def label_scale(family, examples, source) -> str | None:
+    """What is wrong when a file's regression targets leave the range the model was trained on
+    (its task record's label_range, widened by a tenth of its span), else None: a model that
+    predicts STS-B's 0-5 read against labels scored 0-100."""
+    trained = (getattr(source, "task", None) or {}).get("label_range")
+    span = family.label_range(examples)
+    if not trained or not span:
+        return None
+    lo, hi = trained
+    slack = 0.1 * (hi - lo)
+    if span[0] >= lo - slack and span[1] <= hi + slack:
+        return None
+    return (f"{examples.path}: labels run from {span[0]:g} to {span[1]:g}, outside the {lo:g} to "
+            f"{hi:g} that {source.path} was trained on")

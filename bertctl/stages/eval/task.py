@@ -21,6 +21,7 @@ from bertctl.errors import BertctlError
 from bertctl.stages.common import models
 from bertctl.tasks.resolve import open_task
 from bertctl.stages.common.models import ModelSource
+from bertctl.stages.common.task_training import label_scale
 
 METRICS_FILE = "metrics.json"
 # Examples read, predicted and written at a time: a few MB of texts and token ids.
@@ -68,6 +69,10 @@ def run(config: EvalSettings, target: artifacts.Target, source: ModelSource,
                     f"{'labelled' if labelled else 'no labels: predictions only'}"
                     f"{', labels ' + ', '.join(label_list) if label_list else ''}")
         predictions, examples = family.join(kept)
+        outside = label_scale(family, examples, source) if labelled else None
+        if outside:
+            console.log(f"note: {outside}; correlations do not see the scale, but the "
+                        f"predictions written are on the model's")
         metrics = family.score(predictions, examples, spec, label_list) if labelled else {}
         metrics = json_safe(metrics)
         (tmp / METRICS_FILE).write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
