@@ -11,7 +11,9 @@ import sys
 
 import pytest
 
-from conftest import CORPUS
+from conftest import CORPUS, EXAMPLES
+
+SST2_DEV = EXAMPLES / "glue" / "SST-2" / "dev.tsv"
 
 from test_glue import make_eval
 
@@ -33,7 +35,7 @@ def _run(*args) -> dict:
 
 
 @pytest.mark.parametrize("command", [None, "tokenize", "build-pretrain-data", "inspect", "diff",
-                                     "report", "glue-summary", "finetune", "pretrain"])
+                                     "report", "glue-summary", "finetune", "pretrain", "audit"])
 def test_help_imports_no_torch(command):
     found = _run(*([command] if command else []), "--help")
     assert found["code"] == 0 and not found["torch"], found
@@ -45,6 +47,10 @@ def test_the_stages_without_a_model_import_no_torch(tmp_path):
         ("tokenize", CORPUS, "--vocab-size", "2000", "--out", tok),
         ("build-pretrain-data", tok, CORPUS / "alice.txt", "--max-seq-length", "64",
          "--workers", "1", "--out", data),
+        ("tokenize", CORPUS, "--extend", tok, "--add", "5", "--out", tmp_path / "extended"),
+        ("build-pretrain-data", tok, CORPUS / "alice.txt", "--max-seq-length", "64",
+         "--workers", "1", "--exclude", SST2_DEV, "--out", tmp_path / "excluded"),
+        ("audit", CORPUS / "alice.txt", "--against", SST2_DEV, "--out", tmp_path / "audit"),
         ("inspect", data, "--verify"),
         ("diff", tok, data),
         ("report", tok, data, "--out", tmp_path / "report"),
