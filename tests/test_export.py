@@ -134,6 +134,13 @@ def test_int8_agrees_and_is_smaller(finetuned, tmp_path, cli):
     check = _manifest(tmp_path / "int8")["stats"]["check"]
     # Stated share: int8 rounding may flip an example whose two logits nearly tie, no more.
     assert check["agreement"] >= 0.9, check
+    # the log ends with the check's table: the manifest's figures
+    log = r.stderr[r.stderr.index("check on "):]
+    metric_row = next(ln for ln in log.splitlines() if ln.strip().startswith(check["metric"]))
+    assert f"{check['pytorch_value']:.4f}" in metric_row
+    assert f"{check['export_value']:.4f}" in metric_row
+    assert f"predictions agreeing: {check['agreement']:.4f}" in log
+    assert f"{check['latency_ms']['export']['median']:.2f}" in log
     assert 0 < max(check["max_abs_diff"].values()) < 0.5
     assert (tmp_path / "int8" / "model.onnx").stat().st_size < \
         (tmp_path / "fp32" / "model.onnx").stat().st_size

@@ -71,6 +71,7 @@ def run(config: ExportSettings, target: artifacts.Target, model_dir: Path,
                                     source, task, config)
             stats["metrics"] = {"pytorch": stats["check"]["pytorch"],
                                 "export": stats["check"]["export"]}
+            _log_check(stats["check"])
         modelcard.write_export(tmp, stats, config.model_dump(mode="json"))
         return stats
 
@@ -178,6 +179,33 @@ def _check(model, exported, source: models.ModelSource, check: CheckData,
             "pytorch": ref_metrics, "export": got_metrics,
             "latency_ms": {"pytorch": ref_latency, "export": got_latency,
                            "threads": torch.get_num_threads()}}
+
+
+def _log_check(check: dict[str, Any]) -> None:
+    """The check's figures as a table at the end of the log (they are in the manifest too)."""
+    lat = check["latency_ms"]
+    ratio = (lat["pytorch"]["median"] / lat["export"]["median"]
+             if lat["export"]["median"] else float("nan"))
+    share = check["agreement"]
+    rows = [("", "PyTorch fp32", "export"),
+            (check["metric"], _shown(check["pytorch_value"]), _shown(check["export_value"])),
+            ("batch-1 latency, median ms", f"{lat['pytorch']['median']:.2f}",
+             f"{lat['export']['median']:.2f} ({ratio:.2f}x)"),
+            ("batch-1 latency, p95 ms", f"{lat['pytorch']['p95']:.2f}",
+             f"{lat['export']['p95']:.2f}")]
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    console.log(f"check on {check['data']} ({check['examples']:,} examples, "
+                f"{lat['threads']} thread(s)):")
+    for r in rows:
+        console.log("  " + "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                                     for i, (c, w) in enumerate(zip(r, widths))))
+    drop = check["drop_points"]
+    console.log(f"  drop: {'n/a' if drop is None else f'{drop:.3g} points'}; predictions "
+                f"agreeing: {'n/a' if share is None else f'{share:.4f}'}")
+
+
+def _shown(value) -> str:
+    return "n/a" if value is None else f"{value:.4f}"
 
 
 def agreement(ref: dict[str, np.ndarray], got: dict[str, np.ndarray],
