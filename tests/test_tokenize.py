@@ -248,3 +248,24 @@ def test_a_tabular_corpus_writes_nothing_under_the_hub_cache(cli, tmp_path, monk
             "--vocab-size", "320")
     assert r.exit_code == 0, r.stderr
     assert not hub.exists() or not any(hub.rglob("*")), sorted(map(str, hub.rglob("*")))
+
+
+def test_inspect_shows_the_settings_that_differ_and_all_with_all(small_tokenizer, cli):
+    """The tokenizer fixture was trained with --vocab-size 4000: the one setting that differs
+    from TokenizeSettings' defaults; --all shows every recorded setting."""
+    from bertctl.config import TokenizeSettings
+
+    recorded = json.loads((small_tokenizer / "artifact.json").read_text())["config"]
+    changed = {k for k, v in recorded.items()
+               if k not in TokenizeSettings.model_fields
+               or v != TokenizeSettings.model_fields[k].default}
+    assert changed == {"vocab_size"}
+    lines = cli("inspect", small_tokenizer).stdout.splitlines()
+    at = next(i for i, ln in enumerate(lines) if ln.startswith("settings"))
+    assert lines[at] == (f"settings (1 of {len(recorded)} differ from their defaults; all with "
+                         f"--all):")
+    assert lines[at + 1] == "  vocab_size: 4000" and lines[at + 2] == "stats:"
+    lines = cli("inspect", small_tokenizer, "--all").stdout.splitlines()
+    at = lines.index("settings:")
+    assert [ln.split(":")[0].strip() for ln in lines[at + 1:at + 1 + len(recorded)]] == list(
+        recorded)

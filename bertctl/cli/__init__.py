@@ -349,6 +349,8 @@ def inspect_artifact(
     directory: Annotated[Path, typer.Argument(help="Any artifact directory.")],
     verify: Annotated[bool, typer.Option("--verify", help="Recompute every file's checksum; "
                                          "exit 1 naming any changed or missing file.")] = False,
+    show_all: Annotated[bool, typer.Option("--all", help="Show every setting, not only those "
+                                           "that differ from their defaults.")] = False,
     json_output: JSON_OUTPUT = False,
     debug: DEBUG = False,
 ):
@@ -356,7 +358,7 @@ def inspect_artifact(
     from bertctl.stages import inspect as stage_module
 
     with _handled(json_output, debug):
-        stage_module.run(directory, verify=verify, json_output=json_output)
+        stage_module.run(directory, verify=verify, json_output=json_output, show_all=show_all)
 
 
 @stage("report", ReportSettings, help="One self-contained HTML page (plots inline, no network "

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from bertctl import artifacts, console, lineage
+from bertctl.config import STAGE_SETTINGS
 from bertctl.errors import IntegrityError
 from bertctl.data.pretraining_dataset import describe
 
@@ -30,7 +32,30 @@ def _flat(values: dict, indent: str = "  ") -> list[str]:
     return lines
 
 
-def run(directory: Path, verify: bool = False, json_output: bool = False) -> None:
+def _changed(kind: str, settings: dict) -> dict | None:
+    """The settings that differ from the defaults of the stage that made the artifact (the
+    settings class of that kind whose fields cover the most of them); None when no class
+    makes this kind. A setting the class does not know (a family's or an objective's option)
+    counts as changed unless it is unset."""
+    classes = [c for c in STAGE_SETTINGS if c.produces == kind]
+    if not classes:
+        return None
+    cls = max(classes, key=lambda c: len(set(c.model_fields) & set(settings)))
+    fields = cls.model_fields
+
+    def same(name, value) -> bool:
+        field = fields.get(name)
+        if field is None:
+            return value is None
+        if field.is_required():
+            return False
+        return json.dumps(value, default=str) == json.dumps(field.default, default=str)
+
+    return {k: v for k, v in settings.items() if not same(k, v)}
+
+
+def run(directory: Path, verify: bool = False, json_output: bool = False,
+        show_all: bool = False) -> None:
     artifact = artifacts.read_artifact(directory, check_files=False, check_lineage=False)
     m = artifact.manifest
     problems = artifacts.verify(artifact) if verify else []
@@ -41,7 +66,7 @@ def run(directory: Path, verify: bool = False, json_output: bool = False) -> Non
         lines = [f"{m.kind} artifact {m.id} (schema {m.schema_version}) at {artifact.path}",
                  f"  created {m.created_at} by bertctl {m.bertctl_version}",
                  f"  files: {len(m.files)}, {size:,} bytes",
-                 "settings:", *_flat(m.config)]
+                 *_settings(m.kind, m.config, show_all)]
         if m.stats:
             lines += ["stats:", *_flat(m.stats)]
         if m.metrics:
@@ -55,3 +80,13 @@ def run(directory: Path, verify: bool = False, json_output: bool = False) -> Non
         if problems:
             raise IntegrityError("; ".join(problems))
         console.log(f"verified: all {len(m.files)} files match their checksums")
+
+
+def _settings(kind: str, config: dict, show_all: bool) -> list[str]:
+    changed = None if show_all else _changed(kind, config)
+    if changed is None:
+        return ["settings:", *_flat(config)]
+    if not changed:
+        return [f"settings: all {len(config)} at their defaults (shown with --all)"]
+    return [f"settings ({len(changed)} of {len(config)} differ from their defaults; all with "
+            f"--all):", *_flat(changed)]
