@@ -49,6 +49,8 @@ class _LineProgress:
         self.done = 0.0
         self.fields: dict[str, Any] = {}
         self.start = self.last = time.monotonic()
+        self.shown: tuple | None = None   # what the last line said, so the end does not repeat it
+        self.budget: float | None = None  # seconds, for a run that ends by the clock
 
     def update(self, advance: float = 0, **fields: Any) -> None:
         self.done += advance
@@ -59,18 +61,43 @@ class _LineProgress:
             self._line()
 
     def _line(self) -> None:
+        state = (self.done, tuple(self.fields.items()))
+        if state == self.shown:
+            return
+        self.shown = state
         elapsed = time.monotonic() - self.start
+        left = ""
         if self.total:
             pos = f"{self.done:,.0f}/{self.total:,.0f} {self.unit} ({100 * self.done / self.total:.0f}%)"
+            if 0 < self.done < self.total:
+                left = f", {_duration(elapsed / self.done * (self.total - self.done))} left"
         else:
             pos = f"{self.done:,.0f} {self.unit}"
+            if self.budget:
+                left = f", {_duration(max(0.0, self.budget - elapsed))} of the budget left"
         extra = "".join(f" {k}={v}" for k, v in self.fields.items())
-        log(f"{self.description}: {pos} in {elapsed:.0f}s{extra}")
+        log(f"{self.description}: {pos} in {elapsed:.0f}s{left}{extra}")
+
+    def plan(self, total: float | None, budget: float | None) -> None:
+        self.total, self.budget = total or self.total, budget
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
 class _BarProgress:
     def __init__(self, bar, task):
         self.bar, self.task = bar, task
+
+    def plan(self, total: float | None, budget: float | None) -> None:
+        if total:
+            self.bar.update(self.task, total=total)
 
     def update(self, advance: float = 0, **fields: Any) -> None:
         info = " ".join(f"{k}={v}" for k, v in fields.items())
@@ -121,6 +148,9 @@ def training_progress(description: str, total_steps: int | None, start_step: int
                 return
             if record.get("split") == "note":
                 log(record["text"])
+                return
+            if record.get("split") == "plan":
+                bar.plan(record.get("steps"), record.get("budget_s"))
                 return
             if record.get("split") == "validation":
                 log(f"validation at step {step}: {_fmt(record)}")

@@ -68,10 +68,9 @@ def train(model: nn.Module, train_data: DataSource, settings: TrainSettings, wor
         precision (the evaluation functions take it), so the loop adds no autocast.
     select: (metric key, "max" | "min") keeps the best evaluated weights in work_dir/best/ and
         returns the model holding them; without it the model holds the final weights.
-    on_log(record): rank 0 only, for every record written to metrics.jsonl (train and
-        validation), e.g. for a progress display; and, when the run resumes, once with
-        {"split": "resume", "step": N, "path": checkpoint}, and once with {"split": "note",
-        "text": ...} for a batch size fitted to a budget (neither written to metrics.jsonl).
+    on_log(record): rank 0 only, for every record of metrics.jsonl (e.g. for a progress
+        display), and for records it does not hold: "resume" (step, path), "plan" (steps or
+        budget_s, before the first step) and "note" (text: a batch size fitted to a budget).
     step_metrics(outputs, batch) -> {name: (numerator, denominator)}: called after each
         micro-batch's forward (no_grad); numerators and denominators are summed over
         micro-batches, steps of the log interval and ranks, and `name` is logged as their
@@ -153,8 +152,7 @@ class Trainer:
         self.history: list[dict[str, Any]] = []
         self.resumed_from: int | None = None
         self.elapsed = 0.0   # seconds spent in the loop, by the ranks' mean clock
-        self.board = None
-        self.ddp = self.model
+        self.board, self.ddp = None, self.model
 
     # -- setup and resume
 
@@ -182,8 +180,11 @@ class Trainer:
             self.board = tensorboard.ScalarWriter(
                 s.tensorboard, purge_step=self.step + 1 if found else None)
         self.ddp = dist.wrap(self.model, info, s.find_unused_parameters)
-        if found is not None and info.is_main and self.on_log is not None:
-            self.on_log({"split": "resume", "step": found.step, "path": str(found.path)})
+        if info.is_main and self.on_log is not None:
+            if found is not None:
+                self.on_log({"split": "resume", "step": found.step, "path": str(found.path)})
+            self.on_log({"split": "plan", "budget_s": self.budget,
+                         "steps": None if self.budget else self.end_step - s.start_step})
 
     def _restore(self, found) -> None:
         s, t = self.s, found.trainer
