@@ -146,7 +146,8 @@ def finetune(task: str, row: str, model: Path, train: Path, dev: Path, seed: int
 def table(work: Path, task: str) -> str:
     import torch
 
-    rows = sorted(p.parent.name for p in work.glob("*/seed0/result.json"))
+    rows = sorted(p.parent.parent.name for p in work.glob("*/seed*/result.json"))
+    rows = list(dict.fromkeys(rows))
     rows.sort(key=lambda r: (r != "original", r))
     values = {r: [json.loads(p.read_text())["value"] for p in sorted(
         (work / r).glob("seed*/result.json"), key=lambda p: int(p.parent.name[4:]))]
