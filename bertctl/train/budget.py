@@ -2,12 +2,13 @@
 
 A recipe's batch size is a choice about how many updates its budget buys: the same 20 minutes
 are about 800 steps of 64 sequences where bf16 matmuls run natively and 300 where only fp32
-does, and at a few hundred steps more, smaller updates buy a better model (docs/benchmarks.md,
-"The recipe fits the machine"). So with `min_steps` the loop measures the time one example takes
-here (forward and backward passes of a few real examples, the run's own precision and
-threads) and halves the batch size until the budget buys that many steps. The learning rate,
-the warm-up (a share of the budget) and the model stay as given: what changes is only how the
-same examples are grouped into updates.
+does. With `min_steps` the loop measures the time one example takes here (forward and backward
+passes of a few real examples, the run's own precision and threads) and halves the batch size
+until the budget buys that many steps. The learning rate, the warm-up (a share of the budget)
+and the model stay as given: what changes is only how the same examples are grouped into
+updates. Whether that pays is for measurement (docs/benchmarks.md, "The recipe fits the
+machine?": for the budget recipe on an AVX2 CPU at 20 minutes it did not, so the recipe does
+not set it).
 
 The choice is written to the work directory before the first step, so a resumed run takes the
 batch size its checkpoints were written with, not a new measurement.
