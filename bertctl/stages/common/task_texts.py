@@ -30,7 +30,8 @@ class TaskFile:
         return len(self.cells[0]) if self.cells else 0
 
 
-def read_task_file(path: Path, columns: list[str] | None) -> TaskFile:
+def read_task_file(path: Path, columns: list[str] | None,
+                   hint: str = "name one with --against-column") -> TaskFile:
     if not path.is_file():
         raise BertctlError(f"{path}: file not found")
     table = task_files.read_table(task_files.BY_NAME, path)
@@ -43,8 +44,7 @@ def read_task_file(path: Path, columns: list[str] | None) -> TaskFile:
         chosen = [name for name in table.column_names if _is_text(table.column(name))]
         if not chosen:
             raise BertctlError(f"{path}: no column with text to audit (columns: "
-                               f"{', '.join(table.column_names)}); name one with "
-                               f"--against-column")
+                               f"{', '.join(table.column_names)}); {hint}")
     return TaskFile(path, chosen, [task_files.text_column(table, c, path, allow_empty=True)
                                    for c in chosen])
 
@@ -79,7 +79,8 @@ class Exclusion:
 
     @classmethod
     def of(cls, paths: list[Path]) -> "Exclusion":
-        tasks = [read_task_file(Path(p), None) for p in paths]
+        hint = f"a text column has a median of {TEXT_WORDS} words or more"
+        tasks = [read_task_file(Path(p), None, hint) for p in paths]
         texts, owner = flatten(tasks)
         return cls(tasks, owner, overlap.TaskTexts.index(texts))
 
