@@ -114,15 +114,6 @@ class Words:
         return tuple(self.text[s:e].decode("utf-8") for s, e in spans)
 
 
-def words(texts: list[str]) -> list[list[str]]:
-    """The words of each text, as the audit compares them."""
-    w = Words.of(texts)
-    out: list[list[str]] = [[] for _ in texts]
-    for i, line in enumerate(w.lines.tolist()):
-        out[line].append(w.words(i, 1)[0])
-    return out
-
-
 @dataclass
 class Match:
     text: int            # index of the task text (TaskTexts order)

@@ -63,13 +63,11 @@ def run(config: AuditSettings, target: artifacts.Target, sources: list[str],
                     "file": str(tasks[t].path), "row": r + 1, "column": tasks[t].columns[c],
                     "text": tasks[t].cells[c][r], "ngram": m.ngram, "corpus": str(files[k]),
                     "sentence": m.line - starts[k] + 1}, ensure_ascii=False) + "\n")
+        # An example is audited when any of its texts is long enough.
+        audited = {(t, r) for (t, r, _), n in zip(owner, index.ns.tolist()) if n}
         per_file = {}
         for t, task in enumerate(tasks):
-            lo = sum(len(x.cells) * x.rows for x in tasks[:t])
-            audited_rows = set()
-            for c in range(len(task.columns)):
-                base = lo + c * task.rows
-                audited_rows.update(r for r in range(task.rows) if index.ns[base + r] > 0)
+            audited_rows = {r for (tt, r) in audited if tt == t}
             hits = sorted(r for (tt, r) in first if tt == t)
             per_file[str(task.path)] = {
                 "columns": task.columns, "examples": task.rows, "audited": len(audited_rows),
