@@ -28,12 +28,8 @@
 
 ROOT     := $(abspath $(dir $(lastword $(MAKEFILE_LIST)))/..)
 BERTCTL  ?= $(if $(wildcard $(ROOT)/.venv/bin/bertctl),$(ROOT)/.venv/bin/bertctl,bertctl)
-# make -C changes directory; the paths given are the user's, so resolve them where make started
-# (the shell's PWD; without one, make's own directory).
-START    := $(or $(PWD),$(CURDIR))
-from_start = $(foreach p,$(1),$(if $(filter /%,$(p)),$(p),$(START)/$(p)))
+include $(ROOT)/pipelines/paths.mk
 RUNS     ?= $(ROOT)/runs/adapt
-OUT      := $(call from_start,$(RUNS))
 BUDGET   ?= 20m
 SEEDS    ?= 1 2 3 4 5
 EXTEND   ?= 0
@@ -46,51 +42,48 @@ PRETRAIN_FLAGS ?=
 FINETUNE_FLAGS ?=
 EVAL_FLAGS ?=
 
+$(call resolve,MODEL CORPUS TRAIN DEV RUNS DATA_RECIPE ADAPT_RECIPE)
 ifeq ($(filter adapt-clean,$(MAKECMDGOALS)),)
 $(foreach v,MODEL CORPUS TRAIN DEV,$(if $(strip $($(v))),,$(error $(v)= is required (see pipelines/adapt.mk))))
+$(call must_exist,MODEL CORPUS TRAIN DEV)
 endif
-MODEL_ := $(call from_start,$(MODEL))
-CORPUS_ := $(call from_start,$(CORPUS))
-TRAIN_ := $(call from_start,$(TRAIN))
-DEV_ := $(call from_start,$(DEV))
-$(foreach p,$(MODEL_) $(TRAIN_) $(DEV_),$(if $(wildcard $(p)),,$(if $(filter adapt-clean,$(MAKECMDGOALS)),,$(error $(p): no such file or directory (paths are read from $(START))))))
-CORPUS_FILES := $(foreach c,$(CORPUS_),$(if $(wildcard $(c)/.),$(shell find $(c) -type f),$(wildcard $(c))))
-MODEL_DEPS := $(or $(wildcard $(MODEL_)/artifact.json),$(wildcard $(MODEL_)/config.json $(MODEL_)/*.safetensors))
+CORPUS_FILES := $(foreach c,$(CORPUS),$(if $(wildcard $(c)/.),$(shell find $(c) -type f),$(wildcard $(c))))
+MODEL_DEPS := $(or $(wildcard $(MODEL)/artifact.json),$(wildcard $(MODEL)/config.json $(MODEL)/*.safetensors))
 TASK_ARGS := $(if $(TASK),--task $(TASK)) $(FINETUNE_FLAGS)
 
 .PHONY: adapt adapt-model adapt-clean
-adapt: $(OUT)/report/artifact.json
-	@$(BERTCTL) inspect $(OUT)/report
-adapt-model: $(OUT)/model/artifact.json
+adapt: $(RUNS)/report/artifact.json
+	@$(BERTCTL) inspect $(RUNS)/report
+adapt-model: $(RUNS)/model/artifact.json
 
-$(OUT)/tokenizer/artifact.json: $(MODEL_DEPS) $(if $(filter-out 0,$(EXTEND)),$(CORPUS_FILES))
-	$(BERTCTL) tokenize $(if $(filter-out 0,$(EXTEND)),$(CORPUS_) --extend $(MODEL_) --add \
-	    $(EXTEND),--from-pretrained $(MODEL_)) --out $(@D) --force
+$(RUNS)/tokenizer/artifact.json: $(MODEL_DEPS) $(if $(filter-out 0,$(EXTEND)),$(CORPUS_FILES))
+	$(BERTCTL) tokenize $(if $(filter-out 0,$(EXTEND)),$(CORPUS) --extend $(MODEL) --add \
+	    $(EXTEND),--from-pretrained $(MODEL)) --out $(@D) --force
 
-$(OUT)/data/artifact.json: $(OUT)/tokenizer/artifact.json $(CORPUS_FILES) $(DATA_RECIPE) $(DEV_)
-	$(BERTCTL) build-pretrain-data $(<D) $(CORPUS_) --config $(DATA_RECIPE) --exclude $(DEV_) \
+$(RUNS)/data/artifact.json: $(RUNS)/tokenizer/artifact.json $(CORPUS_FILES) $(DATA_RECIPE) $(DEV)
+	$(BERTCTL) build-pretrain-data $(<D) $(CORPUS) --config $(DATA_RECIPE) --exclude $(DEV) \
 	    $(DATA_FLAGS) --out $(@D) --force
 
-$(OUT)/model/artifact.json: $(OUT)/data/artifact.json $(ADAPT_RECIPE) $(MODEL_DEPS)
-	$(BERTCTL) pretrain $(<D) --init-from $(MODEL_) --config $(ADAPT_RECIPE) \
+$(RUNS)/model/artifact.json: $(RUNS)/data/artifact.json $(ADAPT_RECIPE) $(MODEL_DEPS)
+	$(BERTCTL) pretrain $(<D) --init-from $(MODEL) --config $(ADAPT_RECIPE) \
 	    --time-budget $(BUDGET) $(PRETRAIN_FLAGS) --out $(@D) --force
 
 # finetune and eval: which (original, adapted), its model directory, its model's deps, seed
 define RUN
-$(OUT)/$(1)/seed$(4)/model/artifact.json: $(3) $(TRAIN_) $(DEV_)
-	$(BERTCTL) finetune $(2) $(TRAIN_) $(TASK_ARGS) --lr $(LR) --epochs $(EPOCHS) --seed $(4) \
+$(RUNS)/$(1)/seed$(4)/model/artifact.json: $(3) $(TRAIN) $(DEV)
+	$(BERTCTL) finetune $(2) $(TRAIN) $(TASK_ARGS) --lr $(LR) --epochs $(EPOCHS) --seed $(4) \
 	    --out $$(@D) --force
-$(OUT)/$(1)/seed$(4)/dev/artifact.json: $(OUT)/$(1)/seed$(4)/model/artifact.json $(DEV_)
-	$(BERTCTL) eval $$(<D) $(DEV_) $(EVAL_FLAGS) --out $$(@D) --force
+$(RUNS)/$(1)/seed$(4)/dev/artifact.json: $(RUNS)/$(1)/seed$(4)/model/artifact.json $(DEV)
+	$(BERTCTL) eval $$(<D) $(DEV) $(EVAL_FLAGS) --out $$(@D) --force
 endef
-$(foreach s,$(SEEDS),$(eval $(call RUN,original,$(MODEL_),$(MODEL_DEPS),$(s))))
-$(foreach s,$(SEEDS),$(eval $(call RUN,adapted,$(OUT)/model,$(OUT)/model/artifact.json,$(s))))
+$(foreach s,$(SEEDS),$(eval $(call RUN,original,$(MODEL),$(MODEL_DEPS),$(s))))
+$(foreach s,$(SEEDS),$(eval $(call RUN,adapted,$(RUNS)/model,$(RUNS)/model/artifact.json,$(s))))
 
-DEVS = $(foreach w,original adapted,$(foreach s,$(SEEDS),$(OUT)/$(w)/seed$(s)/dev))
-$(OUT)/report/artifact.json: $(addsuffix /artifact.json,$(DEVS)) $(OUT)/model/artifact.json
-	$(BERTCTL) report $(DEVS) $(OUT)/model --title "$(notdir $(MODEL_)) adapted to \
-	    $(notdir $(firstword $(CORPUS_))) for $(BUDGET), then $(or $(TASK),the task)" \
+DEVS = $(foreach w,original adapted,$(foreach s,$(SEEDS),$(RUNS)/$(w)/seed$(s)/dev))
+$(RUNS)/report/artifact.json: $(addsuffix /artifact.json,$(DEVS)) $(RUNS)/model/artifact.json
+	$(BERTCTL) report $(DEVS) $(RUNS)/model --title "$(notdir $(MODEL)) adapted to \
+	    $(notdir $(firstword $(CORPUS))) for $(BUDGET), then $(or $(TASK),the task)" \
 	    --out $(@D) --force
 
 adapt-clean:
-	rm -rf $(OUT)
+	rm -rf $(RUNS)

@@ -13,7 +13,7 @@
 #   RUNS/report      bertctl report: the model and every dev evaluation
 # Targets: budget (the report), budget-model (the pretrained model only), budget-clean.
 #
-# Variables:
+# Variables (paths relative to the directory make was started from, or absolute):
 #   CORPUS       corpus files, globs or directories, as `bertctl tokenize` takes them
 #   BUDGET       pretraining wall-clock time: 90s, 30m, 2h, 1d (default 30m)
 #   GLUE         the GLUE data directory (as glue.mk); unset: pretrain only, report the model
@@ -45,12 +45,15 @@ DATA_FLAGS ?=
 PRETRAIN_FLAGS ?=
 FINETUNE_FLAGS ?=
 EVAL_FLAGS ?=
+include $(ROOT)/pipelines/paths.mk
+$(call resolve,CORPUS GLUE VOCAB RUNS DATA_RECIPE PRETRAIN_RECIPE)
 TASKS    ?= $(foreach t,SST-2 MRPC STS-B,$(if $(wildcard $(GLUE)/$(t)/train.tsv),$(t)))
 
 ifeq ($(filter budget-clean,$(MAKECMDGOALS)),)
 ifeq ($(strip $(CORPUS)),)
 $(error CORPUS= is required: the corpus files or directories to pretrain on)
 endif
+$(call must_exist,CORPUS GLUE VOCAB)
 # Checked before the first stage, not after the tokenizer and the data are built (pretrain
 # checks the 365-day bound).
 ifeq ($(shell echo '$(BUDGET)' | grep -Eix '[0-9]+(\.[0-9]+)?(e[+-]?[0-9]+)?|([0-9]+(\.[0-9]+)?(e[+-]?[0-9]+)?[smhd])+'),)

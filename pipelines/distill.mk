@@ -8,7 +8,7 @@
 #
 # Targets: distill (the report RUNS/report, needs bertctl[report]), distill-clean.
 #
-# Variables:
+# Variables (paths relative to the directory make was started from, or absolute):
 #   TEACHER     the fine-tuned teacher: a model artifact or Hugging Face directory with a head
 #   DATA        a preset task's data directory (its training and dev files), or give the files:
 #   TRAIN, DEV  the training file (labels optional: the teacher labels the rest) and dev file
@@ -35,12 +35,19 @@ EVAL_FLAGS ?=
 TRAIN   ?= $(DATA)
 DEV     ?=
 
+include $(ROOT)/pipelines/paths.mk
+$(call resolve,TEACHER DATA TRAIN DEV RUNS)
+
 ifeq ($(filter distill-clean,$(MAKECMDGOALS)),)
-ifeq ($(wildcard $(TEACHER)/config.json),)
+ifeq ($(strip $(TEACHER)),)
 $(error TEACHER= is required: a fine-tuned model artifact or Hugging Face directory)
 endif
 ifeq ($(strip $(TRAIN)),)
 $(error give DATA= (a preset task's directory) or TRAIN= and DEV=)
+endif
+$(call must_exist,TEACHER DATA TRAIN DEV)
+ifeq ($(wildcard $(TEACHER)/config.json),)
+$(error TEACHER=$(TEACHER) has no config.json: give a fine-tuned model artifact or Hugging Face directory)
 endif
 endif
 

@@ -15,7 +15,7 @@
 #   finetune-summary  the report artifact RUNS/summary (needs bertctl[report])
 #   finetune-clean    remove RUNS
 #
-# Variables:
+# Variables (paths relative to the directory make was started from, or absolute):
 #   TASK        a preset: squad, squad_v2, conll2003 (or any other with train and dev files)
 #   DATA        the task's data directory (its preset file names), or give the files:
 #   TRAIN, DEV, TEST   the files (default: the preset's names under DATA; TEST only if present)
@@ -52,6 +52,10 @@ TRAIN ?= $(DATA)/$(word 1,$(FILES_$(TASK)))
 DEV   ?= $(DATA)/$(word 2,$(FILES_$(TASK)))
 TEST  ?= $(wildcard $(if $(word 3,$(FILES_$(TASK))),$(DATA)/$(word 3,$(FILES_$(TASK)))))
 
+include $(ROOT)/pipelines/paths.mk
+$(call resolve,MODEL DATA RUNS)
+$(call resolve,TRAIN DEV TEST)
+
 ifeq ($(filter finetune-clean,$(MAKECMDGOALS)),)
 ifeq ($(strip $(TASK)),)
 $(error TASK= is required: squad, squad_v2, conll2003, ...)
@@ -60,8 +64,9 @@ ifeq ($(strip $(MODEL)),)
 $(error MODEL= is required: the model artifact or Hugging Face directory to fine-tune)
 endif
 ifeq ($(wildcard $(TRAIN)),)
-$(error no training file $(TRAIN): give DATA= (the task's directory) or TRAIN=)
+$(error no training file $(TRAIN) (paths are read from $(START)): give DATA= (the task's directory) or TRAIN=)
 endif
+$(call must_exist,MODEL DEV)
 endif
 
 MODEL_DEPS := $(or $(wildcard $(MODEL)/artifact.json),\

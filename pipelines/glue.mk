@@ -14,7 +14,7 @@
 #   glue-report   one `bertctl report` page per task over its dev evals (needs bertctl[report])
 #   glue-clean    remove RUNS
 #
-# Variables:
+# Variables (paths relative to the directory make was started from, or absolute):
 #   GLUE        the GLUE data directory as the download script lays it out: CoLA/ SST-2/ MRPC/
 #               STS-B/ QQP/ MNLI/ QNLI/ RTE/ WNLI/ (train, dev and test TSVs; MNLI's dev_matched,
 #               dev_mismatched, test_matched, test_mismatched) and diagnostic/diagnostic.tsv
@@ -69,6 +69,9 @@ TEST_MNLI := test_matched test_mismatched
 # CoLA's train and dev files have no header, its test file has one (index, sentence).
 EVAL_FLAGS_CoLA_test := --header --text-column sentence
 
+include $(ROOT)/pipelines/paths.mk
+$(call resolve,GLUE MODEL RUNS)
+$(call resolve,AX)
 TASKS ?= $(foreach t,$(ALL_TASKS),$(if $(wildcard $(GLUE)/$(t)/train.tsv),$(t)))
 
 ifeq ($(filter glue-clean,$(MAKECMDGOALS)),)
@@ -78,6 +81,7 @@ endif
 ifeq ($(strip $(MODEL)),)
 $(error MODEL= is required: the model artifact or Hugging Face directory to fine-tune)
 endif
+$(call must_exist,GLUE MODEL)
 ifeq ($(strip $(TASKS)),)
 $(error no GLUE task under $(GLUE): none of $(ALL_TASKS) has a train.tsv there)
 endif

@@ -13,7 +13,7 @@
 #   RUNS/phase2      pretrain on data2 --init-from phase1 --continue-schedule: the last 10%
 # Targets: pretrain (phase2), pretrain-data (the tokenizer and both data sets), pretrain-clean.
 #
-# Variables:
+# Variables (paths relative to the directory make was started from, or absolute):
 #   CORPUS       corpus files, globs or directories (Google's format: one sentence per line, a
 #                blank line between documents), as `bertctl tokenize` takes them
 #   VOCAB        import this vocab.txt instead of training a tokenizer (unset: train one)
@@ -73,10 +73,14 @@ RDZV_ID  ?= bertctl-pretrain
 RDZV_BACKEND ?= c10d
 WAIT     ?= 86400
 
+include $(ROOT)/pipelines/paths.mk
+$(call resolve,CORPUS VOCAB RUNS)
+
 ifeq ($(filter pretrain-clean,$(MAKECMDGOALS)),)
 ifeq ($(strip $(CORPUS)),)
 $(error CORPUS= is required: the corpus files or directories to pretrain on)
 endif
+$(call must_exist,CORPUS VOCAB)
 ifneq ($(shell test "$(STEPS)" -ge 2 2>/dev/null && echo ok),ok)
 $(error STEPS=$(STEPS): give a whole number of optimizer steps, at least 2)
 endif

@@ -1,7 +1,10 @@
 """The docs that come from the code stay in step with it, and the README's links resolve."""
 
 import re
+import shlex
 from pathlib import Path
+
+import pytest
 
 from bertctl.cli import reference
 
@@ -24,3 +27,85 @@ def test_every_relative_link_in_the_docs_resolves():
             if not (page.parent / target).exists():
                 broken.append(f"{page.relative_to(ROOT)}: {target}")
     assert not broken, broken
+
+
+# --- every command the docs show parses ----------------------------------------------------------
+
+def _shown_commands():
+    """(page, command line) for every `bertctl ...` and `make ...` the README and docs/ show: the
+    lines of shell blocks (continuations joined) and inline code spans. cli.md is generated."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    for page in pages:
+        if page.name == "cli.md":
+            continue
+        text = page.read_text(encoding="utf-8")
+        blocks = re.findall(r"```[a-z]*\n(.*?)```", text, re.S)
+        lines = [line.strip() for b in blocks for line in b.replace("\\\n", " ").splitlines()]
+        prose = re.sub(r"```.*?```", "", text, flags=re.S).splitlines()
+        spans = []
+        for row in prose:
+            # A pipeline table's row names the artifact a step writes: its --out.
+            out = re.match(r"\| `([^`]+/[^`]*|\w+)`", row) if row.startswith("|") else None
+            for span in re.findall(r"`([^`\n]+)`", row):
+                if out and re.match(r"bertctl \S+ ", span) and " --out" not in span:
+                    span += f" --out {out.group(1)}"
+                spans.append(span)
+        for line in lines + spans:
+            line = line.split("  #")[0].strip()
+            if re.match(r"(bertctl|make) ", line):
+                yield page.name, line
+
+
+SHOWN = sorted(set(_shown_commands()))
+
+
+def test_the_docs_show_commands():
+    assert len([c for _, c in SHOWN if c.startswith("bertctl ")]) > 40
+    assert len([c for _, c in SHOWN if c.startswith("make ")]) > 10
+
+
+@pytest.mark.parametrize("page,line", [s for s in SHOWN if s[1].startswith("bertctl ")])
+def test_every_bertctl_command_shown_parses(page, line):
+    """Each shown command line is one the CLI accepts: a known command, known flags taking the
+    values shown, every required argument and option (`--out`) given. Values are placeholders
+    (MODEL, N), so the line is parsed, not run."""
+    import typer
+
+    from bertctl.cli import app
+
+    group = typer.main.get_command(app)
+    words = shlex.split(line)[1:]
+    ctx = group.make_context("bertctl", [], resilient_parsing=True)
+    command = group.get_command(ctx, "tokenize" if words[0] == "COMMAND" else words[0])
+    assert command is not None, f"{page}: unknown command in `{line}`"
+    loose = command.make_context(words[0], words[1:], parent=ctx, resilient_parsing=True)
+    arguments = [p for p in command.params if p.param_type_name == "argument"]
+    if not any(loose.params.get(a.name) for a in arguments):
+        # `bertctl eval --precision fp32` in prose names a command and a flag of it, not a line
+        # to run: its flags must still exist and take the values shown.
+        words += ["x"] * len(arguments) + (["--out", "x"] if "out" in loose.params else [])
+    try:
+        command.make_context(words[0], words[1:], parent=ctx)
+    except typer.Exit:                          # --help
+        pass
+    except Exception as exc:  # noqa: BLE001 - click's usage errors and pydantic's, alike
+        # A placeholder where a number goes (`--add N`) is the only value allowed to fail.
+        said = f"{exc} {exc.__cause__} {exc.__context__}"
+        assert re.search(r"'[A-Z][A-Z_]*'", said), f"{page}: `{line}`: {exc}"
+
+
+@pytest.mark.parametrize("page,line", [s for s in SHOWN if s[1].startswith("make ")])
+def test_every_make_command_shown_names_a_target_and_variables_the_pipelines_have(page, line):
+    words = shlex.split(line, comments=True)[1:]
+    pipelines = {p.name: p.read_text() for p in (ROOT / "pipelines").iterdir()}
+    text = "\n".join(pipelines.values())
+    targets = set(re.findall(r"^([\w.-]+(?: [\w.-]+)*):(?!=)", text, re.M))
+    targets = {t for group in targets for t in group.split()}
+    for i, word in enumerate(words):
+        if word in ("-C", "-f", "...") or (i and words[i - 1] in ("-C", "-f")):
+            continue
+        if "=" in word:
+            name = word.split("=")[0]
+            assert f"$({name})" in text, f"{page}: `{line}`: no pipeline reads {name}"
+        elif not word.startswith("-"):
+            assert word in targets, f"{page}: `{line}`: no target {word}"

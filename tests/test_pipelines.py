@@ -39,12 +39,15 @@ FORMATS = {"CoLA.tsv": BINARY, "SST-2.tsv": BINARY, "MRPC.tsv": BINARY, "WNLI.ts
            "STS-B.tsv": None}
 
 
-def make(target, variables, *flags, makefile):
+def make(target, variables, *flags, makefile, start=None):
+    """make -C pipelines as a user runs it; `start`: the directory they typed it in (its PWD),
+    for relative paths (default: the test's own)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
-           "PYTHONUNBUFFERED": "1"}
+           "PYTHONUNBUFFERED": "1", **({"PWD": str(start)} if start else {})}
     args = [f"{k}={v}" for k, v in {"BERTCTL": BERTCTL, "TORCHRUN": TORCHRUN, **variables}.items()]
-    return subprocess.run(["make", "-C", str(PIPELINES), "-f", makefile, *flags, target, *args],
-                          capture_output=True, text=True, env=env, timeout=900)
+    chosen = ["-f", makefile] if makefile else []
+    return subprocess.run(["make", "-C", str(PIPELINES), *chosen, *flags, target, *args],
+                          capture_output=True, text=True, env=env, timeout=900, cwd=start)
 
 
 def manifest(path: Path) -> dict:
@@ -313,16 +316,17 @@ def test_budget_pipeline(tmp_path):
     """The recipe end to end in miniature: pretrain for a budget with the shipped recipe (a tiny
     model), fine-tune three GLUE tasks with two seeds, one report over all of it; a second make
     makes nothing."""
+    shutil.copytree(FIXTURES / "pretrain", tmp_path / "books")
+    shutil.copytree(FIXTURES / "glue", tmp_path / "glue")
     runs = tmp_path / "runs"
-    variables = {"CORPUS": str(FIXTURES / "pretrain"), "BUDGET": "6s", "RUNS": str(runs),
-                 "GLUE": str(FIXTURES / "glue"), "SEEDS": "1 2", "EPOCHS": "1", "LR": "1e-3",
+    variables = {"CORPUS": "books", "BUDGET": "6s", "RUNS": "runs", "GLUE": "glue", "SEEDS": "1 2", "EPOCHS": "1", "LR": "1e-3",
                  "VOCAB_SIZE": "2000", "MODEL_SIZE": "tiny",
                  "DATA_FLAGS": "--workers 1 --max-seq-length 64 --validation-fraction 0.1",
                  "PRETRAIN_FLAGS": f"{TINY} --device cpu --eval-every 20 --eval-batches 2 "
                                    f"--batch-size 8 --log-every 5",
                  "FINETUNE_FLAGS": "--device cpu --max-seq-length 64 --batch-size 8",
                  "EVAL_FLAGS": "--device cpu"}
-    r = make("budget", variables, makefile="budget.mk")
+    r = make("budget", variables, makefile=None, start=tmp_path)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     model = manifest(runs / "model")
     data = manifest(runs / "data")
@@ -338,9 +342,10 @@ def test_budget_pipeline(tmp_path):
     assert [d.parts[-3] for d in devs] == ["MRPC"] * 2 + ["SST-2"] * 2 + ["STS-B"] * 2
     assert shown == {model["id"], *(manifest(d)["id"] for d in devs)}
     html = (runs / "report" / "report.html").read_text()
-    assert 'id="curve-time-train-loss"' in html and 'id="curve-time-validation-mlm_loss"' in html
+    assert 'id="curve-time-pretraining-train-loss"' in html
+    assert 'id="curve-time-pretraining-validation-mlm_loss"' in html
     before = mtimes(runs)
-    r = make("budget", variables, makefile="budget.mk")
+    r = make("budget", variables, makefile=None, start=tmp_path)
     assert r.returncode == 0, r.stderr
     assert mtimes(runs) == before
 
@@ -357,9 +362,10 @@ def test_distill_pipeline(tmp_path, minilm_dir):
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     runs = tmp_path / "runs"
-    variables = {"TEACHER": str(teacher), "DATA": str(FIXTURES / "glue" / "SST-2"),
-                 "RUNS": str(runs), "STEPS": "2", "BATCH": "8", "DISTILL_FLAGS": "--device cpu"}
-    r = make("distill", variables, makefile="distill.mk")
+    shutil.copytree(FIXTURES / "glue" / "SST-2", tmp_path / "sst2")
+    variables = {"TEACHER": "teacher", "DATA": "sst2", "RUNS": "runs", "STEPS": "2", "BATCH": "8",
+                 "DISTILL_FLAGS": "--device cpu"}
+    r = make("distill", variables, makefile=None, start=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     student = manifest(runs / "student")
     assert student["stats"]["distillation"]["student_layers"] == 3      # of the teacher's 6
@@ -368,7 +374,7 @@ def test_distill_pipeline(tmp_path, minilm_dir):
     page = (runs / "report" / "report.html").read_text()
     assert "model MB" in page and "eval examples/s" in page
     before = mtimes(runs)
-    r = make("distill", variables, makefile="distill.mk")
+    r = make("distill", variables, makefile=None, start=tmp_path)
     assert r.returncode == 0 and mtimes(runs) == before        # a second make does nothing
 
 
@@ -426,5 +432,65 @@ def test_adapt_pipeline_names_a_missing_path_and_where_it_looked(tmp_path):
                         "TRAIN=t", "DEV=d.tsv"], cwd=tmp_path, env=env, capture_output=True,
                        text=True, timeout=60)
     assert r.returncode != 0
-    assert f"{tmp_path}/nowhere: no such file or directory (paths are read from {tmp_path})" \
+    assert f"MODEL={tmp_path}/nowhere: no such file or directory (paths are read from {tmp_path})" \
         in r.stderr
+
+
+# --- paths as a user types them ----------------------------------------------------------------
+
+DRY_RUNS = {  # target: (variables with paths relative to the start, paths the commands must use)
+    "glue": ({"GLUE": "glue", "MODEL": "model", "TASKS": "SST-2", "SEEDS": "1", "LRS": "1e-4",
+              "RUNS": "out"}, ["model", "glue/SST-2", "out/SST-2/lr1e-4-seed1/model"]),
+    "budget-model": ({"CORPUS": "books", "RUNS": "out"}, ["books", "out/tokenizer", "out/model"]),
+    "distill": ({"TEACHER": "model", "DATA": "glue/SST-2", "RUNS": "out"},
+                ["model", "glue/SST-2", "out/student"]),
+    "pretrain": ({"CORPUS": "books", "RUNS": "out", "STEPS": "10"}, ["books", "out/phase1"]),
+    "conll2003": ({"CONLL": "conll", "MODEL": "model", "RUNS": "out"},
+                  ["model", "conll/train.txt", "out/lr5e-5-seed1/model"]),
+    "demo": ({"RUNS": "out"}, ["out/tokenizer", "out/eval-sst2"]),
+}
+
+
+@pytest.fixture
+def user_dir(tmp_path):
+    """A directory a user works in, holding their data under relative names."""
+    shutil.copytree(FIXTURES / "glue", tmp_path / "glue")
+    shutil.copytree(FIXTURES / "pretrain", tmp_path / "books")
+    shutil.copytree(FIXTURES / "conll2003", tmp_path / "conll")
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    return tmp_path
+
+
+@pytest.mark.parametrize("target", DRY_RUNS)
+def test_every_pipeline_reads_paths_from_where_make_was_started(user_dir, target):
+    """`make -n` from the user's directory, through the top Makefile: every command names the
+    user's files by their absolute paths (none read from pipelines/), and RUNS lands there too."""
+    variables, paths = DRY_RUNS[target]
+    r = make(target, variables, "-n", makefile=None, start=user_dir)
+    assert r.returncode == 0, r.stderr
+    for p in paths:
+        assert f"{user_dir}/{p}" in r.stdout, (p, r.stdout[-2000:])
+    assert f"{PIPELINES}/out/" not in r.stdout and f"{PIPELINES}/glue/" not in r.stdout
+
+
+def test_pipelines_read_paths_from_the_repository_root_too():
+    """The issue's example, typed at the repository root: examples/ resolves there."""
+    r = make("budget-model", {"CORPUS": "examples/corpus", "BUDGET": "60s", "RUNS": "runs/x"},
+             "-n", makefile=None, start=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert f"tokenize {ROOT}/examples/corpus" in r.stdout and f"{ROOT}/runs/x/model" in r.stdout
+
+
+@pytest.mark.parametrize("target,variables,named", [
+    ("budget-model", {"CORPUS": "nowhere"}, "CORPUS"),
+    ("distill", {"TEACHER": "nowhere", "DATA": "glue/SST-2"}, "TEACHER"),
+    ("glue", {"GLUE": "glue", "MODEL": "nowhere"}, "MODEL"),
+    ("pretrain", {"CORPUS": "books", "VOCAB": "nowhere"}, "VOCAB"),
+])
+def test_a_missing_path_names_its_variable_and_where_it_was_read_from(user_dir, target,
+                                                                        variables, named):
+    r = make(target, variables, "-n", makefile=None, start=user_dir)
+    assert r.returncode != 0
+    assert (f"{named}={user_dir}/nowhere: no such file or directory (paths are read from "
+            f"{user_dir})") in r.stderr

@@ -104,7 +104,9 @@ def _assert_draws(figure, gid, steps, values):
 def _check_cell(td, value):
     assert json.loads(td.attrs["data-value"]) == value
     text = td.full_text()
-    if isinstance(value, float):
+    if value is None:
+        assert text == ""                       # no literal "null" on the page
+    elif isinstance(value, float):
         assert float(text) == pytest.approx(value, rel=1e-5)
     elif isinstance(value, (str, int)) and not isinstance(value, bool):
         assert text == str(value)
@@ -150,17 +152,22 @@ def test_report_of_several_runs(tmp_path, tiny_pretrained, sst2_seed_runs, cli):
     assert ("train", "loss", 1) in expected and ("validation", "mlm_loss", 1) in expected
     assert ("validation", "accuracy", 2) in expected and ("train", "lr", 3) in expected
     figures = {f.attrs["id"]: f for f in doc.all("figure")}
+    # Pretraining and fine-tuning on their own axes: a loss near 6 beside one near 0.3.
+    kind = {1: "pretraining", 2: "fine-tuning", 3: "fine-tuning"}
     for (split, key, k), points in expected.items():
-        figure = figures[f"curve-{split}-{key}"]
+        figure = figures[f"curve-{kind[k]}-{split}-{key}"]
         assert len(list(figure.all("svg"))) == 1
         _assert_draws(figure, f"line-{split}-{key}-{k}", *zip(*points))
     # The loss and the validation metrics also against the wall-clock time of the run.
     assert ("train", "loss", 1) in timed and ("validation", "mlm_loss", 1) in timed
     for (split, key, k), points in timed.items():
-        figure = figures[f"curve-time-{split}-{key}"]
+        figure = figures[f"curve-time-{kind[k]}-{split}-{key}"]
         _assert_draws(figure, f"time-{split}-{key}-{k}", *zip(*points))
     assert {f for f in figures if f.startswith("curve-")} == {
-        f"curve-{s}-{k}" for s, k, _ in expected} | {f"curve-time-{s}-{k}" for s, k, _ in timed}
+        f"curve-{kind[i]}-{s}-{k}" for s, k, i in expected} | {
+        f"curve-time-{kind[i]}-{s}-{k}" for s, k, i in timed}
+    assert [h.full_text() for h in doc.all("h3", **{"class": "run-kind"})] == [
+        "Pretraining (1 run)", "Fine-tuning (2 runs)"]
 
     # -- mean +- sd of the two seeds: the table and the curves
     group = doc.one("table", **{"class": "seed-group"})
@@ -231,8 +238,44 @@ def test_report_of_several_runs(tmp_path, tiny_pretrained, sst2_seed_runs, cli):
         for td, value in zip(cells, expected_row):
             _check_cell(td, value)
 
+    # -- it reads like results: a title in words, no "null", each model's size in its column
+    title = doc.one("h1").full_text()
+    pretrained = _manifest(tiny_pretrained)
+    assert title.startswith("glue/sst2: accuracy on dev.tsv, an evaluation of a model from ")
+    assert tiny_pretrained.name in title and "pretraining of" in title, title
+    assert not re.search(r"\b[0-9a-f]{16}\b", title)
+    assert not [td for td in doc.all("td") if td.full_text() == "null"]
+    sizes = {td.attrs["data-artifact"]: json.loads(td.attrs["data-value"])
+             for td in overview.all("td", **{"data-key": "model MB"})}
+    for path, man in zip(shown[:3], manifests[:3]):
+        assert sizes[man["id"]] == round((path / "model.safetensors").stat().st_size / 1e6, 1)
+    assert sizes[manifests[3]["id"]] is None     # the eval's model has its own column
+    assert pretrained["id"] in sizes
+
     r = cli("report", *shown, "--out", out)
     assert r.exit_code == 0 and "up to date" in r.stdout
+
+
+def test_a_run_of_a_point_or_two_is_named_with_its_count():
+    from bertctl.report import plots
+
+    svg = plots.line_plot("t", "step", [plots.Line("a", "run (1 point)", [5], [0.7])])
+    assert "run (1 point)" in svg                # in a legend, though the line is alone
+
+
+def test_the_eval_of_a_model_not_shown_carries_that_models_size(tmp_path, sst2_seed_runs, cli):
+    """A teacher's and a student's evals side by side: each eval's column has the size of the
+    weights it ran (their models are not on the page)."""
+    ft0, _, ev = sst2_seed_runs
+    out = tmp_path / "report"
+    assert cli("report", ev, "--out", out).exit_code == 0
+    doc = Tree((out / "report.html").read_text()).root
+    td = doc.one("table", id="overview").one("td", **{"data-key": "model MB"})
+    assert json.loads(td.attrs["data-value"]) == round(
+        (ft0 / "model.safetensors").stat().st_size / 1e6, 1)
+    assert doc.one("h1").full_text() == (
+        f"glue/sst2: accuracy on dev.tsv, an evaluation of a model from "
+        f"{'/'.join(_manifest(ft0)['inputs'][0]['path'].split('/')[-2:])}")  # .../tmp/model
 
 
 def test_report_bad_input(tmp_path, tiny_pretrained, cli, monkeypatch):

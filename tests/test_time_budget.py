@@ -37,6 +37,15 @@ def test_the_run_ends_at_the_budget_with_a_decayed_rate(tmp_path, ten_seconds_a_
         r["tokens"] for r in records(tmp_path / "run", "train")) > 0
 
 
+@pytest.mark.parametrize("budget", [91, 95, 99.9, 100, 100.1])
+def test_the_loop_overruns_its_budget_by_less_than_one_step(tmp_path, ten_seconds_a_step, budget):
+    """The bound the docs state: the loop ends after the step that reaches the budget, so it
+    runs past it by less than one step (10 s here), never a step more."""
+    result = _budget_run(tmp_path / "run", time_budget=budget)
+    assert 0 <= result.elapsed - budget < 10
+    assert result.step == -(-budget // 10)
+
+
 def test_a_killed_budget_run_resumes_with_the_budget_it_had_left(tmp_path, ten_seconds_a_step):
     whole = _budget_run(tmp_path / "whole")
     first = _budget_run(tmp_path / "run", checkpoint_every=3, stop_after=7)
@@ -88,6 +97,10 @@ def test_pretrain_with_a_budget_through_the_cli(cli, pretrain_data, tmp_path):
     last = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()
             if '"train"' in line][-1]
     assert last["lr"] < 0.5 * manifest["config"]["lr"]   # decayed by the end of the budget
+    # One line says where the time went, inside the budget and outside it.
+    line = next(x for x in r.stderr.splitlines() if x.startswith("time budget 3s spent:"))
+    assert f"{stats['step']:,} steps, {stats['tokens']:,} tokens" in line
+    assert "start-up" in line and "writing" in line
 
 
 def test_a_budget_is_one_setting_however_written():

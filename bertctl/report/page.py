@@ -66,7 +66,10 @@ def is_number(value: Any) -> bool:
 
 
 def shown(value: Any) -> str:
-    """How a value is written in a cell: numbers to 6 significant digits, JSON otherwise."""
+    """How a value is written in a cell: numbers to 6 significant digits, nothing for a value
+    the artifact does not have, JSON otherwise."""
+    if value is None:
+        return ""
     if isinstance(value, float):
         return "NaN" if math.isnan(value) else f"{value:.6g}"
     if isinstance(value, (int, str)) and not isinstance(value, bool):
@@ -107,9 +110,21 @@ def key_table(table_class: str, values: dict[str, Any], run: Run) -> str:
 
 
 def _rows(runs: list[Run], rows) -> list[str]:
-    return [f"<tr><th>{esc(name)}</th>" + "".join(cell(get(r), key=name, artifact=r.artifact.id)
-                                                   for r in runs) + "</tr>"
-            for name, get in rows]
+    """One row per (name, getter), left out where no artifact has a value."""
+    table = [(name, [get(r) for r in runs]) for name, get in rows]
+    return [f"<tr><th>{esc(name)}</th>" + "".join(cell(v, key=name, artifact=r.artifact.id)
+                                                   for v, r in zip(values, runs)) + "</tr>"
+            for name, values in table if any(v is not None for v in values)]
+
+
+def run_kind(run: Run) -> str:
+    """What made the artifact, in words: its curves are drawn with others of the same kind."""
+    stats = run.artifact.manifest.stats
+    if run.artifact.kind != "model":
+        return run.artifact.kind
+    if "distillation" in stats:
+        return "distillation"
+    return "fine-tuning" if "task" in stats else "pretraining"
 
 
 def overview(runs: list[Run]) -> str:
@@ -118,10 +133,10 @@ def overview(runs: list[Run]) -> str:
     body = _rows(runs, [("kind", lambda r: r.artifact.kind), ("id", lambda r: r.artifact.id)])
     # An eval's cost beside its quality, so a teacher and its student (or a model and its
     # export) compare on one page.
-    costs = [("model MB", _model_mb), ("eval examples/s",
-                                       lambda r: r.artifact.manifest.stats.get("examples_per_second"))]
-    body += _rows(runs, [(name, get) for name, get in costs
-                         if any(get(r) is not None for r in runs)])
+    shown_paths = {r.artifact.path.resolve() for r in runs if r.artifact.kind == "model"}
+    body += _rows(runs, [("model MB", lambda r: _model_mb(r, shown_paths)),
+                         ("eval examples/s",
+                          lambda r: r.artifact.manifest.stats.get("examples_per_second"))])
     metric_keys = sorted({k for r in runs for k in numeric_metrics(r.artifact.manifest.metrics)})
     for k in metric_keys:
         body.append(f"<tr><th>metrics.{esc(k)}</th>"
@@ -133,10 +148,16 @@ def overview(runs: list[Run]) -> str:
             + "".join(body) + "</table>")
 
 
-def _model_mb(run: Run) -> float | None:
-    """The size of the weights an eval artifact ran, where they are still on disk."""
-    model = run.artifact.manifest.stats.get("model") if run.artifact.kind == "eval" else None
-    if not model:
+def _model_mb(run: Run, shown_paths: set[Path]) -> float | None:
+    """The size of a model's weights, in its own column; an eval's, of the weights it ran when
+    that model has no column of its own (a teacher's and a student's evals side by side)."""
+    if run.artifact.kind in ("model", "export"):
+        model = run.artifact.path
+    elif run.artifact.kind == "eval" and run.artifact.manifest.stats.get("model"):
+        model = Path(run.artifact.manifest.stats["model"])
+        if model.resolve() in shown_paths:
+            return None
+    else:
         return None
     for name in ("model.safetensors", "model.onnx"):
         path = Path(model) / name
@@ -249,31 +270,43 @@ def series(run: Run, split: str, key: str, x: str = "step") -> tuple[list[float]
 
 
 def _lines(runs: list[Run], split: str, key: str, x: str, prefix: str) -> list[plots.Line]:
-    """One line per run that has points of this curve (against `x`)."""
+    """One line per run that has points of this curve (against `x`); a run that logged a
+    point or two (shorter than a logging interval) says so in its label."""
     lines = []
     for run in runs:
         xs, ys = series(run, split, key, x)
         if xs:
-            lines.append(plots.Line(f"{prefix}-{split}-{key}-{run.index}", run.label, xs, ys))
+            few = f" ({len(xs)} point{'s' if len(xs) > 1 else ''})" if len(xs) < 3 else ""
+            lines.append(plots.Line(f"{prefix}-{split}-{key}-{run.index}", run.label + few,
+                                    xs, ys))
     return lines
 
 
 def curves(runs: list[Run], groups: list[list[Run]]) -> str:
+    """Per kind of run (pretraining, fine-tuning, ...) its own plots: a pretraining loss near 6
+    and a fine-tuning loss near 0.3 on one axis would show neither."""
     with_history = [r for r in runs if r.history]
     if not with_history:
         return ""
-    figures = []
-    for split, key in curve_keys(with_history):
-        lines = _lines(with_history, split, key, "step", "line")
-        figures.append(_figure(f"curve-{split}-{key}", f"{split}: {key}", lines))
-        # The loss and validation against wall-clock time too: runs of different speed compare
-        # by what they reached in the same time, not in the same number of steps.
-        if key == "loss" or split != "train":
-            timed = _lines(with_history, split, key, "elapsed_s", "time")
-            if timed:
-                figures.append(_figure(f"curve-time-{split}-{key}", f"{split}: {key} by time",
-                                       timed, "seconds"))
-    parts = ['<h2>Training curves</h2><div class="plots">', *figures, "</div>"]
+    parts = ["<h2>Training curves</h2>"]
+    kinds = list(dict.fromkeys(run_kind(r) for r in with_history))
+    for kind in kinds:
+        of_kind = [r for r in with_history if run_kind(r) == kind]
+        figures = []
+        for split, key in curve_keys(of_kind):
+            lines = _lines(of_kind, split, key, "step", "line")
+            figures.append(_figure(f"curve-{kind}-{split}-{key}", f"{kind}, {split}: {key}",
+                                   lines))
+            # The loss and validation against wall-clock time too: runs of different speed
+            # compare by what they reached in the same time, not in the same number of steps.
+            if key == "loss" or split != "train":
+                timed = _lines(of_kind, split, key, "elapsed_s", "time")
+                if timed:
+                    figures.append(_figure(f"curve-time-{kind}-{split}-{key}",
+                                           f"{kind}, {split}: {key} by time", timed, "seconds"))
+        parts += [f'<h3 class="run-kind">{esc(kind.capitalize())} '
+                  f"({len(of_kind)} run{'s' if len(of_kind) > 1 else ''})</h3>",
+                  '<div class="plots">', *figures, "</div>"]
     means = []
     for g, group in enumerate(groups, 1):
         members = [r for r in group if r.history]

@@ -65,8 +65,8 @@ def line_plot(title: str, xlabel: str, lines: list[Line]) -> str:
         ax.ticklabel_format(style="plain", useOffset=False)
         ax.set_title(title)
         ax.set_xlabel(xlabel)
-        if len(lines) > 1:
-            ax.legend(fontsize=7)
+        if len(lines) > 1 or any(len(line.x) < 3 for line in lines):
+            ax.legend(fontsize=7)  # alone, a line of a point or two is named with its count
         buffer = io.StringIO()
         fig.savefig(buffer, format="svg", metadata={"Date": None})
     svg = buffer.getvalue()

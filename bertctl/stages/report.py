@@ -10,6 +10,7 @@ from bertctl import artifacts, console
 from bertctl.config import ReportSettings
 from bertctl.errors import BertctlError
 from bertctl.report import page, plots
+from bertctl.report import title as report_title
 
 PAGE = "report.html"
 
@@ -35,8 +36,7 @@ def run(config: ReportSettings, target: artifacts.Target, paths: list[Path]):
             except (UnicodeDecodeError, json.JSONDecodeError) as exc:
                 raise BertctlError(f"{art.path / 'metrics.jsonl'}: corrupted: {exc}") from None
             runs.append(page.Run(i, art, history))
-        title = config.title or "bertctl report: " + ", ".join(
-            f"{a.kind} {a.id}" for a in shown)
+        title = config.title or report_title.title_of(shown)
         (tmp / PAGE).write_text(page.render(runs, title), encoding="utf-8")
         groups = page.seed_groups(runs)
         console.log(f"report of {len(runs)} artifact(s)"

@@ -6,11 +6,13 @@ A stage hands its own part over as a `TrainingJob`.
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
+import time
 from pathlib import Path
 from typing import Any, Protocol
 
-from bertctl import artifacts, hardware, locks, modelcard, placement
+from bertctl import artifacts, console, hardware, locks, modelcard, placement
 from bertctl import settings as settings_mod
 from bertctl.errors import Interrupted
 from bertctl.train import distributed as dist
@@ -55,6 +57,7 @@ def _train(config, inputs, target, job: TrainingJob, artifact_id, out_path):
     if existing is not None:
         return artifacts.Outcome(manifest=existing, path=str(out_path), up_to_date=True)
     work = placement.work_dir(out_path, artifact_id)
+    marks = {"start": time.perf_counter()}
     job.prepare()
     if not dist.is_main():
         job.fit(work)
@@ -64,7 +67,10 @@ def _train(config, inputs, target, job: TrainingJob, artifact_id, out_path):
         return None
 
     def build(tmp: Path) -> dict:
-        stats = job.write(job.fit(work), tmp)
+        marks["prepared"] = time.perf_counter()
+        result = job.fit(work)
+        marks["trained"] = time.perf_counter()
+        stats = job.write(result, tmp)
         shutil.copyfile(work / "metrics.jsonl", tmp / "metrics.jsonl")
         modelcard.write(tmp, artifact_id, out_path, settings_mod.as_dict(config), inputs, stats)
         return stats
@@ -79,5 +85,37 @@ def _train(config, inputs, target, job: TrainingJob, artifact_id, out_path):
                               f"{work / 'checkpoints'}: rerun the same command to resume") from None
         raise
     shutil.rmtree(work, ignore_errors=True)
+    if getattr(config, "time_budget", None) is not None and "trained" in marks:
+        _log_budget(config.time_budget, outcome.manifest.stats, marks)
     dist.barrier()
     return outcome
+
+
+def _log_budget(budget: float, stats: dict, marks: dict) -> None:
+    """Where a budget run's time went. The budget covers the training loop, its evaluations and
+    checkpoints; the loop ends after the step that crosses it. Start-up (imports, reading the
+    data, building the model, --min-steps' measurement) and writing the artifact come on top."""
+    now = time.perf_counter()
+    age = _process_age()
+    start_up = (age - (now - marks["start"])) if age is not None else 0.0
+    start_up += marks["prepared"] - marks["start"]
+    loop = marks["trained"] - marks["prepared"]
+    writing = now - marks["trained"]
+    over = (stats.get("elapsed_s") or loop) - budget
+    console.log(f"time budget {budget:g}s spent: {stats.get('step', 0):,} steps, "
+                f"{stats.get('tokens') or 0:,} tokens; the last step ended {over:.1f}s past it. "
+                f"{start_up + loop + writing:.1f}s in all: start-up {start_up:.1f}s, training "
+                f"{loop:.1f}s (its last evaluation and checkpoint included), writing "
+                f"{writing:.1f}s")
+
+
+def _process_age() -> float | None:
+    """Seconds since this process started (Linux), so start-up includes the imports."""
+    try:
+        with open("/proc/self/stat") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        return max(0.0, uptime - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return None

@@ -1,0 +1,16 @@
+# Included by every pipeline. The paths a user gives (CORPUS=examples/corpus, RUNS=runs/x) are
+# relative to where they typed make, but `make -C pipelines` runs from pipelines/, and so do the
+# sub-makes the top Makefile starts. So every path variable is resolved against the directory
+# make was started from: the shell's PWD, handed to sub-makes as PIPELINES_START (a sub-make's
+# shell would report pipelines/).
+PIPELINES_START ?= $(or $(PWD),$(CURDIR))
+export PIPELINES_START
+START := $(PIPELINES_START)
+
+# from_start PATHS: each relative path of a list (globs too) made absolute from START.
+from_start = $(foreach p,$(1),$(if $(filter /% ~%,$(p)),$(p),$(START)/$(p)))
+# resolve VARS: each variable replaced by its resolved value (a command-line value too).
+resolve = $(foreach v,$(1),$(eval override $(v) := $(call from_start,$($(v)))))
+# must_exist VARS: stop with one line naming the variable, the path and where it was read from.
+must_exist = $(foreach v,$(1),$(foreach p,$($(v)),$(if $(wildcard $(p)),,\
+  $(error $(v)=$(p): no such file or directory (paths are read from $(START))))))
