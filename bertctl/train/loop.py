@@ -232,7 +232,7 @@ class Trainer:
         pool = ThreadPoolExecutor(max_workers=1)  # loads the next step's batches during this one
         pending = pool.submit(self.load_step, self.step + 1) if self.step < self.last_step else None
         seen = [0, 0]  # tokens and examples since the last log record, for the throughput
-        clock = time.perf_counter()
+        clock = self.loop_started = time.perf_counter()   # start-up ends here
         self.started = self._now() - self.elapsed   # a resumed run continues the budget's clock
         try:
             while self.step < self.last_step:
@@ -442,7 +442,7 @@ class Trainer:
                            eval_metrics=self.last_eval, best_metrics=self.best.metrics,
                            best_step=self.best.step, model=self.model,
                            stopped_early=stopped_early, resumed_from=self.resumed_from,
-                           elapsed=self.elapsed,
+                           elapsed=self.elapsed, loop_started=self.loop_started,
                            batch_fit=asdict(self.batch_fit) if self.batch_fit else None)
 
 

@@ -154,3 +154,4 @@ class TrainResult:
     resumed_from: int | None = None      # the checkpoint step this run started from
     elapsed: float = 0.0                 # seconds of training, over all (resumed) runs
     batch_fit: dict[str, Any] | None = None   # the batch size fitted to the budget (budget.py)
+    loop_started: float = 0.0            # time.perf_counter() when the first step began

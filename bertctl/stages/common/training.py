@@ -67,9 +67,9 @@ def _train(config, inputs, target, job: TrainingJob, artifact_id, out_path):
         return None
 
     def build(tmp: Path) -> dict:
-        marks["prepared"] = time.perf_counter()
         result = job.fit(work)
         marks["trained"] = time.perf_counter()
+        marks["loop"] = getattr(result, "loop_started", 0.0) or marks["start"]
         stats = job.write(result, tmp)
         shutil.copyfile(work / "metrics.jsonl", tmp / "metrics.jsonl")
         modelcard.write(tmp, artifact_id, out_path, settings_mod.as_dict(config), inputs, stats)
@@ -94,17 +94,15 @@ def _train(config, inputs, target, job: TrainingJob, artifact_id, out_path):
 def _log_budget(budget: float, stats: dict, marks: dict) -> None:
     """Where a budget run's time went. The budget covers the training loop, its evaluations and
     checkpoints; the loop ends after the step that crosses it. Start-up (imports, reading the
-    data, building the model, --min-steps' measurement) and writing the artifact come on top."""
+    data, building the model and optimizer, --min-steps' measurement) and writing come on top."""
     now = time.perf_counter()
     age = _process_age()
-    start_up = (age - (now - marks["start"])) if age is not None else 0.0
-    start_up += marks["prepared"] - marks["start"]
-    loop = marks["trained"] - marks["prepared"]
-    writing = now - marks["trained"]
+    before = marks["loop"] - marks["start"] + (age - (now - marks["start"]) if age else 0.0)
+    loop, writing = marks["trained"] - marks["loop"], now - marks["trained"]
     over = (stats.get("elapsed_s") or loop) - budget
     console.log(f"time budget {budget:g}s spent: {stats.get('step', 0):,} steps, "
                 f"{stats.get('tokens') or 0:,} tokens; the last step ended {over:.1f}s past it. "
-                f"{start_up + loop + writing:.1f}s in all: start-up {start_up:.1f}s, training "
+                f"{before + loop + writing:.1f}s in all: start-up {before:.1f}s, training "
                 f"{loop:.1f}s (its last evaluation and checkpoint included), writing "
                 f"{writing:.1f}s")
 
