@@ -62,7 +62,7 @@ endif
 endif
 
 CORPUS_FILES := $(foreach c,$(CORPUS),$(if $(wildcard $(c)/.),$(shell find $(c) -type f),$(wildcard $(c))))
-GLUE_VARS = GLUE=$(GLUE) MODEL=$(RUNS)/model RUNS=$(RUNS)/glue TASKS="$(TASKS)" \
+GLUE_VARS = PIPELINES_START='$(START)' GLUE=$(GLUE) MODEL=$(RUNS)/model RUNS=$(RUNS)/glue TASKS="$(TASKS)" \
             SEEDS="$(SEEDS)" LRS=$(LR) EPOCHS=$(EPOCHS) BERTCTL="$(BERTCTL)" \
             FINETUNE_FLAGS="$(FINETUNE_FLAGS)" EVAL_FLAGS="$(EVAL_FLAGS)"
 

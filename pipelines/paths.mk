@@ -1,10 +1,10 @@
 # Included by every pipeline. The paths a user gives (CORPUS=examples/corpus, RUNS=runs/x) are
 # relative to where they typed make, but `make -C pipelines` runs from pipelines/, and so do the
 # sub-makes the top Makefile starts. So every path variable is resolved against the directory
-# make was started from: the shell's PWD, handed to sub-makes as PIPELINES_START (a sub-make's
-# shell would report pipelines/).
+# make was started from: the shell's PWD, handed to sub-makes on their command line as
+# PIPELINES_START (a sub-make's shell would report pipelines/). Not exported: the programs the
+# recipes run (the test suite's own makes among them) must not inherit it.
 PIPELINES_START ?= $(or $(PWD),$(CURDIR))
-export PIPELINES_START
 START := $(PIPELINES_START)
 
 # from_start PATHS: each relative path of a list (globs too) made absolute from START.
