@@ -96,12 +96,15 @@ def _log_budget(budget: float, stats: dict, marks: dict) -> None:
     checkpoints; the loop ends after the step that crosses it. Start-up (imports, reading the
     data, building the model and optimizer, --min-steps' measurement) and writing come on top."""
     now = time.perf_counter()
-    age = _process_age()
-    before = marks["loop"] - marks["start"] + (age - (now - marks["start"]) if age else 0.0)
+    # The imports before this stage began, when this process is the command (a test runner or
+    # a notebook that calls the stage has lived longer: its age says nothing).
+    imports = (_process_age() or 0.0) - (now - marks["start"])
+    before = marks["loop"] - marks["start"] + (imports if 0 < imports < 60 else 0.0)
     loop, writing = marks["trained"] - marks["loop"], now - marks["trained"]
     over = (stats.get("elapsed_s") or loop) - budget
-    console.log(f"time budget {budget:g}s spent: {stats.get('step', 0):,} steps, "
-                f"{stats.get('tokens') or 0:,} tokens; the last step ended {over:.1f}s past it. "
+    tokens = f", {stats['tokens']:,} tokens" if stats.get("tokens") else ""
+    console.log(f"time budget {budget:g}s spent: {stats.get('step', 0):,} steps{tokens}; "
+                f"the last step ended {over:.1f}s past it. "
                 f"{before + loop + writing:.1f}s in all: start-up {before:.1f}s, training "
                 f"{loop:.1f}s (its last evaluation and checkpoint included), writing "
                 f"{writing:.1f}s")
