@@ -28,7 +28,9 @@ no masked-LM head). Rows run one after another, each pinned by --threads; a resu
 row and per fine-tuning run is kept under --work, so a rerun only does what is missing, and
 `--table` prints the table from them. Variants of a row side by side: --name (its directory and
 label) with --build-args / --pretrain-args, --hf-layout blocks for the baseline, --tasks to
-fine-tune a subset (e.g. SST-2 alone, the task that separates the rows at these budgets).
+fine-tune a subset (e.g. SST-2 alone, the task that separates the rows at these budgets). The
+fine-tuning lr is 1e-4 for every row; --ft-lrs tries several and reports, per row and task, the
+one best on dev (a rate that suits one architecture can hold another back).
 """
 
 from __future__ import annotations
@@ -237,22 +239,45 @@ def heldout_loss(model: Path, heldout_data: Path, work: Path, row: str, threads:
     return json.loads((out / "metrics.json").read_text())["mlm_loss"]
 
 
-def finetune(row: str, model: Path, task: str, files, seed: int, work: Path, threads: int,
-             log: Path) -> float:
+FT_LR = 1e-4   # the fine-tuning lr of every row before --ft-lrs
+
+
+def lr_tag(lr: float) -> str:
+    mantissa, exponent = f"{lr:e}".split("e")
+    return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+
+
+def finetune(row: str, model: Path, task: str, files, seed: int, lr: float, work: Path,
+             threads: int, log: Path) -> float:
     preset, _, epochs, metric = TASKS[task]
-    run = work / row / "glue" / f"{task}-seed{seed}"
+    # Runs at the old single lr keep their old directories, so earlier results are reused.
+    run = work / row / "glue" / (f"{task}-seed{seed}" if lr == FT_LR
+                                 else f"{task}-lr{lr_tag(lr)}-seed{seed}")
     result = run / "result.json"
     if result.exists():
         return json.loads(result.read_text())["value"]
     shutil.rmtree(run, ignore_errors=True)
     sh(BERTCTL + ["finetune", model, files[0], "--task", preset, "--out", run / "model",
-                  "--epochs", epochs, "--lr", 1e-4, "--batch-size", 32, "--seed", seed,
+                  "--epochs", epochs, "--lr", lr, "--batch-size", 32, "--seed", seed,
                   "--max-seq-length", SEQ, "--threads", threads, "--warmup", 0.1], log, threads)
     sh(BERTCTL + ["eval", run / "model", files[1], "--out", run / "dev", "--threads", threads],
        log, threads)
     value = json.loads((run / "dev" / "metrics.json").read_text())[metric]
     result.write_text(json.dumps({"value": value}))
     return value
+
+
+def select_lr(by_lr: dict[str, dict[str, list[float]]]) -> tuple[dict, dict]:
+    """Each task's results at the lr whose mean over seeds is best on dev (as the paper picks
+    its fine-tuning lr), and the lr chosen per task. Only lrs run with every seed compete."""
+    chosen, values = {}, {}
+    for task in {t for per_task in by_lr.values() for t in per_task}:
+        runs = {lr: v[task] for lr, v in by_lr.items() if task in v}
+        n = max(len(v) for v in runs.values())
+        lr = max((lr for lr, v in runs.items() if len(v) == n),
+                 key=lambda lr: statistics.mean(runs[lr]))
+        chosen[task], values[task] = lr, runs[lr]
+    return values, chosen
 
 
 def table(work: Path) -> str:
@@ -268,7 +293,10 @@ def table(work: Path) -> str:
         per_task = r.get("glue", {})
         for task in TASKS:
             v = per_task.get(task, [])
-            cells.append(f"{statistics.mean(v):.3f} ± {statistics.stdev(v):.3f} (n {len(v)})"
+            tried = sorted((lr for lr, runs in r.get("glue_by_lr", {}).items() if task in runs),
+                           key=float)
+            lr = f", lr {r['ft_lr'][task]} of {', '.join(tried)}" if len(tried) > 1 else ""
+            cells.append(f"{statistics.mean(v):.3f} ± {statistics.stdev(v):.3f} (n {len(v)}{lr})"
                          if len(v) > 1 else "–")
         # The mean over tasks, per seed, then mean ± sd (and the standard error) over seeds.
         n = min((len(v) for v in per_task.values()), default=0)
@@ -306,6 +334,9 @@ def main() -> None:
                     help="the hf row's: lines as run_mlm.py (every line in [CLS] ... [SEP]), "
                     "or blocks (one [CLS] ... [SEP] per 128 tokens, as bertctl's concatenated)")
     ap.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
+    ap.add_argument("--ft-lrs", nargs="+", type=float, default=[FT_LR],
+                    help="fine-tune at each; a row's task reports the lr best on dev (mean "
+                    "over the seeds), so architectures are not judged at one's best rate")
     ap.add_argument("--heldout", type=float, default=0.03)
     ap.add_argument("--vocab-size", type=int, default=8000)
     ap.add_argument("--pretrain-only", action="store_true")
@@ -359,13 +390,17 @@ def main() -> None:
             print(name, json.dumps(rec), flush=True)
         if args.pretrain_only:
             continue
-        rec.setdefault("glue", {})
-        for task in glue:
-            rec["glue"][task] = []
+        # Rows from before --ft-lrs were fine-tuned at FT_LR only.
+        by_lr = rec.setdefault("glue_by_lr", {lr_tag(FT_LR): rec["glue"]} if rec.get("glue")
+                               else {})
+        for lr in args.ft_lrs:
+            by_lr.setdefault(lr_tag(lr), {}).update({task: [] for task in glue})
         for seed in args.seeds:   # seed by seed: a run cut short leaves whole seeds
-            for task, files in glue.items():
-                rec["glue"][task].append(finetune(name, Path(rec["model"]), task, files, seed,
-                                                  work, args.threads, log))
+            for lr in args.ft_lrs:
+                for task, files in glue.items():
+                    by_lr[lr_tag(lr)][task].append(finetune(
+                        name, Path(rec["model"]), task, files, seed, lr, work, args.threads, log))
+            rec["glue"], rec["ft_lr"] = select_lr(by_lr)
             rec_path.write_text(json.dumps(rec, indent=1))
         print(name, json.dumps(rec["glue"]), flush=True)
     print(table(work))

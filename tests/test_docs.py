@@ -94,18 +94,19 @@ def test_every_bertctl_command_shown_parses(page, line):
         assert re.search(r"'[A-Z][A-Z_]*'", said), f"{page}: `{line}`: {exc}"
 
 
+PIPELINES = "\n".join(p.read_text() for p in sorted((ROOT / "pipelines").iterdir()) if p.is_file())
+TARGETS = {t for group in re.findall(r"^([\w.-]+(?: [\w.-]+)*):(?!=)", PIPELINES, re.M)
+           for t in group.split()}
+
+
 @pytest.mark.parametrize("page,line", [s for s in SHOWN if s[1].startswith("make ")])
 def test_every_make_command_shown_names_a_target_and_variables_the_pipelines_have(page, line):
     words = shlex.split(line, comments=True)[1:]
-    pipelines = {p.name: p.read_text() for p in (ROOT / "pipelines").iterdir()}
-    text = "\n".join(pipelines.values())
-    targets = set(re.findall(r"^([\w.-]+(?: [\w.-]+)*):(?!=)", text, re.M))
-    targets = {t for group in targets for t in group.split()}
     for i, word in enumerate(words):
         if word in ("-C", "-f", "...") or (i and words[i - 1] in ("-C", "-f")):
             continue
         if "=" in word:
             name = word.split("=")[0]
-            assert f"$({name})" in text, f"{page}: `{line}`: no pipeline reads {name}"
+            assert f"$({name})" in PIPELINES, f"{page}: `{line}`: no pipeline reads {name}"
         elif not word.startswith("-"):
-            assert word in targets, f"{page}: `{line}`: no target {word}"
+            assert word in TARGETS, f"{page}: `{line}`: no target {word}"
