@@ -17,20 +17,22 @@ from tokenizers import Tokenizer
 
 def check(where: str, *, model_vocab: int, max_positions: int, pad_id: int | None,
           data_vocab: int, seq_length: int, data_special_ids: dict[str, int] | None = None,
-          model_tokenizer=None, data_tokenizer: Path | None = None, hint: str = "") -> None:
+          model_tokenizer=None, data_tokenizer: Path | None = None, hint: str = "",
+          positions_note: str = "") -> None:
     """BertctlError (naming `where`) unless the model reads the data as it was written.
 
     `data_vocab` is the size of the vocabulary the data's ids come from and `seq_length` the
     longest sequence it holds (or will be cut to); `model_tokenizer` (a `tokenizers.Tokenizer`)
     and `data_tokenizer` (a tokenizer.json path) are compared id by id when both are given.
-    `hint` follows a tokenizer mismatch (e.g. how to rebuild the data with the model's)."""
+    `hint` follows a tokenizer mismatch (e.g. how to rebuild the data with the model's),
+    `positions_note` a sequence too long (the architecture's: bertctl.model.architectures)."""
     if model_vocab < data_vocab:
         raise BertctlError(f"{where}: the model's vocabulary ({model_vocab} tokens) is smaller "
                            f"than the data's ({data_vocab}); ids past the model's embedding "
                            f"table would crash")
     if seq_length > max_positions:
         raise BertctlError(f"{where}: {max_positions} position embeddings are fewer than the "
-                           f"data's max_seq_length {seq_length}")
+                           f"data's max_seq_length {seq_length}{positions_note}")
     special = data_special_ids or {}
     if pad_id is not None and "[PAD]" in special and int(pad_id) != special["[PAD]"]:
         raise BertctlError(f"{where}: the model's pad_token_id is {pad_id} but the data's "

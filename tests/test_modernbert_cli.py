@@ -157,5 +157,22 @@ def test_bad_architecture_inputs_are_one_line_before_any_work(cli, continuous_da
               "rope_parameters.sliding_attention.rope_type 'linear' is not supported")
     data, _ = FAMILY_DATA["single"]
     one_line_error(cli("finetune", modern, *data, "--out", out, "--steps", "1",
-                  "--max-seq-length", "512"), "512")
+                  "--max-seq-length", "512"), "512", "only declares the longest input")
     assert not out.exists()
+
+
+def test_a_modernbert_reads_longer_inputs_once_its_config_declares_them(modern, cli, tmp_path):
+    """What the refusal above advises: rotary positions have no table, so a copy whose
+    config.json declares 512 (the model was pretrained declaring 256) fine-tunes at 512."""
+    import shutil
+
+    longer = tmp_path / "longer"
+    shutil.copytree(modern, longer)
+    config = json.loads((longer / "config.json").read_text())
+    (longer / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 512}))
+    data, _ = FAMILY_DATA["single"]
+    r = cli("finetune", longer, *data, "--out", tmp_path / "ft", "--steps", "1",
+            "--max-seq-length", "512")
+    assert r.exit_code == 0, r.stderr
+    assert json.loads((tmp_path / "ft" / "config.json").read_text())[
+        "max_position_embeddings"] == 512

@@ -38,6 +38,8 @@ class Architecture:
     # --optimize); None: it has no fusions for this graph (onnxruntime's own graph
     # optimizations still run when a session loads it).
     onnx_fusions: str | None = None
+    # Said when an input is longer than the model's max_position_embeddings (after the refusal).
+    positions_note: str = ""
 
     def head(self, role: str, where: str = "model") -> type:
         if role not in self.heads:

@@ -21,6 +21,10 @@ register(Architecture(
            "question_answering": ModernBertForQuestionAnswering,
            "token_classification": ModernBertForTokenClassification},
     encoder_name="model", bare_prefixes=("embeddings.", "layers.", "final_norm."),
-    ignored_keys=("decoder.weight",)))
+    ignored_keys=("decoder.weight",),
+    positions_note=(" (ModernBERT has no position table: max_position_embeddings in its "
+                    "config.json only declares the longest input, and raising it, up to 8192, "
+                    "changes no weight; how well it reads lengths it never trained on is "
+                    "for you to measure)")))
 
 __all__ = ["ModernBertConfig", "ModernBertModel"]

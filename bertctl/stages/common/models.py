@@ -203,12 +203,16 @@ def model_length(source: ModelSource) -> int:
 def check_reads_task(source: ModelSource, tokenizer, max_seq_length: int) -> None:
     """The model reads ids of its own tokenizer, as long as `max_seq_length` (bertctl.agreement,
     the one data/model check)."""
+    from bertctl.model import architectures
+
     agreement.check(str(source.path), model_vocab=source.vocab_size,
                     max_positions=int(source.hf_config.get("max_position_embeddings", 512)),
                     pad_id=source.hf_config.get("pad_token_id"),
                     data_vocab=tokenizer.get_vocab_size(), seq_length=max_seq_length,
                     data_special_ids={"[PAD]": tokenizer.token_to_id("[PAD]")}
-                    if tokenizer.token_to_id("[PAD]") is not None else None)
+                    if tokenizer.token_to_id("[PAD]") is not None else None,
+                    positions_note=architectures.of_config(source.hf_config,
+                                                           str(source.path)).positions_note)
 
 
 def load_encoder(source: ModelSource):
