@@ -111,13 +111,23 @@ def pretraining_data(corpus: Path, dev: Path, work: Path) -> None:
                       "--workers", "1", "--out", work / "data", "--force"], log)
 
 
-def adapt(lr: str, work: Path, budget: str) -> Path:
-    out = work / f"adapted-{lr}"
+def adapt(lr: str, work: Path, budget: str, head: str | None = None,
+          head_lr: str = "1e-3") -> Path:
+    """The adapted model; with `head`, its masked-LM head is first trained alone for that long
+    (`pretrain --train-only new`, the encoder frozen) and the continued run starts from it."""
+    out = work / (f"adapted-{lr}" + (f"-head{head}" if head else ""))
     if (out / "model" / "artifact.json").exists():
         return out / "model"
     out.mkdir(parents=True, exist_ok=True)
     log = out / "log.txt"
     base = model_dir()
+    if head:
+        if not (out / "head" / "artifact.json").exists():
+            sh(BERTCTL + ["pretrain", work / "data", "--init-from", base, "--config",
+                          ROOT / "examples/configs/adapt-pretrain.yaml", "--train-only", "new",
+                          "--lr", head_lr, "--time-budget", head, "--threads", "1",
+                          "--out", out / "head", "--force"], log)
+        base = out / "head"
     sh(BERTCTL + ["pretrain", work / "data", "--init-from", base, "--config",
                   ROOT / "examples/configs/adapt-pretrain.yaml", "--lr", lr, "--time-budget",
                   budget, "--threads", "1", "--out", out / "model", "--force"], log)
@@ -164,8 +174,16 @@ def table(work: Path, task: str) -> str:
         pre = ""
         manifest = work / r / "model" / "artifact.json"
         if manifest.exists():
-            stats = json.loads(manifest.read_text())["stats"]
+            m = json.loads(manifest.read_text())
+            stats = m["stats"]
             pre = f"{stats['step']} steps, {stats['tokens']:,} tokens, {stats['elapsed_s']:.0f}s"
+            head = work / r / "head" / "artifact.json"
+            if head.exists():
+                hm = json.loads(head.read_text())
+                h = hm["stats"]
+                pre = (f"head alone {h['step']} steps, {h['elapsed_s']:.0f}s "
+                       f"(MLM {hm['metrics'].get('mlm_loss', float('nan')):.3f}); then {pre}")
+            pre += f" (MLM {m['metrics'].get('mlm_loss', float('nan')):.3f})"
         diff = ""
         if r != "original" and len(base) >= 2:
             d = mean - statistics.fmean(base)
@@ -182,6 +200,9 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=Path("/tmp/bench-adapt"))
     ap.add_argument("--budget", default="10m")
     ap.add_argument("--lrs", nargs="+", default=["1e-4"])
+    ap.add_argument("--head-warmup", default=None, help="train the new masked-LM head alone "
+                    "for this long first (e.g. 10m)")
+    ap.add_argument("--head-lr", default="1e-3")
     ap.add_argument("--seeds", nargs="+", type=int, default=list(range(10)))
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--table", action="store_true")
@@ -194,11 +215,12 @@ def main() -> None:
     pretraining_data(corpus, dev, work)
     with ThreadPoolExecutor(a.jobs) as pool:
         # the adapted models first, the original's runs beside them, then the adapted runs
-        adapted = {f"adapted-{lr}": pool.submit(adapt, lr, work, a.budget) for lr in a.lrs}
+        adapted = {lr: pool.submit(adapt, lr, work, a.budget, a.head_warmup, a.head_lr)
+                   for lr in a.lrs}
         jobs = [pool.submit(finetune, a.task, "original", model_dir(), train, dev, s, work)
                 for s in a.seeds]
-        jobs += [pool.submit(finetune, a.task, r, f.result(), train, dev, s, work)
-                 for s in a.seeds for r, f in adapted.items()]
+        jobs += [pool.submit(finetune, a.task, f.result().parent.name, f.result(), train, dev,
+                             s, work) for s in a.seeds for f in adapted.values()]
         for j in jobs:
             j.result()
     print(table(work, a.task))

@@ -111,6 +111,11 @@ class PretrainSettings(TrainingSettings):
     continue_schedule: bool = Field(False, description="With --init-from a bertctl model "
                                     "artifact: continue its step count and schedule (phase 2).",
                                     json_schema_extra=meta(TRAINING))
+    train_only: Literal["all", "new"] = Field(
+        "all", description="With --init-from: new trains only the weights the model was saved "
+        "without (a sentence-transformers model's masked-LM head), the loaded ones frozen: a "
+        "short run of it before continuing pretraining keeps a random head's first gradients "
+        "out of the encoder.", json_schema_extra=meta(TRAINING, hashed_if_changed=True))
     eval_batches: int | None = Field(50, ge=1, description="Validation batches per evaluation; "
                                      "unset: the whole validation split.",
                                      json_schema_extra=meta(EVALUATION, identity=False))

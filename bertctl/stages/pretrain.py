@@ -38,6 +38,8 @@ def _build_model(config: PretrainSettings, objective, vocab_size: int,
     if init is not None:
         model, report = init.load(objective.head, **kwargs)
         console.log(str(report))
+        if config.train_only == "new":
+            _freeze_loaded(model, report.missing, init)
     else:
         new = _new_config(config, vocab_size, model_config)
         special = special_ids or {}
@@ -49,6 +51,20 @@ def _build_model(config: PretrainSettings, objective, vocab_size: int,
     if config.dropout is not None:
         set_training_dropout(model, config.dropout)
     return model
+
+
+def _freeze_loaded(model, new: list[str], init: models.ModelSource) -> None:
+    """--train-only new: the weights the model came with stay as they are."""
+    params = dict(model.named_parameters())   # a tied decoder is the (loaded) embeddings
+    trained = [n for n in params if n in set(new)]
+    if not trained:
+        raise BertctlError(f"{init.path}: has every weight this objective trains; "
+                           f"--train-only new has nothing to train")
+    for name, p in params.items():
+        p.requires_grad_(name in trained)
+    console.log(f"training only the {len(trained)} weights {init.path} was saved without "
+                f"({sum(params[n].numel() for n in trained):,} values): "
+                + ", ".join(trained))
 
 
 def model_architecture(config: PretrainSettings, init: models.ModelSource | None,
@@ -216,6 +232,9 @@ def run(config: PretrainSettings, target: artifacts.Target, data_dir: Path,
     if init_from and model_config:
         raise BertctlError("give either --init-from or --model-config, not both")
 
+    if config.train_only == "new" and init_from is None:
+        raise BertctlError("--train-only new trains the weights an --init-from model was saved "
+                           "without: give --init-from")
     objective = objectives.get(config.objective)
     data = artifacts.read_artifact(data_dir, "pretrain-data")
     info = read_pretraining_info(data.path)
