@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from conftest import FAMILY_DATA, _made, one_line_error
+from conftest import CORPUS, FAMILY_DATA, _made, one_line_error
 
 TINY_MODERN = ["--architecture", "modernbert", "--model-size", "tiny", "--hidden-size", "32",
                "--num-attention-heads", "2", "--intermediate-size", "48",
@@ -137,7 +137,8 @@ def test_embed_and_distill_take_a_modernbert(modern, modern_tasks, cli, tmp_path
 
 
 def test_bad_architecture_inputs_are_one_line_before_any_work(cli, continuous_data,
-                                                              tiny_pretrained, modern, tmp_path):
+                                                              tiny_pretrained, modern, tmp_path,
+                                                              tmp_path_factory, small_tokenizer):
     out = tmp_path / "out"
     base = ["pretrain", continuous_data, "--out", out, "--steps", "2", "--batch-size", "4"]
     one_line_error(cli(*base, "--architecture", "modernbertz", "--objective", "mlm"),
@@ -158,6 +159,12 @@ def test_bad_architecture_inputs_are_one_line_before_any_work(cli, continuous_da
     data, _ = FAMILY_DATA["single"]
     one_line_error(cli("finetune", modern, *data, "--out", out, "--steps", "1",
                   "--max-seq-length", "512"), "512", "only declares the longest input")
+    # continuing its pretraining on longer sequences: the same way out
+    long = _made(tmp_path_factory, "mlmdata512", "build-pretrain-data", small_tokenizer,
+                 CORPUS / "alice.txt", "--max-seq-length", "512", "--no-nsp", "--masking",
+                 "dynamic", "--workers", "1")
+    one_line_error(cli("pretrain", long, "--objective", "mlm", "--init-from", modern, "--steps",
+                       "1", "--out", out), "max_seq_length 512", "only declares the longest input")
     assert not out.exists()
 
 

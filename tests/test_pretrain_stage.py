@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TINY_MODEL
+from conftest import TINY_MODEL, one_line_error
 
 KILLPOINT = Path(__file__).parent / "faults" / "killpoint.py"
 SAVE_CHECKPOINT = "bertctl.train.checkpoint:save_checkpoint"
@@ -179,3 +179,48 @@ def test_sigterm_keeps_the_checkpoints_and_says_so(tmp_path, pretrain_data):
     assert last == (f"error: interrupted; no artifact was written; checkpoints kept in {kept}: "
                     f"rerun the same command to resume")
     assert not (tmp_path / "m").exists() and any(kept.glob("step-*"))
+
+
+def test_train_only_new_trains_what_the_init_model_lacked(tiny_pretrained, pretrain_data,
+                                                          tmp_path, cli):
+    """A checkpoint saved without its pretraining heads (as sentence-transformers models are):
+    --train-only new trains those heads and leaves every loaded weight bit-identical."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    bare = tmp_path / "bare"
+    shutil.copytree(tiny_pretrained, bare)
+    (bare / "artifact.json").unlink()   # a plain Hugging Face directory now
+    weights = {k: v for k, v in load_file(bare / "model.safetensors").items()
+               if not k.startswith("cls.")}
+    save_file(weights, bare / "model.safetensors")
+    heads = {}
+    for lr in ("1e-2", "1e-9"):
+        out = tmp_path / f"m{lr}"
+        r = cli("pretrain", pretrain_data, "--init-from", bare, "--train-only", "new",
+                "--steps", "2", "--batch-size", "4", "--lr", lr, "--warmup", "0",
+                "--device", "cpu", "--out", out)
+        assert r.exit_code == 0, r.stderr
+        assert "training only the" in r.stderr and "cls.predictions.transform" in r.stderr
+        saved = load_file(out / "model.safetensors")
+        for k, v in weights.items():
+            assert torch.equal(saved[k], v), k
+        heads[lr] = {k: v for k, v in saved.items() if k.startswith("cls.")}
+    # the same seed draws the same new head: only training moved the lr 1e-2 run's
+    assert {"cls.predictions.transform.dense.weight", "cls.seq_relationship.weight"} <= set(
+        heads["1e-2"])
+    for k in ("cls.predictions.transform.dense.weight", "cls.seq_relationship.weight"):
+        assert (heads["1e-2"][k] - heads["1e-9"][k]).abs().max() > 1e-4, k
+
+
+def test_train_only_new_needs_something_new(tiny_pretrained, pretrain_data, tmp_path, cli):
+    out = tmp_path / "m"
+    r = cli("pretrain", pretrain_data, *TINY_MODEL, "--train-only", "new", "--steps", "1",
+            "--out", out)
+    one_line_error(r, "give --init-from")
+    r = cli("pretrain", pretrain_data, "--init-from", tiny_pretrained, "--train-only", "new",
+            "--steps", "1", "--batch-size", "4", "--device", "cpu", "--out", out)
+    one_line_error(r, str(tiny_pretrained), "--train-only new has nothing to train")
+    assert not out.exists()

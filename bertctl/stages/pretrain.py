@@ -31,15 +31,15 @@ from bertctl.train.loop import train
 def _build_model(config: PretrainSettings, objective, vocab_size: int,
                  init: models.ModelSource | None, model_config: Path | None,
                  special_ids: dict | None = None):
-
-
+    """The model to train and what loading it found (logged once it is known to fit)."""
     torch.manual_seed(config.seed)  # the initial weights are part of what --seed fixes
     kwargs = objective.model_kwargs(config)
+    notes = []   # what loading --init-from found
     if init is not None:
         model, report = init.load(objective.head, **kwargs)
-        console.log(str(report))
+        notes.append(str(report))
         if config.train_only == "new":
-            _freeze_loaded(model, report.missing, init)
+            notes.append(_freeze_loaded(model, report.missing, init))
     else:
         new = _new_config(config, vocab_size, model_config)
         special = special_ids or {}
@@ -50,11 +50,12 @@ def _build_model(config: PretrainSettings, objective, vocab_size: int,
         model = build(objective.head, new, **kwargs)
     if config.dropout is not None:
         set_training_dropout(model, config.dropout)
-    return model
+    return model, notes
 
 
-def _freeze_loaded(model, new: list[str], init: models.ModelSource) -> None:
-    """--train-only new: the weights the model came with stay as they are."""
+def _freeze_loaded(model, new: list[str], init: models.ModelSource) -> str:
+    """--train-only new: the weights the model came with stay as they are (what is trained is
+    returned, to be said)."""
     params = dict(model.named_parameters())   # a tied decoder is the (loaded) embeddings
     trained = [n for n in params if n in set(new)]
     if not trained:
@@ -62,9 +63,8 @@ def _freeze_loaded(model, new: list[str], init: models.ModelSource) -> None:
                            f"--train-only new has nothing to train")
     for name, p in params.items():
         p.requires_grad_(name in trained)
-    console.log(f"training only the {len(trained)} weights {init.path} was saved without "
-                f"({sum(params[n].numel() for n in trained):,} values): "
-                + ", ".join(trained))
+    return (f"training only the {len(trained)} weights {init.path} was saved without "
+            f"({sum(params[n].numel() for n in trained):,} values): " + ", ".join(trained))
 
 
 def model_architecture(config: PretrainSettings, init: models.ModelSource | None,
@@ -143,7 +143,9 @@ def _check_agreement(model, data: artifacts.Artifact, init: models.ModelSource |
         data_special_ids=tok.get("special_ids"), model_tokenizer=model_tokenizer,
         data_tokenizer=data.path / "tokenizer.json",
         hint=(f"; build the data with the model's tokenizer (bertctl tokenize "
-              f"--from-pretrained {init.path})" if init is not None else ""))
+              f"--from-pretrained {init.path})" if init is not None else ""),
+        # a new model's positions are --max-position-embeddings, which the error names
+        positions_note=architectures.of_model(model).positions_note if init is not None else "")
 
 
 def _schedule(config: PretrainSettings, init: models.ModelSource | None) -> dict:
@@ -177,11 +179,13 @@ class PretrainJob:
         # hand-edited manifest must not decide what is read.
         self.validation = (PretrainingDataset(self.data.path, "validation")
                            if self.train_data.info.stats["validation"].get("instances") else None)
-        self.model = _build_model(
+        self.model, notes = _build_model(
             config, self.objective, self.train_data.info.vocab_size, self.init,
             self.model_config, self.data.manifest.stats.get("tokenizer", {}).get("special_ids"))
         self.grown = _grow_vocabulary(self.model, self.data, self.init)
         _check_agreement(self.model, self.data, self.init, grown=self.grown is not None)
+        for line in notes:   # said once the model is known to read the data: a refusal is one line
+            console.log(line)
         self.settings = TrainSettings.of(
             config, find_unused_parameters=self.objective.unused_parameters(self.train_data),
             **_schedule(config, self.init))
