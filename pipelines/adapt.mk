@@ -10,7 +10,9 @@
 #   RUNS/tokenizer   tokenize --from-pretrained MODEL (or --extend MODEL --add EXTEND CORPUS)
 #   RUNS/data        build-pretrain-data --config DATA_RECIPE --exclude DEV (CORPUS's documents
 #                    that share text with the dev file are left out: no score on seen text)
-#   RUNS/model       pretrain --init-from MODEL --config ADAPT_RECIPE --time-budget BUDGET
+#   RUNS/head        with HEAD_BUDGET: pretrain --init-from MODEL --train-only new (the weights
+#                    MODEL lacks, e.g. a sentence-transformers model's masked-LM head, alone)
+#   RUNS/model       pretrain --init-from MODEL (or RUNS/head) --config ADAPT_RECIPE --time-budget BUDGET
 #   RUNS/{original,adapted}/seedS/{model,dev}   finetune and eval, per seed
 #   RUNS/report      report: the original's dev evals (group 1) and the adapted's (group 2)
 #
@@ -21,6 +23,8 @@
 #   TRAIN     the labelled training data; DEV the dev file scored (and excluded from the corpus)
 #   BUDGET    continued-pretraining time (default 20m); SEEDS fine-tuning seeds (default 1 2 3 4 5)
 #   EXTEND    words added to the vocabulary before continuing (default 0: the model's own)
+#   HEAD_BUDGET, HEAD_LR   train MODEL's missing head alone this long first, at this lr
+#             (default off, 1e-3): for a model saved without its masked-LM head
 #   LR, EPOCHS   fine-tuning learning rate (default 5e-5) and epochs (default 3)
 #   DATA_RECIPE, ADAPT_RECIPE   default examples/configs/budget-data.yaml, adapt-pretrain.yaml
 #   DATA_FLAGS, PRETRAIN_FLAGS, FINETUNE_FLAGS, EVAL_FLAGS   more flags
@@ -33,6 +37,8 @@ RUNS     ?= $(ROOT)/runs/adapt
 BUDGET   ?= 20m
 SEEDS    ?= 1 2 3 4 5
 EXTEND   ?= 0
+HEAD_BUDGET ?=
+HEAD_LR  ?= 1e-3
 LR       ?= 5e-5
 EPOCHS   ?= 3
 DATA_RECIPE  ?= $(ROOT)/examples/configs/budget-data.yaml
@@ -64,8 +70,21 @@ $(RUNS)/data/artifact.json: $(RUNS)/tokenizer/artifact.json $(CORPUS_FILES) $(DA
 	$(BERTCTL) build-pretrain-data $(<D) $(CORPUS) --config $(DATA_RECIPE) --exclude $(DEV) \
 	    $(DATA_FLAGS) --out $(@D) --force
 
-$(RUNS)/model/artifact.json: $(RUNS)/data/artifact.json $(ADAPT_RECIPE) $(MODEL_DEPS)
-	$(BERTCTL) pretrain $(<D) --init-from $(MODEL) --config $(ADAPT_RECIPE) \
+# HEAD_BUDGET: the masked-LM head MODEL was saved without, trained alone first (the encoder
+# frozen), so the continued run does not start by pushing a random head's gradients into it
+ifneq ($(strip $(HEAD_BUDGET)),)
+START := $(RUNS)/head
+START_DEPS := $(RUNS)/head/artifact.json
+$(RUNS)/head/artifact.json: $(RUNS)/data/artifact.json $(ADAPT_RECIPE) $(MODEL_DEPS)
+	$(BERTCTL) pretrain $(<D) --init-from $(MODEL) --config $(ADAPT_RECIPE) --train-only new \
+	    --time-budget $(HEAD_BUDGET) $(PRETRAIN_FLAGS) --lr $(HEAD_LR) --out $(@D) --force
+else
+START := $(MODEL)
+START_DEPS := $(MODEL_DEPS)
+endif
+
+$(RUNS)/model/artifact.json: $(RUNS)/data/artifact.json $(ADAPT_RECIPE) $(START_DEPS)
+	$(BERTCTL) pretrain $(<D) --init-from $(START) --config $(ADAPT_RECIPE) \
 	    --time-budget $(BUDGET) $(PRETRAIN_FLAGS) --out $(@D) --force
 
 # finetune and eval: which (original, adapted), its model directory, its model's deps, seed

@@ -392,15 +392,16 @@ def test_budget_pipeline_checks_its_budget_before_the_first_stage(tmp_path, budg
 # --- domain adaptation (pipelines/adapt.mk) -------------------------------------------------------
 
 def test_adapt_pipeline_from_relative_paths(tmp_path, minilm_dir):
-    """The real checkpoint continued on the fixture books (its vocabulary grown by 20 words),
-    both it and the original fine-tuned with two seeds, one report comparing the two groups;
-    the paths given relative to the directory make is started from, as a user types them."""
+    """The real checkpoint continued on the fixture books (its vocabulary grown by 20 words,
+    the masked-LM head it was saved without trained alone first), both it and the original
+    fine-tuned with two seeds, one report comparing the two groups; the paths given relative
+    to the directory make is started from, as a user types them."""
     work = tmp_path / "work"
     shutil.copytree(FIXTURES / "glue" / "SST-2", work / "sst2")
     shutil.copytree(FIXTURES / "pretrain", work / "books")
     variables = {"BERTCTL": BERTCTL, "MODEL": str(minilm_dir), "CORPUS": "books",
                  "TASK": "glue/sst2", "TRAIN": "sst2", "DEV": "sst2/dev.tsv", "BUDGET": "4s",
-                 "SEEDS": "1 2", "EPOCHS": "1", "EXTEND": "20", "RUNS": "runs",
+                 "HEAD_BUDGET": "2s", "SEEDS": "1 2", "EPOCHS": "1", "EXTEND": "20", "RUNS": "runs",
                  "DATA_FLAGS": "--workers 1 --max-seq-length 64 --validation-fraction 0.1",
                  "PRETRAIN_FLAGS": "--device cpu --batch-size 8 --eval-batches 1 --log-every 5",
                  "FINETUNE_FLAGS": "--device cpu --max-seq-length 64 --batch-size 16",
@@ -413,6 +414,10 @@ def test_adapt_pipeline_from_relative_paths(tmp_path, minilm_dir):
     adapted = manifest(runs / "model")
     assert adapted["stats"]["vocabulary_grown"]["to"] == 30542
     assert adapted["config"]["lr"] == 1e-4 and adapted["stats"]["time_budget_s"] == 4
+    head = manifest(runs / "head")
+    assert head["config"]["train_only"] == "new" and head["config"]["lr"] == 1e-3
+    assert head["stats"]["vocabulary_grown"]["to"] == 30542
+    assert [i["id"] for i in adapted["inputs"] if i["role"] == "init"] == [head["id"]]
     data = manifest(runs / "data")
     assert "excluded" in data["stats"]
     assert "exclude" in [i["role"] for i in data["inputs"]]
