@@ -110,8 +110,27 @@ def test_the_artifact_names_each_overlap_and_where_it_is(cli, corpus_files, tmp_
     assert manifest["stats"]["rule"]["ngram"] == 13 and manifest["kind"] == "audit"
 
 
-def test_bad_input_is_one_line_and_writes_nothing(cli, corpus_files, tmp_path):
+def test_a_conll_column_file_is_audited_sentence_by_sentence(cli, corpus_files, tmp_path):
+    """A tagging task's dev file (CoNLL-2003's layout): each sentence its words joined, the
+    third sentence planted in the corpus (with the text's own spacing, not the file's)."""
     a, _ = corpus_files
+    conll = ROOT / "tests/fixtures/conll2003/valid.txt"
+    planted = tmp_path / "news.txt"
+    planted.write_text("Some other text.\nWest Indian all-rounder Phil Simmons took four for 38 "
+                       "on Friday as Leicestershire beat Somerset by an innings and 39 runs in "
+                       "two days to take over at the head of the county championship.\n",
+                       encoding="utf-8")
+    out = tmp_path / "audit"
+    r = cli("audit", a, planted, "--against", conll, "--out", out)
+    assert r.exit_code == 0, r.stderr
+    task = json.loads((out / "artifact.json").read_text())["stats"]["tasks"][str(conll)]
+    assert task["columns"] == ["tokens"] and task["overlapping"] == 1
+    found = [json.loads(line) for line in (out / "overlaps.jsonl").read_text().splitlines()]
+    assert [(f["row"], f["corpus"]) for f in found] == [(3, str(planted))]
+
+
+def test_bad_input_is_one_line_and_writes_nothing(cli, corpus_files, tmp_path):
+    a, b = corpus_files
     labels_only = tmp_path / "labels.tsv"
     labels_only.write_text("id\tlabel\n1\t0\n2\t1\n", encoding="utf-8")
     empty = tmp_path / "empty.txt"
@@ -124,6 +143,8 @@ def test_bad_input_is_one_line_and_writes_nothing(cli, corpus_files, tmp_path):
         ((a, "--against", sst2, "--against-column", "review"), "column 'review' not found"),
         ((empty, "--against", sst2), "corpus holds no text"),
         ((a, "--against", sst2, "--min-ngram", "20"), "min_ngram 20 is above ngram 13"),
+        ((a, "--against", b), "neither a table (.tsv, .csv, .jsonl, .parquet) nor a CoNLL "
+         "column file"),
     ]
     for args, message in cases:
         out = tmp_path / "out"

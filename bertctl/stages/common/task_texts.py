@@ -34,6 +34,8 @@ def read_task_file(path: Path, columns: list[str] | None,
                    hint: str = "name one with --against-column") -> TaskFile:
     if not path.is_file():
         raise BertctlError(f"{path}: file not found")
+    if task_files.format_of(path) is None:
+        return _column_file(path, columns)
     table = task_files.read_table(task_files.BY_NAME, path)
     if table.num_rows == 0:
         raise BertctlError(f"{path}: no data rows")
@@ -47,6 +49,26 @@ def read_task_file(path: Path, columns: list[str] | None,
                                f"{', '.join(table.column_names)}); {hint}")
     return TaskFile(path, chosen, [task_files.text_column(table, c, path, allow_empty=True)
                                    for c in chosen])
+
+
+def _column_file(path: Path, columns: list[str] | None) -> TaskFile:
+    """A CoNLL column file (a tagging task's: CoNLL-2003's valid.txt): each sentence its words
+    joined by spaces, as one text."""
+    from bertctl.tasks.tagging.reader import read_tagged
+
+    if columns is not None:
+        raise BertctlError(f"{path}: a CoNLL column file has no named columns; "
+                           f"--against-column is for tables")
+    try:
+        tagged = read_tagged(path, untagged_ok=True)
+    except BertctlError as exc:
+        raise BertctlError(f"{path}: neither a table (.tsv, .csv, .jsonl, .parquet) nor a "
+                           f"CoNLL column file: {exc}") from None
+    if tagged.num_sentences == 0:
+        raise BertctlError(f"{path}: no sentences")
+    o = tagged.offsets
+    return TaskFile(path, ["tokens"], [[" ".join(tagged.words[o[i]:o[i + 1]])
+                                        for i in range(tagged.num_sentences)]])
 
 
 def _is_text(column) -> bool:
