@@ -129,6 +129,26 @@ def test_a_conll_column_file_is_audited_sentence_by_sentence(cli, corpus_files, 
     assert [(f["row"], f["corpus"]) for f in found] == [(3, str(planted))]
 
 
+def test_a_squad_file_is_audited_question_by_question(cli, corpus_files, tmp_path):
+    """A nested SQuAD JSON file: each question with its passage; a passage in the corpus is
+    found for every question asked of it."""
+    a, _ = corpus_files
+    squad = ROOT / "tests/fixtures/squad/dev-v1.1-sample.json"
+    doc = json.loads(squad.read_text(encoding="utf-8"))
+    first = doc["data"][0]["paragraphs"][0]
+    wiki = tmp_path / "wiki.txt"
+    wiki.write_text("The Normans\n" + first["context"].split(". ")[0] + ".\n", encoding="utf-8")
+    out = tmp_path / "audit"
+    r = cli("audit", a, wiki, "--against", squad, "--out", out)
+    assert r.exit_code == 0, r.stderr
+    task = json.loads((out / "artifact.json").read_text())["stats"]["tasks"][str(squad)]
+    questions = sum(len(p["qas"]) for d in doc["data"] for p in d["paragraphs"])
+    assert task["columns"] == ["context", "question"] and task["examples"] == questions
+    assert task["overlapping"] == len(first["qas"])
+    found = [json.loads(line) for line in (out / "overlaps.jsonl").read_text().splitlines()]
+    assert sorted({f["row"] for f in found}) == list(range(1, len(first["qas"]) + 1))
+
+
 def test_bad_input_is_one_line_and_writes_nothing(cli, corpus_files, tmp_path):
     a, b = corpus_files
     labels_only = tmp_path / "labels.tsv"

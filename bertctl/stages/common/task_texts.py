@@ -13,6 +13,8 @@ from bertctl import artifacts
 from bertctl.data import overlap
 from bertctl.errors import BertctlError
 from bertctl.tasks import files as task_files
+from bertctl.tasks.span import reader as squad_reader
+from bertctl.tasks.tagging.reader import read_tagged
 
 # A column is text to audit when its median cell has this many words (labels, ids, genres not).
 TEXT_WORDS = 4
@@ -36,6 +38,8 @@ def read_task_file(path: Path, columns: list[str] | None,
         raise BertctlError(f"{path}: file not found")
     if task_files.format_of(path) is None:
         return _column_file(path, columns)
+    if squad_reader.load_nested(path) is not None:
+        return _squad_file(path, columns)
     table = task_files.read_table(task_files.BY_NAME, path)
     if table.num_rows == 0:
         raise BertctlError(f"{path}: no data rows")
@@ -54,8 +58,6 @@ def read_task_file(path: Path, columns: list[str] | None,
 def _column_file(path: Path, columns: list[str] | None) -> TaskFile:
     """A CoNLL column file (a tagging task's: CoNLL-2003's valid.txt): each sentence its words
     joined by spaces, as one text."""
-    from bertctl.tasks.tagging.reader import read_tagged
-
     if columns is not None:
         raise BertctlError(f"{path}: a CoNLL column file has no named columns; "
                            f"--against-column is for tables")
@@ -69,6 +71,16 @@ def _column_file(path: Path, columns: list[str] | None) -> TaskFile:
     o = tagged.offsets
     return TaskFile(path, ["tokens"], [[" ".join(tagged.words[o[i]:o[i + 1]])
                                         for i in range(tagged.num_sentences)]])
+
+
+def _squad_file(path: Path, columns: list[str] | None) -> TaskFile:
+    """A nested SQuAD JSON file: one example per question, its passage and the question (a
+    passage that overlaps counts for each of its questions)."""
+    if columns is not None:
+        raise BertctlError(f"{path}: a SQuAD JSON file has no columns to name; "
+                           f"--against-column is for tables")
+    squad = squad_reader.read_span_examples(path, version_2=True)
+    return TaskFile(path, ["context", "question"], [squad.contexts, squad.questions])
 
 
 def _is_text(column) -> bool:

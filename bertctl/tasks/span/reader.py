@@ -84,7 +84,7 @@ def read_span_examples(path: str | Path, version_2: bool, columns: SpanColumns |
     path = Path(path)
     if not path.exists():
         raise BertctlError(f"{path}: file not found")
-    nested = _load_nested(path)
+    nested = load_nested(path)
     rows = (_nested_rows(path, nested) if nested is not None
             else _flat_rows(path, columns or SpanColumns()))
     out = SpanExamples(path=str(path), version_2=version_2, ids=[], titles=[], questions=[],
@@ -124,7 +124,7 @@ def read_span_examples(path: str | Path, version_2: bool, columns: SpanColumns |
     return out
 
 
-def _load_nested(path: Path) -> dict | None:
+def load_nested(path: Path) -> dict | None:
     """The parsed file if it is a nested SQuAD JSON document, else None (a flat table)."""
     if path.is_dir() or path.suffix.lower() != ".json":
         return None
