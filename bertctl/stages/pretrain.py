@@ -57,7 +57,8 @@ def _freeze_loaded(model, new: list[str], init: models.ModelSource) -> str:
     """--train-only new: the weights the model came with stay as they are (what is trained is
     returned, to be said)."""
     params = dict(model.named_parameters())   # a tied decoder is the (loaded) embeddings
-    trained = [n for n in params if n in set(new)]
+    missing = set(new)
+    trained = [n for n in params if n in missing]
     if not trained:
         raise BertctlError(f"{init.path}: has every weight this objective trains; "
                            f"--train-only new has nothing to train")
