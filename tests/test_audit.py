@@ -156,6 +156,10 @@ def test_bad_input_is_one_line_and_writes_nothing(cli, corpus_files, tmp_path):
     empty = tmp_path / "empty.txt"
     empty.write_text("\n\n", encoding="utf-8")
     sst2 = SST2_DEV
+    headerless = tmp_path / "cola_dev.tsv"   # CoLA's layout: source, label, mark, sentence
+    headerless.write_text("gj04\t1\t\tOur friends won't buy this analysis, let alone the next "
+                          "one we propose.\ngj04\t1\t\tOne more pseudo-generalization and I'm "
+                          "giving up.\n", encoding="utf-8")
     cases = [
         ((a,), "no task files given"),
         ((a, "--against", tmp_path / "missing.tsv"), "missing.tsv: file not found"),
@@ -163,6 +167,7 @@ def test_bad_input_is_one_line_and_writes_nothing(cli, corpus_files, tmp_path):
         ((a, "--against", sst2, "--against-column", "review"), "column 'review' not found"),
         ((empty, "--against", sst2), "corpus holds no text"),
         ((a, "--against", sst2, "--min-ngram", "20"), "min_ngram 20 is above ngram 13"),
+        ((a, "--against", headerless), "row 1, read as the header, has an empty column name"),
         ((a, "--against", b), "neither a table (.tsv, .csv, .jsonl, .parquet) nor a CoNLL "
          "column file"),
     ]

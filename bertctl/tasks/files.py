@@ -214,6 +214,9 @@ def _load(datasets, spec, path: Path, fmt: str, cache: str, in_memory: bool):
             first = _read_delimited_header(path, sep, quoting, spec.header)
             if spec.header:
                 names = first
+                if any(not n.strip() for n in names):
+                    raise BertctlError(f"{path}: row 1, read as the header, has an empty column "
+                                       f"name (a file without a header row, as CoLA's?)")
             elif spec.column_names is not None:
                 names = list(spec.column_names)
                 if len(names) != len(first):
