@@ -14,6 +14,15 @@ trains it alone on the frozen encoder first, `pretrain --train-only new`).
   fine-tuning on the first 4,000 labelled training rows, scored on the full dev set (872).
 - conll: continued pretraining on CoNLL-2003's training sentences as text, fine-tuning on its
   first 1,000 labelled sentences, entity F1 on the full validation set.
+- books: domain-adaptive pretraining on the seven Gutenberg books of ../shared/data/pretrain_text
+  (19th-century fiction and essays, far from the checkpoint's web and forum text), fine-tuning on
+  which book a 200-word passage comes from (bench_long_inputs.py's task: every third passage to
+  dev, at most 60 training and 60 dev passages a book, read to 256 pieces; 5 epochs), accuracy
+  on the dev passages, whose paragraphs `--exclude` leaves out of the corpus.
+
+`--extend N` grows the vocabulary by the N words that most shorten the corpus's tokenization
+(`tokenize --extend`) before continuing: the rows are then `adapted-...-extN`, fine-tuned with
+the grown tokenizer.
 
 Rows: `original` (fine-tuned from the checkpoint as it is) and `adapted-LR` for each of `--lrs`
 (`bertctl pretrain --init-from` with `examples/configs/adapt-pretrain.yaml` at that peak lr for
@@ -38,10 +47,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 BERTCTL = [sys.executable, "-m", "bertctl"]
-TASKS = {  # preset, epochs, metric, labelled rows
-    "sst2": ("glue/sst2", 3, "accuracy", 4000),
-    "conll": ("conll2003", 5, "f1", 1000),
+TASKS = {  # finetune's task flags, epochs, metric, labelled rows
+    "sst2": (["--task", "glue/sst2"], 3, "accuracy", 4000),
+    "conll": (["--task", "conll2003"], 5, "f1", 1000),
+    "books": (["--family", "single", "--text-column", "text", "--label-column", "label",
+               "--max-seq-length", "256"], 5, "accuracy", None),
 }
+BOOK_WORDS, BOOK_PASSAGES = 200, 60      # a passage's words; at most this many a book and split
 
 
 def sh(args: list, log: Path, threads: int = 1) -> None:
@@ -64,6 +76,15 @@ def prepare(task: str, data: Path, work: Path) -> tuple[Path, Path, Path]:
     work.mkdir(parents=True, exist_ok=True)
     corpus, train = work / "corpus.txt", work / "train"
     rows = TASKS[task][3]
+    if task == "books":
+        from bench_long_inputs import build_task
+
+        books = data / "pretrain_text" / "gutenberg"
+        train_file, dev = build_task(books, work / "train", BOOK_WORDS, BOOK_PASSAGES)
+        # the books as they are: a blank line ends a paragraph, each paragraph a document
+        corpus.write_text("".join(b.read_text(encoding="utf-8").strip() + "\n\n"
+                                  for b in sorted(books.glob("pg*.txt"))), encoding="utf-8")
+        return corpus, train_file, dev
     if task == "sst2":
         src = data / "glue" / "SST-2"
         with open(src / "train.tsv", encoding="utf-8") as f:
@@ -99,24 +120,29 @@ def prepare(task: str, data: Path, work: Path) -> tuple[Path, Path, Path]:
     return corpus, train, train / "valid.txt"
 
 
-def pretraining_data(corpus: Path, dev: Path, work: Path) -> None:
-    """The checkpoint's own tokenizer, and the corpus as the budget recipe builds it (without
-    any document that shares text with the dev file)."""
+def pretraining_data(corpus: Path, dev: Path, work: Path, extend: int = 0) -> Path:
+    """The checkpoint's own tokenizer (or grown by `extend` words), and the corpus as the budget
+    recipe builds it (without any document that shares text with the dev file)."""
     log = work / "log.txt"
-    if not (work / "tokenizer" / "artifact.json").exists():
-        sh(BERTCTL + ["tokenize", "--from-pretrained", model_dir(), "--out",
-                      work / "tokenizer", "--force"], log)
-    if not (work / "data" / "artifact.json").exists():
-        sh(BERTCTL + ["build-pretrain-data", work / "tokenizer", corpus, "--config",
+    suffix = f"-ext{extend}" if extend else ""
+    tokenizer, data = work / f"tokenizer{suffix}", work / f"data{suffix}"
+    if not (tokenizer / "artifact.json").exists():
+        how = (["--extend", model_dir(), "--add", extend, corpus] if extend
+               else ["--from-pretrained", model_dir()])
+        sh(BERTCTL + ["tokenize", *how, "--out", tokenizer, "--force"], log)
+    if not (data / "artifact.json").exists():
+        sh(BERTCTL + ["build-pretrain-data", tokenizer, corpus, "--config",
                       ROOT / "examples/configs/budget-data.yaml", "--exclude", dev,
-                      "--workers", "1", "--out", work / "data", "--force"], log)
+                      "--workers", "1", "--out", data, "--force"], log)
+    return data
 
 
-def adapt(lr: str, work: Path, budget: str, head: str | None = None,
+def adapt(lr: str, work: Path, data: Path, budget: str, head: str | None = None,
           head_lr: str = "1e-3") -> Path:
     """The adapted model; with `head`, its masked-LM head is first trained alone for that long
     (`pretrain --train-only new`, the encoder frozen) and the continued run starts from it."""
-    out = work / (f"adapted-{lr}" + (f"-head{head}" if head else ""))
+    out = work / (f"adapted-{lr}" + (f"-head{head}" if head else "")
+                  + data.name[len("data"):])
     if (out / "model" / "artifact.json").exists():
         return out / "model"
     out.mkdir(parents=True, exist_ok=True)
@@ -124,12 +150,12 @@ def adapt(lr: str, work: Path, budget: str, head: str | None = None,
     base = model_dir()
     if head:
         if not (out / "head" / "artifact.json").exists():
-            sh(BERTCTL + ["pretrain", work / "data", "--init-from", base, "--config",
+            sh(BERTCTL + ["pretrain", data, "--init-from", base, "--config",
                           ROOT / "examples/configs/adapt-pretrain.yaml", "--train-only", "new",
                           "--lr", head_lr, "--time-budget", head, "--threads", "1",
                           "--out", out / "head", "--force"], log)
         base = out / "head"
-    sh(BERTCTL + ["pretrain", work / "data", "--init-from", base, "--config",
+    sh(BERTCTL + ["pretrain", data, "--init-from", base, "--config",
                   ROOT / "examples/configs/adapt-pretrain.yaml", "--lr", lr, "--time-budget",
                   budget, "--threads", "1", "--out", out / "model", "--force"], log)
     return out / "model"
@@ -137,14 +163,14 @@ def adapt(lr: str, work: Path, budget: str, head: str | None = None,
 
 def finetune(task: str, row: str, model: Path, train: Path, dev: Path, seed: int,
              work: Path) -> float:
-    preset, epochs, metric, _ = TASKS[task]
+    flags, epochs, metric, _ = TASKS[task]
     run = work / row / f"seed{seed}"
     result = run / "result.json"
     if result.exists():
         return json.loads(result.read_text())["value"]
     run.mkdir(parents=True, exist_ok=True)
     log = run / "log.txt"
-    sh(BERTCTL + ["finetune", model, train, "--task", preset, "--epochs", epochs, "--lr", "5e-5",
+    sh(BERTCTL + ["finetune", model, train, *flags, "--epochs", epochs, "--lr", "5e-5",
                   "--batch-size", 32, "--warmup", 0.1, "--seed", seed, "--threads", 1,
                   "--out", run / "model", "--force"], log)
     sh(BERTCTL + ["eval", run / "model", dev, "--threads", 1, "--out", run / "dev", "--force"],
@@ -204,6 +230,8 @@ def main() -> None:
     ap.add_argument("--head-warmup", default=None, help="train the new masked-LM head alone "
                     "for this long first (e.g. 10m)")
     ap.add_argument("--head-lr", default="1e-3")
+    ap.add_argument("--extend", type=int, default=0, help="grow the vocabulary by this many "
+                    "words first (tokenize --extend)")
     ap.add_argument("--seeds", nargs="+", type=int, default=list(range(10)))
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--table", action="store_true")
@@ -213,10 +241,10 @@ def main() -> None:
         print(table(work, a.task))
         return
     corpus, train, dev = prepare(a.task, a.data, work)
-    pretraining_data(corpus, dev, work)
+    data = pretraining_data(corpus, dev, work, a.extend)
     with ThreadPoolExecutor(a.jobs) as pool:
         # the adapted models first, the original's runs beside them, then the adapted runs
-        adapted = {lr: pool.submit(adapt, lr, work, a.budget, a.head_warmup, a.head_lr)
+        adapted = {lr: pool.submit(adapt, lr, work, data, a.budget, a.head_warmup, a.head_lr)
                    for lr in a.lrs}
         jobs = [pool.submit(finetune, a.task, "original", model_dir(), train, dev, s, work)
                 for s in a.seeds]

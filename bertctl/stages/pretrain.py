@@ -63,7 +63,7 @@ def _freeze_loaded(model, new: list[str], init: models.ModelSource) -> str:
         raise BertctlError(f"{init.path}: has every weight this objective trains; "
                            f"--train-only new has nothing to train")
     for name, p in params.items():
-        p.requires_grad_(name in trained)
+        p.requires_grad_(name in missing)
     return (f"training only the {len(trained)} weights {init.path} was saved without "
             f"({sum(params[n].numel() for n in trained):,} values): " + ", ".join(trained))
 

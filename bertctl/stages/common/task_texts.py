@@ -38,8 +38,9 @@ def read_task_file(path: Path, columns: list[str] | None,
         raise BertctlError(f"{path}: file not found")
     if task_files.format_of(path) is None:
         return _column_file(path, columns)
-    if squad_reader.load_nested(path) is not None:
-        return _squad_file(path, columns)
+    nested = squad_reader.load_nested(path)
+    if nested is not None:
+        return _squad_file(path, columns, nested)
     table = task_files.read_table(task_files.BY_NAME, path)
     if table.num_rows == 0:
         raise BertctlError(f"{path}: no data rows")
@@ -73,13 +74,13 @@ def _column_file(path: Path, columns: list[str] | None) -> TaskFile:
                                         for i in range(tagged.num_sentences)]])
 
 
-def _squad_file(path: Path, columns: list[str] | None) -> TaskFile:
+def _squad_file(path: Path, columns: list[str] | None, nested: dict) -> TaskFile:
     """A nested SQuAD JSON file: one example per question, its passage and the question (a
     passage that overlaps counts for each of its questions)."""
     if columns is not None:
         raise BertctlError(f"{path}: a SQuAD JSON file has no columns to name; "
                            f"--against-column is for tables")
-    squad = squad_reader.read_span_examples(path, version_2=True)
+    squad = squad_reader.read_span_examples(path, version_2=True, nested=nested)
     return TaskFile(path, ["context", "question"], [squad.contexts, squad.questions])
 
 

@@ -73,18 +73,18 @@ class SpanExamples:
         return dict(zip(self.ids, self.answer_texts))
 
 
-def read_span_examples(path: str | Path, version_2: bool, columns: SpanColumns | None = None
-                       ) -> SpanExamples:
+def read_span_examples(path: str | Path, version_2: bool, columns: SpanColumns | None = None,
+                       nested: dict | None = None) -> SpanExamples:
     """Read and validate a nested SQuAD JSON file or a flat table.
 
     `version_2=False` (SQuAD v1.1) makes a question without answers an error; with True such a
     question is unanswerable. Duplicate question ids, empty passages or questions, missing fields
-    and malformed answers are errors.
+    and malformed answers are errors. `nested`: the file as `load_nested` already parsed it.
     """
     path = Path(path)
     if not path.exists():
         raise BertctlError(f"{path}: file not found")
-    nested = load_nested(path)
+    nested = nested if nested is not None else load_nested(path)
     rows = (_nested_rows(path, nested) if nested is not None
             else _flat_rows(path, columns or SpanColumns()))
     out = SpanExamples(path=str(path), version_2=version_2, ids=[], titles=[], questions=[],
