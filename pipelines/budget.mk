@@ -20,7 +20,7 @@
 #   TASKS        GLUE tasks fine-tuned (default SST-2 MRPC STS-B, those present under GLUE)
 #   SEEDS        fine-tuning seeds (default 1 2 3); LR fine-tuning learning rate (default 2e-4:
 #                a budget model is small; docs/benchmarks.md measured 1e-4 to 5e-4 on SST-2, and
-#                2e-4 was best at 60 minutes for both architectures, 0.02 above 1e-4 at both budgets)
+#                2e-4 was best at 60 minutes for both architectures, 0.02-0.04 above 1e-4 at both)
 #   EPOCHS       fine-tuning epochs (default 3)
 #   DATA_RECIPE, PRETRAIN_RECIPE   the recipe (default examples/configs/budget-*.yaml)
 #   VOCAB        import this vocab.txt instead of training a tokenizer; VOCAB_SIZE (default 16000)
