@@ -15,9 +15,10 @@ trains it alone on the frozen encoder first, `pretrain --train-only new`).
 - conll: continued pretraining on CoNLL-2003's training sentences as text, fine-tuning on its
   first 1,000 labelled sentences, entity F1 on the full validation set.
 - books: domain-adaptive pretraining on the seven Gutenberg books of ../shared/data/pretrain_text
-  (19th-century fiction and essays, far from the checkpoint's web and forum text), fine-tuning on
+  (novels and stories of 1859-1915; the checkpoint was tuned on forum posts, questions and
+  captions), fine-tuning on
   which book a 200-word passage comes from (bench_long_inputs.py's task: every third passage to
-  dev, at most 60 training and 60 dev passages a book, read to 256 pieces; 5 epochs), accuracy
+  dev, at most 60 training and 60 dev passages a book, read to 128 pieces), accuracy
   on the dev passages, whose paragraphs `--exclude` leaves out of the corpus.
 
 `--extend N` grows the vocabulary by the N words that most shorten the corpus's tokenization
@@ -51,7 +52,7 @@ TASKS = {  # finetune's task flags, epochs, metric, labelled rows
     "sst2": (["--task", "glue/sst2"], 3, "accuracy", 4000),
     "conll": (["--task", "conll2003"], 5, "f1", 1000),
     "books": (["--family", "single", "--text-column", "text", "--label-column", "label",
-               "--max-seq-length", "256"], 5, "accuracy", None),
+               "--max-seq-length", "128"], 3, "accuracy", None),
 }
 BOOK_WORDS, BOOK_PASSAGES = 200, 60      # a passage's words; at most this many a book and split
 
