@@ -16,10 +16,9 @@ trains it alone on the frozen encoder first, `pretrain --train-only new`).
   first 1,000 labelled sentences, entity F1 on the full validation set.
 - books: domain-adaptive pretraining on the seven Gutenberg books of ../shared/data/pretrain_text
   (novels and stories of 1859-1915; the checkpoint was tuned on forum posts, questions and
-  captions), fine-tuning on
-  which book a 200-word passage comes from (bench_long_inputs.py's task: every third passage to
-  dev, at most 60 training and 60 dev passages a book, read to 128 pieces), accuracy
-  on the dev passages, whose paragraphs `--exclude` leaves out of the corpus.
+  captions), fine-tuning on which book a 200-word passage comes from (bench_long_inputs.py's
+  task: every third passage to dev, at most 60 training and 60 dev passages a book, read to 128
+  pieces), accuracy on the dev passages, whose paragraphs `--exclude` leaves out of the corpus.
 
 `--extend N` grows the vocabulary by the N words that most shorten the corpus's tokenization
 (`tokenize --extend`) before continuing: the rows are then `adapted-...-extN`, fine-tuned with
