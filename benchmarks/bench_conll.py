@@ -305,7 +305,7 @@ def main() -> None:
         row = {"seed": seed, **{t: spawn(t, train, seed, a) for t in order}}
         rows.append(row)
         print(json.dumps(row), flush=True)
-    print(f"\nCoNLL-2003, all-MiniLM-L6-v2, {a.epochs} epochs, batch {a.batch_size}, lr {a.lr}, "
+    print(f"\nCoNLL-2003, {a.model}, {a.epochs} epochs, batch {a.batch_size}, lr {a.lr}, "
           f"max length {a.max_seq_length}, {a.threads} thread(s); train: {train.name}")
     print("seed | tool | train sent. | dev F1 | test F1 | s/epoch | notes")
     for row in rows:
