@@ -37,13 +37,15 @@ fine-tuned with the same seeds (lr 5e-5 or `--ft-lr`, batch 32, 3 epochs for SST
 for CoNLL, or `--epochs`, 10% warm-up, one thread) and evaluated with `bertctl eval`; another
 `--epochs` is another set of runs (`seedN-eE`). Rows run `--jobs` at a time. The table: mean +-
 sd over seeds and the difference from `original` in standard errors of the difference (Welch),
-with the machine.
+with the machine. `BENCH_SLOTS=DIR` caps the processes of benchmarks run side by side (see
+`cpu_slot`).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import fcntl
 import json
 import math
 import os
@@ -51,7 +53,9 @@ import re
 import statistics
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,9 +69,33 @@ TASKS = {  # finetune's task flags, epochs, metric, labelled rows
 BOOK_WORDS, BOOK_PASSAGES = 200, 60      # a passage's words; at most this many a book and split
 
 
+@contextmanager
+def cpu_slot():
+    """With BENCH_SLOTS=DIR, hold one of the files in DIR locked while a run goes: benchmarks
+    started side by side then never run more processes than DIR has files (a time-budgeted
+    pretraining run beside more runs than cores would buy fewer steps than its budget)."""
+    slots = sorted(Path(os.environ["BENCH_SLOTS"]).iterdir()) if "BENCH_SLOTS" in os.environ \
+        else []
+    while slots:
+        for slot in slots:
+            f = open(slot, "a")
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                f.close()
+                continue
+            try:
+                yield
+            finally:
+                f.close()
+            return
+        time.sleep(5)
+    yield
+
+
 def sh(args: list, log: Path, threads: int = 1) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false"}
-    with open(log, "a", encoding="utf-8") as f:
+    with cpu_slot(), open(log, "a", encoding="utf-8") as f:
         f.write("$ " + " ".join(map(str, args)) + "\n")
         f.flush()
         subprocess.run([str(a) for a in args], stdout=f, stderr=subprocess.STDOUT, env=env,
