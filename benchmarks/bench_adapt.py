@@ -93,6 +93,15 @@ def cpu_slot():
     yield
 
 
+@contextmanager
+def held(directory: Path):
+    """One benchmark at a time builds what `directory` holds (two side by side would share
+    rows: the original's runs, a model)."""
+    with open(directory / ".lock", "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
 def sh(args: list, log: Path, threads: int = 1) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false"}
     with cpu_slot(), open(log, "a", encoding="utf-8") as f:
@@ -180,9 +189,15 @@ def adapt(a: argparse.Namespace, row: str, data: Path, work: Path, lr: str, budg
     head = a.head_warmup
     out = work / (f"{row}-{lr}-{budget}" + (f"-head{head}" if head else "")
                   + (f"-ext{a.extend}" if a.extend else ""))
-    if (out / "model" / "artifact.json").exists():
-        return out / "model"
     out.mkdir(parents=True, exist_ok=True)
+    with held(out):
+        if not (out / "model" / "artifact.json").exists():
+            continue_pretraining(a, data, out, lr, budget)
+    return out / "model"
+
+
+def continue_pretraining(a: argparse.Namespace, data: Path, out: Path, lr: str, budget: str):
+    head = a.head_warmup
     log = out / "log.txt"
     base = a.model
     recipe = ROOT / "examples/configs/adapt-pretrain.yaml"
@@ -195,26 +210,33 @@ def adapt(a: argparse.Namespace, row: str, data: Path, work: Path, lr: str, budg
     sh(BERTCTL + ["pretrain", data, "--init-from", base, "--config", recipe, "--lr", lr,
                   "--time-budget", budget, "--threads", "1", "--out", out / "model", "--force"],
        log)
-    return out / "model"
 
 
 def finetune(a: argparse.Namespace, row: str, model: Path, train: Path, dev: Path, seed: int,
              work: Path) -> float:
-    flags, epochs, metric, _ = TASKS[a.task]
+    _, epochs, metric, _ = TASKS[a.task]
     run = work / row / (f"seed{seed}-e{a.epochs}" if a.epochs else f"seed{seed}")
     result = run / "result.json"
-    if result.exists():
-        return json.loads(result.read_text())["value"]
     run.mkdir(parents=True, exist_ok=True)
+    with held(run):
+        if not result.exists():
+            # an eval written whole (its manifest last) is reused: a run cut off after it
+            if not (run / "dev" / "artifact.json").exists():
+                finetune_and_eval(a, model, train, dev, seed, run, epochs)
+            value = json.loads((run / "dev" / "metrics.json").read_text())[metric]
+            result.write_text(json.dumps({"value": value}))
+    return json.loads(result.read_text())["value"]
+
+
+def finetune_and_eval(a: argparse.Namespace, model: Path, train: Path, dev: Path, seed: int,
+                      run: Path, epochs: int) -> None:
+    flags = TASKS[a.task][0]
     log = run / "log.txt"
     sh(BERTCTL + ["finetune", model, train, *flags, "--epochs", a.epochs or epochs, "--lr",
                   a.ft_lr, "--batch-size", 32, "--warmup", 0.1, "--seed", seed, "--threads", 1,
                   "--out", run / "model", "--force"], log)
     sh(BERTCTL + ["eval", run / "model", dev, "--threads", 1, "--out", run / "dev", "--force"],
        log)
-    value = json.loads((run / "dev" / "metrics.json").read_text())[metric]
-    result.write_text(json.dumps({"value": value}))
-    return value
 
 
 def table(work: Path, task: str, epochs: int | None = None) -> str:
