@@ -220,7 +220,7 @@ def finetune(a: argparse.Namespace, row: str, model: Path, train: Path, dev: Pat
     run.mkdir(parents=True, exist_ok=True)
     with held(run):
         if not result.exists():
-            # an eval written whole (its manifest last) is reused: a run cut off after it
+            # what a run cut off had written whole (a manifest is written last) is reused
             if not (run / "dev" / "artifact.json").exists():
                 finetune_and_eval(a, model, train, dev, seed, run, epochs)
             value = json.loads((run / "dev" / "metrics.json").read_text())[metric]
@@ -232,9 +232,10 @@ def finetune_and_eval(a: argparse.Namespace, model: Path, train: Path, dev: Path
                       run: Path, epochs: int) -> None:
     flags = TASKS[a.task][0]
     log = run / "log.txt"
-    sh(BERTCTL + ["finetune", model, train, *flags, "--epochs", a.epochs or epochs, "--lr",
-                  a.ft_lr, "--batch-size", 32, "--warmup", 0.1, "--seed", seed, "--threads", 1,
-                  "--out", run / "model", "--force"], log)
+    if not (run / "model" / "artifact.json").exists():
+        sh(BERTCTL + ["finetune", model, train, *flags, "--epochs", a.epochs or epochs, "--lr",
+                      a.ft_lr, "--batch-size", 32, "--warmup", 0.1, "--seed", seed,
+                      "--threads", 1, "--out", run / "model", "--force"], log)
     sh(BERTCTL + ["eval", run / "model", dev, "--threads", 1, "--out", run / "dev", "--force"],
        log)
 
