@@ -34,13 +34,12 @@ Rows: `original` (fine-tuned from the checkpoint as it is) and `adapted-LR-BUDGE
 each of `--lrs` and `--budgets` (`bertctl pretrain --init-from` with
 `examples/configs/adapt-pretrain.yaml` at that peak lr for that long, one thread). Every row is
 fine-tuned with the same seeds (lr 5e-5 or `--ft-lr`, batch 32, 3 epochs for SST-2 and books, 5
-for CoNLL, or `--epochs`, 10% warm-up, one thread; for SST-2 and CoNLL, whose training
-directory holds the dev file, finetune's default `--keep best` keeps the epoch best on it, for
-every row alike) and evaluated with `bertctl eval`; another
-`--epochs` is another set of runs (`seedN-eE`). Rows run `--jobs` at a time. The table: mean +-
-sd over seeds and the difference from `original` in standard errors of the difference (Welch),
-with the machine. `BENCH_SLOTS=DIR` caps the processes of benchmarks run side by side (see
-`cpu_slot`).
+for CoNLL, or `--epochs`, 10% warm-up, one thread; for SST-2 and CoNLL, whose training directory
+holds the dev file, finetune's default `--keep best` keeps the epoch best on it, for every row
+alike) and evaluated with `bertctl eval`; another `--epochs` is another set of runs
+(`seedN-eE`). Rows run `--jobs` at a time. The table: mean +- sd over seeds and the difference
+from `original` in standard errors of the difference (Welch), with the machine.
+`BENCH_SLOTS=DIR` caps the processes of benchmarks run side by side (see `cpu_slot`).
 """
 
 from __future__ import annotations
