@@ -59,6 +59,8 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
+from bertctl.locks import output_lock
+
 ROOT = Path(__file__).resolve().parents[1]
 BERTCTL = [sys.executable, "-m", "bertctl"]
 TASKS = {  # finetune's task flags, epochs, metric, labelled rows
@@ -92,15 +94,6 @@ def cpu_slot():
             return
         time.sleep(5)
     yield
-
-
-@contextmanager
-def held(directory: Path):
-    """One benchmark at a time builds what `directory` holds (two side by side would share
-    rows: the original's runs, a model)."""
-    with open(directory / ".lock", "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        yield
 
 
 def sh(args: list, log: Path, threads: int = 1) -> None:
@@ -190,8 +183,10 @@ def adapt(a: argparse.Namespace, row: str, data: Path, work: Path, lr: str, budg
     head = a.head_warmup
     out = work / (f"{row}-{lr}-{budget}" + (f"-head{head}" if head else "")
                   + (f"-ext{a.extend}" if a.extend else ""))
-    out.mkdir(parents=True, exist_ok=True)
-    with held(out):
+    # one benchmark at a time builds a model or a run (two side by side share the original's
+    # runs and the models): the stages' own lock, waited for
+    with output_lock(out, wait=True):
+        out.mkdir(parents=True, exist_ok=True)
         if not (out / "model" / "artifact.json").exists():
             continue_pretraining(a, data, out, lr, budget)
     return out / "model"
@@ -215,23 +210,23 @@ def continue_pretraining(a: argparse.Namespace, data: Path, out: Path, lr: str, 
 
 def finetune(a: argparse.Namespace, row: str, model: Path, train: Path, dev: Path, seed: int,
              work: Path) -> float:
-    _, epochs, metric, _ = TASKS[a.task]
+    metric = TASKS[a.task][2]
     run = work / row / (f"seed{seed}-e{a.epochs}" if a.epochs else f"seed{seed}")
     result = run / "result.json"
-    run.mkdir(parents=True, exist_ok=True)
-    with held(run):
+    with output_lock(run, wait=True):
+        run.mkdir(parents=True, exist_ok=True)
         if not result.exists():
             # what a run cut off had written whole (a manifest is written last) is reused
             if not (run / "dev" / "artifact.json").exists():
-                finetune_and_eval(a, model, train, dev, seed, run, epochs)
+                finetune_and_eval(a, model, train, dev, seed, run)
             value = json.loads((run / "dev" / "metrics.json").read_text())[metric]
             result.write_text(json.dumps({"value": value}))
     return json.loads(result.read_text())["value"]
 
 
 def finetune_and_eval(a: argparse.Namespace, model: Path, train: Path, dev: Path, seed: int,
-                      run: Path, epochs: int) -> None:
-    flags = TASKS[a.task][0]
+                      run: Path) -> None:
+    flags, epochs = TASKS[a.task][:2]
     log = run / "log.txt"
     if not (run / "model" / "artifact.json").exists():
         sh(BERTCTL + ["finetune", model, train, *flags, "--epochs", a.epochs or epochs, "--lr",
