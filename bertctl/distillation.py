@@ -44,7 +44,7 @@ from torch import nn
 
 from bertctl.data import IGNORE_INDEX
 from bertctl.errors import BertctlError
-from bertctl.evaluation import predict, task_batches
+from bertctl.evaluation import non_finite_rows, predict, refuse_non_finite, task_batches
 from bertctl.model import architectures, build
 from bertctl.model.config import PRESETS
 from bertctl.model.hf import LoadReport, load_state_dict
@@ -141,8 +141,9 @@ class Distiller(nn.Module):
 
     def __init__(self, student: nn.Module, teacher: nn.Module, targets: dict[str, str],
                  temperature: float = 2.0, alpha: float = 0.5, hidden_weight: float = 0.0,
-                 layer_map: Sequence[tuple[int, int]] = ()):
+                 layer_map: Sequence[tuple[int, int]] = (), where: str = "the teacher"):
         super().__init__()
+        self.where = where
         if not targets or any(kind not in KINDS for kind in targets.values()):
             raise ValueError(f"targets {targets!r}: output name -> one of {', '.join(KINDS)}")
         self.student = student
@@ -190,6 +191,12 @@ class Distiller(nn.Module):
             if not taught:
                 with torch.no_grad():
                     taught = teacher(**batch)
+                # Targets that are NaN would surface as a diverged loss, whose advice (a lower
+                # lr) points the wrong way: the teacher is what is broken.
+                for k in self.targets:   # (a packed batch has more outputs than rows)
+                    if k in taught:
+                        refuse_non_finite(non_finite_rows(taught[k]),
+                                          np.arange(len(taught[k])), self.where)
         missing = [k for k in self.targets if k not in out or k not in taught]
         if missing:
             raise ValueError(f"the models returned no {', '.join(missing)}")
@@ -241,7 +248,8 @@ def step_metrics(out: dict, batch: dict) -> dict:
 
 
 def teacher_outputs(teacher: nn.Module, features, family, directory: Path, batch_size: int,
-                    device, precision: str) -> dict[str, tuple[np.ndarray, bool]]:
+                    device, precision: str, where: str = "the teacher"
+                    ) -> dict[str, tuple[np.ndarray, bool]]:
     """The teacher's `targets` outputs for every example of `features`, computed once (eval
     mode, no autograd, longest batches first) and kept as .npy files in `directory`, which a
     resumed run reads back (memory-mapped) instead of running the teacher again. Returns what
@@ -258,7 +266,8 @@ def teacher_outputs(teacher: nn.Module, features, family, directory: Path, batch
 
     if dist.is_main() and not current():
         teacher.to(device)
-        outputs = predict(teacher, task_batches(features, batch_size, family), device, precision)
+        outputs = predict(teacher, task_batches(features, batch_size, family), device, precision,
+                          where=where)
         try:
             shutil.rmtree(directory, ignore_errors=True)
             directory.mkdir(parents=True)

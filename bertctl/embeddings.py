@@ -37,6 +37,7 @@ import torch.nn.functional as F
 
 from bertctl.data.collate import length_grouped_batches, max_context_window, pad_to_tensor
 from bertctl.errors import BertctlError
+from bertctl.evaluation import non_finite_rows, refuse_non_finite
 from bertctl.model.features import combine_layers
 from bertctl.tasks.tagging.reader import column_sentences
 from bertctl.tasks.files import BY_NAME, read_table
@@ -46,6 +47,7 @@ from tokenizers import Tokenizer
 
 VECTORS = "vectors-{:05d}.npy"
 INDEX = "index.parquet"
+FP16_MAX = float(np.finfo(np.float16).max)
 TABLE_SUFFIXES = (".tsv", ".csv", ".jsonl", ".json", ".parquet", ".arrow")
 
 
@@ -338,10 +340,22 @@ def header_shape(path: Path) -> tuple[int, int]:
     return ast.literal_eval(head[10:].decode("latin1").strip())["shape"]
 
 
-def write(model, tokenizer, chunks: Iterator[Chunk], opts: EmbedOptions, out: Path, device,
-          shard_rows: int, progress: Callable[[int], None] | None = None) -> dict:
-    """Embed every row of `chunks` into `out` (see the module doc); returns the stats."""
+def _refuse_non_finite(pieces: torch.Tensor, enc: _Encoded, chunk: Chunk, where: str) -> None:
+    """NonFiniteOutputs naming the first row of the chunk with a NaN or infinite piece: a
+    vector of NaN would be written as if it were one."""
+    bad = non_finite_rows(pieces)
+    if bool(bad.any()):
+        row_of_piece = np.repeat(np.arange(len(enc.row_offsets) - 1), np.diff(enc.row_offsets))
+        rows = np.zeros(len(enc.row_offsets) - 1, bool)
+        rows[row_of_piece[bad.numpy()]] = True
+        refuse_non_finite(torch.from_numpy(rows),
+                          np.arange(chunk.first_row, chunk.first_row + len(rows)), where, "row")
 
+
+def write(model, tokenizer, chunks: Iterator[Chunk], opts: EmbedOptions, out: Path, device,
+          shard_rows: int, progress: Callable[[int], None] | None = None,
+          where: str = "the model") -> dict:
+    """Embed every row of `chunks` into `out` (see the module doc); returns the stats."""
 
     tok = Tokenizer.from_str(tokenizer.to_str())   # a copy: truncation is set per chunk
     tok.no_padding()
@@ -363,9 +377,14 @@ def write(model, tokenizer, chunks: Iterator[Chunk], opts: EmbedOptions, out: Pa
                                    "word sequences")
             enc, encodings = _encode(tok, chunk, opts.max_seq_length, opts.stride)
             pieces = _piece_vectors(model, enc, opts, device, pad_id)
+            _refuse_non_finite(pieces, enc, chunk, where)
             vectors, counts, words = _pool(pieces, enc, encodings, chunk, opts.pool)
             if opts.normalize and len(vectors):
                 vectors = F.normalize(vectors, dim=-1)
+            if dtype == np.float16 and len(vectors) and float(vectors.abs().max()) > FP16_MAX:
+                raise BertctlError(f"{where}: a vector value exceeds fp16's range "
+                                   f"({float(vectors.abs().max()):.4g} > {FP16_MAX:g}); write "
+                                   f"them with --dtype fp32 or --normalize")
             dim = vectors.shape[1]
             if writer is None or writer.rows >= shard_rows:
                 if writer is not None:

@@ -33,6 +33,29 @@ class DiskFull(BertctlError):
         super().__init__(f"no space left on device writing {path}")
 
 
+class NonFiniteOutputs(BertctlError):
+    """A model's outputs hold NaN or infinity where a prediction, a score or a vector is read:
+    exit code 2 (the model is the bad input: a weight gone NaN, a config that makes its
+    arithmetic overflow, or fp16 overflow, which the message names); nothing is written, since a
+    metric taken from NaN logits (the argmax is the first class) looks like a real one."""
+
+    exit_code = 2
+
+    def __init__(self, where: str, bad: int, of: int, unit: str, first: int | None = None,
+                 precision: str = "fp32"):
+        self.fields = (bad, of, unit, first, precision)
+        at = "" if first is None else f" (the first: {unit} {first}, counted from 0)"
+        hint = ("; fp16 overflows where bf16 and fp32 do not: try --precision bf16 or fp32"
+                if precision == "fp16" else "")
+        super().__init__(f"{where}: the model's outputs are not finite (NaN or infinity) for "
+                         f"{bad:,} of the {of:,} {unit}s of a batch{at}; nothing was "
+                         f"written{hint}")
+
+    def named(self, where: str) -> "NonFiniteOutputs":
+        """The same error naming the model and data (where the scorer knew neither)."""
+        return NonFiniteOutputs(where, *self.fields)
+
+
 class WorkerDied(BertctlError):
     """A worker process was killed or crashed (the OOM killer, a signal): exit code 1 (the
     environment, not the input); nothing is written."""

@@ -26,6 +26,7 @@ import torch
 
 from bertctl import hardware
 from bertctl.data.collate import length_grouped_batches, without_full_mask
+from bertctl.errors import NonFiniteOutputs
 
 Batches = Iterable[tuple[np.ndarray, dict[str, torch.Tensor]]]
 Progress = Callable[[int], None]  # called with the number of examples just done
@@ -52,8 +53,29 @@ def _numpy(t: torch.Tensor) -> np.ndarray:
     return t.detach().cpu().numpy()
 
 
+def non_finite_rows(value: torch.Tensor, real: torch.Tensor | None = None) -> torch.Tensor:
+    """Per row (the first dimension): whether any of its values is NaN or infinite. A per-token
+    output (rows x tokens x ...) is read at the real tokens only when `real` (rows x tokens,
+    1 for a real token) is given: padding carries no prediction."""
+    bad = ~torch.isfinite(value)
+    if real is not None and bad.dim() >= 2 and bad.shape[:2] == real.shape:
+        bad = bad & real.bool().reshape(*real.shape, *[1] * (bad.dim() - 2))
+    return bad.reshape(bad.shape[0], -1).any(1) if bad.dim() > 1 else bad
+
+
+def refuse_non_finite(bad: torch.Tensor, indices: np.ndarray, where: str, unit: str = "sequence",
+                      precision: str = "fp32") -> None:
+    """NonFiniteOutputs when any row of a batch is flagged by `non_finite_rows`: naming how
+    many of the batch's rows and the first of them by its index in `indices`."""
+    if bool(bad.any()):
+        rows = np.flatnonzero(bad.cpu().numpy())
+        raise NonFiniteOutputs(where, len(rows), len(bad), unit, int(np.min(indices[rows])),
+                               precision)
+
+
 def predict(model: torch.nn.Module, source_batches: Batches, device: str | torch.device,
-            precision: str = "fp32", *, progress: Progress | None = None) -> dict[str, np.ndarray]:
+            precision: str = "fp32", *, progress: Progress | None = None,
+            where: str = "the model", offset: int = 0) -> dict[str, np.ndarray]:
     """Run `model(**inputs)` on each `(indices, inputs)` of `source_batches` and return every
     per-example output (a tensor whose first dimension is the batch's size: "logits", ...)
     concatenated as numpy arrays, row i belonging to example i.
@@ -62,6 +84,10 @@ def predict(model: torch.nn.Module, source_batches: Batches, device: str | torch
     order (longest first, from `task_batches`), the result is in example order. Outputs that are
     not per example (a batch's scalar "loss") are dropped. Inputs are moved to `device`; the
     model is expected to be there already.
+
+    A batch whose per-example outputs are not finite (at the real tokens) stops the run with
+    NonFiniteOutputs naming `where` and the first such example (its index plus `offset`): a
+    metric taken from NaN logits would look like a real one.
     """
     device = torch.device(device)
     orders: list[np.ndarray] = []
@@ -70,8 +96,13 @@ def predict(model: torch.nn.Module, source_batches: Batches, device: str | torch
         for indices, inputs in source_batches:
             indices = np.asarray(indices, dtype=np.int64).reshape(-1)
             out = model(**hardware.to_device(without_full_mask(inputs), device))
+            real = inputs.get("attention_mask")
             for name, value in out.items():
                 if isinstance(value, torch.Tensor) and value.dim() >= 1 and value.size(0) == len(indices):
+                    if value.is_floating_point():
+                        refuse_non_finite(non_finite_rows(value, None if real is None
+                                                          else real.to(value.device)),
+                                          indices + offset, where, precision=precision)
                     chunks.setdefault(name, []).append(_numpy(value))
             orders.append(indices)
             if progress is not None:
@@ -123,5 +154,5 @@ def evaluate_task(model: torch.nn.Module, family, spec, examples, features, labe
     return family.score(predictions, examples, spec, label_list), predictions
 
 
-__all__ = ["evaluate_task", "inference", "predict",
+__all__ = ["evaluate_task", "inference", "non_finite_rows", "predict", "refuse_non_finite",
            "task_batches"]

@@ -156,7 +156,21 @@ def read_safetensors(directory: str | Path) -> dict[str, torch.Tensor]:
                     tensors[key] = f.get_tensor(key)
         except Exception as exc:  # safetensors raises several types for truncated/corrupt files
             raise BertctlError(f"{path}: cannot read safetensors file: {exc}") from None
+    _refuse_non_finite(tensors, directory)
     return tensors
+
+
+def _refuse_non_finite(tensors: dict[str, torch.Tensor], directory: Path) -> None:
+    """A weight that is NaN or infinite makes every output NaN: refused when read, naming it,
+    rather than found later as a metric of NaN predictions or a 'diverged' fine-tuning."""
+    bad = {k: int((~torch.isfinite(t)).sum()) for k, t in tensors.items()
+           if t.is_floating_point()}
+    bad = {k: n for k, n in bad.items() if n}
+    if bad:
+        first = sorted(bad)[0]
+        raise BertctlError(f"{directory}: {sum(bad.values()):,} weight value(s) are not finite "
+                           f"(NaN or infinity), in {len(bad)} tensor(s), the first {first}; "
+                           f"the checkpoint is unusable")
 
 
 def _canonical_name(key: str, arch: architectures.Architecture, prefix: str) -> str:

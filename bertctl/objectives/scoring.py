@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from bertctl import hardware
 from bertctl.data.collate import length_grouped_batches, without_full_mask
-from bertctl.evaluation import Progress, inference
+from bertctl.evaluation import Progress, inference, non_finite_rows, refuse_non_finite
 from bertctl.train import distributed as dist
 
 
@@ -45,12 +45,14 @@ def evaluate_pretraining(model: torch.nn.Module, dataset, batch_size: int,
                         labels=batch["labels"])
             targets = out["mlm_targets"]
             logits = out["mlm_logits"].float()
+            _refuse_non_finite(logits, precision)
             if targets.numel():
                 mlm_sum += float(F.cross_entropy(logits, targets, reduction="sum"))
                 mlm_correct += float((logits.argmax(-1) == targets).sum())
                 mlm_count += int(targets.numel())
             if nsp:
                 nsp_logits = out["nsp_logits"].float()
+                _refuse_non_finite(nsp_logits, precision)
                 nsp_labels = batch["next_sentence_label"].reshape(-1)
                 nsp_sum += float(F.cross_entropy(nsp_logits, nsp_labels, reduction="sum"))
                 nsp_correct += float((nsp_logits.argmax(-1) == nsp_labels).sum())
@@ -72,6 +74,12 @@ def evaluate_pretraining(model: torch.nn.Module, dataset, batch_size: int,
     result["examples"] = examples
     result["masked_tokens"] = mlm_count
     return result
+
+
+def _refuse_non_finite(logits: torch.Tensor, precision: str, real=None) -> None:
+    """A loss or accuracy over NaN logits is no score (the argmax of NaN is the first id)."""
+    refuse_non_finite(non_finite_rows(logits, real), np.arange(len(logits)), "the model",
+                      "scored position", precision)
 
 
 def validation_batches(dataset, batch_size: int, max_batches: int | None
@@ -143,6 +151,8 @@ def evaluate_electra(model, dataset, batch_size: int, device, precision: str,
                         batch.get("attention_mask"), labels=batch["labels"],
                         sample_generator=sampler)
             logits, targets = out["mlm_logits"].float(), out["mlm_targets"]
+            _refuse_non_finite(logits, precision)
+            _refuse_non_finite(out["disc_logits"].float(), precision, out["real"])
             right, real, replaced = disc_counts(out)
             sums += torch.tensor([
                 float(F.cross_entropy(logits, targets, reduction="sum")) if targets.numel()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from bertctl import artifacts, console, distillation
 from bertctl.config import DistillSettings
-from bertctl.errors import BertctlError
+from bertctl.errors import BertctlError, NonFiniteOutputs
 from bertctl.model import LoadReport, build, read_config
 from bertctl.stages.common import models, training
 from bertctl.stages.common.task_training import LoopSetup, TaskJob
@@ -70,8 +70,9 @@ class Distillation:
 
     def wrap(self, student) -> distillation.Distiller:
         c = self.config
-        return distillation.Distiller(student, self.teacher_model, self.family.soft_targets, c.temperature,
-                         c.alpha, c.hidden_loss, self.layer_map)
+        return distillation.Distiller(student, self.teacher_model, self.family.soft_targets,
+                                      c.temperature, c.alpha, c.hidden_loss, self.layer_map,
+                                      where=f"the teacher {self.teacher.path}")
 
     def cached_outputs(self, features, work: Path) -> dict | None:
         """The teacher's outputs over the training set, computed once into the run directory,
@@ -86,7 +87,8 @@ class Distillation:
         start = time.perf_counter()
         outputs = distillation.teacher_outputs(self.teacher_model, features, self.family,
                                                work / "teacher-outputs", c.eval_batch_size,
-                                               dist.init(c.device).device, c.precision)
+                                               dist.init(c.device).device, c.precision,
+                                               where=f"the teacher {self.teacher.path}")
         if dist.is_main():
             console.log(f"teacher outputs for {len(features):,} training examples cached in the "
                         f"run directory ({time.perf_counter() - start:.1f} s)")
@@ -129,8 +131,11 @@ class DistillJob(TaskJob):
     def prepare(self) -> None:
         super().prepare()
         # What the student is measured by.
-        self.teacher_metrics = (self.evaluate(self.distill.teacher_model)
-                                if self.dev_features is not None else None)
+        try:
+            self.teacher_metrics = (self.evaluate(self.distill.teacher_model)
+                                    if self.dev_features is not None else None)
+        except NonFiniteOutputs as exc:
+            raise exc.named(f"the teacher {self.distill.teacher.path}") from None
 
     def training_setup(self, work: Path) -> LoopSetup:
         return LoopSetup(self.distill.wrap(self.model),

@@ -39,7 +39,7 @@ def run(config: EmbedSettings, target: artifacts.Target, model_dir: Path, data: 
             stats = embeddings.write(model, tok, embeddings.read_chunks(
                 data, config.text_column, token_column=config.token_column), opts, tmp,
                 device, config.shard_rows,
-                progress=lambda n: bar.update(n))
+                progress=lambda n: bar.update(n), where=f"{source.path} on {data}")
         seconds = time.monotonic() - started
         console.log(f"{stats['rows']:,} rows -> {stats['vectors']:,} vectors of {stats['dim']} "
                     f"in {stats['shards']} shard(s), {seconds:.1f}s")

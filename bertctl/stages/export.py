@@ -77,7 +77,13 @@ def run(config: ExportSettings, target: artifacts.Target, model_dir: Path,
 
     outcome = artifacts.produce("export", config, inputs, target, build)
     check_stats = outcome.manifest.stats.get("check")
-    if check_stats and (check_stats.get("drop_points") or 0) > config.max_drop:
+    if check_stats and check_stats.get("drop_points") is None:
+        # A drop that could not be computed (a metric without a value) is never a pass.
+        raise ExpectationsUnmet(outcome, [
+            f"export check not met: {check_stats['metric']} has no value "
+            f"({_shown(check_stats['pytorch_value'])} -> {_shown(check_stats['export_value'])}),"
+            f" so the drop cannot be measured"])
+    if check_stats and check_stats["drop_points"] > config.max_drop:
         raise ExpectationsUnmet(outcome, [
             f"export check not met: {check_stats['metric']} dropped "
             f"{check_stats['drop_points']:.3g} points ({check_stats['pytorch_value']:.6g} -> "
@@ -162,7 +168,8 @@ def _check(model, exported, source: models.ModelSource, check: CheckData,
                               unit="sequences") as bar:
             outputs = evaluation.predict(
                 m, evaluation.task_batches(features, config.batch_size, family), "cpu", "fp32",
-                progress=lambda n: bar.update(n))
+                progress=lambda n: bar.update(n),
+                where=f"{source.path if name == 'pytorch' else 'its export'} on {check.input.file}")
         predictions = family.predictions(outputs, features, examples, spec, calibration)
         metrics = json_safe(family.score(predictions, examples, spec, label_list))
         runs[name] = (outputs, metrics, _latency(m, features, family))

@@ -11,7 +11,7 @@ from typing import Any
 from bertctl import agreement, artifacts, console, hardware, objectives
 from bertctl.metrics import json_safe
 from bertctl.config import EvalSettings
-from bertctl.errors import BertctlError
+from bertctl.errors import BertctlError, NonFiniteOutputs
 from bertctl.stages.common.models import ModelSource
 from bertctl.data.pretraining_dataset import PretrainingDataset, read_pretraining_info
 
@@ -49,9 +49,12 @@ def run(config: EvalSettings, target: artifacts.Target, source: ModelSource,
                     f"{', with next-sentence labels' if dataset.nsp else ''}")
         started = time.monotonic()
         with console.progress("evaluating", total=len(dataset), unit="instances") as bar:
-            result = objective.evaluate(model, dataset, config.batch_size, device,
-                                        config.precision, progress=lambda n: bar.update(n),
-                                        **options)
+            try:
+                result = objective.evaluate(model, dataset, config.batch_size, device,
+                                            config.precision, progress=lambda n: bar.update(n),
+                                            **options)
+            except NonFiniteOutputs as exc:
+                raise exc.named(f"{source.path} on {art.path}") from None
         seconds = time.monotonic() - started
         examples, masked = result.pop("examples"), result.pop("masked_tokens")
         metrics = json_safe(result)

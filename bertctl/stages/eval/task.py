@@ -49,7 +49,7 @@ def run(config: EvalSettings, target: artifacts.Target, source: ModelSource,
         # stays bounded at any size; only what scoring needs is kept (labels and predictions).
         model = models.load_task_model(source)
         model.to(device)
-        kept, stats, n, labelled, seconds = [], {}, 0, False, 0.0
+        kept, stats, n, labelled, seconds, sequences = [], {}, 0, False, 0.0, 0
         with console.progress("evaluating", unit="sequences") as bar:
             for examples in family.read_chunks(spec, data, label_list, rows=ROWS_PER_PART):
                 features = family.encode(examples, tok, max_len)
@@ -57,7 +57,9 @@ def run(config: EvalSettings, target: artifacts.Target, source: ModelSource,
                 started = time.monotonic()
                 outputs = evaluation.predict(
                     model, evaluation.task_batches(features, config.batch_size, family), device,
-                    precision, progress=lambda k: bar.update(k))
+                    precision, progress=lambda k: bar.update(k), where=f"{source.path} on {data}",
+                    offset=sequences)
+                sequences += len(features)
                 predictions = family.predictions(outputs, features, examples, spec, calibration)
                 seconds += time.monotonic() - started
                 family.write_predictions(tmp, predictions, examples, spec, label_list, start=n)
