@@ -24,6 +24,7 @@ from bertctl.train.settings import TrainSettings
 from bertctl.distillation import Distiller, soft_loss
 
 from conftest import FAMILY_DATA, FIXTURES, one_line_error
+from tolerance import EPS32, MODEL, TINY_MODEL, fp32_kl, fp32_sum
 
 GLUE = FIXTURES / "glue"
 KILLPOINT = Path(__file__).parent / "faults" / "killpoint.py"
@@ -45,22 +46,26 @@ def test_soft_losses_equal_their_definitions():
     s, t = rng.normal(size=(5, 3)) * 3, rng.normal(size=(5, 3)) * 3
     for temperature in (1.0, 2.0, 4.5):
         got = soft_loss("classes", torch.tensor(s), torch.tensor(t), None, temperature)
-        assert got.item() == pytest.approx(_kl_rows(s, t, temperature), rel=1e-5)
+        assert got.item() == pytest.approx(_kl_rows(s, t, temperature),
+                                           abs=fp32_kl(3, temperature, rows=5))
     # tokens: only real tokens (mask > 0; packed batches number their sequences) are rows
     s3, t3 = rng.normal(size=(2, 4, 3)), rng.normal(size=(2, 4, 3))
     mask = np.array([[1, 1, 2, 0], [1, 1, 1, 1]])
     got = soft_loss("tokens", torch.tensor(s3), torch.tensor(t3), torch.tensor(mask), 2.0)
-    assert got.item() == pytest.approx(_kl_rows(s3[mask > 0], t3[mask > 0], 2.0), rel=1e-5)
+    assert got.item() == pytest.approx(_kl_rows(s3[mask > 0], t3[mask > 0], 2.0),
+                                       abs=fp32_kl(3, 2.0, rows=7))
     # positions: one distribution over each sequence's real tokens
     s2, t2 = rng.normal(size=(2, 5)), rng.normal(size=(2, 5))
     mask = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]])
     want = np.mean([_kl_rows(s2[i:i + 1, mask[i] > 0], t2[i:i + 1, mask[i] > 0], 3.0)
                     for i in range(2)])
     got = soft_loss("positions", torch.tensor(s2), torch.tensor(t2), torch.tensor(mask), 3.0)
-    assert got.item() == pytest.approx(want, rel=1e-5)
+    assert got.item() == pytest.approx(want, abs=fp32_kl(5, 3.0, rows=2))
     # a score (regression): squared error, whatever the temperature
     got = soft_loss("score", torch.tensor(s[:, :1]), torch.tensor(t[:, :1]), None, 7.0)
-    assert got.item() == pytest.approx(float(np.mean((s[:, 0] - t[:, 0]) ** 2)), rel=1e-6)
+    # a float32 mean of 5 squares against float64's
+    assert got.item() == pytest.approx(float(np.mean((s[:, 0] - t[:, 0]) ** 2)),
+                                       rel=fp32_sum(5 + 2))
     # the student matching the teacher costs nothing
     assert soft_loss("classes", torch.tensor(t), torch.tensor(t), None, 2.0).item() == \
         pytest.approx(0.0, abs=1e-9)
@@ -79,8 +84,12 @@ def test_alpha_weighs_the_gold_labels_and_unlabelled_batches_take_the_soft_loss_
     hard = student(input_ids=ids, labels=labels)["loss"]
     soft = soft_loss("classes", student(input_ids=ids)["logits"],
                      teacher.eval()(input_ids=ids)["logits"], None, 2.0)
-    assert out["loss"].item() == pytest.approx(0.3 * hard.item() + 0.7 * soft.item(), rel=1e-5)
-    assert model(input_ids=ids)["loss"].item() == pytest.approx(soft.item(), rel=1e-5)
+    # the same float32 terms weighed in float32 (out) and in float64 (here): three roundings
+    # of values of size up to 1 (hard and soft losses over 2 classes)
+    assert out["loss"].item() == pytest.approx(0.3 * hard.item() + 0.7 * soft.item(),
+                                               abs=fp32_sum(3, max(hard.item(), soft.item())))
+    assert model(input_ids=ids)["loss"].item() == pytest.approx(soft.item(),
+                                                                abs=fp32_kl(2, 2.0, rows=4))
     # alpha 1 is fine-tuning on the labels alone (the benchmark's "direct" arm)
     direct = Distiller(student, teacher, {"logits": "classes"}, alpha=1.0)
     assert direct(input_ids=ids, labels=labels)["loss"].item() == pytest.approx(hard.item())
@@ -107,9 +116,11 @@ def test_tagging_is_imitated_on_the_labelled_tokens_only():
     out = model(input_ids=ids, labels=labels)
     s, t = student(input_ids=ids)["logits"], teacher(input_ids=ids)["logits"]
     want = soft_loss("tokens", s, t, (labels != -100).long(), 2.0)
-    assert out["soft_loss"].item() == pytest.approx(want.item(), rel=1e-5)
+    # both sides float32 KLs of the same logits, which the Distiller's forward computes again
+    assert out["soft_loss"].item() == pytest.approx(want.item(), abs=fp32_kl(3, 2.0, rows=4))
     every = soft_loss("tokens", s, t, None, 2.0)
-    assert model(input_ids=ids)["soft_loss"].item() == pytest.approx(every.item(), rel=1e-5)
+    assert model(input_ids=ids)["soft_loss"].item() == pytest.approx(
+        every.item(), abs=fp32_kl(3, 2.0, rows=12))
 
 
 def test_untagged_batches_are_imitated_at_the_predicting_tokens_only():
@@ -124,8 +135,11 @@ def test_untagged_batches_are_imitated_at_the_predicting_tokens_only():
     s = student(input_ids=ids)["logits"].detach().numpy()
     t = teacher(input_ids=ids)["logits"].detach().numpy()
     at = first.numpy().astype(bool)
-    assert out["soft_loss"].item() == pytest.approx(_kl_rows(s[at], t[at], 3.0), rel=1e-5)
-    assert out["loss"].item() == pytest.approx(out["soft_loss"].item(), rel=1e-6)
+    # the issue's case (#52): 0.0040114643 against 0.0040114034 on an AMX Xeon, 1.5e-5
+    # relative, 6e-8 absolute: a small KL is a difference of terms of size log(3)
+    assert out["soft_loss"].item() == pytest.approx(_kl_rows(s[at], t[at], 3.0),
+                                                    abs=fp32_kl(3, 3.0, rows=int(at.sum())))
+    assert out["loss"].item() == pytest.approx(out["soft_loss"].item(), abs=EPS32)
 
 
 def test_the_teacher_is_frozen_and_not_part_of_the_trained_model(tmp_path):
@@ -275,10 +289,12 @@ def _cached_equals_live(cli, tmp_path, teacher, train, *flags) -> None:
         records = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
         runs[cache] = ([x["loss"] for x in records if x["split"] == "train"],
                        load_file(out / "model.safetensors"))
-    np.testing.assert_allclose(runs["on"][0], runs["off"][0], rtol=1e-5, atol=1e-6)
+    # The teacher's logits come from batches of other widths (tiny-model outputs, TINY_MODEL
+    # apart); the losses follow them, and four Adam steps move each weight by at most
+    # 4 * lr = 2e-4 in any case, so a weight differs by a share of that: MODEL's 1e-4.
+    np.testing.assert_allclose(runs["on"][0], runs["off"][0], **TINY_MODEL)
     for name, value in runs["off"][1].items():
-        np.testing.assert_allclose(runs["on"][1][name], value, rtol=1e-4, atol=1e-5,
-                                   err_msg=name)
+        np.testing.assert_allclose(runs["on"][1][name], value, **MODEL, err_msg=name)
 
 
 def test_the_cache_is_used_where_the_set_is_read_again(teachers, tmp_path, cli):
