@@ -361,11 +361,14 @@ class EmbedSettings(InferenceSettings):
     combine: Literal["concat", "sum", "mean"] = Field("concat", description="How several "
                                                       "layers are combined.",
                                                       json_schema_extra=meta(EMBEDDINGS))
-    pool: Literal["cls", "mean", "tokens", "words"] = Field(
-        "mean", description="One vector per row ([CLS], or the mean over its pieces), per "
-        "piece, or per word (the mean of its pieces).", json_schema_extra=meta(EMBEDDINGS))
-    normalize: bool = Field(False, description="Scale every vector to unit length (for "
-                            "cosine search).", json_schema_extra=meta(EMBEDDINGS))
+    pool: Literal["cls", "mean", "tokens", "words"] | None = Field(
+        None, description="One vector per row ([CLS], or the mean over its pieces), per "
+        "piece, or per word (the mean of its pieces). Unset: the model's own pooling (an "
+        "embedding model's, a sentence-transformers directory's), else mean.",
+        json_schema_extra=meta(EMBEDDINGS))
+    normalize: bool | None = Field(None, description="Scale every vector to unit length (for "
+                                   "cosine search). Unset: as the model's own pooling says, "
+                                   "else not.", json_schema_extra=meta(EMBEDDINGS))
     dtype: Literal["fp32", "fp16"] = Field("fp32", description="Stored vector type.",
                                            json_schema_extra=meta(EMBEDDINGS))
     max_seq_length: int | None = Field(None, **SEQ_LENGTH, description="Pieces per model "

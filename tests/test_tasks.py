@@ -149,7 +149,8 @@ def test_preset_metrics():
         "glue/sst2": "accuracy", "glue/cola": "matthews", "glue/mrpc": "f1_accuracy",
         "glue/rte": "accuracy", "glue/wnli": "accuracy", "glue/qnli": "accuracy",
         "glue/qqp": "f1_accuracy", "glue/mnli": "accuracy", "glue/sts-b": "pearson_spearman",
-        "swag": "accuracy", "squad": "squad", "squad_v2": "squad", "conll2003": "conlleval"}
+        "swag": "accuracy", "squad": "squad", "squad_v2": "squad", "conll2003": "conlleval",
+        "retrieval": "ndcg@10", "glue/sts-b-cosine": "spearman"}
 
 
 # --- other formats and custom tasks --------------------------------------------------------------

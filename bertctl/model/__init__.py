@@ -8,6 +8,7 @@ from bertctl.model.bert import BertModel, flops_per_token
 from bertctl.model.config import PRESETS, BertConfig
 from bertctl.model.electra import BertForElectraPreTraining
 from bertctl.model.heads import (
+    BertForEmbedding,
     BertForMaskedLM,
     BertForMultipleChoice,
     BertForPreTraining,
@@ -26,7 +27,8 @@ architectures.register(Architecture(
            "sequence_classification": BertForSequenceClassification,
            "multiple_choice": BertForMultipleChoice,
            "question_answering": BertForQuestionAnswering,
-           "token_classification": BertForTokenClassification},
+           "token_classification": BertForTokenClassification,
+           "embedding": BertForEmbedding},
     encoder_name="bert", bare_prefixes=("embeddings.", "encoder.", "pooler."),
     # HF's non-persistent index buffers (older versions saved them) and the decoder weight,
     # which is the word embeddings.
@@ -38,6 +40,7 @@ import bertctl.model.modernbert  # noqa: E402,F401  (registers itself)
 
 __all__ = [
     "ARCHITECTURES", "PRESETS", "ROLES", "Architecture", "BertConfig", "BertForElectraPreTraining",
+    "BertForEmbedding",
     "BertForMaskedLM", "BertForMultipleChoice", "BertForPreTraining", "BertForQuestionAnswering",
     "BertForSequenceClassification", "BertForTokenClassification", "BertModel", "BertWithHead",
     "EncoderWithHead", "LoadReport", "build", "flops_per_token", "load_model", "read_config",

@@ -16,9 +16,9 @@ from bertctl.errors import BertctlError
 from bertctl.registry import Registry
 
 # What a model class is for. The objectives train "pretraining", "masked_lm" or "electra"; each
-# task family fine-tunes one of the last four; "encoder" is the bare encoder (embed, export).
+# task family fine-tunes one of the last five; "encoder" is the bare encoder (embed, export).
 ROLES = ("encoder", "pretraining", "masked_lm", "electra", "sequence_classification",
-         "multiple_choice", "question_answering", "token_classification")
+         "multiple_choice", "question_answering", "token_classification", "embedding")
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,8 @@ from bertctl.model.bert import BertModel, first_tokens, init_bert_weights
 from bertctl.model.config import ACTIVATIONS, BertConfig
 from bertctl.model.dropout import Dropout
 from bertctl.model.features import FrozenFeatures
-from bertctl.model.roles import (MultipleChoice, QuestionAnswering, SequenceClassifier,
-                                 TokenClassifier, masked_lm)
+from bertctl.model.roles import (Embedder, MultipleChoice, QuestionAnswering,
+                                 SequenceClassifier, TokenClassifier, masked_lm)
 
 
 
@@ -108,6 +108,11 @@ class EncoderWithHead(nn.Module):
     @classmethod
     def kwargs_from_hf(cls, hf_config: dict[str, Any]) -> dict[str, Any]:
         """Constructor arguments recovered from a config.json this head wrote."""
+        return {}
+
+    def extra_files(self) -> dict[str, str]:
+        """Files written beside config.json (path relative to the model directory -> text):
+        another library's layout of the same model (sentence-transformers' modules)."""
         return {}
 
 
@@ -258,6 +263,16 @@ class BertForMultipleChoice(MultipleChoice, BertWithHead):
 
     def _pool(self, input_ids, token_type_ids, attention_mask) -> torch.Tensor:
         return self.bert(input_ids, token_type_ids, attention_mask)["pooler_output"]
+
+
+class BertForEmbedding(Embedder, BertWithHead):
+    """The encoder's pooled last hidden states as the vector; no weights of its own."""
+
+    add_pooling_layer = False
+
+    def __init__(self, config: BertConfig, **embedding):
+        super().__init__(config)
+        self._embedder(**embedding)
 
 
 class BertForQuestionAnswering(QuestionAnswering, BertWithHead):

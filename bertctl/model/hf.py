@@ -74,7 +74,31 @@ def read_config_dict(directory: str | Path) -> dict[str, Any]:
         raise BertctlError(f"{path}: cannot read: {exc}") from None
     if not isinstance(data, dict):
         raise BertctlError(f"{path}: expected a JSON object")
+    if "bertctl_embedding" not in data:
+        pooling = sentence_transformers_pooling(directory)
+        if pooling is not None:
+            data["bertctl_embedding"] = pooling
     return data
+
+
+def sentence_transformers_pooling(directory: Path) -> dict[str, Any] | None:
+    """A sentence-transformers directory's pooling (its Pooling module's mode, and whether a
+    Normalize module follows) as config.json's `bertctl_embedding`; None for a directory
+    without modules.json or with a pooling bertctl does not compute."""
+    try:
+        modules = json.loads((directory / "modules.json").read_text(encoding="utf-8"))
+        kinds = {m["type"].rsplit(".", 1)[-1]: m.get("path", "") for m in modules}
+        pooling = json.loads((directory / kinds["Pooling"] / "config.json")
+                             .read_text(encoding="utf-8"))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    modes = [m for m in ("cls_token", "mean_tokens", "max_tokens", "mean_sqrt_len_tokens",
+                         "weightedmean_tokens", "lasttoken") if pooling.get(f"pooling_mode_{m}")]
+    if modes not in (["cls_token"], ["mean_tokens"]) or set(kinds) - {"Transformer", "Pooling",
+                                                                        "Normalize"}:
+        return None
+    return {"pooling": "cls" if modes == ["cls_token"] else "mean",
+            "normalize": "Normalize" in kinds}
 
 
 def read_config(directory: str | Path):
@@ -114,6 +138,9 @@ def save_model(model: nn.Module, directory: str | Path, extra_config: dict[str, 
     config.update(extra_config or {})
     (directory / CONFIG_NAME).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n",
                                          encoding="utf-8")
+    for name, text in (model.extra_files() if isinstance(model, EncoderWithHead) else {}).items():
+        (directory / name).parent.mkdir(parents=True, exist_ok=True)
+        (directory / name).write_text(text, encoding="utf-8")
     # The decoder is not a parameter of ours (it reads the embedding table), so nothing is shared
     # and transformers re-ties it from `tie_word_embeddings`, exactly as for its own files.
     tensors = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
@@ -246,7 +273,8 @@ def load_model(directory: str | Path, role: str | type | None = None,
     if role is None:
         role = next((r for r in map(architectures.role_of, names) if r in arch.heads), "encoder")
     head_class = arch.head(role, str(directory))
-    if issubclass(head_class, EncoderWithHead) and head_class.__name__ in names:
+    if issubclass(head_class, EncoderWithHead) and (
+            head_class.__name__ in names or getattr(head_class, "kwargs_from_any_config", False)):
         # A checkpoint of this very head type knows its label count; another head's does not.
         head_kwargs = {**head_class.kwargs_from_hf(hf_config), **head_kwargs}
     model = head_class(config, **head_kwargs)

@@ -7,6 +7,7 @@ how it pools (`_pool`), how its classifier reads a vector (`_classify`) and how 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -14,6 +15,8 @@ import torch
 import torch.nn.functional as F
 
 from bertctl.data import IGNORE_INDEX
+from bertctl.errors import BertctlError
+from bertctl.model import contrastive
 
 
 def masked_lm(predict: Callable[[torch.Tensor], torch.Tensor], hidden: torch.Tensor,
@@ -166,6 +169,102 @@ class TokenClassifier:
     def kwargs_from_hf(cls, hf_config: dict[str, Any]) -> dict[str, Any]:
         n = num_labels_of(hf_config)
         return {**({} if n is None else {"num_labels": n}), **cls._feature_kwargs(hf_config)}
+
+
+class Embedder:
+    """One vector per sequence (the last hidden states pooled, normalised or not), trained by
+    contrast (bertctl.model.contrastive). Inputs are (B, T): `embeddings` (B, D); or (B, K, T),
+    K sequences an example: `embeddings` (B, K, D), and in training the loss: with `labels`
+    (graded scores of K = 2 pairs) CoSENT, else in-batch negatives where sequence 0 is the
+    query, 1 its positive and the rest its hard negatives.
+
+    `cache_negatives` > 0 embeds a training batch that many sequences at a time (GradCache):
+    the loss and gradients of the whole batch at the memory of that many sequences. Pooling and
+    normalisation are the model's (config.json's `bertctl_embedding`, or a sentence-transformers
+    directory's Pooling and Normalize modules); the loss settings are only the training's."""
+
+    input_rank = 3
+    # Its pooling is read from any config that has one, a sentence-transformers model's too
+    # (whose config.json names the bare encoder).
+    kwargs_from_any_config = True
+
+    def _embedder(self, pooling: str = "mean", normalize: bool = True, loss: str = "infonce",
+                  scale: float = 20.0, cache_negatives: int = 0) -> None:
+        if pooling not in contrastive.POOLING:
+            raise ValueError(f"pooling must be one of {contrastive.POOLING}, got {pooling!r}")
+        if loss not in contrastive.LOSSES:
+            raise ValueError(f"loss must be one of {contrastive.LOSSES}, got {loss!r}")
+        self.pooling, self.normalize, self.loss_name = pooling, bool(normalize), loss
+        self.scale, self.cache_negatives = float(scale), int(cache_negatives)
+
+    def embed(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
+              attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """(N, T) -> (N, D): each sequence's vector, as the model's pooling defines it."""
+        hidden = self._sequence(input_ids, token_type_ids, attention_mask)
+        vectors = contrastive.pool(hidden, attention_mask, self.pooling)
+        return F.normalize(vectors.float(), dim=-1) if self.normalize else vectors
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None,
+                labels: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        shape = input_ids.shape
+        flat = [None if t is None else t.reshape(-1, shape[-1])
+                for t in (input_ids, token_type_ids, attention_mask)]
+        n = flat[0].shape[0]
+        if (self.training and torch.is_grad_enabled() and 0 < self.cache_negatives < n):
+            if torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
+                # DDP's gradient hooks fire once per parameter and step; the replay in the
+                # backward pass fires them once per micro-batch.
+                raise BertctlError("--cache-negatives runs in one process (not yet under "
+                                   "torchrun); each process's batch is its own negatives")
+            vectors = contrastive.cached_encoding(self.embed, flat, self.cache_negatives)
+        else:
+            vectors = self.embed(*flat)
+        out = {"embeddings": vectors.reshape(*shape[:-1], -1)}
+        if self.training and len(shape) == 3 and shape[1] >= 2:
+            e = out["embeddings"]
+            if labels is not None:
+                out["loss"] = contrastive.cosent(e[:, 0], e[:, 1], labels.reshape(-1),
+                                                 self.scale)
+            else:
+                out["loss"] = contrastive.info_nce(e[:, 0], e[:, 1:], self.scale,
+                                                   symmetric=self.loss_name == "symmetric")
+        return out
+
+    def hf_config(self) -> dict[str, Any]:
+        return {EMBEDDING_KEY: {"pooling": self.pooling, "normalize": self.normalize}}
+
+    @classmethod
+    def kwargs_from_hf(cls, hf_config: dict[str, Any]) -> dict[str, Any]:
+        given = hf_config.get(EMBEDDING_KEY)
+        return {k: given[k] for k in ("pooling", "normalize") if k in given} \
+            if isinstance(given, dict) else {}
+
+    def extra_files(self) -> dict[str, str]:
+        """The sentence-transformers layout beside config.json: the encoder (this directory),
+        its Pooling module and, when the vectors are normalised, a Normalize module; so that
+        `SentenceTransformer(DIR).encode` gives this model's vectors."""
+        modules = [{"idx": 0, "name": "0", "path": "",
+                    "type": "sentence_transformers.models.Transformer"},
+                   {"idx": 1, "name": "1", "path": "1_Pooling",
+                    "type": "sentence_transformers.models.Pooling"}]
+        if self.normalize:
+            modules.append({"idx": 2, "name": "2", "path": "2_Normalize",
+                            "type": "sentence_transformers.models.Normalize"})
+        pooling = {"word_embedding_dimension": self.config.hidden_size,
+                   "pooling_mode_cls_token": self.pooling == "cls",
+                   "pooling_mode_mean_tokens": self.pooling == "mean",
+                   "pooling_mode_max_tokens": False,
+                   "pooling_mode_mean_sqrt_len_tokens": False}
+        length = {"max_seq_length": int(self.config.max_position_embeddings),
+                  "do_lower_case": False}
+        files = {"modules.json": modules, "1_Pooling/config.json": pooling,
+                 "sentence_bert_config.json": length}
+        return {k: json.dumps(v, indent=2) + "\n" for k, v in files.items()}
+
+
+# config.json's record of an embedding model's pooling (not a transformers key).
+EMBEDDING_KEY = "bertctl_embedding"
 
 
 def label_maps(num_labels: int) -> dict[str, Any]:

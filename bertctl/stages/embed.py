@@ -22,6 +22,14 @@ def run(config: EmbedSettings, target: artifacts.Target, model_dir: Path, data: 
     layers = parse_layers(config.layers, int(source.hf_config["num_hidden_layers"]))
     if not data.exists():
         raise BertctlError(f"{data}: no such file or directory")
+    # Unset pooling is the model's own (an embedding model's, sentence-transformers'), so the
+    # vectors are the ones it was trained to give; a pooling given is the user's, normalised
+    # only if asked. The resolved values are recorded.
+    own = source.hf_config.get("bertctl_embedding") or {} if config.pool is None else {}
+    config = config.model_copy(update={
+        "pool": config.pool or own.get("pooling", "mean"),
+        "normalize": own.get("normalize", False) if config.normalize is None
+        else config.normalize})
     config = source.applied(config)
     device, precision, recorded = source.runtime(config.device, config.precision)
     opts = embeddings.EmbedOptions(layers=layers, combine=config.combine, pool=config.pool,

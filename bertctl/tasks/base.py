@@ -41,6 +41,8 @@ class Family:
     # spec's `options`, which `check_spec` validates with it. None: the family has none.
     options_model: ClassVar[type | None] = None
     default_metric: ClassVar[str]
+    # The label column of a task given by its family and columns alone.
+    default_label_column: ClassVar[str | None] = "label"
     # Whether labels are classes named by a label list that is stored with the model
     # (config.json's id2label) and read back by eval.
     label_list: ClassVar[bool] = False
@@ -126,6 +128,11 @@ class Family:
             raise BertctlError(f"{where}: task {spec.name} needs a {role_name(self.head)} model "
                                f"but the model is {architecture_name(arch)}{hint}")
 
+    def head_note(self, hf_config: dict[str, Any], spec, where: str) -> str | None:
+        """A line to log about how the model's head is read for the task (a default taken in
+        place of a setting the model lacks); None: nothing to say."""
+        return None
+
     def resolve_labels(self, spec, model_task: dict | None, hf_config: dict[str, Any],
                        given: list[str] | None, where: str) -> tuple[str, ...] | None:
         """The label names to read an eval file with (None for families without a list)."""
@@ -159,6 +166,11 @@ class Family:
 
     def main_metric(self, spec) -> str:
         return main_metric(spec.metric)
+
+    def write_results(self, directory: Path, predictions, examples, spec) -> list[str]:
+        """Files written after scoring, from the joined predictions (retrieval's run file,
+        which needs every query and document); returns their names."""
+        return []
 
     def calibrate(self, predictions, examples, spec) -> dict[str, Any] | None:
         """State tuned on the dev set during finetune and stored with the model (None: none)."""

@@ -57,6 +57,9 @@ def model_task(config, model: TaskModel) -> ModelTask:
     label_list = family.resolve_labels(spec, model.task, model.hf_config, config.labels,
                                        str(model.path))
     family.check_head(model.hf_config, spec, label_list, str(model.path))
+    note = family.head_note(model.hf_config, spec, str(model.path))
+    if note:
+        console.log(note)
     return ModelTask(spec, family, label_list)
 
 

@@ -60,6 +60,9 @@ class TaskSpec(BaseModel):
     def _default_metric(cls, data):
         if isinstance(data, dict) and data.get("metric") is None and data.get("family") in FAMILIES:
             data = {**data, "metric": FAMILIES[data["family"]].default_metric}
+        if isinstance(data, dict) and "label_column" not in data and data.get("family") in FAMILIES:
+            # A family whose files have no label by default (retrieval's pairs) says so.
+            data = {**data, "label_column": FAMILIES[data["family"]].default_label_column}
         return data
 
     @field_validator("text_columns", "choice_columns", "column_names", mode="before")
@@ -158,6 +161,13 @@ PRESETS: dict[str, TaskSpec] = {s.name: s for s in [
     # IOB2 as distributed today (the original eng.train / eng.testa are IOB1: give them as files).
     TaskSpec(name="conll2003", family="tagging", label_column=None, metric="conlleval",
              files={"train": "train.txt", "dev": "valid.txt", "test": "test.txt"}),
+    # Retrieval: (query, positive[, negative...]) pairs; STS-B's pairs with their graded
+    # scores for CoSENT (and scored by the Spearman of cosine similarities); a BEIR directory
+    # or a .txt of texts (SimCSE) is read whatever the columns.
+    TaskSpec(name="retrieval", family="retrieval", text_columns=["query", "positive"],
+             label_column=None),
+    _glue("glue/sts-b-cosine", "retrieval", ["sentence1", "sentence2"], "score", None,
+          metric="spearman"),
     TaskSpec(name="swag", family="multiple_choice", context_column="sent1",
              choice_prefix_column="sent2", choice_columns=[f"ending{i}" for i in range(4)],
              label_column="label", files={"train": "train.csv", "dev": "val.csv", "test": "test.csv"}),

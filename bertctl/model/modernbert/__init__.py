@@ -5,6 +5,7 @@ from bertctl.model.architectures import Architecture, register
 from bertctl.model.modernbert.config import ModernBertConfig
 from bertctl.model.modernbert.encoder import ModernBertModel
 from bertctl.model.modernbert.heads import (
+    ModernBertForEmbedding,
     ModernBertForMaskedLM,
     ModernBertForMultipleChoice,
     ModernBertForQuestionAnswering,
@@ -19,7 +20,8 @@ register(Architecture(
            "sequence_classification": ModernBertForSequenceClassification,
            "multiple_choice": ModernBertForMultipleChoice,
            "question_answering": ModernBertForQuestionAnswering,
-           "token_classification": ModernBertForTokenClassification},
+           "token_classification": ModernBertForTokenClassification,
+           "embedding": ModernBertForEmbedding},
     encoder_name="model", bare_prefixes=("embeddings.", "layers.", "final_norm."),
     ignored_keys=("decoder.weight",),
     positions_note=(" (ModernBERT has no position table: max_position_embeddings in its "

@@ -16,8 +16,8 @@ from bertctl.model.bert import first_tokens
 from bertctl.model.config import ACTIVATIONS
 from bertctl.model.dropout import Dropout
 from bertctl.model.heads import EncoderWithHead
-from bertctl.model.roles import (MultipleChoice, QuestionAnswering, SequenceClassifier,
-                                 TokenClassifier, masked_lm)
+from bertctl.model.roles import (Embedder, MultipleChoice, QuestionAnswering,
+                                 SequenceClassifier, TokenClassifier, masked_lm)
 from bertctl.model.modernbert.config import ModernBertConfig
 from bertctl.model.modernbert.encoder import ModernBertModel, init_modernbert_weights
 
@@ -130,6 +130,14 @@ class ModernBertForMultipleChoice(MultipleChoice, ModernBertWithHead):
         if self.config.classifier_pooling == "mean":
             return mean_pool(hidden, attention_mask)
         return hidden[:, 0]
+
+
+class ModernBertForEmbedding(Embedder, ModernBertWithHead):
+    """The encoder's pooled last hidden states as the vector; no weights of its own."""
+
+    def __init__(self, config: ModernBertConfig, **embedding):
+        super().__init__(config)
+        self._embedder(**embedding)
 
 
 class ModernBertForQuestionAnswering(QuestionAnswering, ModernBertWithHead):

@@ -231,8 +231,10 @@ def load_encoder(source: ModelSource):
     return model
 
 
-def load_task_model(source: ModelSource):
-    model, report = source.load()
+def load_task_model(source: ModelSource, role: str | None = None):
+    """The model with its task head (of `role`: the family's, which reads the checkpoint's
+    own head; None: the head config.json names)."""
+    model, report = source.load(role)
     problems = report.missing + report.mismatched
     if problems:
         shown = ", ".join(problems[:4]) + (f", ... ({len(problems)} in all)"

@@ -47,7 +47,7 @@ def run(config: EvalSettings, target: artifacts.Target, source: ModelSource,
     def build(tmp: Path) -> dict[str, Any]:
         # The file is read, predicted and written a part at a time (as `embed` does), so memory
         # stays bounded at any size; only what scoring needs is kept (labels and predictions).
-        model = models.load_task_model(source)
+        model = models.load_task_model(source, family.head)
         model.to(device)
         kept, stats, n, labelled, seconds, sequences = [], {}, 0, False, 0.0, 0
         with console.progress("evaluating", unit="sequences") as bar:
@@ -64,7 +64,7 @@ def run(config: EvalSettings, target: artifacts.Target, source: ModelSource,
                 seconds += time.monotonic() - started
                 family.write_predictions(tmp, predictions, examples, spec, label_list, start=n)
                 kept.append(family.keep(predictions, examples))
-                n, labelled = n + len(examples), examples.labelled
+                n, labelled = n + len(examples), labelled or examples.labelled
         if stats:
             console.log("features: " + ", ".join(f"{k} {v}" for k, v in stats.items()))
         console.log(f"{data}: {n:,} examples, task {spec.name} ({spec.family}), "
@@ -76,6 +76,7 @@ def run(config: EvalSettings, target: artifacts.Target, source: ModelSource,
             console.log(f"note: {outside}; correlations do not see the scale, but the "
                         f"predictions written are on the model's")
         metrics = family.score(predictions, examples, spec, label_list) if labelled else {}
+        family.write_results(tmp, predictions, examples, spec)
         metrics = json_safe(metrics)
         (tmp / METRICS_FILE).write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
         return {"metrics": metrics, "examples": n, "labelled": labelled,

@@ -1,0 +1,270 @@
+"""Retrieval: a model that embeds text for search, trained by contrast and scored by search.
+
+Training files (reader.py): (query, positive[, negatives...]) pairs, trained with in-batch
+negatives (InfoNCE over scaled cosine similarities, or its symmetric form); pairs with graded
+scores (CoSENT); or texts alone, each its own positive under dropout (SimCSE). The head
+(`embedding`, bertctl.model.roles.Embedder) pools the last hidden states into one vector per
+sequence; its model directory is a sentence-transformers model too.
+
+Evaluation: a BEIR directory is searched exactly (ranking.py) and scored with trec_eval's
+nDCG@10, MRR@10, Recall@10/100 and MAP; a file of pairs the same way, each query against every
+text of the file's other columns; scored pairs by the Spearman and Pearson correlations of
+their cosine similarities with the scores (sentence-transformers' EmbeddingSimilarityEvaluator).
+`eval` writes the run (TREC format) and each query's figures.
+
+One way of scoring (a vector a text, cosine) is the only one now; late interaction (a vector
+a token, MaxSim) would be a second value of the `scoring` the search and the head read, not a
+second family.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from bertctl.errors import BertctlError
+from bertctl.metrics import pearson, spearman
+from bertctl.tasks.base import Family, check_options, model_roles
+from bertctl.tasks.registry import register
+from bertctl.tasks.retrieval import ranking, reader
+from bertctl.tasks.retrieval.reader import RetrievalExamples
+from bertctl.tasks.sequence import TaskFeatures, _bert_tokenizer
+
+
+class RetrievalOptions(BaseModel):
+    """The retrieval family's own settings (a task spec's `options`; flags of the same names)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    loss: Literal["infonce", "symmetric", "cosent"] | None = Field(
+        None, description="infonce: in-batch negatives (MultipleNegativesRankingLoss); "
+        "symmetric: both directions; cosent: graded scores. Unset: cosent for a file with "
+        "scores, else infonce.")
+    scale: float = Field(20.0, gt=0, description="The cosine similarities' scale (inverse "
+                         "temperature) in the loss.")
+    pooling: Literal["mean", "cls"] | None = Field(
+        None, description="A sequence's vector: the mean of its tokens' or [CLS]'s. Unset: "
+        "the model's own (a sentence-transformers model's), else mean.")
+    normalize: bool | None = Field(None, description="Unit-length vectors. Unset: the model's "
+                                   "own, else yes.")
+    cache_negatives: int = Field(0, ge=0, description="Embed a training batch this many "
+                                 "sequences at a time and back-propagate through the cached "
+                                 "vectors (GradCache): the loss and gradients of the whole "
+                                 "batch at the memory of this many; 0: off.")
+    top_k: int = Field(100, ge=10, le=10_000, description="Documents retrieved per query "
+                       "(the run's depth; Recall@100 and MAP read it).")
+
+
+def options(spec) -> RetrievalOptions:
+    return RetrievalOptions(**spec.options)
+
+
+class Retrieval(Family):
+    name = "retrieval"
+    title = "Retrieval"
+    options_model = RetrievalOptions
+    default_metric = "ndcg@10"
+    default_label_column = None
+    head = "embedding"
+    targets = ("labels",)
+
+    # -- the spec
+
+    def check_spec(self, spec) -> None:
+        if len(spec.text_columns) > 64:
+            raise ValueError("at most 64 text columns (a query, its positive, negatives)")
+        check_options(RetrievalOptions, spec)
+        if spec.label_column is not None and options(spec).loss in ("infonce", "symmetric"):
+            raise ValueError(f"loss {options(spec).loss} takes (query, positive) pairs; "
+                             f"scores (label column '{spec.label_column}') train CoSENT")
+
+    def check_metric(self, spec) -> None:
+        if spec.metric not in ("ndcg@10", "spearman"):
+            raise ValueError(f"a retrieval task is scored by ndcg@10 (search) or spearman "
+                             f"(scored pairs), not '{spec.metric}'")
+
+    def main_metric(self, spec) -> str:
+        return "spearman" if spec.label_column is not None else "ndcg@10"
+
+    # -- data
+
+    def read(self, spec, path, label_list=None, require_labels=False) -> RetrievalExamples:
+        parts = list(self.read_chunks(spec, path, rows=None))
+        if len(parts) != 1:
+            raise BertctlError(f"{path}: a BEIR directory is evaluated, not trained on: give a "
+                               f"file of (query, positive) pairs")
+        return parts[0]
+
+    def read_chunks(self, spec, path, label_list=None, require_labels=False,
+                    rows: int | None = 10_000):
+        path = Path(path)
+        if reader.is_beir(path):
+            yield from reader.read_beir_chunks(path, rows)
+        elif path.suffix == ".txt":
+            yield from reader.read_text_chunks(path, rows)
+        else:
+            yield from reader.read_table_chunks(spec, path, rows)
+
+    def encode(self, examples: RetrievalExamples, tokenizer, max_seq_length: int,
+               training: bool = False) -> TaskFeatures:
+        """Each text its own sequence ([CLS] text [SEP], truncated); K texts an example. A
+        training example of one text (SimCSE) is that text twice: dropout makes the pair."""
+        if max_seq_length < 4:
+            raise BertctlError(f"max_seq_length {max_seq_length} is too short (at least 4)")
+        k = len(examples.texts[0]) if len(examples) else 1
+        if training and k < 2 and examples.kind == "pairs":
+            examples.texts, k = [[t[0], t[0]] for t in examples.texts], 2
+        tok = _bert_tokenizer(tokenizer, max_seq_length)
+        encodings = tok.encode_batch(list(itertools.chain.from_iterable(examples.texts)))
+        seq_lens = np.fromiter((len(e.ids) for e in encodings), np.int64, len(encodings))
+        offsets = np.zeros(len(encodings) + 1, np.int64)
+        np.cumsum(seq_lens, out=offsets[1:])
+        ids = np.fromiter(itertools.chain.from_iterable(e.ids for e in encodings), np.int32,
+                          int(offsets[-1]))
+        pad = tok.token_to_id("[PAD]")
+        return TaskFeatures(input_ids=ids, token_type_ids=np.zeros_like(ids, dtype=np.int8),
+                            offsets=offsets, lengths=seq_lens.reshape(-1, k).max(axis=1),
+                            labels=examples.scores if training else None,
+                            num_choices=k if k > 1 else None, pad_id=pad or 0,
+                            family=self.name, label_list=None)
+
+    # -- the head
+
+    def head_kwargs(self, spec, label_list) -> dict[str, Any]:
+        o = options(spec)
+        kwargs: dict[str, Any] = {"loss": o.loss or ("cosent" if spec.label_column else
+                                                      "infonce"),
+                                  "scale": o.scale, "cache_negatives": o.cache_negatives}
+        kwargs.update({k: v for k, v in (("pooling", o.pooling), ("normalize", o.normalize))
+                       if v is not None})
+        return kwargs
+
+    def check_head(self, hf_config: dict[str, Any], spec, label_list, where: str) -> None:
+        """Any encoder embeds: an embedding model, a sentence-transformers model or a bare
+        encoder (pooled as the family's default, said so)."""
+        roles = model_roles(hf_config.get("architectures") or [])
+        if roles and not roles & {"embedding", "encoder"}:
+            raise BertctlError(f"{where}: is a {'/'.join(sorted(roles))} model; retrieval "
+                               f"reads an embedding model or an encoder (fine-tune one with "
+                               f"bertctl finetune --task retrieval)")
+
+    def head_note(self, hf_config: dict[str, Any], spec, where: str) -> str | None:
+        if "bertctl_embedding" in hf_config or options(spec).pooling is not None:
+            return None
+        return (f"{where}: no pooling config: mean pooling of the last layer, normalised (the "
+                f"retrieval family's default; --pooling and --normalize to choose)")
+
+    # -- predictions
+
+    def predictions(self, outputs, features, examples, spec, calibration=None) -> np.ndarray:
+        """The vectors (B, D), or (B, K, D) for pairs; scored pairs: their cosine (B,)."""
+        if "embeddings" not in outputs:
+            raise ValueError("the model returned no 'embeddings'")
+        e = outputs["embeddings"].astype(np.float32)
+        if examples.kind == "scored":
+            a, b = ranking._unit(e[:, 0]), ranking._unit(e[:, 1])
+            return (a * b).sum(-1)
+        return e
+
+    def keep(self, predictions, examples: RetrievalExamples):
+        # scoring needs the vectors and ids, not the texts
+        return predictions, dataclasses.replace(examples, texts=[])
+
+    def join(self, parts: list):
+        """Scored pairs or pairs: one file; BEIR: the queries, then the corpus parts."""
+        first = parts[0][1]
+        if first.kind == "queries":
+            return ([p for p, _ in parts],
+                    RetrievalExamples(first.path, "beir", [], ids=first.ids, qrels=first.qrels,
+                                      keys=[e.ids for _, e in parts[1:]]))
+        scores = (np.concatenate([e.scores for _, e in parts]) if first.scores is not None
+                  else None)
+        keys = (list(itertools.chain.from_iterable(e.keys for _, e in parts))
+                if first.keys is not None else None)
+        return (np.concatenate([p for p, _ in parts]),
+                RetrievalExamples(first.path, first.kind, [], scores, keys=keys))
+
+    def score(self, predictions, examples: RetrievalExamples, spec, label_list) -> dict:
+        if examples.kind == "scored":
+            return {"spearman": spearman(predictions, examples.scores),
+                    "pearson": pearson(predictions, examples.scores), "pairs": len(predictions)}
+        if examples.kind == "pairs" and examples.keys is None:
+            return {}   # texts alone (SimCSE): nothing to score
+        run, qrels = self._ranking(predictions, examples, spec)
+        means, _ = ranking.evaluate(run, qrels)
+        return {**means, "queries": len(qrels),
+                "documents": examples.ranking[3]}
+
+    def _ranking(self, predictions, examples: RetrievalExamples, spec):
+        """(run, qrels) of the search, made once and kept with the examples."""
+        if examples.ranking is None:
+            examples.ranking = search(predictions, examples, options(spec).top_k)
+        run, scores, qrels, n = examples.ranking
+        return run, qrels
+
+    def write_predictions(self, directory: Path, predictions, examples, spec, label_list,
+                          start: int = 0) -> list[str]:
+        if examples.kind != "scored":
+            return []   # the run is written once every document is in (write_results)
+        name = "predictions.tsv"
+        with open(Path(directory) / name, "a" if start else "w", encoding="utf-8") as f:
+            if not start:
+                f.write("index\tcosine\n")
+            f.writelines(f"{i}\t{v:.6f}\n" for i, v in enumerate(predictions, start))
+        return [name]
+
+    def write_results(self, directory: Path, predictions, examples, spec) -> list[str]:
+        if examples.kind not in ("beir", "pairs") or examples.ranking is None:
+            return []
+        run, scores, qrels, _ = examples.ranking
+        with open(Path(directory) / "run.trec", "w", encoding="utf-8") as f:
+            for q, docs in run.items():
+                f.writelines(f"{q} Q0 {d} {r} {s:.6f} bertctl\n"
+                             for r, (d, s) in enumerate(zip(docs, scores[q]), 1))
+        _, per_query = ranking.evaluate(run, qrels)
+        with open(Path(directory) / "per_query.tsv", "w", encoding="utf-8") as f:
+            f.write("query\t" + "\t".join(ranking.METRICS) + "\n")
+            f.writelines(f"{q}\t" + "\t".join(f"{m[k]:.6f}" for k in ranking.METRICS) + "\n"
+                         for q, m in per_query.items())
+        return ["run.trec", "per_query.tsv"]
+
+
+def search(predictions, examples: RetrievalExamples, k: int):
+    """(run, its scores, qrels, documents) for a BEIR set (`predictions` its parts' vectors,
+    queries first) or a file of pairs (each row's query against the distinct texts of the
+    other columns; its own positive relevant, its negatives judged 0)."""
+    if examples.kind == "beir":
+        queries, blocks = predictions[0], predictions[1:]
+        doc_ids = list(itertools.chain.from_iterable(examples.keys))
+        query_ids, qrels = examples.ids, examples.qrels
+    else:
+        queries = predictions[:, 0]
+        index: dict[str, int] = {}
+        rows = []
+        for r, keys in enumerate(examples.keys):
+            for j, key in enumerate(keys[1:], 1):
+                if key not in index:
+                    index[key] = len(index)
+                    rows.append((r, j))
+        vectors = np.stack([predictions[r, j] for r, j in rows])
+        blocks, doc_ids = [vectors], [f"d{i}" for i in range(len(index))]
+        query_ids = [f"q{r}" for r in range(len(queries))]
+        qrels = {}
+        for r, keys in enumerate(examples.keys):
+            judged = {f"d{index[key]}": 0 for key in keys[2:]}
+            judged[f"d{index[keys[1]]}"] = 1
+            qrels[query_ids[r]] = judged
+    top_s, top_i = ranking.search(queries, blocks, k)
+    run, scores = {}, {}
+    for q, s, i in zip(query_ids, top_s, top_i):
+        ranked = ranking.rank([doc_ids[j] for j in i], s.astype(np.float64).tolist())
+        run[q] = [d for d, _ in ranked]
+        scores[q] = [v for _, v in ranked]
+    return run, scores, qrels, len(doc_ids)
+
+
+register(Retrieval())

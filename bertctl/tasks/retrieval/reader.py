@@ -1,0 +1,212 @@
+"""The retrieval family's files, read into `RetrievalExamples`:
+
+- a table (TSV, CSV, JSON lines, Parquet) of pairs: the spec's text columns are the query, its
+  positive and any hard negatives; with the label column, graded scores of two texts (STS);
+  with one text column, each text is its own positive (SimCSE);
+- a plain text file (`.txt`): one text per line, each its own positive (SimCSE);
+- a BEIR directory: `corpus.jsonl` (`_id`, `title`, `text`), `queries.jsonl` (`_id`, `text`)
+  and `qrels/SPLIT.tsv` (`query-id`, `corpus-id`, `score`, with a header); the directory
+  stands for its test judgements (else dev, else the only file), a judgements file for itself.
+  Read as the queries the judgements name, then the corpus in parts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from bertctl.errors import BertctlError
+from bertctl.tasks import files
+
+QUERIES, CORPUS, QRELS = "queries.jsonl", "corpus.jsonl", "qrels"
+SPLITS = ("test", "dev", "train")
+
+
+@dataclasses.dataclass
+class RetrievalExamples:
+    """Texts to embed: `texts[i]` the sequences of example i (query, positive, negatives; a
+    scored pair; or one text of a BEIR file). `kind` is "pairs", "scored", "queries" or
+    "documents"; `scores` the graded scores of "scored"; `ids` the BEIR ids; `keys` each
+    text's digest (pairs: the same text is the same document); `qrels` the judgements (the
+    queries part of a BEIR directory carries them)."""
+
+    path: str
+    kind: str
+    texts: list[list[str]]
+    scores: np.ndarray | None = None
+    ids: list[str] | None = None
+    keys: list[list[str]] | None = None
+    qrels: dict[str, dict[str, int]] | None = None
+    ranking: object = None   # the search's result, kept once made (see the family's score)
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    @property
+    def labelled(self) -> bool:
+        return self.kind in ("scored", "pairs") or self.qrels is not None
+
+
+def digest(text: str) -> str:
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=12).hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------
+# Tables and text files
+
+
+def read_table_chunks(spec, path: Path, rows: int | None) -> Iterator[RetrievalExamples]:
+    with files.open_table(spec, path, in_memory=rows is None) as table:
+        if table.num_rows == 0:
+            raise BertctlError(f"{path}: no data rows")
+        columns = list(spec.text_columns) or ["query", "positive"]
+        files.require_columns(table, columns, path)
+        scored = spec.label_column is not None and spec.label_column in table.column_names
+        if scored and len(columns) != 2:
+            raise BertctlError(f"{path}: scores (column '{spec.label_column}') grade pairs of "
+                               f"two texts; {len(columns)} text columns given")
+        step = rows or table.num_rows
+        for start in range(0, table.num_rows, step):
+            part = table.slice(start, step)
+            cols = [files.text_column(part, c, path, first_row=start) for c in columns]
+            texts = [list(t) for t in zip(*cols)]
+            scores = (files.float_labels(part.column(spec.label_column).to_pylist(), path,
+                                         spec.label_column, start) if scored else None)
+            yield RetrievalExamples(str(path), "scored" if scored else "pairs", texts, scores,
+                                    keys=[[digest(t) for t in row] for row in texts])
+
+
+def read_text_chunks(path: Path, rows: int | None) -> Iterator[RetrievalExamples]:
+    """One text a line (blank lines skipped), each its own positive."""
+    texts: list[list[str]] = []
+    try:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                line = line.strip()
+                if line:
+                    texts.append([line])
+                if rows and len(texts) >= rows:
+                    yield RetrievalExamples(str(path), "pairs", texts)
+                    texts = []
+    except UnicodeDecodeError as exc:
+        raise BertctlError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise BertctlError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if texts:
+        yield RetrievalExamples(str(path), "pairs", texts)
+    elif not rows or path.stat().st_size == 0:
+        raise BertctlError(f"{path}: no texts")
+
+
+# ---------------------------------------------------------------------------------------------
+# BEIR
+
+
+def beir_files(data: Path) -> tuple[Path, Path]:
+    """(the directory, its judgements file) for a BEIR directory or one of its qrels files."""
+    if data.is_file() and data.parent.name == QRELS:
+        root, qrels = data.parent.parent, data
+    else:
+        root = data
+        found = {p.stem: p for p in sorted((data / QRELS).glob("*.tsv"))}
+        split = next((s for s in SPLITS if s in found), None)
+        if split is None and len(found) != 1:
+            raise BertctlError(f"{data / QRELS}: no judgements (qrels/test.tsv or dev.tsv); "
+                               f"give one file of qrels/ as the data")
+        qrels = found[split] if split else next(iter(found.values()))
+    for name in (CORPUS, QUERIES):
+        if not (root / name).is_file():
+            raise BertctlError(f"{root / name}: not found (a BEIR directory has {CORPUS}, "
+                               f"{QUERIES} and qrels/)")
+    return root, qrels
+
+
+def is_beir(data: Path) -> bool:
+    """A directory with any of a BEIR set's parts (the others' absence is then named), or a
+    file in its qrels/."""
+    return ((data.is_dir() and any((data / p).exists() for p in (CORPUS, QUERIES, QRELS)))
+            or (data.is_file() and data.parent.name == QRELS))
+
+
+def _jsonl(path: Path) -> Iterator[tuple[int, str, str]]:
+    """(line number, id, text) of a BEIR JSON-lines file; a title is put before its text."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                    doc_id, text = str(row["_id"]), str(row.get("text") or "")
+                except (ValueError, KeyError, TypeError) as exc:
+                    raise BertctlError(f"{path}: line {n}: not a JSON object with _id and text "
+                                       f"({type(exc).__name__})") from None
+                title = str(row.get("title") or "").strip()
+                text = f"{title} {text}".strip() if title else text.strip()
+                if not text:
+                    raise BertctlError(f"{path}: line {n}: document {doc_id!r} has no text")
+                yield n, doc_id, text
+    except UnicodeDecodeError as exc:
+        raise BertctlError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+
+
+def read_qrels(path: Path) -> dict[str, dict[str, int]]:
+    qrels: dict[str, dict[str, int]] = {}
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            cells = line.rstrip("\n").split("\t")
+            if n == 1 and cells[0] in ("query-id", "qid", "query_id"):
+                continue
+            if not line.strip():
+                continue
+            try:
+                q, d, r = cells[0], cells[1], int(float(cells[-1]))
+            except (IndexError, ValueError):
+                raise BertctlError(f"{path}: line {n}: expected query-id, corpus-id and an "
+                                   f"integer score, tab-separated") from None
+            if d in qrels.setdefault(q, {}):
+                raise BertctlError(f"{path}: line {n}: query {q!r} judges document {d!r} twice")
+            qrels[q][d] = r
+    if not qrels:
+        raise BertctlError(f"{path}: no judgements")
+    return qrels
+
+
+def read_beir_chunks(data: Path, rows: int | None) -> Iterator[RetrievalExamples]:
+    root, qrels_path = beir_files(data)
+    qrels = read_qrels(qrels_path)
+    queries: dict[str, str] = {}
+    for n, q, text in _jsonl(root / QUERIES):
+        if q in queries:
+            raise BertctlError(f"{root / QUERIES}: line {n}: query id {q!r} appears twice")
+        queries[q] = text
+    unknown = next((q for q in qrels if q not in queries), None)
+    if unknown is not None:
+        raise BertctlError(f"{qrels_path}: query {unknown!r} is not in {root / QUERIES}")
+    asked = [q for q in queries if q in qrels]
+    yield RetrievalExamples(str(qrels_path), "queries", [[queries[q]] for q in asked],
+                            ids=asked, qrels=qrels)
+    wanted = {d for judged in qrels.values() for d in judged}
+    seen: set[str] = set()
+    texts, ids = [], []
+    for n, d, text in _jsonl(root / CORPUS):
+        if d in seen:
+            raise BertctlError(f"{root / CORPUS}: line {n}: document id {d!r} appears twice")
+        seen.add(d)
+        texts.append([text])
+        ids.append(d)
+        if rows and len(texts) >= rows:
+            yield RetrievalExamples(str(root / CORPUS), "documents", texts, ids=ids)
+            texts, ids = [], []
+    if not seen:
+        raise BertctlError(f"{root / CORPUS}: no documents")
+    missing = next((d for d in sorted(wanted) if d not in seen), None)
+    if missing is not None:
+        raise BertctlError(f"{qrels_path}: document {missing!r} is not in {root / CORPUS}")
+    if texts:
+        yield RetrievalExamples(str(root / CORPUS), "documents", texts, ids=ids)

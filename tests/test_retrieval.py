@@ -1,0 +1,372 @@
+"""The retrieval family (#53): the losses against their plain definitions, cached negatives
+against the uncached gradients, the model directory as sentence-transformers reads it (bert and
+modernbert), every ranking metric against trec_eval (pytrec_eval) on a run with ties and
+unjudged documents, the streamed search against a brute-force top-k, the worked example of the
+README, and the bad inputs."""
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from bertctl.model import BertConfig, build
+from bertctl.model.contrastive import cosent, info_nce
+from bertctl.tasks.retrieval import ranking
+
+from conftest import EXAMPLES, FIXTURES, TINY_MODEL, _made, one_line_error
+from tolerance import EPS32, TINY_MODEL as TINY_TOL, fp32_sum
+
+RET = EXAMPLES / "retrieval"
+TEXTS = ["The Normans gave their name to Normandy.", "A fox jumps over the lazy dog.",
+         "short", "Computational complexity theory classifies problems by difficulty."]
+
+
+# ---- the losses, against their definitions ---------------------------------------------------
+
+def _cos(a, b):
+    return float(np.dot(a, b) / np.linalg.norm(a) / np.linalg.norm(b))
+
+
+def test_in_batch_negatives_equal_their_definition():
+    """Query i against every document of the batch (B x K of them): -log softmax at its own
+    positive, averaged; symmetric adds each positive against every query."""
+    rng = np.random.default_rng(0)
+    q, d = rng.normal(size=(4, 8)), rng.normal(size=(4, 3, 8))
+    docs = d.reshape(12, 8)
+    want = []
+    for i in range(4):
+        s = np.array([20 * _cos(q[i], x) for x in docs])
+        want.append(-(s[3 * i] - math.log(np.exp(s).sum())))
+    back = []
+    for j in range(4):
+        s = np.array([20 * _cos(q[i], d[j, 0]) for i in range(4)])
+        back.append(-(s[j] - math.log(np.exp(s).sum())))
+    got = info_nce(torch.tensor(q), torch.tensor(d), 20.0)
+    sym = info_nce(torch.tensor(q), torch.tensor(d), 20.0, symmetric=True)
+    # float32 similarities of size up to 20 summed over 12 candidates: fp32_sum(12, 20)
+    assert got.item() == pytest.approx(np.mean(want), abs=fp32_sum(12, 20))
+    assert sym.item() == pytest.approx((np.mean(want) + np.mean(back)) / 2, abs=fp32_sum(12, 20))
+
+
+def test_cosent_equals_its_definition():
+    """log(1 + sum over pairs (i, j) with gold_i > gold_j of exp(scale (cos_j - cos_i)))."""
+    rng = np.random.default_rng(1)
+    a, b = rng.normal(size=(6, 5)), rng.normal(size=(6, 5))
+    gold = np.array([0.0, 1.5, 1.5, 3.0, 4.2, 5.0])
+    cos = [_cos(x, y) for x, y in zip(a, b)]
+    terms = [math.exp(20 * (cos[j] - cos[i])) for i in range(6) for j in range(6)
+             if gold[i] > gold[j]]
+    want = math.log(1 + sum(terms))
+    got = cosent(torch.tensor(a), torch.tensor(b), torch.tensor(gold), 20.0)
+    assert got.item() == pytest.approx(want, abs=fp32_sum(len(terms), 40))
+
+
+def _tiny_embedder(**kwargs):
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=60, hidden_size=16, num_hidden_layers=2,
+                        num_attention_heads=2, intermediate_size=32, max_position_embeddings=32,
+                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    return build("embedding", config, **kwargs)
+
+
+@pytest.mark.parametrize("loss", ["infonce", "symmetric", "cosent"])
+def test_cached_negatives_give_the_gradients_of_the_whole_batch(loss):
+    """GradCache (micro-batches of 5 sequences of a batch of 8 x 3) against the batch in one
+    pass: the same loss and gradients. Tolerance: each gradient sums the same float32 terms in
+    another grouping (5-sequence blocks), tiny-model sized (TINY_MODEL, 1e-5)."""
+    model = _tiny_embedder(loss=loss)
+    ids = torch.randint(5, 60, (8, 3 if loss != "cosent" else 2, 10))
+    mask = torch.ones_like(ids)
+    mask[:, :, 7:] = 0
+    labels = torch.rand(8) * 5 if loss == "cosent" else None
+
+    def run(cache):
+        model.zero_grad()
+        model.cache_negatives = cache
+        out = model.train()(input_ids=ids, attention_mask=mask, labels=labels)
+        out["loss"].backward()
+        return out["loss"].item(), {k: p.grad.clone() for k, p in model.named_parameters()}
+
+    whole, cached = run(0), run(5)
+    assert cached[0] == pytest.approx(whole[0], abs=TINY_TOL["atol"])
+    for name, grad in whole[1].items():
+        torch.testing.assert_close(cached[1][name], grad, **TINY_TOL, msg=name)
+
+
+def test_cached_negatives_replay_the_dropout_of_their_first_pass():
+    """With dropout on, the backward's second pass must see the masks of the first: the
+    gradient then equals that of a loss on vectors computed with those very masks."""
+    model = _tiny_embedder(cache_negatives=4)
+    model.config.hidden_dropout_prob = 0.3
+    for m in model.modules():
+        if hasattr(m, "p") and isinstance(m.p, float):
+            m.p = 0.3
+    ids = torch.randint(5, 60, (6, 2, 9))
+    torch.manual_seed(3)
+    out = model.train()(input_ids=ids)
+    out["loss"].backward()
+    cached = {k: p.grad.clone() for k, p in model.named_parameters()}
+    model.zero_grad()
+    torch.manual_seed(3)   # the same masks, micro-batch by micro-batch, with graphs kept
+    flat = ids.reshape(-1, 9)
+    vectors = torch.cat([model.embed(flat[i:i + 4]) for i in range(0, 12, 4)]).reshape(6, 2, -1)
+    info_nce(vectors[:, 0], vectors[:, 1:], model.scale).backward()
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(cached[name], p.grad, **TINY_TOL, msg=name)
+
+
+# ---- ranking ---------------------------------------------------------------------------------
+
+def _random_run(seed=0):
+    import random
+
+    rng = random.Random(seed)
+    docs = [f"d{i}" for i in range(150)]
+    qrels, run = {}, {}
+    for q in range(30):
+        judged = {d: rng.choice([0, 1, 2, 3]) for d in rng.sample(docs, rng.randint(1, 12))}
+        if q == 3:   # judgements but nothing relevant
+            judged = dict.fromkeys(judged, 0)
+        qrels[f"q{q}"] = judged
+        # ties on purpose (five score values), and retrieved documents nobody judged
+        run[f"q{q}"] = {d: rng.choice([0.1, 0.2, 0.3, 0.5, 0.9]) for d in rng.sample(docs, 120)}
+    return qrels, run
+
+
+def test_every_metric_equals_trec_eval_with_ties_and_unjudged_documents():
+    pytrec_eval = pytest.importorskip("pytrec_eval")
+    qrels, scores = _random_run()
+    ranked = {q: ranking.rank(list(s), list(s.values())) for q, s in scores.items()}
+    means, per_query = ranking.evaluate({q: [d for d, _ in r] for q, r in ranked.items()}, qrels)
+    ref = pytrec_eval.RelevanceEvaluator(
+        qrels, {"ndcg_cut.10", "recall.10", "recall.100", "map"}).evaluate(scores)
+    # MRR@10 is trec_eval's recip_rank of the run cut to its first 10
+    cut = {q: dict(r[:10]) for q, r in ranked.items()}
+    rr = pytrec_eval.RelevanceEvaluator(qrels, {"recip_rank"}).evaluate(cut)
+    pairs = [("ndcg@10", "ndcg_cut_10", ref), ("recall@10", "recall_10", ref),
+             ("recall@100", "recall_100", ref), ("map", "map", ref), ("mrr@10", "recip_rank", rr)]
+    for q in qrels:
+        for ours, theirs, src in pairs:
+            assert per_query[q][ours] == pytest.approx(src[q][theirs], abs=1e-6), (q, ours)
+    for ours, theirs, src in pairs:
+        assert means[ours] == pytest.approx(np.mean([src[q][theirs] for q in qrels]), abs=1e-6)
+    assert per_query["q3"] == dict.fromkeys(ranking.METRICS, 0.0)
+
+
+def test_the_streamed_search_equals_a_brute_force_top_k(monkeypatch):
+    """Blocks of 7 documents and 3 queries, against every score sorted at once."""
+    monkeypatch.setattr(ranking, "DOC_BLOCK", 7)
+    monkeypatch.setattr(ranking, "QUERY_BLOCK", 3)
+    rng = np.random.default_rng(2)
+    q, d = rng.normal(size=(10, 6)), rng.normal(size=(50, 6))
+    scores, idx = ranking.search(q, [d[:23], d[23:]], k=12)
+    unit = lambda x: x / np.linalg.norm(x, axis=1, keepdims=True)   # noqa: E731
+    full = unit(q) @ unit(d).T
+    want = np.argsort(-full, axis=1)[:, :12]
+    np.testing.assert_array_equal(idx, want)
+    # float32 cosines (6 terms) against float64's
+    np.testing.assert_allclose(scores, np.take_along_axis(full, want, 1), atol=fp32_sum(6))
+    assert ranking.search(q, [d[:5]], k=12)[1].shape == (10, 5)   # fewer documents than k
+
+
+# ---- the stages --------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def minilm_search(tmp_path_factory, minilm_dir):
+    """The README's worked example: all-MiniLM-L6-v2 fine-tuned on the example pairs."""
+    return _made(tmp_path_factory, "search", "finetune", minilm_dir, RET / "train.tsv",
+                 "--task", "retrieval", "--steps", "4", "--batch-size", "16",
+                 "--max-seq-length", "128")
+
+
+def test_the_worked_example_trains_and_is_scored_against_trec_eval(cli, minilm_search, tmp_path):
+    pytrec_eval = pytest.importorskip("pytrec_eval")
+    out = tmp_path / "ev"
+    r = cli("eval", minilm_search, RET / "beir", "--out", out)
+    assert r.exit_code == 0, r.stderr
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["queries"] == 232 and metrics["documents"] == 173
+    assert 0.3 < metrics["ndcg@10"] <= 1
+    run: dict[str, dict[str, float]] = {}
+    for line in (out / "run.trec").read_text().splitlines():
+        q, _, d, rank, score, _ = line.split()
+        run.setdefault(q, {})[d] = float(score)
+    assert {len(v) for v in run.values()} == {100}
+    qrels: dict[str, dict[str, int]] = {}
+    for line in (RET / "beir" / "qrels" / "test.tsv").read_text().splitlines()[1:]:
+        q, d, s = line.split("\t")
+        qrels.setdefault(q, {})[d] = int(s)
+    ref = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10", "map", "recall.100"}).evaluate(run)
+    for ours, theirs in (("ndcg@10", "ndcg_cut_10"), ("map", "map"), ("recall@100", "recall_100")):
+        assert metrics[ours] == pytest.approx(np.mean([v[theirs] for v in ref.values()]), abs=1e-6)
+    per_query = (out / "per_query.tsv").read_text().splitlines()
+    assert per_query[0].split("\t") == ["query", *ranking.METRICS] and len(per_query) == 233
+
+
+def _st_equals_embed(cli, model, tmp_path, atol):
+    st = pytest.importorskip("sentence_transformers")
+    data = tmp_path / "texts.txt"
+    data.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    r = cli("embed", model, data, "--out", tmp_path / "emb", "--precision", "fp32")
+    assert r.exit_code == 0, r.stderr
+    ours = np.load(tmp_path / "emb" / "vectors-00000.npy")
+    theirs = st.SentenceTransformer(str(model), device="cpu").encode(TEXTS)
+    np.testing.assert_allclose(ours, theirs, atol=atol, rtol=0)
+
+
+def test_a_fine_tuned_model_is_what_sentence_transformers_encodes(cli, minilm_search, tmp_path):
+    """Tolerance: MiniLM (6 layers) in float32 two ways (MODEL's reasoning) on unit vectors
+    whose entries are about 0.05: 1e-5 absolute."""
+    config = json.loads((minilm_search / "config.json").read_text())
+    assert config["bertctl_embedding"] == {"pooling": "mean", "normalize": True}
+    _st_equals_embed(cli, minilm_search, tmp_path, atol=1e-5)
+
+
+def test_a_sentence_transformers_model_is_read_with_its_own_pooling(cli, minilm_dir, tmp_path):
+    _st_equals_embed(cli, minilm_dir, tmp_path, atol=1e-5)
+
+
+@pytest.mark.parametrize("architecture", ["bert", "modernbert"])
+def test_both_architectures_train_cls_pooled_models_sentence_transformers_reads(
+        cli, tmp_path, architecture, continuous_data, tiny_pretrained):
+    if architecture == "modernbert":
+        base = _made_modern(tmp_path, continuous_data)
+    else:
+        base = tiny_pretrained
+    out = tmp_path / "ft"
+    r = cli("finetune", base, RET / "train.tsv", "--task", "retrieval", "--steps", "2",
+            "--batch-size", "8", "--max-seq-length", "64", "--pooling", "cls", "--no-normalize",
+            "--out", out)
+    assert r.exit_code == 0, r.stderr
+    pooling = json.loads((out / "1_Pooling" / "config.json").read_text())
+    assert pooling["pooling_mode_cls_token"] and not pooling["pooling_mode_mean_tokens"]
+    assert "2_Normalize" not in (out / "modules.json").read_text()
+    # tiny models (TINY_MODEL's reasoning) on vectors of size about 1
+    _st_equals_embed(cli, out, tmp_path, atol=TINY_TOL["atol"])
+
+
+def _made_modern(tmp_path, data):
+    from conftest import invoke
+
+    out = tmp_path / "modern"
+    r = invoke("pretrain", data, "--objective", "mlm", "--architecture", "modernbert",
+               "--model-size", "tiny", "--hidden-size", "32", "--num-attention-heads", "2",
+               "--intermediate-size", "48", "--max-position-embeddings", "256", "--steps", "2",
+               "--batch-size", "8", "--out", out)
+    assert r.exit_code == 0, r.stderr
+    return out
+
+
+def test_scored_pairs_train_cosent_and_score_like_sentence_transformers(cli, minilm_dir,
+                                                                        tmp_path):
+    st = pytest.importorskip("sentence_transformers")
+    from sentence_transformers.evaluation import EmbeddingSimilarityEvaluator
+
+    sts = FIXTURES / "glue" / "STS-B"
+    r = cli("eval", minilm_dir, sts / "dev.tsv", "--task", "glue/sts-b-cosine",
+            "--out", tmp_path / "ev")
+    assert r.exit_code == 0, r.stderr
+    ours = json.loads((tmp_path / "ev" / "metrics.json").read_text())
+    rows = [x.split("\t") for x in (sts / "dev.tsv").read_text().splitlines()]
+    head = rows[0]
+    cols = [head.index(c) for c in ("sentence1", "sentence2", "score")]
+    a, b, s = zip(*[(x[cols[0]], x[cols[1]], float(x[cols[2]])) for x in rows[1:]])
+    theirs = EmbeddingSimilarityEvaluator(list(a), list(b), list(s))(
+        st.SentenceTransformer(str(minilm_dir), device="cpu"))
+    # correlations of float32 cosines of 100 pairs: ranks agree; Pearson to float32's
+    assert ours["spearman"] == pytest.approx(theirs["spearman_cosine"], abs=1e-6)
+    assert ours["pearson"] == pytest.approx(theirs["pearson_cosine"], abs=100 * EPS32)
+    r = cli("finetune", minilm_dir, sts, "--task", "glue/sts-b-cosine", "--steps", "2",
+            "--batch-size", "8", "--out", tmp_path / "ft")
+    assert r.exit_code == 0, r.stderr
+    assert json.loads((tmp_path / "ft" / "artifact.json").read_text())["config"]["task"] == \
+        "glue/sts-b-cosine"
+
+
+def test_simcse_from_a_plain_text_file(cli, tiny_pretrained, tmp_path):
+    text = tmp_path / "corpus.txt"
+    text.write_text("\n".join(TEXTS * 4) + "\n\n", encoding="utf-8")
+    r = cli("finetune", tiny_pretrained, text, "--task", "retrieval", "--steps", "2",
+            "--batch-size", "4", "--cache-negatives", "3", "--out", tmp_path / "m")
+    assert r.exit_code == 0, r.stderr
+    records = [json.loads(x) for x in (tmp_path / "m" / "metrics.jsonl").read_text().splitlines()]
+    assert all(math.isfinite(x["loss"]) and x["loss"] > 0 for x in records if "loss" in x)
+
+
+# ---- bad input ----------------------------------------------------------------------------
+
+def _beir(tmp_path, edit):
+    d = tmp_path / "beir"
+    shutil.copytree(RET / "beir", d)
+    edit(d)
+    return d
+
+
+def _append(path: Path, text: str):
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(text)
+
+
+BAD = {
+    "unknown document": (lambda d: _append(d / "qrels" / "test.tsv", "56e16182e3433e1400422e28"
+                                                                      "\tnope-1\t1\n"),
+                         "test.tsv", "'nope-1' is not in"),
+    "unknown query": (lambda d: _append(d / "qrels" / "test.tsv", "q-none\tNormans-0\t1\n"),
+                      "test.tsv", "'q-none' is not in"),
+    "duplicate document": (lambda d: _append(d / "corpus.jsonl", json.dumps(
+        {"_id": "Normans-0", "text": "again"}) + "\n"), "corpus.jsonl", "appears twice"),
+    "duplicate query": (lambda d: _append(d / "queries.jsonl", json.dumps(
+        {"_id": "56ddde6b9a695914005b9628", "text": "again"}) + "\n"), "queries.jsonl",
+                        "appears twice"),
+    "empty text": (lambda d: _append(d / "corpus.jsonl", json.dumps(
+        {"_id": "blank", "title": "", "text": "  "}) + "\n"), "corpus.jsonl", "has no text"),
+    "no documents": (lambda d: (d / "corpus.jsonl").write_text(""), "corpus.jsonl",
+                     "no documents"),
+    "no corpus": (lambda d: (d / "corpus.jsonl").unlink(), "corpus.jsonl", "not found"),
+    "bad judgement": (lambda d: _append(d / "qrels" / "test.tsv", "x\n"), "test.tsv",
+                      "line 234"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_a_bad_beir_set_is_one_line_naming_the_file(cli, minilm_dir, tmp_path, case):
+    edit, name, words = BAD[case]
+    data = _beir(tmp_path, edit)
+    r = cli("eval", minilm_dir, data, "--task", "retrieval", "--out", tmp_path / "ev")
+    # one error line (the log of the model loaded may precede it: the files are read as they
+    # are embedded, a part at a time), exit 2, nothing written
+    assert r.exit_code == 2, r.stderr
+    errors = [x for x in r.stderr.splitlines() if x.startswith("error:")]
+    assert len(errors) == 1 and name in errors[0] and words in errors[0], r.stderr
+    assert not (tmp_path / "ev").exists()
+
+
+def test_scores_given_to_the_in_batch_loss_are_refused(cli, minilm_dir, tmp_path):
+    r = cli("finetune", minilm_dir, FIXTURES / "glue" / "STS-B", "--task", "glue/sts-b-cosine",
+            "--loss", "infonce", "--steps", "1", "--out", tmp_path / "m")
+    one_line_error(r, "infonce", "CoSENT")
+    assert not (tmp_path / "m").exists()
+
+
+def test_a_classifier_is_not_scored_as_a_retrieval_model(cli, tiny_pretrained, tmp_path):
+    clf = _made(tmp_path_factory_like(tmp_path), "clf", "finetune", tiny_pretrained,
+                FIXTURES / "glue" / "SST-2", "--task", "glue/sst2", "--steps", "1",
+                "--batch-size", "4", *[])
+    r = cli("eval", clf, RET / "beir", "--task", "retrieval", "--out", tmp_path / "ev")
+    one_line_error(r, str(clf), "retrieval reads an embedding model or an encoder")
+
+
+def tmp_path_factory_like(tmp_path):
+    class Factory:
+        def mktemp(self, name):
+            p = tmp_path / name
+            p.mkdir()
+            return p
+    return Factory()
+
+
+_ = TINY_MODEL   # (the tiny size flags, for reference: the fixtures' models use them)
