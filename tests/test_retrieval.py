@@ -112,8 +112,9 @@ def test_cached_negatives_replay_the_dropout_of_their_first_pass():
     cached = {k: p.grad.clone() for k, p in model.named_parameters()}
     model.zero_grad()
     torch.manual_seed(3)   # the same masks, micro-batch by micro-batch, with graphs kept
-    flat = ids.reshape(-1, 9)
-    vectors = torch.cat([model.embed(flat[i:i + 4]) for i in range(0, 12, 4)]).reshape(6, 2, -1)
+    flat = ids.transpose(0, 1).reshape(-1, 9)   # (the model embeds column by column)
+    vectors = torch.cat([model.embed(flat[i:i + 4]) for i in range(0, 12, 4)])
+    vectors = vectors.reshape(2, 6, -1).transpose(0, 1)
     info_nce(vectors[:, 0], vectors[:, 1:], model.scale).backward()
     for name, p in model.named_parameters():
         torch.testing.assert_close(cached[name], p.grad, **TINY_TOL, msg=name)
@@ -370,3 +371,18 @@ def tmp_path_factory_like(tmp_path):
 
 
 _ = TINY_MODEL   # (the tiny size flags, for reference: the fixtures' models use them)
+
+
+def test_an_export_is_evaluated_the_same_way(cli, minilm_search, tmp_path):
+    """The ONNX graph embeds one text a row; its search scores as the PyTorch model's. The
+    metrics are of rankings: float32 scores from two runtimes (MODEL's 1e-4 apart) may swap
+    two documents whose cosines differ by less, so the figures agree to 0.01, not bitwise."""
+    pytest.importorskip("onnxruntime")
+    assert cli("export", minilm_search, "--out", tmp_path / "onnx").exit_code == 0
+    figures = {}
+    for name, model in (("onnx", tmp_path / "onnx"), ("torch", minilm_search)):
+        r = cli("eval", model, RET / "beir", "--out", tmp_path / f"ev-{name}")
+        assert r.exit_code == 0, r.stderr
+        figures[name] = json.loads((tmp_path / f"ev-{name}" / "metrics.json").read_text())
+    for metric in ranking.METRICS:
+        assert figures["onnx"][metric] == pytest.approx(figures["torch"][metric], abs=0.01)

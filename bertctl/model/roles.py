@@ -183,7 +183,9 @@ class Embedder:
     normalisation are the model's (config.json's `bertctl_embedding`, or a sentence-transformers
     directory's Pooling and Normalize modules); the loss settings are only the training's."""
 
-    input_rank = 3
+    # An export embeds one text a row (a search index's queries and documents); pairs and
+    # training batches are (B, K, T) in PyTorch only.
+    input_rank = 2
     # Its pooling is read from any config that has one, a sentence-transformers model's too
     # (whose config.json names the bare encoder).
     kwargs_from_any_config = True
@@ -204,23 +206,42 @@ class Embedder:
         vectors = contrastive.pool(hidden, attention_mask, self.pooling)
         return F.normalize(vectors.float(), dim=-1) if self.normalize else vectors
 
+    def _trimmed(self, input_ids, token_type_ids=None, attention_mask=None) -> torch.Tensor:
+        """`embed` of rows cut to their longest real sequence (padding changes no vector)."""
+        if attention_mask is not None:
+            width = max(int(attention_mask.sum(-1).max()), 1)
+            input_ids, attention_mask = input_ids[:, :width], attention_mask[:, :width]
+            token_type_ids = None if token_type_ids is None else token_type_ids[:, :width]
+        return self.embed(input_ids, token_type_ids, attention_mask)
+
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None,
                 labels: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         shape = input_ids.shape
-        flat = [None if t is None else t.reshape(-1, shape[-1])
-                for t in (input_ids, token_type_ids, attention_mask)]
+        k = shape[1] if len(shape) == 3 else 1
+        # Column by column (all queries, then all positives, ...), each group cut to its own
+        # longest sequence: a batch pads its short queries to its long passages otherwise.
+        flat = [None if t is None else t.transpose(0, 1).reshape(-1, shape[-1])
+                if len(shape) == 3 else t for t in (input_ids, token_type_ids, attention_mask)]
         n = flat[0].shape[0]
-        if (self.training and torch.is_grad_enabled() and 0 < self.cache_negatives < n):
-            if torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
-                # DDP's gradient hooks fire once per parameter and step; the replay in the
-                # backward pass fires them once per micro-batch.
-                raise BertctlError("--cache-negatives runs in one process (not yet under "
-                                   "torchrun); each process's batch is its own negatives")
-            vectors = contrastive.cached_encoding(self.embed, flat, self.cache_negatives)
-        else:
+        cached = self.training and torch.is_grad_enabled() and 0 < self.cache_negatives < n
+        if cached and torch.distributed.is_initialized() \
+                and torch.distributed.get_world_size() > 1:
+            # DDP's gradient hooks fire once per parameter and step; the replay in the
+            # backward pass fires them once per micro-batch.
+            raise BertctlError("--cache-negatives runs in one process (not yet under "
+                               "torchrun); each process's batch is its own negatives")
+        if cached:
+            vectors = contrastive.cached_encoding(self._trimmed, flat, self.cache_negatives)
+        elif len(shape) == 2:   # one text a row (inference, an export's graph): as given
             vectors = self.embed(*flat)
-        out = {"embeddings": vectors.reshape(*shape[:-1], -1)}
+        else:
+            step = n // k
+            vectors = torch.cat([self._trimmed(*[None if t is None else t[i:i + step]
+                                                 for t in flat]) for i in range(0, n, step)])
+        if len(shape) == 3:
+            vectors = vectors.reshape(k, shape[0], -1).transpose(0, 1)
+        out = {"embeddings": vectors}
         if self.training and len(shape) == 3 and shape[1] >= 2:
             e = out["embeddings"]
             if labels is not None:
