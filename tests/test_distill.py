@@ -24,7 +24,7 @@ from bertctl.train.settings import TrainSettings
 from bertctl.distillation import Distiller, soft_loss
 
 from conftest import FAMILY_DATA, FIXTURES, one_line_error
-from tolerance import EPS32, MODEL, TINY_MODEL, fp32_kl, fp32_sum
+from tolerance import EPS32, MODEL_FP32, TINY_FP32, fp32_kl, fp32_sum
 
 GLUE = FIXTURES / "glue"
 KILLPOINT = Path(__file__).parent / "faults" / "killpoint.py"
@@ -292,9 +292,9 @@ def _cached_equals_live(cli, tmp_path, teacher, train, *flags) -> None:
     # The teacher's logits come from batches of other widths (tiny-model outputs, TINY_MODEL
     # apart); the losses follow them, and four Adam steps move each weight by at most
     # 4 * lr = 2e-4 in any case, so a weight differs by a share of that: MODEL's 1e-4.
-    np.testing.assert_allclose(runs["on"][0], runs["off"][0], **TINY_MODEL)
+    np.testing.assert_allclose(runs["on"][0], runs["off"][0], **TINY_FP32)
     for name, value in runs["off"][1].items():
-        np.testing.assert_allclose(runs["on"][1][name], value, **MODEL, err_msg=name)
+        np.testing.assert_allclose(runs["on"][1][name], value, **MODEL_FP32, err_msg=name)
 
 
 def test_the_cache_is_used_where_the_set_is_read_again(teachers, tmp_path, cli):

@@ -24,6 +24,7 @@ from bertctl.model import (BertConfig, BertForMultipleChoice, BertForPreTraining
 from bertctl.stages.common.models import write_model
 
 from conftest import FIXTURES
+from tolerance import MODEL_FP32  # (each tolerance's reason)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -161,7 +162,7 @@ def test_pair_logits_equal_transformers(models, minilm_dir):
     out = evaluation.predict(model, evaluation.task_batches(features, 7, tasks.get("pair")), "cpu",
                              "fp32")
     expected = hf_logits(models["mrpc"], column(data, "#1 String"), column(data, "#2 String"))
-    np.testing.assert_allclose(out["logits"], expected, atol=1e-4, rtol=1e-4)
+    np.testing.assert_allclose(out["logits"], expected, **MODEL_FP32)
 
 
 # ---------------------------------------------------------------------------------------------

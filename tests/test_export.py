@@ -22,6 +22,7 @@ from bertctl.errors import BertctlError  # noqa: E402
 from bertctl.model import BertConfig, BertForTokenClassification, BertModel  # noqa: E402
 
 from conftest import FAMILY_DATA, FIXTURES  # noqa: E402
+from tolerance import MODEL_FP32  # (each tolerance's reason)
 
 GLUE = FIXTURES / "glue"
 FAMILIES = FAMILY_DATA   # family: (finetune's data and flags, the check / eval data)
@@ -174,12 +175,11 @@ def test_dynamic_axes_one_file_any_batch_and_length(tmp_path):
         got = runner(ids, types, mask)["logits"]
         assert got.shape == ref.shape
         real = mask.bool()
-        torch.testing.assert_close(got[real], ref[real], atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(got[real], ref[real], **MODEL_FP32)
     # no mask and no segments given (a batch without padding): ones and zeros, as PyTorch
     ids = torch.randint(5, 500, (3, 9))
     with torch.no_grad():
-        torch.testing.assert_close(runner(ids)["logits"], model(ids)["logits"], atol=1e-4,
-                                   rtol=1e-4)
+        torch.testing.assert_close(runner(ids)["logits"], model(ids)["logits"], **MODEL_FP32)
 
 
 def test_encoder_export_feeds_embed(tiny_pretrained, finetuned, tmp_path, cli):
@@ -309,7 +309,7 @@ def test_frozen_bilstm_head_is_refused_in_one_line(tmp_path):
     with torch.no_grad():
         ref = linear(ids)["logits"]
     torch.testing.assert_close(onnx_model.OnnxModel(path, threads=1)(ids)["logits"], ref,
-                               atol=1e-4, rtol=1e-4)
+                               **MODEL_FP32)
 
 
 def test_encoder_outputs_match_pytorch(tmp_path):
@@ -327,5 +327,5 @@ def test_encoder_outputs_match_pytorch(tmp_path):
     with torch.no_grad():
         ref = model(ids, None, mask, output_hidden_states=True)
     for a, b in zip(got["hidden_states"], ref["hidden_states"]):
-        torch.testing.assert_close(a[mask.bool()], b[mask.bool()], atol=1e-4, rtol=1e-4)
-    torch.testing.assert_close(got["pooler_output"], ref["pooler_output"], atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(a[mask.bool()], b[mask.bool()], **MODEL_FP32)
+    torch.testing.assert_close(got["pooler_output"], ref["pooler_output"], **MODEL_FP32)

@@ -24,10 +24,12 @@ from bertctl.model import (
     save_model,
 )
 
+from tolerance import TINY_FP32  # noqa: E402
+
 transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()
 
-ATOL = 1e-5
+ATOL = TINY_FP32["atol"]   # these sizes are tiny models (tests/tolerance.py says why 1e-5)
 VOCAB = 120
 
 # Sizes that exercise several head widths and depths; intermediate != 4H once on purpose.

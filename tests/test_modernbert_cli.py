@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from conftest import CORPUS, FAMILY_DATA, _made, one_line_error
+from tolerance import MODEL_FP32, TINY_FP32  # (each tolerance's reason)
 
 TINY_MODERN = ["--architecture", "modernbert", "--model-size", "tiny", "--hidden-size", "32",
                "--num-attention-heads", "2", "--intermediate-size", "48",
@@ -55,7 +56,7 @@ def test_pretrained_modernbert_is_what_transformers_loads(modern):
         got = ours.eval()(enc["input_ids"], None, enc["attention_mask"])["mlm_logits"]
         ref = hf(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).logits
     real = enc["attention_mask"].bool()
-    torch.testing.assert_close(got[real], ref[real], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got[real], ref[real], **TINY_FP32)
 
 
 def test_pretraining_metrics_of_a_modernbert(cli, modern, continuous_data, tmp_path):
@@ -120,7 +121,7 @@ def test_exported_modernbert_encoder_equals_transformers(modern, cli, tmp_path):
         ref = hf(input_ids=ids, attention_mask=mask, output_hidden_states=True)
     real = mask.bool()
     for a, b in zip(got["hidden_states"], ref.hidden_states):
-        torch.testing.assert_close(a[real], b[real], atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(a[real], b[real], **MODEL_FP32)
 
 
 def test_embed_and_distill_take_a_modernbert(modern, modern_tasks, cli, tmp_path):

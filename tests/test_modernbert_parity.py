@@ -12,6 +12,7 @@ import torch
 
 from bertctl.model import build, load_model, save_model
 from bertctl.model.modernbert import ModernBertConfig
+from tolerance import TINY_FP32  # (each tolerance's reason)
 
 transformers = pytest.importorskip("transformers")
 
@@ -48,7 +49,7 @@ def _batch(T: int, seed: int = 0):
 
 
 def _close(a, b, real):
-    torch.testing.assert_close(a[real], b[real], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(a[real], b[real], **TINY_FP32)
 
 
 @pytest.mark.parametrize("T", LENGTHS)
@@ -109,7 +110,7 @@ def test_transformers_heads_load_into_ours_and_agree(role, pooling, tmp_path):
         elif role == "token_classification":
             _close(got["logits"], ref.logits, real)
         else:
-            torch.testing.assert_close(got["logits"], ref.logits, atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(got["logits"], ref.logits, **TINY_FP32)
 
 
 def test_multiple_choice_agrees_with_transformers(tmp_path):
@@ -126,7 +127,7 @@ def test_multiple_choice_agrees_with_transformers(tmp_path):
     with torch.no_grad():
         got = ours.eval()(ids, None, mask)["logits"]
         ref = theirs(input_ids=ids, attention_mask=mask).logits
-    torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got, ref, **TINY_FP32)
 
 
 @pytest.mark.parametrize("lengths", [(9, 30), (50, 70, 11), (130, 170)])
@@ -151,8 +152,7 @@ def test_a_packed_row_keeps_its_sequences_apart_in_every_window(lengths):
         start = 0
         for seq in seqs:
             alone = model(seq[None])["last_hidden_state"][0]
-            torch.testing.assert_close(packed[start:start + len(seq)], alone, atol=1e-5,
-                                       rtol=1e-5)
+            torch.testing.assert_close(packed[start:start + len(seq)], alone, **TINY_FP32)
             start += len(seq)
     assert torch.isfinite(packed).all()   # padding rows too (they see themselves)
 

@@ -12,6 +12,7 @@ import torch
 from bertctl.data.pretraining_dataset import PretrainingDataset
 
 from conftest import CORPUS, FIXTURES, TINY_MODEL
+from tolerance import MODEL_FP32, TINY_FP32  # (each tolerance's reason)
 
 
 def test_mlm_trains_a_masked_lm_that_transformers_loads_alike(mlm_model, continuous_data):
@@ -35,7 +36,7 @@ def test_mlm_trains_a_masked_lm_that_transformers_loads_alike(mlm_model, continu
                            attention_mask=batch["attention_mask"]).logits
         mine = ours.eval()(batch["input_ids"], batch["token_type_ids"],
                            batch["attention_mask"])["mlm_logits"]
-    torch.testing.assert_close(mine, theirs, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(mine, theirs, **MODEL_FP32)
 
 
 def test_mlm_refuses_next_sentence_data(cli, pretrain_data, tmp_path):
@@ -126,7 +127,7 @@ def test_training_dropout_is_set_everywhere_and_the_config_kept():
         model.train()
         assert not torch.allclose(model(*args)["mlm_logits"], reference)   # dropout at 0.1
         set_training_dropout(model, 0.0)
-        torch.testing.assert_close(model(*args)["mlm_logits"], reference, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(model(*args)["mlm_logits"], reference, **TINY_FP32)
     assert model.config.hidden_dropout_prob == model.config.attention_probs_dropout_prob == 0.1
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from conftest import TINY_MODEL, one_line_error
+from tolerance import TINY_FP32  # (each tolerance's reason)
 
 KILLPOINT = Path(__file__).parent / "faults" / "killpoint.py"
 SAVE_CHECKPOINT = "bertctl.train.checkpoint:save_checkpoint"
@@ -41,7 +42,7 @@ def test_pretrained_artifact_loads_in_transformers(tiny_pretrained, pretrain_dat
         mine = ours.eval()(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
         theirs = hf(input_ids=batch["input_ids"], token_type_ids=batch["token_type_ids"],
                     attention_mask=batch["attention_mask"])
-    torch.testing.assert_close(mine["mlm_logits"], theirs.prediction_logits, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(mine["mlm_logits"], theirs.prediction_logits, **TINY_FP32)
     tok = transformers.BertTokenizerFast.from_pretrained(str(tiny_pretrained))
     assert tok.vocab_size == config["vocab_size"]
 

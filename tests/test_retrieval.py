@@ -18,7 +18,7 @@ from bertctl.model.contrastive import cosent, info_nce
 from bertctl.tasks.retrieval import ranking
 
 from conftest import EXAMPLES, FIXTURES, TINY_MODEL, _made, one_line_error
-from tolerance import EPS32, TINY_MODEL as TINY_TOL, fp32_sum
+from tolerance import EPS32, TINY_FP32 as TINY_TOL, fp32_sum
 
 RET = EXAMPLES / "retrieval"
 TEXTS = ["The Normans gave their name to Normandy.", "A fox jumps over the lazy dog.",

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from conftest import FIXTURES
+from tolerance import MODEL_FP32  # (each tolerance's reason)
 
 pytest.importorskip("onnxruntime")
 OBJECTIVES = {"bert": "tiny_pretrained", "mlm": "mlm_model", "electra": "electra_model"}
@@ -48,10 +49,9 @@ def test_every_objective_exports_an_encoder_equal_to_transformers(objective, req
     real = mask.bool()
     assert len(got["hidden_states"]) == len(ref.hidden_states) == layers + 1
     for a, b in zip(got["hidden_states"], ref.hidden_states):
-        torch.testing.assert_close(a[real], b[real], atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(a[real], b[real], **MODEL_FP32)
     if pooled:
-        torch.testing.assert_close(got["pooler_output"], ref.pooler_output, atol=1e-4,
-                                   rtol=1e-4)
+        torch.testing.assert_close(got["pooler_output"], ref.pooler_output, **MODEL_FP32)
 
 
 @pytest.mark.parametrize("objective", sorted(OBJECTIVES))
