@@ -6,6 +6,7 @@ README, and the bad inputs."""
 
 import json
 import math
+import shlex
 import shutil
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from bertctl.model import BertConfig, build
 from bertctl.model.contrastive import cosent, info_nce
 from bertctl.tasks.retrieval import ranking
 
-from conftest import EXAMPLES, FIXTURES, TINY_MODEL, _made, one_line_error
+from conftest import EXAMPLES, FIXTURES, ROOT, TINY_MODEL, _made, one_line_error
 from tolerance import EPS32, TINY_FP32 as TINY_TOL, fp32_sum
 
 RET = EXAMPLES / "retrieval"
@@ -176,19 +177,46 @@ def test_the_streamed_search_equals_a_brute_force_top_k(monkeypatch):
 
 # ---- the stages --------------------------------------------------------------------------------
 
+def _worked_example() -> list[list[str]]:
+    """The bertctl lines of docs/commands.md's retrieval example, as written."""
+    page = (ROOT / "docs" / "commands.md").read_text(encoding="utf-8")
+    block = page.split("### Retrieval")[1].split("```sh")[1].split("```")[0]
+    return [shlex.split(x) for x in block.splitlines() if x.startswith("bertctl ")]
+
+
+def _as_written(words, model, runs):
+    """A line of the example with $MODEL and runs/ put where this test keeps them."""
+    out = []
+    for w in words[1:]:
+        w = w.replace("$MODEL", str(model))
+        w = str(runs / w[len("runs/"):]) if w.startswith("runs/") else w
+        out.append(str(ROOT / w) if w.startswith("examples/") else w)
+    return out
+
+
 @pytest.fixture(scope="module")
 def minilm_search(tmp_path_factory, minilm_dir):
-    """The README's worked example: all-MiniLM-L6-v2 fine-tuned on the example pairs."""
-    return _made(tmp_path_factory, "search", "finetune", minilm_dir, RET / "train.tsv",
-                 "--task", "retrieval", "--steps", "4", "--batch-size", "16",
-                 "--max-seq-length", "128")
+    """The docs' worked example: all-MiniLM-L6-v2 fine-tuned on the example pairs, by the
+    example's own line."""
+    from conftest import invoke
 
-
-def test_the_worked_example_trains_and_is_scored_against_trec_eval(cli, minilm_search, tmp_path):
-    pytrec_eval = pytest.importorskip("pytrec_eval")
-    out = tmp_path / "ev"
-    r = cli("eval", minilm_search, RET / "beir", "--out", out)
+    runs = tmp_path_factory.mktemp("runs")
+    finetune = _worked_example()[0]
+    assert finetune[1] == "finetune"
+    r = invoke(*_as_written(finetune, minilm_dir, runs))
     assert r.exit_code == 0, r.stderr
+    return runs / "search"
+
+
+def test_the_worked_example_trains_and_is_scored_against_trec_eval(cli, minilm_search, tmp_path,
+                                                                   minilm_dir):
+    pytrec_eval = pytest.importorskip("pytrec_eval")
+    evaluate = _worked_example()[1]
+    assert evaluate[1] == "eval"
+    r = cli(*_as_written(evaluate, minilm_dir, minilm_search.parent))
+    assert r.exit_code == 0, r.stderr
+    out = minilm_search.parent / "search-eval"
+    assert (out / "metrics.json").is_file()
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["queries"] == 232 and metrics["documents"] == 173
     assert 0.3 < metrics["ndcg@10"] <= 1
@@ -386,3 +414,12 @@ def test_an_export_is_evaluated_the_same_way(cli, minilm_search, tmp_path):
         figures[name] = json.loads((tmp_path / f"ev-{name}" / "metrics.json").read_text())
     for metric in ranking.METRICS:
         assert figures["onnx"][metric] == pytest.approx(figures["torch"][metric], abs=0.01)
+
+
+def test_a_batch_of_one_has_no_negatives_and_is_refused(cli, tiny_pretrained, tmp_path):
+    r = cli("finetune", tiny_pretrained, RET / "train.tsv", "--task", "retrieval",
+            "--batch-size", "1", "--steps", "2", "--out", tmp_path / "m")
+    assert r.exit_code == 2, r.stderr
+    errors = [x for x in r.stderr.splitlines() if x.startswith("error:")]
+    assert len(errors) == 1 and "--batch-size 1" in errors[0], r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == []   # no run directory left

@@ -243,6 +243,10 @@ class Embedder:
             vectors = vectors.reshape(k, shape[0], -1).transpose(0, 1)
         out = {"embeddings": vectors}
         if self.training and len(shape) == 3 and shape[1] >= 2:
+            if shape[0] == 1 and (labels is not None or shape[1] == 2):
+                raise BertctlError("--batch-size 1: a contrastive loss compares the examples of "
+                                   "a batch (a query's negatives are the others' positives; "
+                                   "CoSENT ranks pairs against each other): use 2 or more")
             e = out["embeddings"]
             if labels is not None:
                 out["loss"] = contrastive.cosent(e[:, 0], e[:, 1], labels.reshape(-1),
