@@ -100,7 +100,8 @@ def bertctl_train(model: Path, pairs: Path, out: Path, a, seed: int, lr: float, 
             "--out", out, "--force"], log)
     last = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()
             if '"train"' in x][-1]
-    return {"seconds": last["elapsed_s"], "examples": steps * a.batch}
+    used = json.loads((out / "artifact.json").read_text())["config"]["precision"]
+    return {"seconds": last["elapsed_s"], "examples": steps * a.batch, "precision": used}
 
 
 ST_TRAIN = r"""
@@ -109,7 +110,7 @@ torch.set_num_threads(1)
 from datasets import Dataset
 from sentence_transformers import (SentenceTransformer, SentenceTransformerTrainer,
                                    SentenceTransformerTrainingArguments, losses)
-model_dir, pairs, out, seed, lr, steps, batch = sys.argv[1:8]
+model_dir, pairs, out, seed, lr, steps, batch, precision = sys.argv[1:9]
 rows = [l.rstrip("\n").split("\t") for l in open(pairs, encoding="utf-8")][1:]
 cols = list(zip(*rows))
 data = {"anchor": list(cols[0]), "positive": list(cols[1] if len(cols) > 1 else cols[0])}
@@ -119,7 +120,7 @@ args = SentenceTransformerTrainingArguments(
     output_dir=out + ".tmp", max_steps=int(steps), per_device_train_batch_size=int(batch),
     learning_rate=float(lr), warmup_ratio=0.1, weight_decay=0.01, lr_scheduler_type="linear",
     seed=int(seed), save_strategy="no", report_to="none", logging_steps=10_000, use_cpu=True,
-    disable_tqdm=True, dataloader_num_workers=0)
+    disable_tqdm=True, dataloader_num_workers=0, bf16=precision == "bf16")
 trainer = SentenceTransformerTrainer(model=model, args=args,
                                      train_dataset=Dataset.from_dict(data),
                                      loss=losses.MultipleNegativesRankingLoss(model))
@@ -132,12 +133,12 @@ print(json.dumps({"seconds": seconds, "examples": int(steps) * int(batch)}))
 
 
 def st_train(model: Path, pairs: Path, out: Path, a, seed: int, lr: float, steps: int,
-             log: Path) -> dict:
+             log: Path, precision: str = "fp32") -> dict:
     done = out / "timing.json"
     if not done.exists():
         with open(log, "a", encoding="utf-8") as f:
             r = subprocess.run([sys.executable, "-c", ST_TRAIN, *map(str, (
-                model, pairs, out, seed, lr, steps, a.batch))], stdout=subprocess.PIPE,
+                model, pairs, out, seed, lr, steps, a.batch, precision))], stdout=subprocess.PIPE,
                 stderr=f, env=env(), text=True, check=True)
         done.write_text(r.stdout.strip().splitlines()[-1])
     return json.loads(done.read_text())
@@ -159,8 +160,9 @@ def quality(a, res: Results, name: str, model: Path, lr: float) -> None:
     work.mkdir(parents=True, exist_ok=True)
     beir, pairs = EXAMPLE / "beir", EXAMPLE / "train.tsv"
     res.put(f"{name}/original", evaluate(model, beir, work / "eval-original", log))
+    auto = lambda *args: bertctl_train(*args, precision="auto")   # noqa: E731
     for seed in a.seeds:
-        for tool, train in (("bertctl", bertctl_train), ("st", st_train)):
+        for tool, train in (("bertctl", bertctl_train), ("st", st_train), ("bertctl-auto", auto)):
             key = f"{name}/{tool}/seed{seed}"
             if res.get(key):
                 continue
@@ -196,6 +198,16 @@ def quality_table(a, res: Results, names) -> None:
         print(f"| {name} | train examples/s (1 thread, fp32, batch {a.batch}) | | "
               f"{statistics.median(speed['bertctl']):.1f} | {statistics.median(speed['st']):.1f} | "
               f"{statistics.median(speed['bertctl']) / statistics.median(speed['st']):.2f}x |")
+        auto = [res.get(f"{name}/bertctl-auto/seed{s}") for s in a.seeds]
+        if all(auto):
+            v = [r["ndcg@10"] for r in auto]
+            d = [x - r["ndcg@10"] for x, r in zip(v, runs["st"])]
+            (mv, sv), (md, sd) = mean_se(v), mean_se(d)
+            rate = statistics.median(r["examples"] / r["seconds"] for r in auto)
+            print(f"| {name} | bertctl --precision auto ({auto[0]['precision']}): ndcg@10, "
+                  f"train examples/s | | {mv:.4f} ± {sv:.4f}, {rate:.1f} | | {md:+.4f} "
+                  f"({md / sd if sd else float('nan'):+.1f} se), "
+                  f"{rate / statistics.median(speed['st']):.2f}x |")
 
 
 ST_ENCODE = r"""
@@ -235,6 +247,22 @@ def speed(a, res: Results) -> None:
         theirs = json.loads(r.stdout.strip().splitlines()[-1])
         res.put(f"speed/encode/{rep}", {"bertctl": ours["rows"] / ours["seconds"],
                                         "st": theirs["texts"] / theirs["seconds"]})
+    # sentence-transformers' trainer in bf16 too (its `bf16=True`), for the like-for-like row
+    for seed in a.seeds[:a.repeats]:
+        key = f"speed/st-bf16/seed{seed}"
+        if not res.get(key):
+            out = work / f"st-bf16-seed{seed}"
+            res.put(key, st_train(model, EXAMPLE / "train.tsv", out, a, seed, a.lr, a.steps,
+                                  log, precision="bf16"))
+    st16 = statistics.median(res.get(f"speed/st-bf16/seed{s}")["examples"]
+                             / res.get(f"speed/st-bf16/seed{s}")["seconds"]
+                             for s in a.seeds[:a.repeats])
+    auto = [res.get(f"minilm/bertctl-auto/seed{s}") for s in a.seeds]
+    if all(auto) and auto[0]["precision"] == "bf16":
+        rate = statistics.median(r["examples"] / r["seconds"] for r in auto)
+        print(f"\ntraining in bf16, all-MiniLM-L6-v2, 1 thread, batch {a.batch}: bertctl "
+              f"{rate:.1f} examples/s, sentence-transformers (bf16=True) {st16:.1f} "
+              f"({rate / st16:.2f}x)")
     b = [res.get(f"speed/encode/{r}")["bertctl"] for r in range(a.repeats)]
     s = [res.get(f"speed/encode/{r}")["st"] for r in range(a.repeats)]
     print(f"\nencoding, all-MiniLM-L6-v2, 4,000 WikiText-2 lines, 1 thread, fp32, batch 64: "

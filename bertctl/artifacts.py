@@ -355,12 +355,13 @@ def _settings(settings: StageConfig | dict[str, Any]) -> tuple[dict, dict]:
 
 
 def plan(kind: str, settings: StageConfig | dict[str, Any], inputs: list[InputRef],
-         out: str | os.PathLike) -> tuple[str, Path]:
+         out: str | os.PathLike, given: tuple[Path, ...] = ()) -> tuple[str, Path]:
     """The id an artifact will have and the directory it will be written to, refused (before
-    any work) where writing it could destroy an input or the working directory."""
+    any work) where writing it could destroy an input or the working directory, or would lie
+    in a directory the command was given."""
     artifact_id = compute_id(kind, _settings(settings)[1], inputs)
     out_path = placement.resolve_out(out, artifact_id)
-    placement.check_out_is_apart(out_path, inputs)
+    placement.check_out_is_apart(out_path, inputs, given)
     return artifact_id, out_path
 
 
@@ -373,6 +374,9 @@ class Target:
     out: Path
     force: bool = False
     wait: bool = False
+    # The directories the command was given (a corpus, a task's data, a BEIR set): --out may
+    # not lie in one, where it would become part of that input for every later read of it.
+    given: tuple[Path, ...] = ()
 
     def __post_init__(self):
         object.__setattr__(self, "out", Path(self.out))
@@ -390,7 +394,7 @@ def produce(kind: str, settings: StageConfig | dict[str, Any], inputs: list[Inpu
     which the next run removes.
     """
     recorded, _ = _settings(settings)
-    artifact_id, out_path = plan(kind, settings, inputs, target.out)
+    artifact_id, out_path = plan(kind, settings, inputs, target.out, target.given)
     with contextlib.nullcontext() if locked else locks.output_lock(out_path, target.wait):
         return _produce(kind, recorded, artifact_id, out_path, inputs, build, target.force)
 

@@ -31,7 +31,8 @@ def _within(path: Path, root: Path) -> bool:
     return path == root or root in path.parents
 
 
-def check_out_is_apart(out: Path, inputs: list["InputRef"]) -> None:
+def check_out_is_apart(out: Path, inputs: list["InputRef"], given: tuple[Path, ...] = ()
+                       ) -> None:
     """`--out` is replaced whole (with --force) and written beside: it must not be, contain or
     lie inside any input file or artifact of the run, nor be the working directory or one of its
     parents (`.`, `..`, `/`, or a path to them). Paths are compared resolved, links followed."""
@@ -57,6 +58,12 @@ def check_out_is_apart(out: Path, inputs: list["InputRef"]) -> None:
             continue
         raise BertctlError(f"--out {out}: {problem} the {what} {ref.path} ({ref.role}); "
                            f"writing there could destroy it: choose another directory")
+    for directory in given:
+        source = Path(os.path.realpath(directory))
+        if source.is_dir() and _within(target, source):
+            raise BertctlError(f"--out {out}: lies inside the input directory {directory}; "
+                               f"the artifact would become part of it for every later read: "
+                               f"choose another directory")
 
 
 def _name_max(directory: Path) -> int:

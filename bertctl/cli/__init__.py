@@ -124,7 +124,8 @@ def _command(settings: type[StageConfig], help: str, fn):
 
     def command(**kwargs):
         json_mode, debug = kwargs.pop("json_output"), kwargs.pop("debug")
-        target = Target(kwargs.pop("out"), kwargs.pop("force"), kwargs.pop("wait"))
+        target = Target(kwargs.pop("out"), kwargs.pop("force"), kwargs.pop("wait"),
+                        given=_directories(kwargs))
         config_file = kwargs.pop("config")
         overrides = {n: kwargs.pop(n) for n in settings.model_fields}
         console.set_quiet(False)
@@ -141,6 +142,14 @@ def _command(settings: type[StageConfig], help: str, fn):
     command.__doc__ = help
     command.__name__ = fn.__name__
     return command
+
+
+def _directories(arguments: dict) -> tuple[Path, ...]:
+    """The directories among a command's path arguments (a corpus, task data, a BEIR set)."""
+    values = [v for v in arguments.values() if isinstance(v, (Path, str))]
+    values += [p for v in arguments.values() if isinstance(v, (list, tuple))
+               for p in v if isinstance(p, (Path, str))]
+    return tuple(Path(v) for v in values if v and Path(v).is_dir())
 
 
 def settings_of(name: str) -> type[StageConfig]:

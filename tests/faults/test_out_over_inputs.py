@@ -97,3 +97,40 @@ def test_a_link_to_an_input_is_the_input(cli, corpus, tmp_path):
 def test_a_sibling_out_is_fine(cli, corpus, tmp_path):
     r = cli("tokenize", corpus, "--out", tmp_path / "tok", "--vocab-size", "200")
     assert r.exit_code == 0, r.stderr
+
+
+def _data_dir(tmp_path, name, source):
+    d = tmp_path / name
+    shutil.copytree(source, d)
+    return d
+
+
+@pytest.mark.parametrize("stage", ["tokenize", "build-pretrain-data", "audit", "finetune",
+                                   "eval-beir", "eval-task-dir"])
+def test_out_inside_a_directory_given_as_input_is_refused(cli, tmp_path, stage, small_tokenizer,
+                                                          tiny_pretrained, sst2_seed_runs):
+    """#52 class 3: `tokenize DIR --out DIR/tok` exited 0 and put the artifact inside the
+    corpus directory, spoiling every later read of it. Now: the one line, exit 2, nothing
+    written, for the directory inputs of every stage (corpus, task, BEIR directories)."""
+    root = Path(__file__).resolve().parents[2]
+    corp = _data_dir(tmp_path, "corp", FIXTURES / "pretrain")
+    sst2 = _data_dir(tmp_path, "sst2", FIXTURES / "glue" / "SST-2")
+    beir = _data_dir(tmp_path, "beir", root / "examples" / "retrieval" / "beir")
+    args = {
+        "tokenize": ("tokenize", corp, "--vocab-size", "1000", "--out", corp / "tok"),
+        "build-pretrain-data": ("build-pretrain-data", small_tokenizer, corp,
+                                "--out", corp / "data"),
+        "audit": ("audit", corp, "--against", sst2 / "dev.tsv", "--out", corp / "audit"),
+        "finetune": ("finetune", tiny_pretrained, sst2, "--task", "glue/sst2", "--steps", "1",
+                     "--out", sst2 / "model"),
+        "eval-beir": ("eval", tiny_pretrained, beir, "--task", "retrieval",
+                      "--out", beir / "ev"),
+        "eval-task-dir": ("eval", sst2_seed_runs[0], sst2, "--task", "glue/sst2",
+                          "--out", sst2 / "ev"),
+    }[stage]
+    before = {d: _snapshot(d) for d in (corp, sst2, beir)}
+    r = cli(*args)
+    assert r.exit_code == 2, r.stderr
+    lines = [x for x in r.stderr.strip().splitlines() if x.startswith("error:")]
+    assert len(lines) == 1 and ("lies inside" in lines[0]), r.stderr
+    assert {d: _snapshot(d) for d in (corp, sst2, beir)} == before

@@ -42,7 +42,8 @@ def train_to_artifact(config, inputs: list[artifacts.InputRef], target: artifact
     dist.init(config.device)  # under torchrun: join the group first, to know who writes
     hardware.set_threads(config.threads)
     try:
-        artifact_id, out_path = artifacts.plan("model", config, inputs, target.out)
+        artifact_id, out_path = artifacts.plan("model", config, inputs, target.out,
+                                               target.given)
         # The output's lock covers the whole run, its run directory included (rank 0 holds it
         # for a distributed run).
         with (locks.output_lock(out_path, target.wait) if dist.is_main()

@@ -144,10 +144,12 @@ class Retrieval(Family):
         return kwargs
 
     def check_head(self, hf_config: dict[str, Any], spec, label_list, where: str) -> None:
-        """Any encoder embeds: an embedding model, a sentence-transformers model or a bare
-        encoder (pooled as the family's default, said so)."""
+        """Any encoder embeds: an embedding model, a sentence-transformers model, a bare or a
+        pretrained encoder (pooled as the family's default, said so); a task head's model was
+        trained for its task, and is refused."""
         roles = model_roles(hf_config.get("architectures") or [])
-        if roles and not roles & {"embedding", "encoder"}:
+        if roles and not roles & {"embedding", "encoder", "pretraining", "masked_lm",
+                                  "electra"}:
             raise BertctlError(f"{where}: is a {'/'.join(sorted(roles))} model; retrieval "
                                f"reads an embedding model or an encoder (fine-tune one with "
                                f"bertctl finetune --task retrieval)")
