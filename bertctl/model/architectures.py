@@ -55,8 +55,20 @@ ARCHITECTURES: Registry[Architecture] = Registry("architecture")
 register = ARCHITECTURES.register
 
 
+# Keys only a ModernBERT config has: a config.json without model_type that holds them is a
+# ModernBERT whose model_type was lost, not an old BERT file.
+_NOT_BERT = ("layer_types", "global_rope_theta", "rope_parameters", "norm_eps",
+             "local_attention", "hidden_activation")
+
+
 def of_config(hf: dict[str, Any], source: str = "config.json") -> Architecture:
     """The architecture of a parsed config.json (by model_type; none: BERT, as old files)."""
+    if isinstance(hf, dict) and "model_type" not in hf:
+        other = [k for k in _NOT_BERT if k in hf]
+        if other:
+            raise BertctlError(f"{source}: no model_type, and keys BERT does not have "
+                               f"({', '.join(other)}): add \"model_type\" (one of "
+                               f"{', '.join(a.model_type for a in ARCHITECTURES.values())})")
     model_type = hf.get("model_type", "bert") if isinstance(hf, dict) else "bert"
     for arch in ARCHITECTURES.values():
         if arch.model_type == model_type:

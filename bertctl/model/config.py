@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import asdict, dataclass, fields, replace
 from functools import partial
 from typing import Any
@@ -56,8 +58,10 @@ class BertConfig:
         check_config(self, ("vocab_size", "hidden_size", "num_hidden_layers",
                             "num_attention_heads", "intermediate_size",
                             "max_position_embeddings", "type_vocab_size"),
-                     rates=("hidden_dropout_prob", "attention_probs_dropout_prob"),
-                     activations=("hidden_act",))
+                     rates=("hidden_dropout_prob", "attention_probs_dropout_prob",
+                            "classifier_dropout"),
+                     activations=("hidden_act",),
+                     scales=("initializer_range", "layer_norm_eps"))
 
     @property
     def head_size(self) -> int:
@@ -131,12 +135,28 @@ class BertConfig:
 
 
 def check_config(config, positive: tuple[str, ...], rates: tuple[str, ...],
-                 activations: tuple[str, ...]) -> None:
+                 activations: tuple[str, ...], scales: tuple[str, ...] = (),
+                 flags: tuple[str, ...] = ()) -> None:
     """The checks every architecture's config makes (BertctlError "model config: ..."): the
-    `positive` fields are positive integers, the dropout `rates` in [0, 1), the activations
-    known, the heads divide the width and the padding id is in the vocabulary."""
+    `positive` fields are positive integers, the `scales` positive finite numbers (epsilons,
+    rotary bases, the initialisation's spread: 0 or less makes every output NaN), the dropout
+    `rates` in [0, 1), the `flags` booleans, the activations known, the heads divide the width
+    and the padding id is in the vocabulary."""
     def bad(problem: str) -> BertctlError:
         return BertctlError(f"model config: {problem}")
+
+    for name in scales:
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                not math.isfinite(value) or value <= 0:
+            raise bad(f"{name} must be a positive number, got {value!r}")
+    for name in flags:
+        if not isinstance(getattr(config, name), bool):
+            raise bad(f"{name} must be true or false, got {getattr(config, name)!r}")
+    for name in rates:
+        value = getattr(config, name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise bad(f"{name} must be a number in [0, 1), got {value!r}")
 
     for name in positive:
         value = getattr(config, name)
@@ -150,9 +170,11 @@ def check_config(config, positive: tuple[str, ...], rates: tuple[str, ...],
             raise bad(f"{name} {getattr(config, name)!r} is not supported "
                       f"(one of {', '.join(sorted(ACTIVATIONS))})")
     for name in rates:
-        if not 0.0 <= getattr(config, name) < 1.0:
+        if getattr(config, name) is not None and not 0.0 <= getattr(config, name) < 1.0:
             raise bad(f"{name} must be in [0, 1), got {getattr(config, name)!r}")
-    if config.pad_token_id is not None and not 0 <= config.pad_token_id < config.vocab_size:
+    if config.pad_token_id is not None and (
+            isinstance(config.pad_token_id, bool) or not isinstance(config.pad_token_id, int)
+            or not 0 <= config.pad_token_id < config.vocab_size):
         raise bad(f"pad_token_id {config.pad_token_id} is outside the vocabulary "
                   f"of {config.vocab_size}")
 

@@ -65,11 +65,18 @@ class ModernBertConfig:
                             "max_position_embeddings", "local_attention"),
                      rates=("attention_dropout", "embedding_dropout", "mlp_dropout",
                             "classifier_dropout"),
-                     activations=("hidden_activation", "classifier_activation"))
+                     activations=("hidden_activation", "classifier_activation"),
+                     scales=("initializer_range", "initializer_cutoff_factor", "norm_eps",
+                             "global_rope_theta", "local_rope_theta"),
+                     flags=("norm_bias", "attention_bias", "mlp_bias", "decoder_bias",
+                            "classifier_bias"))
 
         def bad(problem: str) -> BertctlError:
             return BertctlError(f"model config: {problem}")
 
+        if self.local_attention < 2 or self.local_attention % 2:
+            raise bad(f"local_attention must be an even window of 2 or more tokens (half on "
+                      f"each side), got {self.local_attention}")
         if self.head_size % 2:
             raise bad(f"the head size {self.head_size} must be even (rotary positions rotate "
                       f"pairs)")
@@ -145,7 +152,11 @@ class ModernBertConfig:
                 raise BertctlError(f"{source}: rope_parameters.{kind}.rope_type "
                                    f"{params['rope_type']!r} is not supported (only 'default')")
             if "rope_theta" in params:
-                values[key] = float(params["rope_theta"])
+                theta = params["rope_theta"]
+                if isinstance(theta, bool) or not isinstance(theta, (int, float)):
+                    raise BertctlError(f"{source}: rope_parameters.{kind}.rope_theta must be a "
+                                       f"positive number, got {theta!r}")
+                values[key] = float(theta)
         if d.get("rope_scaling"):
             raise BertctlError(f"{source}: rope_scaling is not supported")
         if d.get("sparse_prediction") not in (None, False, True) or \
