@@ -52,6 +52,7 @@ $(call resolve,MODEL CORPUS TRAIN DEV RUNS DATA_RECIPE ADAPT_RECIPE)
 ifeq ($(filter adapt-clean,$(MAKECMDGOALS)),)
 $(foreach v,MODEL CORPUS TRAIN DEV,$(if $(strip $($(v))),,$(error $(v)= is required (see pipelines/adapt.mk))))
 $(call must_exist,MODEL CORPUS TRAIN DEV)
+$(call must_be_duration,BUDGET HEAD_BUDGET)
 endif
 CORPUS_FILES := $(foreach c,$(CORPUS),$(if $(wildcard $(c)/.),$(shell find $(c) -type f),$(wildcard $(c))))
 MODEL_DEPS := $(or $(wildcard $(MODEL)/artifact.json),$(wildcard $(MODEL)/config.json $(MODEL)/*.safetensors))
@@ -98,11 +99,11 @@ endef
 $(foreach s,$(SEEDS),$(eval $(call RUN,original,$(MODEL),$(MODEL_DEPS),$(s))))
 $(foreach s,$(SEEDS),$(eval $(call RUN,adapted,$(RUNS)/model,$(RUNS)/model/artifact.json,$(s))))
 
+TITLE = $(notdir $(MODEL)) adapted to $(notdir $(firstword $(CORPUS))) for $(BUDGET), then \
+        $(or $(TASK),the task)
 DEVS = $(foreach w,original adapted,$(foreach s,$(SEEDS),$(RUNS)/$(w)/seed$(s)/dev))
 $(RUNS)/report/artifact.json: $(addsuffix /artifact.json,$(DEVS)) $(RUNS)/model/artifact.json
-	$(BERTCTL) report $(DEVS) $(RUNS)/model --title "$(notdir $(MODEL)) adapted to \
-	    $(notdir $(firstword $(CORPUS))) for $(BUDGET), then $(or $(TASK),the task)" \
-	    --out $(@D) --force
+	$(BERTCTL) report $(DEVS) $(RUNS)/model --title "$(TITLE)" --out $(@D) --force
 
 adapt-clean:
 	rm -rf $(RUNS)

@@ -58,9 +58,7 @@ endif
 $(call must_exist,CORPUS GLUE VOCAB)
 # Checked before the first stage, not after the tokenizer and the data are built (pretrain
 # checks the 365-day bound).
-ifeq ($(shell echo '$(BUDGET)' | grep -Eix '[0-9]+(\.[0-9]+)?(e[+-]?[0-9]+)?|([0-9]+(\.[0-9]+)?(e[+-]?[0-9]+)?[smhd])+'),)
-$(error BUDGET=$(BUDGET) is not a duration: give e.g. 90s, 30m, 2h, 1d or seconds)
-endif
+$(call must_be_duration,BUDGET)
 endif
 
 CORPUS_FILES := $(foreach c,$(CORPUS),$(if $(wildcard $(c)/.),$(shell find $(c) -type f),$(wildcard $(c))))

@@ -14,3 +14,8 @@ resolve = $(foreach v,$(1),$(eval override $(v) := $(call from_start,$($(v)))))
 # must_exist VARS: stop with one line naming the variable, the path and where it was read from.
 must_exist = $(foreach v,$(1),$(foreach p,$($(v)),$(if $(wildcard $(p)),,\
   $(error $(v)=$(p): no such file or directory (paths are read from $(START))))))
+# must_be_duration VARS: stop with one line unless each (set) variable is a duration bertctl's
+# --time-budget takes (90s, 30m, 2h, 1d, or seconds), when make reads the file: before any stage.
+_DURATION := [0-9]+(\.[0-9]+)?(e[+-]?[0-9]+)?|([0-9]+(\.[0-9]+)?(e[+-]?[0-9]+)?[smhd])+
+must_be_duration = $(foreach v,$(1),$(if $(strip $($(v))),$(if $(shell echo '$($(v))' | grep -Eix \
+  '$(_DURATION)'),,$(error $(v)=$($(v)) is not a duration: give e.g. 90s, 30m, 2h, 1d or seconds))))

@@ -391,6 +391,21 @@ def test_budget_pipeline_checks_its_budget_before_the_first_stage(tmp_path, budg
 
 # --- domain adaptation (pipelines/adapt.mk) -------------------------------------------------------
 
+@pytest.mark.parametrize("variable", ["BUDGET", "HEAD_BUDGET"])
+def test_adapt_pipeline_checks_its_budgets_before_the_first_stage(tmp_path, minilm_dir,
+                                                                  variable):
+    """#52 class 5: BUDGET=junk fine-tuned and evaluated the original seeds and built the
+    data before pretrain refused it; now make stops when it reads the file."""
+    runs = tmp_path / "runs"
+    sst2 = FIXTURES / "glue" / "SST-2"
+    r = make("adapt", {"MODEL": str(minilm_dir), "CORPUS": str(FIXTURES / "pretrain"),
+                       "TRAIN": str(sst2 / "train.tsv"), "DEV": str(sst2 / "dev.tsv"),
+                       "TASK": "glue/sst2", variable: "junk", "RUNS": str(runs)},
+             makefile="adapt.mk")
+    assert r.returncode != 0 and f"{variable}=junk is not a duration" in r.stderr
+    assert not runs.exists()
+
+
 def test_adapt_pipeline_from_relative_paths(tmp_path, minilm_dir):
     """The real checkpoint continued on the fixture books (its vocabulary grown by 20 words,
     the masked-LM head it was saved without trained alone first), both it and the original
