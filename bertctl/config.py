@@ -135,7 +135,7 @@ class InferenceSettings(StageConfig):
         "auto", description="auto: bf16 where the hardware runs bf16 matmuls natively, else "
         "fp32; fp32; or bf16 autocast (CPU or GPU). Recorded resolved.",
         json_schema_extra=meta(RUNTIME))
-    threads: int | None = Field(None, ge=1, description="CPU threads; unset: OMP_NUM_THREADS "
+    threads: int | None = Field(None, ge=1, le=4096, description="CPU threads; unset: OMP_NUM_THREADS "
                                 "if set, else the cores this process may use.",
                                 json_schema_extra=_RUN)
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: cuda when "
@@ -421,7 +421,7 @@ class ExportSettings(StageConfig):
                             json_schema_extra=meta(EVALUATION))
     batch_size: int = Field(64, ge=1, description="With --check: examples per forward pass.",
                             json_schema_extra=_RUN)
-    threads: int | None = Field(None, ge=1, description="CPU threads; unset: OMP_NUM_THREADS "
+    threads: int | None = Field(None, ge=1, le=4096, description="CPU threads; unset: OMP_NUM_THREADS "
                                 "if set, else the cores this process may use.",
                                 json_schema_extra=_RUN)
 

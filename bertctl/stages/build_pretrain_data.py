@@ -39,6 +39,9 @@ def run(config: BuildPretrainDataSettings, target: artifacts.Target, tokenizer_d
         raise BertctlError("no corpus files given")
     files = corpus.expand_sources(sources)
     inputs = [tok_art.as_input("tokenizer")] + [artifacts.file_input(f, "corpus") for f in files]
+    if exclude:   # one file given twice, or in another order, is the same exclusion (one id)
+        exclude = sorted({os.path.realpath(p): Path(p) for p in exclude}.items())
+        exclude = [p for _, p in exclude]
     excluded = Exclusion.of(exclude) if exclude else None
     if excluded is not None:
         inputs += excluded.inputs

@@ -16,7 +16,7 @@ def run(config: TokenizeSettings, target: artifacts.Target, sources: list[str],
         from_vocab: Path | None = None, from_pretrained: Path | None = None,
         extend: Path | None = None) -> artifacts.Outcome:
     if extend is not None or config.add is not None:
-        return _extend(config, target, sources, extend)
+        return _extend(config, target, sources, extend, from_vocab, from_pretrained)
     if from_vocab and from_pretrained:
         raise BertctlError("give either --from-vocab or --from-pretrained, not both")
     if not sources and not (from_vocab or from_pretrained):
@@ -79,10 +79,22 @@ def run(config: TokenizeSettings, target: artifacts.Target, sources: list[str],
 
 
 def _extend(config: TokenizeSettings, target: artifacts.Target, sources: list[str],
-            base_dir: Path | None) -> artifacts.Outcome:
+            base_dir: Path | None, from_vocab: Path | None = None,
+            from_pretrained: Path | None = None) -> artifacts.Outcome:
     if base_dir is None or config.add is None:
         raise BertctlError("--extend TOKENIZER and --add N go together: the tokenizer to extend "
                            "and how many words to add")
+    # The extended tokenizer keeps its base's case, normalisation and ids: settings that shape
+    # a trained vocabulary cannot apply, and taking them silently would change the id.
+    unused = sorted(config.model_fields_set & {"vocab_size", "cased", "strip_accents",
+                                               "min_frequency", "limit_alphabet",
+                                               "unused_tokens"})
+    if unused or from_vocab or from_pretrained:
+        given = [f"--{n.replace('_', '-')}" for n in unused] + \
+            [f for f, v in (("--from-vocab", from_vocab), ("--from-pretrained", from_pretrained))
+             if v]
+        raise BertctlError(f"--extend keeps its tokenizer's vocabulary, case and normalisation: "
+                           f"{', '.join(given)} cannot apply")
     if not sources:
         raise BertctlError("--extend: no corpus files given (the words added are the corpus's)")
     if not base_dir.is_dir():

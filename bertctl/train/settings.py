@@ -17,7 +17,9 @@ _RUN = meta(RUNTIME, identity=False)
 class TrainingSettings(StageConfig):
     """The training loop's settings, shared by pretrain and finetune (which set other defaults)."""
 
-    steps: int | None = Field(None, ge=1, description="Optimizer steps (or give --epochs).",
+    # The bounds are beyond any real run: a typo of many digits is refused, not scheduled.
+    steps: int | None = Field(None, ge=1, le=10**9,
+                              description="Optimizer steps (or give --epochs).",
                               json_schema_extra=meta(TRAINING))
     epochs: float | None = Field(None, gt=0, description="Passes over the training data (or "
                                  "give --steps).", json_schema_extra=meta(TRAINING))
@@ -66,7 +68,8 @@ class TrainingSettings(StageConfig):
         "auto", description="auto: bf16 where the hardware runs bf16 matmuls natively (CPUs "
         "with AMX or AVX512-BF16, GPUs that support it), else fp32; fp32; bf16 autocast; fp16 "
         "with a gradient scaler (GPU only). Recorded resolved.", json_schema_extra=meta(RUNTIME))
-    threads: int | None = Field(None, ge=1, description="CPU threads per process; unset: "
+    threads: int | None = Field(None, ge=1, le=4096,
+                                description="CPU threads per process; unset: "
                                 "OMP_NUM_THREADS if set, else the cores this process may use "
                                 "(affinity and cgroup quota).", json_schema_extra=_RUN)
     seed: int = Field(0, ge=0, description="Seed for initialisation, data order and dropout.",
@@ -118,6 +121,10 @@ class TrainingSettings(StageConfig):
         if self.min_steps is not None and self.time_budget is None:
             raise ValueError("min_steps fits the batch size to a time budget: give "
                              "time_budget too")
+        if self.micro_batch_size is not None and self.batch_size % self.micro_batch_size:
+            # (checked here, before the batch-size measurement --min-steps makes)
+            raise ValueError(f"batch_size {self.batch_size} is not a multiple of "
+                             f"micro_batch_size {self.micro_batch_size}")
         if self.time_budget is not None and self.warmup >= 1:
             raise ValueError(f"with time_budget, warmup is a fraction of the budget (below 1), "
                              f"not a step count ({self.warmup:g})")

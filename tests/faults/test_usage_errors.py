@@ -3,7 +3,7 @@ stderr and exit 2, as every other exit-2 error (no usage block, no traceback).""
 
 import pytest
 
-from conftest import run_bertctl
+from conftest import FIXTURES, run_bertctl
 
 
 @pytest.mark.parametrize("args,needle", [
@@ -37,3 +37,42 @@ def test_a_ragged_table_is_one_line_without_library_logs(tmp_path, minilm_dir):
                     "sentence", "--out", tmp_path / "o", "--steps", "1", timeout=120)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert str(bad) in r.stderr and "line 3" in r.stderr
+
+
+# ---- #52 class 5: settings checked before work; the same settings, the same id -------------
+
+def test_bounds_and_micro_batches_are_checked_before_any_work(cli, tmp_path, pretrain_data):
+    for args, words in (
+            (("--steps", "99999999999999999999"), "steps"),
+            (("--steps", "2", "--threads", "100000"), "threads"),
+            (("--time-budget", "1m", "--min-steps", "5", "--batch-size", "96",
+              "--micro-batch-size", "30"), "not a multiple of micro_batch_size 30")):
+        r = cli("pretrain", pretrain_data, *args, "--out", tmp_path / "m")
+        assert r.exit_code == 2 and words in r.stderr, r.stderr
+        assert len([x for x in r.stderr.splitlines() if x.strip()]) == 1, r.stderr
+    assert not (tmp_path / "m").exists()
+
+
+def test_extend_refuses_the_settings_it_cannot_apply(cli, tmp_path, minilm_dir):
+    from conftest import CORPUS
+
+    for extra in (("--cased",), ("--vocab-size", "1000"), ("--from-vocab",
+                                                           minilm_dir / "vocab.txt")):
+        r = cli("tokenize", CORPUS, "--extend", minilm_dir, "--add", "10", *extra,
+                "--out", tmp_path / "t")
+        assert r.exit_code == 2 and "cannot apply" in r.stderr and extra[0] in r.stderr, r.stderr
+    assert not (tmp_path / "t").exists()
+
+
+def test_an_exclusion_given_twice_or_reordered_is_one_id(cli, tmp_path, small_tokenizer):
+    from conftest import CORPUS
+
+    dev, rte = FIXTURES / "glue" / "SST-2" / "dev.tsv", FIXTURES / "glue" / "RTE" / "dev.tsv"
+    ids = []
+    for i, exclude in enumerate(([dev], [dev, dev], [dev, rte], [rte, dev])):
+        flags = [x for f in exclude for x in ("--exclude", f)]
+        r = cli("build-pretrain-data", small_tokenizer, CORPUS / "alice.txt", *flags,
+                "--max-seq-length", "64", "--workers", "1", "--json", "--out", tmp_path / f"d{i}")
+        assert r.exit_code == 0, r.stderr
+        ids.append(r.json()["id"])
+    assert ids[0] == ids[1] and ids[2] == ids[3] and ids[0] != ids[2]
