@@ -423,3 +423,19 @@ def test_a_batch_of_one_has_no_negatives_and_is_refused(cli, tiny_pretrained, tm
     errors = [x for x in r.stderr.splitlines() if x.startswith("error:")]
     assert len(errors) == 1 and "--batch-size 1" in errors[0], r.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == []   # no run directory left
+
+
+@pytest.mark.parametrize("pooling", ["mean", "cls"])
+def test_a_model_saved_by_this_sentence_transformers_is_read_with_its_pooling(
+        cli, minilm_dir, tmp_path, pooling):
+    """The installed sentence-transformers' own save (6.x writes `pooling_mode`, earlier
+    versions a flag per mode: all-MiniLM-L6-v2's files are the older form)."""
+    st = pytest.importorskip("sentence_transformers")
+    from sentence_transformers import models
+
+    model = st.SentenceTransformer(str(minilm_dir), device="cpu")
+    if pooling == "cls":   # its encoder with [CLS] pooling, no Normalize
+        model = st.SentenceTransformer(modules=[model[0], models.Pooling(
+            model[0].get_word_embedding_dimension(), pooling_mode="cls")], device="cpu")
+    model.save(str(tmp_path / "st"))
+    _st_equals_embed(cli, tmp_path / "st", tmp_path, atol=1e-5)

@@ -92,13 +92,18 @@ def sentence_transformers_pooling(directory: Path) -> dict[str, Any] | None:
                              .read_text(encoding="utf-8"))
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
-    modes = [m for m in ("cls_token", "mean_tokens", "max_tokens", "mean_sqrt_len_tokens",
-                         "weightedmean_tokens", "lasttoken") if pooling.get(f"pooling_mode_{m}")]
-    if modes not in (["cls_token"], ["mean_tokens"]) or set(kinds) - {"Transformer", "Pooling",
-                                                                        "Normalize"}:
+    if "pooling_mode" in pooling:   # sentence-transformers 6: one name (or a list of them)
+        given = pooling["pooling_mode"]
+        modes = [given] if isinstance(given, str) else list(given or [])
+    else:                           # before: a flag per mode
+        modes = [m for m in ("cls_token", "mean_tokens", "max_tokens", "mean_sqrt_len_tokens",
+                             "weightedmean_tokens", "lasttoken")
+                 if pooling.get(f"pooling_mode_{m}")]
+    names = {"cls": "cls", "cls_token": "cls", "mean": "mean", "mean_tokens": "mean"}
+    if len(modes) != 1 or modes[0] not in names or \
+            set(kinds) - {"Transformer", "Pooling", "Normalize"}:
         return None
-    return {"pooling": "cls" if modes == ["cls_token"] else "mean",
-            "normalize": "Normalize" in kinds}
+    return {"pooling": names[modes[0]], "normalize": "Normalize" in kinds}
 
 
 def read_config(directory: str | Path):
