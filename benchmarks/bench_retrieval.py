@@ -370,6 +370,8 @@ def main() -> None:
     p.add_argument("--shared", type=Path, default=ROOT.parent / "shared" / "data")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     p.add_argument("--phases", nargs="+", default=["quality", "speed", "memory", "simcse"])
+    p.add_argument("--models", nargs="+", default=["minilm", "modern"],
+                   help="the quality phase's models (modern needs --modern)")
     p.add_argument("--steps", type=int, default=27, help="3 epochs of the 293 pairs at 32")
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--lr", type=float, default=2e-5, help="all-MiniLM-L6-v2's")
@@ -385,7 +387,7 @@ def main() -> None:
 
     print(f"machine: {torch.backends.cpu.get_cpu_capability()} ATen kernels, "
           f"{os.cpu_count()} cores, torch {torch.__version__}", flush=True)
-    names = ["minilm"] + (["modern"] if a.modern else [])
+    names = [n for n in a.models if n != "modern" or a.modern]
     models = {"minilm": (minilm(), a.lr), "modern": (a.modern, a.modern_lr)}
     if "quality" in a.phases:
         for name in names:
