@@ -118,8 +118,22 @@ def _read_delimited_header(path: Path, sep: str, quoting: bool, header: bool) ->
             return first
         except StopIteration:
             raise BertctlError(f"{path}: the file is empty") from None
-        except (UnicodeDecodeError, csv.Error) as exc:
+        except UnicodeDecodeError:
+            # The csv reader's line count lags the decoder's read-ahead: find the line itself.
+            raise BertctlError(f"{path}: line {_first_undecodable_line(path)}: not UTF-8 "
+                               f"text") from None
+        except csv.Error as exc:
             raise BertctlError(f"{path}: line {reader.line_num}: cannot read: {exc}") from None
+
+
+def _first_undecodable_line(path: Path) -> int:
+    with open(path, "rb") as f:
+        for n, line in enumerate(f, 1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError:
+                return n
+    return 0
 
 
 # A spec for `read_table` that only says "the format its name says" (readers of tables that are

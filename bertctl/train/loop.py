@@ -125,6 +125,9 @@ class Trainer:
         self.end_step = s.start_step + run_steps
         self.total_steps = s.total_steps if s.total_steps is not None else self.end_step
         if self.total_steps < self.end_step:
+            if self.budget is not None:   # (its step count is open: no last step to name)
+                raise BertctlError(f"train settings: total_steps {self.total_steps} lays the "
+                                   f"schedule over steps, time_budget over time: give one")
             raise BertctlError(f"train settings: total_steps {self.total_steps} is before this "
                                f"run's last step {self.end_step} (start_step {s.start_step} + "
                                f"{run_steps})")

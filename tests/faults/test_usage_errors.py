@@ -76,3 +76,19 @@ def test_an_exclusion_given_twice_or_reordered_is_one_id(cli, tmp_path, small_to
         assert r.exit_code == 0, r.stderr
         ids.append(r.json()["id"])
     assert ids[0] == ids[1] and ids[2] == ids[3] and ids[0] != ids[2]
+
+
+def test_a_task_file_that_is_not_utf8_names_the_line_of_the_bad_byte(tmp_path):
+    """#52 class 6: it was reported at 'line 0' (the csv reader's count lags the decoder)."""
+    from bertctl.tasks import get, make_task_spec
+
+    bad = tmp_path / "bad.tsv"
+    bad.write_bytes(b"sentence\tlabel\nfine\t1\nbad \xff byte\t0\n")
+    with pytest.raises(BertctlError, match=r"bad.tsv: line 3: not UTF-8"):
+        get("single").read(make_task_spec("glue/sst2"), bad)
+
+
+def test_a_time_budget_with_total_steps_names_no_placeholder(cli, tmp_path, pretrain_data):
+    r = cli("pretrain", pretrain_data, "--model-size", "tiny", "--time-budget", "3s",
+            "--total-steps", "100", "--out", tmp_path / "m")
+    assert r.exit_code == 2 and "give one" in r.stderr and "10000000" not in r.stderr, r.stderr
