@@ -3,6 +3,7 @@ stderr and exit 2, as every other exit-2 error (no usage block, no traceback).""
 
 import pytest
 
+from bertctl.errors import BertctlError
 from conftest import FIXTURES, run_bertctl
 
 
