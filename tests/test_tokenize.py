@@ -269,3 +269,17 @@ def test_inspect_shows_the_settings_that_differ_and_all_with_all(small_tokenizer
     at = lines.index("settings:")
     assert [ln.split(":")[0].strip() for ln in lines[at + 1:at + 1 + len(recorded)]] == list(
         recorded)
+
+
+def test_a_binary_file_in_the_corpus_is_named(cli, tmp_path):
+    """#52 class 6: an executable in a corpus directory was read silently, its replaced bytes
+    only a number in the stats; now a warning names it (and the manifest lists it)."""
+    corp = tmp_path / "corp"
+    corp.mkdir()
+    (corp / "book.txt").write_text((CORPUS / "alice.txt").read_text(encoding="utf-8")[:50_000],
+                                   encoding="utf-8")
+    (corp / "program.txt").write_bytes(bytes(range(128, 256)) * 100)
+    r = cli("tokenize", corp, "--vocab-size", "1000", "--out", tmp_path / "tok", "--json")
+    assert r.exit_code == 0, r.stderr
+    assert f"warning: {corp / 'program.txt'}: more than 1% of its bytes are not UTF-8" in r.stderr
+    assert r.json()["stats"]["not_text"] == [str(corp / "program.txt")]

@@ -27,6 +27,14 @@ from bertctl.errors import BertctlError
 # a script beside the data is not read as corpus. Files named explicitly are read whatever
 # their ending.
 TEXT_SUFFIXES = {".txt", ".text", ".raw", ".tokens"}
+BINARY_SHARE = 0.01
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 TABULAR_FORMATS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".tsv": "csv",
                    ".parquet": "parquet"}
 
@@ -41,11 +49,18 @@ class CorpusStats:
     invalid_bytes_replaced: int = 0
     long_line_pieces: int = 0     # cuts made in lines longer than MAX_LINE_CHARS
     paths: list[str] = field(default_factory=list)
+    # Files whose bytes were more than BINARY_SHARE not UTF-8 (an executable, an image): read,
+    # but most likely not text; the stages name them.
+    not_text: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict:
         d = asdict(self)
         d.pop("paths")
         return d
+
+    def warnings(self) -> list[str]:
+        return [f"warning: {p}: more than {BINARY_SHARE:.0%} of its bytes are not UTF-8 text "
+                f"(replaced): is it a corpus file?" for p in self.not_text]
 
 
 # A codec error handler cannot carry state of its own, so it counts into this module-level tally;
@@ -221,7 +236,10 @@ def iter_documents(sources: Iterable[str | os.PathLike], text_column: str | None
                     stats.documents += 1
                     stats.sentences += len(doc)
                     yield doc
-        stats.invalid_bytes_replaced += _invalid_bytes - before
+        replaced = _invalid_bytes - before
+        stats.invalid_bytes_replaced += replaced
+        if replaced and replaced > BINARY_SHARE * max(1, _size(path)):
+            stats.not_text.append(str(path))
 
 
 def iter_sentence_batches(sources: Iterable[str | os.PathLike], text_column: str | None = None,

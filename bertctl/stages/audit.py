@@ -80,6 +80,8 @@ def run(config: AuditSettings, target: artifacts.Target, sources: list[str],
             for r in hits[:config.max_listed]:
                 c, m = first[(t, r)]
                 console.log(f"  row {r + 1}: \"{m.ngram}\"")
+        for warning in stats.warnings():
+            console.log(warning)
         console.log(f"{stats.sentences:,} corpus sentences ({total_bytes / 1e6:,.1f} MB) audited "
                     f"in {seconds:.1f}s")
         return {"rule": {"ngram": config.ngram, "min_ngram": config.min_ngram,

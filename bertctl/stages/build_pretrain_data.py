@@ -62,6 +62,8 @@ def run(config: BuildPretrainDataSettings, target: artifacts.Target, tokenizer_d
         models.copy_tokenizer(tok_art.path, tmp)
         splits = {k: v["stats"] for k, v in summary["splits"].items()}
         extra = {"excluded": excluded.write(tmp)} if excluded is not None else {}
+        for warning in stats.warnings():
+            console.log(warning)
         return _stats(summary["settings"], splits, _tokenizer_stats(tok_art),
                       corpus=stats.as_dict(), slice=summary["slice"], **extra)
 

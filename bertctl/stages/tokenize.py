@@ -73,6 +73,8 @@ def run(config: TokenizeSettings, target: artifacts.Target, sources: list[str],
         measured = tokenizer.measure(tok, [s for b in sample for s in b])
         console.log(f"vocabulary of {info.vocab_size:,} tokens; unknown-token rate "
                     f"{measured['unk_rate']:.4%}, {measured['pieces_per_word']:.2f} pieces/word")
+        for warning in stats.warnings():
+            console.log(warning)
         return {"tokenizer": info.as_dict(), **stats.as_dict(), **measured}
 
     return artifacts.produce("tokenizer", config, inputs, target, build)
@@ -137,6 +139,8 @@ def _extend(config: TokenizeSettings, target: artifacts.Target, sources: list[st
             console.log(f"only {len(added):,} words of the corpus (seen twice or more) are split "
                         f"by the base vocabulary: no more shorten it")
         info = tokenizer.TokenizerInfo.of(tok, lowercase)
+        for warning in stats.warnings():
+            console.log(warning)
         return {"tokenizer": info.as_dict(), **stats.as_dict(), **after,
                 "extends": {"path": str(base_dir), "vocab_size": base.get_vocab_size(),
                             "added": len(added), "list": ADDED_FILE,
