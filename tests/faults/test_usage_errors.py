@@ -1,6 +1,8 @@
 """Bad usage through the real entry point (`python -m bertctl`, not CliRunner): one line on
 stderr and exit 2, as every other exit-2 error (no usage block, no traceback)."""
 
+from pathlib import Path
+
 import pytest
 
 from bertctl.errors import BertctlError
@@ -93,3 +95,18 @@ def test_a_time_budget_with_total_steps_names_no_placeholder(cli, tmp_path, pret
     r = cli("pretrain", pretrain_data, "--model-size", "tiny", "--time-budget", "3s",
             "--total-steps", "100", "--out", tmp_path / "m")
     assert r.exit_code == 2 and "give one" in r.stderr and "10000000" not in r.stderr, r.stderr
+
+
+def test_a_path_that_is_not_utf8_is_one_line(cli, tmp_path):
+    """#52 class 6: a corpus directory named with a byte that is not UTF-8 was a
+    UnicodeEncodeError (exit 1; with --json a PydanticSerializationError)."""
+    import os
+
+    bad = Path(os.fsdecode(os.fsencode(str(tmp_path)) + b"/bad\xffdir"))
+    bad.mkdir()
+    (bad / "book.txt").write_text("Some text.\nMore text here.\n" * 50, encoding="utf-8")
+    for extra in ((), ("--json",)):
+        r = cli("tokenize", bad, "--vocab-size", "1000", "--out", tmp_path / "tok", *extra)
+        assert r.exit_code == 2, r.stderr
+        assert "bad\\xffdir" in r.stderr + r.stdout and "not valid UTF-8" in r.stderr + r.stdout
+    assert not (tmp_path / "tok").exists()

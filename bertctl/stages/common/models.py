@@ -106,6 +106,7 @@ def _hf_directory_ref(path: Path, role: str) -> artifacts.InputRef:
 
 def data_input(path: Path, role: str = "data") -> artifacts.InputRef:
     """A data file by its content hash; a save_to_disk directory by the hashes of its files."""
+    artifacts.recordable(path)
     if path.is_file():
         return artifacts.file_input(path, role)
     if not path.is_dir():
