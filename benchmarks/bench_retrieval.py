@@ -31,11 +31,9 @@ import math
 import os
 import random
 import re
-import resource
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent

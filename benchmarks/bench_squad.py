@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import shutil
 import subprocess
@@ -169,7 +168,6 @@ def plain_postprocess(rows, feats, starts, ends, a):
 
 
 def run_plain(a, train_path: Path, dev_path: Path) -> dict:
-    import numpy as np
     import torch
     import transformers
     from transformers import AutoModelForQuestionAnswering, AutoTokenizer

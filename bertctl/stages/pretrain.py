@@ -12,21 +12,21 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bertctl import agreement, artifacts, console, modelcard
-from bertctl.config import PretrainSettings
-from bertctl.errors import BertctlError
-from bertctl.stages.common import models, training
 import torch
+
+from bertctl import agreement, artifacts, console, modelcard, objectives
+from bertctl.config import PretrainSettings
+from bertctl.data import tokenizer, vocab_extension
+from bertctl.data.pretraining_dataset import (PretrainingDataset, check_mask_rate,
+                                              read_pretraining_info)
+from bertctl.errors import BertctlError
 from bertctl.model import ARCHITECTURES, architectures, build
 from bertctl.model.dropout import set_training_dropout
-from bertctl import objectives
-from bertctl.data.pretraining_dataset import check_mask_rate, read_pretraining_info
-from bertctl.data.pretraining_dataset import PretrainingDataset
-from bertctl.data import tokenizer, vocab_extension
 from bertctl.model.vocabulary import grow_vocabulary
-from bertctl.train.settings import TrainSettings
+from bertctl.stages.common import models, training
 from bertctl.train import distributed as dist
 from bertctl.train.loop import train
+from bertctl.train.settings import TrainSettings
 
 def _build_model(config: PretrainSettings, objective, vocab_size: int,
                  init: models.ModelSource | None, model_config: Path | None,
