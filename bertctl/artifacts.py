@@ -130,22 +130,9 @@ def sha256_file(path: str | os.PathLike) -> str:
         return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
-def recordable(path: str | os.PathLike) -> str:
-    """`path` as the manifest records it (JSON, UTF-8): a name that is not UTF-8 (bytes the
-    file system allows) cannot be written there, and is refused naming it with escapes."""
-    text = str(path)
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        shown = os.fsencode(text).decode("utf-8", errors="backslashreplace")
-        raise BertctlError(f"{shown}: the path is not valid UTF-8, which the manifest (JSON) "
-                           f"cannot record; rename it") from None
-    return text
-
-
 def file_input(path: str | os.PathLike, role: str) -> InputRef:
     path = Path(path)
-    recordable(path)
+    placement.recordable(path)
     try:
         return InputRef(role=role, kind="file", id=sha256_file(path), path=str(path.resolve()),
                         size=path.stat().st_size)
@@ -374,7 +361,7 @@ def plan(kind: str, settings: StageConfig | dict[str, Any], inputs: list[InputRe
     any work) where writing it could destroy an input or the working directory, or would lie
     in a directory the command was given."""
     artifact_id = compute_id(kind, _settings(settings)[1], inputs)
-    out_path = placement.resolve_out(recordable(out), artifact_id)
+    out_path = placement.resolve_out(placement.recordable(out), artifact_id)
     placement.check_out_is_apart(out_path, inputs, given)
     return artifact_id, out_path
 

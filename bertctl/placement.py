@@ -22,6 +22,19 @@ TMP_MARK = ".tmp-"
 SIBLING_EXTRA = 26
 
 
+def recordable(path: str | os.PathLike) -> str:
+    """`path` as the manifest records it (JSON, UTF-8): a name that is not UTF-8 (bytes the
+    file system allows) cannot be written there, and is refused naming it with escapes."""
+    text = str(path)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = os.fsencode(text).decode("utf-8", errors="backslashreplace")
+        raise BertctlError(f"{shown}: the path is not valid UTF-8, which the manifest (JSON) "
+                           f"cannot record; rename it") from None
+    return text
+
+
 def resolve_out(out: str | os.PathLike, artifact_id: str) -> Path:
     """`--out` may hold `{id}` so each configuration lands in its own directory."""
     return Path(str(out).replace("{id}", artifact_id))

@@ -119,18 +119,15 @@ class Trainer:
                                 lengths_of(data) if s.group_by_length else None)
         # A time budget ends the run when it is spent; until then the step count is open.
         self.budget = s.time_budget
-        run_steps = (s.steps if s.steps is not None
-                     else 10 ** 15 if self.budget is not None
+        run_steps = (s.steps if s.steps is not None else 10 ** 15 if self.budget is not None
                      else max(1, round(s.epochs * self.order.steps_per_epoch)))
         self.end_step = s.start_step + run_steps
         self.total_steps = s.total_steps if s.total_steps is not None else self.end_step
-        if self.total_steps < self.end_step:
-            if self.budget is not None:   # (its step count is open: no last step to name)
-                raise BertctlError(f"train settings: total_steps {self.total_steps} lays the "
-                                   f"schedule over steps, time_budget over time: give one")
-            raise BertctlError(f"train settings: total_steps {self.total_steps} is before this "
-                               f"run's last step {self.end_step} (start_step {s.start_step} + "
-                               f"{run_steps})")
+        if self.total_steps < self.end_step:   # (a budget's step count is open: none to name)
+            raise BertctlError(f"train settings: total_steps {self.total_steps} " + (
+                "lays the schedule over steps, time_budget over time: give one" if self.budget
+                else f"is before this run's last step {self.end_step} (start_step "
+                f"{s.start_step} + {run_steps})"))
         self.warmup = warmup_steps(s.warmup, self.total_steps)
         self.last_step = self.end_step
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bertctl import agreement, artifacts, console, hardware
+from bertctl import agreement, artifacts, console, hardware, placement
 from bertctl.data import tokenizer as tokenizer_mod
 from bertctl.errors import BertctlError
 from bertctl.exports import ExportFacts
@@ -106,7 +106,7 @@ def _hf_directory_ref(path: Path, role: str) -> artifacts.InputRef:
 
 def data_input(path: Path, role: str = "data") -> artifacts.InputRef:
     """A data file by its content hash; a save_to_disk directory by the hashes of its files."""
-    artifacts.recordable(path)
+    placement.recordable(path)
     if path.is_file():
         return artifacts.file_input(path, role)
     if not path.is_dir():
