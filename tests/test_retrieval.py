@@ -439,3 +439,19 @@ def test_a_model_saved_by_this_sentence_transformers_is_read_with_its_pooling(
             model[0].get_word_embedding_dimension(), pooling_mode="cls")], device="cpu")
     model.save(str(tmp_path / "st"))
     _st_equals_embed(cli, tmp_path / "st", tmp_path, atol=1e-5)
+
+
+def test_simcse_needs_dropout(cli, tmp_path, continuous_data):
+    """A ModernBERT has no dropout by default: its two views of a text would be one and the
+    same, and SimCSE would learn nothing but to spread the vectors. Refused; --dropout gives
+    the noise for training (the saved config keeps the architecture's rates)."""
+    modern = _made_modern(tmp_path, continuous_data)
+    text = tmp_path / "corpus.txt"
+    text.write_text("\n".join(TEXTS * 4) + "\n", encoding="utf-8")
+    args = ("finetune", modern, text, "--task", "retrieval", "--steps", "2", "--batch-size", "4")
+    r = cli(*args, "--out", tmp_path / "m")
+    assert r.exit_code == 2 and "--dropout" in r.stderr, r.stderr
+    assert not (tmp_path / "m").exists()
+    r = cli(*args, "--dropout", "0.1", "--out", tmp_path / "m")
+    assert r.exit_code == 0, r.stderr
+    assert json.loads((tmp_path / "m" / "config.json").read_text())["mlp_dropout"] == 0.0

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from bertctl.data import IGNORE_INDEX
 from bertctl.errors import BertctlError
 from bertctl.model import contrastive
+from bertctl.model.dropout import set_training_dropout
 
 
 def masked_lm(predict: Callable[[torch.Tensor], torch.Tensor], hidden: torch.Tensor,
@@ -191,13 +192,16 @@ class Embedder:
     kwargs_from_any_config = True
 
     def _embedder(self, pooling: str = "mean", normalize: bool = True, loss: str = "infonce",
-                  scale: float = 20.0, cache_negatives: int = 0) -> None:
+                  scale: float = 20.0, cache_negatives: int = 0,
+                  dropout: float | None = None) -> None:
         if pooling not in contrastive.POOLING:
             raise ValueError(f"pooling must be one of {contrastive.POOLING}, got {pooling!r}")
         if loss not in contrastive.LOSSES:
             raise ValueError(f"loss must be one of {contrastive.LOSSES}, got {loss!r}")
         self.pooling, self.normalize, self.loss_name = pooling, bool(normalize), loss
         self.scale, self.cache_negatives = float(scale), int(cache_negatives)
+        if dropout is not None:   # training's rate; the saved config keeps the architecture's
+            set_training_dropout(self, dropout)
 
     def embed(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
               attention_mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -243,6 +247,11 @@ class Embedder:
             vectors = vectors.reshape(k, shape[0], -1).transpose(0, 1)
         out = {"embeddings": vectors}
         if self.training and len(shape) == 3 and shape[1] >= 2:
+            if shape[1] == 2 and labels is None and not _has_dropout(self) and \
+                    torch.equal(input_ids[:, 0], input_ids[:, 1]):
+                raise BertctlError("texts alone (SimCSE) are their own positives under dropout, "
+                                   "and this model has none (ModernBERT's default): give "
+                                   "--dropout, e.g. 0.1")
             if shape[0] == 1 and (labels is not None or shape[1] == 2):
                 raise BertctlError("--batch-size 1: a contrastive loss compares the examples of "
                                    "a batch (a query's negatives are the others' positives; "
@@ -286,6 +295,12 @@ class Embedder:
         files = {"modules.json": modules, "1_Pooling/config.json": pooling,
                  "sentence_bert_config.json": length}
         return {k: json.dumps(v, indent=2) + "\n" for k, v in files.items()}
+
+
+def _has_dropout(model) -> bool:
+    return any(getattr(m, "p", 0) > 0 or getattr(m, "dropout_p", 0) > 0
+               for m in model.modules() if "ropout" in type(m).__name__ or
+               hasattr(m, "dropout_p"))
 
 
 # config.json's record of an embedding model's pooling (not a transformers key).

@@ -55,6 +55,9 @@ class RetrievalOptions(BaseModel):
                                  "sequences at a time and back-propagate through the cached "
                                  "vectors (GradCache): the loss and gradients of the whole "
                                  "batch at the memory of this many; 0: off.")
+    dropout: float | None = Field(None, ge=0, lt=1, description="Dropout while training, "
+                                  "everywhere (unset: the model's). SimCSE's noise: a model "
+                                  "without dropout (ModernBERT's default) needs one, e.g. 0.1.")
     top_k: int = Field(100, ge=10, le=10_000, description="Documents retrieved per query "
                        "(the run's depth; Recall@100 and MAP read it).")
 
@@ -139,8 +142,8 @@ class Retrieval(Family):
         kwargs: dict[str, Any] = {"loss": o.loss or ("cosent" if spec.label_column else
                                                       "infonce"),
                                   "scale": o.scale, "cache_negatives": o.cache_negatives}
-        kwargs.update({k: v for k, v in (("pooling", o.pooling), ("normalize", o.normalize))
-                       if v is not None})
+        kwargs.update({k: v for k, v in (("pooling", o.pooling), ("normalize", o.normalize),
+                                         ("dropout", o.dropout)) if v is not None})
         return kwargs
 
     def check_head(self, hf_config: dict[str, Any], spec, label_list, where: str) -> None:
