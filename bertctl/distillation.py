@@ -42,7 +42,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertctl.data import IGNORE_INDEX
+from bertctl.labels import IGNORE_INDEX
 from bertctl.errors import BertctlError
 from bertctl.evaluation import non_finite_rows, predict, refuse_non_finite, task_batches
 from bertctl.model import architectures, build

@@ -47,6 +47,14 @@ def test_core_imports_neither_stages_nor_cli(path):
     assert not bad, f"{_module(path)} imports {bad}"
 
 
+@pytest.mark.parametrize("path", sorted((PACKAGE / "model").rglob("*.py")), ids=_module)
+def test_the_model_core_takes_tensors_never_the_data_package(path):
+    """#54: model/ imported IGNORE_INDEX from the data core; it is in bertctl/labels.py now."""
+    bad = sorted(n for n in _imports(path) if n == "bertctl.data" or
+                 n.startswith("bertctl.data."))
+    assert not bad, f"{_module(path)} imports {bad}"
+
+
 def _stage_of(module: str) -> str:
     """The stage a module of bertctl/stages belongs to: a module, or a package of modules."""
     return ".".join(module.split(".")[:3])

@@ -10,7 +10,7 @@ import torch
 
 from bertctl.data.collate import pack_batch, pad_to_tensor
 from bertctl.model.config import BertConfig
-from bertctl.data import IGNORE_INDEX
+from bertctl.labels import IGNORE_INDEX
 from bertctl.model.heads import BertForSequenceClassification, BertForTokenClassification
 
 PAD = 0

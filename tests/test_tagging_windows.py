@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from bertctl.data.tokenizer import from_hf_directory
-from bertctl.data import IGNORE_INDEX
+from bertctl.labels import IGNORE_INDEX
 from bertctl.tasks.tagging import schemes
 from bertctl.tasks.tagging.metrics import score, score_lines
 from bertctl.tasks.tagging.predict import (WordPredictions, conlleval_token, predicted_tags,

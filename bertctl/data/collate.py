@@ -11,7 +11,7 @@ from collections.abc import Collection, Sequence
 import numpy as np
 import torch
 
-from bertctl.data import IGNORE_INDEX
+from bertctl.labels import IGNORE_INDEX
 
 
 def pad_to_tensor(seqs: Sequence[np.ndarray], pad_value: int = 0, length: int | None = None,

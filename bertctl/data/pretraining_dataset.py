@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from tokenizers import Tokenizer
 
-from bertctl.data import IGNORE_INDEX
+from bertctl.labels import IGNORE_INDEX
 from bertctl.data.pretraining import _COUNTS, SPLITS, _zero_stats, finish_stats, masking_rules
 from bertctl.data.settings import PretrainingDataSettings
 from bertctl.data.pretraining_masking import MaskingRules, apply_masking, hashed_uniform_at, ranges

@@ -25,7 +25,7 @@ from torch import nn
 
 from bertctl.model.bert import BertLayer, attention_bias
 from bertctl.model.config import ACTIVATIONS, BertConfig
-from bertctl.data import IGNORE_INDEX
+from bertctl.labels import IGNORE_INDEX
 from bertctl.model.heads import BertWithHead
 
 GENERATOR_SIZE = 0.25      # the paper's best generator: 1/4 to 1/2 of the discriminator

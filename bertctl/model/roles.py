@@ -14,7 +14,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from bertctl.data import IGNORE_INDEX
+from bertctl.labels import IGNORE_INDEX
 from bertctl.errors import BertctlError
 from bertctl.model import contrastive
 from bertctl.model.dropout import set_training_dropout

@@ -32,7 +32,7 @@ from bertctl.data.collate import max_context_window, pad_to_tensor
 from bertctl.data.tokenizer import CLS, PAD, SEP, UNK
 from bertctl.errors import BertctlError
 from bertctl.tasks.base import IMITATED
-from bertctl.data import IGNORE_INDEX
+from bertctl.labels import IGNORE_INDEX
 from bertctl.tasks.tagging.schemes import concat_ranges
 from tokenizers import Tokenizer
 
