@@ -1,0 +1,25 @@
+"""Every benchmark still starts (#54: nothing tested them, so a rename in bertctl broke one
+silently): each script's `--help` runs and prints its usage."""
+
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+SCRIPTS = sorted(p for p in (ROOT / "benchmarks").glob("*.py")
+                 if '__name__ == "__main__"' in p.read_text(encoding="utf-8"))
+
+
+def test_there_are_benchmarks():
+    assert len(SCRIPTS) > 20
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
+def test_every_benchmark_starts(script):
+    r = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True,
+                       timeout=120, cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin",
+                                                   "HOME": str(ROOT)})
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "usage" in r.stdout.lower(), r.stdout[:500]
