@@ -310,3 +310,18 @@ def test_groups_are_compared_in_standard_errors_as_welch_does():
     assert ratio == pytest.approx(stats.ttest_ind(b, a, equal_var=False).statistic)
     assert se == pytest.approx(diff / ratio)
     assert group_comparison([[run(0, 0.5), run(1, 0.6)]]) == ""
+
+
+def test_seed_groups_of_evals_name_their_models_seeds(cli, sst2_seed_runs, tmp_path):
+    """#52 class 8: evals of runs that differ in their seed were headed `seed None` (an eval
+    has no seed of its own: its model's is the one)."""
+    from conftest import FIXTURES
+
+    first, second, ev0 = sst2_seed_runs
+    ev1 = tmp_path / "ev1"
+    assert cli("eval", second, FIXTURES / "glue" / "SST-2" / "dev.tsv", "--out",
+               ev1).exit_code == 0
+    r = cli("report", ev0, ev1, "--out", tmp_path / "rep")
+    assert r.exit_code == 0, r.stderr
+    page = (tmp_path / "rep" / "report.html").read_text()
+    assert "<th>seed 0</th><th>seed 1</th>" in page and "seed None" not in page

@@ -171,8 +171,10 @@ def differences(runs: list[Run]) -> str:
     settings are in its section, folded), and where each came from."""
     head = "".join(f"<th>{esc(r.label)}</th>" for r in runs)
     configs = [r.artifact.manifest.config for r in runs]
+    # Like with like: a setting differs where the artifacts that have it disagree (one only
+    # some have, with one value, is in their own sections, not a row of blanks here).
     keys = sorted({k for c in configs for k in c}, key=str)
-    differing = [k for k in keys if len({json.dumps(c.get(k)) for c in configs}) > 1]
+    differing = [k for k in keys if len({json.dumps(c[k]) for c in configs if k in c}) > 1]
     body = [f"<tr><th>settings.{esc(k)}</th>"
             + "".join(cell(c.get(k), key=f"settings.{k}", artifact=r.artifact.id)
                       for r, c in zip(runs, configs)) + "</tr>" for k in differing]
@@ -197,6 +199,16 @@ def seed_groups(runs: list[Run]) -> list[list[Run]]:
     return [g for g in groups if len(g) > 1]
 
 
+def _seed(manifest) -> Any:
+    """The run's seed: its own setting, else the nearest in its lineage (an eval's model's)."""
+    pending = [manifest]
+    for item in pending:   # breadth first, appending as it goes
+        if (item.config or {}).get("seed") is not None:
+            return item.config["seed"]
+        pending += item.inputs
+    return None
+
+
 def seed_table(groups: list[list[Run]]) -> str:
     """Mean and sample standard deviation (n - 1) of each metric over a group's seeds."""
     if not groups:
@@ -206,7 +218,7 @@ def seed_table(groups: list[list[Run]]) -> str:
              "deviation (n &minus; 1).</p>"]
     for g, group in enumerate(groups, 1):
         ids = ", ".join(r.artifact.id for r in group)
-        seeds = [r.artifact.manifest.config.get("seed") for r in group]
+        seeds = [_seed(r.artifact.manifest) for r in group]
         rows = []
         keys = sorted(set.intersection(*(set(numeric_metrics(r.artifact.manifest.metrics))
                                          for r in group)))
