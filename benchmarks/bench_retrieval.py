@@ -257,22 +257,31 @@ def speed(a, res: Results) -> None:
         theirs = json.loads(r.stdout.strip().splitlines()[-1])
         res.put(f"speed/encode/{rep}", {"bertctl": ours["rows"] / ours["seconds"],
                                         "st": theirs["texts"] / theirs["seconds"]})
-    # sentence-transformers' trainer in bf16 too (its `bf16=True`), for the like-for-like row
-    for seed in a.seeds[:a.repeats]:
-        key = f"speed/st-bf16/seed{seed}"
-        if not res.get(key):
-            out = work / f"st-bf16-seed{seed}"
-            res.put(key, st_train(model, EXAMPLE / "train.tsv", out, a, seed, a.lr, a.steps,
-                                  log, precision="bf16"))
-    st16 = statistics.median(res.get(f"speed/st-bf16/seed{s}")["examples"]
-                             / res.get(f"speed/st-bf16/seed{s}")["seconds"]
-                             for s in a.seeds[:a.repeats])
-    auto = [res.get(f"minilm/bertctl-auto/seed{s}") for s in a.seeds]
-    if all(auto) and auto[0]["precision"] == "bf16":
-        rate = statistics.median(r["examples"] / r["seconds"] for r in auto)
-        print(f"\ntraining in bf16, all-MiniLM-L6-v2, 1 thread, batch {a.batch}: bertctl "
-              f"{rate:.1f} examples/s, sentence-transformers (bf16=True) {st16:.1f} "
-              f"({rate / st16:.2f}x)")
+    # Training, alone on the machine: one epoch of the example pairs per run, bertctl and
+    # sentence-transformers alternating, in float32 and in bf16 (their `bf16=True`).
+    pairs, steps = EXAMPLE / "train.tsv", 9
+    for rep in range(a.repeats):
+        for precision in ("fp32", "bf16"):
+            for tool in ("bertctl", "st"):
+                key = f"speed/train/{tool}/{precision}/{rep}"
+                if res.get(key):
+                    continue
+                out = work / f"train-{tool}-{precision}-{rep}"
+                if tool == "bertctl":
+                    res.put(key, bertctl_train(model, pairs, out, a, rep, a.lr, steps, log,
+                                               precision=precision))
+                else:
+                    res.put(key, st_train(model, pairs, out, a, rep, a.lr, steps, log,
+                                          precision=precision))
+    print(f"\ntraining, all-MiniLM-L6-v2, 1 thread, batch {a.batch}, {steps} steps, medians of "
+          f"{a.repeats} (examples/s):")
+    for precision in ("fp32", "bf16"):
+        rate = {t: statistics.median(
+            res.get(f"speed/train/{t}/{precision}/{r}")["examples"]
+            / res.get(f"speed/train/{t}/{precision}/{r}")["seconds"] for r in range(a.repeats))
+            for t in ("bertctl", "st")}
+        print(f"  {precision}: bertctl {rate['bertctl']:.1f}, sentence-transformers "
+              f"{rate['st']:.1f} ({rate['bertctl'] / rate['st']:.2f}x)")
     b = [res.get(f"speed/encode/{r}")["bertctl"] for r in range(a.repeats)]
     s = [res.get(f"speed/encode/{r}")["st"] for r in range(a.repeats)]
     print(f"\nencoding, all-MiniLM-L6-v2, 4,000 WikiText-2 lines, 1 thread, fp32, batch 64: "
