@@ -312,6 +312,39 @@ def memory(a, res: Results) -> None:
               f"{res.get(f'memory/{batch}/{cache}'):,.0f} MB")
 
 
+SEARCH = r"""
+import json, resource, sys, time
+import numpy as np
+from bertctl.tasks.retrieval import ranking
+n, dim, queries, k = map(int, sys.argv[1:5])
+rng = np.random.default_rng(0)
+# the corpus's vectors as eval keeps them (float32, in parts of 10,000 rows), and the queries
+corpus = [rng.standard_normal((min(10_000, n - i), dim), dtype=np.float32)
+          for i in range(0, n, 10_000)]
+q = rng.standard_normal((queries, dim), dtype=np.float32)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+start = time.perf_counter()
+scores, idx = ranking.search(q, corpus, k)
+seconds = time.perf_counter() - start
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps({"vectors_mb": n * dim * 4 / 2**20, "peak_mb": peak, "before_mb": before,
+                  "seconds": seconds}))
+"""
+
+
+def search(a, res: Results) -> None:
+    """The exact search's memory over 1M random vectors (all-MiniLM-L6-v2's 384 dimensions):
+    its peak beyond the vectors themselves, and its time for 1,000 queries, one thread."""
+    if not res.get("search"):
+        r = subprocess.run([sys.executable, "-c", SEARCH, "1000000", "384", "1000", "100"],
+                           stdout=subprocess.PIPE, env=env(), text=True, check=True)
+        res.put("search", json.loads(r.stdout.strip().splitlines()[-1]))
+    s = res.get("search")
+    print(f"\nexact search, 1,000,000 random 384-d vectors ({s['vectors_mb']:,.0f} MB), 1,000 "
+          f"queries, top 100, 1 thread: peak RSS {s['peak_mb']:,.0f} MB ({s['before_mb']:,.0f} "
+          f"before the search: the vectors and Python), {s['seconds']:.1f} s")
+
+
 def simcse(a, res: Results, name: str, model: Path) -> None:
     work, log = a.out / f"simcse-{name}", a.out / f"simcse-{name}.log"
     work.mkdir(parents=True, exist_ok=True)
@@ -391,7 +424,8 @@ def main() -> None:
     p.add_argument("--modern", type=Path, help="a ModernBERT checkpoint trained by bertctl")
     p.add_argument("--shared", type=Path, default=ROOT.parent / "shared" / "data")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    p.add_argument("--phases", nargs="+", default=["quality", "speed", "memory", "simcse"])
+    p.add_argument("--phases", nargs="+",
+                   default=["quality", "speed", "memory", "search", "simcse"])
     p.add_argument("--models", nargs="+", default=["minilm", "modern"],
                    help="the quality phase's models (modern needs --modern)")
     p.add_argument("--steps", type=int, default=27, help="3 epochs of the 293 pairs at 32")
@@ -421,6 +455,8 @@ def main() -> None:
         speed(a, res)
     if "memory" in a.phases:
         memory(a, res)
+    if "search" in a.phases:
+        search(a, res)
     if "simcse" in a.phases and a.modern:
         simcse(a, res, "modern", a.modern)
 
