@@ -302,7 +302,7 @@ def memory(a, res: Results) -> None:
             continue
         out = work / f"b{batch}-c{cache}"
         mb = peak_rss_mb([*BERTCTL, "finetune", minilm(), pairs, "--task", "retrieval",
-                          "--steps", 2, "--batch-size", batch, "--cache-negatives", cache,
+                          "--steps", 1, "--batch-size", batch, "--cache-negatives", cache,
                           "--max-seq-length", 128, "--precision", "fp32", "--threads", 1,
                           "--out", out, "--force"], log)
         res.put(key, mb)

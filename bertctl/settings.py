@@ -218,7 +218,9 @@ def resolve_precision(cls, data: Any) -> Any:
     precision = data.get("precision", cls.model_fields["precision"].default)
     if precision != "auto":
         return data
-
+    # Every other value is checked first: the hardware probe imports torch (2 s, 250 MB), which
+    # a typo in another setting should not cost.
+    cls.model_validate({**data, "precision": "fp32"})
     return {**data, "precision": auto_precision(str(data.get("device") or "auto"))}
 
 

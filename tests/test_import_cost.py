@@ -41,6 +41,15 @@ def test_help_imports_no_torch(command):
     assert found["code"] == 0 and not found["torch"], found
 
 
+@pytest.mark.parametrize("args", [("--warmup", "-1"), ("--min-steps", "0"),
+                                  ("--time-budget", "junk")])
+def test_a_training_settings_error_is_told_before_torch_is_imported(tmp_path, args):
+    """#52 class 5: `pretrain --warmup -1` took 4.7 s and 250 MB: `--precision auto` probed
+    the hardware (importing torch) before the other settings were checked."""
+    found = _run("pretrain", tmp_path, "--steps", "5", *args, "--out", tmp_path / "m")
+    assert found["code"] == 2 and not found["torch"], found
+
+
 def test_the_stages_without_a_model_import_no_torch(tmp_path):
     tok, data = tmp_path / "tok", tmp_path / "data"
     steps = [
