@@ -350,6 +350,9 @@ class EmbedSettings(InferenceSettings):
     text_column: list[str] | None = Field(None, description="Tables: the text column (twice "
                                           "for sentence pairs); a plain text file has one item "
                                           "per line.", json_schema_extra=meta(DATA))
+    id_column: str | None = Field(None, description="Tables: a column of row ids (a search "
+                                  "index's document ids, BEIR's _id), written to the index "
+                                  "beside each row's vectors.", json_schema_extra=meta(DATA))
     token_column: str | None = Field(None, description="A CoNLL-style token file (one word "
                                      "per line, a blank line between sentences, -DOCSTART- "
                                      "lines skipped): the field of the word, 0 the first. Each "

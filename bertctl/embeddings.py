@@ -59,6 +59,7 @@ class Chunk:
     texts: list[str] | list[list[str]]   # a token file's rows are their lists of words
     pairs: list[str] | None = None
     pretokenized: bool = False
+    ids: list[str] | None = None          # the table's id column, when given
 
 
 def is_table(path: Path) -> bool:
@@ -72,7 +73,8 @@ CHUNK_ROWS, CHUNK_CHARS = 8192, 100_000
 
 
 def read_chunks(path: Path, text_columns: list[str] | None, rows: int = CHUNK_ROWS,
-                chars: int = CHUNK_CHARS, token_column: str | None = None) -> Iterator[Chunk]:
+                chars: int = CHUNK_CHARS, token_column: str | None = None,
+                id_column: str | None = None) -> Iterator[Chunk]:
     """The input in chunks of at most `rows` rows and about `chars` characters: a plain text
     file one item per line (streamed), a table's one or two text columns, or (`token_column`)
     the sentences of a CoNLL-style token file, streamed, each row a sentence's words."""
@@ -82,8 +84,11 @@ def read_chunks(path: Path, text_columns: list[str] | None, rows: int = CHUNK_RO
         yield from _token_file_chunks(path, token_column, rows, chars)
         return
     if is_table(path):
-        yield from _table_chunks(path, text_columns, min(rows, 1024))
+        yield from _table_chunks(path, text_columns, min(rows, 1024), id_column)
         return
+    if id_column is not None:
+        raise BertctlError(f"{path}: --id-column names a column of a table; a plain text "
+                           f"file's rows are numbered")
     if text_columns:
         raise BertctlError(f"{path}: a plain text file has one item per line and no columns; "
                            "--text-column is for tables (.tsv, .csv, .jsonl, .parquet)")
@@ -119,12 +124,14 @@ def _token_file_chunks(path: Path, token_column: str, rows: int, chars: int) -> 
         yield Chunk(first, sentences, pretokenized=True)
 
 
-def _table_chunks(path: Path, text_columns: list[str] | None, rows: int) -> Iterator[Chunk]:
+def _table_chunks(path: Path, text_columns: list[str] | None, rows: int,
+                  id_column: str | None = None) -> Iterator[Chunk]:
     if not text_columns or len(text_columns) > 2:
         raise BertctlError(f"{path}: give the text column of the table with --text-column "
                            "(twice for sentence pairs)")
     table = read_table(BY_NAME, path)
-    missing = [c for c in text_columns if c not in table.column_names]
+    missing = [c for c in [*text_columns, *([id_column] if id_column else [])]
+               if c not in table.column_names]
     if missing:
         raise BertctlError(f"{path}: no column '{missing[0]}' (columns: "
                            f"{', '.join(table.column_names)})")
@@ -138,7 +145,9 @@ def _table_chunks(path: Path, text_columns: list[str] | None, rows: int) -> Iter
                 raise BertctlError(f"{path}: row {first + bad + 1}, column '{name}': not a text "
                                    f"({values[bad]!r})")
             cols.append(values)
-        yield Chunk(first, cols[0], cols[1] if len(cols) > 1 else None)
+        ids = ([str(v) for v in table.column(id_column).slice(first, len(cols[0])).to_pylist()]
+               if id_column else None)
+        yield Chunk(first, cols[0], cols[1] if len(cols) > 1 else None, ids=ids)
         first += len(cols[0])
 
 
@@ -354,7 +363,7 @@ def _refuse_non_finite(pieces: torch.Tensor, enc: _Encoded, chunk: Chunk, where:
 
 def write(model, tokenizer, chunks: Iterator[Chunk], opts: EmbedOptions, out: Path, device,
           shard_rows: int, progress: Callable[[int], None] | None = None,
-          where: str = "the model") -> dict:
+          where: str = "the model", ids: bool = False) -> dict:
     """Embed every row of `chunks` into `out` (see the module doc); returns the stats."""
 
     tok = Tokenizer.from_str(tokenizer.to_str())   # a copy: truncation is set per chunk
@@ -365,6 +374,8 @@ def write(model, tokenizer, chunks: Iterator[Chunk], opts: EmbedOptions, out: Pa
               ("count", pa.int32())]
     if opts.pool == "words":
         fields.append(("words", pa.list_(pa.string())))
+    if ids:
+        fields.append(("id", pa.string()))
     schema = pa.schema(fields)
     index = pq.ParquetWriter(out / INDEX, schema)
     shard, writer = -1, None
@@ -400,6 +411,8 @@ def write(model, tokenizer, chunks: Iterator[Chunk], opts: EmbedOptions, out: Pa
                        "count": pa.array(counts.astype(np.int32))}
             if words is not None:
                 columns["words"] = pa.array(words, type=pa.list_(pa.string()))
+            if ids:
+                columns["id"] = pa.array(chunk.ids, type=pa.string())
             index.write_table(pa.table(columns, schema=schema))
             stats["rows"] += n
             stats["vectors"] += int(counts.sum())

@@ -455,3 +455,22 @@ def test_simcse_needs_dropout(cli, tmp_path, continuous_data):
     r = cli(*args, "--dropout", "0.1", "--out", tmp_path / "m")
     assert r.exit_code == 0, r.stderr
     assert json.loads((tmp_path / "m" / "config.json").read_text())["mlp_dropout"] == 0.0
+
+
+def test_embed_writes_what_a_search_index_needs(cli, minilm_search, tmp_path):
+    """The corpus's vectors normalised (the model says so) and its ids beside them."""
+    import pyarrow.parquet as pq
+
+    out = tmp_path / "emb"
+    r = cli("embed", minilm_search, RET / "beir" / "corpus.jsonl", "--text-column", "text",
+            "--id-column", "_id", "--out", out)
+    assert r.exit_code == 0, r.stderr
+    index = pq.read_table(out / "index.parquet").to_pylist()
+    ids = [json.loads(x)["_id"] for x in (RET / "beir" / "corpus.jsonl").read_text().splitlines()]
+    assert [row["id"] for row in index] == ids
+    vectors = np.load(out / "vectors-00000.npy")
+    # unit vectors in float32: 384 squares summed, fp32_sum(384)
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=fp32_sum(384))
+    r = cli("embed", minilm_search, RET / "beir" / "corpus.jsonl", "--text-column", "text",
+            "--id-column", "nope", "--out", tmp_path / "bad")
+    assert r.exit_code == 2 and "no column 'nope'" in r.stderr

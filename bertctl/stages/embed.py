@@ -45,9 +45,10 @@ def run(config: EmbedSettings, target: artifacts.Target, model_dir: Path, data: 
         with console.progress("embedding", total=None, unit="rows") as bar, \
                 evaluation.inference(model, device, precision):
             stats = embeddings.write(model, tok, embeddings.read_chunks(
-                data, config.text_column, token_column=config.token_column), opts, tmp,
-                device, config.shard_rows,
-                progress=lambda n: bar.update(n), where=f"{source.path} on {data}")
+                data, config.text_column, token_column=config.token_column,
+                id_column=config.id_column), opts, tmp, device, config.shard_rows,
+                progress=lambda n: bar.update(n), where=f"{source.path} on {data}",
+                ids=config.id_column is not None)
         seconds = time.monotonic() - started
         console.log(f"{stats['rows']:,} rows -> {stats['vectors']:,} vectors of {stats['dim']} "
                     f"in {stats['shards']} shard(s), {seconds:.1f}s")
