@@ -126,7 +126,8 @@ def _combine(slices: list[Path], target: artifacts.Target) -> artifacts.Outcome:
         corpus_stats = {}
         for art in arts:
             for k, v in art.manifest.stats.get("corpus", {}).items():
-                corpus_stats[k] = max(corpus_stats.get(k, 0), v)  # every slice read the corpus
+                corpus_stats[k] = (v if isinstance(v, list)   # (names of files: the same in each)
+                                   else max(corpus_stats.get(k, 0), v))  # every slice read it all
         info = pretraining_dataset.read_pretraining_info(tmp)  # checks that the slices form a whole
         return _stats(info.settings, info.stats, first.stats.get("tokenizer", {}),
                       corpus=corpus_stats, slice={"index": None, "count": common["num_shards"]})
