@@ -72,19 +72,15 @@ BERT = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(MODERN))
-def test_a_modernbert_config_value_is_checked_when_read(cli, modern, tmp_path, case):
-    edit, key = MODERN[case]
-    model = _edited(modern, tmp_path, edit)
-    r = cli("embed", model, TEXTS, "--text-column", "sentence", "--out", tmp_path / "emb")
-    _one_line(r, "config.json", key)
-    assert not (tmp_path / "emb").exists()
+CASES = [("modernbert", c) for c in sorted(MODERN)] + [("bert", c) for c in sorted(BERT)]
 
 
-@pytest.mark.parametrize("case", sorted(BERT))
-def test_a_bert_config_value_is_checked_when_read(cli, tiny_pretrained, tmp_path, case):
-    edit, key = BERT[case]
-    model = _edited(tiny_pretrained, tmp_path, edit)
+@pytest.mark.parametrize("architecture,case", CASES)
+def test_a_config_value_is_checked_when_read(cli, request, tmp_path, architecture, case):
+    edit, key = (MODERN if architecture == "modernbert" else BERT)[case]
+    base = request.getfixturevalue("modern" if architecture == "modernbert" else
+                                   "tiny_pretrained")
+    model = _edited(base, tmp_path, edit)
     r = cli("embed", model, TEXTS, "--text-column", "sentence", "--out", tmp_path / "emb")
     _one_line(r, "config.json", key)
     assert not (tmp_path / "emb").exists()
