@@ -474,3 +474,21 @@ def test_embed_writes_what_a_search_index_needs(cli, minilm_search, tmp_path):
     r = cli("embed", minilm_search, RET / "beir" / "corpus.jsonl", "--text-column", "text",
             "--id-column", "nope", "--out", tmp_path / "bad")
     assert r.exit_code == 2 and "no column 'nope'" in r.stderr
+
+
+def test_each_validation_pass_is_searched_anew():
+    """The dev examples are the same object at every validation of a fine-tuning: a ranking
+    kept with them must belong to the predictions it was made from (the first pass's was
+    reported again at every later one)."""
+    from bertctl.tasks import get, make_task_spec
+
+    family, spec = get("retrieval"), make_task_spec("retrieval")
+    examples = family.read(spec, RET / "train.tsv")
+    rng = np.random.default_rng(0)
+    first = rng.normal(size=(len(examples), 2, 8)).astype(np.float32)
+    # every query exactly its paragraph's vector (one vector a distinct paragraph): perfect
+    paragraph = {k: rng.normal(size=8) for k in {row[1] for row in examples.keys}}
+    second = np.stack([[paragraph[row[1]]] * 2 for row in examples.keys]).astype(np.float32)
+    a = family.score(first, examples, spec, None)
+    b = family.score(second, examples, spec, None)
+    assert a["ndcg@10"] < 0.5 and b["ndcg@10"] == pytest.approx(1.0)

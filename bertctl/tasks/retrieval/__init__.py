@@ -201,14 +201,16 @@ class Retrieval(Family):
             return {}   # texts alone (SimCSE): nothing to score
         run, qrels = self._ranking(predictions, examples, spec)
         means, _ = ranking.evaluate(run, qrels)
-        return {**means, "queries": len(qrels),
-                "documents": examples.ranking[3]}
+        return {**means, "queries": len(qrels), "documents": examples.ranking[4]}
 
     def _ranking(self, predictions, examples: RetrievalExamples, spec):
-        """(run, qrels) of the search, made once and kept with the examples."""
-        if examples.ranking is None:
-            examples.ranking = search(predictions, examples, options(spec).top_k)
-        run, scores, qrels, n = examples.ranking
+        """(run, qrels) of the search, made once per set of predictions and kept with the
+        examples (eval's score and write_results share it; each validation pass of a
+        fine-tuning brings new predictions for the same examples)."""
+        if examples.ranking is None or examples.ranking[0] is not predictions:
+            examples.ranking = (predictions, *search(predictions, examples,
+                                                     options(spec).top_k))
+        _, run, scores, qrels, n = examples.ranking
         return run, qrels
 
     def write_predictions(self, directory: Path, predictions, examples, spec, label_list,
@@ -225,7 +227,7 @@ class Retrieval(Family):
     def write_results(self, directory: Path, predictions, examples, spec) -> list[str]:
         if examples.kind not in ("beir", "pairs") or examples.ranking is None:
             return []
-        run, scores, qrels, _ = examples.ranking
+        _, run, scores, qrels, _ = examples.ranking
         with open(Path(directory) / "run.trec", "w", encoding="utf-8") as f:
             for q, docs in run.items():
                 f.writelines(f"{q} Q0 {d} {r} {s:.6f} bertctl\n"
