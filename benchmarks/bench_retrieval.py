@@ -151,6 +151,15 @@ def st_train(model: Path, pairs: Path, out: Path, a, seed: int, lr: float, steps
     return json.loads(done.read_text())
 
 
+def train(tool: str, model: Path, pairs: Path, out: Path, a, seed: int, lr: float, steps: int,
+          log: Path, precision: str = "fp32", dropout: float | None = None) -> dict:
+    """One run of `tool` ("bertctl" or "st"), the same settings on both sides."""
+    if tool == "st":
+        return st_train(model, pairs, out, a, seed, lr, steps, log, precision, dropout)
+    return bertctl_train(model, pairs, out, a, seed, lr, steps, log, precision,
+                         () if dropout is None else ("--dropout", dropout))
+
+
 def evaluate(model: Path, data: Path, out: Path, log: Path, task: str = "retrieval") -> dict:
     if not (out / "metrics.json").exists():
         sh([*BERTCTL, "eval", model, data, "--task", task, "--precision", "fp32",
@@ -167,17 +176,18 @@ def quality(a, res: Results, name: str, model: Path, lr: float) -> None:
     work.mkdir(parents=True, exist_ok=True)
     beir, pairs = EXAMPLE / "beir", EXAMPLE / "train.tsv"
     res.put(f"{name}/original", evaluate(model, beir, work / "eval-original", log))
-    auto = lambda *args: bertctl_train(*args, precision="auto")   # noqa: E731
+    # (name, tool, precision); the precision row: one model is enough to show it
+    runs = [("bertctl", "bertctl", "fp32"), ("st", "st", "fp32")]
+    if name == "minilm":
+        runs.append(("bertctl-auto", "bertctl", "auto"))
     for seed in a.seeds:
-        tools = [("bertctl", bertctl_train), ("st", st_train)]
-        if name == "minilm":   # the precision row: one model is enough to show it
-            tools.append(("bertctl-auto", auto))
-        for tool, train in tools:
-            key = f"{name}/{tool}/seed{seed}"
+        for run, tool, precision in runs:
+            key = f"{name}/{run}/seed{seed}"
             if res.get(key):
                 continue
-            timing = train(model, pairs, work / f"{tool}-seed{seed}", a, seed, lr, a.steps, log)
-            metrics = evaluate(work / f"{tool}-seed{seed}", beir, work / f"eval-{tool}-{seed}",
+            timing = train(tool, model, pairs, work / f"{run}-seed{seed}", a, seed, lr, a.steps,
+                           log, precision)
+            metrics = evaluate(work / f"{run}-seed{seed}", beir, work / f"eval-{run}-{seed}",
                                log)
             res.put(key, {**timing, **metrics})
             print(f"{key}: ndcg@10 {metrics['ndcg@10']:.4f}, {timing['examples'] / timing['seconds']:.1f} "
@@ -266,13 +276,8 @@ def speed(a, res: Results) -> None:
                 key = f"speed/train/{tool}/{precision}/{rep}"
                 if res.get(key):
                     continue
-                out = work / f"train-{tool}-{precision}-{rep}"
-                if tool == "bertctl":
-                    res.put(key, bertctl_train(model, pairs, out, a, rep, a.lr, steps, log,
-                                               precision=precision))
-                else:
-                    res.put(key, st_train(model, pairs, out, a, rep, a.lr, steps, log,
-                                          precision=precision))
+                res.put(key, train(tool, model, pairs, work / f"train-{tool}-{precision}-{rep}",
+                                   a, rep, a.lr, steps, log, precision))
     print(f"\ntraining, all-MiniLM-L6-v2, 1 thread, batch {a.batch}, {steps} steps, medians of "
           f"{a.repeats} (examples/s):")
     for precision in ("fp32", "bf16"):
@@ -364,12 +369,8 @@ def simcse(a, res: Results, name: str, model: Path) -> None:
             if res.get(key):
                 continue
             out = work / f"{tool}-seed{seed}"
-            if tool == "bertctl":
-                timing = bertctl_train(model, txt, out, a, seed, a.simcse_lr, a.simcse_steps,
-                                       log, extra=("--dropout", a.simcse_dropout))
-            else:
-                timing = st_train(model, texts, out, a, seed, a.simcse_lr, a.simcse_steps, log,
-                                  dropout=a.simcse_dropout)
+            timing = train(tool, model, txt if tool == "bertctl" else texts, out, a, seed,
+                           a.simcse_lr, a.simcse_steps, log, dropout=a.simcse_dropout)
             m = evaluate(out, sts, work / f"eval-{tool}-{seed}", log, "glue/sts-b-cosine")
             res.put(key, {**timing, **m})
             print(f"{key}: STS-B spearman {m['spearman']:.4f}", flush=True)

@@ -29,16 +29,22 @@ POOLING = ("mean", "cls")
 LOSSES = ("infonce", "symmetric", "cosent")
 
 
+def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    """(B, T, H) -> (B, H): the mean over the real tokens (mask 1); ModernBERT's "mean"
+    classifier pooling too."""
+    if attention_mask is None:
+        return hidden.mean(1)
+    weights = attention_mask.to(hidden.dtype).unsqueeze(-1)
+    return (hidden * weights).sum(1) / weights.sum(1)
+
+
 def pool(hidden: torch.Tensor, attention_mask: torch.Tensor | None, mode: str) -> torch.Tensor:
     """(B, T, H) -> (B, H): the mean over the real tokens (mask 1), or the first token."""
     if mode == "cls":
         return hidden[:, 0]
     if mode != "mean":
         raise ValueError(f"pooling must be one of {POOLING}, got {mode!r}")
-    if attention_mask is None:
-        return hidden.mean(1)
-    mask = attention_mask.to(hidden.dtype).unsqueeze(-1)
-    return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+    return mean_pool(hidden, attention_mask)
 
 
 def info_nce(queries: torch.Tensor, documents: torch.Tensor, scale: float,
@@ -129,4 +135,4 @@ def cached_encoding(embed: Callable[..., torch.Tensor], inputs: list[torch.Tenso
     return _CachedEncoding.apply(anchor, embed, chunks)
 
 
-__all__ = ["LOSSES", "POOLING", "cached_encoding", "cosent", "info_nce", "pool"]
+__all__ = ["LOSSES", "POOLING", "cached_encoding", "cosent", "info_nce", "mean_pool", "pool"]

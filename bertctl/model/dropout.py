@@ -63,3 +63,9 @@ def set_training_dropout(model: nn.Module, p: float) -> None:
             module.p = p
         if hasattr(module, "dropout_p"):
             module.dropout_p = p
+
+
+def has_dropout(model: nn.Module) -> bool:
+    """Whether any of the modules `set_training_dropout` sets drops anything."""
+    return any((isinstance(m, (Dropout, nn.Dropout)) and m.p > 0)
+               or getattr(m, "dropout_p", 0) > 0 for m in model.modules())

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from bertctl.labels import IGNORE_INDEX
 from bertctl.errors import BertctlError
 from bertctl.model import contrastive
-from bertctl.model.dropout import set_training_dropout
+from bertctl.model.dropout import has_dropout, set_training_dropout
 
 
 def masked_lm(predict: Callable[[torch.Tensor], torch.Tensor], hidden: torch.Tensor,
@@ -247,8 +247,8 @@ class Embedder:
             vectors = vectors.reshape(k, shape[0], -1).transpose(0, 1)
         out = {"embeddings": vectors}
         if self.training and len(shape) == 3 and shape[1] >= 2:
-            if shape[1] == 2 and labels is None and not _has_dropout(self) and \
-                    torch.equal(input_ids[:, 0], input_ids[:, 1]):
+            if shape[1] == 2 and labels is None and \
+                    torch.equal(input_ids[:, 0], input_ids[:, 1]) and not has_dropout(self):
                 raise BertctlError("texts alone (SimCSE) are their own positives under dropout, "
                                    "and this model has none (ModernBERT's default): give "
                                    "--dropout, e.g. 0.1")
@@ -295,12 +295,6 @@ class Embedder:
         files = {"modules.json": modules, "1_Pooling/config.json": pooling,
                  "sentence_bert_config.json": length}
         return {k: json.dumps(v, indent=2) + "\n" for k, v in files.items()}
-
-
-def _has_dropout(model) -> bool:
-    return any(getattr(m, "p", 0) > 0 or getattr(m, "dropout_p", 0) > 0
-               for m in model.modules() if "ropout" in type(m).__name__ or
-               hasattr(m, "dropout_p"))
 
 
 # config.json's record of an embedding model's pooling (not a transformers key).

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertctl.model.bert import first_tokens
+from bertctl.model.contrastive import mean_pool
 from bertctl.model.config import ACTIVATIONS
 from bertctl.model.dropout import Dropout
 from bertctl.model.heads import EncoderWithHead
@@ -88,13 +89,6 @@ class ModernBertForMaskedLM(ModernBertWithHead):
         if labels is not None:
             out["loss"] = out["mlm_loss"]
         return out
-
-
-def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
-    if attention_mask is None:
-        return hidden.mean(1)
-    weights = attention_mask.to(hidden.dtype).unsqueeze(-1)
-    return (hidden * weights).sum(1) / weights.sum(1)
 
 
 class ModernBertForSequenceClassification(SequenceClassifier, ModernBertWithHead):

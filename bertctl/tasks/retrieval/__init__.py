@@ -119,10 +119,10 @@ class Retrieval(Family):
         if max_seq_length < 4:
             raise BertctlError(f"max_seq_length {max_seq_length} is too short (at least 4)")
         k = len(examples.texts[0]) if len(examples) else 1
-        if training and k < 2 and examples.kind == "pairs":
-            examples.texts, k = [[t[0], t[0]] for t in examples.texts], 2
         tok = _bert_tokenizer(tokenizer, max_seq_length)
         encodings = tok.encode_batch(list(itertools.chain.from_iterable(examples.texts)))
+        if training and k < 2 and examples.kind == "pairs":   # tokenized once, used twice
+            encodings, k = [e for e in encodings for _ in (0, 1)], 2
         seq_lens = np.fromiter((len(e.ids) for e in encodings), np.int64, len(encodings))
         offsets = np.zeros(len(encodings) + 1, np.int64)
         np.cumsum(seq_lens, out=offsets[1:])
