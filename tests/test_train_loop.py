@@ -26,7 +26,8 @@ from bertctl.model import BertConfig, BertForPreTraining, BertForSequenceClassif
 from bertctl.objectives.scoring import pretraining_step_metrics as pretraining_metrics
 from bertctl.train import checkpoint as ckpt
 from bertctl.train.checkpoint import CorruptCheckpoint
-from bertctl.train.loop import TrainingDiverged, train
+from bertctl.train import memory
+from bertctl.train.loop import Trainer, TrainingDiverged, train
 from bertctl.train.optim import lr_at, make_optimizer, no_decay_names, param_groups, warmup_steps
 from bertctl.train.order import BatchOrder
 from bertctl.train.settings import TrainSettings
@@ -229,7 +230,9 @@ def test_each_epoch_trains_every_batch_of_its_order_once(tmp_path):
     train(tiny_pretraining(), data, settings, tmp_path)
     order = BatchOrder(40, 8, seed=4, lengths=None)
     expected = [(e, tuple(int(i) for i in b)) for e in (0, 1) for b in order.epoch(e)]
-    assert data.seen == expected
+    # (first the memory plan's probe: the 2 and the 4 longest rows, train/memory.py)
+    probe = [tuple(memory.probe_rows(data, 4)[:n]) for n in (2, 4)]
+    assert data.seen == [(0, rows) for rows in probe] + expected
 
 
 def test_epochs_evaluate_at_each_epoch_end(tmp_path):
@@ -403,7 +406,8 @@ class NaNFrom(torch.nn.Module):
 
 
 def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path):
-    model = NaNFrom(tiny_pretraining(), start=5)
+    # the 7th forward call: the memory plan's two probes come before step 1
+    model = NaNFrom(tiny_pretraining(), start=7)
     settings = TrainSettings(steps=10, batch_size=8, lr=1e-3, log_every=1, checkpoint_every=2)
     with pytest.raises(TrainingDiverged) as err:
         train(model, RepeatedTokens(), settings, tmp_path)
@@ -588,7 +592,12 @@ def test_one_host_sync_per_step(tmp_path, monkeypatch):
     settings = TrainSettings(steps=steps, batch_size=8, micro_batch_size=4, lr=1e-3,
                              log_every=1000, checkpoint_every=None)
     model = tiny_pretraining()
-    calls.clear()
+    run = Trainer.run
+
+    def counted_from_the_first_step(self):   # (the memory plan before it reads host batches)
+        calls.clear()
+        return run(self)
+    monkeypatch.setattr(Trainer, "run", counted_from_the_first_step)
     train(model, data, settings, tmp_path, step_metrics=pretraining_metrics)
     per_step = [c for c in calls if c[0] == "tolist"]
     assert len(per_step) == steps, calls

@@ -190,6 +190,10 @@ class Embedder:
     # Its pooling is read from any config that has one, a sentence-transformers model's too
     # (whose config.json names the bare encoder).
     kwargs_from_any_config = True
+    # The training loop's memory plan (bertctl.train.memory): in-batch negatives make the
+    # batch one loss, which micro-batches would split.
+    compares_rows = ("--cache-negatives N (the same loss at the memory of N sequences; a "
+                     "smaller N where one is given)")
 
     def _embedder(self, pooling: str = "mean", normalize: bool = True, loss: str = "infonce",
                   scale: float = 20.0, cache_negatives: int = 0,

@@ -227,8 +227,7 @@ class PretrainJob:
                      elapsed_s=round(result.elapsed, 1))
         if self.config.time_budget is not None:
             stats["time_budget_s"] = self.config.time_budget
-        if result.batch_fit is not None:
-            stats["batch_fit"] = result.batch_fit
+        stats.update(result.fits())
         return {**stats, "metrics": result.eval_metrics or {}}
 
 

@@ -39,6 +39,7 @@ from bertctl.errors import BertctlError
 from bertctl.train import budget
 from bertctl.train import checkpoint as ckpt
 from bertctl.train import distributed as dist
+from bertctl.train import memory
 from bertctl.train import tensorboard
 from bertctl.train.optim import lr_at, lr_at_share, make_optimizer, set_lr, warmup_steps
 from bertctl.train.order import BatchOrder, DataSource, lengths_of
@@ -68,9 +69,9 @@ def train(model: nn.Module, train_data: DataSource, settings: TrainSettings, wor
         precision (the evaluation functions take it), so the loop adds no autocast.
     select: (metric key, "max" | "min") keeps the best evaluated weights in work_dir/best/ and
         returns the model holding them; without it the model holds the final weights.
-    on_log(record): rank 0 only, for every record of metrics.jsonl (e.g. for a progress
-        display), and for records it does not hold: "resume" (step, path), "plan" (steps or
-        budget_s, before the first step) and "note" (text: a batch size fitted to a budget).
+    on_log(record): rank 0 only, for every record of metrics.jsonl (e.g. a progress display)
+        and for "resume" (step, path), "plan" (steps or budget_s) and "note" (text: a batch
+        fitted to a budget or to memory) records, which it does not hold.
     step_metrics(outputs, batch) -> {name: (numerator, denominator)}: called after each
         micro-batch's forward (no_grad); numerators and denominators are summed over
         micro-batches, steps of the log interval and ranks, and `name` is logged as their
@@ -109,11 +110,12 @@ class Trainer:
         if self.batch_fit is not None:
             s = self.s = s.model_copy(update={"batch_size": self.batch_fit.batch_size})
 
-        # The geometry: a global batch is num_micro micro-batches, dealt round-robin to ranks.
-        self.micro = s.micro_batch_size or s.batch_size // self.world
-        if self.micro < 1 or s.batch_size % (self.micro * self.world):
-            raise BertctlError(f"train settings: batch_size {s.batch_size} is not a multiple of "
-                               f"micro_batch_size {self.micro} x {self.world} process(es)")
+        # The geometry: a global batch is num_micro micro-batches, dealt round-robin to ranks,
+        # each as large as the memory allows (measured without checkpointing: memory.py).
+        self._set_checkpointing(False)
+        self.memory_fit = memory.fit_to_memory(self.model, data, s, self.device, self.world,
+                                               on_log if self.info.is_main else None)
+        self.micro = self.memory_fit.micro_batch_size
         self.num_micro = s.batch_size // self.micro
         self.order = BatchOrder(len(data), s.batch_size, s.seed,
                                 lengths_of(data) if s.group_by_length else None)
@@ -133,11 +135,7 @@ class Trainer:
 
         # The model, the optimizer and loss scaling.
         self.model.train()
-        for module in self.model.modules():   # the encoder's switch (model.bert.BertModel)
-            if hasattr(module, "gradient_checkpointing"):
-                module.gradient_checkpointing = s.gradient_checkpointing
-                if s.compile:
-                    module.compile_layers()
+        self._set_checkpointing(s.gradient_checkpointing, compile_layers=s.compile)
         self.optimizer = make_optimizer(self.model, s.lr, s.weight_decay, tuple(s.betas), s.eps,
                                         s.optimizer)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=s.precision == "fp16")
@@ -145,14 +143,18 @@ class Trainer:
                          "group_by_length": s.group_by_length, "start_step": s.start_step}
 
         # The run's state.
-        self.step = s.start_step
-        self.interval = Interval()
-        self.best = Best()
+        self.step, self.interval, self.best = s.start_step, Interval(), Best()
         self.last_eval: dict[str, Any] | None = None
         self.history: list[dict[str, Any]] = []
         self.resumed_from: int | None = None
         self.elapsed = 0.0   # seconds spent in the loop, by the ranks' mean clock
         self.board, self.ddp = None, self.model
+
+    def _set_checkpointing(self, on: bool, compile_layers: bool = False) -> None:
+        for module in self.model.modules():   # the encoders' switches (model.bert.BertModel)
+            if hasattr(module, "gradient_checkpointing"):
+                module.gradient_checkpointing = on
+                _ = compile_layers and module.compile_layers()
 
     # -- setup and resume
 
@@ -443,8 +445,6 @@ class Trainer:
                            best_step=self.best.step, model=self.model,
                            stopped_early=stopped_early, resumed_from=self.resumed_from,
                            elapsed=self.elapsed, loop_started=self.loop_started,
-                           batch_fit=asdict(self.batch_fit) if self.batch_fit else None)
+                           batch_fit=asdict(self.batch_fit) if self.batch_fit else None,
+                           memory_fit=asdict(self.memory_fit))
 
-
-__all__ = ["BatchOrder", "DataSource", "METRICS_FILE", "TrainResult", "TrainSettings",
-           "Trainer", "TrainingDiverged", "train"]

@@ -154,4 +154,14 @@ class TrainResult:
     resumed_from: int | None = None      # the checkpoint step this run started from
     elapsed: float = 0.0                 # seconds of training, over all (resumed) runs
     batch_fit: dict[str, Any] | None = None   # the batch size fitted to the budget (budget.py)
+    memory_fit: dict[str, Any] | None = None  # the micro-batch fitted to memory (memory.py)
     loop_started: float = 0.0            # time.perf_counter() when the first step began
+
+    def fits(self) -> dict[str, Any]:
+        """For a manifest's stats: what the loop fitted to the machine (a micro-batch only
+        where memory changed it: the figures differ from run to run, the choice is what
+        counts)."""
+        memory = self.memory_fit
+        changed = memory is not None and memory["micro_batch_size"] != memory["asked"]
+        return {**({"batch_fit": self.batch_fit} if self.batch_fit is not None else {}),
+                **({"memory_fit": memory} if changed else {})}

@@ -179,7 +179,7 @@ class TaskJob:
                 "selection": f"best {self.metric_key}" if self.select else "last",
                 **({"resumed_from_step": result.resumed_from}
                    if result.resumed_from is not None else {}),
-                **({"batch_fit": result.batch_fit} if result.batch_fit is not None else {}),
+                **result.fits(),
                 "metrics": chosen or {}, **self.extra_stats(model)}
 
 

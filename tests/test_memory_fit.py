@@ -1,0 +1,203 @@
+"""#52 class 7: a training step that cannot fit in memory is fitted (a smaller micro-batch, the
+same batch) or refused before the first step (bertctl/train/memory.py). The memory a machine
+has is set with BERTCTL_MEMORY, so each test decides the same way on every machine."""
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from bertctl.errors import BertctlError
+from bertctl.model import BertConfig, BertForSequenceClassification
+from bertctl.train import memory
+from bertctl.train.loop import train
+from bertctl.train.settings import TrainSettings
+
+from test_train_loop import TINY, RepeatedTokens
+
+GB = 2**30
+
+
+class OneLinear(nn.Module):
+    """A model whose saved tensors autograd documents: a Linear layer saves its input for the
+    weight's gradient (the weight itself is a parameter, not counted); mse_loss saves its two
+    arguments (the layer's output and the target)."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(8, 3)
+
+    def forward(self, x, y):
+        return {"loss": nn.functional.mse_loss(self.linear(x), y)}
+
+
+class Vectors:
+    def __len__(self):
+        return 16
+
+    def batch(self, indices, epoch):
+        n = len(indices)
+        return {"x": torch.ones(n, 8), "y": torch.zeros(n, 3)}
+
+
+def test_the_saved_bytes_are_what_autograd_keeps_for_backward():
+    model = OneLinear()
+    batch = Vectors().batch(range(5), 0)
+    # input 5x8 + output 5x3 + target 5x3, float32
+    assert memory.saved_bytes(model, batch, torch.device("cpu"), "fp32") == (40 + 15 + 15) * 4
+    fixed, per_row, per_sequence = memory.measure(model, Vectors(), torch.device("cpu"), "fp32")
+    assert (fixed, per_row, per_sequence) == (0, (8 + 3 + 3) * 4, 1)
+    assert memory.state_bytes(model) == (8 * 3 + 3) * 4 * 3   # gradient + two moments
+
+
+def test_a_bert_step_is_measured_per_row_from_its_longest_rows():
+    torch.manual_seed(0)
+    model = BertForSequenceClassification(BertConfig(**TINY))
+    data = RepeatedTokens(n=32, task="classify")
+    longest = memory.probe_rows(data, 8)
+    assert [len(data.seqs[i]) for i in longest] == sorted(map(len, data.seqs))[::-1][:8]
+    # rows of one length: the saved activations of 8 rows are on the two-point line
+    data.seqs = [np.concatenate([s[:1], np.full(22, s[1]), s[-1:]]) for s in data.seqs]
+    fixed, per_row, _ = memory.measure(model, data, torch.device("cpu"), "fp32")
+    eight = memory.saved_bytes(model, data.batch(list(range(8)), 0), torch.device("cpu"),
+                               "fp32")
+    # (within a few bytes a row: the small index tensors of a batch, labels and ids, are
+    # allocated in blocks)
+    assert per_row > 1000 and abs(eight - (fixed + 8 * per_row)) <= 8 * 64
+
+
+@pytest.mark.parametrize("available, given, expect", [
+    (100 * GB, False, 64),         # fits as asked
+    (None, False, 16),             # the largest divisor that fits
+    (None, True, "give --micro-batch-size 16"),
+    (1 * GB, False, "even one row needs about"),
+])
+def test_the_micro_batch_is_the_largest_that_fits_or_a_refusal_names_the_flag(
+        available, given, expect):
+    state, fixed, per_row = GB, 0, GB // 16    # 1 GB of state, 64 MB a row
+    # room for 16 rows' activations with the margin and the reserve, not for 32
+    room = (state + int(memory.ACTIVATION_MARGIN * 16 * per_row) + memory.RESERVE_BYTES)
+    got = lambda: memory.choose(64, given, state, fixed, per_row, available or room)  # noqa: E731
+    if isinstance(expect, int):
+        fit = got()
+        assert fit.micro_batch_size == expect and fit.need_bytes <= fit.available_bytes
+        return
+    with pytest.raises(BertctlError, match=expect):
+        got()
+
+
+def test_a_loss_that_compares_rows_is_never_split_and_cached_rows_count_as_one_chunk():
+    state, per_row = GB, GB // 16
+    room = state + int(memory.ACTIVATION_MARGIN * 16 * per_row) + memory.RESERVE_BYTES
+    with pytest.raises(BertctlError, match="--cache-negatives N"):
+        memory.choose(64, False, state, 0, per_row, room, splittable=False,
+                      hint="--cache-negatives N")
+    # embedding 8 of 2-sequence rows at a time holds 4 rows' activations
+    fit = memory.choose(64, False, state, 0, per_row, room, splittable=False,
+                        live_rows=lambda r: min(r, 8 / 2))
+    assert fit.micro_batch_size == 64
+    # checkpointing keeps a share of the activations
+    assert memory.choose(16, True, state, 0, per_row, room, checkpointing=True).need_bytes \
+        < memory.choose(16, True, state, 0, per_row, room).need_bytes
+
+
+def test_sizes_and_the_machine():
+    assert memory.parse_size("8GB") == 8 * GB and memory.parse_size("512M") == 512 * 2**20
+    assert memory.parse_size("1000") == 1000
+    for bad in ("lots", "-1G", "0"):
+        with pytest.raises(BertctlError, match="BERTCTL_MEMORY"):
+            memory.parse_size(bad)
+    assert 0 < memory.available_bytes(torch.device("cpu"))
+
+
+def _classifier():
+    torch.manual_seed(0)
+    return BertForSequenceClassification(BertConfig(**TINY, hidden_dropout_prob=0.0,
+                                                    attention_probs_dropout_prob=0.0))
+
+
+def test_a_step_too_large_is_trained_in_micro_batches_with_the_same_result(tmp_path,
+                                                                             monkeypatch):
+    data = RepeatedTokens(n=64, task="classify")
+    base = dict(steps=3, batch_size=16, lr=1e-3, warmup=0, log_every=1, seed=1)
+    model = _classifier()
+    fixed, per_row, _ = memory.measure(model, data, torch.device("cpu"), "fp32")
+    state = memory.state_bytes(model)
+    # memory for 4 rows a micro-batch, not 8
+    room = state + int(memory.ACTIVATION_MARGIN * (fixed + 4 * per_row)) + memory.RESERVE_BYTES
+    monkeypatch.setenv(memory.MEMORY_ENV, str(room))
+    notes = []
+    fitted = train(_classifier(), data, TrainSettings(**base), tmp_path / "fitted",
+                   on_log=lambda r: notes.append(r.get("text")))
+    assert fitted.memory_fit["micro_batch_size"] == 4 and fitted.memory_fit["asked"] == 16
+    assert fitted.fits()["memory_fit"] == fitted.memory_fit
+    assert any(n and "micro-batches of 4 accumulate to the same batch" in n for n in notes)
+    monkeypatch.delenv(memory.MEMORY_ENV)
+    chosen = train(_classifier(), data, TrainSettings(**base, micro_batch_size=4),
+                   tmp_path / "chosen")
+    assert "memory_fit" not in chosen.fits()
+    for name, p in chosen.model.state_dict().items():   # the same computation, step by step
+        assert torch.equal(fitted.model.state_dict()[name], p), name
+    whole = train(_classifier(), data, TrainSettings(**base), tmp_path / "whole")
+    losses = [[r["loss"] for r in res.history] for res in (fitted, whole)]
+    # the same updates: a batch's mean loss over 4 micro-batches or one (fp32, 16 rows)
+    np.testing.assert_allclose(losses[0], losses[1], rtol=1e-5)
+
+
+def test_a_micro_batch_the_user_chose_is_refused_before_anything_is_written(tmp_path,
+                                                                           monkeypatch):
+    monkeypatch.setenv(memory.MEMORY_ENV, "1MB")
+    with pytest.raises(BertctlError, match=r"memory: a training step at micro-batch 8 needs "
+                       r"about .* GB and this machine has 0.0 GB available"):
+        train(_classifier(), RepeatedTokens(n=32, task="classify"),
+              TrainSettings(steps=2, batch_size=8, micro_batch_size=8), tmp_path / "work")
+    assert not (tmp_path / "work").exists()
+
+
+def test_the_cli_refuses_in_one_line_and_leaves_nothing(cli, tiny_pretrained, tmp_path,
+                                                        monkeypatch):
+    monkeypatch.setenv(memory.MEMORY_ENV, "1MB")
+    out = tmp_path / "model"
+    r = cli("finetune", tiny_pretrained, "examples/glue/SST-2", "--task", "glue/sst2",
+            "--steps", "2", "--out", out)
+    # (after the line saying what loading the model found)
+    errors = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+    assert r.exit_code == 2 and len(errors) == 1 and r.stderr.strip().endswith(errors[0])
+    assert "memory: a training step at micro-batch 32" in errors[0]
+    assert "even one row needs about" in errors[0]
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+class Contrastive(OneLinear):
+    """A loss over the whole batch (as in-batch negatives), embedded `cache_negatives` rows
+    at a time when set."""
+    compares_rows = "--cache-negatives N"
+
+    def __init__(self, cache_negatives=0):
+        super().__init__()
+        self.cache_negatives = cache_negatives
+        self.seen = []
+
+    def forward(self, x, y):
+        self.seen.append(self.cache_negatives)
+        return super().forward(x, y)
+
+
+def test_an_embedding_model_is_refused_with_its_own_flag_and_its_chunks_are_planned(
+        monkeypatch):
+    from bertctl.model.roles import Embedder
+
+    assert "--cache-negatives" in Embedder.compares_rows
+    settings = TrainSettings(steps=1, batch_size=16)
+    model = Contrastive()
+    state = memory.state_bytes(model)
+    per_row = (8 + 3 + 3) * 4
+    # room for 4 rows' activations beside the state and the reserve
+    room = state + int(memory.ACTIVATION_MARGIN * 4 * per_row) + memory.RESERVE_BYTES
+    monkeypatch.setenv(memory.MEMORY_ENV, str(room))
+    with pytest.raises(BertctlError, match="at micro-batch 16 .*: --cache-negatives N$"):
+        memory.fit_to_memory(model, Vectors(), settings, torch.device("cpu"), 1)
+    cached = Contrastive(cache_negatives=4)
+    fit = memory.fit_to_memory(cached, Vectors(), settings, torch.device("cpu"), 1)
+    # the batch stays whole; the probe ran unchunked and the setting is back
+    assert fit.micro_batch_size == 16 and cached.seen == [0, 0] and cached.cache_negatives == 4
