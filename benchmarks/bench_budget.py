@@ -38,13 +38,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import shutil
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
+import common  # noqa: E402  (benchmarks/common.py)
 
 ROOT = Path(__file__).resolve().parent.parent
 BERTCTL = [sys.executable, "-m", "bertctl"]
@@ -57,16 +56,6 @@ TASKS = {  # name: (preset, train rows kept, epochs, metric)
     "MRPC": ("glue/mrpc", None, 3, "f1"),
     "STS-B": ("glue/sts-b", 3000, 3, "pearson"),
 }
-
-
-def sh(cmd: list[str], log: Path, threads: int) -> None:
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false"}
-    with open(log, "a") as f:
-        f.write("$ " + " ".join(map(str, cmd)) + "\n")
-        f.flush()
-        r = subprocess.run([str(c) for c in cmd], stdout=f, stderr=subprocess.STDOUT, env=env)
-    if r.returncode != 0:
-        sys.exit(f"failed ({r.returncode}): {' '.join(map(str, cmd))}; see {log}")
 
 
 def prepare_corpus(data: Path, work: Path, heldout: float) -> tuple[Path, Path]:
@@ -207,7 +196,7 @@ def bertctl_row(row: str, tok: Path, corpus: Path, work: Path, budget: float, th
         build = ["--config", DATA_RECIPE, "--validation-fraction", 0]
     t0 = time.perf_counter()
     if not (data / "artifact.json").exists():
-        sh(BERTCTL + ["build-pretrain-data", tok, corpus, "--out", data,
+        common.sh(BERTCTL + ["build-pretrain-data", tok, corpus, "--out", data,
                       "--max-seq-length", SEQ, "--workers", 1, *build, *build_args], log,
            threads)
     prep_s = time.perf_counter() - t0
@@ -218,7 +207,7 @@ def bertctl_row(row: str, tok: Path, corpus: Path, work: Path, budget: float, th
     else:
         shape = ["--model-size", "mini", "--max-position-embeddings", 512, "--batch-size",
                  BATCH, "--lr", LR, "--warmup", WARMUP, *train]
-    sh(BERTCTL + ["pretrain", data, "--out", model, *shape, "--time-budget", budget,
+    common.sh(BERTCTL + ["pretrain", data, "--out", model, *shape, "--time-budget", budget,
                   "--seed", seed, "--threads", threads, "--log-every", 50,
                   "--checkpoint-every", 1000, *pretrain_args], log, threads)
     stats = json.loads((model / "artifact.json").read_text())["stats"]
@@ -234,7 +223,7 @@ def heldout_loss(model: Path, heldout_data: Path, work: Path, row: str, threads:
         return None
     out = work / name / "heldout-eval"
     if not (out / "artifact.json").exists():
-        sh(BERTCTL + ["eval", model, heldout_data, "--out", out, "--threads", threads,
+        common.sh(BERTCTL + ["eval", model, heldout_data, "--out", out, "--threads", threads,
                       "--precision", "fp32", "--split", "train"], log, threads)
     return json.loads((out / "metrics.json").read_text())["mlm_loss"]
 
@@ -257,10 +246,10 @@ def finetune(row: str, model: Path, task: str, files, seed: int, lr: float, work
     if result.exists():
         return json.loads(result.read_text())["value"]
     shutil.rmtree(run, ignore_errors=True)
-    sh(BERTCTL + ["finetune", model, files[0], "--task", preset, "--out", run / "model",
+    common.sh(BERTCTL + ["finetune", model, files[0], "--task", preset, "--out", run / "model",
                   "--epochs", epochs, "--lr", lr, "--batch-size", 32, "--seed", seed,
                   "--max-seq-length", SEQ, "--threads", threads, "--warmup", 0.1], log, threads)
-    sh(BERTCTL + ["eval", run / "model", files[1], "--out", run / "dev", "--threads", threads],
+    common.sh(BERTCTL + ["eval", run / "model", files[1], "--out", run / "dev", "--threads", threads],
        log, threads)
     value = json.loads((run / "dev" / "metrics.json").read_text())[metric]
     result.write_text(json.dumps({"value": value}))
@@ -357,11 +346,11 @@ def main() -> None:
     glue = {t: f for t, f in prepare_glue(args.data.resolve(), work).items() if t in args.tasks}
     tok = work / "tokenizer"
     if not (tok / "artifact.json").exists():
-        sh(BERTCTL + ["tokenize", train_corpus, "--out", tok, "--vocab-size", args.vocab_size],
+        common.sh(BERTCTL + ["tokenize", train_corpus, "--out", tok, "--vocab-size", args.vocab_size],
            log, args.threads)
     heldout = work / "heldout-data"
     if not (heldout / "artifact.json").exists():
-        sh(BERTCTL + ["build-pretrain-data", tok, held_corpus, "--out", heldout, "--no-nsp",
+        common.sh(BERTCTL + ["build-pretrain-data", tok, held_corpus, "--out", heldout, "--no-nsp",
                       "--packing", "concatenated", "--max-seq-length", SEQ, "--workers", 1],
            log, args.threads)
     import torch

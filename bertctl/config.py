@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, field_validator, model_validator
 
 from bertctl.data.settings import AuditSettings, PretrainingDataSettings, TokenizeSettings
+from bertctl.model import ARCHITECTURES
 from bertctl.objectives import OBJECTIVES
 from bertctl.settings import (DATA, DEFAULT_LENGTH, EVALUATION, MODEL, RUNTIME, SEQ_LENGTH, TASK,
                               TRAINING, StageConfig, meta, resolve_precision)
@@ -64,19 +65,11 @@ class PretrainSettings(TrainingSettings):
                                     "the data's raises its --max-predictions-per-seq to what the "
                                     "rate needs (stats.masking in the manifest says both).",
                                     json_schema_extra=meta(TRAINING))
-    architecture: str = Field("bert", description="The encoder (bertctl/model/architectures"
-                              ".py): bert, the paper's; modernbert, ModernBERT's (pre-norm, "
-                              "GeGLU, rotary positions, no biases, local attention), saved as "
-                              "transformers' ModernBERT, trained by --objective mlm. With "
-                              "--init-from or --model-config, their config.json says.",
+    # Their choices and help are the registry's (objectives/settings.py: architecture_fields).
+    architecture: str = Field("bert", description="The encoder, from the registry.",
                               json_schema_extra=meta(MODEL, hashed_if_changed=True))
-    model_size: Literal["tiny", "mini", "small", "medium", "base", "large"] = Field(
-        "base", description="The architecture's sizes (L/H/A): bert's are Google's: tiny "
-        "2/128/2, mini 4/256/4, small 4/512/8, medium 8/512/8, base 12/768/12, large "
-        "24/1024/16; modernbert's keep the widths and heads, 1.5 x hidden GeGLU, and deepen "
-        "to about the same parameters: 3, 6, 6, 11 layers, base 22/768/12 and large 28/1024/16 "
-        "(ModernBERT's own). Ignored with --init-from or --model-config.",
-        json_schema_extra=meta(MODEL))
+    model_size: str = Field("base", description="The architecture's size preset.",
+                            json_schema_extra=meta(MODEL))
     num_hidden_layers: int | None = Field(None, ge=1, description="Override the preset's layers.",
                                           json_schema_extra=meta(MODEL))
     hidden_size: int | None = Field(None, ge=1, description="Override the preset's hidden size.",
@@ -126,6 +119,17 @@ class PretrainSettings(TrainingSettings):
         if name not in OBJECTIVES:
             raise ValueError(f"unknown objective (known: {', '.join(OBJECTIVES)})")
         return name
+
+    @model_validator(mode="after")
+    def _known_shape(self):
+        arch = ARCHITECTURES.get(self.architecture)
+        if arch is None:
+            raise ValueError(f"unknown architecture {self.architecture!r} (known: "
+                             f"{', '.join(ARCHITECTURES)})")
+        if self.model_size not in arch.config_class.presets:
+            raise ValueError(f"model_size {self.model_size!r} is not a {arch.name} size (one "
+                             f"of {', '.join(arch.config_class.presets)})")
+        return self
 
 
 class InferenceSettings(StageConfig):

@@ -46,7 +46,7 @@ from bertctl.labels import IGNORE_INDEX
 from bertctl.errors import BertctlError
 from bertctl.evaluation import non_finite_rows, predict, refuse_non_finite, task_batches
 from bertctl.model import architectures, build
-from bertctl.model.config import PRESETS
+from bertctl.model.bert.config import PRESETS
 from bertctl.model.hf import LoadReport, load_state_dict
 from bertctl.tasks.base import IMITATED
 from bertctl.train import distributed as dist

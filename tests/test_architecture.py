@@ -127,8 +127,8 @@ def test_the_loop_the_stages_and_inference_name_no_objective():
 
     names = {f'"{n}"' for n in objectives.OBJECTIVES} | {f"'{n}'" for n in objectives.OBJECTIVES}
     roles = {o.head for o in objectives.OBJECTIVES.values()}
-    models = {cls.__name__ for arch in ARCHITECTURES.values()
-              for role, cls in arch.heads.items() if role in roles}
+    models = {arch.head_name(role) for arch in ARCHITECTURES.values()
+              for role in arch.heads if role in roles}
     for path in [*(PACKAGE / "stages").rglob("*.py"), PACKAGE / "evaluation.py",
                  *(PACKAGE / "train").glob("*.py")]:
         text = path.read_text(encoding="utf-8")
@@ -142,7 +142,7 @@ def test_only_the_model_core_names_an_architecture():
     the class of the architecture at hand; none names a model class or an architecture."""
     from bertctl import objectives
 
-    classes = {cls.__name__ for arch in ARCHITECTURES.values() for cls in arch.heads.values()}
+    classes = {arch.head_name(role) for arch in ARCHITECTURES.values() for role in arch.heads}
     names = {f'"{n}"' for n in ARCHITECTURES if n not in objectives.OBJECTIVES}
     for path in [*(PACKAGE / "stages").rglob("*.py"), *(PACKAGE / "train").glob("*.py"),
                  *(PACKAGE / "objectives").glob("*.py"), *(PACKAGE / "tasks").rglob("*.py"),
@@ -267,3 +267,53 @@ def test_function_level_imports_only_where_they_pay():
                 continue
             bad.append(f"{path.relative_to(PACKAGE.parent)}:{line} {target}")
     assert not bad, "move to the top of the module:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize("name", sorted(ARCHITECTURES))
+def test_every_registered_architecture_fulfils_the_contract(name):
+    """#54: what an architecture provides is written as Protocols (model/architectures.py);
+    each registered one is checked against them, its heads are EncoderWithHead models of the
+    roles they claim, and its package imports only the shared module, never another
+    architecture's files."""
+    import torch
+
+    from bertctl.model import architectures, build
+    from bertctl.model.shared import EncoderWithHead
+
+    from bertctl.model.shared import ACTIVATIONS
+
+    assert set(ACTIVATIONS) == set(architectures.ACTIVATION_NAMES)
+    arch = ARCHITECTURES[name]
+    config = arch.config_class.from_preset("tiny", vocab_size=64)
+    assert isinstance(config, architectures.ArchitectureConfig) and config.architecture == name
+    assert set(arch.config_class.presets) >= {"tiny", "base"}
+    assert config.with_layers([0]).num_hidden_layers == 1
+    assert arch.config_from_hf(config.to_hf_dict(), "c").to_hf_dict() == config.to_hf_dict()
+    assert set(arch.heads) <= set(ROLES) and "encoder" in arch.heads
+    encoder = build("encoder", config)
+    assert isinstance(encoder, architectures.Encoder) and not encoder.gradient_checkpointing
+    out = encoder(torch.tensor([[1, 5, 6, 2]]))
+    assert out["last_hidden_state"].shape == (1, 4, config.hidden_size)
+    for role in arch.heads:
+        cls = arch.head(role)
+        assert cls.__name__ == arch.head_name(role)
+        assert role == "encoder" or issubclass(cls, EncoderWithHead), (role, cls)
+    assert architectures.of_model(encoder) is arch
+    package = PACKAGE / "model" / name
+    others = {f"bertctl.model.{n}" for n in ARCHITECTURES if n != name}
+    for path in package.rglob("*.py"):
+        bad = sorted(n for n in _imports(path) if n.startswith(tuple(others)))
+        assert not bad, f"{_module(path)} imports {bad}"
+
+
+def test_declaring_the_architectures_imports_no_torch():
+    """`bertctl pretrain --help` lists the architectures and their sizes from the registry:
+    the declarations import no model code (their classes are "module:Class" until built)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, bertctl.model as m; print(sorted(m.ARCHITECTURES), "
+            "'torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.split()[-1] == "False", done.stdout

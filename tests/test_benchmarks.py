@@ -23,3 +23,13 @@ def test_every_benchmark_starts(script):
                                                    "HOME": str(ROOT)})
     assert r.returncode == 0, r.stderr[-2000:]
     assert "usage" in r.stdout.lower(), r.stdout[:500]
+
+
+def test_the_shared_helpers_are_written_once():
+    """#54: `default_model` was written 7 times, the command runner 4: benchmarks/common.py
+    holds them, and no script defines them again."""
+    shared = ("default_model", "minilm", "sh", "env", "cpu_slot")
+    for script in SCRIPTS:
+        again = [n for n in shared
+                 if f"\ndef {n}(" in script.read_text(encoding="utf-8")]
+        assert not again, f"{script.name} defines {again} (use benchmarks/common.py)"

@@ -7,6 +7,7 @@ import pytest
 import torch
 from torch import nn
 
+from bertctl.errors import BertctlError
 from bertctl.train.optim import Lamb, make_optimizer, param_groups
 
 
@@ -67,5 +68,5 @@ def test_make_optimizer_names_it_and_its_state_round_trips():
     again = make_optimizer(model, 1e-3, name="lamb")
     again.load_state_dict(opt.state_dict())
     assert float(again.state[model.weight]["step"]) == 1.0
-    with pytest.raises(ValueError):
+    with pytest.raises(BertctlError, match="unknown optimizer .sgd. .known: adamw, lamb"):
         make_optimizer(model, 1e-3, name="sgd")

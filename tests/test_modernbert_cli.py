@@ -40,7 +40,7 @@ def test_pretrained_modernbert_is_what_transformers_loads(modern):
     assert config["architectures"] == ["ModernBertForMaskedLM"]
     manifest = json.loads((modern / "artifact.json").read_text())
     assert manifest["config"]["architecture"] == "modernbert"
-    assert manifest["stats"]["architecture"] == "ModernBertForMaskedLM"
+    assert manifest["stats"]["architecture"] == "modernbert"
     assert "ModernBertForMaskedLM" in (modern / "README.md").read_text()
 
     tok = transformers.AutoTokenizer.from_pretrained(str(modern))

@@ -23,7 +23,7 @@ def test_mlm_trains_a_masked_lm_that_transformers_loads_alike(mlm_model, continu
     assert config["architectures"] == ["BertForMaskedLM"]
     manifest = json.loads((mlm_model / "artifact.json").read_text())
     assert manifest["stats"]["objective"] == "mlm"
-    assert manifest["stats"]["architecture"] == "BertForMaskedLM"
+    assert manifest["stats"]["architecture"] == "bert"
     assert "nsp_accuracy" not in manifest["metrics"] and manifest["metrics"]["mlm_loss"] > 0
 
     hf, info = transformers.BertForMaskedLM.from_pretrained(str(mlm_model),

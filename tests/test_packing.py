@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from bertctl.data.collate import pack_batch, pad_to_tensor
-from bertctl.model.config import BertConfig
+from bertctl.model.bert.config import BertConfig
 from bertctl.labels import IGNORE_INDEX
-from bertctl.model.heads import BertForSequenceClassification, BertForTokenClassification
+from bertctl.model.bert.heads import BertForSequenceClassification, BertForTokenClassification
 
 PAD = 0
 

@@ -28,7 +28,7 @@ def test_pretrained_artifact_loads_in_transformers(tiny_pretrained, pretrain_dat
     from bertctl.model import BertForPreTraining, load_model
 
     m = cli("inspect", tiny_pretrained, "--json").json()
-    assert m["kind"] == "model" and m["stats"]["architecture"] == "BertForPreTraining"
+    assert m["kind"] == "model" and m["stats"]["architecture"] == "bert"
     assert m["stats"]["step"] == 10
     assert {"mlm_loss", "mlm_accuracy", "perplexity", "nsp_accuracy"} <= set(m["metrics"])
     assert [i["role"] for i in m["inputs"]] == ["data"]

@@ -404,3 +404,16 @@ def test_a_long_cell_reads_the_same_in_any_row(tmp_path, row):
     path.write_text("sentence\tlabel\n" + "\n".join(rows) + "\n")
     ex = read("glue/sst2", path)
     assert len(ex.text_a) == 6 and len(ex.text_a[row]) == len(long_text.strip())
+
+
+def test_presets_are_checked_when_asked_for_so_a_family_may_import_the_specs():
+    """#54: PRESETS were validated when tasks/spec.py was imported, so a family module that
+    imported it before the other families had registered broke the import. Each is checked
+    by its family when first asked for; all of them hold once the registry is complete."""
+    from bertctl.tasks import spec
+
+    later = spec.Presets([dict(name="mine", family="not-registered-yet", label_column=None)])
+    assert list(later) == ["mine"] and len(later) == 1   # made without its family
+    with pytest.raises(ValueError, match="unknown family 'not-registered-yet'"):
+        later["mine"]
+    assert [p.name for p in spec.PRESETS.values()] == list(spec.PRESETS)

@@ -79,7 +79,7 @@ def without_full_mask(batch: dict) -> dict:
     """The batch without its attention mask when nothing is padding (a packed batch's mask
     carries its sequence numbers and stays). Decided while the batch is still on the host, so
     that the model never reads a mask back from the device to find out
-    (`model.bert.attention_bias`), and SDPA can take its unmasked kernel."""
+    (`model.shared.attention_bias`), and SDPA can take its unmasked kernel."""
     mask = batch.get("attention_mask")
     if (isinstance(mask, torch.Tensor) and mask.device.type == "cpu"
             and "position_ids" not in batch and bool((mask == 1).all())):

@@ -1,48 +1,37 @@
-"""The shared PyTorch model core: the architectures (architectures.py: BERT in bert.py,
-config.py and heads.py, ModernBERT in modernbert/), the roles their heads play (roles.py) and
-Hugging Face checkpoint reading/writing (hf.py)."""
+"""The shared PyTorch model core: the architectures, each a package that registers itself
+(bert/, modernbert/; the contract in architectures.py), what their model files share
+(shared.py), the roles their heads play (roles.py) and Hugging Face checkpoint reading and
+writing (hf.py).
+
+Importing the package registers the architectures without importing torch (the CLI's help
+lists them); the model classes below are imported when first named."""
+
+import importlib
 
 from bertctl.model import architectures
+from bertctl.model import bert, modernbert  # noqa: F401  (each registers itself)
 from bertctl.model.architectures import ARCHITECTURES, ROLES, Architecture, build, role_of
-from bertctl.model.bert import BertModel, flops_per_token
-from bertctl.model.config import PRESETS, BertConfig
-from bertctl.model.electra import BertForElectraPreTraining
-from bertctl.model.heads import (
-    BertForEmbedding,
-    BertForMaskedLM,
-    BertForMultipleChoice,
-    BertForPreTraining,
-    BertForQuestionAnswering,
-    BertForSequenceClassification,
-    BertForTokenClassification,
-    BertWithHead,
-    EncoderWithHead,
-)
-from bertctl.model.hf import LoadReport, load_model, read_config, read_config_dict, save_model
+from bertctl.model.bert.config import PRESETS, BertConfig
 
-architectures.register(Architecture(
-    name="bert", model_type="bert", config_class=BertConfig,
-    heads={"encoder": BertModel, "pretraining": BertForPreTraining,
-           "masked_lm": BertForMaskedLM, "electra": BertForElectraPreTraining,
-           "sequence_classification": BertForSequenceClassification,
-           "multiple_choice": BertForMultipleChoice,
-           "question_answering": BertForQuestionAnswering,
-           "token_classification": BertForTokenClassification,
-           "embedding": BertForEmbedding},
-    encoder_name="bert", bare_prefixes=("embeddings.", "encoder.", "pooler."),
-    # HF's non-persistent index buffers (older versions saved them) and the decoder weight,
-    # which is the word embeddings.
-    ignored_keys=("bert.embeddings.position_ids", "bert.embeddings.token_type_ids",
-                  "cls.predictions.decoder.weight"),
-    onnx_fusions="bert"))
+_LAZY = {
+    "bertctl.model.bert.electra": ("BertForElectraPreTraining",),
+    "bertctl.model.bert.encoder": ("BertModel", "flops_per_token"),
+    "bertctl.model.bert.heads": (
+        "BertForEmbedding", "BertForMaskedLM", "BertForMultipleChoice", "BertForPreTraining",
+        "BertForQuestionAnswering", "BertForSequenceClassification",
+        "BertForTokenClassification", "BertWithHead"),
+    "bertctl.model.hf": ("LoadReport", "load_model", "read_config", "read_config_dict",
+                         "save_model"),
+    "bertctl.model.shared": ("EncoderWithHead",),
+}
+_WHERE = {name: module for module, names in _LAZY.items() for name in names}
 
-import bertctl.model.modernbert  # noqa: E402,F401  (registers itself)
 
-__all__ = [
-    "ARCHITECTURES", "PRESETS", "ROLES", "Architecture", "BertConfig", "BertForElectraPreTraining",
-    "BertForEmbedding",
-    "BertForMaskedLM", "BertForMultipleChoice", "BertForPreTraining", "BertForQuestionAnswering",
-    "BertForSequenceClassification", "BertForTokenClassification", "BertModel", "BertWithHead",
-    "EncoderWithHead", "LoadReport", "build", "flops_per_token", "load_model", "read_config",
-    "read_config_dict", "role_of", "save_model",
-]
+def __getattr__(name: str):
+    if name not in _WHERE:
+        raise AttributeError(f"module 'bertctl.model' has no attribute {name!r}")
+    return getattr(importlib.import_module(_WHERE[name]), name)
+
+
+__all__ = ["ARCHITECTURES", "PRESETS", "ROLES", "Architecture", "BertConfig", "architectures",
+           "build", "role_of", *_WHERE]

@@ -1,16 +1,25 @@
-"""Model architectures as plug-ins: each names its config class (which knows its size presets) and
-its model class for each role (the bare encoder, the pretraining heads, the fine-tuning heads).
+"""Model architectures as plug-ins, declared as task families and objectives are: a package
+that registers an `Architecture` (its config class, which knows its size presets, and its model
+class for each role: the bare encoder, the pretraining heads, the fine-tuning heads), imported in
+bertctl/model/__init__.py.
 
 The rest of bertctl asks for a role ("sequence_classification") and gets the class of the
 architecture at hand: config.json's `model_type` says which for a saved model, `pretrain
---architecture` for a new one. Adding one is a module that registers an `Architecture`, and its
-import in bertctl/model/__init__.py.
+--architecture` for a new one; the flag's choices and `--model-size`'s come from here. What an
+architecture provides is written below as Protocols (`ArchitectureConfig`, `Encoder`, and
+`EncoderWithHead` in shared.py for the headed models), which tests/test_architecture.py checks
+of every registered one and tests/test_architecture_plugin.py proves with a toy architecture.
+
+Declaring one imports no torch (`bertctl pretrain --help` reads the names and sizes): the model
+classes may be given as "module:Class" strings, imported when a model is built.
 """
 
 from __future__ import annotations
 
+import importlib
+import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from bertctl.errors import BertctlError
 from bertctl.registry import Registry
@@ -21,17 +30,68 @@ ROLES = ("encoder", "pretraining", "masked_lm", "electra", "sequence_classificat
          "multiple_choice", "question_answering", "token_classification", "embedding")
 
 
+@runtime_checkable
+class ArchitectureConfig(Protocol):
+    """An architecture's config: config.json's fields under transformers' names, checked when
+    built (BertctlError "model config: ..."), and these."""
+
+    architecture: ClassVar[str]          # the registered name
+    presets: ClassVar[dict[str, str]]    # size name -> what it is, for --model-size's help
+    vocab_size: int
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    max_position_embeddings: int         # the longest input it reads
+    pad_token_id: int | None
+
+    @classmethod
+    def from_preset(cls, name: str, **overrides: Any) -> ArchitectureConfig:
+        """A size preset; overrides: num_hidden_layers, hidden_size, num_attention_heads,
+        intermediate_size (None: the preset's), vocab_size, max_position_embeddings, ..."""
+
+    @classmethod
+    def from_hf_dict(cls, d: dict[str, Any], source: str = "config.json"
+                     ) -> ArchitectureConfig: ...
+
+    def to_hf_dict(self) -> dict[str, Any]:
+        """config.json (with model_type; without `architectures`, which the head adds)."""
+
+    def with_layers(self, layers: list[int]) -> ArchitectureConfig:
+        """This config for a model of only `layers` of this one's (distillation's students)."""
+
+    def sized(self, preset: str) -> ArchitectureConfig:
+        """A preset size that reads what this model reads (vocabulary, positions)."""
+
+
+@runtime_checkable
+class Encoder(Protocol):
+    """The bare encoder (role "encoder"; headed models hold one at `encoder_name`)."""
+
+    config: ArchitectureConfig
+    # Set by the training loop (--gradient-checkpointing): recompute each layer in backward.
+    gradient_checkpointing: bool
+
+    def compile_layers(self) -> None:
+        """torch.compile each layer (--compile)."""
+
+    def forward(self, input_ids, token_type_ids=None, attention_mask=None,
+                output_hidden_states: bool = False, **kwargs) -> dict[str, Any]:
+        """{"last_hidden_state": (B, T, H), "hidden_states": per layer when asked, ...}"""
+
+
 @dataclass(frozen=True)
 class Architecture:
     name: str
     model_type: str                       # config.json's
-    config_class: type
-    heads: dict[str, type]                # role -> model class
+    config_class: type                    # an ArchitectureConfig
+    heads: dict[str, Any]                 # role -> model class, or "module:Class"
     # Where its headed models keep the encoder (transformers' base_model_prefix).
     encoder_name: str
     # The first names of a bare encoder's keys (a checkpoint saved without a head), which a
     # headed model holds under its encoder's name.
     bare_prefixes: tuple[str, ...]
+    # For --architecture's help: what it is, in a few words.
+    description: str = ""
     # Checkpoint entries that are not parameters and need no report (tied decoders, buffers).
     ignored_keys: tuple[str, ...] = ()
     # onnxruntime's transformer optimizer's model_type for its fused operators (export
@@ -45,7 +105,16 @@ class Architecture:
         if role not in self.heads:
             raise BertctlError(f"{where}: the {self.name} architecture has no "
                                f"{role.replace('_', ' ')} model")
-        return self.heads[role]
+        found = self.heads[role]
+        if isinstance(found, str):
+            module, _, name = found.partition(":")
+            found = getattr(importlib.import_module(module), name)
+        return found
+
+    def head_name(self, role: str) -> str:
+        """The class name of a role's model (config.json's `architectures`), imported or not."""
+        found = self.heads[role]
+        return found.partition(":")[2] if isinstance(found, str) else found.__name__
 
     def config_from_hf(self, hf: dict[str, Any], source: str):
         return self.config_class.from_hf_dict(hf, source=source)
@@ -85,10 +154,21 @@ def role_of(class_name: str) -> str | None:
     """The role of a model class of any architecture, by its name (config.json's
     `architectures`); None for a class no architecture has."""
     for arch in ARCHITECTURES.values():
-        for role, cls in arch.heads.items():
-            if cls.__name__ == class_name:
+        for role in arch.heads:
+            if arch.head_name(role) == class_name:
                 return role
     return None
+
+
+def recorded(value: str | None) -> str | None:
+    """The architecture a manifest's `stats.architecture` names: its registered name, or (in
+    manifests written before the name was recorded) one of its model classes' names."""
+    if value is None or value in ARCHITECTURES:
+        return value
+    for arch in ARCHITECTURES.values():
+        if any(arch.head_name(role) == value for role in arch.heads):
+            return arch.name
+    return value
 
 
 def roles_of(class_names: list[str]) -> set[str]:
@@ -98,3 +178,52 @@ def roles_of(class_names: list[str]) -> set[str]:
 def build(role: str, config, **kwargs):
     """A new model of `role` for `config` (whose class says its architecture)."""
     return ARCHITECTURES[config.architecture].head(role)(config, **kwargs)
+
+
+# The activations a config.json may name (their functions: model/shared.py's ACTIVATIONS).
+ACTIVATION_NAMES = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "swish")
+
+
+def check_config(config, positive: tuple[str, ...], rates: tuple[str, ...],
+                 activations: tuple[str, ...], scales: tuple[str, ...] = (),
+                 flags: tuple[str, ...] = ()) -> None:
+    """The checks every architecture's config makes (BertctlError "model config: ..."): the
+    `positive` fields are positive integers, the `scales` positive finite numbers (epsilons,
+    rotary bases, the initialisation's spread: 0 or less makes every output NaN), the dropout
+    `rates` in [0, 1), the `flags` booleans, the activations known, the heads divide the width
+    and the padding id is in the vocabulary."""
+    def bad(problem: str) -> BertctlError:
+        return BertctlError(f"model config: {problem}")
+
+    for name in scales:
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                not math.isfinite(value) or value <= 0:
+            raise bad(f"{name} must be a positive number, got {value!r}")
+    for name in flags:
+        if not isinstance(getattr(config, name), bool):
+            raise bad(f"{name} must be true or false, got {getattr(config, name)!r}")
+    for name in rates:
+        value = getattr(config, name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise bad(f"{name} must be a number in [0, 1), got {value!r}")
+
+    for name in positive:
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise bad(f"{name} must be a positive integer, got {value!r}")
+    if config.hidden_size % config.num_attention_heads:
+        raise bad(f"hidden_size {config.hidden_size} is not a multiple of "
+                  f"num_attention_heads {config.num_attention_heads}")
+    for name in activations:
+        if getattr(config, name) not in ACTIVATION_NAMES:
+            raise bad(f"{name} {getattr(config, name)!r} is not supported "
+                      f"(one of {', '.join(sorted(ACTIVATION_NAMES))})")
+    for name in rates:
+        if getattr(config, name) is not None and not 0.0 <= getattr(config, name) < 1.0:
+            raise bad(f"{name} must be in [0, 1), got {getattr(config, name)!r}")
+    if config.pad_token_id is not None and (
+            isinstance(config.pad_token_id, bool) or not isinstance(config.pad_token_id, int)
+            or not 0 <= config.pad_token_id < config.vocab_size):
+        raise bad(f"pad_token_id {config.pad_token_id} is outside the vocabulary "
+                  f"of {config.vocab_size}")

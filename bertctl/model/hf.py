@@ -22,7 +22,7 @@ from torch import nn
 
 from bertctl.errors import BertctlError, DiskFull, is_disk_full
 from bertctl.model import architectures
-from bertctl.model.heads import EncoderWithHead
+from bertctl.model.shared import EncoderWithHead
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"

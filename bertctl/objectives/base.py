@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 from pydantic import ValidationError
 
 from bertctl.errors import BertctlError
+from bertctl.model import ARCHITECTURES
 from bertctl.objectives.registry import OBJECTIVES
 
 
@@ -38,8 +39,6 @@ class Objective:
 
     def check_architecture(self, architecture: str, where: str) -> None:
         """BertctlError for an architecture without a model of this objective's role."""
-        from bertctl.model import ARCHITECTURES
-
         if self.head not in ARCHITECTURES[architecture].heads:
             able = [o.name for o in OBJECTIVES.values()
                     if o.head in ARCHITECTURES[architecture].heads]

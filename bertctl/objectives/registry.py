@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from bertctl.model import architectures
 from bertctl.registry import Registry
 
 if TYPE_CHECKING:
@@ -19,8 +20,6 @@ def for_checkpoint(hf_config: dict) -> "Objective":
     its config.json names; for any other checkpoint (a plain encoder) BERT's, which scores
     whatever masked-LM head it has, or the masked LM's where the architecture has no
     next-sentence head."""
-    from bertctl.model import architectures
-
     arch = architectures.of_config(hf_config)
     roles = architectures.roles_of(hf_config.get("architectures") or [])
     return next((o for o in OBJECTIVES.values() if o.head in roles),

@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from bertctl.model import architectures
+
 MODELS = ("model", "hf-model")
 
 
@@ -49,7 +51,8 @@ def title_of(artifacts: list[Any]) -> str:
         described = []
         for a in models:
             s = a.manifest.stats
-            how = ", ".join(str(v) for v in (s.get("objective"), s.get("architecture"),
+            how = ", ".join(str(v) for v in (s.get("objective"),
+                                             architectures.recorded(s.get("architecture")),
                                              f"{s['step']:,} steps" if "step" in s else None)
                             if v)
             described.append(f"{name(a.path)} ({how})" if how else name(a.path))

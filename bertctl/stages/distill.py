@@ -2,10 +2,11 @@
 student of the same task, trained on the teacher's outputs (the losses and the students:
 bertctl/distillation.py).
 
-Distillation is task training with a teacher: the task, labels and length are the teacher's,
-the training file may lack labels (the teacher's outputs are the targets), and the model the
-loop trains is the student inside the loss module (`Distiller`); the artifact is the student,
-an ordinary fine-tuned model of the teacher's family.
+Distillation is task training with a teacher (`Distillation`, the part handed to the task-training
+job): the task, labels and length are the teacher's, the training file may lack labels (the
+teacher's outputs are the targets), and the model the loop trains is the student inside the loss
+module (`Distiller`); the artifact is the student, an ordinary fine-tuned model of the teacher's
+family.
 """
 
 from __future__ import annotations
@@ -18,14 +19,19 @@ from bertctl.config import DistillSettings
 from bertctl.errors import BertctlError, NonFiniteOutputs
 from bertctl.model import LoadReport, build, read_config
 from bertctl.stages.common import models, training
-from bertctl.stages.common.task_training import LoopSetup, TaskJob
+from bertctl.stages.common.task_training import LoopSetup, Supervision, TaskJob
 from bertctl.tasks.resolve import TASK_FILE, model_task, task_length, training_files
 from bertctl.train import distributed as dist
 
 
-class Distillation:
-    """The teacher and the student's plan, all checked before any work; `student` builds it
-    (in `prepare`, after the up-to-date check), `wrap` puts it in the loss module."""
+class Distillation(Supervision):
+    """What a student is trained with: the teacher, and the student's plan, all checked before
+    any work. Handed to the task-training job, it builds the student (in `prepare`, after the
+    up-to-date check), trains it inside the loss module on the teacher's outputs (and the labels
+    where the file has them), and records the teacher in the manifest."""
+
+    verb = "distilling"
+    require_labels = False   # a teacher labels what the file does not
 
     def __init__(self, config: DistillSettings, teacher, family, init=None,
                  student_config: Path | None = None):
@@ -53,7 +59,18 @@ class Distillation:
             distillation.parse_layer_map(config.layer_map, *sizes) if config.layer_map
             else distillation.default_layer_map(*sizes))
 
-    def student(self, role: str, head_kwargs: dict):
+    def spec_for(self, spec, path: Path):
+        # A teacher's task spec describes its own training file's layout; these may differ.
+        return spec.for_file(path)
+
+    def check_label_range(self, outside: str | None) -> None:
+        # The loss would mix the teacher's outputs on its scale with labels on theirs.
+        if outside and self.config.alpha > 0:
+            raise BertctlError(f"{outside}: distillation would mix the teacher's scale with the "
+                               f"labels'; rescale the labels, or learn from the teacher alone "
+                               f"(--alpha 0)")
+
+    def build_model(self, source, role: str, head_kwargs: dict, features: dict):
         """(the student, its load report); also loads the teacher."""
         self.teacher_model = models.load_task_model(self.teacher)
         if self.init is not None and self.plan.layers is not None:
@@ -94,64 +111,35 @@ class Distillation:
                         f"run directory ({time.perf_counter() - start:.1f} s)")
         return outputs
 
-    def stats(self, student) -> dict:
-        return {"teacher": str(self.teacher.path), "teacher_id": self.teacher.ref.id,
-                "student": self.plan.description, "student_layers": student.config.num_hidden_layers,
-                "student_hidden_size": student.config.hidden_size,
-                "student_parameters": sum(p.numel() for p in student.parameters()),
-                "teacher_parameters": sum(p.numel() for p in self.teacher_model.parameters()),
-                "layer_map": [list(p) for p in self.layer_map]}
-
-
-class DistillJob(TaskJob):
-    """Task training of the student, on the teacher's outputs (and the labels where the file
-    has them)."""
-
-    verb = "distilling"
-    require_labels = False   # a teacher labels what the file does not
-
-    def __init__(self, distill: Distillation, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.distill = distill
-
-    def spec_for(self, path: Path):
-        # A teacher's task spec describes its own training file's layout; these may differ.
-        return self.spec.for_file(path)
-
-    def build_model(self, role: str, head_kwargs: dict):
-        return self.distill.student(role, head_kwargs)
-
-    def check_label_range(self, outside: str | None) -> None:
-        # The loss would mix the teacher's outputs on its scale with labels on theirs.
-        if outside and self.config.alpha > 0:
-            raise BertctlError(f"{outside}: distillation would mix the teacher's scale with the "
-                               f"labels'; rescale the labels, or learn from the teacher alone "
-                               f"(--alpha 0)")
-
-    def prepare(self) -> None:
-        super().prepare()
+    def prepared(self, job) -> None:
         # What the student is measured by.
         try:
-            self.teacher_metrics = (self.evaluate(self.distill.teacher_model)
-                                    if self.dev_features is not None else None)
+            self.teacher_metrics = (job.evaluate(self.teacher_model)
+                                    if job.dev_features is not None else None)
         except NonFiniteOutputs as exc:
-            raise exc.named(f"the teacher {self.distill.teacher.path}") from None
+            raise exc.named(f"the teacher {self.teacher.path}") from None
 
-    def training_setup(self, work: Path) -> LoopSetup:
-        return LoopSetup(self.distill.wrap(self.model),
-                         self.distill.cached_outputs(self.train_features, work),
+    def loop_setup(self, model, features, work: Path) -> LoopSetup:
+        return LoopSetup(self.wrap(model), self.cached_outputs(features, work),
                          distillation.step_metrics)
 
     def trained(self, model):
         return model.student if isinstance(model, distillation.Distiller) else model
 
-    def inherited_task(self) -> dict:
-        calibration = (self.source.task or {}).get("calibration")
+    def inherited_task(self, source) -> dict:
+        calibration = (source.task or {}).get("calibration")
         return {"calibration": calibration} if calibration else {}   # the teacher's
 
-    def extra_stats(self, model) -> dict:
-        return {"distillation": {**self.distill.stats(model),
-                                 "teacher_metrics": self.teacher_metrics}}
+    def stats(self, student) -> dict:
+        return {"distillation": {
+            "teacher": str(self.teacher.path), "teacher_id": self.teacher.ref.id,
+            "student": self.plan.description,
+            "student_layers": student.config.num_hidden_layers,
+            "student_hidden_size": student.config.hidden_size,
+            "student_parameters": sum(p.numel() for p in student.parameters()),
+            "teacher_parameters": sum(p.numel() for p in self.teacher_model.parameters()),
+            "layer_map": [list(p) for p in self.layer_map],
+            "teacher_metrics": self.teacher_metrics}}
 
 
 def run(config: DistillSettings, target: artifacts.Target, teacher_dir: Path, train_path: Path,
@@ -176,6 +164,6 @@ def run(config: DistillSettings, target: artifacts.Target, teacher_dir: Path, tr
         inputs.append(init.ref)
     if student_config:
         inputs.append(artifacts.file_input(student_config, "student-config"))
-    job = DistillJob(distill, config, task.spec, task.family, teacher, train_file, dev_file,
-                     task_length(config, teacher), task.label_list)
+    job = TaskJob(config, task.spec, task.family, teacher, train_file, dev_file,
+                  task_length(config, teacher), task.label_list, by=distill)
     return training.train_to_artifact(config, inputs, target, job)

@@ -209,7 +209,8 @@ class PretrainJob:
     def write(self, result, tmp: Path) -> dict:
         models.write_model(result.model, tmp, self.data.path)
         train_records = [r for r in result.history if r.get("split", "train") == "train"]
-        stats = {"architecture": type(result.model).__name__, "objective": self.objective.name,
+        stats = {"architecture": architectures.of_model(result.model).name,
+                 "objective": self.objective.name,
                  "step": result.step,
                  "total_steps": self.settings.total_steps or result.step,
                  "epochs": round(result.epoch, 4),

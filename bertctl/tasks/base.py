@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from bertctl.errors import BertctlError
+from bertctl.model import architectures
 from bertctl.settings import DEFAULT_LENGTH
 from pydantic import ValidationError
 from bertctl.metrics import main_metric
@@ -195,8 +196,6 @@ def architecture_name(arch: list[str]) -> str:
 def model_roles(arch: list[str]) -> set[str]:
     """The roles (model.architectures.ROLES) of the classes config.json's `architectures`
     names, of any architecture."""
-    from bertctl.model import architectures   # (the registered ones: torch)
-
     return architectures.roles_of(arch)
 
 

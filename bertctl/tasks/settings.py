@@ -20,6 +20,7 @@ from pydantic import Field, create_model, model_validator
 
 from bertctl.config import DistillSettings, EvalSettings, FinetuneSettings, TaskSettings
 from bertctl.settings import TASK, meta, plugin_option_fields
+from bertctl.train.optimizers import OPTIMIZERS, optimizer_field
 from bertctl.tasks.registry import FAMILIES
 from bertctl.tasks.spec import PRESETS
 from bertctl.tasks.spec import make_task_spec
@@ -44,7 +45,8 @@ def _family_length(cls, data: Any) -> Any:
 
 def with_family_options(base: type[TaskSettings], stage: str) -> type[TaskSettings]:
     """`base` with the registered families' options as fields, `family` limited to the
-    registered names and `task`'s help listing the presets."""
+    registered names, `task`'s help listing the presets and `--optimizer` the registered
+    optimizers (training stages)."""
     options = option_fields(stage)
     family_info = base.model_fields["family"]
     names = tuple(FAMILIES)
@@ -54,6 +56,7 @@ def with_family_options(base: type[TaskSettings], stage: str) -> type[TaskSettin
         "task": (Optional[str], Field(  # noqa: UP007
             None, description=f"A preset: {', '.join(PRESETS)}.", json_schema_extra=meta(TASK))),
         **options,
+        **(optimizer_field() if "optimizer" in base.model_fields else {}),
     }
     composed = create_model(
         base.__name__, __base__=base, __module__=base.__module__,
@@ -65,21 +68,22 @@ def with_family_options(base: type[TaskSettings], stage: str) -> type[TaskSettin
 
 
 @functools.cache
-def _composed(base: type[TaskSettings], stage: str, families: tuple[str, ...]):
+def _composed(base: type[TaskSettings], stage: str, families: tuple[str, ...],
+              optimizers: tuple[str, ...]):
     return with_family_options(base, stage)
 
 
 def finetune_settings() -> type[FinetuneSettings]:
-    """FinetuneSettings with the families registered now (cached per set of families)."""
-    return _composed(FinetuneSettings, "finetune", tuple(FAMILIES))
+    """FinetuneSettings with the families (and optimizers) registered now (cached per set)."""
+    return _composed(FinetuneSettings, "finetune", tuple(FAMILIES), tuple(OPTIMIZERS))
 
 
 def eval_settings() -> type[EvalSettings]:
-    return _composed(EvalSettings, "eval", tuple(FAMILIES))
+    return _composed(EvalSettings, "eval", tuple(FAMILIES), tuple(OPTIMIZERS))
 
 
 def distill_settings() -> type[DistillSettings]:
-    return _composed(DistillSettings, "distill", tuple(FAMILIES))
+    return _composed(DistillSettings, "distill", tuple(FAMILIES), tuple(OPTIMIZERS))
 
 
 def task_spec(settings: TaskSettings):

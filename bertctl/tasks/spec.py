@@ -7,6 +7,7 @@ that family checks the spec's family-specific rules.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -124,16 +125,37 @@ class TaskSpec(BaseModel):
                 if (data_dir / name).exists()}
 
 
-def _glue(name, family, text_columns, label_column, labels, metric="accuracy", **kw) -> TaskSpec:
+def _glue(name, family, text_columns, label_column, labels, metric="accuracy", **kw) -> dict:
     files = kw.pop("files", {"train": "train.tsv", "dev": "dev.tsv", "test": "test.tsv"})
-    return TaskSpec(name=name, family=family, text_columns=text_columns, label_column=label_column,
-                    labels=labels, metric=metric, quoting=False, format="tsv", files=files, **kw)
+    return dict(name=name, family=family, text_columns=text_columns, label_column=label_column,
+                labels=labels, metric=metric, quoting=False, format="tsv", files=files, **kw)
+
+
+class Presets(Mapping[str, TaskSpec]):
+    """The presets by name, each made (and checked by its family) when first asked for: the
+    families register themselves when their modules are imported, and a family module may
+    import this one before the others are registered (tests/test_tasks.py checks them all)."""
+
+    def __init__(self, specs: list[dict[str, Any]]):
+        self._fields = {s["name"]: s for s in specs}
+        self._made: dict[str, TaskSpec] = {}
+
+    def __getitem__(self, name: str) -> TaskSpec:
+        if name not in self._made:
+            self._made[name] = TaskSpec(**self._fields[name])
+        return self._made[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._fields)
+
+    def __len__(self) -> int:
+        return len(self._fields)
 
 
 _NLI2 = ("entailment", "not_entailment")
 
 # The original GLUE TSV distribution's layouts (as google-research/bert's run_classifier reads them).
-PRESETS: dict[str, TaskSpec] = {s.name: s for s in [
+PRESETS = Presets([
     _glue("glue/sst2", "single", ["sentence"], "label", ("0", "1")),
     # CoLA train/dev: no header, 4 columns (source, label, original label, sentence).
     _glue("glue/cola", "single", [3], 1, ("0", "1"), metric="matthews", header=False),
@@ -152,26 +174,26 @@ PRESETS: dict[str, TaskSpec] = {s.name: s for s in [
           metric="pearson_spearman"),
     # SWAG (Zellers et al. 2018): the original CSVs and the JSON-lines form share these columns.
     # SQuAD (Rajpurkar et al. 2016, 2018): the official nested JSON files.
-    TaskSpec(name="squad", family="span", context_column="context", label_column=None,
-             metric="squad", files={"train": "train-v1.1.json", "dev": "dev-v1.1.json"}),
-    TaskSpec(name="squad_v2", family="span", context_column="context", label_column=None,
-             metric="squad", options={"version_2_with_negative": True},
-             files={"train": "train-v2.0.json", "dev": "dev-v2.0.json"}),
+    dict(name="squad", family="span", context_column="context", label_column=None,
+         metric="squad", files={"train": "train-v1.1.json", "dev": "dev-v1.1.json"}),
+    dict(name="squad_v2", family="span", context_column="context", label_column=None,
+         metric="squad", options={"version_2_with_negative": True},
+         files={"train": "train-v2.0.json", "dev": "dev-v2.0.json"}),
     # CoNLL-2003 NER (Tjong Kim Sang and De Meulder 2003): `token POS chunk NER` column files,
     # IOB2 as distributed today (the original eng.train / eng.testa are IOB1: give them as files).
-    TaskSpec(name="conll2003", family="tagging", label_column=None, metric="conlleval",
-             files={"train": "train.txt", "dev": "valid.txt", "test": "test.txt"}),
+    dict(name="conll2003", family="tagging", label_column=None, metric="conlleval",
+         files={"train": "train.txt", "dev": "valid.txt", "test": "test.txt"}),
     # Retrieval: (query, positive[, negative...]) pairs; STS-B's pairs with their graded
     # scores for CoSENT (and scored by the Spearman of cosine similarities); a BEIR directory
     # or a .txt of texts (SimCSE) is read whatever the columns.
-    TaskSpec(name="retrieval", family="retrieval", text_columns=["query", "positive"],
-             label_column=None),
+    dict(name="retrieval", family="retrieval", text_columns=["query", "positive"],
+         label_column=None),
     _glue("glue/sts-b-cosine", "retrieval", ["sentence1", "sentence2"], "score", None,
           metric="spearman"),
-    TaskSpec(name="swag", family="multiple_choice", context_column="sent1",
-             choice_prefix_column="sent2", choice_columns=[f"ending{i}" for i in range(4)],
-             label_column="label", files={"train": "train.csv", "dev": "val.csv", "test": "test.csv"}),
-]}
+    dict(name="swag", family="multiple_choice", context_column="sent1",
+         choice_prefix_column="sent2", choice_columns=[f"ending{i}" for i in range(4)],
+         label_column="label", files={"train": "train.csv", "dev": "val.csv", "test": "test.csv"}),
+])
 
 
 def make_task_spec(preset: str | None = None, **fields: Any) -> TaskSpec:

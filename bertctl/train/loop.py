@@ -151,7 +151,7 @@ class Trainer:
         self.board, self.ddp = None, self.model
 
     def _set_checkpointing(self, on: bool, compile_layers: bool = False) -> None:
-        for module in self.model.modules():   # the encoders' switches (model.bert.BertModel)
+        for module in self.model.modules():   # the encoders' switches (architectures.Encoder)
             if hasattr(module, "gradient_checkpointing"):
                 module.gradient_checkpointing = on
                 _ = compile_layers and module.compile_layers()

@@ -14,6 +14,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from bertctl.train.optimizers import OPTIMIZERS
+
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     """Two AdamW groups: decayed weights, and biases + LayerNorm weights without decay.
@@ -43,20 +45,22 @@ def no_decay_names(model: nn.Module) -> list[str]:
 def make_optimizer(model: nn.Module, lr: float, weight_decay: float = 0.01,
                    betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-6,
                    name: str = "adamw") -> torch.optim.Optimizer:
-    """AdamW (or LAMB) over `param_groups`. eps 1e-6 is BERT's (PyTorch defaults to 1e-8).
+    """The registered optimizer `name` (train/optimizers.py) over `param_groups`. eps 1e-6 is
+    BERT's (PyTorch defaults to 1e-8)."""
+    return OPTIMIZERS.get_known(name).build(param_groups(model, weight_decay), lr, betas, eps)
 
-    AdamW's fused kernel updates all parameters in one pass: on CPU the default per-tensor
+
+def adamw(groups: list[dict], lr: float, betas: tuple[float, float], eps: float):
+    """AdamW's fused kernel updates all parameters in one pass: on CPU the default per-tensor
     implementation took 4-5x longer per step (a large share of a fine-tuning step on short
-    sentences). It needs every parameter on one kind of device it supports.
-    """
-    groups = param_groups(model, weight_decay)
-    if name == "lamb":
-        return Lamb(groups, lr=lr, betas=betas, eps=eps)
-    if name != "adamw":
-        raise ValueError(f"optimizer must be adamw or lamb, got {name!r}")
-    devices = {p.device.type for p in model.parameters()}
+    sentences). It needs every parameter on one kind of device it supports."""
+    devices = {p.device.type for g in groups for p in g["params"]}
     fused = len(devices) == 1 and devices <= {"cpu", "cuda"}
     return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, fused=fused or None)
+
+
+def lamb(groups: list[dict], lr: float, betas: tuple[float, float], eps: float):
+    return Lamb(groups, lr=lr, betas=betas, eps=eps)
 
 
 class Lamb(torch.optim.Optimizer):

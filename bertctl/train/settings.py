@@ -9,6 +9,7 @@ from pydantic import Field, field_validator, model_validator
 
 from bertctl.settings import (CHECKPOINTS, EVALUATION, RUNTIME, TRAINING, StageConfig, meta,
                               resolve_precision)
+from bertctl.train.optimizers import OPTIMIZERS
 import re
 
 _RUN = meta(RUNTIME, identity=False)
@@ -45,9 +46,9 @@ class TrainingSettings(StageConfig):
                                          "batch size / processes.", json_schema_extra=_RUN)
     lr: float = Field(1e-4, gt=0, description="Peak learning rate.",
                       json_schema_extra=meta(TRAINING))
-    optimizer: Literal["adamw", "lamb"] = Field(
-        "adamw", description="AdamW, or LAMB (layer-wise trust ratios, for very large batches as "
-        "in NVIDIA's BERT recipe; see bertctl/train/optim.py).", json_schema_extra=meta(TRAINING))
+    # Its choices and help are the registry's (train/optimizers.py: optimizer_field).
+    optimizer: str = Field("adamw", description="The optimizer, from the registry.",
+                           json_schema_extra=meta(TRAINING))
     gradient_checkpointing: bool = Field(False, description="Keep only each encoder layer's "
                                          "input and recompute the layer in the backward pass: "
                                          "much less activation memory for about a third more "
@@ -101,6 +102,13 @@ class TrainingSettings(StageConfig):
     @classmethod
     def _auto_precision(cls, data: Any) -> Any:
         return resolve_precision(cls, data)
+
+    @field_validator("optimizer")
+    @classmethod
+    def _registered(cls, name: str) -> str:
+        if name not in OPTIMIZERS:
+            raise ValueError(f"unknown optimizer (known: {', '.join(OPTIMIZERS)})")
+        return name
 
     @field_validator("time_budget", mode="before")
     @classmethod

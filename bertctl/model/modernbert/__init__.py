@@ -3,25 +3,21 @@ ModernBERT: config.py (the config and presets), encoder.py, heads.py."""
 
 from bertctl.model.architectures import Architecture, register
 from bertctl.model.modernbert.config import ModernBertConfig
-from bertctl.model.modernbert.encoder import ModernBertModel
-from bertctl.model.modernbert.heads import (
-    ModernBertForEmbedding,
-    ModernBertForMaskedLM,
-    ModernBertForMultipleChoice,
-    ModernBertForQuestionAnswering,
-    ModernBertForSequenceClassification,
-    ModernBertForTokenClassification,
-)
+
+_HEADS = "bertctl.model.modernbert.heads:"
 
 register(Architecture(
     name="modernbert", model_type="modernbert", config_class=ModernBertConfig,
+    description="ModernBERT's (pre-norm, GeGLU, rotary positions, no biases, local "
+    "attention), saved as transformers' ModernBERT, trained by --objective mlm",
     # No next-sentence head and no ELECTRA discriminator: ModernBERT pretrains by masked LM.
-    heads={"encoder": ModernBertModel, "masked_lm": ModernBertForMaskedLM,
-           "sequence_classification": ModernBertForSequenceClassification,
-           "multiple_choice": ModernBertForMultipleChoice,
-           "question_answering": ModernBertForQuestionAnswering,
-           "token_classification": ModernBertForTokenClassification,
-           "embedding": ModernBertForEmbedding},
+    heads={"encoder": "bertctl.model.modernbert.encoder:ModernBertModel",
+           "masked_lm": _HEADS + "ModernBertForMaskedLM",
+           "sequence_classification": _HEADS + "ModernBertForSequenceClassification",
+           "multiple_choice": _HEADS + "ModernBertForMultipleChoice",
+           "question_answering": _HEADS + "ModernBertForQuestionAnswering",
+           "token_classification": _HEADS + "ModernBertForTokenClassification",
+           "embedding": _HEADS + "ModernBertForEmbedding"},
     encoder_name="model", bare_prefixes=("embeddings.", "layers.", "final_norm."),
     ignored_keys=("decoder.weight",),
     positions_note=(" (ModernBERT has no position table: max_position_embeddings in its "
@@ -29,4 +25,4 @@ register(Architecture(
                     "changes no weight; how well it reads lengths it never trained on is "
                     "for you to measure)")))
 
-__all__ = ["ModernBertConfig", "ModernBertModel"]
+__all__ = ["ModernBertConfig"]

@@ -5,10 +5,10 @@ presets (`PRESETS`): what config.json holds for a `model_type: modernbert` direc
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from typing import Any, ClassVar
 
 from bertctl.errors import BertctlError
-from bertctl.model.config import check_config
+from bertctl.model.architectures import check_config
 
 GLOBAL, LOCAL = "full_attention", "sliding_attention"   # transformers' layer_types values
 
@@ -18,6 +18,7 @@ class ModernBertConfig:
     """The defaults are ModernBERT-base's shape (Warner et al., 2024) on BERT's vocabulary."""
 
     architecture = "modernbert"
+    presets: ClassVar[dict[str, str]]   # set below from PRESETS: name -> "L/H/A"
 
     vocab_size: int = 30522
     hidden_size: int = 768
@@ -207,3 +208,6 @@ PRESETS: dict[str, tuple[int, int, int, int]] = {
     "base": (22, 768, 12, 1152),
     "large": (28, 1024, 16, 2624),
 }
+
+ModernBertConfig.presets = {name: f"{layers}/{hidden}/{heads}"
+                            for name, (layers, hidden, heads, _) in PRESETS.items()}

@@ -19,9 +19,8 @@ import torch.nn.functional as F
 import torch.utils.checkpoint
 from torch import nn
 
-from bertctl.model.bert import attention_bias, keep_layers
-from bertctl.model.config import ACTIVATIONS
 from bertctl.model.dropout import Dropout
+from bertctl.model.shared import ACTIVATIONS, attention_bias, keep_layers
 from bertctl.model.modernbert.config import GLOBAL, ModernBertConfig
 
 
@@ -208,7 +207,7 @@ def init_modernbert_weights(model: nn.Module, config: ModernBertConfig) -> None:
 
 class ModernBertModel(nn.Module):
     """forward(input_ids, token_type_ids=None, attention_mask=None, output_hidden_states=False,
-    num_layers=None, position_ids=None, sequence_starts=None), as `bert.BertModel`'s:
+    num_layers=None, position_ids=None, sequence_starts=None), as `bert.encoder.BertModel`'s:
     token_type_ids are taken and not read (ModernBERT has no segments; a pair is told apart by
     its [SEP]). "hidden_states" are the embeddings' output, each layer's, and the last after
     the final norm (as transformers gives them). There is no pooler ("pooler_output" is
@@ -229,7 +228,7 @@ class ModernBertModel(nn.Module):
         self.gradient_checkpointing = False
 
     def compile_layers(self) -> None:
-        """torch.compile each layer in place (see `bert.BertModel.compile_layers`)."""
+        """torch.compile each layer in place (see `bert.encoder.BertModel.compile_layers`)."""
         for layer in self.layers:
             layer.compile()
 
@@ -280,7 +279,7 @@ class ModernBertModel(nn.Module):
 
     def layer_state(self, layers: list[int], state: dict[str, torch.Tensor] | None = None,
                     prefix: str = "") -> dict[str, torch.Tensor]:
-        """`state` with only `layers`, renumbered from 0 (see `bert.BertModel.layer_state`).
+        """`state` with only `layers`, renumbered from 0 (see `bert.encoder.BertModel.layer_state`).
         A layer moved to position 0 drops its attention norm (the first layer has none)."""
         def first_has_no_norm(new: int, rest: str) -> bool:
             return new == 0 and rest.startswith("attn_norm.")

@@ -1,7 +1,7 @@
 """ModernBERT's heads under transformers' names: the encoder at `model`, the shared head
 transform at `head` (dense, activation, norm), then the `decoder` (masked LM, tied to the token
 embeddings) or the `classifier`. Inputs and outputs are those of the BERT heads in
-`model.heads`, so the stages, the loop and the task families use either without asking which.
+`model.bert.heads`, so the stages, the loop and the task families use either without asking which.
 """
 
 from __future__ import annotations
@@ -12,11 +12,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertctl.model.bert import first_tokens
 from bertctl.model.contrastive import mean_pool
-from bertctl.model.config import ACTIVATIONS
 from bertctl.model.dropout import Dropout
-from bertctl.model.heads import EncoderWithHead
+from bertctl.model.shared import ACTIVATIONS, EncoderWithHead, first_tokens
 from bertctl.model.roles import (Embedder, MultipleChoice, QuestionAnswering,
                                  SequenceClassifier, TokenClassifier, masked_lm)
 from bertctl.model.modernbert.config import ModernBertConfig

@@ -19,6 +19,8 @@ from bertctl import agreement, artifacts, console, hardware, placement
 from bertctl.data import tokenizer as tokenizer_mod
 from bertctl.errors import BertctlError
 from bertctl.exports import ExportFacts
+from bertctl.model import architectures
+from bertctl.model.architectures import role_of
 from bertctl.settings import SEQ_LENGTH
 from bertctl.tasks.resolve import TASK_FILE
 
@@ -54,7 +56,7 @@ class ModelSource:
         """The model of `role` (bertctl.model.ROLES; None: the one config.json names) and its
         LoadReport; for an export, its graph run by onnxruntime (which must be of `role`, when
         given)."""
-        from bertctl.model import LoadReport, load_model, role_of
+        from bertctl.model.hf import LoadReport, load_model
 
         if self.onnx is None:
             return load_model(self.path, role, **head_kwargs)
@@ -136,7 +138,7 @@ def pretrain_data_artifact(data: str | Path) -> artifacts.Artifact | None:
 def open_model(path: str | Path, role: str = "model", exports: bool = False) -> ModelSource:
     """A model input: a model artifact, a Hugging Face directory, or (`exports`, for the stages
     that only run a model: eval, embed) an export artifact."""
-    from bertctl.model import read_config, read_config_dict
+    from bertctl.model.hf import read_config, read_config_dict
 
     path = Path(path)
     onnx = None
@@ -186,7 +188,7 @@ def copy_tokenizer(source: Path, directory: Path) -> None:
 def write_model(model, directory: Path, tokenizer_dir: Path, extra_config: dict | None = None,
                 task: dict | None = None) -> None:
     """A Hugging Face compatible model directory: weights, config, tokenizer and task."""
-    from bertctl.model import save_model
+    from bertctl.model.hf import save_model
 
     save_model(model, directory, extra_config)
     copy_tokenizer(tokenizer_dir, directory)
@@ -204,8 +206,6 @@ def model_length(source: ModelSource) -> int:
 def check_reads_task(source: ModelSource, tokenizer, max_seq_length: int) -> None:
     """The model reads ids of its own tokenizer, as long as `max_seq_length` (bertctl.agreement,
     the one data/model check)."""
-    from bertctl.model import architectures
-
     agreement.check(str(source.path), model_vocab=source.vocab_size,
                     max_positions=int(source.hf_config.get("max_position_embeddings", 512)),
                     pad_id=source.hf_config.get("pad_token_id"),

@@ -1,12 +1,12 @@
-"""Training a task head: the job `finetune` hands to `training.train_to_artifact`, and the base
-of other task-training stages' jobs. The same training loop as pretraining; only the head, the data and the metric
-differ. The label list comes from the training file (or --labels) and is stored in the artifact
-(config.json's id2label and the task record), so eval never re-derives it.
+"""Training a task head: the job `finetune` hands to `training.train_to_artifact`. The same
+training loop as pretraining; only the head, the data and the metric differ. The label list
+comes from the training file (or --labels) and is stored in the artifact (config.json's id2label
+and the task record), so eval never re-derives it.
 
-A subclass changes what its methods say, no more: which rows the training file must label
-(`require_labels`), the model trained (`build_model`), what the loop trains and reads besides
-the features (`training_setup`), the model kept from the loop's (`trained`), and what it adds
-to the manifest (`extra_stats`).
+What a stage trains the head *with* is a part handed to the job (`Supervision`, whose own
+behaviour is plain fine-tuning: the file's labels, the model as loaded); distill hands in its teacher
+(stages/distill.py), which builds a student, trains it inside a loss module on the teacher's
+outputs and adds what it learnt from to the manifest. The job itself has no hooks to override.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import torch
 from bertctl import console
 from bertctl.data.collate import TaskData
 from bertctl.evaluation import evaluate_task
+from bertctl.model import architectures
 from bertctl.stages.common import models
 from bertctl.train import distributed as dist
 from bertctl.train.loop import train
@@ -36,42 +37,21 @@ class LoopSetup:
     step_metrics: Any = None
 
 
-class TaskJob:
-    """`prepare` (read, encode, build the model), `fit` (the training loop), `write` (the model
-    directory and its stats), as `training.train_to_artifact` calls them."""
+class Supervision:
+    """What a task head is trained with; the base is plain fine-tuning on the file's labels.
+    A part that changes it overrides what it changes (stages/distill.py's teacher)."""
 
     verb = "fine-tuning"
-    require_labels = True
+    require_labels = True   # every training row labelled (a teacher labels the rest)
 
-    def __init__(self, config, spec, family, source: models.ModelSource, train_file: Path,
-                 dev_file: Path | None, max_seq_length: int,
-                 label_list: tuple[str, ...] | None = None, features: dict | None = None):
-        self.config, self.spec, self.family, self.source = config, spec, family, source
-        self.train_file, self.dev_file = train_file, dev_file
-        self.max_len = max_seq_length
-        self.labels = label_list   # given (the teacher's), or as the training file says
-        self.features = features or {}
-        self.metric_key = family.main_metric(spec)
+    def spec_for(self, spec, path: Path):
+        """The task spec that reads `path` (a teacher's spec describes its own file)."""
+        return spec
 
-    # -- what a subclass may change
-
-    def spec_for(self, path: Path):
-        return self.spec
-
-    def build_model(self, role: str, head_kwargs: dict):
+    def build_model(self, source: models.ModelSource, role: str, head_kwargs: dict,
+                    features: dict):
         """(the model, its load report)."""
-        return self.source.load(role, **head_kwargs, **self.features)
-
-    def training_setup(self, work: Path) -> LoopSetup:
-        return LoopSetup(self.model)
-
-    def trained(self, model):
-        """The model to write, from what the loop trained."""
-        return model
-
-    def inherited_task(self) -> dict:
-        """Task record entries carried over when the dev set calibrates nothing."""
-        return {}
+        return source.load(role, **head_kwargs, **features)
 
     def check_label_range(self, outside: str | None) -> None:
         """A training file on another scale than the model's (see label_scale): a note; to
@@ -79,8 +59,40 @@ class TaskJob:
         if outside and dist.is_main():
             console.log(f"note: {outside}")
 
-    def extra_stats(self, model) -> dict:
+    def prepared(self, job: TaskJob) -> None:
+        """Called once the job has read its data and built its model."""
+
+    def loop_setup(self, model, features, work: Path) -> LoopSetup:
+        return LoopSetup(model)
+
+    def trained(self, model):
+        """The model to write, from what the loop trained."""
+        return model
+
+    def inherited_task(self, source: models.ModelSource) -> dict:
+        """Task record entries carried over when the dev set calibrates nothing."""
         return {}
+
+    def stats(self, model) -> dict:
+        return {}
+
+
+class TaskJob:
+    """`prepare` (read, encode, build the model), `fit` (the training loop), `write` (the model
+    directory and its stats), as `training.train_to_artifact` calls them; `by` is what the head
+    is trained with (unset: plain fine-tuning)."""
+
+    def __init__(self, config, spec, family, source: models.ModelSource, train_file: Path,
+                 dev_file: Path | None, max_seq_length: int,
+                 label_list: tuple[str, ...] | None = None, features: dict | None = None,
+                 by: Supervision | None = None):
+        self.config, self.spec, self.family, self.source = config, spec, family, source
+        self.train_file, self.dev_file = train_file, dev_file
+        self.max_len = max_seq_length
+        self.labels = label_list   # given (the teacher's), or as the training file says
+        self.features = features or {}
+        self.metric_key = family.main_metric(spec)
+        self.by = by or Supervision()
 
     # -- the job
 
@@ -88,22 +100,24 @@ class TaskJob:
         config, family, spec = self.config, self.family, self.spec
         tok, _ = self.source.tokenizer()
         models.check_reads_task(self.source, tok, self.max_len)
-        self.train_examples = family.read(self.spec_for(self.train_file), self.train_file,
+        by = self.by
+        self.train_examples = family.read(by.spec_for(spec, self.train_file), self.train_file,
                                           label_list=self.labels,
-                                          require_labels=self.require_labels)
-        self.label_list = (self.labels if not self.require_labels else
+                                          require_labels=by.require_labels)
+        self.label_list = (self.labels if not by.require_labels else
                            self.train_examples.label_list if family.label_list else None)
-        self.dev_examples = (family.read(self.spec_for(self.dev_file), self.dev_file,
+        self.dev_examples = (family.read(by.spec_for(spec, self.dev_file), self.dev_file,
                                          label_list=self.label_list, require_labels=True)
                              if self.dev_file is not None else None)
-        self.check_label_range(label_scale(family, self.train_examples, self.source))
+        by.check_label_range(label_scale(family, self.train_examples, self.source))
         self.train_features = family.encode(self.train_examples, tok, self.max_len,
                                             training=True)
         self.dev_features = (family.encode(self.dev_examples, tok, self.max_len)
                              if self.dev_examples is not None else None)
         torch.manual_seed(config.seed)  # the new head's initial weights are part of --seed
-        self.model, report = self.build_model(family.head,
-                                              family.head_kwargs(spec, self.label_list))
+        self.model, report = by.build_model(self.source, family.head,
+                                            family.head_kwargs(spec, self.label_list),
+                                            self.features)
         if dist.is_main():
             self._log_summary(str(report))
         self.select = (self.metric_key, "max") if (self.dev_features is not None
@@ -117,6 +131,7 @@ class TaskJob:
             "label_range")
         if span:
             self.task_record["label_range"] = span
+        by.prepared(self)
 
     def _log_summary(self, load_report: str) -> None:
         spec, family = self.spec, self.family
@@ -133,7 +148,7 @@ class TaskJob:
                             + ", ".join(f"{k} {v}" for k, v in stats.items()))
 
     def dev_predictions(self, model):
-        model = self.trained(model)
+        model = self.by.trained(model)
         return evaluate_task(model, self.family, self.spec, self.dev_examples, self.dev_features,
                              self.label_list, self.config.eval_batch_size,
                              next(model.parameters()).device, self.config.precision)
@@ -146,16 +161,17 @@ class TaskJob:
 
     def fit(self, work: Path):
         config = self.config
-        setup = self.training_setup(work)
+        setup = self.by.loop_setup(self.model, self.train_features, work)
         data = TaskData(self.train_features, config.pack, self.max_len, setup.model.packs,
                         setup.extras, per_token=self.family.marks)
-        with console.training_progress(f"{self.verb} {self.spec.name}", config.steps) as on_log:
+        with console.training_progress(f"{self.by.verb} {self.spec.name}",
+                                       config.steps) as on_log:
             return train(setup.model, data, TrainSettings.of(config), work,
                          evaluate=self.evaluate if self.dev_features is not None else None,
                          select=self.select, on_log=on_log, step_metrics=setup.step_metrics)
 
     def write(self, result, tmp: Path) -> dict:
-        family, spec, model = self.family, self.spec, self.trained(result.model)
+        family, spec, model = self.family, self.spec, self.by.trained(result.model)
         calibration = None
         if family.calibrates and self.dev_features is not None:  # e.g. a no-answer threshold
             _, predictions = self.dev_predictions(model)
@@ -163,13 +179,13 @@ class TaskJob:
         if calibration is not None:
             self.task_record["calibration"] = calibration
         elif not (family.calibrates and self.dev_features is not None):
-            self.task_record.update(self.inherited_task())
+            self.task_record.update(self.by.inherited_task(self.source))
         models.write_model(model, tmp, self.source.path,
                            extra_config=family.config_extras(spec, self.label_list),
                            task=self.task_record)
         chosen = result.best_metrics if self.select else result.eval_metrics
         train_stats = family.feature_stats(self.train_features)
-        return {"architecture": type(model).__name__, "task": spec.name,
+        return {"architecture": architectures.of_model(model).name, "task": spec.name,
                 "family": spec.family, "label_list": self.task_record["label_list"],
                 "train_examples": len(self.train_examples),
                 **({"train_features": train_stats} if train_stats else {}),
@@ -180,7 +196,7 @@ class TaskJob:
                 **({"resumed_from_step": result.resumed_from}
                    if result.resumed_from is not None else {}),
                 **result.fits(),
-                "metrics": chosen or {}, **self.extra_stats(model)}
+                "metrics": chosen or {}, **self.by.stats(model)}
 
 
 def label_scale(family, examples, source) -> str | None:

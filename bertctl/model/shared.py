@@ -1,0 +1,170 @@
+"""What every architecture's model files share: the activations config.json names (their
+functions; the names are the contract's, architectures.ACTIVATION_NAMES), attention masks, layer selection, [CLS] gathering, and `EncoderWithHead`,
+the base of every headed model. An architecture's own package (model/bert/,
+model/modernbert/) imports from here, never from another architecture's."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bertctl.model.features import FrozenFeatures
+
+# HF's names for the activations BERT checkpoints use. "gelu" is the exact erf form, as in the
+# original TF code; the tanh approximation is a different function and gives different outputs.
+ACTIVATIONS = {
+    "gelu": F.gelu,
+    "gelu_new": partial(F.gelu, approximate="tanh"),
+    "gelu_pytorch_tanh": partial(F.gelu, approximate="tanh"),
+    "relu": F.relu,
+    "silu": F.silu,
+    "swish": F.silu,
+}
+
+
+def attention_bias(attention_mask: torch.Tensor | None, packed: bool = False
+                   ) -> torch.Tensor | None:
+    """HF's (B, T) 1 = token / 0 = padding mask as SDPA's boolean "may attend" mask.
+
+    Unpacked: (B, 1, 1, T). Padded query rows still attend to the real tokens, so no row is
+    ever fully masked unless a sequence has no tokens at all. A batch without padding is best
+    passed without a mask (training and evaluation drop an all-ones mask while the batch is
+    still on the host: `data.collate.without_full_mask`), which lets SDPA use its fastest
+    unmasked kernel; checking for that here would read the mask back from the device, a stall
+    per forward pass on a GPU.
+
+    Packed (see `data.collate.pack_batch`): the mask holds each token's sequence number in its
+    row (1, 2, ...; 0 = padding) and a token attends only to its own sequence: a block-diagonal
+    (B, 1, T, T) mask, so each sequence's outputs are those it would have alone.
+    """
+    if attention_mask is None:
+        return None
+    if packed:
+        seq = attention_mask
+        same = (seq[:, :, None] == seq[:, None, :]) | (seq[:, :, None] == 0)
+        return (same & (seq[:, None, :] > 0))[:, None]
+    return attention_mask.bool()[:, None, None, :]
+
+
+def keep_layers(state: dict[str, torch.Tensor], layer: str, layers: list[int],
+                drop=lambda new, rest: False) -> dict[str, torch.Tensor]:
+    """`state` with only the `layers` of the list whose keys start with `layer` (`encoder.layer.`),
+    renumbered from 0; `drop(new index, rest of the key)` leaves out what the layer at its new
+    place does not have."""
+    renumber = {old: new for new, old in enumerate(layers)}
+    kept = {}
+    for key, tensor in state.items():
+        if not key.startswith(layer):
+            kept[key] = tensor
+            continue
+        index, rest = key[len(layer):].split(".", 1)
+        new = renumber.get(int(index))
+        if new is not None and not drop(new, rest):
+            kept[f"{layer}{new}.{rest}"] = tensor
+    return kept
+
+
+def first_tokens(hidden: torch.Tensor, sequence_starts: torch.Tensor | None) -> torch.Tensor:
+    """Each sequence's [CLS] state: column 0 of each row, or the `sequence_starts` (flat
+    row * T + column indices) of a packed batch."""
+    if sequence_starts is None:
+        return hidden[:, 0]
+    return hidden.flatten(0, 1)[sequence_starts]
+
+
+class EncoderWithHead(nn.Module):
+    """An encoder plus a head, for any architecture: the encoder sits at `encoder_name` (BERT's
+    `bert`, ModernBERT's `model`, as transformers names them); subclasses build the head and
+    call `_init_head()`."""
+
+    encoder_name: ClassVar[str] = "bert"
+    supports_packing = False   # see `packs`
+    input_rank = 2   # (batch, sequence) inputs; multiple choice: (batch, choices, sequence)
+
+    def __init__(self, config, features: dict[str, Any] | None = None):
+        super().__init__()
+        self.config = config
+        setattr(self, self.encoder_name, self._build_encoder(config))
+        # Feature-based use (the paper's ELMo-style ablation): the encoder frozen, the head
+        # trained on its combined hidden states. Heads that support it pass `features`.
+        self.features = None
+        if features is not None:
+            self.features = FrozenFeatures(config.hidden_size, **features)
+            self.encoder.requires_grad_(False)
+
+    @property
+    def encoder(self) -> nn.Module:
+        return getattr(self, self.encoder_name)
+
+    def _build_encoder(self, config) -> nn.Module:
+        raise NotImplementedError
+
+    def _init_module(self, module: nn.Module) -> None:
+        """Initialise one of the head's modules as the architecture does."""
+        raise NotImplementedError
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        if self.features is not None:
+            self.encoder.eval()   # a frozen encoder's features are fixed: no dropout
+        return self
+
+    def hidden_state_modules(self) -> list[nn.Module]:
+        """The encoder's modules whose outputs are its hidden states 0 (the embeddings) to L."""
+        return self.encoder.hidden_state_modules()
+
+    def layer_state(self, layers: list[int]) -> dict[str, torch.Tensor]:
+        """This model's weights with only `layers` of its encoder, renumbered from 0: the
+        weights of the same model class with `len(layers)` layers."""
+        return self.encoder.layer_state(layers, self.state_dict(),
+                                        prefix=f"{self.encoder_name}.")
+
+    @property
+    def packs(self) -> bool:
+        """Whether training batches may be packed (`data.collate.pack_batch`): true for heads
+        that read each sequence on its own tokens, false for a BiLSTM, which would run on
+        across the sequences of a row."""
+        return self.supports_packing and (self.features is None or self.features.lstm is None)
+
+    def _sequence(self, input_ids, token_type_ids, attention_mask,
+                  position_ids=None) -> torch.Tensor:
+        """(B, T, width): the last hidden state, or the frozen encoder's features."""
+        if self.features is not None:
+            return self.features(self.encoder, input_ids, token_type_ids, attention_mask,
+                                 position_ids)
+        return self.encoder(input_ids, token_type_ids, attention_mask,
+                            position_ids=position_ids)["last_hidden_state"]
+
+    def _feature_config(self) -> dict[str, Any]:
+        # Not a transformers key: transformers would load such a checkpoint's classifier onto
+        # the last layer's output and drop the mixing and LSTM weights.
+        return {"bertctl_features": self.features.settings()} if self.features else {}
+
+    @staticmethod
+    def _feature_kwargs(hf_config: dict[str, Any]) -> dict[str, Any]:
+        features = hf_config.get("bertctl_features")
+        return {"features": features} if isinstance(features, dict) else {}
+
+    def _init_head(self) -> None:
+        # The encoder initialised itself; only the head's modules are still at PyTorch defaults.
+        for name, child in self.named_children():
+            if name != self.encoder_name:
+                child.apply(self._init_module)
+
+    def hf_config(self) -> dict[str, Any]:
+        """Keys this head adds to config.json (num_labels, problem_type, ...)."""
+        return {}
+
+    @classmethod
+    def kwargs_from_hf(cls, hf_config: dict[str, Any]) -> dict[str, Any]:
+        """Constructor arguments recovered from a config.json this head wrote."""
+        return {}
+
+    def extra_files(self) -> dict[str, str]:
+        """Files written beside config.json (path relative to the model directory -> text):
+        another library's layout of the same model (sentence-transformers' modules)."""
+        return {}
