@@ -8,7 +8,6 @@ which is what lets make, CI and shell scripts chain stages safely.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as _dt
 import hashlib
 import json
@@ -19,10 +18,10 @@ import sys
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
-from typing import Any, Literal
+from pathlib import Path
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ValidationError
 
 import bertctl
 from bertctl import settings as settings_mod
@@ -31,64 +30,10 @@ from bertctl.settings import StageConfig
 from bertctl.errors import BertctlError
 from bertctl.identity import (REVISIONS, SCHEMA_VERSIONS, compute_id,  # noqa: F401
                               lineage_problem)
-
-FORMAT = "bertctl-artifact"
-MANIFEST = "artifact.json"
-# The kinds are the keys of identity.SCHEMA_VERSIONS: a new kind is one entry there.
-Kind = Literal[tuple(SCHEMA_VERSIONS)]
-
-
-class FileEntry(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    sha256: str
-    size: int
-
-
-class InputRef(BaseModel):
-    """A parent of an artifact: another artifact (with its own lineage, so the chain survives
-    the parent being moved or deleted) or a plain file identified by its content hash."""
-
-    model_config = ConfigDict(extra="forbid")
-    role: str
-    kind: str
-    id: str
-    path: str
-    size: int | None = None
-    config: dict[str, Any] | None = None
-    inputs: list["InputRef"] = []
-
-
-def _inside(name: str) -> bool:
-    """A manifest's file name names a file inside its artifact: relative, without `..`."""
-    pure = PurePosixPath(name)
-    return bool(name) and "\\" not in name and not pure.is_absolute() and ".." not in pure.parts
-
-
-class Manifest(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    format: str
-    schema_version: int
-    kind: str
-    id: str
-    created_at: str
-    bertctl_version: str
-    config: dict[str, Any]
-    inputs: list[InputRef]
-    files: dict[str, FileEntry]
-    environment: dict[str, Any]
-    stats: dict[str, Any] = {}
-    metrics: dict[str, Any] = {}
-
-    @field_validator("files")
-    @classmethod
-    def _names_inside(cls, files: dict[str, FileEntry]) -> dict[str, FileEntry]:
-        # A crafted name would make readers (verify, --combine's links, copies) reach or write
-        # outside the artifact.
-        outside = next((n for n in files if not _inside(n)), None)
-        if outside is not None:
-            raise ValueError(f"file name {outside!r} points outside the artifact")
-        return files
-
+# The manifest's types, where every module that reads them takes them (re-exported: the
+# stages name them artifacts.InputRef, artifacts.Manifest).
+from bertctl.manifest import (FORMAT, MANIFEST, FileEntry, InputRef, Kind,  # noqa: F401
+                              Manifest)
 
 class Artifact:
     """A complete artifact on disk, as read and checked by `read_artifact`."""
@@ -355,15 +300,29 @@ def _settings(settings: StageConfig | dict[str, Any]) -> tuple[dict, dict]:
     return settings_mod.as_dict(settings), settings_mod.identity(settings)
 
 
+@dataclass(frozen=True)
+class Plan:
+    """An artifact planned once: its kind, what its manifest records, its id and where it goes.
+    `produce` plans, locks and publishes; a training stage plans before its long run, checks the
+    output once, and publishes the same plan afterwards."""
+
+    kind: str
+    recorded: dict[str, Any]
+    artifact_id: str
+    out: Path
+    inputs: list[InputRef]
+
+
 def plan(kind: str, settings: StageConfig | dict[str, Any], inputs: list[InputRef],
-         out: str | os.PathLike, given: tuple[Path, ...] = ()) -> tuple[str, Path]:
+         out: str | os.PathLike, given: tuple[Path, ...] = ()) -> Plan:
     """The id an artifact will have and the directory it will be written to, refused (before
     any work) where writing it could destroy an input or the working directory, or would lie
     in a directory the command was given."""
-    artifact_id = compute_id(kind, _settings(settings)[1], inputs)
+    recorded, hashed = _settings(settings)
+    artifact_id = compute_id(kind, hashed, inputs)
     out_path = placement.resolve_out(placement.recordable(out), artifact_id)
     placement.check_out_is_apart(out_path, inputs, given)
-    return artifact_id, out_path
+    return Plan(kind, recorded, artifact_id, out_path, inputs)
 
 
 @dataclass(frozen=True)
@@ -384,26 +343,27 @@ class Target:
 
 
 def produce(kind: str, settings: StageConfig | dict[str, Any], inputs: list[InputRef],
-            target: Target, build: Callable[[Path], dict[str, Any]],
-            locked: bool = False) -> Outcome:
+            target: Target, build: Callable[[Path], dict[str, Any]]) -> Outcome:
     """Run `build(tmp_dir)` for an artifact unless `target.out` already holds it, and move the
-    result into place atomically, holding the output's lock (`locked`: the caller holds it).
+    result into place atomically, holding the output's lock.
 
     `build` writes the stage's files into the temporary directory and returns the manifest's
     `stats` (and, under the key "metrics", its metrics). The manifest is written last, then the
     directory is renamed over `out`: an interrupted run leaves only a hidden temporary sibling,
     which the next run removes.
     """
-    recorded, _ = _settings(settings)
-    artifact_id, out_path = plan(kind, settings, inputs, target.out, target.given)
-    with contextlib.nullcontext() if locked else locks.output_lock(out_path, target.wait):
-        return _produce(kind, recorded, artifact_id, out_path, inputs, build, target.force)
+    planned = plan(kind, settings, inputs, target.out, target.given)
+    with locks.output_lock(planned.out, target.wait):
+        existing = check_out(planned.out, kind, planned.artifact_id, target.force)
+        if existing is not None:
+            return Outcome(manifest=existing, path=str(planned.out), up_to_date=True)
+        return publish(planned, build)
 
 
-def _produce(kind, recorded, artifact_id, out_path, inputs, build, force) -> Outcome:
-    existing = check_out(out_path, kind, artifact_id, force)
-    if existing is not None:
-        return Outcome(manifest=existing, path=str(out_path), up_to_date=True)
+def publish(planned: Plan, build: Callable[[Path], dict[str, Any]]) -> Outcome:
+    """Build a planned artifact whose output was checked (`check_out`) under its lock, which the
+    caller holds, and put it in place whole."""
+    out_path = planned.out
     out_path.parent.mkdir(parents=True, exist_ok=True)
     placement.remove_stale_tmp(out_path)
     tmp = (out_path.parent
@@ -414,10 +374,12 @@ def _produce(kind, recorded, artifact_id, out_path, inputs, build, force) -> Out
         _honour_umask(tmp)
         metrics = stats.pop("metrics", {})
         manifest = Manifest(
-            format=FORMAT, schema_version=SCHEMA_VERSIONS[kind], kind=kind, id=artifact_id,
+            format=FORMAT, schema_version=SCHEMA_VERSIONS[planned.kind], kind=planned.kind,
+            id=planned.artifact_id,
             created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            bertctl_version=bertctl.__version__, config=recorded, inputs=inputs,
-            files=_hash_files(tmp), environment=environment(), stats=stats, metrics=metrics)
+            bertctl_version=bertctl.__version__, config=planned.recorded,
+            inputs=planned.inputs, files=_hash_files(tmp), environment=environment(),
+            stats=stats, metrics=metrics)
         with signals.deferred():   # published whole, or not at all
             (tmp / MANIFEST).write_text(manifest.model_dump_json(indent=2) + "\n",
                                         encoding="utf-8")

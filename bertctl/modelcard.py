@@ -168,7 +168,8 @@ def _stage(stats: dict[str, Any]) -> str:
 def render(manifest: Manifest, directory: Path, history: list[dict[str, Any]]) -> str:
     """The model card of a model artifact at `directory`, with its metrics.jsonl records."""
     stats = manifest.stats
-    arch = stats.get("architecture", "BertModel")
+    # transformers' class (manifests before #54 held it as "architecture")
+    arch = stats.get("model_class") or stats.get("architecture", "BertModel")
     finetuned = "task" in stats
     lines = [f"# {arch} {manifest.id}", "",
              f"A bertctl model artifact made by `bertctl {_stage(stats)}`"

@@ -62,6 +62,10 @@ class ArchitectureConfig(Protocol):
     def sized(self, preset: str) -> ArchitectureConfig:
         """A preset size that reads what this model reads (vocabulary, positions)."""
 
+    def with_special_ids(self, special_ids: dict[str, int]) -> ArchitectureConfig:
+        """This config naming the tokenizer's special tokens ({"[CLS]": 2, ...}) where the
+        architecture's config.json names them (ModernBERT's bos and eos) and it names none."""
+
 
 @runtime_checkable
 class Encoder(Protocol):

@@ -28,10 +28,10 @@ from bertctl.train import distributed as dist
 from bertctl.train.loop import train
 from bertctl.train.settings import TrainSettings
 
-def _build_model(config: PretrainSettings, objective, vocab_size: int,
-                 init: models.ModelSource | None, model_config: Path | None,
-                 special_ids: dict | None = None):
-    """The model to train and what loading it found (logged once it is known to fit)."""
+def _build_model(config: PretrainSettings, objective, init: models.ModelSource | None,
+                 new_config):
+    """The model to train (from --init-from, or new of `new_config`) and what loading it found
+    (logged once it is known to fit)."""
     torch.manual_seed(config.seed)  # the initial weights are part of what --seed fixes
     kwargs = objective.model_kwargs(config)
     notes = []   # what loading --init-from found
@@ -41,13 +41,7 @@ def _build_model(config: PretrainSettings, objective, vocab_size: int,
         if config.train_only == "new":
             notes.append(_freeze_loaded(model, report.missing, init))
     else:
-        new = _new_config(config, vocab_size, model_config)
-        special = special_ids or {}
-        for field, token in (("cls_token_id", "[CLS]"), ("sep_token_id", "[SEP]")):
-            # The architecture's config names its special tokens (ModernBERT's does): ours.
-            if getattr(new, field, 0) is None and special.get(token) is not None:
-                setattr(new, field, special[token])
-        model = build(objective.head, new, **kwargs)
+        model = build(objective.head, new_config, **kwargs)
     if config.dropout is not None:
         set_training_dropout(model, config.dropout)
     return model, notes
@@ -68,21 +62,31 @@ def _freeze_loaded(model, new: list[str], init: models.ModelSource) -> str:
             f"({sum(params[n].numel() for n in trained):,} values): " + ", ".join(trained))
 
 
-def model_architecture(config: PretrainSettings, init: models.ModelSource | None,
-                       model_config: Path | None) -> str:
-    """The architecture the run trains: the one config.json says (--init-from,
-    --model-config), which a --architecture given must name; else --architecture."""
+def model_shape(config: PretrainSettings, init: models.ModelSource | None,
+                model_config: Path | None, info) -> tuple[str, object | None]:
+    """What the run trains, worked out once: the architecture (the one config.json says, with
+    --init-from or --model-config, which a --architecture given must name; else
+    --architecture) and, for a new model, its config (--model-config's, else the preset's),
+    sized to the data's vocabulary and naming the data's special tokens."""
     ARCHITECTURES.get_known(config.architecture)
-    given = "architecture" in config.model_fields_set
     if init is None and model_config is None:
-        return config.architecture
+        arch = ARCHITECTURES[config.architecture]
+        new = arch.config_class.from_preset(
+            config.model_size, num_hidden_layers=config.num_hidden_layers,
+            hidden_size=config.hidden_size, num_attention_heads=config.num_attention_heads,
+            intermediate_size=config.intermediate_size, vocab_size=info.vocab_size,
+            max_position_embeddings=config.max_position_embeddings)
+        return arch.name, new.with_special_ids(info.special_ids)
     where = str(init.path if init is not None else model_config)
     hf = init.hf_config if init is not None else _read_model_config(model_config)
-    arch = architectures.of_config(hf, where).name
-    if given and arch != config.architecture:
-        raise BertctlError(f"{where}: is a {arch} model; --architecture "
+    arch = architectures.of_config(hf, where)
+    if "architecture" in config.model_fields_set and arch.name != config.architecture:
+        raise BertctlError(f"{where}: is a {arch.name} model; --architecture "
                            f"{config.architecture} cannot start from it")
-    return arch
+    if init is not None:
+        return arch.name, None
+    new = arch.config_from_hf({**hf, "vocab_size": hf.get("vocab_size", info.vocab_size)}, where)
+    return arch.name, new.with_special_ids(info.special_ids)
 
 
 def _read_model_config(model_config: Path) -> dict:
@@ -93,19 +97,6 @@ def _read_model_config(model_config: Path) -> dict:
     if not isinstance(hf, dict):
         raise BertctlError(f"{model_config}: expected a JSON object")
     return hf
-
-
-def _new_config(config: PretrainSettings, vocab_size: int, model_config: Path | None):
-    if model_config is not None:
-        hf = _read_model_config(model_config)
-        arch = architectures.of_config(hf, str(model_config))
-        return arch.config_from_hf({**hf, "vocab_size": hf.get("vocab_size", vocab_size)},
-                                   str(model_config))
-    return ARCHITECTURES[config.architecture].config_class.from_preset(
-        config.model_size, num_hidden_layers=config.num_hidden_layers,
-        hidden_size=config.hidden_size, num_attention_heads=config.num_attention_heads,
-        intermediate_size=config.intermediate_size, vocab_size=vocab_size,
-        max_position_embeddings=config.max_position_embeddings)
 
 
 def _grow_vocabulary(model, data: artifacts.Artifact,
@@ -168,9 +159,9 @@ class PretrainJob:
     """What `training.train_to_artifact` calls, in order: `prepare`, `fit`, `write`."""
 
     def __init__(self, config: PretrainSettings, objective, data: artifacts.Artifact,
-                 init: models.ModelSource | None, model_config: Path | None):
+                 init: models.ModelSource | None, new_config):
         self.config, self.objective, self.data = config, objective, data
-        self.init, self.model_config = init, model_config
+        self.init, self.new_config = init, new_config
 
     def prepare(self) -> None:
         config = self.config
@@ -180,9 +171,7 @@ class PretrainJob:
         # hand-edited manifest must not decide what is read.
         self.validation = (PretrainingDataset(self.data.path, "validation")
                            if self.train_data.info.stats["validation"].get("instances") else None)
-        self.model, notes = _build_model(
-            config, self.objective, self.train_data.info.vocab_size, self.init,
-            self.model_config, self.data.manifest.stats.get("tokenizer", {}).get("special_ids"))
+        self.model, notes = _build_model(config, self.objective, self.init, self.new_config)
         self.grown = _grow_vocabulary(self.model, self.data, self.init)
         _check_agreement(self.model, self.data, self.init, grown=self.grown is not None)
         for line in notes:   # said once the model is known to read the data: a refusal is one line
@@ -210,7 +199,7 @@ class PretrainJob:
         models.write_model(result.model, tmp, self.data.path)
         train_records = [r for r in result.history if r.get("split", "train") == "train"]
         stats = {"architecture": architectures.of_model(result.model).name,
-                 "objective": self.objective.name,
+                 "model_class": type(result.model).__name__, "objective": self.objective.name,
                  "step": result.step,
                  "total_steps": self.settings.total_steps or result.step,
                  "epochs": round(result.epoch, 4),
@@ -253,6 +242,7 @@ def run(config: PretrainSettings, target: artifacts.Target, data_dir: Path,
         inputs.append(init.ref)
     if model_config:
         inputs.append(artifacts.file_input(model_config, "model-config"))
-    objective.check_architecture(model_architecture(config, init, model_config), "pretrain")
-    job = PretrainJob(config, objective, data, init, model_config)
+    architecture, new_config = model_shape(config, init, model_config, info)
+    objective.check_architecture(architecture, "pretrain")
+    job = PretrainJob(config, objective, data, init, new_config)
     return training.train_to_artifact(config, inputs, target, job)

@@ -65,6 +65,10 @@ class BertConfig:
                                       type_vocab_size=self.type_vocab_size,
                                       pad_token_id=self.pad_token_id)
 
+    def with_special_ids(self, special_ids: dict[str, int]) -> BertConfig:
+        """BERT's config names no special token but the padding (checked against the data's)."""
+        return self
+
     # -- Hugging Face config.json --------------------------------------------------------------
 
     def to_hf_dict(self) -> dict[str, Any]:

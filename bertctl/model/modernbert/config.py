@@ -105,6 +105,13 @@ class ModernBertConfig:
             pad_token_id=self.pad_token_id, cls_token_id=self.cls_token_id,
             sep_token_id=self.sep_token_id)
 
+    def with_special_ids(self, special_ids: dict[str, int]) -> ModernBertConfig:
+        """This config naming the tokenizer's [CLS] and [SEP] where it names none (config.json's
+        bos and eos tokens, as transformers' ModernBERT writes them)."""
+        return replace(self, **{field: special_ids[token] for field, token in (
+            ("cls_token_id", "[CLS]"), ("sep_token_id", "[SEP]"))
+            if getattr(self, field) is None and special_ids.get(token) is not None})
+
     @property
     def half_window(self) -> int:
         """How far a local layer's token sees on each side (transformers' sliding_window)."""

@@ -4,9 +4,9 @@ comes from the training file (or --labels) and is stored in the artifact (config
 and the task record), so eval never re-derives it.
 
 What a stage trains the head *with* is a part handed to the job (`Supervision`, whose own
-behaviour is plain fine-tuning: the file's labels, the model as loaded); distill hands in its teacher
-(stages/distill.py), which builds a student, trains it inside a loss module on the teacher's
-outputs and adds what it learnt from to the manifest. The job itself has no hooks to override.
+behaviour is plain fine-tuning: the file's labels, the model as loaded). A stage that trains on
+something else hands in a part of its own, which may build another model, train it inside a loss
+module and add what it learnt from to the manifest. The job itself has no hooks to override.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ class LoopSetup:
 
 class Supervision:
     """What a task head is trained with; the base is plain fine-tuning on the file's labels.
-    A part that changes it overrides what it changes (stages/distill.py's teacher)."""
+    A part that changes it overrides what it changes (a teacher's, for one)."""
 
     verb = "fine-tuning"
     require_labels = True   # every training row labelled (a teacher labels the rest)
@@ -185,7 +185,8 @@ class TaskJob:
                            task=self.task_record)
         chosen = result.best_metrics if self.select else result.eval_metrics
         train_stats = family.feature_stats(self.train_features)
-        return {"architecture": architectures.of_model(model).name, "task": spec.name,
+        return {"architecture": architectures.of_model(model).name,
+                "model_class": type(model).__name__, "task": spec.name,
                 "family": spec.family, "label_list": self.task_record["label_list"],
                 "train_examples": len(self.train_examples),
                 **({"train_features": train_stats} if train_stats else {}),

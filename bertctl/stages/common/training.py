@@ -42,18 +42,18 @@ def train_to_artifact(config, inputs: list[artifacts.InputRef], target: artifact
     dist.init(config.device)  # under torchrun: join the group first, to know who writes
     hardware.set_threads(config.threads)
     try:
-        artifact_id, out_path = artifacts.plan("model", config, inputs, target.out,
-                                               target.given)
+        planned = artifacts.plan("model", config, inputs, target.out, target.given)
         # The output's lock covers the whole run, its run directory included (rank 0 holds it
         # for a distributed run).
-        with (locks.output_lock(out_path, target.wait) if dist.is_main()
+        with (locks.output_lock(planned.out, target.wait) if dist.is_main()
               else contextlib.nullcontext()):
-            return _train(config, inputs, target, job, artifact_id, out_path)
+            return _train(config, target, job, planned)
     finally:
         dist.cleanup()
 
 
-def _train(config, inputs, target, job: TrainingJob, artifact_id, out_path):
+def _train(config, target, job: TrainingJob, planned: artifacts.Plan):
+    artifact_id, out_path, inputs = planned.artifact_id, planned.out, planned.inputs
     existing = artifacts.check_out(out_path, "model", artifact_id, target.force)
     if existing is not None:
         return artifacts.Outcome(manifest=existing, path=str(out_path), up_to_date=True)
@@ -77,7 +77,7 @@ def _train(config, inputs, target, job: TrainingJob, artifact_id, out_path):
         return stats
 
     try:
-        outcome = artifacts.produce("model", config, inputs, target, build, locked=True)
+        outcome = artifacts.publish(planned, build)   # checked above, under the lock
     except BaseException as exc:
         if not list_checkpoints(work):   # nothing a rerun could resume: nothing left behind
             shutil.rmtree(work, ignore_errors=True)

@@ -1,0 +1,70 @@
+"""The manifest's types (artifact.json): its files, its inputs (an artifact's lineage) and the
+manifest itself. Their own module, below artifacts.py (reading, writing, placing), identity.py
+(ids) and placement.py (where an artifact goes), which all read them: none imports another to
+name a type."""
+
+from __future__ import annotations
+
+from pathlib import PurePosixPath
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, field_validator
+
+from bertctl.identity import SCHEMA_VERSIONS
+
+FORMAT = "bertctl-artifact"
+MANIFEST = "artifact.json"
+# The kinds are the keys of identity.SCHEMA_VERSIONS: a new kind is one entry there.
+Kind = Literal[tuple(SCHEMA_VERSIONS)]
+
+
+class FileEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    sha256: str
+    size: int
+
+
+class InputRef(BaseModel):
+    """A parent of an artifact: another artifact (with its own lineage, so the chain survives
+    the parent being moved or deleted) or a plain file identified by its content hash."""
+
+    model_config = ConfigDict(extra="forbid")
+    role: str
+    kind: str
+    id: str
+    path: str
+    size: int | None = None
+    config: dict[str, Any] | None = None
+    inputs: list["InputRef"] = []
+
+
+def _inside(name: str) -> bool:
+    """A manifest's file name names a file inside its artifact: relative, without `..`."""
+    pure = PurePosixPath(name)
+    return bool(name) and "\\" not in name and not pure.is_absolute() and ".." not in pure.parts
+
+
+class Manifest(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    format: str
+    schema_version: int
+    kind: str
+    id: str
+    created_at: str
+    bertctl_version: str
+    config: dict[str, Any]
+    inputs: list[InputRef]
+    files: dict[str, FileEntry]
+    environment: dict[str, Any]
+    stats: dict[str, Any] = {}
+    metrics: dict[str, Any] = {}
+
+    @field_validator("files")
+    @classmethod
+    def _names_inside(cls, files: dict[str, FileEntry]) -> dict[str, FileEntry]:
+        # A crafted name would make readers (verify, --combine's links, copies) reach or write
+        # outside the artifact.
+        outside = next((n for n in files if not _inside(n)), None)
+        if outside is not None:
+            raise ValueError(f"file name {outside!r} points outside the artifact")
+        return files
