@@ -6,8 +6,8 @@
 Every row pretrains the same model shape (mini, L4/H256/A4) with the same tokenizer on the same
 corpus (the Gutenberg books, WikiText-2 and Shakespeare of ../shared/data/pretrain_text, the
 last --heldout of each file's lines held out) for the same wall-clock budget, then is fine-tuned
-the same way on SST-2 (a 4,000-row subset), MRPC and STS-B (a 3,000-row subset) with three
-seeds and scored on the full dev sets:
+the same way on SST-2 (a 4,000-row subset), MRPC, STS-B (a 3,000-row subset) and CoNLL-2003
+NER (1,000 sentences) with three seeds and scored on the full dev sets:
 
     hf       what transformers users run: BertForMaskedLM, DataCollatorForLanguageModeling
              (dynamic 15%), the text concatenated and cut into 128-token blocks as run_mlm.py
@@ -19,6 +19,13 @@ seeds and scored on the full dev sets:
              as it ships (the mini model, the given budget) on data built from
              examples/configs/budget-data.yaml (without its validation split, as every row)
     electra  bertctl --objective electra on the same data, 15% masked, generator 1/4 wide
+    modern   bertctl's ModernBERT recipe as it ships (examples/configs/
+             budget-modern-pretrain.yaml: the mini ModernBERT, batch 64, lr 8e-4, 15% masks)
+    hf-modern  its peer (#55): transformers' own ModernBertForMaskedLM of the same shape (the
+             same config.json numbers), trained as a ModernBERT user writes run_mlm: batch 32,
+             lr 8e-4, 30% dynamic masks, the hf row's loop and time-laid schedule, fp32
+
+`--rows modern hf-modern --tasks CoNLL SST-2` is the comparison of #55 in one command.
 
 Shared by all rows: batch 64 x 128 tokens, peak lr 5e-4, 6% warm-up, linear decay to 0 at the
 budget, weight decay 0.01. The budget covers the training loop only (data preparation is
@@ -47,15 +54,22 @@ import common  # noqa: E402  (benchmarks/common.py)
 
 ROOT = Path(__file__).resolve().parent.parent
 BERTCTL = [sys.executable, "-m", "bertctl"]
-ROWS = ("hf", "paper", "mlm", "electra")
+ROWS = ("hf", "paper", "mlm", "electra", "modern", "hf-modern")
 RECIPE = ROOT / "examples" / "configs" / "budget-pretrain.yaml"
+MODERN_RECIPE = RECIPE.with_name("budget-modern-pretrain.yaml")
 DATA_RECIPE = RECIPE.with_name("budget-data.yaml")
 BATCH, SEQ, LR, WARMUP = 64, 128, 5e-4, 0.06
 TASKS = {  # name: (preset, train rows kept, epochs, metric)
     "SST-2": ("glue/sst2", 4000, 2, "accuracy"),
     "MRPC": ("glue/mrpc", None, 3, "f1"),
     "STS-B": ("glue/sts-b", 3000, 3, "pearson"),
+    # NER separates pretraining quality at these budgets where SST-2 does not (docs/
+    # benchmarks.md, "CoNLL-2003 NER from the same models"): bench_conll.py's sample of 1,000
+    # training sentences, 5 epochs, entity F1 on the full dev set; its rate, 1e-3, was best for
+    # both architectures there.
+    "CoNLL": ("conll2003", 1000, 5, "f1"),
 }
+TASK_LR = {"CoNLL": 1e-3}   # a task's fine-tuning rate when --ft-lrs is not given
 
 
 def prepare_corpus(data: Path, work: Path, heldout: float) -> tuple[Path, Path]:
@@ -85,6 +99,9 @@ def prepare_corpus(data: Path, work: Path, heldout: float) -> tuple[Path, Path]:
 def prepare_glue(data: Path, work: Path) -> dict[str, tuple[Path, Path]]:
     out = {}
     for task, (_, rows, _, _) in TASKS.items():
+        if task == "CoNLL":
+            out[task] = prepare_conll(data / "conll2003", work / "glue" / task, rows)
+            continue
         d = work / "glue" / task
         d.mkdir(parents=True, exist_ok=True)
         src = data / "glue" / task
@@ -98,13 +115,54 @@ def prepare_glue(data: Path, work: Path) -> dict[str, tuple[Path, Path]]:
     return out
 
 
-# ---- the transformers baseline ---------------------------------------------------------------
+def prepare_conll(src: Path, d: Path, sentences: int) -> tuple[Path, Path]:
+    """bench_conll.py's seeded sample of the training sentences (the same file it trains on),
+    and the whole dev file."""
+    from bench_conll import training_file
+
+    d.mkdir(parents=True, exist_ok=True)
+    train = d / f"train-{sentences}.txt"
+    if not train.exists():
+        training_file(src, sentences, d)
+    return train, src / "valid.txt"
+
+
+# ---- the transformers baselines --------------------------------------------------------------
+
+# The peer of bertctl's ModernBERT recipe: transformers' own ModernBertForMaskedLM of the same
+# shape (bertctl's mini ModernBERT config, as config.json), trained the way a ModernBERT user
+# writes run_mlm: batch 32, ModernBERT's peak lr 8e-4, 30% masks (its pretraining rate), fp32.
+PEERS = {"hf": {"batch": BATCH, "lr": LR, "mlm_probability": 0.15},
+         "hf-modern": {"batch": 32, "lr": 8e-4, "mlm_probability": 0.3}}
+
+
+def hf_config(row: str, vocab_size: int, tok):
+    """transformers' config of a baseline row: BERT mini, or bertctl's ModernBERT mini as
+    transformers reads it (the same numbers bertctl's modernbert row trains)."""
+    if row == "hf":
+        from transformers import BertConfig
+
+        return BertConfig(vocab_size=vocab_size, hidden_size=256, num_hidden_layers=4,
+                          num_attention_heads=4, intermediate_size=1024,
+                          max_position_embeddings=512)
+    from transformers import ModernBertConfig
+
+    from bertctl.model import ARCHITECTURES
+
+    ours = ARCHITECTURES["modernbert"].config_class.from_preset(
+        "mini", vocab_size=vocab_size, max_position_embeddings=8192,
+        pad_token_id=tok.pad_token_id, cls_token_id=tok.cls_token_id,
+        sep_token_id=tok.sep_token_id)
+    return ModernBertConfig(**ours.to_hf_dict())
+
 
 def hf_pretrain(tokenizer_json: Path, corpus: Path, out: Path, budget: float, threads: int,
-                seed: int, layout: str = "lines") -> dict:
+                seed: int, layout: str = "lines", row: str = "hf") -> dict:
     import torch
-    from transformers import (BertConfig, BertForMaskedLM, DataCollatorForLanguageModeling,
+    from transformers import (AutoModelForMaskedLM, DataCollatorForLanguageModeling,
                               PreTrainedTokenizerFast)
+
+    peer = PEERS[row]
 
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
@@ -128,14 +186,13 @@ def hf_pretrain(tokenizer_json: Path, corpus: Path, out: Path, budget: float, th
         blocks = torch.cat([torch.full((n, 1), tok.cls_token_id), blocks,
                             torch.full((n, 1), tok.sep_token_id)], dim=1)
     prep_s = time.perf_counter() - t_prep
-    config = BertConfig(vocab_size=len(tok), hidden_size=256, num_hidden_layers=4,
-                        num_attention_heads=4, intermediate_size=1024,
-                        max_position_embeddings=512)
-    collator = DataCollatorForLanguageModeling(tok, mlm_probability=0.15)
+    config = hf_config(row, len(tok), tok)
+    collator = DataCollatorForLanguageModeling(tok, mlm_probability=peer["mlm_probability"])
+    batch_size, peak = peer["batch"], peer["lr"]
     order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
 
     def batch_at(step):
-        idx = order[(step * BATCH + torch.arange(BATCH)) % n]
+        idx = order[(step * batch_size + torch.arange(batch_size)) % n]
         return collator([{"input_ids": b} for b in blocks[idx]])
 
     def one_step(model, opt, b):
@@ -156,24 +213,26 @@ def hf_pretrain(tokenizer_json: Path, corpus: Path, out: Path, budget: float, th
         return max(0.0, (1 - share) / (1 - WARMUP))
 
     torch.manual_seed(seed)
-    model = BertForMaskedLM(config).train()
+    model = AutoModelForMaskedLM.from_config(config).train()
     # AdamW without decay on biases and LayerNorm, as run_mlm.py's Trainer sets it up.
     opt = torch.optim.AdamW(
         [{"params": [p for p in model.parameters() if p.ndim > 1], "weight_decay": 0.01},
-         {"params": [p for p in model.parameters() if p.ndim <= 1], "weight_decay": 0.0}], lr=LR)
+         {"params": [p for p in model.parameters() if p.ndim <= 1], "weight_decay": 0.0}],
+        lr=peak)
     start, step, losses = time.perf_counter(), 0, []
     while (elapsed := time.perf_counter() - start) < budget:
         for group in opt.param_groups:
-            group["lr"] = LR * lr_factor(elapsed / budget)
+            group["lr"] = peak * lr_factor(elapsed / budget)
         losses.append(one_step(model, opt, batch_at(step)))
         step += 1
     elapsed = time.perf_counter() - start
     model.save_pretrained(out)
     tok.save_pretrained(out)
-    return {"steps": step, "schedule": "time", "tokens": step * BATCH * SEQ,
+    return {"steps": step, "schedule": "time", "tokens": step * batch_size * SEQ,
             "elapsed_s": round(elapsed, 1), "prep_s": round(prep_s, 1),
             "final_train_loss": round(statistics.mean(losses[-50:]), 4), "precision": "fp32",
-            "layout": layout}
+            "layout": layout, "batch_size": batch_size, "lr": peak,
+            "mask_rate": peer["mlm_probability"], "architecture": config.model_type}
 
 
 # ---- the bertctl rows ------------------------------------------------------------------------
@@ -183,6 +242,8 @@ def bertctl_row(row: str, tok: Path, corpus: Path, work: Path, budget: float, th
                 name: str | None = None, build_args: list[str] = (),
                 pretrain_args: list[str] = ()) -> tuple[Path, dict]:
     name = name or row
+    if row == "modern":   # the ModernBERT recipe as it ships (or the one given)
+        row, recipe = "mlm", recipe or MODERN_RECIPE
     data = work / name / "data"
     if row == "paper":
         build = []
@@ -269,7 +330,7 @@ def select_lr(by_lr: dict[str, dict[str, list[float]]]) -> tuple[dict, dict]:
     return values, chosen
 
 
-def table(work: Path) -> str:
+def table(work: Path, against: str | None = None) -> str:
     lines = ["| pretraining | steps | tokens seen | held-out MLM loss | " +
              " | ".join(f"{t} dev ({m[3]})" for t, m in TASKS.items()) + " | mean over tasks |",
              "|---|---|---|---|" + "---|" * len(TASKS) + "---|"]
@@ -297,7 +358,26 @@ def table(work: Path) -> str:
         lines.append(f"| {row} | {r['steps']:,} | {r['tokens'] or 0:,} | "
                      f"{'n/a' if loss is None else f'{loss:.3f}'} | " + " | ".join(cells) +
                      f" | {mean} |")
+    if against is not None and (work / against / "row.json").exists():
+        lines += ["", f"Against {against} (difference of the means; its standard error, "
+                  "sqrt(se1^2 + se2^2); and their ratio):", "",
+                  "| row | " + " | ".join(TASKS) + " |", "|---|" + "---|" * len(TASKS)]
+        peer = json.loads((work / against / "row.json").read_text()).get("glue", {})
+        for row in names:
+            if row == against:
+                continue
+            mine = json.loads((work / row / "row.json").read_text()).get("glue", {})
+            lines.append(f"| {row} | " + " | ".join(
+                _difference(mine.get(t, []), peer.get(t, [])) for t in TASKS) + " |")
     return "\n".join(lines)
+
+
+def _difference(a: list[float], b: list[float]) -> str:
+    if len(a) < 2 or len(b) < 2:
+        return "–"
+    d = statistics.mean(a) - statistics.mean(b)
+    se = math.hypot(statistics.stdev(a) / math.sqrt(len(a)), statistics.stdev(b) / math.sqrt(len(b)))
+    return f"{d:+.4f} (se {se:.4f}, {d / se:+.1f} se)" if se > 0 else f"{d:+.4f}"
 
 
 def main() -> None:
@@ -323,19 +403,22 @@ def main() -> None:
                     help="the hf row's: lines as run_mlm.py (every line in [CLS] ... [SEP]), "
                     "or blocks (one [CLS] ... [SEP] per 128 tokens, as bertctl's concatenated)")
     ap.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
-    ap.add_argument("--ft-lrs", nargs="+", type=float, default=[FT_LR],
+    ap.add_argument("--ft-lrs", nargs="+", type=float, default=None,
                     help="fine-tune at each; a row's task reports the lr best on dev (mean "
-                    "over the seeds), so architectures are not judged at one's best rate")
+                    "over the seeds), so architectures are not judged at one's best rate "
+                    f"(unset: {FT_LR:g}, CoNLL {TASK_LR['CoNLL']:g})")
     ap.add_argument("--heldout", type=float, default=0.03)
     ap.add_argument("--vocab-size", type=int, default=8000)
     ap.add_argument("--pretrain-only", action="store_true")
     ap.add_argument("--table", action="store_true", help="print the table and stop")
+    ap.add_argument("--against", help="a row the table compares every other row with "
+                    "(difference and its standard error per task), e.g. hf-modern")
     args = ap.parse_args()
     if args.name and len(args.rows) != 1:
         ap.error("--name names one row")
     work = args.work.resolve()
     if args.table:
-        print(table(work))
+        print(table(work, args.against))
         return
     from bertctl.train.settings import parse_duration
 
@@ -363,10 +446,10 @@ def main() -> None:
         rec = json.loads(rec_path.read_text()) if rec_path.exists() else None
         if rec is None:
             (work / name).mkdir(parents=True, exist_ok=True)
-            if row == "hf":
+            if row in PEERS:
                 model = work / name / "model"
                 rec = hf_pretrain(tok / "tokenizer.json", train_corpus, model, budget,
-                                  args.threads, 0, args.hf_layout)
+                                  args.threads, 0, args.hf_layout, row)
             else:
                 model, rec = bertctl_row(row, tok, train_corpus, work, budget, args.threads, 0,
                                          args.mask_rate, log, args.recipe, name,
@@ -382,17 +465,19 @@ def main() -> None:
         # Rows from before --ft-lrs were fine-tuned at FT_LR only.
         by_lr = rec.setdefault("glue_by_lr", {lr_tag(FT_LR): rec["glue"]} if rec.get("glue")
                                else {})
-        for lr in args.ft_lrs:
-            by_lr.setdefault(lr_tag(lr), {}).update({task: [] for task in glue})
+        rates = {task: args.ft_lrs or [TASK_LR.get(task, FT_LR)] for task in glue}
+        for task, lrs in rates.items():
+            for lr in lrs:
+                by_lr.setdefault(lr_tag(lr), {})[task] = []
         for seed in args.seeds:   # seed by seed: a run cut short leaves whole seeds
-            for lr in args.ft_lrs:
-                for task, files in glue.items():
+            for task, files in glue.items():
+                for lr in rates[task]:
                     by_lr[lr_tag(lr)][task].append(finetune(
                         name, Path(rec["model"]), task, files, seed, lr, work, args.threads, log))
             rec["glue"], rec["ft_lr"] = select_lr(by_lr)
             rec_path.write_text(json.dumps(rec, indent=1))
         print(name, json.dumps(rec["glue"]), flush=True)
-    print(table(work))
+    print(table(work, args.against))
 
 
 if __name__ == "__main__":
