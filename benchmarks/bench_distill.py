@@ -59,8 +59,8 @@ STUDENTS = {"L2": ["--student-layers", "0,5"], "L4": ["--student-layers", "0,2,3
             "mini-random": ["--student-size", "mini"],
             # The same layers of the pretrained MiniLM the teachers were fine-tuned from
             # (DistilBERT's initialisation): a student that holds none of the task yet.
-            "L2-pre": ["--student-init", bench_export.minilm, "--student-layers", "0,5"],
-            "L4-pre": ["--student-init", bench_export.minilm, "--student-layers", "0,2,3,5"]}
+            "L2-pre": ["--student-init", common.default_model, "--student-layers", "0,5"],
+            "L4-pre": ["--student-init", common.default_model, "--student-layers", "0,2,3,5"]}
 ARMS = {"direct": ["--alpha", "1"], "distilled": []}
 # The 4-layer students distilled with other settings than the defaults (temperature 2, alpha 0.5):
 # the temperature, the soft loss alone, and hidden-state matching (each student layer to the

@@ -165,11 +165,15 @@ def _stage(stats: dict[str, Any]) -> str:
             else "pretrain")
 
 
+def _model_class(stats: dict[str, Any]) -> str:
+    """transformers' class of a model (manifests before #54 held it as "architecture")."""
+    return stats.get("model_class") or stats.get("architecture", "BertModel")
+
+
 def render(manifest: Manifest, directory: Path, history: list[dict[str, Any]]) -> str:
     """The model card of a model artifact at `directory`, with its metrics.jsonl records."""
     stats = manifest.stats
-    # transformers' class (manifests before #54 held it as "architecture")
-    arch = stats.get("model_class") or stats.get("architecture", "BertModel")
+    arch = _model_class(stats)
     finetuned = "task" in stats
     lines = [f"# {arch} {manifest.id}", "",
              f"A bertctl model artifact made by `bertctl {_stage(stats)}`"
@@ -184,7 +188,7 @@ def render(manifest: Manifest, directory: Path, history: list[dict[str, Any]]) -
             ref, parent = found
             lines += _pretraining(parent.config, parent.stats, parent.metrics,
                                   _history(Path(ref.path)),
-                                  f"## Base model {ref.id} ({parent.stats.get('architecture')})")
+                                  f"## Base model {ref.id} ({_model_class(parent.stats)})")
         elif found is None:
             base = next((i for i in manifest.inputs if i.role == "model"), None)
             if base is not None:
