@@ -360,6 +360,7 @@ def test_untagged_sentences_are_tagged_by_the_teacher(teachers, tmp_path, cli):
     assert not (tmp_path / "ft").exists()
 
 
+@pytest.mark.slow
 def test_a_killed_distillation_resumes_to_the_same_student(teachers, tmp_path):
     args = ["distill", str(teachers["pair"]), str(GLUE / "MRPC"), "--steps", "8",
             "--checkpoint-every", "3", "--log-every", "1", "--keep", "last", *RUN]

@@ -52,6 +52,7 @@ def test_a_gate_on_something_that_is_no_number_is_a_usage_error(gate):
     assert info.value.exit_code == 2
 
 
+@pytest.mark.slow
 def test_gates_through_the_cli(sst2_seed_runs, tmp_path):
     model, _, done = sst2_seed_runs
     accuracy = _metrics(done)["accuracy"]

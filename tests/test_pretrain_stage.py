@@ -66,6 +66,7 @@ def test_mlm_loss_falls_and_validation_is_reported(tmp_path, pretrain_data, cli)
     assert r.exit_code == 0 and "up to date" in r.stdout  # run-only settings keep the id
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_with_identical_losses(tmp_path, pretrain_data):
     # The kill comes from tests/faults/killpoint.py right after the first checkpoint is saved:
     # a kill timed by polling the work directory missed it on a fast machine (the run finished

@@ -208,6 +208,7 @@ def minilm_search(tmp_path_factory, minilm_dir):
     return runs / "search"
 
 
+@pytest.mark.slow
 def test_the_worked_example_trains_and_is_scored_against_trec_eval(cli, minilm_search, tmp_path,
                                                                    minilm_dir):
     pytrec_eval = pytest.importorskip("pytrec_eval")
@@ -247,6 +248,7 @@ def _st_equals_embed(cli, model, tmp_path, atol):
     np.testing.assert_allclose(ours, theirs, atol=atol, rtol=0)
 
 
+@pytest.mark.slow
 def test_a_fine_tuned_model_is_what_sentence_transformers_encodes(cli, minilm_search, tmp_path):
     """Tolerance: MiniLM (6 layers) in float32 two ways (MODEL's reasoning) on unit vectors
     whose entries are about 0.05: 1e-5 absolute."""
@@ -401,6 +403,7 @@ def tmp_path_factory_like(tmp_path):
 _ = TINY_MODEL   # (the tiny size flags, for reference: the fixtures' models use them)
 
 
+@pytest.mark.slow
 def test_an_export_is_evaluated_the_same_way(cli, minilm_search, tmp_path):
     """The ONNX graph embeds one text a row; its search scores as the PyTorch model's. The
     metrics are of rankings: float32 scores from two runtimes (MODEL's 1e-4 apart) may swap
@@ -457,6 +460,7 @@ def test_simcse_needs_dropout(cli, tmp_path, continuous_data):
     assert json.loads((tmp_path / "m" / "config.json").read_text())["mlp_dropout"] == 0.0
 
 
+@pytest.mark.slow
 def test_embed_writes_what_a_search_index_needs(cli, minilm_search, tmp_path):
     """The corpus's vectors normalised (the model says so) and its ids beside them."""
     import pyarrow.parquet as pq

@@ -102,6 +102,7 @@ def test_eval_writes_every_word_once_in_the_files_scheme(iob1_model, cli, tmp_pa
     assert manifest["stats"]["features"]["windowed_sentences"] > 0
 
 
+@pytest.mark.slow
 def test_iob2_model_predicts_the_same_words_windowed_or_not(cli, minilm_dir, tmp_path):
     """A sentence split into windows is predicted word for word like an unsplit one would be
     read: each word once, and with a window as long as the sentence nothing is split."""

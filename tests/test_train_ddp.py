@@ -22,6 +22,9 @@ import numpy as np
 import pytest
 import torch
 
+pytestmark = pytest.mark.slow   # processes and real runs: seconds each
+
+
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 

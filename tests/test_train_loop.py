@@ -606,6 +606,7 @@ def test_one_host_sync_per_step(tmp_path, monkeypatch):
 
 @pytest.mark.skipif(not (shutil.which("g++") or shutil.which("c++")),
                     reason="torch.compile on CPU builds its kernels with a C++ compiler")
+@pytest.mark.slow
 def test_compile_keeps_the_model_and_resumes_exactly(tmp_path, monkeypatch):
     """--compile (each encoder layer through torch.compile) changes speed, not the model: the
     same parameter names in checkpoints and artifacts, and without dropout the same gradients

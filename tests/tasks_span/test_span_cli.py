@@ -14,6 +14,9 @@ from bertctl.tasks.span.reader import read_span_examples
 
 from conftest import FIXTURES
 
+pytestmark = pytest.mark.slow   # processes and real runs: seconds each
+
+
 SQUAD = FIXTURES / "squad"
 V1, V2 = SQUAD / "dev-v1.1-sample.json", SQUAD / "dev-v2.0-sample.json"
 SHORT = ["--max-seq-length", "96", "--doc-stride", "32", "--max-query-length", "24"]
