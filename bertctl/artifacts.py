@@ -32,8 +32,7 @@ from bertctl.identity import (REVISIONS, SCHEMA_VERSIONS, compute_id,  # noqa: F
                               lineage_problem)
 # The manifest's types, where every module that reads them takes them (re-exported: the
 # stages name them artifacts.InputRef, artifacts.Manifest).
-from bertctl.manifest import (FORMAT, MANIFEST, FileEntry, InputRef, Kind,  # noqa: F401
-                              Manifest)
+from bertctl.manifest import FORMAT, MANIFEST, FileEntry, InputRef, Manifest  # noqa: F401
 
 class Artifact:
     """A complete artifact on disk, as read and checked by `read_artifact`."""

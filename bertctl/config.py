@@ -116,16 +116,11 @@ class PretrainSettings(TrainingSettings):
     @field_validator("objective")
     @classmethod
     def _registered(cls, name: str) -> str:
-        if name not in OBJECTIVES:
-            raise ValueError(f"unknown objective (known: {', '.join(OBJECTIVES)})")
-        return name
+        return OBJECTIVES.known(name)
 
     @model_validator(mode="after")
     def _known_shape(self):
-        arch = ARCHITECTURES.get(self.architecture)
-        if arch is None:
-            raise ValueError(f"unknown architecture {self.architecture!r} (known: "
-                             f"{', '.join(ARCHITECTURES)})")
+        arch = ARCHITECTURES[ARCHITECTURES.known(self.architecture)]
         if self.model_size not in arch.config_class.presets:
             raise ValueError(f"model_size {self.model_size!r} is not a {arch.name} size (one "
                              f"of {', '.join(arch.config_class.presets)})")

@@ -1,21 +1,17 @@
 """The manifest's types (artifact.json): its files, its inputs (an artifact's lineage) and the
 manifest itself. Their own module, below artifacts.py (reading, writing, placing), identity.py
 (ids) and placement.py (where an artifact goes), which all read them: none imports another to
-name a type."""
+name a type, and this module imports none of them."""
 
 from __future__ import annotations
 
 from pathlib import PurePosixPath
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
-from bertctl.identity import SCHEMA_VERSIONS
-
 FORMAT = "bertctl-artifact"
 MANIFEST = "artifact.json"
-# The kinds are the keys of identity.SCHEMA_VERSIONS: a new kind is one entry there.
-Kind = Literal[tuple(SCHEMA_VERSIONS)]
 
 
 class FileEntry(BaseModel):

@@ -21,6 +21,13 @@ class Registry(dict[str, T], Generic[T]):
         self[item.name] = item
         return item
 
+    def known(self, name: str) -> str:
+        """`name` if registered, else a ValueError naming the known ones (a settings check:
+        pydantic reports it as the setting's error)."""
+        if name not in self:
+            raise ValueError(f"unknown {self.what} (known: {', '.join(self)})")
+        return name
+
     def get_known(self, name: str) -> T:
         """The item of that name; BertctlError (exit 2) naming the known ones otherwise."""
         item = super().get(name)

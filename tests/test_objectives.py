@@ -48,7 +48,7 @@ def test_mlm_refuses_next_sentence_data(cli, pretrain_data, tmp_path):
 
 def test_unknown_objective(cli, pretrain_data, tmp_path):
     r = cli("pretrain", pretrain_data, "--objective", "gpt", "--steps", "2", "--out", tmp_path / "m")
-    assert r.exit_code == 2 and "unknown objective" in r.stderr and "mlm" in r.stderr
+    assert r.exit_code == 2 and "unknown pretraining objective" in r.stderr and "mlm" in r.stderr
 
 
 def test_eval_scores_an_mlm_model_and_finetune_takes_it(cli, mlm_model, continuous_data,

@@ -106,9 +106,7 @@ class TrainingSettings(StageConfig):
     @field_validator("optimizer")
     @classmethod
     def _registered(cls, name: str) -> str:
-        if name not in OPTIMIZERS:
-            raise ValueError(f"unknown optimizer (known: {', '.join(OPTIMIZERS)})")
-        return name
+        return OPTIMIZERS.known(name)
 
     @field_validator("time_budget", mode="before")
     @classmethod
