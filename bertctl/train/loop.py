@@ -144,8 +144,7 @@ class Trainer:
 
         # The run's state.
         self.step, self.interval, self.best = s.start_step, Interval(), Best()
-        self.last_eval: dict[str, Any] | None = None
-        self.history: list[dict[str, Any]] = []
+        self.last_eval, self.history = None, []   # (the last validation record; every record)
         self.resumed_from: int | None = None
         self.elapsed = 0.0   # seconds spent in the loop, by the ranks' mean clock
         self.board, self.ddp = None, self.model
@@ -154,7 +153,8 @@ class Trainer:
         for module in self.model.modules():   # the encoders' switches (architectures.Encoder)
             if hasattr(module, "gradient_checkpointing"):
                 module.gradient_checkpointing = on
-                _ = compile_layers and module.compile_layers()
+                if compile_layers:
+                    module.compile_layers()
 
     # -- setup and resume
 

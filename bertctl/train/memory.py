@@ -181,21 +181,20 @@ def probe_rows(data, rows: int) -> list[int]:
 def measure(model: nn.Module, data, device: torch.device,
             precision: str) -> tuple[int, int, int]:
     """(bytes not per row, bytes per row, sequences per row) of a forward pass's saved
-    activations, from the longest rows at two sizes, unchunked (see `fit_to_memory`). The
-    model's RNG use is undone: the loop seeds after this."""
+    activations, from the longest rows at two sizes, unchunked (see `fit_to_memory`). Its
+    dropout draws do not matter: the loop seeds every RNG (or restores a checkpoint's) after
+    this, before the first step."""
     small = 1 if len(data) < 4 else 2
     sizes = (small, 2 * small) if len(data) >= 2 * small else (1, 1)
     rows = probe_rows(data, sizes[-1])
     was_training, chunk = model.training, getattr(model, "cache_negatives", 0)
     model.train()
-    cpu_rng = torch.get_rng_state()
     try:
         if chunk:
             model.cache_negatives = 0
         batches = [without_full_mask(data.batch(rows[:n], 0)) for n in sizes]
         counts = [saved_bytes(model, b, device, precision) for b in batches]
     finally:
-        torch.set_rng_state(cpu_rng)
         model.train(was_training)
         if chunk:
             model.cache_negatives = chunk
