@@ -34,6 +34,7 @@ from bertctl.objectives.scoring import pretraining_step_metrics as pretraining_m
 from bertctl.train.loop import train  # noqa: E402
 from bertctl.train.settings import TrainSettings  # noqa: E402
 from bertctl.train import checkpoint as ckpt  # noqa: E402
+from bertctl.train import distributed as dist  # noqa: E402
 
 SETTINGS = dict(steps=6, batch_size=8, micro_batch_size=2, lr=3e-3, warmup=0.2, log_every=1,
                 eval_every=2, checkpoint_every=2, keep_last=None, group_by_length=True,
@@ -84,6 +85,10 @@ def worker(work_dir: str, stop_after: str) -> None:
               "resumed_from": result.resumed_from, "best_step": result.best_step,
               "writes": writes, "history": result.history, "batch_fit": result.batch_fit}
     (work.parent / f"rank{rank}-{stop_after}.json").write_text(json.dumps(report))
+    # As the stages do (train_to_artifact): a process group left to the interpreter's exit
+    # tears its gloo threads down in any order, which once aborted a rank ("terminate called
+    # without an active exception") after it had finished.
+    dist.cleanup()
 
 
 def torchrun(work_dir: Path, stop_after: int | str | None) -> None:
