@@ -20,12 +20,13 @@ NER (1,000 sentences) with three seeds and scored on the full dev sets:
              examples/configs/budget-data.yaml (without its validation split, as every row)
     electra  bertctl --objective electra on the same data, 15% masked, generator 1/4 wide
     modern   bertctl's ModernBERT recipe as it ships (examples/configs/
-             budget-modern-pretrain.yaml: the mini ModernBERT, batch 64, lr 8e-4, 15% masks)
+             budget-modern-pretrain.yaml: the mini ModernBERT, batch 16, lr 8e-4, 30% masks)
     hf-modern  its peer (#55): transformers' own ModernBertForMaskedLM of the same shape (the
              same config.json numbers), trained as a ModernBERT user writes run_mlm: batch 32,
              lr 8e-4, 30% dynamic masks, the hf row's loop and time-laid schedule, fp32
 
-`--rows modern hf-modern --tasks CoNLL SST-2` is the comparison of #55 in one command.
+`--rows modern hf-modern --tasks CoNLL SST-2 --ft-lrs CoNLL=1e-3 SST-2=1e-4,3e-4,5e-4
+--against hf-modern` is the comparison of #55 in one command.
 
 Shared by all rows: batch 64 x 128 tokens, peak lr 5e-4, 6% warm-up, linear decay to 0 at the
 budget, weight decay 0.01. The budget covers the training loop only (data preparation is
@@ -36,8 +37,9 @@ row and per fine-tuning run is kept under --work, so a rerun only does what is m
 `--table` prints the table from them. Variants of a row side by side: --name (its directory and
 label) with --build-args / --pretrain-args, --hf-layout blocks for the baseline, --tasks to
 fine-tune a subset (e.g. SST-2 alone, the task that separates the rows at these budgets). The
-fine-tuning lr is 1e-4 for every row; --ft-lrs tries several and reports, per row and task, the
-one best on dev (a rate that suits one architecture can hold another back).
+fine-tuning lr is 1e-4 for every row (CoNLL 1e-3); --ft-lrs tries several, for every task or
+per task (TASK=LR,LR), and reports per row and task the one best on dev (a rate that suits one
+architecture can hold another back).
 """
 
 from __future__ import annotations
@@ -317,6 +319,22 @@ def finetune(row: str, model: Path, task: str, files, seed: int, lr: float, work
     return value
 
 
+def task_rates(entries: list[str] | None, tasks, ap) -> dict[str, list[float]]:
+    """--ft-lrs: plain rates for every task, TASK=LR,LR for one (its own replace the plain)."""
+    shared: list[float] = []
+    own: dict[str, list[float]] = {}
+    for entry in entries or []:
+        task, _, lrs = entry.rpartition("=")
+        if task and task not in TASKS:
+            ap.error(f"--ft-lrs {entry}: no task {task!r} (tasks: {', '.join(TASKS)})")
+        try:
+            rates = [float(lr) for lr in lrs.split(",")]
+        except ValueError:
+            ap.error(f"--ft-lrs {entry}: not a learning rate")
+        (own.setdefault(task, []) if task else shared).extend(rates)
+    return {t: own.get(t) or shared or [TASK_LR.get(t, FT_LR)] for t in tasks}
+
+
 def select_lr(by_lr: dict[str, dict[str, list[float]]]) -> tuple[dict, dict]:
     """Each task's results at the lr whose mean over seeds is best on dev (as the paper picks
     its fine-tuning lr), and the lr chosen per task. Only lrs run with every seed compete."""
@@ -403,10 +421,12 @@ def main() -> None:
                     help="the hf row's: lines as run_mlm.py (every line in [CLS] ... [SEP]), "
                     "or blocks (one [CLS] ... [SEP] per 128 tokens, as bertctl's concatenated)")
     ap.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
-    ap.add_argument("--ft-lrs", nargs="+", type=float, default=None,
+    ap.add_argument("--ft-lrs", nargs="+", default=None, metavar="LR|TASK=LR,...",
                     help="fine-tune at each; a row's task reports the lr best on dev (mean "
-                    "over the seeds), so architectures are not judged at one's best rate "
-                    f"(unset: {FT_LR:g}, CoNLL {TASK_LR['CoNLL']:g})")
+                    "over the seeds), so architectures are not judged at one's best rate. "
+                    "TASK=LR,LR sets one task's rates (e.g. CoNLL=1e-3 SST-2=1e-4,3e-4); "
+                    f"a task without its own takes the plain ones (unset: {FT_LR:g}, CoNLL "
+                    f"{TASK_LR['CoNLL']:g})")
     ap.add_argument("--heldout", type=float, default=0.03)
     ap.add_argument("--vocab-size", type=int, default=8000)
     ap.add_argument("--pretrain-only", action="store_true")
@@ -416,6 +436,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.name and len(args.rows) != 1:
         ap.error("--name names one row")
+    rates = task_rates(args.ft_lrs, args.tasks, ap)   # a mistyped rate fails before an hour's run
     work = args.work.resolve()
     if args.table:
         print(table(work, args.against))
@@ -465,9 +486,8 @@ def main() -> None:
         # Rows from before --ft-lrs were fine-tuned at FT_LR only.
         by_lr = rec.setdefault("glue_by_lr", {lr_tag(FT_LR): rec["glue"]} if rec.get("glue")
                                else {})
-        rates = {task: args.ft_lrs or [TASK_LR.get(task, FT_LR)] for task in glue}
-        for task, lrs in rates.items():
-            for lr in lrs:
+        for task in glue:
+            for lr in rates[task]:
                 by_lr.setdefault(lr_tag(lr), {})[task] = []
         for seed in args.seeds:   # seed by seed: a run cut short leaves whole seeds
             for task, files in glue.items():

@@ -33,3 +33,26 @@ def test_the_shared_helpers_are_written_once():
         again = [n for n in shared
                  if f"\ndef {n}(" in script.read_text(encoding="utf-8")]
         assert not again, f"{script.name} defines {again} (use benchmarks/common.py)"
+
+
+def test_bench_budget_takes_fine_tuning_rates_per_task(tmp_path, monkeypatch):
+    """#55: one command fine-tunes CoNLL at its rate and SST-2 at several; a mistyped rate
+    fails at once, before the hour of pretraining it would otherwise follow."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import argparse
+
+    import bench_budget
+
+    ap = argparse.ArgumentParser()
+    tasks = ["SST-2", "CoNLL"]
+    assert bench_budget.task_rates(None, tasks, ap) == {"SST-2": [1e-4], "CoNLL": [1e-3]}
+    assert bench_budget.task_rates(["2e-4", "5e-4"], tasks, ap) == {
+        "SST-2": [2e-4, 5e-4], "CoNLL": [2e-4, 5e-4]}
+    assert bench_budget.task_rates(["2e-4", "CoNLL=1e-3", "SST-2=1e-4,3e-4"], tasks, ap) == {
+        "SST-2": [1e-4, 3e-4], "CoNLL": [1e-3]}
+    for bad, says in (("SST-2=x", "not a learning rate"), ("SST2=1e-4", "no task 'SST2'")):
+        r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_budget.py"),
+                            "--work", str(tmp_path / "w"), "--ft-lrs", bad],
+                           capture_output=True, text=True, timeout=120, cwd=ROOT)
+        assert r.returncode == 2 and says in r.stderr, r.stderr
+        assert not (tmp_path / "w").exists()
