@@ -378,16 +378,29 @@ def table(work: Path, against: str | None = None) -> str:
                      f" | {mean} |")
     if against is not None and (work / against / "row.json").exists():
         lines += ["", f"Against {against} (difference of the means; its standard error, "
-                  "sqrt(se1^2 + se2^2); and their ratio):", "",
+                  "sqrt(se1^2 + se2^2); and their ratio; each side at its best of the "
+                  "fine-tuning rates both ran):", "",
                   "| row | " + " | ".join(TASKS) + " |", "|---|" + "---|" * len(TASKS)]
-        peer = json.loads((work / against / "row.json").read_text()).get("glue", {})
+        peer = json.loads((work / against / "row.json").read_text())
         for row in names:
             if row == against:
                 continue
-            mine = json.loads((work / row / "row.json").read_text()).get("glue", {})
+            mine = json.loads((work / row / "row.json").read_text())
             lines.append(f"| {row} | " + " | ".join(
-                _difference(mine.get(t, []), peer.get(t, [])) for t in TASKS) + " |")
+                _difference(*_at_shared_rates(mine, peer, t)) for t in TASKS) + " |")
     return "\n".join(lines)
+
+
+def _at_shared_rates(mine: dict, peer: dict, task: str) -> tuple[list[float], list[float]]:
+    """Both rows' results for a task, each at its best rate among those both ran: a row tried
+    at more rates would otherwise win by the trying."""
+    def runs(rec):
+        by_lr = rec.get("glue_by_lr") or {lr_tag(FT_LR): rec.get("glue", {})}
+        return {lr: v[task] for lr, v in by_lr.items() if task in v}
+    a, b = runs(mine), runs(peer)
+    shared = a.keys() & b.keys()
+    best = [select_lr({lr: {task: r[lr]} for lr in shared})[0].get(task, []) for r in (a, b)]
+    return best[0], best[1]
 
 
 def _difference(a: list[float], b: list[float]) -> str:

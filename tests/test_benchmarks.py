@@ -56,3 +56,19 @@ def test_bench_budget_takes_fine_tuning_rates_per_task(tmp_path, monkeypatch):
                            capture_output=True, text=True, timeout=120, cwd=ROOT)
         assert r.returncode == 2 and says in r.stderr, r.stderr
         assert not (tmp_path / "w").exists()
+
+
+def test_bench_budget_compares_rows_at_the_rates_both_ran(monkeypatch):
+    """#55: a row fine-tuned at three rates against a peer run at one is compared at that one;
+    each side takes its best of the rates both ran."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import bench_budget
+
+    mine = {"glue_by_lr": {"1e-4": {"SST-2": [0.60, 0.62]}, "5e-4": {"SST-2": [0.80, 0.82]}}}
+    peer = {"glue_by_lr": {"1e-4": {"SST-2": [0.70, 0.72]}}}
+    assert bench_budget._at_shared_rates(mine, peer, "SST-2") == ([0.60, 0.62], [0.70, 0.72])
+    peer["glue_by_lr"]["5e-4"] = {"SST-2": [0.66, 0.68]}
+    assert bench_budget._at_shared_rates(mine, peer, "SST-2") == ([0.80, 0.82], [0.70, 0.72])
+    assert bench_budget._at_shared_rates(mine, {"glue": {"SST-2": [0.5, 0.5]}}, "SST-2") == (
+        [0.60, 0.62], [0.5, 0.5])   # a row from before --ft-lrs ran at 1e-4 alone
+    assert bench_budget._at_shared_rates(mine, peer, "CoNLL") == ([], [])
