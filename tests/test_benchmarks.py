@@ -1,6 +1,7 @@
 """Every benchmark still starts (#54: nothing tested them, so a rename in bertctl broke one
 silently): each script's `--help` runs and prints its usage."""
 
+import argparse
 import subprocess
 import sys
 
@@ -39,8 +40,6 @@ def test_bench_budget_takes_fine_tuning_rates_per_task(tmp_path, monkeypatch):
     """#55: one command fine-tunes CoNLL at its rate and SST-2 at several; a mistyped rate
     fails at once, before the hour of pretraining it would otherwise follow."""
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    import argparse
-
     import bench_budget
 
     ap = argparse.ArgumentParser()
