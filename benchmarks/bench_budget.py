@@ -319,6 +319,11 @@ def finetune(row: str, model: Path, task: str, files, seed: int, lr: float, work
     return value
 
 
+def results_by_lr(rec: dict) -> dict[str, dict[str, list[float]]]:
+    """A row's fine-tuning results per rate; rows from before --ft-lrs ran at FT_LR only."""
+    return rec.get("glue_by_lr") or ({lr_tag(FT_LR): rec["glue"]} if rec.get("glue") else {})
+
+
 def task_rates(entries: list[str] | None, tasks, ap) -> dict[str, list[float]]:
     """--ft-lrs: plain rates for every task, TASK=LR,LR for one (its own replace the plain)."""
     shared: list[float] = []
@@ -395,8 +400,7 @@ def _at_shared_rates(mine: dict, peer: dict, task: str) -> tuple[list[float], li
     """Both rows' results for a task, each at its best rate among those both ran: a row tried
     at more rates would otherwise win by the trying."""
     def runs(rec):
-        by_lr = rec.get("glue_by_lr") or {lr_tag(FT_LR): rec.get("glue", {})}
-        return {lr: v[task] for lr, v in by_lr.items() if task in v}
+        return {lr: v[task] for lr, v in results_by_lr(rec).items() if task in v}
     a, b = runs(mine), runs(peer)
     shared = a.keys() & b.keys()
     best = [select_lr({lr: {task: r[lr]} for lr in shared})[0].get(task, []) for r in (a, b)]
@@ -496,9 +500,7 @@ def main() -> None:
             print(name, json.dumps(rec), flush=True)
         if args.pretrain_only:
             continue
-        # Rows from before --ft-lrs were fine-tuned at FT_LR only.
-        by_lr = rec.setdefault("glue_by_lr", {lr_tag(FT_LR): rec["glue"]} if rec.get("glue")
-                               else {})
+        by_lr = rec.setdefault("glue_by_lr", results_by_lr(rec))
         for task in glue:
             for lr in rates[task]:
                 by_lr.setdefault(lr_tag(lr), {})[task] = []
