@@ -434,6 +434,9 @@ def main() -> None:
     ap.add_argument("--build-args", default="", help="extra build-pretrain-data flags of a "
                     "bertctl row (one string), e.g. \"--packing full-sentences\"")
     ap.add_argument("--pretrain-args", default="", help="extra pretrain flags of a bertctl row")
+    ap.add_argument("--pretrain-seed", type=int, default=0, help="the pretraining seed of every "
+                    "row run, the peers' too: a second run of a row (under another --name) is "
+                    "what tells a recipe's gain from one run's luck")
     ap.add_argument("--hf-layout", choices=("lines", "blocks"), default="lines",
                     help="the hf row's: lines as run_mlm.py (every line in [CLS] ... [SEP]), "
                     "or blocks (one [CLS] ... [SEP] per 128 tokens, as bertctl's concatenated)")
@@ -487,15 +490,17 @@ def main() -> None:
             if row in PEERS:
                 model = work / name / "model"
                 rec = hf_pretrain(tok / "tokenizer.json", train_corpus, model, budget,
-                                  args.threads, 0, args.hf_layout, row)
+                                  args.threads, args.pretrain_seed, args.hf_layout, row)
             else:
-                model, rec = bertctl_row(row, tok, train_corpus, work, budget, args.threads, 0,
-                                         args.mask_rate, log, args.recipe, name,
-                                         args.build_args.split(), args.pretrain_args.split())
+                model, rec = bertctl_row(row, tok, train_corpus, work, budget, args.threads,
+                                         args.pretrain_seed, args.mask_rate, log, args.recipe,
+                                         name, args.build_args.split(),
+                                         args.pretrain_args.split())
             rec.update(model=str(model), machine=machine,
                        heldout_mlm_loss=heldout_loss(model, heldout, work, row, args.threads,
                                                      log, name),
-                       build_args=args.build_args, pretrain_args=args.pretrain_args)
+                       build_args=args.build_args, pretrain_args=args.pretrain_args,
+                       pretrain_seed=args.pretrain_seed)
             rec_path.write_text(json.dumps(rec, indent=1))
             print(name, json.dumps(rec), flush=True)
         if args.pretrain_only:
