@@ -25,8 +25,9 @@ NER (1,000 sentences) with three seeds and scored on the full dev sets:
              same config.json numbers), trained as a ModernBERT user writes run_mlm: batch 32,
              lr 8e-4, 30% dynamic masks, the hf row's loop and time-laid schedule, fp32
 
-`--rows modern hf-modern --tasks CoNLL SST-2 --ft-lrs CoNLL=1e-3 SST-2=1e-4,3e-4,5e-4
---against hf-modern` is the comparison of #55 in one command.
+`--rows modern hf-modern --tasks CoNLL SST-2 --ft-lrs CoNLL=5e-4,1e-3,2e-3
+SST-2=1e-4,3e-4,5e-4 --against hf-modern` is the comparison of #55 in one command (a second
+pretraining run of a row: --pretrain-seed 1 --name NAME).
 
 Shared by all rows: batch 64 x 128 tokens, peak lr 5e-4, 6% warm-up, linear decay to 0 at the
 budget, weight decay 0.01. The budget covers the training loop only (data preparation is
