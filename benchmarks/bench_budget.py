@@ -26,8 +26,9 @@ NER (1,000 sentences) with three seeds and scored on the full dev sets:
              lr 8e-4, 30% dynamic masks, the hf row's loop and time-laid schedule, fp32
 
 `--rows modern hf-modern --tasks CoNLL SST-2 --ft-lrs CoNLL=5e-4,1e-3,2e-3
-SST-2=1e-4,3e-4,5e-4 --against hf-modern` is the comparison of #55 in one command (a second
-pretraining run of a row: --pretrain-seed 1 --name NAME).
+SST-2=1e-4,3e-4,5e-4 --against hf-modern` is the comparison of #55 in one command. A further
+pretraining run of a row: --pretrain-seed N, kept as ROW-seedN (a --name NAME-seedN is a run of
+NAME); the table then also compares each row's runs together against the peer's.
 
 Shared by all rows: batch 64 x 128 tokens, peak lr 5e-4, 6% warm-up, linear decay to 0 at the
 budget, weight decay 0.01. The budget covers the training loop only (data preparation is
@@ -355,46 +356,97 @@ def select_lr(by_lr: dict[str, dict[str, list[float]]]) -> tuple[dict, dict]:
 
 
 def table(work: Path, against: str | None = None) -> str:
-    lines = ["| pretraining | steps | tokens seen | held-out MLM loss | " +
-             " | ".join(f"{t} dev ({m[3]})" for t, m in TASKS.items()) + " | mean over tasks |",
-             "|---|---|---|---|" + "---|" * len(TASKS) + "---|"]
     names = [r for r in ROWS if (work / r / "row.json").exists()] + sorted(
         d.name for d in work.iterdir() if d.name not in ROWS and (d / "row.json").exists())
-    for row in names:
-        f = work / row / "row.json"
-        r = json.loads(f.read_text())
+    recs = {row: json.loads((work / row / "row.json").read_text()) for row in names}
+    # The tasks some row was fine-tuned on: #55's rows ran CoNLL and SST-2 alone.
+    tasks = [t for t in TASKS if any(t in r.get("glue", {}) for r in recs.values())]
+    every = tasks == list(TASKS)
+    lines = ["| pretraining | steps | tokens seen | held-out MLM loss | " +
+             " | ".join(f"{t} dev ({TASKS[t][3]})" for t in tasks) +
+             (" | mean over tasks |" if every else " |"),
+             "|---|---|---|---|" + "---|" * (len(tasks) + every)]
+    for row, r in recs.items():
         cells, seed_means = [], []
         per_task = r.get("glue", {})
-        for task in TASKS:
+        for task in tasks:
             v = per_task.get(task, [])
-            tried = sorted((lr for lr, runs in r.get("glue_by_lr", {}).items() if task in runs),
+            tried = sorted((lr for lr, runs in results_by_lr(r).items() if task in runs),
                            key=float)
-            lr = f", lr {r['ft_lr'][task]} of {', '.join(tried)}" if len(tried) > 1 else ""
+            lr = (f", lr {r.get('ft_lr', {}).get(task, tried[0])}" +
+                  (f" of {', '.join(tried)}" if len(tried) > 1 else "")) if tried else ""
             cells.append(f"{statistics.mean(v):.3f} ± {statistics.stdev(v):.3f} (n {len(v)}{lr})"
                          if len(v) > 1 else "–")
-        # The mean over tasks, per seed, then mean ± sd (and the standard error) over seeds.
-        n = min((len(v) for v in per_task.values()), default=0)
-        if n > 1 and len(per_task) == len(TASKS):
-            seed_means = [statistics.mean(per_task[t][i] for t in TASKS) for i in range(n)]
-        mean = (f"{statistics.mean(seed_means):.4f} ± {statistics.stdev(seed_means):.4f} "
-                f"(se {statistics.stdev(seed_means) / math.sqrt(n):.4f})" if seed_means else "–")
+        if every:   # the mean over tasks, per seed, then mean ± sd (and se) over seeds
+            n = min((len(v) for v in per_task.values()), default=0)
+            if n > 1 and len(per_task) == len(TASKS):
+                seed_means = [statistics.mean(per_task[t][i] for t in TASKS) for i in range(n)]
+            cells.append(f"{statistics.mean(seed_means):.4f} ± {statistics.stdev(seed_means):.4f} "
+                         f"(se {statistics.stdev(seed_means) / math.sqrt(n):.4f})"
+                         if seed_means else "–")
         loss = r.get("heldout_mlm_loss")
         lines.append(f"| {row} | {r['steps']:,} | {r['tokens'] or 0:,} | "
-                     f"{'n/a' if loss is None else f'{loss:.3f}'} | " + " | ".join(cells) +
-                     f" | {mean} |")
-    if against is not None and (work / against / "row.json").exists():
+                     f"{'n/a' if loss is None else f'{loss:.3f}'} | " + " | ".join(cells) + " |")
+    if against in recs:
         lines += ["", f"Against {against} (difference of the means; its standard error, "
                   "sqrt(se1^2 + se2^2); and their ratio; each side at its best of the "
                   "fine-tuning rates both ran):", "",
-                  "| row | " + " | ".join(TASKS) + " |", "|---|" + "---|" * len(TASKS)]
-        peer = json.loads((work / against / "row.json").read_text())
-        for row in names:
-            if row == against:
-                continue
-            mine = json.loads((work / row / "row.json").read_text())
-            lines.append(f"| {row} | " + " | ".join(
-                _difference(*_at_shared_rates(mine, peer, t)) for t in TASKS) + " |")
+                  "| row | " + " | ".join(tasks) + " |", "|---|" + "---|" * len(tasks)]
+        for row, mine in recs.items():
+            if row != against:
+                lines.append(f"| {row} | " + " | ".join(
+                    _difference(*_at_shared_rates(mine, recs[against], t)) for t in tasks) + " |")
+        lines += _over_runs_table(recs, tasks, against)
     return "\n".join(lines)
+
+
+def run_of(name: str) -> str:
+    """The row a directory is a pretraining run of: NAME-seedN is a further run of NAME."""
+    base, sep, seed = name.rpartition("-seed")
+    return base if sep and seed.isdigit() else name
+
+
+def _over_runs_table(recs: dict[str, dict], tasks: list[str], against: str) -> list[str]:
+    """Rows pretrained more than once, against the peer's runs: one pretraining run moves
+    fine-tuning by more than its seeds' standard error says, so a lead is judged over runs."""
+    groups: dict[str, list[dict]] = {}
+    for row, rec in recs.items():
+        groups.setdefault(run_of(row), []).append(rec)
+    peer = groups[run_of(against)]
+    if not any(len(runs) > 1 for runs in groups.values()):
+        return []
+    lines = ["", f"Over pretraining runs, against {run_of(against)}'s {len(peer)} (each side "
+             "at one fine-tuning rate, its best mean over its runs of those every run of both "
+             "ran; each run's mean over seeds, then the mean over runs; the standard error the "
+             "larger of the runs' spread and the seeds'):", "",
+             "| row (runs) | " + " | ".join(tasks) + " |", "|---|" + "---|" * len(tasks)]
+    for base, runs in groups.items():
+        if base != run_of(against):
+            lines.append(f"| {base} ({len(runs)}) | " + " | ".join(
+                _runs_difference(runs, peer, t) for t in tasks) + " |")
+    return lines
+
+
+def _runs_difference(mine: list[dict], peer: list[dict], task: str) -> str:
+    sides = [[{lr: v[task] for lr, v in results_by_lr(r).items() if task in v} for r in runs]
+             for runs in (mine, peer)]
+    everyone = [run for side in sides for run in side]
+    n = max((len(v) for run in everyone for v in run.values()), default=0)
+    shared = set.intersection(*({lr for lr, v in run.items() if len(v) == n}
+                                for run in everyone)) if everyone and n > 1 else set()
+    if not shared:
+        return "–"
+    stats = []
+    for side in sides:
+        lr = max(shared, key=lambda lr: statistics.mean(statistics.mean(r[lr]) for r in side))
+        means = [statistics.mean(r[lr]) for r in side]
+        # The variance of the mean over runs: from the runs' spread (which holds pretraining
+        # noise, with one degree of freedom per further run) and from the seeds alone (a floor).
+        by_seeds = sum(statistics.variance(r[lr]) / n for r in side) / len(side) ** 2
+        by_runs = statistics.variance(means) / len(means) if len(means) > 1 else 0.0
+        stats.append((statistics.mean(means), max(by_runs, by_seeds)))
+    d, se = stats[0][0] - stats[1][0], math.sqrt(stats[0][1] + stats[1][1])
+    return f"{d:+.4f} (se {se:.4f}, {d / se:+.1f} se)" if se > 0 else f"{d:+.4f}"
 
 
 def _at_shared_rates(mine: dict, peer: dict, task: str) -> tuple[list[float], list[float]]:
@@ -462,6 +514,14 @@ def main() -> None:
     if args.table:
         print(table(work, args.against))
         return
+    names = {row: args.name or (f"{row}-seed{args.pretrain_seed}" if args.pretrain_seed else row)
+             for row in args.rows}
+    for name in names.values():   # a kept row is reused: it must be the run asked for
+        kept = work / name / "row.json"
+        seed = json.loads(kept.read_text()).get("pretrain_seed", 0) if kept.exists() else None
+        if seed not in (None, args.pretrain_seed):
+            ap.error(f"{kept}: pretrained with seed {seed}, not {args.pretrain_seed}: give "
+                     "the run its own --name")
     from bertctl.train.settings import parse_duration
 
     budget = parse_duration(args.budget)
@@ -483,7 +543,7 @@ def main() -> None:
     machine = {"cpu_capability": torch.backends.cpu.get_cpu_capability(),
                "threads": args.threads, "budget_s": budget}
     for row in args.rows:
-        name = args.name or row
+        name = names[row]
         rec_path = work / name / "row.json"
         rec = json.loads(rec_path.read_text()) if rec_path.exists() else None
         if rec is None:

@@ -2,6 +2,9 @@
 silently): each script's `--help` runs and prints its usage."""
 
 import argparse
+import json
+import math
+import statistics
 import subprocess
 import sys
 
@@ -71,3 +74,56 @@ def test_bench_budget_compares_rows_at_the_rates_both_ran(monkeypatch):
     assert bench_budget._at_shared_rates(mine, {"glue": {"SST-2": [0.5, 0.5]}}, "SST-2") == (
         [0.60, 0.62], [0.5, 0.5])   # a row from before --ft-lrs ran at 1e-4 alone
     assert bench_budget._at_shared_rates(mine, peer, "CoNLL") == ([], [])
+
+
+def test_bench_budget_judges_a_lead_over_pretraining_runs(tmp_path, monkeypatch):
+    """#55: one pretraining run moves fine-tuning by more than its seeds' standard error, so
+    rows run more than once (NAME-seedN) are compared with the peer's runs together: each run's
+    mean, then the mean over runs, the standard error the larger of the runs' spread and the
+    seeds' (the variance of a mean over R runs of S seeds each)."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import bench_budget
+
+    assert [bench_budget.run_of(n) for n in ("m", "m-seed1", "m-seed12", "m-seedx", "seed1")] == [
+        "m", "m", "m", "m-seedx", "seed1"]
+    mine = [{"glue_by_lr": {"1e-3": {"CoNLL": [60.0, 62.0]}, "2e-3": {"CoNLL": [63.0, 65.0]}}},
+            {"glue_by_lr": {"1e-3": {"CoNLL": [58.0, 58.0]}, "2e-3": {"CoNLL": [60.0, 61.0]}}}]
+    peer = [{"glue_by_lr": {"1e-3": {"CoNLL": [55.0, 57.0]}, "2e-3": {"CoNLL": [50.0, 50.0]},
+                            "5e-4": {"CoNLL": [70.0, 70.0]}}},   # a rate one side alone ran
+            {"glue_by_lr": {"1e-3": {"CoNLL": [59.0, 59.0]}, "2e-3": {"CoNLL": [50.0, 52.0]}}}]
+    # Mine at 2e-3 (run means 64, 60.5), the peer at 1e-3 (56, 59); 5e-4 is not shared. The
+    # runs' spread is the larger on both sides: mine 6.125/2 against the seeds' (2/2 + 0.5/2)/4,
+    # the peer's 4.5/2 against (2/2 + 0/2)/4.
+    d = (64 + 60.5) / 2 - (56 + 59) / 2
+    se = math.sqrt(statistics.variance([64, 60.5]) / 2 + statistics.variance([56, 59]) / 2)
+    assert bench_budget._runs_difference(mine, peer, "CoNLL") == (
+        f"{d:+.4f} (se {se:.4f}, {d / se:+.1f} se)")
+    # Two runs that agree: the seeds' spread is the floor.
+    same = [{"glue_by_lr": {"1e-3": {"CoNLL": [60.0, 64.0]}}}] * 2
+    flat = [{"glue_by_lr": {"1e-3": {"CoNLL": [50.0, 50.0]}}}] * 2
+    assert bench_budget._runs_difference(same, flat, "CoNLL") == (
+        f"{12:+.4f} (se {math.sqrt((8 / 2 + 8 / 2) / 4):.4f}, {12 / math.sqrt(2):+.1f} se)")
+    assert bench_budget._runs_difference(same, flat, "SST-2") == "–"
+    # The table groups the runs by name.
+    for name, rec in (("hf-modern", peer[0]), ("hf-modern-seed1", peer[1]), ("modern", mine[0]),
+                      ("modern-seed1", mine[1])):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "row.json").write_text(json.dumps(
+            {"steps": 1, "tokens": 1, "heldout_mlm_loss": 4.0, **rec,
+             "glue": {"CoNLL": rec["glue_by_lr"]["1e-3"]["CoNLL"]}, "ft_lr": {"CoNLL": "1e-3"}}))
+    out = bench_budget.table(tmp_path, "hf-modern")   # columns: the tasks fine-tuned on
+    assert "| pretraining | steps | tokens seen | held-out MLM loss | CoNLL dev (f1) |" in out
+    assert f"| modern (2) | {d:+.4f}" in out, out
+
+
+def test_bench_budget_keeps_a_further_pretraining_run_apart(tmp_path):
+    """A kept row is reused as it is: --pretrain-seed 1 on a row pretrained with seed 0 would
+    report the seed-0 run as the second one. It is refused before any work is done."""
+    (tmp_path / "modern").mkdir()
+    (tmp_path / "modern" / "row.json").write_text(json.dumps({"pretrain_seed": 0}))
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_budget.py"),
+                        "--work", str(tmp_path), "--data", str(tmp_path / "none"), "--rows",
+                        "modern", "--name", "modern", "--pretrain-seed", "1"],
+                       capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert r.returncode == 2 and "pretrained with seed 0, not 1" in r.stderr, r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["modern"]
