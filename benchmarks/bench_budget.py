@@ -407,8 +407,9 @@ def run_of(name: str) -> str:
 
 
 def _over_runs_table(recs: dict[str, dict], tasks: list[str], against: str) -> list[str]:
-    """Rows pretrained more than once, against the peer's runs: one pretraining run moves
-    fine-tuning by more than its seeds' standard error says, so a lead is judged over runs."""
+    """Each row's runs together against the peer's, once some row was pretrained more than once:
+    one pretraining run moves fine-tuning by more than its seeds' standard error says, so a lead
+    is judged over runs (a row run once counts its seeds alone)."""
     groups: dict[str, list[dict]] = {}
     for row, rec in recs.items():
         groups.setdefault(run_of(row), []).append(rec)
