@@ -446,8 +446,7 @@ def _runs_difference(mine: list[dict], peer: list[dict], task: str) -> str:
         by_seeds = sum(statistics.variance(r[lr]) / n for r in side) / len(side) ** 2
         by_runs = statistics.variance(means) / len(means) if len(means) > 1 else 0.0
         stats.append((statistics.mean(means), max(by_runs, by_seeds)))
-    d, se = stats[0][0] - stats[1][0], math.sqrt(stats[0][1] + stats[1][1])
-    return f"{d:+.4f} (se {se:.4f}, {d / se:+.1f} se)" if se > 0 else f"{d:+.4f}"
+    return _signed(stats[0][0] - stats[1][0], math.sqrt(stats[0][1] + stats[1][1]))
 
 
 def _at_shared_rates(mine: dict, peer: dict, task: str) -> tuple[list[float], list[float]]:
@@ -464,8 +463,12 @@ def _at_shared_rates(mine: dict, peer: dict, task: str) -> tuple[list[float], li
 def _difference(a: list[float], b: list[float]) -> str:
     if len(a) < 2 or len(b) < 2:
         return "–"
-    d = statistics.mean(a) - statistics.mean(b)
-    se = math.hypot(statistics.stdev(a) / math.sqrt(len(a)), statistics.stdev(b) / math.sqrt(len(b)))
+    return _signed(statistics.mean(a) - statistics.mean(b), math.hypot(
+        statistics.stdev(a) / math.sqrt(len(a)), statistics.stdev(b) / math.sqrt(len(b))))
+
+
+def _signed(d: float, se: float) -> str:
+    """A difference with its standard error and their ratio."""
     return f"{d:+.4f} (se {se:.4f}, {d / se:+.1f} se)" if se > 0 else f"{d:+.4f}"
 
 
@@ -489,7 +492,7 @@ def main() -> None:
                     "bertctl row (one string), e.g. \"--packing full-sentences\"")
     ap.add_argument("--pretrain-args", default="", help="extra pretrain flags of a bertctl row")
     ap.add_argument("--pretrain-seed", type=int, default=0, help="the pretraining seed of every "
-                    "row run, the peers' too: a second run of a row (under another --name) is "
+                    "row run, the peers' too: a second run of a row (kept as ROW-seedN) is "
                     "what tells a recipe's gain from one run's luck")
     ap.add_argument("--hf-layout", choices=("lines", "blocks"), default="lines",
                     help="the hf row's: lines as run_mlm.py (every line in [CLS] ... [SEP]), "
