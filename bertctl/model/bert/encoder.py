@@ -3,7 +3,7 @@
 Module and parameter names follow Hugging Face's `BertModel` exactly (`embeddings.LayerNorm`,
 `encoder.layer.3.attention.self.query`, ...), so a state dict moves between the two with no
 renaming and any HF BERT checkpoint is also ours. Everything else is written for speed and
-clarity: attention goes through `F.scaled_dot_product_attention`, position and segment embeddings
+clarity: attention goes through `model.attention.attend`, position and segment embeddings
 are added without building index tensors, and there is no decoder/cache machinery.
 """
 
@@ -13,12 +13,12 @@ from typing import Any
 
 import torch
 import torch.utils.checkpoint
-import torch.nn.functional as F
 from torch import nn
 
 from bertctl.model.bert.config import BertConfig
 from bertctl.model.shared import ACTIVATIONS, attention_bias, first_tokens, keep_layers
-from bertctl.model.dropout import Dropout, dropout
+from bertctl.model.attention import attend
+from bertctl.model.dropout import Dropout
 
 
 # ---------------------------------------------------------------------------------------------
@@ -75,18 +75,7 @@ class BertSelfAttention(nn.Module):
             return t.view(B, T, self.num_heads, H // self.num_heads).transpose(1, 2)
 
         q, k, v = heads(self.query(x)), heads(self.key(x)), heads(self.value(x))
-        if self.training and self.dropout_p > 0 and x.device.type == "cpu":
-            # PyTorch has no fused CPU attention kernel with dropout: SDPA would fall back to its
-            # math path, which also upcasts bf16 q/k/v to fp32. Written out, autocast's dtype is
-            # kept (about 10% of a bf16 training step) and the result is the same softmax.
-            scores = (q * q.size(-1) ** -0.5) @ k.transpose(-2, -1)
-            if mask is not None:
-                scores = scores.masked_fill(~mask, float("-inf"))
-            y = dropout(scores.softmax(-1), self.dropout_p, True) @ v
-        else:
-            # A fused kernel (flash or memory-efficient on CUDA, flash on CPU), dropout included.
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
-                                               dropout_p=self.dropout_p if self.training else 0.0)
+        y = attend(q, k, v, mask, self.dropout_p if self.training else 0.0)
         return y.transpose(1, 2).reshape(B, T, H)
 
 

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 import torch.utils.checkpoint
 from torch import nn
 
+from bertctl.model.attention import attend
 from bertctl.model.dropout import Dropout
 from bertctl.model.shared import ACTIVATIONS, attention_bias, keep_layers
 from bertctl.model.modernbert.config import GLOBAL, ModernBertConfig
@@ -135,12 +136,11 @@ class ModernBertAttention(nn.Module):
         # (`exporting` first: a comparison with T would fix the exported graph's length)
         if self.is_global or (not masks["exporting"] and T - 1 <= self.half):
             # (a window that spans the input is global)
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=masks["global"],
-                                               dropout_p=p)
+            y = attend(q, k, v, masks["global"], p)
         elif not masks["exporting"] and T > 4 * self.half:
             y = blocked_local_attention(q, k, v, masks["group"], self.half, p)
         else:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=masks["local"], dropout_p=p)
+            y = attend(q, k, v, masks["local"], p)
         return self.out_drop(self.Wo(y.transpose(1, 2).reshape(B, T, H)))
 
 

@@ -1,0 +1,98 @@
+"""Scaled dot-product attention for every architecture: PyTorch's fused kernel, or on a CPU the
+product written out where that is faster.
+
+Why two: on a CPU the fused kernel (flash attention) is the faster forward at every length, but
+its bf16 backward is slow on short sequences. On an AMD EPYC with AVX512-BF16 (no AMX), one
+layer's forward and backward at batch 16, 4 heads of 64, 128 positions took 41 ms fused and
+18 ms written out, about a fifth of a ModernBERT mini training step; at 512 positions the fused
+kernel won again, and in fp32 it won at every length. Which one wins depends on the CPU's
+kernels, so it is not assumed: the first training step of each shape times both and keeps the
+faster (as cuDNN's benchmark mode does), and the written form is taken only where it clearly
+wins. Dropout on the attention probabilities always takes the written form on a CPU: PyTorch
+has no fused CPU kernel with dropout, and its fallback upcasts bf16 to fp32.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.nn.functional as F
+
+from bertctl.model.dropout import dropout
+
+# Past this length the fused kernel won at every setting measured, and the written form's
+# (B, heads, T, T) scores grow with T * T: not timed there.
+WRITTEN_MAX_LENGTH = 512
+# The written form must be this much faster to be taken: near a tie the choice could differ
+# between two runs of one command, and with it the rounding of their results.
+CLEAR_WIN = 0.8
+_chosen: dict[tuple, bool] = {}
+
+
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+           dropout_p: float = 0.0) -> torch.Tensor:
+    """softmax(q k^T / sqrt(d) where `mask` allows) v over (B, heads, T, d) tensors; `mask` is
+    a boolean "may attend" mask that broadcasts to (B, heads, T, T), or None. `dropout_p` is
+    the training dropout on the probabilities (0 in evaluation)."""
+    if q.device.type == "cpu" and (dropout_p > 0 or _written_is_faster(q, k, v, mask)):
+        return written_attention(q, k, v, mask, dropout_p)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+
+
+def written_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                      mask: torch.Tensor | None, dropout_p: float = 0.0) -> torch.Tensor:
+    """The same attention as plain tensor operations. The softmax runs in fp32 whatever the
+    inputs' precision, as the fused kernel accumulates; a row that may attend to nothing is
+    NaN, as the fused kernel's is."""
+    scores = (q * q.size(-1) ** -0.5) @ k.transpose(-2, -1)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    probs = scores.softmax(-1, dtype=torch.float32).to(v.dtype)
+    return dropout(probs, dropout_p, True) @ v
+
+
+def _written_is_faster(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                       mask: torch.Tensor | None) -> bool:
+    """Whether the written form is the faster training step for this shape (timed once per
+    shape and process). Only reduced-precision training is in question: in fp32 and without
+    gradients the fused kernel won everywhere measured."""
+    T = q.size(-2)
+    if (q.dtype not in (torch.bfloat16, torch.float16) or not torch.is_grad_enabled()
+            or not q.requires_grad or T > WRITTEN_MAX_LENGTH or torch.compiler.is_compiling()
+            or torch.compiler.is_exporting() or torch.onnx.is_in_onnx_export()):
+        return False
+    # Lengths within 64 of each other share a choice: a packed batch's length varies by a few
+    # positions from step to step, and each timing costs a few steps' attention.
+    key = (q.shape[0], q.shape[1], -(-T // 64), q.shape[-1], k.size(-2) == T, q.dtype,
+           None if mask is None else mask.size(-2) > 1)
+    won = _chosen.get(key)
+    if won is None:
+        fused, written = time_both(q, k, v, mask)
+        won = _chosen[key] = written < CLEAR_WIN * fused
+    return won
+
+
+def time_both(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+              repeats: int = 3) -> tuple[float, float]:
+    """Seconds of one forward and backward of the fused kernel and of the written form, on
+    copies of these inputs (the best of `repeats`, after one untimed run of each)."""
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    m = None if mask is None else mask.detach()
+
+    def once(fn) -> float:
+        t0 = time.perf_counter()
+        fn(*leaves, m).float().sum().backward()
+        return time.perf_counter() - t0
+
+    def fused(a, b, c, mm):
+        return F.scaled_dot_product_attention(a, b, c, attn_mask=mm)
+
+    best = []
+    for fn in (fused, written_attention):
+        once(fn)
+        best.append(min(once(fn) for _ in range(repeats)))
+    return best[0], best[1]
+
+
+__all__ = ["attend", "time_both", "written_attention"]
