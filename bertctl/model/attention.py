@@ -43,12 +43,15 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
 def written_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                       mask: torch.Tensor | None, dropout_p: float = 0.0) -> torch.Tensor:
     """The same attention as plain tensor operations. The softmax runs in fp32 whatever the
-    inputs' precision, as the fused kernel accumulates; a row that may attend to nothing is
-    NaN, as the fused kernel's is."""
+    inputs' precision, as the fused kernel accumulates; a row that may attend to nothing gives
+    zeros, as the fused kernel's does."""
     scores = (q * q.size(-1) ** -0.5) @ k.transpose(-2, -1)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
-    probs = scores.softmax(-1, dtype=torch.float32).to(v.dtype)
+    probs = scores.softmax(-1, dtype=torch.float32)
+    if mask is not None:   # a row of -inf is NaN after the softmax
+        probs = probs.nan_to_num(0.0)
+    probs = probs.to(v.dtype)
     return dropout(probs, dropout_p, True) @ v
 
 

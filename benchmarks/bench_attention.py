@@ -1,0 +1,93 @@
+"""Attention on a CPU: PyTorch's fused kernel against the written-out product (model.attention).
+
+    python benchmarks/bench_attention.py [--lengths 128 256 512 1024] [--precisions bf16 fp32]
+        [--batch-tokens 2048] [--heads 4] [--head-dim 64] [--repeats 5] [--threads 1]
+
+One layer's attention at each length, the batch holding about --batch-tokens tokens (16 x 128
+by default, the budget recipe's batch), a padding mask as training batches have: the training
+form (forward and backward, `model.attention.time_both`, the timing `attend` makes itself) and
+the inference form (forward alone, no gradients), each the median of --repeats, the two kernels
+in alternation. The ratio is fused / written: above 1 the written form is faster. The last
+column is what `attend` takes for a training step of that shape (written only past a clear win,
+`CLEAR_WIN`; never for inference, fp32 or beyond `WRITTEN_MAX_LENGTH`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+
+import summary
+from bertctl.model.attention import CLEAR_WIN, WRITTEN_MAX_LENGTH, time_both, written_attention
+
+DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+def inference_times(q, k, v, mask, repeats: int) -> tuple[float, float]:
+    def fused():
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    def written():
+        return written_attention(q, k, v, mask)
+
+    times: list[list[float]] = [[], []]
+    with torch.no_grad():
+        for fn in (fused, written):
+            fn()
+        for r in range(repeats):
+            for i in ((0, 1) if r % 2 == 0 else (1, 0)):
+                t = time.perf_counter()
+                (fused, written)[i]()
+                times[i].append(time.perf_counter() - t)
+    return statistics.median(times[0]), statistics.median(times[1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--lengths", type=int, nargs="+", default=[128, 256, 512, 1024])
+    ap.add_argument("--precisions", nargs="+", choices=sorted(DTYPES), default=["bf16", "fp32"])
+    ap.add_argument("--batch-tokens", type=int, default=2048)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--head-dim", type=int, default=64)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--summary-json", help="append the comparison rows to this JSON list")
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU capability "
+          f"{torch.backends.cpu.get_cpu_capability()}; {a.heads} heads of {a.head_dim}, about "
+          f"{a.batch_tokens} tokens a batch; ms, median of {a.repeats}")
+    print(f"{'length':>7}{'batch':>6}  {'prec':<5}{'train fused':>12}{'written':>9}{'ratio':>7}"
+          f"{'infer fused':>13}{'written':>9}{'ratio':>7}  attend takes")
+    gen = torch.Generator().manual_seed(0)
+    rows = []
+    for length in a.lengths:
+        batch = max(1, a.batch_tokens // length)
+        lengths = torch.randint(length // 2, length + 1, (batch,), generator=gen)
+        lengths[0] = length
+        mask = (torch.arange(length)[None] < lengths[:, None])[:, None, None, :]
+        for precision in a.precisions:
+            q, k, v = (torch.randn(batch, a.heads, length, a.head_dim, generator=gen)
+                       .to(DTYPES[precision]) for _ in range(3))
+            runs = [time_both(q, k, v, mask, repeats=1) for _ in range(a.repeats)]
+            tf, tw = (statistics.median(r[i] for r in runs) for i in (0, 1))
+            inf_f, inf_w = inference_times(q, k, v, mask, a.repeats)
+            takes = ("written" if precision != "fp32" and length <= WRITTEN_MAX_LENGTH
+                     and tw < CLEAR_WIN * tf else "fused")
+            print(f"{length:>7}{batch:>6}  {precision:<5}{tf * 1e3:>12.1f}{tw * 1e3:>9.1f}"
+                  f"{tf / tw:>6.2f}x{inf_f * 1e3:>13.1f}{inf_w * 1e3:>9.1f}{inf_f / inf_w:>6.2f}x"
+                  f"  {takes}", flush=True)
+            rows.append(summary.row(
+                "attention", f"written-out attention: training {batch}x{length} {precision}, "
+                f"{torch.get_num_threads()} thr vs fused", tw, tf, "s", higher_is_better=False,
+                note=f"attend takes {takes}; inference fused/written {inf_f / inf_w:.2f}x"))
+    summary.append(a.summary_json, rows)
+
+
+if __name__ == "__main__":
+    main()

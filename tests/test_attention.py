@@ -1,0 +1,154 @@
+"""model.attention: the written-out attention is the fused kernel's function (outputs and
+gradients, under every mask the encoders build), and `attend` takes it only where its timing
+says so."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from bertctl.model import attention
+from bertctl.model.attention import attend, time_both, written_attention
+from bertctl.model.modernbert.encoder import local_mask
+from bertctl.model.shared import attention_bias
+
+from tolerance import fp32_sum  # noqa: E402
+
+B, HEADS, T, D = 3, 2, 24, 16
+
+
+def inputs(dtype=torch.float32, length: int = T, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(B, HEADS, length, D, generator=g).to(dtype).requires_grad_()
+            for _ in range(3)]
+
+
+def masks(length: int = T) -> dict:
+    lengths = torch.tensor([length, length - 5, 7])
+    padding = (torch.arange(length)[None] < lengths[:, None]).long()
+    packed = padding.clone()
+    packed[0, length // 2:] = 2                 # row 0 holds two sequences
+    return {"none": None,
+            "padding": attention_bias(padding),
+            "packed": attention_bias(packed, packed=True),
+            "local band": local_mask(packed, length, 4, torch.device("cpu"))}
+
+
+def outputs_and_grads(fn, q, k, v, mask):
+    out = fn(q, k, v, mask)
+    out.float().pow(2).sum().backward()
+    grads = [t.grad.clone() for t in (q, k, v)]
+    for t in (q, k, v):
+        t.grad = None
+    return out.detach().float(), grads
+
+
+def fused(q, k, v, mask):
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+@pytest.mark.parametrize("kind", ["none", "padding", "packed", "local band"])
+def test_written_attention_is_the_fused_kernels_function_in_fp32(kind):
+    q, k, v = inputs()
+    mask = masks()[kind]
+    ours, our_grads = outputs_and_grads(written_attention, q, k, v, mask)
+    ref, ref_grads = outputs_and_grads(fused, q, k, v, mask)
+    # fp32 on both sides: dot products over D = 16 (scores) and up to T = 24 keys (the sum over
+    # values), inputs of size about 1, outputs and gradients of a few units; the backward chains
+    # three such sums: a bound of fp32_sum(D + T, 10) per element covers it.
+    tol = fp32_sum(D + T, 10.0)
+    torch.testing.assert_close(ours, ref, atol=tol, rtol=0)
+    for a, b in zip(our_grads, ref_grads):
+        torch.testing.assert_close(a, b, atol=tol, rtol=0)
+
+
+@pytest.mark.parametrize("kind", ["padding", "packed"])
+def test_written_attention_in_bf16_is_as_close_to_fp64_as_bf16_allows(kind):
+    q, k, v = inputs(torch.bfloat16)
+    mask = masks()[kind]
+    exact = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    ref, ref_grads = outputs_and_grads(fused, *exact, mask)
+    ours, our_grads = outputs_and_grads(written_attention, q, k, v, mask)
+    # bf16 keeps 8 significant bits (relative rounding 2^-9 = 0.002): the scores (about 1 to
+    # 4 in size here) are rounded once, the probabilities and the output once more, so the output
+    # (a mean of values of size about 1) is within a few 0.01; gradients chain two more
+    # roundings on values up to about 10: 0.1.
+    torch.testing.assert_close(ours.double(), ref.double(), atol=0.05, rtol=0)
+    for a, b in zip(our_grads, ref_grads):
+        torch.testing.assert_close(a.double(), b.double(), atol=0.1, rtol=0.02)
+
+
+def test_a_row_with_nothing_to_attend_gives_zeros_in_both_forms_and_finite_gradients():
+    q, k, v = inputs()
+    mask = torch.ones(B, 1, T, T, dtype=torch.bool)
+    mask[1, :, 3, :] = False
+    ours, our_grads = outputs_and_grads(written_attention, q, k, v, mask)
+    ref, ref_grads = outputs_and_grads(fused, q, k, v, mask)
+    assert (ours[1, :, 3] == 0).all() and (ref[1, :, 3] == 0).all()
+    assert all(g.isfinite().all() for g in our_grads)
+    tol = fp32_sum(D + T, 10.0)   # as in the fp32 test above
+    for a, b in zip(our_grads, ref_grads):
+        torch.testing.assert_close(a, b, atol=tol, rtol=0)
+
+
+@pytest.fixture
+def timings(monkeypatch):
+    """`attend` with fresh choices and a fake clock: set `clock[:] = [fused_s, written_s]`;
+    `calls` counts timings and written-form calls."""
+    clock = [1.0, 1.0]
+    calls = {"timed": 0, "written": 0}
+
+    def fake_time_both(q, k, v, mask):
+        calls["timed"] += 1
+        return tuple(clock)
+
+    def counted(*args):
+        calls["written"] += 1
+        return written_attention(*args)
+
+    monkeypatch.setattr(attention, "_chosen", {})
+    monkeypatch.setattr(attention, "time_both", fake_time_both)
+    monkeypatch.setattr(attention, "written_attention", counted)
+    return clock, calls
+
+
+def test_attend_takes_the_written_form_only_where_its_timing_clearly_wins(timings):
+    clock, calls = timings
+    clock[:] = [1.0, 0.5]
+    for _ in range(3):
+        attend(*inputs(torch.bfloat16), masks()["padding"])
+    assert calls == {"timed": 1, "written": 3}         # timed once for the shape, then kept
+    q, k, v = inputs(torch.bfloat16, length=T + 64)    # another length bucket: timed again
+    clock[:] = [1.0, 0.9]                              # faster, but not clearly
+    attend(q, k, v, None)
+    assert calls == {"timed": 2, "written": 3}
+    attend(*inputs(torch.bfloat16, length=T + 3), masks(T + 3)["padding"])
+    assert calls["timed"] == 2                         # within 64 positions: the same choice
+
+
+def test_attend_does_not_time_where_the_fused_kernel_always_won(timings):
+    clock, calls = timings
+    clock[:] = [1.0, 0.1]
+    attend(*inputs(torch.float32), None)               # fp32
+    with torch.no_grad():                              # evaluation
+        attend(*inputs(torch.bfloat16), None)
+    long = attention.WRITTEN_MAX_LENGTH + 1
+    attend(*inputs(torch.bfloat16, length=long), None)
+    assert calls == {"timed": 0, "written": 0}
+
+
+def test_attention_dropout_on_a_cpu_takes_the_written_form(timings):
+    _, calls = timings
+    q, k, v = inputs()
+    torch.manual_seed(0)
+    out = attend(q, k, v, None, dropout_p=0.5)
+    assert calls == {"timed": 0, "written": 1}
+    assert not torch.allclose(out, fused(q, k, v, None))
+
+
+def test_time_both_times_copies_and_leaves_the_inputs_alone():
+    q, k, v = inputs(torch.bfloat16)
+    fused_s, written_s = time_both(q, k, v, masks()["packed"], repeats=1)
+    assert fused_s > 0 and written_s > 0
+    assert all(t.grad is None for t in (q, k, v))
