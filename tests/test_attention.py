@@ -152,3 +152,36 @@ def test_time_both_times_copies_and_leaves_the_inputs_alone():
     fused_s, written_s = time_both(q, k, v, masks()["packed"], repeats=1)
     assert fused_s > 0 and written_s > 0
     assert all(t.grad is None for t in (q, k, v))
+
+
+def test_a_timing_inside_a_recomputed_layer_leaves_its_gradients_alone(monkeypatch):
+    """The first bf16 training step of a shape times both forms inside the layer's forward,
+    which gradient checkpointing records and recomputes: the timing's own backward must not
+    be taken for the layer's (the real timing runs; its verdict is made the written form's)."""
+    from bertctl.model import build
+    from bertctl.model.modernbert import ModernBertConfig
+
+    real = attention.time_both
+    monkeypatch.setattr(attention, "time_both", lambda *a: (real(*a, repeats=1), (1.0, 0.1))[1])
+    config = ModernBertConfig(vocab_size=211, hidden_size=64, intermediate_size=96,
+                              num_hidden_layers=2, num_attention_heads=4, local_attention=32,
+                              max_position_embeddings=512, pad_token_id=0, cls_token_id=2,
+                              sep_token_id=3)
+    torch.manual_seed(0)
+    model = build("masked_lm", config).train()
+    ids = torch.randint(4, 211, (2, 40))
+    labels = torch.where(torch.rand(2, 40) < 0.3, ids, -100)
+    grads = []
+    for recompute in (True, False):
+        monkeypatch.setattr(attention, "_chosen", {})
+        model.model.gradient_checkpointing = recompute
+        model.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=labels)["loss"]
+        loss.backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    # One model, one batch, the same kernels in the same order: recomputation repeats the
+    # forward exactly, so the gradients are equal (bf16 rounding is deterministic on a CPU).
+    assert grads[0].keys() == grads[1].keys()
+    for name in grads[0]:
+        torch.testing.assert_close(grads[0][name], grads[1][name], atol=0, rtol=0, msg=name)
