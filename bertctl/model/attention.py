@@ -47,12 +47,14 @@ def written_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     zeros, as the fused kernel's does."""
     scores = (q * q.size(-1) ** -0.5) @ k.transpose(-2, -1)
     if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    probs = scores.softmax(-1, dtype=torch.float32)
-    if mask is not None:   # a row of -inf is NaN after the softmax
-        probs = probs.nan_to_num(0.0)
-    probs = probs.to(v.dtype)
-    return dropout(probs, dropout_p, True) @ v
+        # The lowest finite value rather than -inf: a row of -inf is NaN after the softmax, and
+        # clearing NaN (nan_to_num) cost as much as the rest of the backward.
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    probs = scores.softmax(-1, dtype=torch.float32).to(v.dtype)
+    out = dropout(probs, dropout_p, True) @ v
+    if mask is not None:   # a row with nothing to attend to averaged all: zeros instead
+        out = out * mask.any(-1, keepdim=True)
+    return out
 
 
 def _written_is_faster(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
