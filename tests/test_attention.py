@@ -18,9 +18,9 @@ from tolerance import fp32_sum  # noqa: E402
 B, HEADS, T, D = 3, 2, 24, 16
 
 
-def inputs(dtype=torch.float32, length: int = T, seed: int = 0):
+def inputs(dtype=torch.float32, length: int = T, seed: int = 0, batch: int = B):
     g = torch.Generator().manual_seed(seed)
-    return [torch.randn(B, HEADS, length, D, generator=g).to(dtype).requires_grad_()
+    return [torch.randn(batch, HEADS, length, D, generator=g).to(dtype).requires_grad_()
             for _ in range(3)]
 
 
@@ -124,7 +124,10 @@ def test_attend_takes_the_written_form_only_where_its_timing_clearly_wins(timing
     attend(q, k, v, None)
     assert calls == {"timed": 2, "written": 3}
     attend(*inputs(torch.bfloat16, length=T + 3), masks(T + 3)["padding"])
-    assert calls["timed"] == 2                         # within 64 positions: the same choice
+    attend(*inputs(torch.bfloat16, batch=2), masks()["padding"][:2])
+    assert calls["timed"] == 2      # within 64 positions, or half the batch: the same choice
+    attend(*inputs(torch.bfloat16, batch=4 * B), masks()["padding"].repeat(4, 1, 1, 1))
+    assert calls["timed"] == 3
 
 
 def test_attend_does_not_time_where_the_fused_kernel_always_won(timings):

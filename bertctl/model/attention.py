@@ -67,10 +67,11 @@ def _written_is_faster(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
             or not q.requires_grad or T > WRITTEN_MAX_LENGTH or torch.compiler.is_compiling()
             or torch.compiler.is_exporting() or torch.onnx.is_in_onnx_export()):
         return False
-    # Lengths within 64 of each other share a choice: a packed batch's length varies by a few
-    # positions from step to step, and each timing costs a few steps' attention.
-    key = (q.shape[0], q.shape[1], -(-T // 64), q.shape[-1], k.size(-2) == T, q.dtype,
-           None if mask is None else mask.size(-2) > 1)
+    # Lengths within 64 of each other share a choice, and so do batches within a factor of two
+    # (both kernels' work grows with the batch alike): a packed batch's length and row count
+    # vary from step to step, and each timing costs a few steps' attention.
+    key = (q.shape[0].bit_length(), q.shape[1], -(-T // 64), q.shape[-1], k.size(-2) == T,
+           q.dtype, None if mask is None else mask.size(-2) > 1)
     won = _chosen.get(key)
     if won is None:
         fused, written = time_both(q, k, v, mask)
