@@ -1,10 +1,13 @@
 """Attention on a CPU: PyTorch's fused kernel against the written-out product (model.attention).
 
     python benchmarks/bench_attention.py [--lengths 128 256 512 1024] [--precisions bf16 fp32]
-        [--batch-tokens 2048] [--heads 4] [--head-dim 64] [--repeats 5] [--threads 1]
+        [--batch-tokens 2048] [--mask packed|padding] [--heads 4] [--head-dim 64] [--repeats 5]
+        [--threads 1]
 
 One layer's attention at each length, the batch holding about --batch-tokens tokens (16 x 128
-by default, the budget recipe's batch), a padding mask as training batches have: the training
+by default, the budget recipe's batch), each row packed with sequences of random lengths (a
+block-diagonal mask, as packed pretraining and fine-tuning batches have; --mask padding: one
+sequence a row, padded, the (B, 1, 1, T) mask of an unpacked batch): the training
 form (forward and backward, `model.attention.time_both`, the timing `attend` makes itself) and
 the inference form (forward alone, no gradients), each the median of --repeats, the two kernels
 in alternation. The ratio is fused / written: above 1 the written form is faster. The last
@@ -23,8 +26,24 @@ import torch.nn.functional as F
 
 import summary
 from bertctl.model.attention import CLEAR_WIN, WRITTEN_MAX_LENGTH, time_both, written_attention
+from bertctl.model.shared import attention_bias
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+def row_mask(kind: str, batch: int, length: int, gen: torch.Generator) -> torch.Tensor:
+    """The attention mask of a batch of `batch` rows of `length` positions (model.shared's)."""
+    if kind == "padding":
+        lengths = torch.randint(length // 2, length + 1, (batch,), generator=gen)
+        lengths[0] = length
+        return attention_bias((torch.arange(length)[None] < lengths[:, None]).long())
+    # Each row: sequences of 8 to length/2 positions back to back, numbered 1, 2, ...; the
+    # last few positions padding (0), as a packer leaves them.
+    sizes = torch.randint(8, max(9, length // 2), (batch, length), generator=gen)
+    ends = sizes.cumsum(1)
+    seq = (torch.arange(length)[None, :, None] >= ends[:, None, :]).sum(-1) + 1
+    seq[:, length - length // 16:] = 0
+    return attention_bias(seq, packed=True)
 
 
 def inference_times(q, k, v, mask, repeats: int) -> tuple[float, float]:
@@ -52,6 +71,7 @@ def main() -> None:
     ap.add_argument("--lengths", type=int, nargs="+", default=[128, 256, 512, 1024])
     ap.add_argument("--precisions", nargs="+", choices=sorted(DTYPES), default=["bf16", "fp32"])
     ap.add_argument("--batch-tokens", type=int, default=2048)
+    ap.add_argument("--mask", choices=["packed", "padding"], default="packed")
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--head-dim", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=5)
@@ -61,16 +81,14 @@ def main() -> None:
     torch.set_num_threads(a.threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU capability "
           f"{torch.backends.cpu.get_cpu_capability()}; {a.heads} heads of {a.head_dim}, about "
-          f"{a.batch_tokens} tokens a batch; ms, median of {a.repeats}")
+          f"{a.batch_tokens} tokens a batch, {a.mask} rows; ms, median of {a.repeats}")
     print(f"{'length':>7}{'batch':>6}  {'prec':<5}{'train fused':>12}{'written':>9}{'ratio':>7}"
           f"{'infer fused':>13}{'written':>9}{'ratio':>7}  attend takes")
     gen = torch.Generator().manual_seed(0)
     rows = []
     for length in a.lengths:
         batch = max(1, a.batch_tokens // length)
-        lengths = torch.randint(length // 2, length + 1, (batch,), generator=gen)
-        lengths[0] = length
-        mask = (torch.arange(length)[None] < lengths[:, None])[:, None, None, :]
+        mask = row_mask(a.mask, batch, length, gen)
         for precision in a.precisions:
             q, k, v = (torch.randn(batch, a.heads, length, a.head_dim, generator=gen)
                        .to(DTYPES[precision]) for _ in range(3))
