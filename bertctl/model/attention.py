@@ -1,15 +1,16 @@
 """Scaled dot-product attention for every architecture: PyTorch's fused kernel, or on a CPU the
 product written out where that is faster.
 
-Why two: on a CPU the fused kernel (flash attention) is the faster forward at every length, but
-its bf16 backward is slow on short sequences. On an AMD EPYC with AVX512-BF16 (no AMX), one
-layer's forward and backward at batch 16, 4 heads of 64, 128 positions took 41 ms fused and
-18 ms written out, about a fifth of a ModernBERT mini training step; at 512 positions the fused
-kernel won again, and in fp32 it won at every length. Which one wins depends on the CPU's
-kernels, so it is not assumed: the first training step of each shape times both and keeps the
-faster (as cuDNN's benchmark mode does), and the written form is taken only where it clearly
-wins. Dropout on the attention probabilities always takes the written form on a CPU: PyTorch
-has no fused CPU kernel with dropout, and its fallback upcasts bf16 to fp32.
+Why two: on a CPU the fused kernel (flash attention) is the faster one in fp32 at every
+length, but its bf16 backward is slow on short sequences. On an AMD EPYC with AVX512-BF16 (no
+AMX), one layer's forward and backward at batch 16, 4 heads of 64, 128 positions ran 1.3-2.2x
+faster written out (benchmarks/bench_attention.py; in the budget recipe's ModernBERT mini step
+the fused kernel was 35% of the time); from 256 positions on the two were level or the fused
+kernel won. Which one wins depends on the CPU's kernels, so it is not assumed: the first
+training step of each shape times both and keeps the faster (as cuDNN's benchmark mode does),
+and the written form is taken only where it clearly wins. Dropout on the attention
+probabilities always takes the written form on a CPU: PyTorch has no fused CPU kernel with
+dropout, and its fallback upcasts bf16 to fp32.
 """
 
 from __future__ import annotations
@@ -60,8 +61,9 @@ def written_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 def _written_is_faster(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                        mask: torch.Tensor | None) -> bool:
     """Whether the written form is the faster training step for this shape (timed once per
-    shape and process). Only reduced-precision training is in question: in fp32 and without
-    gradients the fused kernel won everywhere measured."""
+    shape and process). Only reduced-precision training is in question: in fp32 the fused kernel
+    won everywhere measured, and without gradients (evaluation) the written form gained at most
+    1.26x, on the shortest rows, not worth a timing per shape."""
     T = q.size(-2)
     if (q.dtype not in (torch.bfloat16, torch.float16) or not torch.is_grad_enabled()
             or not q.requires_grad or T > WRITTEN_MAX_LENGTH or torch.compiler.is_compiling()
