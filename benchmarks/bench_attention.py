@@ -24,8 +24,9 @@ import time
 import torch
 import torch.nn.functional as F
 
+import common
 import summary
-from bertctl.model.attention import CLEAR_WIN, WRITTEN_MAX_LENGTH, time_both, written_attention
+from bertctl.model.attention import clearly_faster, time_both, worth_timing, written_attention
 from bertctl.model.shared import attention_bias
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
@@ -79,8 +80,7 @@ def main() -> None:
     ap.add_argument("--summary-json", help="append the comparison rows to this JSON list")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU capability "
-          f"{torch.backends.cpu.get_cpu_capability()}; {a.heads} heads of {a.head_dim}, about "
+    print(f"{common.machine()}; {a.heads} heads of {a.head_dim}, about "
           f"{a.batch_tokens} tokens a batch, {a.mask} rows; ms, median of {a.repeats}")
     print(f"{'length':>7}{'batch':>6}  {'prec':<5}{'train fused':>12}{'written':>9}{'ratio':>7}"
           f"{'infer fused':>13}{'written':>9}{'ratio':>7}  attend takes")
@@ -95,8 +95,8 @@ def main() -> None:
             runs = [time_both(q, k, v, mask, repeats=1) for _ in range(a.repeats)]
             tf, tw = (statistics.median(r[i] for r in runs) for i in (0, 1))
             inf_f, inf_w = inference_times(q, k, v, mask, a.repeats)
-            takes = ("written" if precision != "fp32" and length <= WRITTEN_MAX_LENGTH
-                     and tw < CLEAR_WIN * tf else "fused")
+            takes = ("written" if worth_timing(q.dtype, length) and clearly_faster(tf, tw)
+                     else "fused")
             print(f"{length:>7}{batch:>6}  {precision:<5}{tf * 1e3:>12.1f}{tw * 1e3:>9.1f}"
                   f"{tf / tw:>6.2f}x{inf_f * 1e3:>13.1f}{inf_w * 1e3:>9.1f}{inf_f / inf_w:>6.2f}x"
                   f"  {takes}", flush=True)

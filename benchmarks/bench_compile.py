@@ -20,6 +20,7 @@ import time
 
 import torch
 
+import common
 import summary
 from bench_pretrain_step import autocast, make_batch, step_arguments
 from bertctl.model import BertConfig, BertForPreTraining
@@ -30,8 +31,7 @@ def main() -> None:
     a = ap.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU capability "
-          f"{torch.backends.cpu.get_cpu_capability()}; batch {a.batch} x seq {a.seq}; median "
+    print(f"{common.machine()}; batch {a.batch} x seq {a.seq}; median "
           f"of {a.repeats}")
     print(f"{'preset':<7}{'prec':<6}{'eager s/step':>13}{'compiled':>10}{'ratio':>8}"
           f"{'compile s':>11}  {'loss eager':>11}{'compiled':>10}")

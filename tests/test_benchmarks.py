@@ -32,7 +32,7 @@ def test_every_benchmark_starts(script):
 def test_the_shared_helpers_are_written_once():
     """#54: `default_model` was written 7 times, the command runner 4: benchmarks/common.py
     holds them, and no script defines them again."""
-    shared = ("default_model", "minilm", "sh", "env", "cpu_slot")
+    shared = ("default_model", "minilm", "sh", "env", "cpu_slot", "machine")
     for script in SCRIPTS:
         again = [n for n in shared
                  if f"\ndef {n}(" in script.read_text(encoding="utf-8")]

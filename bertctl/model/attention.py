@@ -65,9 +65,9 @@ def _written_is_faster(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     won everywhere measured, and without gradients (evaluation) the written form gained at most
     1.26x, on the shortest rows, not worth a timing per shape."""
     T = q.size(-2)
-    if (q.dtype not in (torch.bfloat16, torch.float16) or not torch.is_grad_enabled()
-            or not q.requires_grad or T > WRITTEN_MAX_LENGTH or torch.compiler.is_compiling()
-            or torch.compiler.is_exporting() or torch.onnx.is_in_onnx_export()):
+    if (not worth_timing(q.dtype, T) or not torch.is_grad_enabled() or not q.requires_grad
+            or torch.compiler.is_compiling() or torch.compiler.is_exporting()
+            or torch.onnx.is_in_onnx_export()):
         return False
     # Lengths within 64 of each other share a choice, and so do batches within a factor of two
     # (both kernels' work grows with the batch alike): a packed batch's length and row count
@@ -77,8 +77,18 @@ def _written_is_faster(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     won = _chosen.get(key)
     if won is None:
         fused, written = time_both(q, k, v, mask)
-        won = _chosen[key] = written < CLEAR_WIN * fused
+        won = _chosen[key] = clearly_faster(fused, written)
     return won
+
+
+def worth_timing(dtype: torch.dtype, length: int) -> bool:
+    """Whether a training step of this precision and length is timed at all."""
+    return dtype in (torch.bfloat16, torch.float16) and length <= WRITTEN_MAX_LENGTH
+
+
+def clearly_faster(fused_s: float, written_s: float) -> bool:
+    """Whether the written form's time wins by `CLEAR_WIN`."""
+    return written_s < CLEAR_WIN * fused_s
 
 
 def time_both(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
@@ -106,4 +116,4 @@ def time_both(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
     return best[0], best[1]
 
 
-__all__ = ["attend", "time_both", "written_attention"]
+__all__ = ["attend", "clearly_faster", "time_both", "worth_timing", "written_attention"]
