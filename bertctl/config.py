@@ -363,14 +363,22 @@ class EmbedSettings(InferenceSettings):
     combine: Literal["concat", "sum", "mean"] = Field("concat", description="How several "
                                                       "layers are combined.",
                                                       json_schema_extra=meta(EMBEDDINGS))
-    pool: Literal["cls", "mean", "tokens", "words"] | None = Field(
-        None, description="One vector per row ([CLS], or the mean over its pieces), per "
-        "piece, or per word (the mean of its pieces). Unset: the model's own pooling (an "
-        "embedding model's, a sentence-transformers directory's), else mean.",
+    pool: Literal["model", "cls", "mean", "tokens", "words"] | None = Field(
+        None, description="model: an embedding model's own vectors (bertctl's, a "
+        "sentence-transformers model's: its pooling, Dense layers and normalisation, each text "
+        "truncated as its encode does). Else one vector per row of the --layers' hidden states "
+        "([CLS], or the mean over its pieces), per piece, or per word (the mean of its "
+        "pieces). Unset: model for an embedding model, else mean.",
         json_schema_extra=meta(EMBEDDINGS))
     normalize: bool | None = Field(None, description="Scale every vector to unit length (for "
-                                   "cosine search). Unset: as the model's own pooling says, "
+                                   "cosine search). Unset: as the model's own vectors are, "
                                    "else not.", json_schema_extra=meta(EMBEDDINGS))
+    prompt_name: str | None = Field(None, description="An embedding model's prompt to put "
+                                    "before every text (config_sentence_transformers.json's "
+                                    "prompts: query, document, ...). Unset: its default "
+                                    "prompt, if it has one.", json_schema_extra=meta(EMBEDDINGS))
+    prompt: str | None = Field(None, description="A text to put before every text, in place "
+                               "of the model's prompts.", json_schema_extra=meta(EMBEDDINGS))
     dtype: Literal["fp32", "fp16"] = Field("fp32", description="Stored vector type.",
                                            json_schema_extra=meta(EMBEDDINGS))
     max_seq_length: int | None = Field(None, **SEQ_LENGTH, description="Pieces per model "

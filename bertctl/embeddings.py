@@ -16,6 +16,12 @@ chunk whatever the input's size.
   sentence-transformers' mean pooling over the attention mask), `tokens` (every piece), `words`
   (the mean of each word's pieces; words as the tokenizer's pre-tokenizer splits them, a word
   without pieces dropped).
+- An embedding model's own vectors (`own`: its sentence head, every sentence-transformers
+  module bertctl computes, bertctl.model.sentence): each text (after the prompt) truncated at
+  `max_seq_length` as sentence-transformers' encode truncates it (counted), not windowed: the
+  vectors are `SentenceTransformer(model).encode`'s.
+- Nothing non-finite is written: the pieces and the vectors written (a sum of finite pieces can
+  overflow) are checked.
 
 Output layout (`write`): `vectors-NNNNN.npy` shards (float32 or float16, shape (n, dim), opened
 with `np.load(path, mmap_mode="r")`), and `index.parquet` with one record per input row: `row`
@@ -26,6 +32,7 @@ word pooling `words` (the word strings).
 from __future__ import annotations
 
 import ast
+import dataclasses
 import io
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -163,6 +170,10 @@ class EmbedOptions:
     max_seq_length: int = 512
     stride: int | None = None        # overlap of windows in pieces; None: half the window
     batch_size: int = 64
+    # The model's own vectors (an embedding model's sentence head, as sentence-transformers
+    # encodes): each text truncated at max_seq_length, the model's `embeddings` output.
+    own: bool = False
+    prompt: str = ""                 # put before every text (the first of a pair)
 
 
 @dataclass
@@ -177,9 +188,11 @@ class _Encoded:
     dst: list[np.ndarray]           # their indices in the flat piece arrays
     windowed_rows: int = 0
     truncated_pairs: int = 0
+    truncated_rows: int = 0
 
 
-def _encode(tok, chunk: Chunk, max_len: int, stride: int | None) -> tuple[_Encoded, list]:
+def _encode(tok, chunk: Chunk, max_len: int, stride: int | None,
+            truncate: bool = False) -> tuple[_Encoded, list]:
     budget = max_len - 2
     overlap = budget // 2 if stride is None else stride
     if not 0 <= overlap < budget:
@@ -191,6 +204,9 @@ def _encode(tok, chunk: Chunk, max_len: int, stride: int | None) -> tuple[_Encod
     elif chunk.pretokenized:
         tok.no_truncation()
         encodings = _encode_words(tok, chunk.texts)
+    elif truncate:
+        tok.enable_truncation(max_len)
+        encodings = tok.encode_batch(chunk.texts)
     else:
         tok.no_truncation()
         encodings = tok.encode_batch(chunk.texts)
@@ -205,6 +221,7 @@ def _encode(tok, chunk: Chunk, max_len: int, stride: int | None) -> tuple[_Encod
         words = np.array([-1 if w is None else w for w in e.word_ids], np.int64)
         enc.word_ids[base:base + len(ids)] = words
         enc.truncated_pairs += bool(e.overflowing) and chunk.pairs is not None
+        enc.truncated_rows += bool(e.overflowing) and chunk.pairs is None
         if len(ids) <= max_len:
             enc.windows.append(ids)
             enc.types.append(types)
@@ -266,6 +283,25 @@ def _piece_vectors(model, enc: _Encoded, opts: EmbedOptions, device, pad_id: int
             out = torch.empty(int(enc.row_offsets[-1]), h.shape[-1], dtype=torch.float32)
         out[torch.from_numpy(flat_dst)] = h.reshape(-1, h.shape[-1])[
             torch.from_numpy(flat_src).to(h.device)].cpu()
+    return out
+
+
+def _sentence_vectors(model, enc: _Encoded, opts: EmbedOptions, device,
+                      pad_id: int) -> torch.Tensor:
+    """(rows, dim) float32: each row's vector as the model gives it (its `embeddings` output:
+    pooling, Dense layers, normalisation), from its one window."""
+    lengths = np.array([len(w) for w in enc.windows])
+    out = None
+    for idx in length_grouped_batches(lengths, opts.batch_size, seed=None):
+        input_ids = pad_to_tensor([enc.windows[i] for i in idx], pad_value=pad_id)
+        types = pad_to_tensor([enc.types[i] for i in idx], pad_value=0)
+        mask = (torch.arange(input_ids.shape[1])[None, :]
+                < torch.from_numpy(lengths[idx])[:, None]).long()
+        vectors = model(input_ids.to(device), types.to(device),
+                        mask.to(device))["embeddings"].float().cpu()
+        if out is None:
+            out = torch.empty(len(enc.windows), vectors.shape[-1], dtype=torch.float32)
+        out[torch.from_numpy(np.asarray(idx))] = vectors
     return out
 
 
@@ -349,14 +385,16 @@ def header_shape(path: Path) -> tuple[int, int]:
     return ast.literal_eval(head[10:].decode("latin1").strip())["shape"]
 
 
-def _refuse_non_finite(pieces: torch.Tensor, enc: _Encoded, chunk: Chunk, where: str) -> None:
-    """NonFiniteOutputs naming the first row of the chunk with a NaN or infinite piece: a
-    vector of NaN would be written as if it were one."""
-    bad = non_finite_rows(pieces)
+def _refuse_non_finite(values: torch.Tensor, counts: np.ndarray, chunk: Chunk,
+                       where: str) -> None:
+    """NonFiniteOutputs naming the first row of the chunk with a NaN or infinite value among
+    its `counts` consecutive vectors (pieces, or what is written: a sum over finite pieces can
+    still overflow): a vector of NaN would be written as if it were one."""
+    bad = non_finite_rows(values)
     if bool(bad.any()):
-        row_of_piece = np.repeat(np.arange(len(enc.row_offsets) - 1), np.diff(enc.row_offsets))
-        rows = np.zeros(len(enc.row_offsets) - 1, bool)
-        rows[row_of_piece[bad.numpy()]] = True
+        row_of = np.repeat(np.arange(len(counts)), counts)
+        rows = np.zeros(len(counts), bool)
+        rows[row_of[bad.numpy()]] = True
         refuse_non_finite(torch.from_numpy(rows),
                           np.arange(chunk.first_row, chunk.first_row + len(rows)), where, "row")
 
@@ -379,19 +417,28 @@ def write(model, tokenizer, chunks: Iterator[Chunk], opts: EmbedOptions, out: Pa
     schema = pa.schema(fields)
     index = pq.ParquetWriter(out / INDEX, schema)
     shard, writer = -1, None
-    stats = {"rows": 0, "vectors": 0, "pieces": 0, "windowed_rows": 0, "truncated_pairs": 0}
+    stats = {"rows": 0, "vectors": 0, "pieces": 0, "windowed_rows": 0, "truncated_pairs": 0,
+             "truncated_rows": 0}
     dim = None
     try:
         for chunk in chunks:
             if opts.pool == "words" and chunk.pairs is not None:
                 raise BertctlError("--pool words takes single texts: sentence pairs have two "
                                    "word sequences")
-            enc, encodings = _encode(tok, chunk, opts.max_seq_length, opts.stride)
-            pieces = _piece_vectors(model, enc, opts, device, pad_id)
-            _refuse_non_finite(pieces, enc, chunk, where)
-            vectors, counts, words = _pool(pieces, enc, encodings, chunk, opts.pool)
+            if opts.prompt:
+                chunk = dataclasses.replace(chunk, texts=[opts.prompt + t for t in chunk.texts])
+            enc, encodings = _encode(tok, chunk, opts.max_seq_length, opts.stride,
+                                     truncate=opts.own)
+            if opts.own:
+                vectors = _sentence_vectors(model, enc, opts, device, pad_id)
+                counts, words = np.ones(len(vectors), np.int64), None
+            else:
+                pieces = _piece_vectors(model, enc, opts, device, pad_id)
+                _refuse_non_finite(pieces, np.diff(enc.row_offsets), chunk, where)
+                vectors, counts, words = _pool(pieces, enc, encodings, chunk, opts.pool)
             if opts.normalize and len(vectors):
                 vectors = F.normalize(vectors, dim=-1)
+            _refuse_non_finite(vectors, counts, chunk, where)
             if dtype == np.float16 and len(vectors) and float(vectors.abs().max()) > FP16_MAX:
                 raise BertctlError(f"{where}: a vector value exceeds fp16's range "
                                    f"({float(vectors.abs().max()):.4g} > {FP16_MAX:g}); write "
@@ -419,6 +466,7 @@ def write(model, tokenizer, chunks: Iterator[Chunk], opts: EmbedOptions, out: Pa
             stats["pieces"] += int(enc.row_offsets[-1])
             stats["windowed_rows"] += enc.windowed_rows
             stats["truncated_pairs"] += int(enc.truncated_pairs)
+            stats["truncated_rows"] += int(enc.truncated_rows)
             if progress is not None:
                 progress(n)
     finally:

@@ -1,7 +1,6 @@
-"""Embedding models: pooling, the contrastive losses and cached negatives.
+"""Embedding models' training: the contrastive losses and cached negatives (a vector from
+hidden states is bertctl.model.sentence's).
 
-- `pool`: a sequence's vector from its hidden states: the mean over its real tokens, or the
-  first token's ([CLS]); what sentence-transformers' Pooling module computes.
 - `info_nce`: in-batch negatives. Each query's positive is its own document and every other
   document of the batch (the other queries' positives and every hard negative) is a negative:
   cross-entropy over `scale * cos(q, d)`, as sentence-transformers' MultipleNegativesRankingLoss;
@@ -25,26 +24,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-POOLING = ("mean", "cls")
 LOSSES = ("infonce", "symmetric", "cosent")
-
-
-def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
-    """(B, T, H) -> (B, H): the mean over the real tokens (mask 1); ModernBERT's "mean"
-    classifier pooling too."""
-    if attention_mask is None:
-        return hidden.mean(1)
-    weights = attention_mask.to(hidden.dtype).unsqueeze(-1)
-    return (hidden * weights).sum(1) / weights.sum(1)
-
-
-def pool(hidden: torch.Tensor, attention_mask: torch.Tensor | None, mode: str) -> torch.Tensor:
-    """(B, T, H) -> (B, H): the mean over the real tokens (mask 1), or the first token."""
-    if mode == "cls":
-        return hidden[:, 0]
-    if mode != "mean":
-        raise ValueError(f"pooling must be one of {POOLING}, got {mode!r}")
-    return mean_pool(hidden, attention_mask)
 
 
 def info_nce(queries: torch.Tensor, documents: torch.Tensor, scale: float,
@@ -135,4 +115,4 @@ def cached_encoding(embed: Callable[..., torch.Tensor], inputs: list[torch.Tenso
     return _CachedEncoding.apply(anchor, embed, chunks)
 
 
-__all__ = ["LOSSES", "POOLING", "cached_encoding", "cosent", "info_nce", "mean_pool", "pool"]
+__all__ = ["LOSSES", "cached_encoding", "cosent", "info_nce"]

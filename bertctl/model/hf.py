@@ -21,7 +21,7 @@ from safetensors.torch import save_file
 from torch import nn
 
 from bertctl.errors import BertctlError, DiskFull, is_disk_full
-from bertctl.model import architectures
+from bertctl.model import architectures, sentence_layout as sentence
 from bertctl.model.shared import EncoderWithHead
 
 CONFIG_NAME = "config.json"
@@ -74,36 +74,16 @@ def read_config_dict(directory: str | Path) -> dict[str, Any]:
         raise BertctlError(f"{path}: cannot read: {exc}") from None
     if not isinstance(data, dict):
         raise BertctlError(f"{path}: expected a JSON object")
-    if "bertctl_embedding" not in data:
-        pooling = sentence_transformers_pooling(directory)
-        if pooling is not None:
-            data["bertctl_embedding"] = pooling
-    return data
-
-
-def sentence_transformers_pooling(directory: Path) -> dict[str, Any] | None:
-    """A sentence-transformers directory's pooling (its Pooling module's mode, and whether a
-    Normalize module follows) as config.json's `bertctl_embedding`; None for a directory
-    without modules.json or with a pooling bertctl does not compute."""
+    # A sentence-transformers layout is the model's sentence head (what bertctl wrote agrees
+    # with it); one bertctl does not compute is kept as its refusal, which only a stage that
+    # reads the head raises: the encoder alone is still an encoder.
     try:
-        modules = json.loads((directory / "modules.json").read_text(encoding="utf-8"))
-        kinds = {m["type"].rsplit(".", 1)[-1]: m.get("path", "") for m in modules}
-        pooling = json.loads((directory / kinds["Pooling"] / "config.json")
-                             .read_text(encoding="utf-8"))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
-    if "pooling_mode" in pooling:   # sentence-transformers 6: one name (or a list of them)
-        given = pooling["pooling_mode"]
-        modes = [given] if isinstance(given, str) else list(given or [])
-    else:                           # before: a flag per mode
-        modes = [m for m in ("cls_token", "mean_tokens", "max_tokens", "mean_sqrt_len_tokens",
-                             "weightedmean_tokens", "lasttoken")
-                 if pooling.get(f"pooling_mode_{m}")]
-    names = {"cls": "cls", "cls_token": "cls", "mean": "mean", "mean_tokens": "mean"}
-    if len(modes) != 1 or modes[0] not in names or \
-            set(kinds) - {"Transformer", "Pooling", "Normalize"}:
-        return None
-    return {"pooling": names[modes[0]], "normalize": "Normalize" in kinds}
+        layout = sentence.read_layout(directory)
+    except BertctlError as exc:
+        layout = {"refused": str(exc)}
+    if layout is not None:
+        data[sentence.KEY] = layout
+    return data
 
 
 def read_config(directory: str | Path):
@@ -143,17 +123,30 @@ def save_model(model: nn.Module, directory: str | Path, extra_config: dict[str, 
     config.update(extra_config or {})
     (directory / CONFIG_NAME).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n",
                                          encoding="utf-8")
-    for name, text in (model.extra_files() if isinstance(model, EncoderWithHead) else {}).items():
+    headed = isinstance(model, EncoderWithHead)
+    for name, content in (model.extra_files() if headed else {}).items():
         (directory / name).parent.mkdir(parents=True, exist_ok=True)
-        (directory / name).write_text(text, encoding="utf-8")
+        if isinstance(content, dict) and content and \
+                all(isinstance(v, torch.Tensor) for v in content.values()):
+            _save_tensors(content, directory / name)
+        else:
+            (directory / name).write_text(content if isinstance(content, str) else
+                                          json.dumps(content, indent=2) + "\n", encoding="utf-8")
     # The decoder is not a parameter of ours (it reads the embedding table), so nothing is shared
     # and transformers re-ties it from `tie_word_embeddings`, exactly as for its own files.
-    tensors = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    # Weights another library keeps in its own files (extra_files) stay out of the encoder's.
+    elsewhere = model.weights_elsewhere if headed else ()
+    tensors = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()
+               if not (elsewhere and k.startswith(elsewhere))}
+    _save_tensors(tensors, directory / WEIGHTS_NAME)
+
+
+def _save_tensors(tensors: dict[str, torch.Tensor], path: Path) -> None:
     try:
-        save_file(tensors, str(directory / WEIGHTS_NAME), metadata={"format": "pt"})
+        save_file(tensors, str(path), metadata={"format": "pt"})
     except Exception as exc:  # noqa: BLE001 - safetensors raises its own type for I/O errors
         if is_disk_full(exc):
-            raise DiskFull(directory / WEIGHTS_NAME) from None
+            raise DiskFull(path) from None
         raise
 
 
@@ -284,6 +277,10 @@ def load_model(directory: str | Path, role: str | type | None = None,
         head_kwargs = {**head_class.kwargs_from_hf(hf_config), **head_kwargs}
     model = head_class(config, **head_kwargs)
     tensors = read_safetensors(directory)
+    if issubclass(head_class, EncoderWithHead):
+        extra = head_class.extra_weights(directory, hf_config)
+        _refuse_non_finite(extra, directory)
+        tensors.update(extra)
     report = load_state_dict(model, tensors, source=str(directory))
     return model, report
 

@@ -7,7 +7,6 @@ how it pools (`_pool`), how its classifier reads a vector (`_classify`) and how 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -16,7 +15,7 @@ import torch.nn.functional as F
 
 from bertctl.labels import IGNORE_INDEX
 from bertctl.errors import BertctlError
-from bertctl.model import contrastive
+from bertctl.model import contrastive, sentence
 from bertctl.model.dropout import has_dropout, set_training_dropout
 
 
@@ -195,24 +194,40 @@ class Embedder:
     compares_rows = ("--cache-negatives N (the same loss at the memory of N sequences; a "
                      "smaller N where one is given)")
 
-    def _embedder(self, pooling: str = "mean", normalize: bool = True, loss: str = "infonce",
-                  scale: float = 20.0, cache_negatives: int = 0,
+    weights_elsewhere = ("sentence.",)   # its Dense layers: sentence-transformers' folders
+
+    def _embedder(self, pooling: str | list[str] = "mean", normalize: bool = True,
+                  dense: list[dict[str, Any]] | tuple = (), prompts: dict[str, str] | None = None,
+                  default_prompt_name: str | None = None, max_seq_length: int | None = None,
+                  loss: str = "infonce", scale: float = 20.0, cache_negatives: int = 0,
                   dropout: float | None = None) -> None:
-        if pooling not in contrastive.POOLING:
-            raise ValueError(f"pooling must be one of {contrastive.POOLING}, got {pooling!r}")
         if loss not in contrastive.LOSSES:
             raise ValueError(f"loss must be one of {contrastive.LOSSES}, got {loss!r}")
-        self.pooling, self.normalize, self.loss_name = pooling, bool(normalize), loss
+        try:
+            self.sentence = sentence.SentenceHead(self.config.hidden_size, pooling, dense,
+                                                  normalize)
+        except ValueError as exc:
+            raise BertctlError(f"the embedding head: {exc}") from None
+        self.prompts, self.default_prompt_name = dict(prompts or {}), default_prompt_name
+        self.max_seq_length = max_seq_length
+        self.loss_name = loss
         self.scale, self.cache_negatives = float(scale), int(cache_negatives)
         if dropout is not None:   # training's rate; the saved config keeps the architecture's
             set_training_dropout(self, dropout)
 
+    @property
+    def pooling(self) -> str | list[str]:
+        return self.sentence.record()["pooling"]
+
+    @property
+    def normalize(self) -> bool:
+        return self.sentence.normalize
+
     def embed(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
               attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """(N, T) -> (N, D): each sequence's vector, as the model's pooling defines it."""
+        """(N, T) -> (N, D): each sequence's vector, as the model's sentence head defines it."""
         hidden = self._sequence(input_ids, token_type_ids, attention_mask)
-        vectors = contrastive.pool(hidden, attention_mask, self.pooling)
-        return F.normalize(vectors.float(), dim=-1) if self.normalize else vectors
+        return self.sentence(hidden, attention_mask)
 
     def _trimmed(self, input_ids, token_type_ids=None, attention_mask=None) -> torch.Tensor:
         """`embed` of rows cut to their longest real sequence (padding changes no vector)."""
@@ -270,39 +285,33 @@ class Embedder:
         return out
 
     def hf_config(self) -> dict[str, Any]:
-        return {EMBEDDING_KEY: {"pooling": self.pooling, "normalize": self.normalize}}
+        record = self.sentence.record()
+        if self.prompts:
+            record.update(prompts=self.prompts, default_prompt_name=self.default_prompt_name)
+        return {sentence.KEY: record}
 
     @classmethod
     def kwargs_from_hf(cls, hf_config: dict[str, Any]) -> dict[str, Any]:
-        given = hf_config.get(EMBEDDING_KEY)
-        return {k: given[k] for k in ("pooling", "normalize") if k in given} \
-            if isinstance(given, dict) else {}
+        given = sentence.record_of(hf_config) or {}
+        kwargs = {k: given[k] for k in ("pooling", "normalize", "prompts",
+                                        "default_prompt_name", "max_seq_length") if k in given}
+        if given.get("dense"):
+            kwargs["dense"] = [{k: v for k, v in d.items() if k != "path"}
+                               for d in given["dense"]]
+        return kwargs
 
-    def extra_files(self) -> dict[str, str]:
-        """The sentence-transformers layout beside config.json: the encoder (this directory),
-        its Pooling module and, when the vectors are normalised, a Normalize module; so that
-        `SentenceTransformer(DIR).encode` gives this model's vectors."""
-        modules = [{"idx": 0, "name": "0", "path": "",
-                    "type": "sentence_transformers.models.Transformer"},
-                   {"idx": 1, "name": "1", "path": "1_Pooling",
-                    "type": "sentence_transformers.models.Pooling"}]
-        if self.normalize:
-            modules.append({"idx": 2, "name": "2", "path": "2_Normalize",
-                            "type": "sentence_transformers.models.Normalize"})
-        pooling = {"word_embedding_dimension": self.config.hidden_size,
-                   "pooling_mode_cls_token": self.pooling == "cls",
-                   "pooling_mode_mean_tokens": self.pooling == "mean",
-                   "pooling_mode_max_tokens": False,
-                   "pooling_mode_mean_sqrt_len_tokens": False}
-        length = {"max_seq_length": int(self.config.max_position_embeddings),
-                  "do_lower_case": False}
-        files = {"modules.json": modules, "1_Pooling/config.json": pooling,
-                 "sentence_bert_config.json": length}
-        return {k: json.dumps(v, indent=2) + "\n" for k, v in files.items()}
+    @classmethod
+    def extra_weights(cls, directory, hf_config: dict[str, Any]) -> dict[str, torch.Tensor]:
+        record = sentence.record_of(hf_config) or {}
+        return sentence.dense_weights(directory, record, "sentence.dense")
 
-
-# config.json's record of an embedding model's pooling (not a transformers key).
-EMBEDDING_KEY = "bertctl_embedding"
+    def extra_files(self) -> dict[str, Any]:
+        """The sentence-transformers layout beside config.json (bertctl.model.sentence), so
+        that `SentenceTransformer(DIR).encode` gives this model's vectors."""
+        return self.sentence.layout(self.config.hidden_size,
+                                    self.max_seq_length or
+                                    int(self.config.max_position_embeddings),
+                                    self.prompts, self.default_prompt_name)
 
 
 def label_maps(num_labels: int) -> dict[str, Any]:

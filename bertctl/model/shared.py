@@ -164,7 +164,17 @@ class EncoderWithHead(nn.Module):
         """Constructor arguments recovered from a config.json this head wrote."""
         return {}
 
-    def extra_files(self) -> dict[str, str]:
-        """Files written beside config.json (path relative to the model directory -> text):
-        another library's layout of the same model (sentence-transformers' modules)."""
+    # State-dict prefixes whose weights extra_files writes (another library's files), not
+    # model.safetensors.
+    weights_elsewhere: ClassVar[tuple[str, ...]] = ()
+
+    def extra_files(self) -> dict[str, Any]:
+        """Files written beside config.json (path relative to the model directory -> text, a
+        JSON-able object, or a dict of tensors for a safetensors file): another library's
+        layout of the same model (sentence-transformers' modules)."""
+        return {}
+
+    @classmethod
+    def extra_weights(cls, directory, hf_config: dict[str, Any]) -> dict[str, torch.Tensor]:
+        """The weights of `weights_elsewhere`, read back from a directory's other files."""
         return {}

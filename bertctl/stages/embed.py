@@ -3,12 +3,14 @@ embeddings artifact (layout and pooling: bertctl/embeddings.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 
 from bertctl import artifacts, console, embeddings, evaluation, hardware
 from bertctl.config import EmbedSettings
 from bertctl.errors import BertctlError
+from bertctl.model import architectures, sentence_layout
 from bertctl.model.features import parse_layers
 from bertctl.stages.common import models
 
@@ -22,24 +24,48 @@ def run(config: EmbedSettings, target: artifacts.Target, model_dir: Path, data: 
     layers = parse_layers(config.layers, int(source.hf_config["num_hidden_layers"]))
     if not data.exists():
         raise BertctlError(f"{data}: no such file or directory")
-    # Unset pooling is the model's own (an embedding model's, sentence-transformers'), so the
-    # vectors are the ones it was trained to give; a pooling given is the user's, normalised
-    # only if asked. The resolved values are recorded.
-    own = source.hf_config.get("bertctl_embedding") or {} if config.pool is None else {}
-    config = config.model_copy(update={
-        "pool": config.pool or own.get("pooling", "mean"),
-        "normalize": own.get("normalize", False) if config.normalize is None
-        else config.normalize})
+    # Unset pooling on an embedding model (bertctl's, sentence-transformers') gives the model's
+    # own vectors, as it was trained to give them; a pooling given is the user's, over the
+    # layers asked, normalised only if asked. The resolved values are recorded.
+    record = sentence_layout.record_of(source.hf_config)
+    embedder = record is not None or architectures.role_of(
+        (source.hf_config.get("architectures") or [""])[0]) == "embedding"
+    own = config.pool == "model" or (config.pool is None and embedder)
+    if own and not embedder:
+        raise BertctlError(f"--pool model: {source.path} is not an embedding model (it has no "
+                           f"sentence head of its own); give --pool cls or mean")
+    prompt = _prompt(config, record, source.path)
+    if own:
+        if config.layers != "-1" or config.combine != "concat":
+            raise BertctlError("--layers and --combine choose hidden states for a --pool you "
+                               f"give; {source.path} is an embedding model, whose own vectors "
+                               f"are its sentence head's (give --pool to take hidden states)")
+        unit = (record or {}).get("normalize", True)
+        if config.normalize is False and unit:
+            raise BertctlError(f"--no-normalize: {source.path}'s own vectors are unit length "
+                               f"(its Normalize module); give --pool to take hidden states")
+        config = config.model_copy(update={"pool": "model", "normalize": bool(
+            unit if config.normalize is None else config.normalize)})
+    elif config.prompt_name is not None or config.prompt is not None:
+        raise BertctlError("--prompt and --prompt-name apply to an embedding model's own "
+                           "vectors (--pool model)")
+    else:
+        config = config.model_copy(update={"pool": config.pool or "mean",
+                                           "normalize": bool(config.normalize)})
     config = source.applied(config)
     device, precision, recorded = source.runtime(config.device, config.precision)
     opts = embeddings.EmbedOptions(layers=layers, combine=config.combine, pool=config.pool,
                                    normalize=config.normalize, dtype=config.dtype,
                                    max_seq_length=max_len,
-                                   stride=config.doc_stride, batch_size=config.batch_size)
+                                   stride=config.doc_stride, batch_size=config.batch_size,
+                                   own=own, prompt=prompt)
+    if own:   # its sentence head normalises what it should; a unit vector again is itself
+        opts = dataclasses.replace(opts, normalize=False)
     inputs = [source.ref, models.data_input(data)]
 
     def build(tmp: Path) -> dict:
-        model = models.load_encoder(source)
+        model = (models.load_task_model(source, "embedding") if own
+                 else models.load_encoder(source))
         model.to(device)
         started = time.monotonic()
         with console.progress("embedding", total=None, unit="rows") as bar, \
@@ -52,9 +78,29 @@ def run(config: EmbedSettings, target: artifacts.Target, model_dir: Path, data: 
         seconds = time.monotonic() - started
         console.log(f"{stats['rows']:,} rows -> {stats['vectors']:,} vectors of {stats['dim']} "
                     f"in {stats['shards']} shard(s), {seconds:.1f}s")
+        if stats["truncated_rows"]:
+            console.log(f"note: {stats['truncated_rows']:,} text(s) longer than {max_len} "
+                        f"pieces were truncated, as the model's own encoding does")
         return {**stats, "layers": list(layers), "model": str(source.path),
                 "data": str(data), "precision": recorded, "device": str(device),
                 "seconds": round(seconds, 3),
                 "rows_per_second": round(stats["rows"] / seconds, 1) if seconds else None}
 
     return artifacts.produce("embeddings", config, inputs, target, build)
+
+
+def _prompt(config: EmbedSettings, record: dict | None, where: Path) -> str:
+    """The text put before every row: --prompt, the model's prompt --prompt-name names, else
+    its default prompt (as sentence-transformers' encode)."""
+    if config.prompt is not None and config.prompt_name is not None:
+        raise BertctlError("give --prompt or --prompt-name, not both")
+    if config.prompt is not None:
+        return config.prompt
+    prompts = (record or {}).get("prompts") or {}
+    if config.prompt_name is not None:
+        if config.prompt_name not in prompts:
+            raise BertctlError(f"--prompt-name {config.prompt_name}: {where} has "
+                               + (f"the prompts {', '.join(prompts)}" if prompts
+                                  else "no prompts"))
+        return prompts[config.prompt_name]
+    return sentence_layout.prompt_for(record, "text")

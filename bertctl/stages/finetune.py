@@ -32,6 +32,7 @@ def run(config: FinetuneSettings, target: artifacts.Target, model_dir: Path, tra
     spec = task_spec(config)
     family = tasks.get(spec.family)
     source = models.open_model(model_dir, "model")
+    spec = family.for_model(spec, source.hf_config)
     features = frozen_features(config, family, source)   # a bad --head fails before any work
     train_file, dev_file = training_files(spec, train_path, dev_path)
     inputs = [source.ref, models.data_input(train_file, "train")]

@@ -129,6 +129,11 @@ class Family:
             raise BertctlError(f"{where}: task {spec.name} needs a {role_name(self.head)} model "
                                f"but the model is {architecture_name(arch)}{hint}")
 
+    def for_model(self, spec, hf_config: dict[str, Any]):
+        """The spec as the model with this config.json reads its files: settings the flags left
+        unset that the model's own files give (retrieval's prompts)."""
+        return spec
+
     def head_note(self, hf_config: dict[str, Any], spec, where: str) -> str | None:
         """A line to log about how the model's head is read for the task (a default taken in
         place of a setting the model lacks); None: nothing to say."""

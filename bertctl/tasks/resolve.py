@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from bertctl import console
 from bertctl.errors import BertctlError
+from bertctl.model.sentence_layout import KEY
 from bertctl.settings import DEFAULT_LENGTH
 from bertctl.tasks.files import is_saved_dataset
 from bertctl.tasks.registry import get
@@ -54,6 +55,7 @@ def model_task(config, model: TaskModel) -> ModelTask:
     """The model's task as the flags refine it, the model's head checked against it."""
     spec = resolve_spec(config, model)
     family = get(spec.family)
+    spec = family.for_model(spec, model.hf_config)
     label_list = family.resolve_labels(spec, model.task, model.hf_config, config.labels,
                                        str(model.path))
     family.check_head(model.hf_config, spec, label_list, str(model.path))
@@ -64,9 +66,12 @@ def model_task(config, model: TaskModel) -> ModelTask:
 
 
 def task_length(config, model: TaskModel) -> int:
-    """--max-seq-length, else the model's fine-tuning length, else DEFAULT_LENGTH."""
+    """--max-seq-length, else the model's fine-tuning length, else a sentence-transformers
+    model's own (what its encode truncates at), else DEFAULT_LENGTH."""
+    record = model.hf_config.get(KEY)
+    own = record.get("max_seq_length") if isinstance(record, dict) else None
     return config.max_seq_length or int((model.task or {}).get("max_seq_length")
-                                        or DEFAULT_LENGTH)
+                                        or own or DEFAULT_LENGTH)
 
 
 def open_task(config, model: TaskModel, data: Path) -> TaskInput:

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertctl.model.contrastive import mean_pool
+from bertctl.model.sentence import mean_pool
 from bertctl.model.dropout import Dropout
 from bertctl.model.shared import ACTIVATIONS, EncoderWithHead, first_tokens
 from bertctl.model.roles import (Embedder, MultipleChoice, QuestionAnswering,

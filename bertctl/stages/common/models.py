@@ -19,7 +19,7 @@ from bertctl import agreement, artifacts, console, hardware, placement
 from bertctl.data import tokenizer as tokenizer_mod
 from bertctl.errors import BertctlError
 from bertctl.exports import ExportFacts
-from bertctl.model import architectures
+from bertctl.model import architectures, sentence_layout as sentence
 from bertctl.model.architectures import role_of
 from bertctl.settings import SEQ_LENGTH
 from bertctl.tasks.resolve import TASK_FILE
@@ -28,6 +28,8 @@ TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json",
                    "special_tokens_map.json")
 MODEL_FILES = ("config.json", "model.safetensors", "model.safetensors.index.json")
 ONNX_FILE = "model.onnx"
+SENTENCE_FILES = ("modules.json", "sentence_bert_config.json",
+                  "config_sentence_transformers.json")
 
 
 @dataclass
@@ -99,8 +101,14 @@ def _digest(root: Path, files) -> tuple[str, int]:
 
 
 def _hf_directory_ref(path: Path, role: str) -> artifacts.InputRef:
-    """A plain Hugging Face directory is identified by the hashes of the files that define it."""
-    files = [path / n for n in MODEL_FILES + TOKENIZER_FILES if (path / n).is_file()]
+    """A plain Hugging Face directory is identified by the hashes of the files that define it:
+    the model's, the tokenizer's and sentence-transformers' layout (its modules' folders)."""
+    layout = [path / n for n in SENTENCE_FILES if (path / n).is_file()]
+    if (path / "modules.json").is_file():
+        folders = sorted({p.parent for p in path.glob("[0-9]*_*/*") if p.is_file()})
+        layout += sorted(p for folder in folders for p in folder.iterdir()
+                         if p.is_file() and not p.is_symlink())
+    files = [path / n for n in MODEL_FILES + TOKENIZER_FILES if (path / n).is_file()] + layout
     digest, size = _digest(path, files)
     return artifacts.InputRef(role=role, kind="hf-model", id=digest,
                               path=str(path.resolve()), size=size)
@@ -159,6 +167,7 @@ def open_model(path: str | Path, role: str = "model", exports: bool = False) -> 
     read_config(path)  # a clear error now if this is not a BERT we can build
     tokenizer_files(path)
     hf_config = read_config_dict(path)
+    _check_lowercasing(path, hf_config)
     task = None
     if (path / TASK_FILE).is_file():
         try:
@@ -169,6 +178,19 @@ def open_model(path: str | Path, role: str = "model", exports: bool = False) -> 
         if not isinstance(task, dict):
             raise BertctlError(f"{path / TASK_FILE}: the model's task file is not a JSON object")
     return ModelSource(path, ref, hf_config, task, onnx)
+
+
+def _check_lowercasing(path: Path, hf_config: dict[str, Any]) -> None:
+    """sentence-transformers lowercases a model's texts when its sentence_bert_config.json
+    says do_lower_case; bertctl's texts go through the tokenizer alone, so a tokenizer that
+    does not lowercase them would give other vectors."""
+    record = hf_config.get(sentence.KEY)
+    if isinstance(record, dict) and record.get("do_lower_case") and \
+            any((path / n).is_file() for n in ("tokenizer.json", "vocab.txt")):
+        _, lowercase, _ = tokenizer_mod.from_hf_directory(path)
+        if not lowercase:
+            raise BertctlError(f"{path / 'sentence_bert_config.json'}: do_lower_case with a "
+                               f"tokenizer that keeps case is not computed by bertctl")
 
 
 def tokenizer_files(source: Path) -> list[Path]:
@@ -199,8 +221,12 @@ def write_model(model, directory: Path, tokenizer_dir: Path, extra_config: dict 
 def model_length(source: ModelSource) -> int:
     """The longest input the model reads: its position table, at most SEQ_LENGTH's bound (a
     model trained with 128 positions cannot take 512)."""
-    return min(SEQ_LENGTH["le"], int(source.hf_config.get("max_position_embeddings",
-                                                          SEQ_LENGTH["le"])))
+    longest = min(SEQ_LENGTH["le"], int(source.hf_config.get("max_position_embeddings",
+                                                             SEQ_LENGTH["le"])))
+    record = source.hf_config.get(sentence.KEY)
+    given = record.get("max_seq_length") if isinstance(record, dict) else None
+    # a sentence-transformers model truncates at its own length (all-MiniLM-L6-v2: 256 of 512)
+    return min(longest, given) if isinstance(given, int) and given > 0 else longest
 
 
 def check_reads_task(source: ModelSource, tokenizer, max_seq_length: int) -> None:

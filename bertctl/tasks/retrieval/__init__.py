@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from bertctl.errors import BertctlError
 from bertctl.metrics import pearson, spearman
+from bertctl.model import sentence_layout as sentence
 from bertctl.tasks.base import Family, check_options, model_roles
 from bertctl.tasks.registry import register
 from bertctl.tasks.retrieval import ranking, reader
@@ -46,9 +47,12 @@ class RetrievalOptions(BaseModel):
         "scores, else infonce.")
     scale: float = Field(20.0, gt=0, description="The cosine similarities' scale (inverse "
                          "temperature) in the loss.")
-    pooling: Literal["mean", "cls"] | None = Field(
-        None, description="A sequence's vector: the mean of its tokens' or [CLS]'s. Unset: "
-        "the model's own (a sentence-transformers model's), else mean.")
+    pooling: Literal["cls", "mean", "max", "mean_sqrt_len_tokens", "weightedmean",
+                     "lasttoken"] | None = Field(
+        None, description="A sequence's vector from its last hidden states, as "
+        "sentence-transformers' Pooling: [CLS], the mean, the maximum, the sum over the "
+        "square root of the count, the position-weighted mean, the last token. Unset: the "
+        "model's own (a sentence-transformers model's), else mean.")
     normalize: bool | None = Field(None, description="Unit-length vectors. Unset: the model's "
                                    "own, else yes.")
     cache_negatives: int = Field(0, ge=0, description="Embed a training batch this many "
@@ -58,6 +62,15 @@ class RetrievalOptions(BaseModel):
     dropout: float | None = Field(None, ge=0, lt=1, description="Dropout while training, "
                                   "everywhere (unset: the model's). SimCSE's noise: a model "
                                   "without dropout (ModernBERT's default) needs one, e.g. 0.1.")
+    query_prompt: str | None = Field(None, description="Text put before every query (E5's "
+                                     "'query: '). Unset: the model's own prompt for queries "
+                                     "(config_sentence_transformers.json), else none.")
+    document_prompt: str | None = Field(None, description="Text put before every document "
+                                        "(positives, negatives, a corpus). Unset: the model's "
+                                        "own, else none.")
+    text_prompt: str | None = Field(None, description="Text put before the texts of scored "
+                                    "pairs and of SimCSE. Unset: the model's default prompt, "
+                                    "else none.")
     top_k: int = Field(100, ge=10, le=10_000, description="Documents retrieved per query "
                        "(the run's depth; Recall@100 and MAP read it).")
 
@@ -106,11 +119,15 @@ class Retrieval(Family):
                     rows: int | None = 10_000):
         path = Path(path)
         if reader.is_beir(path):
-            yield from reader.read_beir_chunks(path, rows)
+            parts = reader.read_beir_chunks(path, rows)
         elif path.suffix == ".txt":
-            yield from reader.read_text_chunks(path, rows)
+            parts = reader.read_text_chunks(path, rows)
         else:
-            yield from reader.read_table_chunks(spec, path, rows)
+            parts = reader.read_table_chunks(spec, path, rows)
+        o = options(spec)
+        for part in parts:
+            yield reader.with_prompts(part, o.query_prompt or "", o.document_prompt or "",
+                                      o.text_prompt or "")
 
     def encode(self, examples: RetrievalExamples, tokenizer, max_seq_length: int,
                training: bool = False) -> TaskFeatures:
@@ -157,8 +174,21 @@ class Retrieval(Family):
                                f"reads an embedding model or an encoder (fine-tune one with "
                                f"bertctl finetune --task retrieval)")
 
+    def for_model(self, spec, hf_config: dict[str, Any]):
+        """The prompts left unset are the model's own (sentence-transformers' encode_query,
+        encode_document and encode), so a search runs as the model was trained to."""
+        record = sentence.record_of(hf_config)
+        o = options(spec)
+        given = {f"{role}_prompt": sentence.prompt_for(record, role)
+                 for role in ("query", "document", "text")
+                 if getattr(o, f"{role}_prompt") is None}
+        given = {k: v for k, v in given.items() if v}
+        if not given:
+            return spec
+        return spec.model_copy(update={"options": {**spec.options, **given}})
+
     def head_note(self, hf_config: dict[str, Any], spec, where: str) -> str | None:
-        if "bertctl_embedding" in hf_config or options(spec).pooling is not None:
+        if sentence.record_of(hf_config) is not None or options(spec).pooling is not None:
             return None
         return (f"{where}: no pooling config: mean pooling of the last layer, normalised (the "
                 f"retrieval family's default; --pooling and --normalize to choose)")

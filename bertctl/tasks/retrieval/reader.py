@@ -52,6 +52,25 @@ class RetrievalExamples:
         return self.kind in ("scored", "pairs") or self.qrels is not None
 
 
+def with_prompts(part: RetrievalExamples, query: str, document: str,
+                 text: str) -> RetrievalExamples:
+    """The part with each text's prompt before it: a pair's query and its documents, a BEIR
+    set's queries and corpus, the texts of scored pairs and of SimCSE. Its keys stay those of
+    the texts themselves."""
+    if not (query or document or text):
+        return part
+    if part.kind == "queries":
+        prompts = [query]
+    elif part.kind == "documents":
+        prompts = [document]
+    elif part.kind == "scored" or (part.texts and len(part.texts[0]) == 1):
+        prompts = [text] * (len(part.texts[0]) if part.texts else 1)
+    else:
+        prompts = [query] + [document] * (len(part.texts[0]) - 1 if part.texts else 0)
+    texts = [[p + t for p, t in zip(prompts, row)] for row in part.texts]
+    return dataclasses.replace(part, texts=texts)
+
+
 def digest(text: str) -> str:
     return hashlib.blake2b(text.encode("utf-8"), digest_size=12).hexdigest()
 
