@@ -207,7 +207,32 @@ def verify(artifact: Artifact) -> list[str]:
             problems.append(f"{path}: missing")
         elif path.stat().st_size != entry.size or sha256_file(path) != entry.sha256:
             problems.append(f"{path}: changed since it was written (checksum mismatch)")
+    problems += _metrics_problems(artifact)
     return problems
+
+
+METRICS_FILE = "metrics.json"   # an eval's metrics as a file, beside the manifest's copy
+
+
+def _metrics_problems(artifact: Artifact) -> list[str]:
+    """metrics.json must say what the manifest's metrics say (the summaries read the
+    manifest, people the file): an edit of either, checksums rewritten or not, is named."""
+    path = artifact.path / METRICS_FILE
+    if METRICS_FILE not in artifact.manifest.files or not path.is_file():
+        return []
+    try:
+        written = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        return [f"{path}: cannot read: {' '.join(str(exc).split())}"]
+    recorded = json.loads(json.dumps(artifact.manifest.metrics))
+    if json.dumps(written, sort_keys=True) == json.dumps(recorded, sort_keys=True):   # NaN too
+        return []
+    if not isinstance(written, dict):
+        return [f"{path}: not the JSON object of metrics the manifest records"]
+    key = next((k for k in sorted(set(written) | set(recorded))
+                if written.get(k, "absent") != recorded.get(k, "absent")), None)
+    return [f"{path}: {key} is {written.get(key, 'absent')!r} here but "
+            f"{recorded.get(key, 'absent')!r} in {MANIFEST}"]
 
 
 # Files up to this size are checksummed before another artifact copies them (tokenizer files,

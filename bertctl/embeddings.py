@@ -31,9 +31,7 @@ word pooling `words` (the word strings).
 
 from __future__ import annotations
 
-import ast
 import dataclasses
-import io
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +44,7 @@ from bertctl.data.collate import length_grouped_batches, max_context_window, pad
 from bertctl.errors import BertctlError
 from bertctl.evaluation import non_finite_rows, refuse_non_finite
 from bertctl.model.features import combine_layers
+from bertctl.npy import NpyAppender
 from bertctl.tasks.tagging.reader import column_sentences
 from bertctl.tasks.files import BY_NAME, read_table
 import pyarrow as pa
@@ -263,17 +262,22 @@ def _encode_words(tok, sentences: list[list[str]]) -> list:
     return encodings
 
 
-def _piece_vectors(model, enc: _Encoded, opts: EmbedOptions, device, pad_id: int) -> torch.Tensor:
-    """(pieces, dim) float32: every piece's combined hidden state, from its best window."""
+def _batches(enc: _Encoded, opts: EmbedOptions, device, pad_id: int):
+    """(window indices, input ids, token types, mask) of length-sorted batches, on `device`."""
     lengths = np.array([len(w) for w in enc.windows])
-    out = None
     for idx in length_grouped_batches(lengths, opts.batch_size, seed=None):
         input_ids = pad_to_tensor([enc.windows[i] for i in idx], pad_value=pad_id)
         types = pad_to_tensor([enc.types[i] for i in idx], pad_value=0)
         mask = (torch.arange(input_ids.shape[1])[None, :]
                 < torch.from_numpy(lengths[idx])[:, None]).long()
-        states = model(input_ids.to(device), types.to(device), mask.to(device),
-                       output_hidden_states=True,
+        yield idx, input_ids.to(device), types.to(device), mask.to(device)
+
+
+def _piece_vectors(model, enc: _Encoded, opts: EmbedOptions, device, pad_id: int) -> torch.Tensor:
+    """(pieces, dim) float32: every piece's combined hidden state, from its best window."""
+    out = None
+    for idx, input_ids, types, mask in _batches(enc, opts, device, pad_id):
+        states = model(input_ids, types, mask, output_hidden_states=True,
                        num_layers=max(opts.layers))["hidden_states"]
         h = combine_layers(states, opts.layers, opts.combine)
         T = h.shape[1]
@@ -290,15 +294,9 @@ def _sentence_vectors(model, enc: _Encoded, opts: EmbedOptions, device,
                       pad_id: int) -> torch.Tensor:
     """(rows, dim) float32: each row's vector as the model gives it (its `embeddings` output:
     pooling, Dense layers, normalisation), from its one window."""
-    lengths = np.array([len(w) for w in enc.windows])
     out = None
-    for idx in length_grouped_batches(lengths, opts.batch_size, seed=None):
-        input_ids = pad_to_tensor([enc.windows[i] for i in idx], pad_value=pad_id)
-        types = pad_to_tensor([enc.types[i] for i in idx], pad_value=0)
-        mask = (torch.arange(input_ids.shape[1])[None, :]
-                < torch.from_numpy(lengths[idx])[:, None]).long()
-        vectors = model(input_ids.to(device), types.to(device),
-                        mask.to(device))["embeddings"].float().cpu()
+    for idx, input_ids, types, mask in _batches(enc, opts, device, pad_id):
+        vectors = model(input_ids, types, mask)["embeddings"].float().cpu()
         if out is None:
             out = torch.empty(len(enc.windows), vectors.shape[-1], dtype=torch.float32)
         out[torch.from_numpy(np.asarray(idx))] = vectors
@@ -348,42 +346,6 @@ def _pool(pieces: torch.Tensor, enc: _Encoded, encodings, chunk: Chunk, pool: st
 
 
 # --- output --------------------------------------------------------------------------------------
-
-class NpyAppender:
-    """An .npy file of rows appended in pieces: the header is written with room to spare and
-    rewritten with the final row count on close, so no shard is ever held in memory."""
-
-    HEADER = 128
-
-    def __init__(self, path: Path, dim: int, dtype: np.dtype):
-        self.path, self.dim, self.dtype, self.rows = path, dim, np.dtype(dtype), 0
-        self.f = open(path, "wb")
-        self._header()
-
-    def _header(self) -> None:
-        header = {"descr": self.dtype.str, "fortran_order": False, "shape": (self.rows, self.dim)}
-        text = repr(header).encode("latin1")
-        pad = self.HEADER - 10 - len(text) - 1
-        self.f.seek(0)
-        self.f.write(b"\x93NUMPY\x01\x00" + (self.HEADER - 10).to_bytes(2, "little")
-                     + text + b" " * pad + b"\n")
-
-    def append(self, array: np.ndarray) -> None:
-        self.f.seek(0, io.SEEK_END)
-        self.f.write(np.ascontiguousarray(array, dtype=self.dtype).tobytes())
-        self.rows += len(array)
-
-    def close(self) -> None:
-        self._header()
-        self.f.close()
-
-
-def header_shape(path: Path) -> tuple[int, int]:
-    """The shape an .npy header records (a check on a shard without reading its data)."""
-    with open(path, "rb") as f:
-        head = f.read(NpyAppender.HEADER)
-    return ast.literal_eval(head[10:].decode("latin1").strip())["shape"]
-
 
 def _refuse_non_finite(values: torch.Tensor, counts: np.ndarray, chunk: Chunk,
                        where: str) -> None:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bertctl import lineage
+from bertctl import console, lineage
 from bertctl.artifacts import Artifact, InputRef, sha256_file
 from bertctl.errors import BertctlError
 from bertctl.tasks import PRESETS
@@ -120,7 +120,11 @@ def place(art: Artifact) -> Evaluated:
 # Summary
 
 def mean_sd(values: list[float]) -> tuple[float, float | None]:
-    """Mean and sample standard deviation (n - 1; None for one value), as `bertctl report`."""
+    """Mean and sample standard deviation (n - 1; None for one value), as `bertctl report`. A
+    run without the value (a null metric: a correlation of constant predictions; a NaN) makes
+    both NaN, which the tables show as n/a and the selection ranks last."""
+    if not all(math.isfinite(v) for v in values):
+        return math.nan, (math.nan if len(values) > 1 else None)
     mean = statistics.fmean(values)
     return mean, (statistics.stdev(values) if len(values) > 1 else None)
 
@@ -197,6 +201,11 @@ def summarize_task(task: GlueTask, evals: list[Evaluated]) -> dict[str, Any]:
         _check_same_runs(these)
         splits[split] = _split_summary(these, main)
     by_lr = splits[task.dev[0]]
+    for e in primary:
+        if not math.isfinite(_value(e, main)):
+            console.log(f"note: {e.where}: its {main} is "
+                        f"{e.artifact.manifest.metrics.get(main)!r} (no value): that run's "
+                        f"learning rate ranks last")
     chosen_lr = _best(by_lr, lambda r: r["metrics"][main]["mean"])
     chosen = _best(chosen_lr["runs"], lambda r: r["value"])
     return {"task": task.name, "preset": task.preset, "metric": main, "select_on": task.dev[0],

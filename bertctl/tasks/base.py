@@ -99,6 +99,12 @@ class Family:
     def encode(self, examples, tokenizer, max_seq_length: int, training: bool = False):
         raise NotImplementedError
 
+    def check_training(self, spec, examples, settings) -> list[str]:
+        """BertctlError for training settings (batch size, loss) that the training examples
+        cannot be trained with, checked before any model is built; returns warnings naming
+        what in the data the loss cannot learn from."""
+        return []
+
     def label_range(self, examples) -> list[float] | None:
         """The span of a labelled file's numeric targets (regression), recorded with the model
         so a later file on another scale is noticed; None for labels that are classes."""

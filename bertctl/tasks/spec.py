@@ -185,9 +185,9 @@ PRESETS = Presets([
          files={"train": "train.txt", "dev": "valid.txt", "test": "test.txt"}),
     # Retrieval: (query, positive[, negative...]) pairs; STS-B's pairs with their graded
     # scores for CoSENT (and scored by the Spearman of cosine similarities); a BEIR directory
-    # or a .txt of texts (SimCSE) is read whatever the columns.
-    dict(name="retrieval", family="retrieval", text_columns=["query", "positive"],
-         label_column=None),
+    # or a .txt of texts (SimCSE) is read whatever the columns. No columns named: query,
+    # positive and every negative column the file has (the reader's).
+    dict(name="retrieval", family="retrieval", text_columns=[], label_column=None),
     _glue("glue/sts-b-cosine", "retrieval", ["sentence1", "sentence2"], "score", None,
           metric="spearman"),
     dict(name="swag", family="multiple_choice", context_column="sent1",

@@ -250,12 +250,18 @@ def fit_to_memory(model: nn.Module, data, settings, device: torch.device, world:
     if asked < 1 or s.batch_size % (asked * world):
         raise BertctlError(f"train settings: batch_size {s.batch_size} is not a multiple of "
                            f"micro_batch_size {asked} x {world} process(es)")
+    compares = getattr(model, "compares_rows", None)
+    if compares is not None and asked * world < s.batch_size:
+        # What the data and settings alone decide, before anything is measured: the loss of
+        # a micro-batch would compare its rows only, not the batch's the manifest records.
+        raise BertctlError(f"--micro-batch-size {asked}: this loss compares the rows of a "
+                           f"batch (in-batch negatives), which micro-batches of {asked} would "
+                           f"split from the batch of {s.batch_size}; give {compares}")
     fixed, per_row, per_sequence = measure(model, data, device, s.precision)
     available = available_bytes(device)
     if dist.active():   # the same rows measure the same on every rank: only this may differ
         available = min(int(a) for a in dist.all_gather_object(available))
     chunk = getattr(model, "cache_negatives", 0)
-    compares = getattr(model, "compares_rows", None)
     fit = choose(asked, s.micro_batch_size is not None, state_bytes(model), fixed, per_row,
                  available, splittable=compares is None,
                  live_rows=(lambda r: min(r, chunk / per_sequence)) if chunk else None,

@@ -29,6 +29,13 @@ class DataSource(Protocol):
     def batch(self, indices: np.ndarray, epoch: int) -> dict[str, torch.Tensor]: ...
 
 
+def check_fits(n: int, batch_size: int) -> None:
+    """A batch is at most the training data (checked before any memory is measured)."""
+    if n < batch_size:
+        raise BertctlError(f"train settings: --batch-size {batch_size} is larger than the "
+                           f"training data ({n} examples)")
+
+
 class BatchOrder:
     """The global batches of each epoch, a function of (seed, epoch) only.
 
@@ -38,9 +45,7 @@ class BatchOrder:
     """
 
     def __init__(self, n: int, batch_size: int, seed: int, lengths: np.ndarray | None):
-        if n < batch_size:
-            raise BertctlError(f"train settings: batch_size {batch_size} is larger than the "
-                               f"training data ({n} examples)")
+        check_fits(n, batch_size)
         self.n, self.batch_size, self.seed, self.lengths = n, batch_size, seed, lengths
         self.steps_per_epoch = n // batch_size
         self._cached: tuple[int, list[np.ndarray]] | None = None

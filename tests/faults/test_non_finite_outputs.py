@@ -147,3 +147,64 @@ def test_a_nan_weight_is_refused_when_the_checkpoint_is_read(cli, finetuned, tmp
         r = cli(*args)
         _refused(r, bad, tmp_path)
         assert "classifier.bias" in r.stderr
+
+
+@pytest.mark.parametrize("pool", ["mean", "model"])
+def test_embed_checks_the_vectors_it_writes_not_only_the_hidden_states(cli, minilm_dir,
+                                                                       tmp_path, pool):
+    """#63 class 2: the last LayerNorm's weight scaled by 1e38 leaves every hidden state finite
+    (about 1e38) but their sum over a row overflows: the pooled vector was inf (written, exit 0)
+    and, normalised, NaN. Both the hidden states' pooling and the model's own (its sentence
+    head) are checked after pooling and normalising."""
+    bad = tmp_path / "bad"
+    shutil.copytree(minilm_dir, bad)
+    tensors = load_file(str(bad / "model.safetensors"))
+    name = sorted(k for k in tensors if k.endswith("output.LayerNorm.weight"))[-1]
+    tensors[name] = tensors[name] * 1e38
+    save_file(tensors, str(bad / "model.safetensors"), metadata={"format": "pt"})
+    data = tmp_path / "texts.txt"
+    data.write_text("a fox jumps over the lazy dog\nthe normans\n", encoding="utf-8")
+    r = cli("embed", bad, data, "--pool", pool, "--precision", "fp32", "--out",
+            tmp_path / "emb")
+    _refused(r, bad, tmp_path, "texts.txt")
+    assert "the first: row 0" in r.stderr
+
+
+def test_glue_summary_over_a_nan_metric_says_so_and_ranks_it_last(cli, sst2_seed_runs,
+                                                                  tmp_path):
+    """#63 class 2: a NaN metric crashed statistics.stdev (AttributeError); it is a run
+    without a value, as a null metric (docs/commands.md): n/a, ranked last, one note."""
+    _, _, ev = sst2_seed_runs
+    nan_eval = tmp_path / "eval-nan"
+    shutil.copytree(ev, nan_eval)
+    manifest = json.loads((nan_eval / "artifact.json").read_text())
+    manifest["metrics"]["accuracy"] = float("nan")
+    (nan_eval / "artifact.json").write_text(json.dumps(manifest))
+    r = cli("glue-summary", nan_eval, "--out", tmp_path / "sum")
+    assert r.exit_code == 0, r.stderr
+    assert "accuracy is nan (no value)" in r.stderr
+    summary = json.loads((tmp_path / "sum" / "summary.json").read_text())
+    assert summary["tasks"][0]["selected"]["mean"] is None
+
+
+def test_verify_names_a_metric_edited_in_metrics_json(cli, sst2_seed_runs, tmp_path):
+    """#63 class 2: metrics.json edited (and its checksum rewritten to match) while
+    artifact.json's metrics, which every summary reads, say otherwise."""
+    import hashlib
+
+    _, _, ev = sst2_seed_runs
+    edited = tmp_path / "ev"
+    shutil.copytree(ev, edited)
+    path = edited / "metrics.json"
+    metrics = json.loads(path.read_text())
+    metrics["accuracy"] = 0.99
+    path.write_text(json.dumps(metrics, indent=2) + "\n")
+    r = cli("inspect", edited, "--verify")
+    assert r.exit_code == 1 and "metrics.json" in r.stderr + r.stdout
+    manifest = json.loads((edited / "artifact.json").read_text())
+    manifest["files"]["metrics.json"].update(sha256=hashlib.sha256(path.read_bytes()).hexdigest(),
+                                             size=path.stat().st_size)
+    (edited / "artifact.json").write_text(json.dumps(manifest))
+    r = cli("inspect", edited, "--verify")
+    assert r.exit_code == 1, r.stdout
+    assert "accuracy is 0.99 here but" in r.stderr + r.stdout

@@ -104,6 +104,11 @@ class TaskJob:
         self.train_examples = family.read(by.spec_for(spec, self.train_file), self.train_file,
                                           label_list=self.labels,
                                           require_labels=by.require_labels)
+        if dist.is_main():
+            for warning in family.check_training(spec, self.train_examples, config):
+                console.log(f"warning: {warning}")
+        else:
+            family.check_training(spec, self.train_examples, config)
         self.label_list = (self.labels if not by.require_labels else
                            self.train_examples.label_list if family.label_list else None)
         self.dev_examples = (family.read(by.spec_for(spec, self.dev_file), self.dev_file,

@@ -15,7 +15,7 @@ from bertctl.errors import BertctlError, NonFiniteOutputs
 from bertctl.stages.common.models import ModelSource
 from bertctl.data.pretraining_dataset import PretrainingDataset, read_pretraining_info
 
-METRICS_FILE = "metrics.json"
+METRICS_FILE = artifacts.METRICS_FILE
 
 _TASK_FLAGS = ("task", "family", "text_column", "label_column", "context_column",
                "choice_columns", "labels", "max_seq_length", "header")

@@ -23,7 +23,7 @@ from bertctl.tasks.resolve import open_task
 from bertctl.stages.common.models import ModelSource
 from bertctl.stages.common.task_training import label_scale
 
-METRICS_FILE = "metrics.json"
+METRICS_FILE = artifacts.METRICS_FILE
 # Examples read, predicted and written at a time: a few MB of texts and token ids.
 ROWS_PER_PART = 10_000
 

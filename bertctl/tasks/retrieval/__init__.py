@@ -45,8 +45,9 @@ class RetrievalOptions(BaseModel):
         None, description="infonce: in-batch negatives (MultipleNegativesRankingLoss); "
         "symmetric: both directions; cosent: graded scores. Unset: cosent for a file with "
         "scores, else infonce.")
-    scale: float = Field(20.0, gt=0, description="The cosine similarities' scale (inverse "
-                         "temperature) in the loss.")
+    scale: float = Field(20.0, gt=0, le=1000, description="The cosine similarities' scale "
+                         "(inverse temperature) in the loss; at most 1000 (a temperature of "
+                         "0.001), beyond which the loss's exponentials overflow.")
     pooling: Literal["cls", "mean", "max", "mean_sqrt_len_tokens", "weightedmean",
                      "lasttoken"] | None = Field(
         None, description="A sequence's vector from its last hidden states, as "
@@ -151,6 +152,48 @@ class Retrieval(Family):
                             labels=examples.scores if training else None,
                             num_choices=k if k > 1 else None, pad_id=pad or 0,
                             family=self.name, label_list=None)
+
+    def check_training(self, spec, examples: RetrievalExamples, settings) -> list[str]:
+        """Refused: CoSENT without scores, a batch of one where its loss compares rows.
+        Warned: a training set the loss cannot learn from (see the checks below)."""
+        where, o = examples.path, options(spec)
+        scored = examples.kind == "scored"
+        k = len(examples.texts[0]) if len(examples) else 0
+        if o.loss == "cosent" and not scored:
+            raise BertctlError(f"{where}: --loss cosent ranks pairs by their graded scores and "
+                               f"the file gives none: name its score column with "
+                               f"--label-column")
+        if settings.batch_size < 2 and (scored or k <= 2):
+            raise BertctlError("--batch-size 1: a contrastive loss compares the examples of a "
+                               "batch (a query's negatives are the others' positives; CoSENT "
+                               "ranks pairs against each other): use 2 or more")
+        rows = examples.keys or [[t] for t, *_ in examples.texts]
+        n = len(rows)
+        if n < 2:
+            return []
+        if scored:
+            if len(set(examples.scores.tolist())) == 1:
+                return [f"{where}: every pair is scored {examples.scores[0]:g}: CoSENT learns "
+                        f"from pairs scored differently, and there are none"]
+            return []
+        if k == 1:
+            if len({r[0] for r in rows}) == 1:
+                return [f"{where}: every text is the same: SimCSE tells a text from the "
+                        f"batch's other texts, and there are none"]
+            return []
+        warnings = []
+        if len({tuple(r) for r in rows}) == 1:
+            warnings.append(f"{where}: all {n:,} rows are the same: every in-batch negative is "
+                            f"a copy of the positive, and the loss cannot tell them apart")
+        elif all(r[0] == r[1] for r in rows):
+            warnings.append(f"{where}: every query is its own positive: the loss learns only "
+                            f"to match a text with itself")
+        same = sum(r[1] in r[2:] for r in rows)
+        if same:
+            warnings.append(f"{where}: {same:,} of {n:,} rows have a hard negative equal to "
+                            f"their positive: the loss pushes the positive away from itself "
+                            f"there")
+        return warnings
 
     # -- the head
 

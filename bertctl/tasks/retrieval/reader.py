@@ -83,7 +83,10 @@ def read_table_chunks(spec, path: Path, rows: int | None) -> Iterator[RetrievalE
     with files.open_table(spec, path, in_memory=rows is None) as table:
         if table.num_rows == 0:
             raise BertctlError(f"{path}: no data rows")
-        columns = list(spec.text_columns) or ["query", "positive"]
+        # Unnamed: the query, its positive and every negative column (negative, negative_1,
+        # ... as sentence-transformers' mine_hard_negatives writes them), in the file's order.
+        columns = list(spec.text_columns) or ["query", "positive", *(
+            c for c in table.column_names if c.startswith("negative"))]
         files.require_columns(table, columns, path)
         scored = spec.label_column is not None and spec.label_column in table.column_names
         if scored and len(columns) != 2:
