@@ -208,6 +208,9 @@ class Embedder:
                                                   normalize)
         except ValueError as exc:
             raise BertctlError(f"the embedding head: {exc}") from None
+        pooler = getattr(self.encoder, "pooler", None)
+        if pooler is not None:   # kept for the saved encoder's readers, unused: no gradient
+            pooler.requires_grad_(False)
         self.prompts, self.default_prompt_name = dict(prompts or {}), default_prompt_name
         self.max_seq_length = max_seq_length
         self.loss_name = loss

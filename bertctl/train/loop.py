@@ -42,7 +42,7 @@ from bertctl.train import distributed as dist
 from bertctl.train import memory
 from bertctl.train import tensorboard
 from bertctl.train.optim import lr_at, lr_at_share, make_optimizer, set_lr, warmup_steps
-from bertctl.train.order import BatchOrder, DataSource, check_fits, lengths_of
+from bertctl.train.order import BatchOrder, DataSource, lengths_of
 from bertctl.train.records import (METRICS_FILE, Best, Interval, StepTotals, TrainingDiverged,
                                    TrainResult, append_jsonl, count_tokens, plain,
                                    read_history, rewrite_jsonl)
@@ -105,8 +105,6 @@ class Trainer:
         self.device, self.world, self.rank = self.info.device, self.info.world_size, self.info.rank
         hardware.check_training_precision(s.precision, self.device)
         self.model = model.to(self.device)
-        if s.time_budget is None:   # (a budget fits its batch to the machine first)
-            check_fits(len(data), s.batch_size)
         self.batch_fit = budget.fit_to_budget(self.model, data, s, self.device, self.world,
                                               work_dir, on_log if self.info.is_main else None)
         if self.batch_fit is not None:

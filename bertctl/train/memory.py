@@ -29,6 +29,7 @@ from bertctl import hardware
 from bertctl.data.collate import without_full_mask
 from bertctl.errors import BertctlError
 from bertctl.train import distributed as dist
+from bertctl.train.order import check_fits
 
 # The saved tensors are not the whole peak: the backward pass holds a layer's input gradients
 # beside them, the forward pass short-lived products (attention scores, the vocabulary's
@@ -250,6 +251,7 @@ def fit_to_memory(model: nn.Module, data, settings, device: torch.device, world:
     if asked < 1 or s.batch_size % (asked * world):
         raise BertctlError(f"train settings: batch_size {s.batch_size} is not a multiple of "
                            f"micro_batch_size {asked} x {world} process(es)")
+    check_fits(len(data), s.batch_size)   # what the data and settings alone decide, first
     compares = getattr(model, "compares_rows", None)
     if compares is not None and asked * world < s.batch_size:
         # What the data and settings alone decide, before anything is measured: the loss of

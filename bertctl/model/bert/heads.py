@@ -174,9 +174,10 @@ class BertForMultipleChoice(MultipleChoice, BertWithHead):
 
 
 class BertForEmbedding(Embedder, BertWithHead):
-    """The encoder's pooled last hidden states as the vector; no weights of its own."""
-
-    add_pooling_layer = False
+    """The encoder's last hidden states through the sentence head (bertctl.model.sentence).
+    Its encoder keeps a pooler, frozen and never run: transformers' BertModel, which
+    sentence-transformers loads the directory as, expects one, and would report it newly
+    initialised otherwise; a checkpoint without one loads without one (load_task_model)."""
 
     def __init__(self, config: BertConfig, **embedding):
         super().__init__(config)

@@ -262,6 +262,11 @@ def load_task_model(source: ModelSource, role: str | None = None):
     """The model with its task head (of `role`: the family's, which reads the checkpoint's
     own head; None: the head config.json names)."""
     model, report = source.load(role)
+    pooler = getattr(getattr(model, "encoder", None), "pooler", None)
+    if pooler is not None and not any(p.requires_grad for p in pooler.parameters()) and \
+            report.missing and all(".pooler." in k for k in report.missing):
+        model.encoder.pooler = None   # a frozen, unused pooler the checkpoint lacks: none
+        report.missing = []
     problems = report.missing + report.mismatched
     if problems:
         shown = ", ".join(problems[:4]) + (f", ... ({len(problems)} in all)"
