@@ -22,7 +22,7 @@ EXIT_UNMET = 3
 
 _OPS = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt,
         "==": operator.eq}
-_SYNTAX = re.compile(r"^\s*([A-Za-z_][\w.\-]*)\s*(>=|<=|==|>|<)\s*(\S+)\s*$")
+_SYNTAX = re.compile(r"^\s*([A-Za-z_][\w.\-@/]*)\s*(>=|<=|==|>|<)\s*(\S+)\s*$")
 
 
 @dataclass(frozen=True)

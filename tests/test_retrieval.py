@@ -363,7 +363,52 @@ BAD = {
     "no corpus": (lambda d: (d / "corpus.jsonl").unlink(), "corpus.jsonl", "not found"),
     "bad judgement": (lambda d: _append(d / "qrels" / "test.tsv", "x\n"), "test.tsv",
                       "line 234"),
+    # #63 class 4: judgements and ids exact or refused
+    "an infinite score": (lambda d: _append(d / "qrels" / "test.tsv",
+                                            "56e16182e3433e1400422e28\tNormans-1\tinf\n"),
+                          "test.tsv: line 234", "'inf' is not an integer grade"),
+    "a fractional score": (lambda d: _append(d / "qrels" / "test.tsv",
+                                             "56e16182e3433e1400422e28\tNormans-1\t0.5\n"),
+                           "test.tsv: line 234", "'0.5' is not an integer grade"),
+    "an overflowing score": (lambda d: _append(d / "qrels" / "test.tsv",
+                                               "56e16182e3433e1400422e28\tNormans-1\t1e30\n"),
+                             "test.tsv: line 234", "'1e30' is not an integer grade"),
+    "nothing relevant": (lambda d: _rewrite(d / "qrels" / "test.tsv",
+                                            lambda t: t.replace("\t1\n", "\t0\n")),
+                         "test.tsv", "no judged query has a relevant document"),
+    "a trailing tab": (lambda d: _append(d / "qrels" / "test.tsv",
+                                         "56e16182e3433e1400422e28\tNormans-1\t1\t\n"),
+                       "test.tsv: line 234", "an empty field"),
+    "a document id with a space": (lambda d: _append(d / "corpus.jsonl", json.dumps(
+        {"_id": "two words", "text": "a text"}) + "\n"), "corpus.jsonl", "holds whitespace"),
+    "a null id": (lambda d: _append(d / "corpus.jsonl", json.dumps(
+        {"_id": None, "text": "a text"}) + "\n"), "corpus.jsonl", "not None"),
+    "a number as text": (lambda d: _append(d / "corpus.jsonl", json.dumps(
+        {"_id": "n-1", "text": 42}) + "\n"), "corpus.jsonl", "text must be a string"),
 }
+
+
+def _rewrite(path: Path, change):
+    path.write_text(change(path.read_text(encoding="utf-8")), encoding="utf-8")
+
+
+def test_a_byte_order_mark_and_trec_qrels_are_read(cli, minilm_dir, tmp_path):
+    """Harmless variants are accepted: a UTF-8 BOM before the corpus and the judgements, and
+    TREC's four-field qrels (query, iteration, document, score): the same metrics."""
+    def edit(d):
+        for name in ("corpus.jsonl", "qrels/test.tsv"):
+            (d / name).write_bytes(b"\xef\xbb\xbf" + (d / name).read_bytes())
+        lines = (d / "qrels" / "test.tsv").read_text(encoding="utf-8-sig").splitlines()[1:]
+        (d / "qrels" / "trec.tsv").write_text("".join(
+            "\t".join([q, "0", c, s]) + "\n" for q, c, s in (x.split("\t") for x in lines)))
+    data = _beir(tmp_path, edit)
+    figures = []
+    for i, given in enumerate((data, data / "qrels" / "trec.tsv", RET / "beir")):
+        r = cli("eval", minilm_dir, given, "--task", "retrieval", "--precision", "fp32",
+                "--expect", "ndcg@10>=0.5", "--out", tmp_path / f"ev{i}")
+        assert r.exit_code == 0, r.stderr
+        figures.append(json.loads((tmp_path / f"ev{i}" / "metrics.json").read_text()))
+    assert figures[0] == figures[1] == figures[2]
 
 
 @pytest.mark.parametrize("case", sorted(BAD))

@@ -155,21 +155,37 @@ def is_beir(data: Path) -> bool:
             or (data.is_file() and data.parent.name == QRELS))
 
 
+def check_id(value, where: str) -> str:
+    """An id as it is written to a run file: a non-empty string without whitespace (a space,
+    a tab or a newline would split the run file's line)."""
+    if not isinstance(value, str) or not value:
+        raise BertctlError(f"{where}: an id must be a non-empty string, not {value!r}")
+    if any(c.isspace() for c in value):
+        raise BertctlError(f"{where}: id {value!r} holds whitespace, which a run file's "
+                           f"fields cannot")
+    return value
+
+
 def _jsonl(path: Path) -> Iterator[tuple[int, str, str]]:
     """(line number, id, text) of a BEIR JSON-lines file; a title is put before its text."""
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8-sig") as f:   # a byte-order mark is harmless
             for n, line in enumerate(f, 1):
                 if not line.strip():
                     continue
                 try:
                     row = json.loads(line)
-                    doc_id, text = str(row["_id"]), str(row.get("text") or "")
-                except (ValueError, KeyError, TypeError) as exc:
+                    doc_id, text, title = row["_id"], row.get("text"), row.get("title")
+                except (ValueError, KeyError, TypeError, AttributeError) as exc:
                     raise BertctlError(f"{path}: line {n}: not a JSON object with _id and text "
                                        f"({type(exc).__name__})") from None
-                title = str(row.get("title") or "").strip()
-                text = f"{title} {text}".strip() if title else text.strip()
+                doc_id = check_id(doc_id, f"{path}: line {n}")
+                for name, value in (("text", text), ("title", title)):
+                    if value is not None and not isinstance(value, str):
+                        raise BertctlError(f"{path}: line {n}: {name} must be a string, not "
+                                           f"{type(value).__name__} {value!r}"[:200])
+                text, title = (text or "").strip(), (title or "").strip()
+                text = f"{title} {text}".strip() if title else text
                 if not text:
                     raise BertctlError(f"{path}: line {n}: document {doc_id!r} has no text")
                 yield n, doc_id, text
@@ -177,25 +193,55 @@ def _jsonl(path: Path) -> Iterator[tuple[int, str, str]]:
         raise BertctlError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 
 
+def _score(text: str, where: str) -> int:
+    """A judgement's integer grade; "2.0" is 2, but a fraction, an overflowing or a
+    non-finite number is refused (truncated, 0.5 would count as not relevant)."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not value.is_integer() or abs(value) > 2 ** 31:
+        raise BertctlError(f"{where}: score {text!r} is not an integer grade (0 not relevant, "
+                           f"1 or more relevant)")
+    return int(value)
+
+
 def read_qrels(path: Path) -> dict[str, dict[str, int]]:
+    """BEIR's three fields (query-id, corpus-id, score; a header line) or TREC's four (query,
+    iteration, document, score), tab-separated."""
     qrels: dict[str, dict[str, int]] = {}
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            cells = line.rstrip("\n").split("\t")
-            if n == 1 and cells[0] in ("query-id", "qid", "query_id"):
-                continue
-            if not line.strip():
-                continue
-            try:
-                q, d, r = cells[0], cells[1], int(float(cells[-1]))
-            except (IndexError, ValueError):
-                raise BertctlError(f"{path}: line {n}: expected query-id, corpus-id and an "
-                                   f"integer score, tab-separated") from None
-            if d in qrels.setdefault(q, {}):
-                raise BertctlError(f"{path}: line {n}: query {q!r} judges document {d!r} twice")
-            qrels[q][d] = r
+    try:
+        with open(path, encoding="utf-8-sig") as f:   # a byte-order mark is harmless
+            lines = list(enumerate(f, 1))
+    except UnicodeDecodeError as exc:
+        raise BertctlError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    for n, line in lines:
+        cells = line.rstrip("\r\n").split("\t")
+        if n == 1 and cells[0] in ("query-id", "qid", "query_id"):
+            continue
+        if not line.strip():
+            continue
+        where = f"{path}: line {n}"
+        if "" in cells:
+            raise BertctlError(f"{where}: an empty field (a tab too many?)")
+        if len(cells) == 4:   # TREC: query, iteration (ignored), document, score
+            cells = [cells[0], cells[2], cells[3]]
+        if len(cells) != 3:
+            raise BertctlError(f"{where}: expected query-id, corpus-id and an integer score, "
+                               f"tab-separated ({len(cells)} field(s))")
+        q, d = check_id(cells[0], where), check_id(cells[1], where)
+        if d in qrels.setdefault(q, {}):
+            raise BertctlError(f"{where}: query {q!r} judges document {d!r} twice")
+        qrels[q][d] = _score(cells[2], where)
     if not qrels:
         raise BertctlError(f"{path}: no judgements")
+    if not any(r > 0 for judged in qrels.values() for r in judged.values()):
+        raise BertctlError(f"{path}: no judged query has a relevant document (a score above "
+                           f"0): every metric would be 0")
     return qrels
 
 
