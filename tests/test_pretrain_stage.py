@@ -130,7 +130,7 @@ def test_bad_inputs(tmp_path, pretrain_data, small_tokenizer, minilm_dir, cli):
             "--max-position-embeddings", "32", "--steps", "1")
     assert r.exit_code == 2 and "fewer than the data's max_seq_length 64" in r.stderr
     r = cli("pretrain", pretrain_data, "--out", out, "--model-size", "tiny")
-    assert r.exit_code == 2 and "give exactly one of steps, epochs and time_budget" in r.stderr
+    assert r.exit_code == 2 and "give exactly one of --steps, --epochs and --time-budget" in r.stderr
     r = cli("pretrain", pretrain_data, "--out", out, *TINY_MODEL, "--steps", "1",
             "--precision", "fp16", "--device", "cpu")
     assert r.exit_code == 2 and "bf16" in r.stderr

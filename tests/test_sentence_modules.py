@@ -204,3 +204,28 @@ def test_what_bertctl_does_not_compute_is_refused_by_every_stage_naming_it(cli, 
         r = cli(*args, "--out", tmp_path / "out")
         one_line_error(r, named)
         assert not (tmp_path / "out").exists()
+
+
+def test_a_fine_tuned_model_loads_without_alarm_and_its_export_embeds_as_encode(
+        cli, minilm_dir, tmp_path):
+    """#63 class 8: the fine-tuned model keeps its starting checkpoint's pooler (transformers
+    reported it 'newly initialized'); an export of a search model embeds (it was refused as
+    'not an export of an encoder model'); eval of a BEIR directory needs no --task. The
+    export's vectors: onnxruntime against PyTorch in float32 (MODEL_FP32's reasoning), unit
+    vectors: 1e-4."""
+    pytest.importorskip("onnxruntime")
+    from transformers import AutoModel
+
+    out = tmp_path / "ft"
+    r = cli("finetune", minilm_dir, EXAMPLES / "retrieval" / "train.tsv", "--task",
+            "retrieval", "--steps", "1", "--batch-size", "8", "--max-seq-length", "64",
+            "--out", out)
+    assert r.exit_code == 0, r.stderr
+    _, info = AutoModel.from_pretrained(str(out), output_loading_info=True)
+    assert info["missing_keys"] == set() or not info["missing_keys"], info
+    assert cli("export", out, "--out", tmp_path / "onnx").exit_code == 0
+    np.testing.assert_allclose(_embedded(cli, tmp_path / "onnx", tmp_path), _theirs(out),
+                               atol=1e-4, rtol=0)
+    r = cli("eval", minilm_dir, EXAMPLES / "retrieval" / "beir", "--out", tmp_path / "ev")
+    assert r.exit_code == 0, r.stderr
+    assert "read as a retrieval task" in r.stderr

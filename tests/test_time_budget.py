@@ -73,7 +73,7 @@ def test_durations(text, seconds):
 
 
 @pytest.mark.parametrize("settings,message", [
-    (dict(time_budget="30m", steps=5), "exactly one of steps, epochs and time_budget"),
+    (dict(time_budget="30m", steps=5), "exactly one of --steps, --epochs and --time-budget"),
     (dict(time_budget="soon"), "not a duration"),
     (dict(time_budget="0s"), "greater than 0"),
     (dict(time_budget="1h", warmup=1000), "warmup is a fraction of the budget"),

@@ -444,8 +444,8 @@ def test_fp16_on_cpu_is_refused(tmp_path):
 
 @pytest.mark.parametrize("settings, match", [
     (dict(steps=2, batch_size=8, micro_batch_size=3), "not a multiple of micro_batch_size 3"),
-    (dict(steps=2, epochs=1), "exactly one of steps, epochs and time_budget"),
-    (dict(batch_size=8), "exactly one of steps, epochs and time_budget"),
+    (dict(steps=2, epochs=1), "exactly one of --steps, --epochs and --time-budget"),
+    (dict(batch_size=8), "exactly one of --steps, --epochs and --time-budget"),
     (dict(steps=2, batch_size=1000), "larger than the training data"),
     (dict(steps=2, precision="fp8"), "train settings: setting .precision. = .fp8.: Input should be"),
     (dict(steps=4, total_steps=3), "total_steps 3 is before"),

@@ -224,9 +224,11 @@ def build_pretrain_data(
                             exclude=exclude)
 
 
-@stage("pretrain", pretrain_settings, help="Pretrain BERT (masked LM + next-sentence prediction) "
-       "on a pretrain-data artifact into a model artifact; from a size preset, a config.json, "
-       "or continuing from a model. Runs data-parallel under torchrun.")
+@stage("pretrain", pretrain_settings, help="Pretrain an encoder (BERT or ModernBERT; masked "
+       "LM + next-sentence prediction, masked LM alone, or ELECTRA: --objective) on a "
+       "pretrain-data artifact into a model artifact; from a size preset, a config.json, or "
+       "continuing from a model; for steps, epochs or a time budget. Runs data-parallel under "
+       "torchrun.")
 def pretrain(settings: PretrainSettings, target: Target,
              data: Annotated[Path, typer.Argument(help="The pretrain-data artifact.",
                                                    show_default=False)],

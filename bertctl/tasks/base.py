@@ -99,6 +99,11 @@ class Family:
     def encode(self, examples, tokenizer, max_seq_length: int, training: bool = False):
         raise NotImplementedError
 
+    def recognises(self, path: Path) -> bool:
+        """Whether a data path's own layout says it is this family's (a BEIR directory is a
+        search's), so a model without a task evaluates it without --task."""
+        return False
+
     def check_training(self, spec, examples, settings) -> list[str]:
         """BertctlError for training settings (batch size, loss) that the training examples
         cannot be trained with, checked before any model is built; returns warnings naming

@@ -19,7 +19,7 @@ from bertctl.errors import BertctlError
 from bertctl.model.sentence_layout import KEY
 from bertctl.settings import DEFAULT_LENGTH
 from bertctl.tasks.files import is_saved_dataset
-from bertctl.tasks.registry import get
+from bertctl.tasks.registry import FAMILIES, get
 from bertctl.tasks.spec import TaskSpec, make_task_spec
 
 # The task record beside a fine-tuned model's weights: its spec, label list, length, calibration.
@@ -51,9 +51,10 @@ class TaskInput:
     max_seq_length: int
 
 
-def model_task(config, model: TaskModel) -> ModelTask:
-    """The model's task as the flags refine it, the model's head checked against it."""
-    spec = resolve_spec(config, model)
+def model_task(config, model: TaskModel, data: Path | None = None) -> ModelTask:
+    """The model's task as the flags refine it (or as DATA's layout says, for a model without
+    a task), the model's head checked against it."""
+    spec = resolve_spec(config, model, data)
     family = get(spec.family)
     spec = family.for_model(spec, model.hf_config)
     label_list = family.resolve_labels(spec, model.task, model.hf_config, config.labels,
@@ -76,15 +77,16 @@ def task_length(config, model: TaskModel) -> int:
 
 def open_task(config, model: TaskModel, data: Path) -> TaskInput:
     """How to read DATA for the model, the model's head checked against the task."""
-    task = model_task(config, model)
+    task = model_task(config, model, data)
     data = task_file(task.spec, data)
     return TaskInput(task.spec.for_file(data), task.family, task.label_list, data,
                      task_length(config, model))
 
 
-def resolve_spec(config, model: TaskModel) -> TaskSpec:
+def resolve_spec(config, model: TaskModel, data: Path | None = None) -> TaskSpec:
     """The TaskSpec to read DATA with: the model's task, with the flags given replacing its
-    fields; a preset named by --task instead; or the flags alone for a model without one."""
+    fields; a preset named by --task instead; the flags alone for a model without one; or
+    the family whose layout DATA has (a BEIR directory: retrieval)."""
     flags = config.task_fields()
     if getattr(config, "header", None) is not None:   # e.g. GLUE's CoLA test file has a header, its dev file none
         flags["header"] = config.header
@@ -107,6 +109,11 @@ def resolve_spec(config, model: TaskModel) -> TaskSpec:
         return make_task_spec(None, **{**base, **flags})
     if "family" in flags:
         return make_task_spec(None, **flags)
+    known = next((f for f in FAMILIES.values() if data is not None and f.recognises(data)),
+                 None)
+    if known is not None:
+        console.log(f"{data}: read as a {known.name} task (its layout; --task to choose)")
+        return make_task_spec(None, family=known.name, **flags)
     raise BertctlError(f"{model.path}: the model has no task file ({TASK_FILE}); give "
                        f"the task with --task (e.g. glue/sst2) or --family and the columns")
 

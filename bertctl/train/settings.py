@@ -122,8 +122,9 @@ class TrainingSettings(StageConfig):
     def _length(self):
         given = [n for n in ("steps", "epochs", "time_budget") if getattr(self, n) is not None]
         if len(given) != 1:
-            raise ValueError("give exactly one of steps, epochs and time_budget"
-                             + (f" (got {' and '.join(given)})" if given else ""))
+            raise ValueError("give exactly one of --steps, --epochs and --time-budget"
+                             + (f" (got {' and '.join('--' + g.replace('_', '-') for g in given)})"
+                                if given else ""))
         if self.min_steps is not None and self.time_budget is None:
             raise ValueError("min_steps fits the batch size to a time budget: give "
                              "time_budget too")

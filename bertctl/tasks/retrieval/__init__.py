@@ -109,6 +109,9 @@ class Retrieval(Family):
 
     # -- data
 
+    def recognises(self, path: Path) -> bool:
+        return reader.is_beir(Path(path))
+
     def read(self, spec, path, label_list=None, require_labels=False) -> RetrievalExamples:
         parts = list(self.read_chunks(spec, path, rows=None))
         if len(parts) != 1:
