@@ -17,13 +17,13 @@ from pydantic import Field, field_validator, model_validator
 from bertctl.data.settings import AuditSettings, PretrainingDataSettings, TokenizeSettings
 from bertctl.model import ARCHITECTURES
 from bertctl.objectives import OBJECTIVES
+from bertctl.search_settings import EmbedSettings, MineSettings
 from bertctl.settings import (DATA, DEFAULT_LENGTH, EVALUATION, MODEL, RUNTIME, SEQ_LENGTH, TASK,
-                              TRAINING, StageConfig, meta, resolve_precision)
+                              TRAINING, InferenceSettings, StageConfig, meta)
 from bertctl.train.settings import TrainingSettings
 
 _RUN = meta(RUNTIME, identity=False)
 FROZEN = "Frozen encoder (feature-based)"
-EMBEDDINGS = "Embeddings"
 
 
 class BuildPretrainDataSettings(PretrainingDataSettings):
@@ -125,25 +125,6 @@ class PretrainSettings(TrainingSettings):
             raise ValueError(f"model_size {self.model_size!r} is not a {arch.name} size (one "
                              f"of {', '.join(arch.config_class.presets)})")
         return self
-
-
-class InferenceSettings(StageConfig):
-    """How a stage that only runs the model forward runs it (eval, embed)."""
-
-    precision: Literal["auto", "fp32", "bf16"] = Field(
-        "auto", description="auto: bf16 where the hardware runs bf16 matmuls natively, else "
-        "fp32; fp32; or bf16 autocast (CPU or GPU). Recorded resolved.",
-        json_schema_extra=meta(RUNTIME))
-    threads: int | None = Field(None, ge=1, le=4096, description="CPU threads; unset: OMP_NUM_THREADS "
-                                "if set, else the cores this process may use.",
-                                json_schema_extra=_RUN)
-    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: cuda when "
-                                                   "available.", json_schema_extra=_RUN)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _auto_precision(cls, data: Any) -> Any:
-        return resolve_precision(cls, data)
 
 
 class TaskSettings(StageConfig):
@@ -341,60 +322,6 @@ class ReportSettings(StageConfig):
                               "artifacts shown.", json_schema_extra=meta("Report"))
 
 
-class EmbedSettings(InferenceSettings):
-    """`bertctl embed`: a frozen encoder's hidden states as vectors (see bertctl/embeddings.py)."""
-
-    produces: ClassVar[str | None] = "embeddings"
-
-    text_column: list[str] | None = Field(None, description="Tables: the text column (twice "
-                                          "for sentence pairs); a plain text file has one item "
-                                          "per line.", json_schema_extra=meta(DATA))
-    id_column: str | None = Field(None, description="Tables: a column of row ids (a search "
-                                  "index's document ids, BEIR's _id), written to the index "
-                                  "beside each row's vectors.", json_schema_extra=meta(DATA))
-    token_column: str | None = Field(None, description="A CoNLL-style token file (one word "
-                                     "per line, a blank line between sentences, -DOCSTART- "
-                                     "lines skipped): the field of the word, 0 the first. Each "
-                                     "sentence is a row; --pool words gives one vector per word "
-                                     "of the file.", json_schema_extra=meta(DATA))
-    layers: str = Field("-1", description="Hidden states to use: indices as transformers "
-                        "numbers them (0 the embeddings layer, -1 the last layer), "
-                        "comma-separated, or all.", json_schema_extra=meta(EMBEDDINGS))
-    combine: Literal["concat", "sum", "mean"] = Field("concat", description="How several "
-                                                      "layers are combined.",
-                                                      json_schema_extra=meta(EMBEDDINGS))
-    pool: Literal["model", "cls", "mean", "tokens", "words"] | None = Field(
-        None, description="model: an embedding model's own vectors (bertctl's, a "
-        "sentence-transformers model's: its pooling, Dense layers and normalisation, each text "
-        "truncated as its encode does). Else one vector per row of the --layers' hidden states "
-        "([CLS], or the mean over its pieces), per piece, or per word (the mean of its "
-        "pieces). Unset: model for an embedding model, else mean.",
-        json_schema_extra=meta(EMBEDDINGS))
-    normalize: bool | None = Field(None, description="Scale every vector to unit length (for "
-                                   "cosine search). Unset: as the model's own vectors are, "
-                                   "else not.", json_schema_extra=meta(EMBEDDINGS))
-    prompt_name: str | None = Field(None, description="An embedding model's prompt to put "
-                                    "before every text (config_sentence_transformers.json's "
-                                    "prompts: query, document, ...). Unset: its default "
-                                    "prompt, if it has one.", json_schema_extra=meta(EMBEDDINGS))
-    prompt: str | None = Field(None, description="A text to put before every text, in place "
-                               "of the model's prompts.", json_schema_extra=meta(EMBEDDINGS))
-    dtype: Literal["fp32", "fp16"] = Field("fp32", description="Stored vector type.",
-                                           json_schema_extra=meta(EMBEDDINGS))
-    max_seq_length: int | None = Field(None, **SEQ_LENGTH, description="Pieces per model "
-                                       "window; longer single texts are windowed, pairs "
-                                       "truncated. Unset: the model's position limit (at most "
-                                       "512).", json_schema_extra=meta(EMBEDDINGS))
-    doc_stride: int | None = Field(None, ge=0, description="Pieces shared by consecutive "
-                                   "windows of a long text (default half the window).",
-                                   json_schema_extra=meta(EMBEDDINGS))
-    shard_rows: int = Field(1_000_000, ge=1, description="Vectors per .npy shard (a shard "
-                            "closes at the first chunk past it).",
-                            json_schema_extra=meta(EMBEDDINGS))
-    batch_size: int = Field(64, ge=1, description="Windows per forward pass.",
-                            json_schema_extra=_RUN)
-
-
 class GlueSummarySettings(StageConfig):
     """`bertctl glue-summary`: everything it shows comes from the eval artifacts given."""
 
@@ -443,4 +370,4 @@ class ExportSettings(StageConfig):
 STAGE_SETTINGS: tuple[type[StageConfig], ...] = (
     TokenizeSettings, BuildPretrainDataSettings, PretrainSettings, FinetuneSettings,
     DistillSettings, EvalSettings, EmbedSettings, ExportSettings, ReportSettings,
-    GlueSummarySettings, AuditSettings)
+    GlueSummarySettings, AuditSettings, MineSettings)

@@ -11,7 +11,7 @@ the flag's spelling where it is not derived from the name.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar, Optional, TypeVar
+from typing import Any, ClassVar, Literal, Optional, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -256,3 +256,22 @@ def plugin_option_fields(plugins, kind: str, shared_panel: str, stage: str | Non
         fields[name] = (Optional[info.annotation], Field(  # noqa: UP007 - typer reads Optional
             None, description=help_text, json_schema_extra=meta(panel)))
     return fields
+
+
+class InferenceSettings(StageConfig):
+    """How a stage that only runs the model forward runs it (eval, embed)."""
+
+    precision: Literal["auto", "fp32", "bf16"] = Field(
+        "auto", description="auto: bf16 where the hardware runs bf16 matmuls natively, else "
+        "fp32; fp32; or bf16 autocast (CPU or GPU). Recorded resolved.",
+        json_schema_extra=meta(RUNTIME))
+    threads: int | None = Field(None, ge=1, le=4096, description="CPU threads; unset: OMP_NUM_THREADS "
+                                "if set, else the cores this process may use.",
+                                json_schema_extra=meta(RUNTIME, identity=False))
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: cuda when "
+                                                   "available.", json_schema_extra=meta(RUNTIME, identity=False))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _auto_precision(cls, data: Any) -> Any:
+        return resolve_precision(cls, data)

@@ -24,7 +24,7 @@ from bertctl import signals
 from bertctl.artifacts import Target
 from bertctl.config import (AuditSettings, BuildPretrainDataSettings, DistillSettings,
                             EmbedSettings, EvalSettings, ExportSettings, FinetuneSettings, GlueSummarySettings,
-                            PretrainSettings, ReportSettings, TokenizeSettings)
+                            MineSettings, PretrainSettings, ReportSettings, TokenizeSettings)
 from bertctl.cli.flags import COMMON, DEBUG, JSON_OUTPUT, PanelledCommand, field_parameter
 from bertctl.settings import StageConfig, resolve
 from bertctl.errors import BertctlError, DiskFull, Interrupted, is_disk_full
@@ -325,6 +325,25 @@ def embed(settings: EmbedSettings, target: Target,
     from bertctl.stages import embed as stage_module
 
     return stage_module.run(settings, target, model, data)
+
+
+@stage("mine", MineSettings, help="Mine hard negatives for a retrieval training file with "
+       "the model itself: each query searched over the corpus (the file's positives, and "
+       "--corpus), the best-ranked documents that are not its positives kept behind "
+       "sentence-transformers' guards against false negatives, into a mined artifact whose "
+       "pairs.jsonl finetune --task retrieval trains on.")
+def mine(settings: MineSettings, target: Target,
+         model: RunnableModel,
+         train: Annotated[Path, typer.Argument(
+             help="The training pairs (a table with the query and positive columns).",
+             show_default=False)],
+         corpus: Annotated[Optional[Path], typer.Option(
+             help="More documents to mine from: a .txt file (a text a line) or a BEIR "
+                  "corpus.jsonl; the file's positives are always searched.",
+             show_default=False)] = None):
+    from bertctl.stages import mine as stage_module
+
+    return stage_module.run(settings, target, model, train, corpus)
 
 
 @stage("audit", AuditSettings, help="Audit a corpus for task examples: which examples of "

@@ -1,0 +1,130 @@
+"""The settings of the search stages: `embed` (vectors of texts) and `mine` (hard negatives for
+a retrieval training file), each a pydantic model whose fields are the command's flags (see
+bertctl/settings.py); config.py lists them with the other stages'."""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import Field, model_validator
+
+from bertctl.settings import DATA, RUNTIME, SEQ_LENGTH, InferenceSettings, meta
+
+_RUN = meta(RUNTIME, identity=False)
+EMBEDDINGS = "Embeddings"
+MINING = "Mining"
+
+
+class EmbedSettings(InferenceSettings):
+    """`bertctl embed`: a frozen encoder's hidden states as vectors (see bertctl/embeddings.py)."""
+
+    produces: ClassVar[str | None] = "embeddings"
+
+    text_column: list[str] | None = Field(None, description="Tables: the text column (twice "
+                                          "for sentence pairs); a plain text file has one item "
+                                          "per line.", json_schema_extra=meta(DATA))
+    id_column: str | None = Field(None, description="Tables: a column of row ids (a search "
+                                  "index's document ids, BEIR's _id), written to the index "
+                                  "beside each row's vectors.", json_schema_extra=meta(DATA))
+    token_column: str | None = Field(None, description="A CoNLL-style token file (one word "
+                                     "per line, a blank line between sentences, -DOCSTART- "
+                                     "lines skipped): the field of the word, 0 the first. Each "
+                                     "sentence is a row; --pool words gives one vector per word "
+                                     "of the file.", json_schema_extra=meta(DATA))
+    layers: str = Field("-1", description="Hidden states to use: indices as transformers "
+                        "numbers them (0 the embeddings layer, -1 the last layer), "
+                        "comma-separated, or all.", json_schema_extra=meta(EMBEDDINGS))
+    combine: Literal["concat", "sum", "mean"] = Field("concat", description="How several "
+                                                      "layers are combined.",
+                                                      json_schema_extra=meta(EMBEDDINGS))
+    pool: Literal["model", "cls", "mean", "tokens", "words"] | None = Field(
+        None, description="model: an embedding model's own vectors (bertctl's, a "
+        "sentence-transformers model's: its pooling, Dense layers and normalisation, each text "
+        "truncated as its encode does). Else one vector per row of the --layers' hidden states "
+        "([CLS], or the mean over its pieces), per piece, or per word (the mean of its "
+        "pieces). Unset: model for an embedding model, else mean.",
+        json_schema_extra=meta(EMBEDDINGS))
+    normalize: bool | None = Field(None, description="Scale every vector to unit length (for "
+                                   "cosine search). Unset: as the model's own vectors are, "
+                                   "else not.", json_schema_extra=meta(EMBEDDINGS))
+    prompt_name: str | None = Field(None, description="An embedding model's prompt to put "
+                                    "before every text (config_sentence_transformers.json's "
+                                    "prompts: query, document, ...). Unset: its default "
+                                    "prompt, if it has one.", json_schema_extra=meta(EMBEDDINGS))
+    prompt: str | None = Field(None, description="A text to put before every text, in place "
+                               "of the model's prompts.", json_schema_extra=meta(EMBEDDINGS))
+    dtype: Literal["fp32", "fp16"] = Field("fp32", description="Stored vector type.",
+                                           json_schema_extra=meta(EMBEDDINGS))
+    max_seq_length: int | None = Field(None, **SEQ_LENGTH, description="Pieces per model "
+                                       "window; longer single texts are windowed, pairs "
+                                       "truncated. Unset: the model's position limit (at most "
+                                       "512).", json_schema_extra=meta(EMBEDDINGS))
+    doc_stride: int | None = Field(None, ge=0, description="Pieces shared by consecutive "
+                                   "windows of a long text (default half the window).",
+                                   json_schema_extra=meta(EMBEDDINGS))
+    shard_rows: int = Field(1_000_000, ge=1, description="Vectors per .npy shard (a shard "
+                            "closes at the first chunk past it).",
+                            json_schema_extra=meta(EMBEDDINGS))
+    batch_size: int = Field(64, ge=1, description="Windows per forward pass.",
+                            json_schema_extra=_RUN)
+
+
+class MineSettings(InferenceSettings):
+    """`bertctl mine`: each training query searched with the model over a corpus, and the
+    highest-ranked documents that are not its positives written as its hard negatives, with
+    sentence-transformers' mine_hard_negatives' guards against false negatives (see
+    bertctl/tasks/retrieval/mining.py)."""
+
+    produces: ClassVar[str | None] = "mined"
+
+    text_column: list[str] | None = Field(None, description="The training table's query and "
+                                          "positive columns (twice). Unset: query, positive.",
+                                          json_schema_extra=meta(DATA))
+    negatives: int = Field(3, ge=1, le=64, description="Hard negatives per row; a row with "
+                           "fewer eligible candidates is left out (counted).",
+                           json_schema_extra=meta(MINING))
+    range_min: int = Field(0, ge=0, description="Candidates skipped at the top of the ranking "
+                           "(after the query's positives): the likeliest false negatives.",
+                           json_schema_extra=meta(MINING))
+    range_max: int = Field(100, ge=1, le=10_000, description="Candidates considered, from the "
+                           "top of the ranking (after the query's positives).",
+                           json_schema_extra=meta(MINING))
+    margin: float | None = Field(None, ge=0, description="A negative's cosine must be at least "
+                                 "this far below its row's positive's. Unset: no margin.",
+                                 json_schema_extra=meta(MINING))
+    relative_margin: float | None = Field(None, ge=0, lt=1, description="A negative's cosine "
+                                          "must be at most (1 - this) times its row's "
+                                          "positive's (0.05: 95%). Unset: none.",
+                                          json_schema_extra=meta(MINING))
+    max_score: float | None = Field(None, ge=-1, le=1, description="A ceiling on a negative's "
+                                    "cosine (near-duplicates of the positive are likely "
+                                    "false negatives). Unset: none.",
+                                    json_schema_extra=meta(MINING))
+    min_score: float | None = Field(None, ge=-1, le=1, description="A floor on a negative's "
+                                    "cosine (too easy to teach anything). Unset: none.",
+                                    json_schema_extra=meta(MINING))
+    sampling: Literal["top", "random"] = Field("top", description="top: the highest-ranked "
+                                               "eligible candidates; random: drawn among them "
+                                               "(--seed).", json_schema_extra=meta(MINING))
+    seed: int = Field(0, ge=0, description="The draw of --sampling random.",
+                      json_schema_extra=meta(MINING))
+    max_seq_length: int | None = Field(None, **SEQ_LENGTH, description="Pieces per text "
+                                       "embedded. Unset: the model's own length.",
+                                       json_schema_extra=meta(MINING))
+    batch_size: int = Field(64, ge=1, description="Texts per forward pass.",
+                            json_schema_extra=_RUN)
+
+    @model_validator(mode="after")
+    def _ranges(self):
+        if self.range_max <= self.range_min:
+            raise ValueError(f"range_max {self.range_max} must be above range_min "
+                             f"{self.range_min}")
+        if self.range_max - self.range_min < self.negatives:
+            raise ValueError(f"range_min {self.range_min} to range_max {self.range_max} holds "
+                             f"fewer candidates than --negatives {self.negatives}")
+        if self.min_score is not None and self.max_score is not None and \
+                self.min_score >= self.max_score:
+            raise ValueError("min_score must be below max_score")
+        if self.text_column is not None and len(self.text_column) != 2:
+            raise ValueError("give --text-column twice: the query's column, the positive's")
+        return self

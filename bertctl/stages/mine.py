@@ -1,0 +1,78 @@
+"""`bertctl mine MODEL TRAIN --out DIR`: hard negatives for a retrieval training file, mined
+with the model itself (the selection and its guards: bertctl/tasks/retrieval/mining.py), into
+a mined artifact whose pairs.jsonl `finetune --task retrieval` trains on."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+
+from bertctl import artifacts, console, evaluation, hardware, tasks
+from bertctl.config import MineSettings
+from bertctl.errors import BertctlError
+from bertctl.model import sentence_layout
+from bertctl.stages.common import models
+from bertctl.tasks.retrieval import mining, ranking
+from bertctl.tasks.retrieval.reader import RetrievalExamples
+
+
+def run(config: MineSettings, target: artifacts.Target, model_dir: Path, train: Path,
+        corpus: Path | None = None):
+    hardware.set_threads(config.threads)
+    source = models.open_model(model_dir, "model", exports=True)
+    family = tasks.get(mining.FAMILY)
+    spec = family.for_model(tasks.make_task_spec(mining.FAMILY), source.hf_config)
+    family.check_head(source.hf_config, spec, None, str(source.path))
+    record = sentence_layout.record_of(source.hf_config)   # a layout it cannot compute: refused
+    tok, _ = source.tokenizer()
+    max_len = config.max_seq_length or models.model_length(source)
+    models.check_reads_task(source, tok, max_len)
+    guards = mining.Guards(**{k: getattr(config, k) for k in mining.Guards.__dataclass_fields__})
+    pairs = mining.read_pairs(train, config.text_column, corpus)
+    mining.check_corpus(pairs, guards, str(corpus or train))
+    config = source.applied(config)
+    device, precision, recorded = source.runtime(config.device, config.precision)
+    inputs = [source.ref, models.data_input(train, "train")]
+    if corpus is not None:
+        inputs.append(models.data_input(corpus, "corpus"))
+
+    def embed(model, texts: list[str], prompt: str, what: str) -> np.ndarray:
+        examples = RetrievalExamples(str(train), "documents", [[prompt + t] for t in texts])
+        features = family.encode(examples, tok, max_len)
+        with console.progress(f"embedding {what}", total=len(texts), unit="texts") as bar:
+            out = evaluation.predict(model, evaluation.task_batches(
+                features, config.batch_size, family), device, precision,
+                progress=lambda k: bar.update(k), where=f"{source.path} on {train}")
+        return out["embeddings"].astype(np.float32)
+
+    def build(tmp: Path) -> dict:
+        model = models.load_task_model(source, family.head)
+        model.to(device)
+        started = time.monotonic()
+        distinct = list(dict.fromkeys(pairs.queries))
+        q = embed(model, distinct, sentence_layout.prompt_for(record, "query"), "queries")
+        q = q[[distinct.index(t) for t in pairs.queries]] if len(distinct) < len(pairs.queries) \
+            else q
+        d = embed(model, pairs.corpus, sentence_layout.prompt_for(record, "document"), "corpus")
+        positive = (ranking._unit(q) * ranking._unit(d[pairs.positive_index])).sum(-1)
+        # Deep enough that range_max candidates remain after the query's own positives.
+        most = max(np.unique(pairs.queries, return_counts=True)[1]) + 1
+        scores, candidates = ranking.search(q, [d], min(len(d), config.range_max + most))
+        banned = mining.excluded(pairs, candidates)
+        chosen, kept, counts = mining.select(scores, candidates, positive, banned, guards)
+        if not kept.any():
+            raise BertctlError(f"{train}: no row kept {guards.negatives} negatives "
+                                      f"after the guards ({counts['removed_by']}): loosen "
+                                      f"them or mine from a larger --corpus")
+        mining.write(tmp / mining.OUTPUT, pairs, chosen, kept)
+        seconds = time.monotonic() - started
+        console.log(f"{counts['kept']:,} of {counts['rows']:,} rows kept {guards.negatives} "
+                    f"hard negatives from {len(pairs.corpus):,} documents ({counts['dropped']:,}"
+                    f" dropped; removed by each guard: {counts['removed_by']}); {seconds:.1f}s")
+        return {**counts, "documents": len(pairs.corpus), "queries": len(distinct),
+                "model": str(source.path), "precision": recorded, "device": str(device),
+                "seconds": round(seconds, 3), "output": mining.OUTPUT}
+
+    return artifacts.produce("mined", config, inputs, target, build)
