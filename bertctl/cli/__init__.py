@@ -19,11 +19,10 @@ import typer
 from click.exceptions import NoArgsIsHelpError
 
 import bertctl
-from bertctl import console
-from bertctl import signals
+from bertctl import console, signals
 from bertctl.artifacts import Target
-from bertctl.config import (AuditSettings, BuildPretrainDataSettings, DistillSettings,
-                            EmbedSettings, EvalSettings, ExportSettings, FinetuneSettings, GlueSummarySettings,
+from bertctl.config import (AuditSettings, BuildPretrainDataSettings, DistillSettings, EmbedSettings,
+                            EvalSettings, ExportSettings, FinetuneSettings, GlueSummarySettings,
                             MineSettings, PretrainSettings, ReportSettings, TokenizeSettings)
 from bertctl.cli.flags import COMMON, DEBUG, JSON_OUTPUT, PanelledCommand, field_parameter
 from bertctl.settings import StageConfig, resolve
@@ -224,11 +223,9 @@ def build_pretrain_data(
                             exclude=exclude)
 
 
-@stage("pretrain", pretrain_settings, help="Pretrain an encoder (BERT or ModernBERT; masked "
-       "LM + next-sentence prediction, masked LM alone, or ELECTRA: --objective) on a "
-       "pretrain-data artifact into a model artifact; from a size preset, a config.json, or "
-       "continuing from a model; for steps, epochs or a time budget. Runs data-parallel under "
-       "torchrun.")
+@stage("pretrain", pretrain_settings, help="Pretrain a BERT or ModernBERT (--objective: MLM "
+       "+ NSP, MLM, ELECTRA) on a pretrain-data artifact into a model artifact; from a size "
+       "preset, a config.json or a model; under torchrun too.")
 def pretrain(settings: PretrainSettings, target: Target,
              data: Annotated[Path, typer.Argument(help="The pretrain-data artifact.",
                                                    show_default=False)],
@@ -314,9 +311,8 @@ def evaluate(settings: EvalSettings, target: Target,
     return stage_module.run(settings, target, model, data, expect or [])
 
 
-@stage("embed", EmbedSettings, help="Run a model's encoder frozen over texts and store its "
-       "hidden states as vectors (per text, per piece or per word) in memory-mappable .npy "
-       "shards with an index, into an embeddings artifact.")
+@stage("embed", EmbedSettings, help="Embed texts (an embedding model's own vectors, or an "
+       "encoder's hidden states per text, piece or word) into .npy shards with an index.")
 def embed(settings: EmbedSettings, target: Target,
           model: RunnableModel,
           data: Annotated[Path, typer.Argument(
@@ -327,22 +323,13 @@ def embed(settings: EmbedSettings, target: Target,
     return stage_module.run(settings, target, model, data)
 
 
-@stage("mine", MineSettings, help="Mine hard negatives for a retrieval training file with "
-       "the model itself: each query searched over the corpus (the file's positives, and "
-       "--corpus), the best-ranked documents that are not its positives kept behind "
-       "sentence-transformers' guards against false negatives, into a mined artifact whose "
-       "pairs.jsonl finetune --task retrieval trains on.")
-def mine(settings: MineSettings, target: Target,
-         model: RunnableModel,
-         train: Annotated[Path, typer.Argument(
-             help="The training pairs (a table with the query and positive columns).",
-             show_default=False)],
-         corpus: Annotated[Optional[Path], typer.Option(
-             help="More documents to mine from: a .txt file (a text a line) or a BEIR "
-                  "corpus.jsonl; the file's positives are always searched.",
-             show_default=False)] = None):
+@stage("mine", MineSettings, help="Mine hard negatives for retrieval pairs with the model "
+       "itself, guarded against false negatives, into a mined artifact (pairs.jsonl).")
+def mine(settings: MineSettings, target: Target, model: RunnableModel,
+         train: Annotated[Path, typer.Argument(help="The query, positive pairs (a table).")],
+         corpus: Annotated[Optional[Path], typer.Option(help="More documents: a .txt (a text "
+                                                        "a line) or a corpus.jsonl.")] = None):
     from bertctl.stages import mine as stage_module
-
     return stage_module.run(settings, target, model, train, corpus)
 
 

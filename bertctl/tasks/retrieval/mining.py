@@ -27,6 +27,7 @@ import numpy as np
 
 from bertctl.errors import BertctlError
 from bertctl.tasks.retrieval import reader
+from bertctl.tasks.spec import make_task_spec
 
 FAMILY = "retrieval"   # the family whose models and files this reads
 OUTPUT = "pairs.jsonl"
@@ -47,8 +48,6 @@ def read_pairs(path: Path, columns: list[str] | None, corpus: Path | None) -> Pa
     """The rows of a pairs table (its two text columns) and the corpus: the distinct
     positives, and the texts of `corpus` (a .txt file, a line a text; or a BEIR corpus.jsonl,
     title and text) when given."""
-    from bertctl.tasks.spec import make_task_spec
-
     columns = columns or ["query", "positive"]
     spec = make_task_spec(FAMILY, text_columns=columns)
     parts = list(reader.read_table_chunks(spec, path, rows=None))
