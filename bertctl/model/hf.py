@@ -81,8 +81,9 @@ def read_config_dict(directory: str | Path) -> dict[str, Any]:
         layout = sentence.read_layout(directory)
     except BertctlError as exc:
         layout = {"refused": str(exc)}
-    if layout is not None:
-        data[sentence.KEY] = layout
+    if layout is not None:   # what only bertctl records (Matryoshka sizes) kept beside it
+        own = data.get(sentence.KEY) if isinstance(data.get(sentence.KEY), dict) else {}
+        data[sentence.KEY] = layout if "refused" in layout else {**own, **layout}
     return data
 
 

@@ -199,7 +199,8 @@ class Embedder:
     def _embedder(self, pooling: str | list[str] = "mean", normalize: bool = True,
                   dense: list[dict[str, Any]] | tuple = (), prompts: dict[str, str] | None = None,
                   default_prompt_name: str | None = None, max_seq_length: int | None = None,
-                  loss: str = "infonce", scale: float = 20.0, cache_negatives: int = 0,
+                  matryoshka_dims: list[int] | tuple = (), loss: str = "infonce",
+                  scale: float = 20.0, cache_negatives: int = 0,
                   dropout: float | None = None) -> None:
         if loss not in contrastive.LOSSES:
             raise ValueError(f"loss must be one of {contrastive.LOSSES}, got {loss!r}")
@@ -211,6 +212,12 @@ class Embedder:
         pooler = getattr(self.encoder, "pooler", None)
         if pooler is not None:   # kept for the saved encoder's readers, unused: no gradient
             pooler.requires_grad_(False)
+        dims = tuple(int(d) for d in matryoshka_dims)
+        if dims and (dims[0] > self.sentence.dim or list(dims) != sorted(set(dims), reverse=True)
+                     or dims[-1] < 1):
+            raise BertctlError(f"--matryoshka-dims {','.join(map(str, dims))}: sizes largest "
+                               f"first, each at most the model's {self.sentence.dim} values")
+        self.matryoshka_dims = dims
         self.prompts, self.default_prompt_name = dict(prompts or {}), default_prompt_name
         self.max_seq_length = max_seq_length
         self.loss_name = loss
@@ -278,17 +285,27 @@ class Embedder:
                 raise BertctlError("--batch-size 1: a contrastive loss compares the examples of "
                                    "a batch (a query's negatives are the others' positives; "
                                    "CoSENT ranks pairs against each other): use 2 or more")
-            e = out["embeddings"]
-            if labels is not None:
-                out["loss"] = contrastive.cosent(e[:, 0], e[:, 1], labels.reshape(-1),
-                                                 self.scale)
-            else:
-                out["loss"] = contrastive.info_nce(e[:, 0], e[:, 1:], self.scale,
-                                                   symmetric=self.loss_name == "symmetric")
+            out["loss"] = self._loss(out["embeddings"], labels)
         return out
+
+    def _loss(self, e: torch.Tensor, labels: torch.Tensor | None) -> torch.Tensor:
+        """The loss of (B, K, D) vectors; with Matryoshka sizes, the sum of the losses of the
+        vectors cut to each (sentence-transformers' MatryoshkaLoss, weights 1)."""
+        total = None
+        for d in self.matryoshka_dims or (e.shape[-1],):
+            x = e[..., :d]
+            if labels is not None:
+                loss = contrastive.cosent(x[:, 0], x[:, 1], labels.reshape(-1), self.scale)
+            else:
+                loss = contrastive.info_nce(x[:, 0], x[:, 1:], self.scale,
+                                            symmetric=self.loss_name == "symmetric")
+            total = loss if total is None else total + loss
+        return total
 
     def hf_config(self) -> dict[str, Any]:
         record = self.sentence.record()
+        if self.matryoshka_dims:
+            record["matryoshka_dims"] = list(self.matryoshka_dims)
         if self.prompts:
             record.update(prompts=self.prompts, default_prompt_name=self.default_prompt_name)
         return {sentence.KEY: record}
@@ -296,7 +313,7 @@ class Embedder:
     @classmethod
     def kwargs_from_hf(cls, hf_config: dict[str, Any]) -> dict[str, Any]:
         given = sentence.record_of(hf_config) or {}
-        kwargs = {k: given[k] for k in ("pooling", "normalize", "prompts",
+        kwargs = {k: given[k] for k in ("pooling", "normalize", "prompts", "matryoshka_dims",
                                         "default_prompt_name", "max_seq_length") if k in given}
         if given.get("dense"):
             kwargs["dense"] = [{k: v for k, v in d.items() if k != "path"}

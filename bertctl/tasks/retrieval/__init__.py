@@ -72,8 +72,30 @@ class RetrievalOptions(BaseModel):
     text_prompt: str | None = Field(None, description="Text put before the texts of scored "
                                     "pairs and of SimCSE. Unset: the model's default prompt, "
                                     "else none.")
+    matryoshka_dims: str | None = Field(None, description="Train the loss at each of these "
+                                        "vector sizes too, largest first (e.g. "
+                                        "384,256,128,64; sentence-transformers' "
+                                        "MatryoshkaLoss: the losses summed), so the vectors "
+                                        "cut to any of them still search well; the model "
+                                        "records them. Unset: the model's own, else none.")
+    dims: str | None = Field(None, description="eval: also score the vectors cut to each of "
+                             "these sizes (e.g. 256,128,64), as dimN/METRIC.")
     top_k: int = Field(100, ge=10, le=10_000, description="Documents retrieved per query "
                        "(the run's depth; Recall@100 and MAP read it).")
+
+
+def sizes(text: str | None, name: str) -> tuple[int, ...]:
+    """A comma-separated list of vector sizes, largest first; ValueError naming the flag."""
+    if text is None:
+        return ()
+    try:
+        dims = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise ValueError(f"--{name.replace('_', '-')} {text}: write sizes as 384,256,128") from None
+    if min(dims) < 1 or list(dims) != sorted(set(dims), reverse=True):
+        raise ValueError(f"--{name.replace('_', '-')} {text}: positive sizes, each below the "
+                         f"one before")
+    return dims
 
 
 def options(spec) -> RetrievalOptions:
@@ -95,6 +117,8 @@ class Retrieval(Family):
         if len(spec.text_columns) > 64:
             raise ValueError("at most 64 text columns (a query, its positive, negatives)")
         check_options(RetrievalOptions, spec)
+        for name in ("matryoshka_dims", "dims"):
+            sizes(getattr(options(spec), name), name)
         if spec.label_column is not None and options(spec).loss in ("infonce", "symmetric"):
             raise ValueError(f"loss {options(spec).loss} takes (query, positive) pairs; "
                              f"scores (label column '{spec.label_column}') train CoSENT")
@@ -207,6 +231,8 @@ class Retrieval(Family):
                                   "scale": o.scale, "cache_negatives": o.cache_negatives}
         kwargs.update({k: v for k, v in (("pooling", o.pooling), ("normalize", o.normalize),
                                          ("dropout", o.dropout)) if v is not None})
+        if o.matryoshka_dims is not None:
+            kwargs["matryoshka_dims"] = list(sizes(o.matryoshka_dims, "matryoshka_dims"))
         return kwargs
 
     def check_head(self, hf_config: dict[str, Any], spec, label_list, where: str) -> None:
@@ -271,13 +297,33 @@ class Retrieval(Family):
 
     def score(self, predictions, examples: RetrievalExamples, spec, label_list) -> dict:
         if examples.kind == "scored":
+            if options(spec).dims:
+                raise BertctlError("--dims scores a search (a BEIR set or pairs), not scored "
+                                   "pairs")
             return {"spearman": spearman(predictions, examples.scores),
                     "pearson": pearson(predictions, examples.scores), "pairs": len(predictions)}
         if examples.kind == "pairs" and examples.keys is None:
             return {}   # texts alone (SimCSE): nothing to score
         run, qrels = self._ranking(predictions, examples, spec)
         means, _ = ranking.evaluate(run, qrels)
-        return {**means, "queries": len(qrels), "documents": examples.ranking[4]}
+        return {**means, "queries": len(qrels), "documents": examples.ranking[4],
+                **self._truncated(predictions, examples, spec)}
+
+    def _truncated(self, predictions, examples: RetrievalExamples, spec) -> dict:
+        """The search's metrics with every vector cut to each of --dims (and made unit length
+        again: the search is by cosine), as dimN/METRIC."""
+        out: dict[str, float] = {}
+        parts = predictions if isinstance(predictions, list) else [predictions]
+        width = parts[0].shape[-1]
+        for d in sizes(options(spec).dims, "dims"):
+            if d > width:
+                raise BertctlError(f"--dims {d}: the model's vectors have {width} values")
+            cut = [p[..., :d] for p in parts]
+            run, _, qrels, _ = search(cut if isinstance(predictions, list) else cut[0],
+                                      examples, options(spec).top_k)
+            means, _ = ranking.evaluate(run, qrels)
+            out.update({f"dim{d}/{k}": v for k, v in means.items()})
+        return out
 
     def _ranking(self, predictions, examples: RetrievalExamples, spec):
         """(run, qrels) of the search, made once per set of predictions and kept with the
