@@ -173,6 +173,7 @@ class EmbedOptions:
     # encodes): each text truncated at max_seq_length, the model's `embeddings` output.
     own: bool = False
     prompt: str = ""                 # put before every text (the first of a pair)
+    store_text: bool = False         # each row's text (a pair's first) in the index
 
 
 @dataclass
@@ -376,6 +377,8 @@ def write(model, tokenizer, chunks: Iterator[Chunk], opts: EmbedOptions, out: Pa
         fields.append(("words", pa.list_(pa.string())))
     if ids:
         fields.append(("id", pa.string()))
+    if opts.store_text:
+        fields.append(("text", pa.string()))
     schema = pa.schema(fields)
     index = pq.ParquetWriter(out / INDEX, schema)
     shard, writer = -1, None
@@ -387,6 +390,7 @@ def write(model, tokenizer, chunks: Iterator[Chunk], opts: EmbedOptions, out: Pa
             if opts.pool == "words" and chunk.pairs is not None:
                 raise BertctlError("--pool words takes single texts: sentence pairs have two "
                                    "word sequences")
+            texts = [t if isinstance(t, str) else " ".join(t) for t in chunk.texts]
             if opts.prompt:
                 chunk = dataclasses.replace(chunk, texts=[opts.prompt + t for t in chunk.texts])
             enc, encodings = _encode(tok, chunk, opts.max_seq_length, opts.stride,
@@ -422,6 +426,8 @@ def write(model, tokenizer, chunks: Iterator[Chunk], opts: EmbedOptions, out: Pa
                 columns["words"] = pa.array(words, type=pa.list_(pa.string()))
             if ids:
                 columns["id"] = pa.array(chunk.ids, type=pa.string())
+            if opts.store_text:
+                columns["text"] = pa.array(texts, type=pa.string())
             index.write_table(pa.table(columns, schema=schema))
             stats["rows"] += n
             stats["vectors"] += int(counts.sum())

@@ -53,6 +53,9 @@ class EmbedSettings(InferenceSettings):
                                     "prompt, if it has one.", json_schema_extra=meta(EMBEDDINGS))
     prompt: str | None = Field(None, description="A text to put before every text, in place "
                                "of the model's prompts.", json_schema_extra=meta(EMBEDDINGS))
+    store_text: bool = Field(False, description="Keep each row's text in index.parquet "
+                             "(the text `bertctl search` prints beside each hit).",
+                             json_schema_extra=meta(EMBEDDINGS))
     dtype: Literal["fp32", "fp16"] = Field("fp32", description="Stored vector type.",
                                            json_schema_extra=meta(EMBEDDINGS))
     max_seq_length: int | None = Field(None, **SEQ_LENGTH, description="Pieces per model "

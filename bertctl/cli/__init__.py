@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import inspect
 import sys
-import traceback
 import typing
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -24,10 +22,11 @@ from bertctl.artifacts import Target
 from bertctl.config import (AuditSettings, BuildPretrainDataSettings, DistillSettings, EmbedSettings,
                             EvalSettings, ExportSettings, FinetuneSettings, GlueSummarySettings,
                             MineSettings, PretrainSettings, ReportSettings, TokenizeSettings)
-from bertctl.cli.flags import COMMON, DEBUG, JSON_OUTPUT, PanelledCommand, field_parameter
+from bertctl.cli.flags import COMMON, PanelledCommand, field_parameter
+from bertctl.cli.handling import _handled, _report
+from bertctl.cli.plain import PLAIN as _PLAIN
 from bertctl.settings import StageConfig, resolve
-from bertctl.errors import BertctlError, DiskFull, Interrupted, is_disk_full
-from bertctl.expectations import ExpectationsUnmet
+from bertctl.errors import Interrupted
 from bertctl.objectives.settings import pretrain_settings
 from bertctl.tasks.settings import distill_settings, eval_settings, finetune_settings
 
@@ -44,55 +43,6 @@ def _version(value: bool) -> None:
 def _root(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
                                                 help="Print the version and exit.")] = False):
     pass
-
-
-# ---------------------------------------------------------------------------------------------
-# Error handling shared by every command
-
-@contextmanager
-def _handled(json_mode: bool, debug: bool):
-    """Expected errors: one line, their exit code. Anything else: exit 1, traceback on --debug."""
-    try:
-        yield
-    except ExpectationsUnmet as exc:  # the artifact stands; the gate's verdict follows it
-        _report(exc.outcome, json_mode)
-        for line in exc.lines:
-            console.error(line)
-        raise typer.Exit(exc.exit_code) from None
-    except BertctlError as exc:
-        _fail(str(exc), exc.exit_code, json_mode, debug)
-    except KeyboardInterrupt:
-        _fail("interrupted; nothing was written", 130, json_mode, debug)
-    except (typer.Exit, typer.Abort, SystemExit):
-        raise
-    except OSError as exc:
-        if not is_disk_full(exc):
-            _fail(f"{type(exc).__name__}: {exc} (run with --debug for the traceback)", 1,
-                  json_mode, debug)
-        _fail(str(DiskFull(exc.filename or "an output file")), 1, json_mode, debug)
-    except Exception as exc:  # noqa: BLE001 - the last line of defence
-        if is_disk_full(exc):   # a library's own error type for ENOSPC, where not caught nearer
-            _fail(str(DiskFull("an output file")), 1, json_mode, debug)
-        _fail(f"{type(exc).__name__}: {exc} (run with --debug for the traceback)", 1,
-              json_mode, debug)
-
-
-def _fail(message: str, code: int, json_mode: bool, debug: bool):
-    if debug:
-        traceback.print_exc()
-    if json_mode:
-        console.emit_json({"error": message, "exit_code": code})
-    console.error(message)
-    raise typer.Exit(code)
-
-
-def _report(outcome, json_mode: bool) -> None:
-    m = outcome.manifest
-    if json_mode:
-        console.emit_json(m.model_dump(mode="json"))
-        return
-    state = "up to date" if outcome.up_to_date else "written"
-    print(f"{m.kind} artifact {m.id} {state}: {outcome.path}")
 
 
 # (command name, the settings class or a function returning it, help, the stage function),
@@ -362,22 +312,6 @@ def export(settings: ExportSettings, target: Target,
     return stage_module.run(settings, target, model, check=check)
 
 
-def inspect_artifact(
-    directory: Annotated[Path, typer.Argument(help="Any artifact directory.")],
-    verify: Annotated[bool, typer.Option("--verify", help="Recompute every file's checksum; "
-                                         "exit 1 naming any changed or missing file.")] = False,
-    show_all: Annotated[bool, typer.Option("--all", help="Show every setting, not only those "
-                                           "that differ from their defaults.")] = False,
-    json_output: JSON_OUTPUT = False,
-    debug: DEBUG = False,
-):
-    """Show an artifact's manifest, its lineage back to the source files, and check it."""
-    from bertctl.stages import inspect as stage_module
-
-    with _handled(json_output, debug):
-        stage_module.run(directory, verify=verify, json_output=json_output, show_all=show_all)
-
-
 @stage("report", ReportSettings, help="One self-contained HTML page (plots inline, no network "
        "needed) for one or several artifacts: training curves, metrics, confusion matrices, "
        "lineage; for several runs a side-by-side table, overlaid curves and mean +- sd over "
@@ -403,22 +337,6 @@ def glue_summary(settings: GlueSummarySettings, target: Target,
     return stage_module.run(settings, target, evals)
 
 
-def diff_artifacts(
-    a: Annotated[Path, typer.Argument(help="An artifact directory.", show_default=False)],
-    b: Annotated[Path, typer.Argument(help="Another artifact directory.", show_default=False)],
-    json_output: JSON_OUTPUT = False,
-    debug: DEBUG = False,
-):
-    """What differs between two artifacts' lineages (settings at every level, inputs by content
-    hash, bertctl versions, environments), one line per difference."""
-    from bertctl.stages import diff as stage_module
-
-    with _handled(json_output, debug):
-        stage_module.run(a, b, json_output=json_output)
-
-
-# Commands that read artifacts and write none: no settings, no --out.
-_PLAIN = [("inspect", inspect_artifact), ("diff", diff_artifacts)]
 app = make_app()
 
 

@@ -58,7 +58,7 @@ def run(config: EmbedSettings, target: artifacts.Target, model_dir: Path, data: 
                                    normalize=config.normalize, dtype=config.dtype,
                                    max_seq_length=max_len,
                                    stride=config.doc_stride, batch_size=config.batch_size,
-                                   own=own, prompt=prompt)
+                                   own=own, prompt=prompt, store_text=config.store_text)
     if own:   # its sentence head normalises what it should; a unit vector again is itself
         opts = dataclasses.replace(opts, normalize=False)
     inputs = [source.ref, models.data_input(data)]

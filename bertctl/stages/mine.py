@@ -9,13 +9,12 @@ from pathlib import Path
 
 import numpy as np
 
-from bertctl import artifacts, console, evaluation, hardware, tasks
+from bertctl import artifacts, console, hardware, tasks
 from bertctl.config import MineSettings
 from bertctl.errors import BertctlError
 from bertctl.model import sentence_layout
-from bertctl.stages.common import models
+from bertctl.stages.common import models, vectors
 from bertctl.tasks.retrieval import mining, ranking
-from bertctl.tasks.retrieval.reader import RetrievalExamples
 
 
 def run(config: MineSettings, target: artifacts.Target, model_dir: Path, train: Path,
@@ -39,13 +38,9 @@ def run(config: MineSettings, target: artifacts.Target, model_dir: Path, train: 
         inputs.append(models.data_input(corpus, "corpus"))
 
     def embed(model, texts: list[str], prompt: str, what: str) -> np.ndarray:
-        examples = RetrievalExamples(str(train), "documents", [[prompt + t] for t in texts])
-        features = family.encode(examples, tok, max_len)
-        with console.progress(f"embedding {what}", total=len(texts), unit="texts") as bar:
-            out = evaluation.predict(model, evaluation.task_batches(
-                features, config.batch_size, family), device, precision,
-                progress=lambda k: bar.update(k), where=f"{source.path} on {train}")
-        return out["embeddings"].astype(np.float32)
+        return vectors.embed_texts(model, family, tok, texts, prompt, max_len,
+                                   config.batch_size, device, precision,
+                                   f"{source.path} on {train}", what)
 
     def build(tmp: Path) -> dict:
         model = models.load_task_model(source, family.head)

@@ -1,0 +1,181 @@
+"""Search, round two (#64): what each step of the search recipe adds, over seeds.
+
+    .venv/bin/python benchmarks/bench_search.py --shared ../shared/data --out runs/bench-search \
+        [--model DIR] [--seeds 0 1 2 3 4] [--threads 2] [--steps baseline inbatch mined]
+
+The set (built from `--shared`, the workplace's public data; bertctl never reads it): paraphrase
+retrieval from GLUE's MRPC and STS-B. A query is a sentence of a paraphrase pair (MRPC label 1,
+STS-B score 4 or more), its one relevant document the pair's other sentence; the corpus searched
+is every distinct sentence of both tasks' train, dev and test files (about 23,000) but the
+test queries themselves (a query is not its own answer, as BEIR's Quora), so the neighbours
+are other sentences on the same news events and captions. Training pairs come from
+the train files, test queries from the dev files; a training pair sharing a sentence with any
+test pair is left out, and negatives are mined from the train files' sentences only.
+
+Each arm is `bertctl finetune MODEL PAIRS --task retrieval` (one epoch, batch 32, lr 2e-5, 64
+pieces) then `bertctl eval` on the set's BEIR directory; `mined` first runs `bertctl mine
+MODEL train.tsv --corpus train_sentences.txt` (MINE_FLAGS: 3 negatives from the 50 best
+ranks after the positives, each at most 95% of its positive's cosine) and fine-tunes on its
+pairs. nDCG@10 per seed, the mean
+and sample sd, and each arm's difference from the one before with its standard error (Welch).
+Results go to OUT/results.json; the table to stdout, with the machine line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import hashlib
+import json
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import common  # noqa: E402  (benchmarks/common.py)
+
+BERTCTL = [sys.executable, "-m", "bertctl"]
+TRAIN_FLAGS = ["--epochs", "1", "--batch-size", "32", "--lr", "2e-5", "--max-seq-length", "64"]
+MINE_FLAGS = ["--negatives", "3", "--range-min", "0", "--range-max", "50",
+              "--relative-margin", "0.05"]
+
+
+def _rows(path: Path, a: str, b: str, keep):
+    with open(path, encoding="utf-8-sig", newline="") as f:
+        for row in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE):
+            if row.get(a) and row.get(b):
+                yield " ".join(row[a].split()), " ".join(row[b].split()), keep(row)
+
+
+def build(shared: Path, out: Path) -> dict:
+    """The BEIR set, the training pairs and the training sentences (see the module doc)."""
+    glue = shared / "glue"
+    sources = {"MRPC": ("#1 String", "#2 String", lambda r: r.get("Quality") == "1"),
+               "STS-B": ("sentence1", "sentence2", lambda r: float(r.get("score") or 0) >= 4)}
+    corpus: dict[str, str] = {}
+    pairs: dict[str, list[tuple[str, str]]] = {"train": [], "dev": []}
+    train_sentences: set[str] = set()
+    for task, (a, b, positive) in sources.items():
+        for split in ("train", "dev", "test"):
+            for s1, s2, pos in _rows(glue / task / f"{split}.tsv", a, b,
+                                     positive if split != "test" else (lambda r: False)):
+                for s in (s1, s2):
+                    corpus.setdefault(s, "s" + hashlib.blake2b(s.encode(), digest_size=6)
+                                      .hexdigest())
+                    if split == "train":
+                        train_sentences.add(s)
+                if pos and s1 != s2:
+                    pairs[split].append((s1, s2))
+    test_sentences = {s for pair in pairs["dev"] for s in pair}
+    train = [p for p in pairs["train"] if not set(p) & test_sentences]
+    # A query is not its own answer (BEIR's Quora leaves identical ids out of the ranking):
+    # a test query's sentence is no document unless it is some query's relevant one.
+    relevant = {s2 for _, s2 in pairs["dev"]}
+    for s1, _ in pairs["dev"]:
+        if s1 not in relevant:
+            corpus.pop(s1, None)
+    beir = out / "beir"
+    (beir / "qrels").mkdir(parents=True, exist_ok=True)
+    with open(beir / "corpus.jsonl", "w", encoding="utf-8") as f:
+        for text, i in corpus.items():
+            f.write(json.dumps({"_id": i, "title": "", "text": text}) + "\n")
+    queries, qrels = {}, {}
+    for s1, s2 in pairs["dev"]:
+        q = "q" + hashlib.blake2b(s1.encode(), digest_size=6).hexdigest()
+        queries[q] = s1
+        qrels.setdefault(q, set()).add(corpus[s2])
+    with open(beir / "queries.jsonl", "w", encoding="utf-8") as f:
+        f.writelines(json.dumps({"_id": q, "text": t}) + "\n" for q, t in queries.items())
+    with open(beir / "qrels" / "test.tsv", "w", encoding="utf-8") as f:
+        f.write("query-id\tcorpus-id\tscore\n")
+        f.writelines(f"{q}\t{d}\t1\n" for q, docs in qrels.items() for d in sorted(docs))
+    with open(out / "train.tsv", "w", encoding="utf-8") as f:
+        f.write("query\tpositive\n")
+        f.writelines(f"{a}\t{b}\n" for a, b in train)
+    (out / "train_sentences.txt").write_text(
+        "".join(s + "\n" for s in sorted(train_sentences - test_sentences)), encoding="utf-8")
+    return {"documents": len(corpus), "test_queries": len(queries), "train_pairs": len(train),
+            "left_out_pairs": len(pairs["train"]) - len(train)}
+
+
+def ndcg(run: Path) -> float:
+    return json.loads((run / "metrics.json").read_text())["ndcg@10"]
+
+
+def se_diff(a: list[float], b: list[float]) -> float:
+    return math.sqrt(statistics.variance(a) / len(a) + statistics.variance(b) / len(b))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--shared", type=Path, required=True)
+    p.add_argument("--out", type=Path, default=Path("runs/bench-search"))
+    p.add_argument("--model", type=Path, default=None)
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--steps", nargs="+", default=["baseline", "inbatch", "mined"])
+    p.add_argument("--precision", default="auto")
+    args = p.parse_args()
+    model = args.model or common.default_model()
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    log = out / "log.txt"
+    facts = build(args.shared, out / "data")
+    data = out / "data"
+    runtime = ["--precision", args.precision, "--threads", str(args.threads)]
+    results: dict = {"machine": common.machine(), "set": facts, "steps": {}}
+    print(results["machine"], json.dumps(facts))
+
+    def evaluate(m: Path, name: str) -> float:
+        ev = out / f"eval-{name}"
+        common.sh([*BERTCTL, "eval", m, data / "beir", "--task", "retrieval", "--out", ev,
+                   *runtime], log, threads=args.threads)
+        return ndcg(ev)
+
+    if "baseline" in args.steps:
+        results["steps"]["baseline"] = {"ndcg": [evaluate(model, "baseline")]}
+    arms = {"inbatch": data / "train.tsv"}
+    if "mined" in args.steps:
+        mined = out / "mined"
+        started = time.monotonic()
+        common.sh([*BERTCTL, "mine", model, data / "train.tsv", "--corpus",
+                   data / "train_sentences.txt", *MINE_FLAGS, "--out", mined, *runtime], log,
+                  threads=args.threads)
+        results["mine_seconds"] = round(time.monotonic() - started, 1)
+        results["mine_stats"] = json.loads((mined / "artifact.json").read_text())["stats"]
+        arms["mined"] = mined / "pairs.jsonl"
+    for arm, pairs in arms.items():
+        if arm not in args.steps:
+            continue
+        scores, seconds = [], []
+        for seed in args.seeds:
+            ft = out / f"ft-{arm}-seed{seed}"
+            started = time.monotonic()
+            common.sh([*BERTCTL, "finetune", model, pairs, "--task", "retrieval", *TRAIN_FLAGS,
+                       "--seed", str(seed), "--out", ft, *runtime], log, threads=args.threads)
+            seconds.append(time.monotonic() - started)
+            scores.append(evaluate(ft, f"{arm}-seed{seed}"))
+            print(f"{arm} seed {seed}: nDCG@10 {scores[-1]:.4f} ({seconds[-1]:.0f}s)")
+        results["steps"][arm] = {"ndcg": scores, "seconds": seconds}
+    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    print(f"\n{results['machine']}; {facts['test_queries']} queries over "
+          f"{facts['documents']:,} sentences, {facts['train_pairs']:,} training pairs")
+    print("| step | nDCG@10 | runs | vs the step before | its fine-tuning, s |")
+    print("|---|---|---|---|---|")
+    before = None
+    for name, r in results["steps"].items():
+        v = r["ndcg"]
+        sd = f" ± {statistics.stdev(v):.4f}" if len(v) > 1 else ""
+        diff = ""
+        if before is not None:
+            d = statistics.fmean(v) - statistics.fmean(before)
+            se = se_diff(v, before) if len(v) > 1 and len(before) > 1 else float("nan")
+            diff = f"{d:+.4f}" + (f" ({d / se:+.1f} se)" if se == se and se > 0 else "")
+        secs = f"{statistics.fmean(r['seconds']):.0f}" if r.get("seconds") else ""
+        print(f"| {name} | {statistics.fmean(v):.4f}{sd} | {len(v)} | {diff} | {secs} |")
+        before = v
+
+
+if __name__ == "__main__":
+    main()

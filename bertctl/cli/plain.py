@@ -1,0 +1,72 @@
+"""The commands that read artifacts and write none: no settings class, no --out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from bertctl.cli.flags import DEBUG, JSON_OUTPUT
+from bertctl.cli.handling import _handled
+
+
+def inspect_artifact(
+    directory: Annotated[Path, typer.Argument(help="Any artifact directory.")],
+    verify: Annotated[bool, typer.Option("--verify", help="Recompute every file's checksum; "
+                                         "exit 1 naming any changed or missing file.")] = False,
+    show_all: Annotated[bool, typer.Option("--all", help="Show every setting, not only those "
+                                           "that differ from their defaults.")] = False,
+    json_output: JSON_OUTPUT = False,
+    debug: DEBUG = False,
+):
+    """Show an artifact's manifest, its lineage back to the source files, and check it."""
+    from bertctl.stages import inspect as stage_module
+
+    with _handled(json_output, debug):
+        stage_module.run(directory, verify=verify, json_output=json_output, show_all=show_all)
+
+
+def diff_artifacts(
+    a: Annotated[Path, typer.Argument(help="An artifact directory.", show_default=False)],
+    b: Annotated[Path, typer.Argument(help="Another artifact directory.", show_default=False)],
+    json_output: JSON_OUTPUT = False,
+    debug: DEBUG = False,
+):
+    """What differs between two artifacts' lineages (settings at every level, inputs by content
+    hash, bertctl versions, environments), one line per difference."""
+    from bertctl.stages import diff as stage_module
+
+    with _handled(json_output, debug):
+        stage_module.run(a, b, json_output=json_output)
+
+
+
+
+def search(
+    index: Annotated[Path, typer.Argument(help="An embeddings artifact of an embedding "
+                                          "model's own vectors (bertctl embed MODEL DOCS "
+                                          "--id-column ID --store-text).")],
+    query: Annotated[Optional[list[str]], typer.Option(
+        help="A query (repeatable).", show_default=False)] = None,
+    queries: Annotated[Optional[Path], typer.Option(
+        help="A file of queries: .txt (a query a line) or a BEIR queries.jsonl.",
+        show_default=False)] = None,
+    top_k: Annotated[int, typer.Option(min=1, max=10_000, help="Documents per query.")] = 10,
+    model: Annotated[Optional[Path], typer.Option(
+        help="The index's model where it has moved (its id must be the one recorded).",
+        show_default=False)] = None,
+    precision: Annotated[str, typer.Option(help="auto, fp32 or bf16, as eval's.")] = "auto",
+    threads: Annotated[Optional[int], typer.Option(min=1, help="CPU threads.",
+                                                   show_default=False)] = None,
+    debug: DEBUG = False,
+):
+    """Search an embeddings artifact: each query's nearest documents (exact cosine search,
+    the query embedded by the index's own model) as JSON lines: query, rank, id, score, text."""
+    from bertctl.stages import search as stage_module
+
+    with _handled(False, debug):
+        stage_module.run(index, query or [], queries, top_k, model, precision, threads)
+
+
+PLAIN = [("inspect", inspect_artifact), ("diff", diff_artifacts), ("search", search)]

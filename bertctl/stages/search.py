@@ -1,0 +1,97 @@
+"""`bertctl search INDEX --query TEXT`: the documents of an embeddings artifact nearest to each
+query, as JSON lines on stdout (query, rank, id, score, and the text when the index keeps it).
+
+The index is what `bertctl embed MODEL DOCS --id-column ID [--store-text]` wrote with an
+embedding model's own vectors; each query is embedded by that same model (its query prompt
+before it) and searched exactly: every document's cosine, the shards read a block at a time
+(memory-mapped), the best --top-k kept (bertctl.tasks.retrieval.ranking). A model other than
+the one that built the index is refused: its vectors would be another space's.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from bertctl import artifacts, hardware, tasks
+from bertctl.errors import BertctlError
+from bertctl.model import sentence_layout
+from bertctl.stages.common import models, vectors
+from bertctl.tasks.retrieval import mining, ranking, reader
+
+
+def read_queries(given: list[str], path: Path | None) -> list[tuple[str, str]]:
+    """(id, text) of each query: --query texts (numbered q1, ...), then a file's: a .txt (a
+    query a line) or a BEIR queries.jsonl (_id, text)."""
+    queries = [(f"q{i}", t) for i, t in enumerate(given, 1)]
+    if path is not None:
+        if not path.is_file():
+            raise BertctlError(f"{path}: no such file of queries")
+        if path.suffix == ".jsonl":
+            queries += [(q, t) for _, q, t in reader._jsonl(path)]
+        else:
+            with open(path, encoding="utf-8-sig") as f:
+                for n, line in enumerate(f, 1):
+                    if not line.strip():
+                        raise BertctlError(f"{path}: line {n}: an empty query")
+                    queries.append((f"{path.stem}:{n}", line.strip()))
+    bad = next((q for q, t in queries if not t.strip()), None)
+    if bad is not None:
+        raise BertctlError(f"query {bad}: empty")
+    if not queries:
+        raise BertctlError("give --query TEXT (repeatable) or --queries FILE")
+    return queries
+
+
+def run(index: Path, query: list[str], queries_file: Path | None, top_k: int,
+        model_dir: Path | None, precision: str, threads: int | None) -> None:
+    if precision not in ("auto", "fp32", "bf16"):
+        raise BertctlError(f"--precision {precision}: auto, fp32 or bf16")
+    hardware.set_threads(threads)
+    art = artifacts.read_artifact(index, "embeddings")
+    settings, stats = art.manifest.config, art.manifest.stats
+    if settings.get("pool") != "model":
+        raise BertctlError(f"{index}: holds hidden states pooled as {settings.get('pool')!r}, "
+                           f"not an embedding model's own vectors: build the index with "
+                           f"bertctl embed MODEL DOCS --id-column ID (an embedding model)")
+    built_by = next(i for i in art.manifest.inputs if i.role == "model")
+    source = models.open_model(model_dir or Path(built_by.path), "model", exports=True)
+    if source.ref.id != built_by.id:
+        raise BertctlError(f"{source.path}: is not the model that built {index} (its id is "
+                           f"{source.ref.id}, the index's model {built_by.id}): a query must "
+                           f"be embedded by the index's own model")
+    family = tasks.get(mining.FAMILY)
+    asked = read_queries(query, queries_file)
+    tok, _ = source.tokenizer()
+    max_len = models.model_length(source)
+    record = sentence_layout.record_of(source.hf_config)
+    if precision == "auto":
+        precision = hardware.auto_precision("auto")
+    device, run_precision, _ = source.runtime("auto", precision)
+    model = models.load_task_model(source, family.head)
+    model.to(device)
+    q = vectors.embed_texts(model, family, tok, [t for _, t in asked],
+                            sentence_layout.prompt_for(record, "query"), max_len, 64, device,
+                            run_precision, f"{source.path} on the queries", "queries")
+    shards = sorted(index.glob("vectors-*.npy"))
+    blocks = [np.load(p, mmap_mode="r") for p in shards]
+    if blocks and blocks[0].shape[1] != q.shape[1]:
+        raise BertctlError(f"{index}: vectors of {blocks[0].shape[1]} values, the queries' "
+                           f"{q.shape[1]}")
+    import pyarrow.parquet as pq
+
+    rows = pq.read_table(index / "index.parquet")
+    ids = rows.column("id").to_pylist() if "id" in rows.column_names else \
+        [str(r) for r in rows.column("row").to_pylist()]
+    texts = rows.column("text").to_pylist() if "text" in rows.column_names else None
+    scores, found = ranking.search(q, blocks, min(top_k, stats.get("vectors", top_k)))
+    out = sys.stdout
+    for (qid, text), s, i in zip(asked, scores, found):
+        for rank, (score, j) in enumerate(zip(s.tolist(), i.tolist()), 1):
+            hit = {"query": qid, "rank": rank, "id": ids[j], "score": round(score, 6)}
+            if texts is not None:
+                hit["text"] = texts[j]
+            out.write(json.dumps(hit, ensure_ascii=False) + "\n")
