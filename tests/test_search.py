@@ -73,3 +73,50 @@ def test_what_search_cannot_answer_is_one_line(cli, index, minilm_dir, tiny_pret
                         ((index, "--queries", empty), "line 2: an empty query"),
                         ((index,), "give --query TEXT")):
         one_line_error(cli("search", *args), words)
+
+
+def test_rank_fusion_is_its_plain_definition():
+    from bertctl.tasks.retrieval.lexical import RRF_K, fuse
+
+    a = {"q": ["d1", "d2", "d3"]}
+    b = {"q": ["d3", "d4", "d1"]}
+    run, scores = fuse([a, b], 3)
+    want = {"d1": 1 / (RRF_K + 1) + 1 / (RRF_K + 3), "d2": 1 / (RRF_K + 2),
+            "d3": 1 / (RRF_K + 3) + 1 / (RRF_K + 1), "d4": 1 / (RRF_K + 2)}
+    best = sorted(want.items(), key=lambda p: (-p[1], p[0]))[:3]
+    assert run["q"] == [d for d, _ in best]
+    assert scores["q"] == pytest.approx([s for _, s in best])
+
+
+def test_eval_scores_bm25_and_the_hybrid_beside_the_model(cli, minilm_dir, tmp_path):
+    """bm25/ is bm25s's own ranking of the BEIR texts (title and text, no prompt) scored by
+    trec_eval's code (pytrec_eval): the reference, not our expectation."""
+    bm25s = pytest.importorskip("bm25s")
+    pytrec_eval = pytest.importorskip("pytrec_eval")
+    beir = EXAMPLES / "retrieval" / "beir"
+    r = cli("eval", minilm_dir, beir, "--bm25", "--out", tmp_path / "ev")
+    assert r.exit_code == 0, r.stderr
+    metrics = json.loads((tmp_path / "ev" / "metrics.json").read_text())
+    docs = [json.loads(x) for x in CORPUS.read_text().splitlines()]
+    texts = [f"{d['title']} {d['text']}".strip() if d.get("title") else d["text"] for d in docs]
+    qrels = {}
+    for line in (beir / "qrels" / "test.tsv").read_text().splitlines()[1:]:
+        q, d, s = line.split("\t")
+        qrels.setdefault(q, {})[d] = int(s)
+    queries = [json.loads(x) for x in (beir / "queries.jsonl").read_text().splitlines()]
+    queries = [q for q in queries if q["_id"] in qrels]
+    retriever = bm25s.BM25()
+    retriever.index(bm25s.tokenize(texts, stopwords="en", show_progress=False),
+                    show_progress=False)
+    found, scores = retriever.retrieve(bm25s.tokenize([q["text"] for q in queries],
+                                                      stopwords="en", show_progress=False),
+                                       k=100, show_progress=False)
+    run = {q["_id"]: {docs[j]["_id"]: float(s) for j, s in zip(f, sc)}
+           for q, f, sc in zip(queries, found, scores)}
+    ref = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10"}).evaluate(run)
+    assert metrics["bm25/ndcg@10"] == pytest.approx(
+        np.mean([v["ndcg_cut_10"] for v in ref.values()]), abs=1e-6)
+    assert 0 < metrics["hybrid/ndcg@10"] <= 1
+    r = cli("eval", minilm_dir, EXAMPLES / "retrieval" / "train.tsv", "--task", "retrieval",
+            "--bm25", "--out", tmp_path / "pairs")
+    assert r.exit_code == 2 and "--bm25 scores a BEIR set" in r.stderr

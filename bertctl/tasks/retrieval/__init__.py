@@ -32,7 +32,7 @@ from bertctl.metrics import pearson, spearman
 from bertctl.model import sentence_layout as sentence
 from bertctl.tasks.base import Family, check_options, model_roles
 from bertctl.tasks.registry import register
-from bertctl.tasks.retrieval import ranking, reader
+from bertctl.tasks.retrieval import lexical, ranking, reader
 from bertctl.tasks.retrieval.reader import RetrievalExamples
 from bertctl.tasks.sequence import TaskFeatures, _bert_tokenizer
 
@@ -80,6 +80,10 @@ class RetrievalOptions(BaseModel):
                                         "records them. Unset: the model's own, else none.")
     dims: str | None = Field(None, description="eval: also score the vectors cut to each of "
                              "these sizes (e.g. 256,128,64), as dimN/METRIC.")
+    bm25: bool = Field(False, description="eval of a BEIR set: also score BM25 over the same "
+                       "texts (bm25s, the search extra) and the hybrid of the model's ranking "
+                       "with BM25's (reciprocal rank fusion), as bm25/METRIC and "
+                       "hybrid/METRIC: whether the dense model is worth it.")
     top_k: int = Field(100, ge=10, le=10_000, description="Documents retrieved per query "
                        "(the run's depth; Recall@100 and MAP read it).")
 
@@ -154,6 +158,8 @@ class Retrieval(Family):
             parts = reader.read_table_chunks(spec, path, rows)
         o = options(spec)
         for part in parts:
+            if o.bm25:   # BM25 reads the texts without the model's prompts
+                part = dataclasses.replace(part, raw=[row[0] for row in part.texts])
             yield reader.with_prompts(part, o.query_prompt or "", o.document_prompt or "",
                                       o.text_prompt or "")
 
@@ -285,9 +291,11 @@ class Retrieval(Family):
         """Scored pairs or pairs: one file; BEIR: the queries, then the corpus parts."""
         first = parts[0][1]
         if first.kind == "queries":
+            raw = (first.raw, [t for _, e in parts[1:] for t in e.raw]) \
+                if first.raw is not None else None
             return ([p for p, _ in parts],
                     RetrievalExamples(first.path, "beir", [], ids=first.ids, qrels=first.qrels,
-                                      keys=[e.ids for _, e in parts[1:]]))
+                                      keys=[e.ids for _, e in parts[1:]], raw=raw))
         scores = (np.concatenate([e.scores for _, e in parts]) if first.scores is not None
                   else None)
         keys = (list(itertools.chain.from_iterable(e.keys for _, e in parts))
@@ -307,7 +315,28 @@ class Retrieval(Family):
         run, qrels = self._ranking(predictions, examples, spec)
         means, _ = ranking.evaluate(run, qrels)
         return {**means, "queries": len(qrels), "documents": examples.ranking[4],
-                **self._truncated(predictions, examples, spec)}
+                **self._truncated(predictions, examples, spec),
+                **self._lexical(run, qrels, examples, spec)}
+
+    def _lexical(self, run, qrels, examples: RetrievalExamples, spec) -> dict:
+        """BM25's metrics and the hybrid's (bertctl/tasks/retrieval/lexical.py)."""
+        if not options(spec).bm25:
+            return {}
+        if examples.kind != "beir" or examples.raw is None:
+            raise BertctlError(f"{examples.path}: --bm25 scores a BEIR set's search")
+        queries, documents = examples.raw
+        doc_ids = list(itertools.chain.from_iterable(examples.keys))
+        k = options(spec).top_k
+        top_s, top_i = lexical.bm25(queries, documents, k)
+        sparse = {}
+        for q, s, i in zip(examples.ids, top_s, top_i):
+            sparse[q] = [d for d, _ in ranking.rank([doc_ids[j] for j in i], s.tolist())]
+        hybrid, _ = lexical.fuse([run, sparse], k)
+        out = {}
+        for name, r in (("bm25", sparse), ("hybrid", hybrid)):
+            means, _ = ranking.evaluate(r, qrels)
+            out.update({f"{name}/{m}": v for m, v in means.items()})
+        return out
 
     def _truncated(self, predictions, examples: RetrievalExamples, spec) -> dict:
         """The search's metrics with every vector cut to each of --dims (and made unit length

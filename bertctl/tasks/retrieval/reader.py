@@ -43,6 +43,7 @@ class RetrievalExamples:
     keys: list[list[str]] | None = None
     qrels: dict[str, dict[str, int]] | None = None
     ranking: object = None   # the search's result, kept once made (see the family's score)
+    raw: object = None       # the texts without prompts, where BM25 reads them (--bm25)
 
     def __len__(self) -> int:
         return len(self.texts)
