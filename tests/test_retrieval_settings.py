@@ -124,3 +124,15 @@ def test_a_training_set_the_loss_cannot_learn_from_is_named(cli, tiny_pretrained
     assert r.exit_code == 0, r.stderr
     warnings = [x for x in r.stderr.splitlines() if "warning:" in x]
     assert len(warnings) == 1 and words in warnings[0], r.stderr
+
+
+def test_a_dev_file_that_can_score_nothing_is_refused_before_training(cli, tiny_pretrained,
+                                                                      tmp_path):
+    """#63 class 6: a SimCSE text file as --dev trained the whole run, then failed with
+    "select: evaluate returned no 'ndcg@10'"."""
+    texts = tmp_path / "dev.txt"
+    texts.write_text("one text\nanother text\n", encoding="utf-8")
+    r = cli("finetune", tiny_pretrained, _table(tmp_path, ROWS), "--task", "retrieval",
+            "--steps", "1", "--batch-size", "4", "--dev", texts, "--out", tmp_path / "m")
+    _refused(r, tmp_path, "texts alone (SimCSE) score nothing")
+    assert "fine-tuning" not in r.stderr

@@ -104,10 +104,11 @@ class Family:
         search's), so a model without a task evaluates it without --task."""
         return False
 
-    def check_training(self, spec, examples, settings) -> list[str]:
+    def check_training(self, spec, examples, settings, dev=None) -> list[str]:
         """BertctlError for training settings (batch size, loss) that the training examples
-        cannot be trained with, checked before any model is built; returns warnings naming
-        what in the data the loss cannot learn from."""
+        (and the dev examples, when given) cannot be trained or selected with, checked before
+        any model is built; returns warnings naming what in the data the loss cannot learn
+        from."""
         return []
 
     def label_range(self, examples) -> list[float] | None:

@@ -104,16 +104,14 @@ class TaskJob:
         self.train_examples = family.read(by.spec_for(spec, self.train_file), self.train_file,
                                           label_list=self.labels,
                                           require_labels=by.require_labels)
-        if dist.is_main():
-            for warning in family.check_training(spec, self.train_examples, config):
-                console.log(f"warning: {warning}")
-        else:
-            family.check_training(spec, self.train_examples, config)
         self.label_list = (self.labels if not by.require_labels else
                            self.train_examples.label_list if family.label_list else None)
         self.dev_examples = (family.read(by.spec_for(spec, self.dev_file), self.dev_file,
                                          label_list=self.label_list, require_labels=True)
                              if self.dev_file is not None else None)
+        warnings = family.check_training(spec, self.train_examples, config, self.dev_examples)
+        for warning in warnings if dist.is_main() else ():
+            console.log(f"warning: {warning}")
         by.check_label_range(label_scale(family, self.train_examples, self.source))
         self.train_features = family.encode(self.train_examples, tok, self.max_len,
                                             training=True)

@@ -143,8 +143,9 @@ class Retrieval(Family):
     def read(self, spec, path, label_list=None, require_labels=False) -> RetrievalExamples:
         parts = list(self.read_chunks(spec, path, rows=None))
         if len(parts) != 1:
-            raise BertctlError(f"{path}: a BEIR directory is evaluated, not trained on: give a "
-                               f"file of (query, positive) pairs")
+            raise BertctlError(f"{path}: a BEIR directory is searched by bertctl eval; training "
+                               f"and --dev take a table of (query, positive[, negative...]) "
+                               f"pairs, each query searched among the file's texts")
         return parts[0]
 
     def read_chunks(self, spec, path, label_list=None, require_labels=False,
@@ -186,10 +187,15 @@ class Retrieval(Family):
                             num_choices=k if k > 1 else None, pad_id=pad or 0,
                             family=self.name, label_list=None)
 
-    def check_training(self, spec, examples: RetrievalExamples, settings) -> list[str]:
-        """Refused: CoSENT without scores, a batch of one where its loss compares rows.
+    def check_training(self, spec, examples: RetrievalExamples, settings,
+                       dev: RetrievalExamples | None = None) -> list[str]:
+        """Refused: CoSENT without scores, a batch of one where its loss compares rows, a dev
+        file of texts alone (nothing to score: found before training, not after it).
         Warned: a training set the loss cannot learn from (see the checks below)."""
         where, o = examples.path, options(spec)
+        if dev is not None and dev.kind == "pairs" and dev.keys is None:
+            raise BertctlError(f"{dev.path}: texts alone (SimCSE) score nothing: --dev takes "
+                               f"a table of (query, positive) pairs or of scored pairs")
         scored = examples.kind == "scored"
         k = len(examples.texts[0]) if len(examples) else 0
         if o.loss == "cosent" and not scored:
