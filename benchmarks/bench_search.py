@@ -1,7 +1,8 @@
 """Search, round two (#64): what each step of the search recipe adds, over seeds.
 
     .venv/bin/python benchmarks/bench_search.py --shared ../shared/data --out runs/bench-search \
-        [--model DIR] [--seeds 0 1 2 3 4] [--threads 2] [--steps baseline inbatch mined]
+        [--model DIR] [--seeds 0 1 2 3 4] [--threads 2]
+        [--steps baseline inbatch mined st-inbatch st-mined]
 
 The set (built from `--shared`, the workplace's public data; bertctl never reads it): paraphrase
 retrieval from GLUE's MRPC and STS-B. A query is a sentence of a paraphrase pair (MRPC label 1,
@@ -18,6 +19,11 @@ MODEL train.tsv --corpus train_sentences.txt` (MINE_FLAGS: 3 negatives from the 
 ranks after the positives, each at most 95% of its positive's cosine) and fine-tunes on its
 pairs. nDCG@10 per seed, the mean
 and sample sd, and each arm's difference from the one before with its standard error (Welch).
+The peer rows (`st-inbatch`, `st-mined`) are sentence-transformers' own recipe on the same
+pairs and settings: its mine_hard_negatives with the same guards (3 negatives, range_max 50,
+relative_margin 0.05, top, n-tuple), its trainer with MultipleNegativesRankingLoss (one epoch,
+batch 32, lr 2e-5, 10% warm-up then linear, weight decay 0.01, 64 tokens, the same precision),
+each scored by `bertctl eval`. Each row's seconds are its fine-tuning process's wall time.
 Results go to OUT/results.json; the table to stdout, with the machine line.
 """
 
@@ -29,6 +35,7 @@ import hashlib
 import json
 import math
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -99,6 +106,61 @@ def build(shared: Path, out: Path) -> dict:
             "left_out_pairs": len(pairs["train"]) - len(train)}
 
 
+# sentence-transformers' own recipe on the same data and settings (its mine_hard_negatives with
+# the same guards, its trainer with MultipleNegativesRankingLoss), in a fresh process.
+ST = r"""
+import json, sys, time, torch
+from datasets import Dataset
+from sentence_transformers import (SentenceTransformer, SentenceTransformerTrainer,
+                                   SentenceTransformerTrainingArguments, losses)
+from sentence_transformers.util import mine_hard_negatives
+what, model_dir, pairs, out, seed, precision, threads, corpus = sys.argv[1:9]
+torch.set_num_threads(int(threads))
+model = SentenceTransformer(model_dir, device="cpu")
+model.max_seq_length = 64
+if pairs.endswith(".jsonl"):
+    rows = [json.loads(l) for l in open(pairs, encoding="utf-8")]
+    data = {k: [r[k] for r in rows] for k in rows[0]}
+else:
+    rows = [l.rstrip("\n").split("\t") for l in open(pairs, encoding="utf-8")][1:]
+    data = {"query": [r[0] for r in rows], "positive": [r[1] for r in rows]}
+dataset = Dataset.from_dict(data)
+if what == "mine":
+    texts = [l.rstrip("\n") for l in open(corpus, encoding="utf-8")]
+    start = time.perf_counter()
+    mined = mine_hard_negatives(dataset, model, corpus=texts, num_negatives=3, range_max=50,
+                                relative_margin=0.05, sampling_strategy="top",
+                                output_format="n-tuple", batch_size=64,
+                                use_faiss=False, verbose=False)
+    with open(out, "w", encoding="utf-8") as f:
+        for row in mined:
+            f.write(json.dumps(row) + "\n")
+    print(json.dumps({"seconds": time.perf_counter() - start, "rows": len(mined)}))
+    sys.exit(0)
+args = SentenceTransformerTrainingArguments(
+    output_dir=out + ".tmp", num_train_epochs=1, per_device_train_batch_size=32,
+    learning_rate=2e-5, warmup_ratio=0.1, weight_decay=0.01, lr_scheduler_type="linear",
+    seed=int(seed), save_strategy="no", report_to="none", logging_steps=10_000, use_cpu=True,
+    disable_tqdm=True, dataloader_num_workers=0, bf16=precision == "bf16")
+trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=dataset,
+                                     loss=losses.MultipleNegativesRankingLoss(model))
+start = time.perf_counter()
+trainer.train()
+model.save(out)
+print(json.dumps({"seconds": time.perf_counter() - start}))
+"""
+
+
+def st(what: str, model: Path, pairs: Path, out: Path, seed: int, precision: str,
+       threads: int, log: Path, corpus: Path | None = None) -> dict:
+    with open(log, "a", encoding="utf-8") as f:
+        r = subprocess.run([sys.executable, "-c", ST, what, model, pairs, out, str(seed),
+                            precision, str(threads), str(corpus or "")],
+                           stdout=subprocess.PIPE, stderr=f, env=common.env(threads),
+                           text=True, check=True)
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
 def ndcg(run: Path) -> float:
     return json.loads((run / "metrics.json").read_text())["ndcg@10"]
 
@@ -124,7 +186,11 @@ def main() -> None:
     facts = build(args.shared, out / "data")
     data = out / "data"
     runtime = ["--precision", args.precision, "--threads", str(args.threads)]
-    results: dict = {"machine": common.machine(), "set": facts, "steps": {}}
+    # Steps run before (another --steps) are kept: the peers may run after bertctl's rows.
+    kept = json.loads((out / "results.json").read_text()) if (out / "results.json").exists() \
+        else {}
+    results: dict = {**kept, "machine": common.machine(), "set": facts,
+                     "steps": kept.get("steps", {})}
     print(results["machine"], json.dumps(facts))
 
     def evaluate(m: Path, name: str) -> float:
@@ -145,15 +211,32 @@ def main() -> None:
         results["mine_seconds"] = round(time.monotonic() - started, 1)
         results["mine_stats"] = json.loads((mined / "artifact.json").read_text())["stats"]
         arms["mined"] = mined / "pairs.jsonl"
-    for arm, pairs in arms.items():
-        if arm not in args.steps:
-            continue
+    precision = args.precision
+    if precision == "auto":
+        from bertctl import hardware
+        precision = hardware.auto_precision("cpu")
+    if "st-mined" in args.steps:
+        started = time.monotonic()
+        st("mine", model, data / "train.tsv", out / "st-mined.jsonl", 0, precision,
+           args.threads, log, data / "train_sentences.txt")
+        results["st_mine_seconds"] = round(time.monotonic() - started, 1)
+        arms["st-mined"] = out / "st-mined.jsonl"
+    arms["st-inbatch"] = data / "train.tsv"
+
+    def train(arm: str, pairs: Path, seed: int, ft: Path) -> None:
+        if arm.startswith("st-"):
+            st("train", model, pairs, ft, seed, precision, args.threads, log)
+        else:
+            common.sh([*BERTCTL, "finetune", model, pairs, "--task", "retrieval",
+                       *TRAIN_FLAGS, "--seed", str(seed), "--out", ft, *runtime], log,
+                      threads=args.threads)
+
+    for arm in [a for a in args.steps if a in arms]:
         scores, seconds = [], []
         for seed in args.seeds:
             ft = out / f"ft-{arm}-seed{seed}"
             started = time.monotonic()
-            common.sh([*BERTCTL, "finetune", model, pairs, "--task", "retrieval", *TRAIN_FLAGS,
-                       "--seed", str(seed), "--out", ft, *runtime], log, threads=args.threads)
+            train(arm, arms[arm], seed, ft)
             seconds.append(time.monotonic() - started)
             scores.append(evaluate(ft, f"{arm}-seed{seed}"))
             print(f"{arm} seed {seed}: nDCG@10 {scores[-1]:.4f} ({seconds[-1]:.0f}s)")
@@ -163,18 +246,31 @@ def main() -> None:
           f"{facts['documents']:,} sentences, {facts['train_pairs']:,} training pairs")
     print("| step | nDCG@10 | runs | vs the step before | its fine-tuning, s |")
     print("|---|---|---|---|---|")
-    before = None
-    for name, r in results["steps"].items():
+    steps = results["steps"]
+    for name, r in steps.items():
         v = r["ndcg"]
         sd = f" ± {statistics.stdev(v):.4f}" if len(v) > 1 else ""
-        diff = ""
-        if before is not None:
-            d = statistics.fmean(v) - statistics.fmean(before)
-            se = se_diff(v, before) if len(v) > 1 and len(before) > 1 else float("nan")
-            diff = f"{d:+.4f}" + (f" ({d / se:+.1f} se)" if se == se and se > 0 else "")
+        before = BEFORE.get(name)
+        diff = _diff(v, steps[before]["ndcg"]) + f" (vs {before})" if before in steps else ""
         secs = f"{statistics.fmean(r['seconds']):.0f}" if r.get("seconds") else ""
         print(f"| {name} | {statistics.fmean(v):.4f}{sd} | {len(v)} | {diff} | {secs} |")
-        before = v
+    for ours, theirs in (("inbatch", "st-inbatch"), ("mined", "st-mined")):
+        if ours in steps and theirs in steps:
+            a, b = steps[ours], steps[theirs]
+            print(f"bertctl {ours} - sentence-transformers: nDCG@10 "
+                  f"{_diff(a['ndcg'], b['ndcg'])}; fine-tuning time "
+                  f"{statistics.fmean(b['seconds']) / statistics.fmean(a['seconds']):.2f}x "
+                  f"faster")
+
+
+BEFORE = {"inbatch": "baseline", "mined": "inbatch", "st-inbatch": "baseline",
+          "st-mined": "st-inbatch"}
+
+
+def _diff(a: list[float], b: list[float]) -> str:
+    d = statistics.fmean(a) - statistics.fmean(b)
+    se = se_diff(a, b) if len(a) > 1 and len(b) > 1 else 0.0
+    return f"{d:+.4f}" + (f" ({d / se:+.1f} se)" if se > 0 else "")
 
 
 if __name__ == "__main__":
