@@ -208,3 +208,13 @@ def test_verify_names_a_metric_edited_in_metrics_json(cli, sst2_seed_runs, tmp_p
     r = cli("inspect", edited, "--verify")
     assert r.exit_code == 1, r.stdout
     assert "accuracy is 0.99 here but" in r.stderr + r.stdout
+
+
+def test_finetune_names_a_model_whose_outputs_overflow_before_the_first_step(cli, finetuned,
+                                                                            tmp_path):
+    """#63 class 7: it said "training diverged ... try a lower lr", which blames the rate."""
+    bad = _poisoned(finetuned["single"], tmp_path / "bad")
+    r = cli("finetune", bad, FIXTURES / "glue" / "SST-2", "--task", "glue/sst2", "--steps", "2",
+            "--batch-size", "4", "--out", tmp_path / "ft")
+    _refused(r, bad, tmp_path)
+    assert "diverged" not in r.stderr

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from bertctl import console
+from bertctl import console, evaluation
 from bertctl.data.collate import TaskData
 from bertctl.evaluation import evaluate_task
 from bertctl.model import architectures
@@ -123,6 +123,7 @@ class TaskJob:
                                             self.features)
         if dist.is_main():
             self._log_summary(str(report))
+        self._check_outputs()
         self.select = (self.metric_key, "max") if (self.dev_features is not None
                                                    and config.keep == "best") else None
         if self.dev_features is None and config.keep == "best" and dist.is_main():
@@ -135,6 +136,17 @@ class TaskJob:
         if span:
             self.task_record["label_range"] = span
         by.prepared(self)
+
+    def _check_outputs(self) -> None:
+        """The model's outputs on the first training examples, before the first step: a model
+        whose arithmetic overflows is named here, not as a run that "diverged" (which points
+        at the learning rate)."""
+        if self.features or len(self.train_features) == 0:
+            return   # (a frozen encoder's features are checked as they are read)
+        rows = list(range(min(2, len(self.train_features))))
+        inputs = self.family.inputs(self.train_features.batch(rows))
+        evaluation.predict(self.model, [(rows, inputs)], "cpu", "fp32",
+                           where=str(self.source.path))
 
     def _log_summary(self, load_report: str) -> None:
         spec, family = self.spec, self.family
