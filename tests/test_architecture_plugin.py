@@ -110,12 +110,12 @@ class ToyModel(nn.Module):
             self.blocks[i] = torch.compile(block)
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None,
-                output_hidden_states=False, position_ids=None):
+                output_hidden_states=False, position_ids=None, num_layers=None):
         t = input_ids.shape[1]
         x = self.tokens(input_ids) + self.positions.weight[:t]
         mask = attention_bias(attention_mask)
         states = [x]
-        for block in self.blocks:
+        for block in self.blocks[:num_layers]:
             if self.gradient_checkpointing and self.training:
                 x = torch.utils.checkpoint.checkpoint(block, x, mask, use_reentrant=False)
             else:
@@ -235,6 +235,16 @@ def test_a_registered_architecture_runs_the_whole_chain(toy_cli, continuous_data
     check = json.loads((tmp_path / "onnx" / "artifact.json").read_text())["stats"]["check"]
     assert check["drop_points"] == 0 and check["agreement"] == 1.0
     assert pytorch["accuracy"] == pytest.approx(check["pytorch"]["accuracy"])
+
+    # #63 class 5: the stages that read hidden states (embed, a frozen encoder's head) call
+    # the encoder with num_layers, which the contract states
+    code, _, err = toy_cli("embed", tuned, sst2 / "dev.tsv", "--text-column", "sentence",
+                           "--layers", "-1,-2", "--pool", "mean", "--out", tmp_path / "emb")
+    assert code == 0, err
+    code, _, err = toy_cli("finetune", model, sst2, "--task", "glue/sst2", "--steps", "2",
+                           "--batch-size", "8", "--max-seq-length", "64", "--freeze-encoder",
+                           "--head", "linear", "--out", tmp_path / "frozen")
+    assert code == 0, err
 
 
 def _weights(model_dir):

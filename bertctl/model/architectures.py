@@ -79,8 +79,11 @@ class Encoder(Protocol):
         """torch.compile each layer (--compile)."""
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None,
-                output_hidden_states: bool = False, **kwargs) -> dict[str, Any]:
-        """{"last_hidden_state": (B, T, H), "hidden_states": per layer when asked, ...}"""
+                output_hidden_states: bool = False, position_ids=None,
+                num_layers: int | None = None, **kwargs) -> dict[str, Any]:
+        """{"last_hidden_state": (B, T, H), "hidden_states": per layer when asked, ...}.
+        `num_layers`: run only the first that many layers (embed and the frozen-encoder
+        heads read no state above the highest they use); hidden_states then ends there."""
 
 
 @dataclass(frozen=True)
