@@ -23,7 +23,8 @@ The peer rows (`st-inbatch`, `st-mined`) are sentence-transformers' own recipe o
 pairs and settings: its mine_hard_negatives with the same guards (3 negatives, range_max 50,
 relative_margin 0.05, top, n-tuple), its trainer with MultipleNegativesRankingLoss (one epoch,
 batch 32, lr 2e-5, 10% warm-up then linear, weight decay 0.01, 64 tokens, the same precision),
-each scored by `bertctl eval`. Each row's seconds are its fine-tuning process's wall time.
+each scored by `bertctl eval` (its trainer needs accelerate: `.venv/bin/pip install
+accelerate`). Each row's seconds are its fine-tuning process's wall time.
 Results go to OUT/results.json; the table to stdout, with the machine line.
 """
 

@@ -120,3 +120,32 @@ def test_eval_scores_bm25_and_the_hybrid_beside_the_model(cli, minilm_dir, tmp_p
     r = cli("eval", minilm_dir, EXAMPLES / "retrieval" / "train.tsv", "--task", "retrieval",
             "--bm25", "--out", tmp_path / "pairs")
     assert r.exit_code == 2 and "--bm25 scores a BEIR set" in r.stderr
+
+
+def _example_lines() -> list[list[str]]:
+    import shlex
+
+    page = (EXAMPLES.parent / "docs" / "commands.md").read_text(encoding="utf-8")
+    block = page.split("### Search, round two")[1].split("```sh")[1].split("```")[0]
+    return [shlex.split(x) for x in block.splitlines() if x.startswith("bertctl ")]
+
+
+@pytest.mark.slow
+def test_the_search_worked_example_runs_as_written(cli, minilm_dir, tmp_path):
+    """docs/commands.md's second retrieval example, line by line ($MODEL and runs/ put where
+    this test keeps them)."""
+    pytest.importorskip("bm25s")
+    lines = _example_lines()
+    assert [w[1] for w in lines] == ["mine", "finetune", "eval", "embed", "search"]
+    for words in lines:
+        args = []
+        for w in words[1:]:
+            w = w.replace("$MODEL", str(minilm_dir))
+            w = str(tmp_path / w[len("runs/"):]) if w.startswith("runs/") else w
+            args.append(str(EXAMPLES.parent / w) if w.startswith("examples/") else w)
+        r = cli(*args)
+        assert r.exit_code == 0, (words, r.stderr)
+    metrics = json.loads((tmp_path / "search-mined-eval" / "metrics.json").read_text())
+    assert {"ndcg@10", "dim128/ndcg@10", "bm25/ndcg@10", "hybrid/ndcg@10"} <= set(metrics)
+    hits = [json.loads(x) for x in r.stdout.splitlines()]
+    assert len(hits) == 3 and hits[0]["id"].startswith("Normans")

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
 
 from bertctl import artifacts, hardware, tasks
 from bertctl.errors import BertctlError
@@ -81,8 +82,6 @@ def run(index: Path, query: list[str], queries_file: Path | None, top_k: int,
     if blocks and blocks[0].shape[1] != q.shape[1]:
         raise BertctlError(f"{index}: vectors of {blocks[0].shape[1]} values, the queries' "
                            f"{q.shape[1]}")
-    import pyarrow.parquet as pq
-
     rows = pq.read_table(index / "index.parquet")
     ids = rows.column("id").to_pylist() if "id" in rows.column_names else \
         [str(r) for r in rows.column("row").to_pylist()]
