@@ -394,7 +394,8 @@ def _rewrite(path: Path, change):
 
 def test_a_byte_order_mark_and_trec_qrels_are_read(cli, minilm_dir, tmp_path):
     """Harmless variants are accepted: a UTF-8 BOM before the corpus and the judgements, and
-    TREC's four-field qrels (query, iteration, document, score): the same metrics."""
+    TREC's four-field qrels (query, iteration, document, score): the same metrics, every
+    query and document read (a BOM left in would be a JSON error or a lost first id)."""
     def edit(d):
         for name in ("corpus.jsonl", "qrels/test.tsv"):
             (d / name).write_bytes(b"\xef\xbb\xbf" + (d / name).read_bytes())
@@ -403,12 +404,12 @@ def test_a_byte_order_mark_and_trec_qrels_are_read(cli, minilm_dir, tmp_path):
             "\t".join([q, "0", c, s]) + "\n" for q, c, s in (x.split("\t") for x in lines)))
     data = _beir(tmp_path, edit)
     figures = []
-    for i, given in enumerate((data, data / "qrels" / "trec.tsv", RET / "beir")):
+    for i, given in enumerate((data, data / "qrels" / "trec.tsv")):
         r = cli("eval", minilm_dir, given, "--task", "retrieval", "--precision", "fp32",
                 "--expect", "ndcg@10>=0.5", "--out", tmp_path / f"ev{i}")
         assert r.exit_code == 0, r.stderr
         figures.append(json.loads((tmp_path / f"ev{i}" / "metrics.json").read_text()))
-    assert figures[0] == figures[1] == figures[2]
+    assert figures[0] == figures[1] and figures[0]["queries"] == 232   # (none lost to a BOM)
 
 
 @pytest.mark.parametrize("case", sorted(BAD))
