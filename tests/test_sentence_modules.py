@@ -229,3 +229,15 @@ def test_a_fine_tuned_model_loads_without_alarm_and_its_export_embeds_as_encode(
     r = cli("eval", minilm_dir, EXAMPLES / "retrieval" / "beir", "--out", tmp_path / "ev")
     assert r.exit_code == 0, r.stderr
     assert "read as a retrieval task" in r.stderr
+
+
+def test_the_hidden_states_of_a_refused_layout_are_still_embedded(cli, encoder, tmp_path):
+    """A layout bertctl does not compute refuses the model's own vectors only: --pool mean
+    reads the encoder's hidden states, which it computes."""
+    model = _saved(encoder, tmp_path / "st", "mean", [TANH])
+    _edit_modules(model)
+    data = tmp_path / "texts.txt"
+    data.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    one_line_error(cli("embed", model, data, "--out", tmp_path / "own"), "LayerNorm")
+    r = cli("embed", model, data, "--pool", "mean", "--out", tmp_path / "states")
+    assert r.exit_code == 0, r.stderr

@@ -27,14 +27,15 @@ def run(config: EmbedSettings, target: artifacts.Target, model_dir: Path, data: 
     # Unset pooling on an embedding model (bertctl's, sentence-transformers') gives the model's
     # own vectors, as it was trained to give them; a pooling given is the user's, over the
     # layers asked, normalised only if asked. The resolved values are recorded.
-    record = sentence_layout.record_of(source.hf_config)
-    embedder = record is not None or architectures.role_of(
+    embedder = source.hf_config.get(sentence_layout.KEY) is not None or architectures.role_of(
         (source.hf_config.get("architectures") or [""])[0]) == "embedding"
     own = config.pool == "model" or (config.pool is None and embedder)
     if own and not embedder:
         raise BertctlError(f"--pool model: {source.path} is not an embedding model (it has no "
                            f"sentence head of its own); give --pool cls or mean")
-    prompt = _prompt(config, record, source.path)
+    # (a sentence head bertctl does not compute is refused here, not for the hidden states)
+    record = sentence_layout.record_of(source.hf_config) if own else None
+    prompt = _prompt(config, record, source.path) if own else ""
     if own:
         if config.layers != "-1" or config.combine != "concat":
             raise BertctlError("--layers and --combine choose hidden states for a --pool you "
