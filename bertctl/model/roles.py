@@ -172,16 +172,18 @@ class TokenClassifier:
 
 
 class Embedder:
-    """One vector per sequence (the last hidden states pooled, normalised or not), trained by
-    contrast (bertctl.model.contrastive). Inputs are (B, T): `embeddings` (B, D); or (B, K, T),
+    """One vector per sequence (the last hidden states through the sentence head,
+    bertctl.model.sentence: pooling, Dense layers, normalisation), trained by contrast
+    (bertctl.model.contrastive). Inputs are (B, T): `embeddings` (B, D); or (B, K, T),
     K sequences an example: `embeddings` (B, K, D), and in training the loss: with `labels`
     (graded scores of K = 2 pairs) CoSENT, else in-batch negatives where sequence 0 is the
     query, 1 its positive and the rest its hard negatives.
 
     `cache_negatives` > 0 embeds a training batch that many sequences at a time (GradCache):
-    the loss and gradients of the whole batch at the memory of that many sequences. Pooling and
-    normalisation are the model's (config.json's `bertctl_embedding`, or a sentence-transformers
-    directory's Pooling and Normalize modules); the loss settings are only the training's."""
+    the loss and gradients of the whole batch at the memory of that many sequences;
+    `matryoshka_dims` sums the loss over the vectors cut to each size. The sentence head, the
+    prompts and the sizes are the model's (config.json's `bertctl_embedding`, or a
+    sentence-transformers directory's modules); the loss settings are only the training's."""
 
     # An export embeds one text a row (a search index's queries and documents); pairs and
     # training batches are (B, K, T) in PyTorch only.
