@@ -48,8 +48,8 @@ def run(config: MineSettings, target: artifacts.Target, model_dir: Path, train: 
         started = time.monotonic()
         distinct = list(dict.fromkeys(pairs.queries))
         q = embed(model, distinct, sentence_layout.prompt_for(record, "query"), "queries")
-        q = q[[distinct.index(t) for t in pairs.queries]] if len(distinct) < len(pairs.queries) \
-            else q
+        where = {t: i for i, t in enumerate(distinct)}
+        q = q[np.fromiter((where[t] for t in pairs.queries), np.int64, len(pairs.queries))]
         d = embed(model, pairs.corpus, sentence_layout.prompt_for(record, "document"), "corpus")
         positive = (ranking._unit(q) * ranking._unit(d[pairs.positive_index])).sum(-1)
         # Deep enough that range_max candidates remain after the query's own positives.
