@@ -42,7 +42,7 @@ def _json(path: Path) -> Any:
         raise BertctlError(f"{path}: cannot read: {' '.join(str(exc).split())}") from None
 
 
-def _inside(directory: Path, relative: Any, where: Path) -> Path:
+def inside(directory: Path, relative: Any, where: Path) -> Path:
     """A module's folder, which must lie inside the model directory (a crafted modules.json
     could name any path)."""
     if not isinstance(relative, str) or Path(relative).is_absolute() or ".." in Path(relative).parts:
@@ -119,10 +119,10 @@ def read_layout(directory: Path) -> dict[str, Any] | None:
     record: dict[str, Any] = {"normalize": "Normalize" in kinds, "dense": []}
     for module, kind in zip(modules, kinds):
         if kind == "Pooling":
-            folder = _inside(directory, module.get("path", ""), where)
+            folder = inside(directory, module.get("path", ""), where)
             record["pooling"] = _pooling(_json(folder / "config.json"), folder / "config.json")
         elif kind == "Dense":
-            folder = _inside(directory, module.get("path", ""), where)
+            folder = inside(directory, module.get("path", ""), where)
             spec = _dense(_json(folder / "config.json"), folder / "config.json")
             record["dense"].append({**spec, "path": module.get("path")})
     if len(record["pooling"]) == 1:
@@ -191,10 +191,6 @@ def prompt_for(record: dict[str, Any] | None, role: str) -> str:
         name = next((n for n in DOCUMENT_PROMPTS if n in prompts), None)
         return prompts[name] if name else default
     return default
-
-
-def inside(directory: Path, relative: Any, where: Path) -> Path:
-    return _inside(directory, relative, where)
 
 
 __all__ = ["KEY", "MODES", "inside", "prompt_for", "read_layout", "record_of"]

@@ -48,8 +48,7 @@ class RetrievalOptions(BaseModel):
     scale: float = Field(20.0, gt=0, le=1000, description="The cosine similarities' scale "
                          "(inverse temperature) in the loss; at most 1000 (a temperature of "
                          "0.001), beyond which the loss's exponentials overflow.")
-    pooling: Literal["cls", "mean", "max", "mean_sqrt_len_tokens", "weightedmean",
-                     "lasttoken"] | None = Field(
+    pooling: Literal[sentence.MODES] | None = Field(  # type: ignore[valid-type]
         None, description="A sequence's vector from its last hidden states, as "
         "sentence-transformers' Pooling: [CLS], the mean, the maximum, the sum over the "
         "square root of the count, the position-weighted mean, the last token. Unset: the "
