@@ -192,6 +192,9 @@ class EvalSettings(TaskSettings, InferenceSettings):
     split: Literal["train", "validation"] | None = Field(
         None, description="Pretrain data only: the split to evaluate; unset: "
         "validation.", json_schema_extra=meta(DATA))
+    rerank_depth: int = Field(100, ge=1, le=10_000, description="--rerank: documents a query "
+                              "the reranker reorders (at most the search's --top-k).",
+                              json_schema_extra=meta(EVALUATION, hashed_if_changed=True))
 
 
 class TaskTrainingSettings(TrainingSettings, TaskSettings):

@@ -150,7 +150,7 @@ def test_preset_metrics():
         "glue/rte": "accuracy", "glue/wnli": "accuracy", "glue/qnli": "accuracy",
         "glue/qqp": "f1_accuracy", "glue/mnli": "accuracy", "glue/sts-b": "pearson_spearman",
         "swag": "accuracy", "squad": "squad", "squad_v2": "squad", "conll2003": "conlleval",
-        "retrieval": "ndcg@10", "glue/sts-b-cosine": "spearman"}
+        "retrieval": "ndcg@10", "glue/sts-b-cosine": "spearman", "reranking": "ndcg@10"}
 
 
 # --- other formats and custom tasks --------------------------------------------------------------

@@ -255,10 +255,15 @@ def evaluate(settings: EvalSettings, target: Target,
              expect: Annotated[Optional[list[str]], typer.Option(
                  help="A quality gate on metrics.json, e.g. 'accuracy>=0.85' (repeatable; "
                       "dotted paths reach nested metrics). The artifact is written either way; "
-                      "each unmet one is a line on stderr and the exit code is 3.")] = None):
+                      "each unmet one is a line on stderr and the exit code is 3.")] = None,
+             rerank: Annotated[Optional[Path], typer.Option(
+                 help="A search's first stage reranked: this cross-encoder (bertctl finetune "
+                      "--task reranking, or a sentence-transformers CrossEncoder) reorders "
+                      "each query's first --rerank-depth documents; its metrics are "
+                      "rerank/METRIC beside the first stage's.")] = None):
     from bertctl.stages import eval as stage_module
 
-    return stage_module.run(settings, target, model, data, expect or [])
+    return stage_module.run(settings, target, model, data, expect or [], rerank)
 
 
 @stage("embed", EmbedSettings, help="Embed texts (an embedding model's own vectors, or an "

@@ -65,6 +65,8 @@ class SequenceClassifier:
                 labels: torch.Tensor | None = None,
                 position_ids: torch.Tensor | None = None,
                 sequence_starts: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        if input_ids.dim() == 3:
+            return self._grouped(input_ids, token_type_ids, attention_mask, labels)
         pooled = self._pool(input_ids, token_type_ids, attention_mask, position_ids,
                             sequence_starts)
         if self.problem_type == "regression":
@@ -82,6 +84,18 @@ class SequenceClassifier:
             else:
                 out["loss"] = F.cross_entropy(logits.float(), labels.reshape(-1))
         return out
+
+    def _grouped(self, input_ids, token_type_ids, attention_mask, labels) -> dict:
+        """(B, G, T): G sequences an example (a reranker's candidates for one query), each
+        classified on its own: `logits` (B, G), or (B, G, labels). How a group is trained is
+        the task's (a ranking loss around the model), not the classifier's."""
+        if labels is not None:
+            raise ValueError("grouped sequences are scored here; their loss is the task's")
+        B, G, T = input_ids.shape
+        flat = [None if t is None else t.reshape(B * G, T)
+                for t in (input_ids, token_type_ids, attention_mask)]
+        logits = self.forward(*flat)["logits"]
+        return {"logits": logits.view(B, G) if self.num_labels == 1 else logits.view(B, G, -1)}
 
     def hf_config(self) -> dict[str, Any]:
         return {"problem_type": self.problem_type, **label_maps(self.num_labels),

@@ -64,6 +64,9 @@ class Family:
     # same per real token, "positions" a softmax over the sequence's real tokens, "score" a
     # number (squared error). None: the family's models cannot be distilled.
     soft_targets: ClassVar[dict[str, str] | None] = None
+    # Whether the model directory's tokenizer records the training length as its
+    # model_max_length (a reranker's: sentence-transformers' CrossEncoder truncates there).
+    records_length: ClassVar[bool] = False
     # The batch keys of its features that are training targets, not model inputs.
     targets: ClassVar[tuple[str, ...]] = ("labels",)
     # Per-token values its batches may carry that are neither inputs nor targets (tagging's
@@ -110,6 +113,12 @@ class Family:
         any model is built; returns warnings naming what in the data the loss cannot learn
         from."""
         return []
+
+    def training_module(self, model, spec):
+        """What the training loop trains: the model, whose forward gives the loss, or a loss
+        module around it (at `.model`) where the family's loss is the job's choice, not the
+        model's (a reranker's ranking loss over a query's candidates)."""
+        return model
 
     def label_range(self, examples) -> list[float] | None:
         """The span of a labelled file's numeric targets (regression), recorded with the model
@@ -189,6 +198,21 @@ class Family:
         """Files written after scoring, from the joined predictions (retrieval's run file,
         which needs every query and document); returns their names."""
         return []
+
+    # The family whose models rerank this family's results (eval --rerank); None: nothing
+    # this family ranks is reranked.
+    reranked_by: ClassVar[str | None] = None
+
+    def check_rerank(self, spec, data: Path, depth: int) -> None:
+        """BertctlError, before any work, unless `depth` of each query's results on `data`
+        can be reranked."""
+        raise BertctlError(f"{data}: --rerank reorders a search's results; a {self.name} "
+                           f"task has none")
+
+    def candidates(self, predictions, examples, spec, data: Path, depth: int):
+        """What a reranker reorders (`reranked_by`'s models): a `Candidates` of the first
+        `depth` results of each query, with their texts."""
+        raise NotImplementedError
 
     def calibrate(self, predictions, examples, spec) -> dict[str, Any] | None:
         """State tuned on the dev set during finetune and stored with the model (None: none)."""

@@ -188,6 +188,9 @@ PRESETS = Presets([
     # or a .txt of texts (SimCSE) is read whatever the columns. No columns named: query,
     # positive and every negative column the file has (the reader's).
     dict(name="retrieval", family="retrieval", text_columns=[], label_column=None),
+    # Reranking: the same pairs tables, each row's candidates (positive first) scored
+    # together by a cross-encoder.
+    dict(name="reranking", family="reranking", text_columns=[], label_column=None),
     _glue("glue/sts-b-cosine", "retrieval", ["sentence1", "sentence2"], "score", None,
           metric="spearman"),
     dict(name="swag", family="multiple_choice", context_column="sent1",

@@ -208,12 +208,19 @@ def copy_tokenizer(source: Path, directory: Path) -> None:
 
 
 def write_model(model, directory: Path, tokenizer_dir: Path, extra_config: dict | None = None,
-                task: dict | None = None) -> None:
-    """A Hugging Face compatible model directory: weights, config, tokenizer and task."""
+                task: dict | None = None, max_length: int | None = None) -> None:
+    """A Hugging Face compatible model directory: weights, config, tokenizer and task.
+    `max_length`: the length the model was trained to read, as the tokenizer's
+    model_max_length (where another library truncates a reranker's pairs)."""
     from bertctl.model.hf import save_model
 
     save_model(model, directory, extra_config)
     copy_tokenizer(tokenizer_dir, directory)
+    settings = directory / "tokenizer_config.json"
+    if max_length is not None and settings.is_file():
+        record = json.loads(settings.read_text(encoding="utf-8"))
+        record["model_max_length"] = int(max_length)
+        settings.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     if task is not None:
         (directory / TASK_FILE).write_text(json.dumps(task, indent=2) + "\n", encoding="utf-8")
 

@@ -11,6 +11,7 @@ module and add what it learnt from to the manifest. The job itself has no hooks 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -176,14 +177,18 @@ class TaskJob:
 
     def fit(self, work: Path):
         config = self.config
-        setup = self.by.loop_setup(self.model, self.train_features, work)
+        module = self.family.training_module(self.model, self.spec)
+        setup = self.by.loop_setup(module, self.train_features, work)
         data = TaskData(self.train_features, config.pack, self.max_len, setup.model.packs,
                         setup.extras, per_token=self.family.marks)
         with console.training_progress(f"{self.by.verb} {self.spec.name}",
                                        config.steps) as on_log:
-            return train(setup.model, data, TrainSettings.of(config), work,
-                         evaluate=self.evaluate if self.dev_features is not None else None,
-                         select=self.select, on_log=on_log, step_metrics=setup.step_metrics)
+            result = train(setup.model, data, TrainSettings.of(config), work,
+                           evaluate=self.evaluate if self.dev_features is not None else None,
+                           select=self.select, on_log=on_log, step_metrics=setup.step_metrics)
+        # The loss module trained the model in place; the model is what is written.
+        return result if module is self.model else dataclasses.replace(result,
+                                                                       model=self.model)
 
     def write(self, result, tmp: Path) -> dict:
         family, spec, model = self.family, self.spec, self.by.trained(result.model)
@@ -197,7 +202,8 @@ class TaskJob:
             self.task_record.update(self.by.inherited_task(self.source))
         models.write_model(model, tmp, self.source.path,
                            extra_config=family.config_extras(spec, self.label_list),
-                           task=self.task_record)
+                           task=self.task_record,
+                           max_length=self.max_len if family.records_length else None)
         chosen = result.best_metrics if self.select else result.eval_metrics
         train_stats = family.feature_stats(self.train_features)
         return {"architecture": architectures.of_model(model).name,

@@ -15,17 +15,19 @@ from bertctl.stages.eval import pretraining, task
 
 
 def run(config: EvalSettings, target: artifacts.Target, model: Path, data: Path,
-        expect: list[str]) -> artifacts.Outcome:
+        expect: list[str], rerank: Path | None = None) -> artifacts.Outcome:
     gates = [expectations.parse(e) for e in expect]  # a typo fails before any work
     source = models.open_model(model, exports=True)
     pretrain_data = models.pretrain_data_artifact(data)
     if pretrain_data is not None and source.onnx is not None:
         raise BertctlError(f"{model}: is an export; the masked-LM scores of a pretrain-data "
                            f"artifact come from the PyTorch model it was exported from")
+    if pretrain_data is not None and rerank is not None:
+        raise BertctlError(f"--rerank {rerank}: reranks a search; {data} is pretrain data")
     if pretrain_data is not None:
         outcome = pretraining.run(config, target, source, pretrain_data)
     else:
-        outcome = task.run(config, target, source, data)
+        outcome = task.run(config, target, source, data, rerank)
     console.log_metrics(outcome.manifest.metrics)
     unmet = expectations.unmet(gates, outcome.manifest.metrics or {}, outcome.path)
     if unmet:

@@ -19,6 +19,7 @@ from bertctl.metrics import json_safe
 from bertctl.config import EvalSettings
 from bertctl.errors import BertctlError
 from bertctl.stages.common import models
+from bertctl.stages.eval import rerank
 from bertctl.tasks.resolve import open_task
 from bertctl.stages.common.models import ModelSource
 from bertctl.stages.common.task_training import label_scale
@@ -29,7 +30,7 @@ ROWS_PER_PART = 10_000
 
 
 def run(config: EvalSettings, target: artifacts.Target, source: ModelSource,
-        data: Path) -> artifacts.Outcome:
+        data: Path, rerank_with: Path | None = None) -> artifacts.Outcome:
     hardware.set_threads(config.threads)
     if config.split is not None:
         raise BertctlError(f"--split applies to pretrain-data artifacts; {data} is a task data "
@@ -39,9 +40,15 @@ def run(config: EvalSettings, target: artifacts.Target, source: ModelSource,
                                                task.file, task.max_seq_length)
     tok, _ = source.tokenizer()
     models.check_reads_task(source, tok, max_len)
+    reranker = None
+    if rerank_with is not None:
+        family.check_rerank(spec, data, config.rerank_depth)
+        reranker = rerank.open_reranker(rerank_with, family)
     config = source.applied(config)
     device, precision, recorded = source.runtime(config.device, config.precision)
     inputs = [source.ref, models.data_input(data)]
+    if reranker is not None:
+        inputs.append(reranker.source.ref)
     calibration = (source.task or {}).get("calibration")
 
     def build(tmp: Path) -> dict[str, Any]:
@@ -76,6 +83,10 @@ def run(config: EvalSettings, target: artifacts.Target, source: ModelSource,
             console.log(f"note: {outside}; correlations do not see the scale, but the "
                         f"predictions written are on the model's")
         metrics = family.score(predictions, examples, spec, label_list) if labelled else {}
+        if reranker is not None:
+            found = family.candidates(predictions, examples, spec, data, config.rerank_depth)
+            metrics.update(rerank.rerank(reranker, found, config.batch_size, device, precision,
+                                         tmp))
         family.write_results(tmp, predictions, examples, spec)
         metrics = json_safe(metrics)
         (tmp / METRICS_FILE).write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")

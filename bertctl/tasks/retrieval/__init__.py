@@ -113,6 +113,7 @@ class Retrieval(Family):
     default_label_column = None
     head = "embedding"
     targets = ("labels",)
+    reranked_by = "reranking"
 
     # -- the spec
 
@@ -368,6 +369,20 @@ class Retrieval(Family):
                                                      options(spec).top_k))
         _, run, scores, qrels, n = examples.ranking
         return run, qrels
+
+    def check_rerank(self, spec, data: Path, depth: int) -> None:
+        if not reader.is_beir(Path(data)):
+            raise BertctlError(f"{data}: --rerank reorders the search of a BEIR directory")
+        if depth > options(spec).top_k:
+            raise BertctlError(f"--rerank-depth {depth}: the search keeps {options(spec).top_k} "
+                               f"documents a query (--top-k)")
+
+    def candidates(self, predictions, examples: RetrievalExamples, spec, data: Path,
+                   depth: int) -> reader.Candidates:
+        """A BEIR set's run, cut to `depth` for a reranker, with its texts read again from
+        the directory (without the model's prompts): only the candidates' are held."""
+        run, qrels = self._ranking(predictions, examples, spec)
+        return reader.candidates(Path(data), run, qrels, depth)
 
     def write_predictions(self, directory: Path, predictions, examples, spec, label_list,
                           start: int = 0) -> list[str]:

@@ -279,3 +279,29 @@ def read_beir_chunks(data: Path, rows: int | None) -> Iterator[RetrievalExamples
         raise BertctlError(f"{qrels_path}: document {missing!r} is not in {root / CORPUS}")
     if texts:
         yield RetrievalExamples(str(root / CORPUS), "documents", texts, ids=ids)
+
+
+@dataclasses.dataclass
+class Candidates:
+    """A first stage's results to rerank: each query's `run` (document ids, best first, all
+    the first stage kept), the first `depth` of them reranked, the judgements, and the texts
+    of the queries and of the candidates."""
+
+    run: dict[str, list[str]]
+    depth: int
+    qrels: dict[str, dict[str, int]]
+    queries: dict[str, str]
+    documents: dict[str, str]
+
+
+def candidates(data: Path, run: dict[str, list[str]], qrels, depth: int) -> Candidates:
+    wanted = {d for docs in run.values() for d in docs[:depth]}
+    queries: dict[str, str] = {}
+    documents: dict[str, str] = {}
+    for part in read_beir_chunks(data, rows=10_000):
+        if part.kind == "queries":
+            queries = {q: row[0] for q, row in zip(part.ids, part.texts) if q in run}
+        else:
+            documents.update((d, row[0]) for d, row in zip(part.ids, part.texts)
+                             if d in wanted)
+    return Candidates(run, depth, qrels, queries, documents)
