@@ -110,6 +110,8 @@ def read_layout(directory: Path) -> dict[str, Any] | None:
     if not kinds or kinds[0] != "Transformer" or modules[0].get("path", "") not in ("", "."):
         raise BertctlError(f"{where}: the first module must be the Transformer in the model "
                            f"directory itself")
+    if kinds == ["Transformer"]:
+        return None   # the model alone, as config.json says (a CrossEncoder saves this)
     order = [k for k in kinds if k != "Dense"]
     if order not in (["Transformer", "Pooling"], ["Transformer", "Pooling", "Normalize"]) or \
             (("Dense" in kinds) and kinds.index("Dense") < kinds.index("Pooling")) or \

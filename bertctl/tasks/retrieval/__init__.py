@@ -254,9 +254,11 @@ class Retrieval(Family):
         roles = model_roles(hf_config.get("architectures") or [])
         if roles and not roles & {"embedding", "encoder", "pretraining", "masked_lm",
                                   "electra"}:
+            hint = (" (a cross-encoder reranks a search: eval FIRST_STAGE DATA --rerank "
+                    "MODEL)" if roles == {"sequence_classification"} else "")
             raise BertctlError(f"{where}: is a {'/'.join(sorted(roles))} model; retrieval "
                                f"reads an embedding model or an encoder (fine-tune one with "
-                               f"bertctl finetune --task retrieval)")
+                               f"bertctl finetune --task retrieval){hint}")
 
     def for_model(self, spec, hf_config: dict[str, Any]):
         """The prompts left unset are the model's own (sentence-transformers' encode_query,

@@ -1,0 +1,211 @@
+"""The reranking family (#64): a cross-encoder trained on a query's positive against its
+negatives, saved as a sentence-transformers CrossEncoder, and a search's first stage reranked
+by it in eval. The losses against their plain definitions, CrossEncoder.predict against
+bertctl's scores, the reranked run against one built from CrossEncoder's own scores, and the
+bad inputs."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from bertctl.tasks.reranking.loss import RankingLoss, ranking_loss
+from bertctl.tasks.retrieval import ranking
+
+from conftest import EXAMPLES, one_line_error
+
+TRAIN = EXAMPLES / "retrieval" / "train.tsv"
+BEIR = EXAMPLES / "retrieval" / "beir"
+
+
+def test_the_losses_equal_their_plain_definitions():
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(5, 4, generator=g) * 3
+    positive = torch.tensor([0, 2, 1, 0, 3])
+    want = 0.0
+    for row, p in zip(logits.tolist(), positive.tolist()):
+        want += -(row[p] - math.log(sum(math.exp(x) for x in row)))
+    assert ranking_loss(logits, positive, "listwise").item() == pytest.approx(want / 5, rel=1e-6)
+    want = 0.0
+    for row, p in zip(logits.tolist(), positive.tolist()):
+        for j, x in enumerate(row):
+            prob = 1 / (1 + math.exp(-x))
+            want -= math.log(prob) if j == p else math.log(1 - prob)
+    assert ranking_loss(logits, positive, "pointwise").item() == pytest.approx(want / 20,
+                                                                               rel=1e-6)
+
+
+def test_a_grouped_batch_scores_each_candidate_as_alone(minilm_dir):
+    """(B, G, T) candidates give the logits of the same B * G sequences one at a time."""
+    from bertctl.model.hf import load_model
+
+    model, _ = load_model(minilm_dir, "sequence_classification", num_labels=1,
+                          problem_type="regression")
+    model.eval()
+    ids = torch.randint(1000, 2000, (2, 3, 9), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones_like(ids)
+    mask[1, 2, 5:] = 0
+    with torch.no_grad():
+        grouped = model(input_ids=ids, attention_mask=mask)["logits"]
+        alone = [model(input_ids=ids[b, c, :int(mask[b, c].sum())][None])["logits"].item()
+                 for b in range(2) for c in range(3)]
+        wrapped = RankingLoss(model, "listwise")(input_ids=ids, attention_mask=mask,
+                                                 labels=torch.zeros(2, dtype=torch.long))
+    assert grouped.shape == (2, 3)
+    # fp32 (eval pins it): a 6-layer encoder's sums over 384 values, padding masked out
+    assert np.allclose(grouped.reshape(-1).numpy(), alone, atol=1e-5)
+    assert wrapped["loss"].item() == pytest.approx(
+        ranking_loss(grouped, torch.zeros(2, dtype=torch.long), "listwise").item(), rel=1e-5)
+
+
+@pytest.fixture(scope="module")
+def reranker(tmp_path_factory, minilm_dir):
+    """A reranker fine-tuned from all-MiniLM-L6-v2 on negatives mined with it."""
+    from conftest import invoke as cli
+
+    root = tmp_path_factory.mktemp("rerank")
+    r = cli("mine", minilm_dir, TRAIN, "--negatives", "3", "--precision", "fp32",
+            "--out", root / "mined")
+    assert r.exit_code == 0, r.stderr
+    rows = (root / "mined" / "pairs.jsonl").read_text().splitlines()[:48]
+    (root / "pairs.jsonl").write_text("\n".join(rows) + "\n")
+    r = cli("finetune", minilm_dir, root / "pairs.jsonl", "--task", "reranking", "--epochs", "1",
+            "--batch-size", "8", "--lr", "1e-4", "--max-seq-length", "64",
+            "--precision", "fp32", "--out", root / "reranker")
+    assert r.exit_code == 0, r.stderr
+    return root
+
+
+@pytest.mark.slow
+def test_crossencoder_predicts_bertctls_scores(cli, reranker, tmp_path):
+    """The fine-tuned model is a CrossEncoder: its predict (the sigmoid of the logit, the
+    pair truncated at the training length) equals bertctl's scores."""
+    from sentence_transformers import CrossEncoder
+
+    model = reranker / "reranker"
+    config = json.loads((model / "config.json").read_text())
+    assert config["architectures"] == ["BertForSequenceClassification"]
+    r = cli("eval", model, reranker / "pairs.jsonl", "--precision", "fp32", "--out",
+            tmp_path / "ev")
+    assert r.exit_code == 0, r.stderr
+    ours = np.loadtxt(tmp_path / "ev" / "predictions.tsv", skiprows=1)[:, 1:]
+    rows = [json.loads(x) for x in (reranker / "pairs.jsonl").read_text().splitlines()]
+    columns = ["positive", "negative_1", "negative_2", "negative_3"]
+    ce = CrossEncoder(str(model), device="cpu")
+    assert ce.max_seq_length == 64
+    theirs = ce.predict([(row["query"], row[c]) for row in rows for c in columns],
+                        batch_size=16).reshape(len(rows), 4)
+    # fp32 both; a 6-layer encoder, then one sigmoid: seen ~5e-7
+    assert np.abs(ours - theirs).max() < 1e-5
+    metrics = json.loads((tmp_path / "ev" / "metrics.json").read_text())
+    want, _ = ranking.evaluate(
+        {str(i): [d for d, _ in ranking.rank([f"c{j}" for j in range(4)], list(map(float, s)))]
+         for i, s in enumerate(theirs)}, {str(i): {"c0": 1} for i in range(len(rows))})
+    assert metrics["ndcg@10"] == pytest.approx(want["ndcg@10"], abs=1e-9)
+    assert metrics["queries"] == len(rows)
+
+
+@pytest.mark.slow
+def test_a_search_is_reranked_as_crossencoder_orders_it(cli, minilm_dir, reranker, tmp_path):
+    """eval --rerank: the first stage's metrics unchanged, its first K documents a query in
+    the order of CrossEncoder.predict's scores (ties as trec_eval), the rest below."""
+    from sentence_transformers import CrossEncoder
+
+    out = tmp_path / "ev"
+    r = cli("eval", minilm_dir, BEIR, "--rerank", reranker / "reranker", "--rerank-depth", "5",
+            "--precision", "fp32", "--out", out)
+    assert r.exit_code == 0, r.stderr
+    plain = tmp_path / "plain"
+    assert cli("eval", minilm_dir, BEIR, "--precision", "fp32", "--out", plain).exit_code == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    before = json.loads((plain / "metrics.json").read_text())
+    assert all(metrics[k] == before[k] for k in ranking.METRICS)
+    first = _run(plain / "run.trec")
+    queries = {json.loads(x)["_id"]: json.loads(x)["text"]
+               for x in (BEIR / "queries.jsonl").read_text().splitlines()}
+    docs = {}
+    for x in (BEIR / "corpus.jsonl").read_text().splitlines():
+        d = json.loads(x)
+        docs[d["_id"]] = (d.get("title", "") + " " + d["text"]).strip() if d.get("title") \
+            else d["text"]
+    ce = CrossEncoder(str(reranker / "reranker"), device="cpu")
+    want = {}
+    for q, ranked in first.items():
+        s = ce.predict([(queries[q], docs[d]) for d in ranked[:5]]).tolist()
+        want[q] = [d for d, _ in ranking.rank(ranked[:5], s)] + ranked[5:]
+    got = _run(out / "rerank.trec")
+    assert got == want
+    qrels = {}
+    for line in (BEIR / "qrels" / "test.tsv").read_text().splitlines()[1:]:
+        q, d, s = line.split("\t")
+        qrels.setdefault(q, {})[d] = int(s)
+    means, _ = ranking.evaluate(want, qrels)
+    assert metrics["rerank/ndcg@10"] == pytest.approx(means["ndcg@10"], abs=1e-9)
+    assert metrics["rerank/depth"] == 5 and metrics["rerank/queries_per_second"] > 0
+    inputs = json.loads((out / "artifact.json").read_text())["inputs"]
+    assert [i["role"] for i in inputs][-1] == "reranker"
+
+
+def _run(path):
+    run = {}
+    for line in path.read_text().splitlines():
+        q, _, d, rank, _, _ = line.split()
+        run.setdefault(q, []).append(d)
+    return run
+
+
+def test_a_crossencoder_saved_by_sentence_transformers_reranks(cli, minilm_dir, tmp_path):
+    """A CrossEncoder as sentence-transformers saves one (a new head on all-MiniLM-L6-v2) is
+    read as a reranker, with CrossEncoder's own scores."""
+    from sentence_transformers import CrossEncoder
+
+    ce = CrossEncoder(str(minilm_dir), num_labels=1, max_length=48, device="cpu")
+    ce.save(str(tmp_path / "ce"))
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("query\tpositive\tnegative\nwho wrote it\tan author wrote it\ta cat\n"
+                     "where is paris\tparis is in france\tberlin is a city\n", encoding="utf-8")
+    r = cli("eval", tmp_path / "ce", pairs, "--task", "reranking", "--precision", "fp32",
+            "--out", tmp_path / "ev")
+    assert r.exit_code == 0, r.stderr
+    ours = np.loadtxt(tmp_path / "ev" / "predictions.tsv", skiprows=1)[:, 1:]
+    theirs = ce.predict([("who wrote it", "an author wrote it"), ("who wrote it", "a cat"),
+                         ("where is paris", "paris is in france"),
+                         ("where is paris", "berlin is a city")]).reshape(2, 2)
+    assert np.abs(ours - theirs).max() < 1e-5   # fp32, as above
+
+
+def test_bad_reranking_input_is_one_line(cli, minilm_dir, tmp_path, reranker_stub):
+    no_negatives = tmp_path / "pairs.tsv"
+    no_negatives.write_text("query\tpositive\nq one\tdoc one\nq two\tdoc two\n", encoding="utf-8")
+    cases = (
+        (("finetune", minilm_dir, no_negatives, "--task", "reranking"),
+         "the rows have none"),
+        (("eval", reranker_stub, BEIR, "--task", "retrieval"),
+         "a cross-encoder reranks a search: eval FIRST_STAGE"),
+        (("eval", reranker_stub, BEIR, "--task", "reranking"),
+         "a reranker scores (query, candidates) rows"),
+        (("eval", minilm_dir, BEIR, "--task", "retrieval", "--rerank", minilm_dir),
+         "a reranker is a sequence classifier with one output"),
+        (("eval", minilm_dir, BEIR, "--task", "retrieval", "--rerank", reranker_stub,
+          "--rerank-depth", "200"),
+         "--rerank-depth 200: the search keeps 100"),
+        (("eval", reranker_stub, no_negatives, "--task", "reranking", "--rerank",
+          reranker_stub),
+         "reorders a search's results"),
+    )
+    for args, words in cases:
+        r = cli(*args, "--out", tmp_path / "out")
+        one_line_error(r, words)
+        assert not (tmp_path / "out").exists()
+
+
+@pytest.fixture
+def reranker_stub(tmp_path, minilm_dir):
+    """A reranker with an untrained head, as a CrossEncoder saves one (no training needed to
+    be refused)."""
+    from sentence_transformers import CrossEncoder
+
+    CrossEncoder(str(minilm_dir), num_labels=1, device="cpu").save(str(tmp_path / "stub"))
+    return tmp_path / "stub"
