@@ -209,3 +209,60 @@ def reranker_stub(tmp_path, minilm_dir):
 
     CrossEncoder(str(minilm_dir), num_labels=1, device="cpu").save(str(tmp_path / "stub"))
     return tmp_path / "stub"
+
+
+def test_margin_mse_equals_its_plain_definition():
+    from bertctl.model.contrastive import margin_mse
+
+    g = torch.Generator().manual_seed(2)
+    q, d, t = torch.randn(3, 8, generator=g), torch.randn(3, 4, 8, generator=g), torch.rand(3, 4)
+    want = 0.0
+    for i in range(3):
+        cos = [float(torch.dot(q[i], d[i, j]) / (q[i].norm() * d[i, j].norm())) for j in range(4)]
+        want += sum(((cos[0] - cos[j]) - float(t[i, 0] - t[i, j])) ** 2 for j in range(1, 4))
+    assert margin_mse(q, d, t).item() == pytest.approx(want / 9, rel=1e-5)
+
+
+@pytest.mark.slow
+def test_the_reranker_teaches_the_bi_encoder(cli, minilm_dir, reranker, tmp_path):
+    """mine --teacher writes the cross-encoder's score of each row's candidates (those of
+    CrossEncoder.predict); finetune --task retrieval reads them and trains on MarginMSE."""
+    from sentence_transformers import CrossEncoder
+
+    out = tmp_path / "mined"
+    r = cli("mine", minilm_dir, TRAIN, "--negatives", "2", "--teacher", reranker / "reranker",
+            "--precision", "fp32", "--out", out)
+    assert r.exit_code == 0, r.stderr
+    rows = [json.loads(x) for x in (out / "pairs.jsonl").read_text().splitlines()]
+    assert set(rows[0]) >= {"score_positive", "score_negative_1", "score_negative_2"}
+    ce = CrossEncoder(str(reranker / "reranker"), device="cpu")
+    some = rows[:6]
+    want = ce.predict([(row["query"], row[c]) for row in some
+                       for c in ("positive", "negative_1", "negative_2")]).reshape(6, 3)
+    got = np.array([[row[f"score_{c}"] for c in ("positive", "negative_1", "negative_2")]
+                    for row in some])
+    assert np.abs(got - want).max() < 1e-5   # fp32 both, as in the parity test
+    inputs = json.loads((out / "artifact.json").read_text())["inputs"]
+    assert "teacher" in [i["role"] for i in inputs]
+    small = tmp_path / "small.jsonl"
+    small.write_text("\n".join(json.dumps(row) for row in rows[:16]) + "\n")
+    r = cli("finetune", minilm_dir, small, "--task", "retrieval", "--steps", "2",
+            "--batch-size", "8", "--max-seq-length", "32", "--precision", "fp32",
+            "--out", tmp_path / "student")
+    assert r.exit_code == 0, r.stderr
+
+
+def test_teacher_scores_are_whole_or_refused(cli, minilm_dir, tmp_path):
+    part = tmp_path / "part.jsonl"
+    part.write_text(json.dumps({"query": "q", "positive": "p", "negative": "n",
+                                "score_positive": 0.9}) + "\n" +
+                    json.dumps({"query": "r", "positive": "s", "negative": "m",
+                                "score_positive": 0.8}) + "\n")
+    one_line_error(cli("finetune", minilm_dir, part, "--task", "retrieval", "--out",
+                       tmp_path / "o"), "need one for every candidate column: score_positive, "
+                                        "score_negative")
+    plain = tmp_path / "plain.tsv"
+    plain.write_text("query\tpositive\tnegative\nq\tp\tn\nr\ts\tm\n")
+    one_line_error(cli("finetune", minilm_dir, plain, "--task", "retrieval", "--loss",
+                       "margin_mse", "--out", tmp_path / "o"), "the file has none")
+    assert not (tmp_path / "o").exists()

@@ -283,9 +283,14 @@ def embed(settings: EmbedSettings, target: Target,
 def mine(settings: MineSettings, target: Target, model: RunnableModel,
          train: Annotated[Path, typer.Argument(help="The query, positive pairs (a table).")],
          corpus: Annotated[Optional[Path], typer.Option(help="More documents: a .txt (a text "
-                                                        "a line) or a corpus.jsonl.")] = None):
+                                                        "a line) or a corpus.jsonl.")] = None,
+         teacher: Annotated[Optional[Path], typer.Option(
+             help="A cross-encoder (bertctl finetune --task reranking) whose score of each "
+                  "row's positive and negatives is written beside them (score_positive, "
+                  "score_negative_1, ...): what finetune --task retrieval distils from "
+                  "(MarginMSE).")] = None):
     from bertctl.stages import mine as stage_module
-    return stage_module.run(settings, target, model, train, corpus)
+    return stage_module.run(settings, target, model, train, corpus, teacher)
 
 
 @stage("audit", AuditSettings, help="Audit a corpus for task examples: which examples of "

@@ -9,6 +9,8 @@ hidden states is bertctl.model.sentence's).
 - `cosent`: pairs with graded scores (STS): for every two pairs whose gold scores differ, the
   one scored lower must have the lower cosine: log(1 + sum exp(scale * (cos_low - cos_high))),
   as sentence-transformers' CoSENTLoss.
+- `margin_mse`: a teacher's (a cross-encoder's) scores of a query's candidates: the student's
+  cosine margins between the positive and each negative regress onto the teacher's.
 - `CachedEncoding`: GradCache (Gao et al. 2021). The loss of a large batch needs every vector
   of the batch, but the gradients through the encoder only per sequence: the batch is embedded
   in micro-batches without graphs, the loss is taken over the cached vectors, and in the
@@ -24,7 +26,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-LOSSES = ("infonce", "symmetric", "cosent")
+LOSSES = ("infonce", "symmetric", "cosent", "margin_mse")
 
 
 def info_nce(queries: torch.Tensor, documents: torch.Tensor, scale: float,
@@ -53,6 +55,18 @@ def cosent(a: torch.Tensor, b: torch.Tensor, gold: torch.Tensor, scale: float) -
     diff = diff[wrong]
     zero = torch.zeros(1, dtype=diff.dtype, device=diff.device)
     return torch.logsumexp(torch.cat([zero, diff]), dim=0)
+
+
+def margin_mse(queries: torch.Tensor, documents: torch.Tensor,
+               teacher: torch.Tensor) -> torch.Tensor:
+    """Queries (B, D) and their candidates (B, K, D), the positive first: the squared error
+    between the student's margins cos(q, p) - cos(q, n_j) and the teacher's scores' margins
+    t_p - t_j, over every negative j (Hofstatter et al. 2020; sentence-transformers'
+    MarginMSELoss, with cosines where it takes dot products: bertctl's vectors are compared by
+    cosine)."""
+    cos = F.cosine_similarity(queries.float()[:, None], documents.float(), dim=-1)
+    teacher = teacher.float()
+    return F.mse_loss(cos[:, :1] - cos[:, 1:], teacher[:, :1] - teacher[:, 1:])
 
 
 def _rng_state(device: torch.device):
@@ -115,4 +129,4 @@ def cached_encoding(embed: Callable[..., torch.Tensor], inputs: list[torch.Tenso
     return _CachedEncoding.apply(anchor, embed, chunks)
 
 
-__all__ = ["LOSSES", "cached_encoding", "cosent", "info_nce"]
+__all__ = ["LOSSES", "cached_encoding", "cosent", "info_nce", "margin_mse"]

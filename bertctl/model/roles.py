@@ -190,7 +190,8 @@ class Embedder:
     bertctl.model.sentence: pooling, Dense layers, normalisation), trained by contrast
     (bertctl.model.contrastive). Inputs are (B, T): `embeddings` (B, D); or (B, K, T),
     K sequences an example: `embeddings` (B, K, D), and in training the loss: with `labels`
-    (graded scores of K = 2 pairs) CoSENT, else in-batch negatives where sequence 0 is the
+    (B,) (graded scores of K = 2 pairs) CoSENT; with `labels` (B, K - 1) (a teacher's scores
+    of a query's candidates) MarginMSE; else in-batch negatives where sequence 0 is the
     query, 1 its positive and the rest its hard negatives.
 
     `cache_negatives` > 0 embeds a training batch that many sequences at a time (GradCache):
@@ -297,7 +298,8 @@ class Embedder:
                 raise BertctlError("texts alone (SimCSE) are their own positives under dropout, "
                                    "and this model has none (ModernBERT's default): give "
                                    "--dropout, e.g. 0.1")
-            if shape[0] == 1 and (labels is not None or shape[1] == 2):
+            if shape[0] == 1 and ((labels is not None and labels.dim() == 1)
+                                  or (labels is None and shape[1] == 2)):
                 raise BertctlError("--batch-size 1: a contrastive loss compares the examples of "
                                    "a batch (a query's negatives are the others' positives; "
                                    "CoSENT ranks pairs against each other): use 2 or more")
@@ -310,7 +312,9 @@ class Embedder:
         total = None
         for d in self.matryoshka_dims or (e.shape[-1],):
             x = e[..., :d]
-            if labels is not None:
+            if labels is not None and labels.dim() == 2:   # a teacher's candidate scores
+                loss = contrastive.margin_mse(x[:, 0], x[:, 1:], labels)
+            elif labels is not None:
                 loss = contrastive.cosent(x[:, 0], x[:, 1], labels.reshape(-1), self.scale)
             else:
                 loss = contrastive.info_nce(x[:, 0], x[:, 1:], self.scale,

@@ -13,12 +13,12 @@ from bertctl import artifacts, console, hardware, tasks
 from bertctl.config import MineSettings
 from bertctl.errors import BertctlError
 from bertctl.model import sentence_layout
-from bertctl.stages.common import models, vectors
+from bertctl.stages.common import cross, models, vectors
 from bertctl.tasks.retrieval import mining, ranking
 
 
 def run(config: MineSettings, target: artifacts.Target, model_dir: Path, train: Path,
-        corpus: Path | None = None):
+        corpus: Path | None = None, teacher: Path | None = None):
     hardware.set_threads(config.threads)
     source = models.open_model(model_dir, "model", exports=True)
     family = tasks.get(mining.FAMILY)
@@ -31,11 +31,15 @@ def run(config: MineSettings, target: artifacts.Target, model_dir: Path, train: 
     guards = mining.Guards(**{k: getattr(config, k) for k in mining.Guards.__dataclass_fields__})
     pairs = mining.read_pairs(train, config.text_column, corpus)
     mining.check_corpus(pairs, guards, str(corpus or train))
+    scorer = (cross.open_reranker(teacher, family, "--teacher", "teacher")
+              if teacher is not None else None)
     config = source.applied(config)
     device, precision, recorded = source.runtime(config.device, config.precision)
     inputs = [source.ref, models.data_input(train, "train")]
     if corpus is not None:
         inputs.append(models.data_input(corpus, "corpus"))
+    if scorer is not None:
+        inputs.append(scorer.source.ref)
 
     def embed(model, texts: list[str], prompt: str, what: str) -> np.ndarray:
         return vectors.embed_texts(model, family, tok, texts, prompt, max_len,
@@ -61,13 +65,22 @@ def run(config: MineSettings, target: artifacts.Target, model_dir: Path, train: 
             raise BertctlError(f"{train}: no row kept {guards.negatives} negatives "
                                       f"after the guards ({counts['removed_by']}): loosen "
                                       f"them or mine from a larger --corpus")
-        mining.write(tmp / mining.OUTPUT, pairs, chosen, kept)
+        teacher_scores = None
+        if scorer is not None:   # the reranker's score of each kept row's candidates
+            rows = np.flatnonzero(kept)
+            docs = np.concatenate([pairs.positive_index[rows, None], chosen[rows]], axis=1)
+            teacher_scores = cross.score_pairs(
+                scorer, [pairs.queries[r] for r in rows for _ in range(docs.shape[1])],
+                [pairs.corpus[j] for j in docs.reshape(-1)], config.batch_size, device,
+                precision).reshape(docs.shape)
+        mining.write(tmp / mining.OUTPUT, pairs, chosen, kept, teacher_scores)
         seconds = time.monotonic() - started
         console.log(f"{counts['kept']:,} of {counts['rows']:,} rows kept {guards.negatives} "
                     f"hard negatives from {len(pairs.corpus):,} documents ({counts['dropped']:,}"
                     f" dropped; removed by each guard: {counts['removed_by']}); {seconds:.1f}s")
         return {**counts, "documents": len(pairs.corpus), "queries": len(distinct),
                 "model": str(source.path), "precision": recorded, "device": str(device),
-                "seconds": round(seconds, 3), "output": mining.OUTPUT}
+                "seconds": round(seconds, 3), "output": mining.OUTPUT,
+                **({"teacher": str(scorer.source.path)} if scorer is not None else {})}
 
     return artifacts.produce("mined", config, inputs, target, build)

@@ -19,6 +19,7 @@ from bertctl.metrics import json_safe
 from bertctl.config import EvalSettings
 from bertctl.errors import BertctlError
 from bertctl.stages.common import models
+from bertctl.stages.common import cross
 from bertctl.stages.eval import rerank
 from bertctl.tasks.resolve import open_task
 from bertctl.stages.common.models import ModelSource
@@ -43,7 +44,7 @@ def run(config: EvalSettings, target: artifacts.Target, source: ModelSource,
     reranker = None
     if rerank_with is not None:
         family.check_rerank(spec, data, config.rerank_depth)
-        reranker = rerank.open_reranker(rerank_with, family)
+        reranker = cross.open_reranker(rerank_with, family)
     config = source.applied(config)
     device, precision, recorded = source.runtime(config.device, config.precision)
     inputs = [source.ref, models.data_input(data)]

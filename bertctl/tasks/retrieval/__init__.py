@@ -41,10 +41,12 @@ class RetrievalOptions(BaseModel):
     """The retrieval family's own settings (a task spec's `options`; flags of the same names)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    loss: Literal["infonce", "symmetric", "cosent"] | None = Field(
+    loss: Literal["infonce", "symmetric", "cosent", "margin_mse"] | None = Field(
         None, description="infonce: in-batch negatives (MultipleNegativesRankingLoss); "
-        "symmetric: both directions; cosent: graded scores. Unset: cosent for a file with "
-        "scores, else infonce.")
+        "symmetric: both directions; cosent: graded scores; margin_mse: a teacher's margins "
+        "between the positive and each negative (MarginMSELoss; the score_* columns bertctl "
+        "mine --teacher writes). Unset: cosent for a file with scores, margin_mse for one "
+        "with teacher scores, else infonce.")
     scale: float = Field(20.0, gt=0, le=1000, description="The cosine similarities' scale "
                          "(inverse temperature) in the loss; at most 1000 (a temperature of "
                          "0.001), beyond which the loss's exponentials overflow.")
@@ -159,6 +161,8 @@ class Retrieval(Family):
             parts = reader.read_table_chunks(spec, path, rows)
         o = options(spec)
         for part in parts:
+            if part.teacher is not None and o.loss not in (None, "margin_mse"):
+                part = dataclasses.replace(part, teacher=None)   # another loss: not read
             if o.bm25:   # BM25 reads the texts without the model's prompts
                 part = dataclasses.replace(part, raw=[row[0] for row in part.texts])
             yield reader.with_prompts(part, o.query_prompt or "", o.document_prompt or "",
@@ -183,7 +187,8 @@ class Retrieval(Family):
         pad = tok.token_to_id("[PAD]")
         return TaskFeatures(input_ids=ids, token_type_ids=np.zeros_like(ids, dtype=np.int8),
                             offsets=offsets, lengths=seq_lens.reshape(-1, k).max(axis=1),
-                            labels=examples.scores if training else None,
+                            labels=(examples.teacher if examples.teacher is not None
+                                    else examples.scores) if training else None,
                             num_choices=k if k > 1 else None, pad_id=pad or 0,
                             family=self.name, label_list=None)
 
@@ -198,6 +203,10 @@ class Retrieval(Family):
                                f"a table of (query, positive) pairs or of scored pairs")
         scored = examples.kind == "scored"
         k = len(examples.texts[0]) if len(examples) else 0
+        if o.loss == "margin_mse" and examples.teacher is None:
+            raise BertctlError(f"{where}: --loss margin_mse imitates a teacher's scores of each "
+                               f"row's candidates and the file has none (bertctl mine "
+                               f"--teacher RERANKER writes them)")
         if o.loss == "cosent" and not scored:
             raise BertctlError(f"{where}: --loss cosent ranks pairs by their graded scores and "
                                f"the file gives none: name its score column with "

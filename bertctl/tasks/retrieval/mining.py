@@ -144,13 +144,20 @@ def select(scores: np.ndarray, candidates: np.ndarray, positive: np.ndarray,
     return chosen, kept, counts
 
 
-def write(path: Path, pairs: Pairs, chosen: np.ndarray, kept: np.ndarray) -> None:
-    """The kept rows as JSON lines: query, positive, negative_1 ... negative_N (texts)."""
+def write(path: Path, pairs: Pairs, chosen: np.ndarray, kept: np.ndarray,
+          teacher: np.ndarray | None = None) -> None:
+    """The kept rows as JSON lines: query, positive, negative_1 ... negative_N (texts); with
+    a teacher's scores of the kept rows' candidates, score_positive, score_negative_1 ...
+    (reader.py reads them as what a student imitates)."""
     with open(path, "w", encoding="utf-8") as f:
-        for r in np.flatnonzero(kept):
+        for n, r in enumerate(np.flatnonzero(kept)):
             row = {"query": pairs.queries[r], "positive": pairs.positives[r]}
             row.update({f"negative_{i}": pairs.corpus[j]
                         for i, j in enumerate(chosen[r].tolist(), 1)})
+            if teacher is not None:
+                names = [k for k in row if k != "query"]
+                row.update({f"{reader.TEACHER_PREFIX}{k}": round(float(v), 7)
+                            for k, v in zip(names, teacher[n])})
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
 
 

@@ -24,6 +24,8 @@ from bertctl.errors import BertctlError
 from bertctl.tasks import files
 
 QUERIES, CORPUS, QRELS = "queries.jsonl", "corpus.jsonl", "qrels"
+# A teacher's score of a candidate column C is the column score_C (bertctl mine --teacher).
+TEACHER_PREFIX = "score_"
 SPLITS = ("test", "dev", "train")
 
 
@@ -42,6 +44,8 @@ class RetrievalExamples:
     ids: list[str] | None = None
     keys: list[list[str]] | None = None
     qrels: dict[str, dict[str, int]] | None = None
+    # (examples, candidates) a teacher's scores of each row's positive and negatives
+    teacher: np.ndarray | None = None
     ranking: object = None   # the search's result, kept once made (see the family's score)
     raw: object = None       # the texts without prompts, where BM25 reads them (--bm25)
 
@@ -93,6 +97,11 @@ def read_table_chunks(spec, path: Path, rows: int | None) -> Iterator[RetrievalE
         if scored and len(columns) != 2:
             raise BertctlError(f"{path}: scores (column '{spec.label_column}') grade pairs of "
                                f"two texts; {len(columns)} text columns given")
+        taught = [TEACHER_PREFIX + c for c in columns[1:]]
+        found = [c for c in taught if c in table.column_names]
+        if found and (scored or len(found) != len(taught)):
+            raise BertctlError(f"{path}: teacher scores ({', '.join(found)}) need one for "
+                               f"every candidate column: {', '.join(taught)}")
         step = rows or table.num_rows
         for start in range(0, table.num_rows, step):
             part = table.slice(start, step)
@@ -100,8 +109,11 @@ def read_table_chunks(spec, path: Path, rows: int | None) -> Iterator[RetrievalE
             texts = [list(t) for t in zip(*cols)]
             scores = (files.float_labels(part.column(spec.label_column).to_pylist(), path,
                                          spec.label_column, start) if scored else None)
+            teacher = (np.stack([files.float_labels(part.column(c).to_pylist(), path, c, start)
+                                 for c in taught], axis=1) if found else None)
             yield RetrievalExamples(str(path), "scored" if scored else "pairs", texts, scores,
-                                    keys=[[digest(t) for t in row] for row in texts])
+                                    keys=[[digest(t) for t in row] for row in texts],
+                                    teacher=teacher)
 
 
 def read_text_chunks(path: Path, rows: int | None) -> Iterator[RetrievalExamples]:
