@@ -109,10 +109,11 @@ def test_the_core_owns_its_settings(path):
 
 @pytest.mark.parametrize("path", SOURCES, ids=_module)
 def test_modules_and_functions_stay_readable(path):
-    """A module a reader takes in whole (at most 450 lines) and functions a reader follows in
-    one sitting (at most 120 lines): past those, split by concept."""
+    """A guard against monoliths (at most 600 lines a module) and functions a reader follows
+    in one sitting (at most 120 lines). The cap is not a target: a module is split where its
+    concepts part, never squeezed to fit (#65: 450 lines had code squeezed)."""
     text = path.read_text(encoding="utf-8")
-    assert len(text.splitlines()) <= 450, f"{_module(path)} has {len(text.splitlines())} lines"
+    assert len(text.splitlines()) <= 600, f"{_module(path)} has {len(text.splitlines())} lines"
     long = [f"{node.name} ({node.end_lineno - node.lineno + 1} lines)"
             for node in ast.walk(ast.parse(text))
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
