@@ -136,7 +136,8 @@ def test_the_search_worked_example_runs_as_written(cli, minilm_dir, tmp_path):
     this test keeps them)."""
     pytest.importorskip("bm25s")
     lines = _example_lines()
-    assert [w[1] for w in lines] == ["mine", "finetune", "eval", "embed", "search"]
+    assert [w[1] for w in lines] == ["mine", "finetune", "eval", "embed", "search", "finetune",
+                                     "eval", "mine", "finetune"]
     for words in lines:
         args = []
         for w in words[1:]:
@@ -145,7 +146,12 @@ def test_the_search_worked_example_runs_as_written(cli, minilm_dir, tmp_path):
             args.append(str(EXAMPLES.parent / w) if w.startswith("examples/") else w)
         r = cli(*args)
         assert r.exit_code == 0, (words, r.stderr)
+        if words[1] == "search":
+            hits = [json.loads(x) for x in r.stdout.splitlines()]
+            assert len(hits) == 3 and hits[0]["id"].startswith("Normans")
     metrics = json.loads((tmp_path / "search-mined-eval" / "metrics.json").read_text())
     assert {"ndcg@10", "dim128/ndcg@10", "bm25/ndcg@10", "hybrid/ndcg@10"} <= set(metrics)
-    hits = [json.loads(x) for x in r.stdout.splitlines()]
-    assert len(hits) == 3 and hits[0]["id"].startswith("Normans")
+    reranked = json.loads((tmp_path / "reranked" / "metrics.json").read_text())
+    assert {"ndcg@10", "rerank/ndcg@10", "rerank/queries_per_second"} <= set(reranked)
+    taught = (tmp_path / "taught" / "pairs.jsonl").read_text().splitlines()[0]
+    assert "score_negative_1" in json.loads(taught)

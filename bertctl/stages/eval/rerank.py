@@ -6,7 +6,8 @@ tokenizer; the depth against the run's is the family's check); then each query's
 are scored in pairs, and the query's first K documents are put in the reranker's order, the
 rest of the first stage's run kept below them (so Recall@100 and MAP compare runs of one
 depth). The reranked run's metrics are `rerank/METRIC`, beside the first stage's, with the
-reranking's queries per second at that depth; its run is `rerank.trec`.
+reranking's queries per second at that depth; its run is `rerank.trec`, each query's figures
+`rerank_per_query.tsv`.
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ def rerank(reranker: Reranker, candidates, batch_size: int, device, precision: s
         for q, docs in run.items():
             f.writelines(f"{q} Q0 {d} {r} {s:.6f} bertctl-rerank\n"
                          for r, (d, s) in enumerate(zip(docs, run_scores[q]), 1))
-    means, _ = ranking.evaluate(run, candidates.qrels)
+    means, per_query = ranking.evaluate(run, candidates.qrels)
+    ranking.write_per_query(directory / "rerank_per_query.tsv", per_query)
     console.log(f"reranked the first {candidates.depth} of {len(run):,} queries' results "
                 f"({len(pairs):,} pairs) in {seconds:.1f}s")
     return {**{f"rerank/{m}": v for m, v in means.items()},

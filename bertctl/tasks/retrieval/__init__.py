@@ -345,10 +345,7 @@ class Retrieval(Family):
                 f.writelines(f"{q} Q0 {d} {r} {s:.6f} bertctl\n"
                              for r, (d, s) in enumerate(zip(docs, scores[q]), 1))
         _, per_query = ranking.evaluate(run, qrels)
-        with open(Path(directory) / "per_query.tsv", "w", encoding="utf-8") as f:
-            f.write("query\t" + "\t".join(ranking.METRICS) + "\n")
-            f.writelines(f"{q}\t" + "\t".join(f"{m[k]:.6f}" for k in ranking.METRICS) + "\n"
-                         for q, m in per_query.items())
+        ranking.write_per_query(Path(directory) / "per_query.tsv", per_query)
         return ["run.trec", "per_query.tsv"]
 
 

@@ -112,4 +112,12 @@ def evaluate(run: dict[str, list[str]], qrels: dict[str, dict[str, int]]
     return means, per_query
 
 
-__all__ = ["METRICS", "evaluate", "query_metrics", "rank", "search"]
+def write_per_query(path, per_query: dict[str, dict[str, float]]) -> None:
+    """Each query's metrics as a TSV (query, then METRICS), as eval writes per_query.tsv."""
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("query\t" + "\t".join(METRICS) + "\n")
+        f.writelines(f"{q}\t" + "\t".join(f"{m[k]:.6f}" for k in METRICS) + "\n"
+                     for q, m in per_query.items())
+
+
+__all__ = ["METRICS", "evaluate", "query_metrics", "rank", "search", "write_per_query"]

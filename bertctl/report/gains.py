@@ -1,0 +1,70 @@
+"""The steps of a search recipe, each one's gain: for the eval artifacts of one BEIR set given
+in order (the original model, fine-tuned, on mined negatives, distilled, exported), each
+one's nDCG@10 and its difference from the model before with that difference's standard error
+over the queries (paired: the sample standard deviation of the per-query differences over the
+square root of their number, from per_query.tsv). An eval with --rerank adds its reranked run
+as a row of its own (rerank_per_query.tsv), whose gain is over its own first stage."""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+METRIC = "ndcg@10"
+
+
+def per_query(path: Path) -> dict[str, float]:
+    with open(path, encoding="utf-8", newline="") as f:
+        return {row["query"]: float(row[METRIC])
+                for row in csv.DictReader(f, delimiter="\t")}
+
+
+def steps(runs) -> list[tuple[str, dict[str, float], int | None]]:
+    """(label, per-query nDCG@10, the row its gain is over) of every search eval among
+    `runs`, in order: a first stage's over the first stage before it, a reranked run's over
+    its own first stage."""
+    found: list[tuple[str, dict[str, float], int | None]] = []
+    last = None
+    for run in runs:
+        path = run.artifact.path
+        if run.artifact.kind != "eval" or not (path / "per_query.tsv").is_file():
+            continue
+        found.append((path.name, per_query(path / "per_query.tsv"), last))
+        last = len(found) - 1
+        if (path / "rerank_per_query.tsv").is_file():
+            found.append((f"{path.name}, reranked", per_query(path / "rerank_per_query.tsv"),
+                          last))
+    return found
+
+
+def gain(before: dict[str, float], after: dict[str, float]) -> tuple[float, float] | None:
+    """(mean difference, its standard error) over the queries both scored; None when they
+    scored different queries (another set) or fewer than two."""
+    if set(before) != set(after) or len(after) < 2:
+        return None
+    d = [after[q] - before[q] for q in after]
+    mean = math.fsum(d) / len(d)
+    sd = math.sqrt(math.fsum((x - mean) ** 2 for x in d) / (len(d) - 1))
+    return mean, sd / math.sqrt(len(d))
+
+
+def table(runs, esc) -> str:
+    """The page's first table (empty without two search evals)."""
+    found = steps(runs)
+    if len(found) < 2:
+        return ""
+    rows = []
+    for label, scores, base in found:
+        mean = math.fsum(scores.values()) / len(scores)
+        g = gain(found[base][1], scores) if base is not None else None
+        shown = ""
+        if g is not None:
+            d, se = g
+            shown = (f"{d:+.4f} ± {se:.4f}" + (f" ({d / se:+.1f} se)" if se > 0 else "")
+                     + f" over {esc(found[base][0])}")
+        rows.append(f"<tr><td>{esc(label)}</td><td>{mean:.4f}</td><td>{len(scores)}</td>"
+                    f"<td>{shown}</td></tr>")
+    return ('<h2>Each step\'s gain</h2><table id="gains"><tr><th>step</th><th>nDCG@10</th>'
+            '<th>queries</th><th>gain (± se over the queries)</th></tr>'
+            + "".join(rows) + "</table>")
