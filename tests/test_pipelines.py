@@ -534,3 +534,50 @@ def test_retrieval_pipeline_from_relative_paths(tmp_path, minilm_dir):
     before = mtimes(runs)
     r = make("retrieval", variables, makefile=None, start=tmp_path)
     assert r.returncode == 0 and mtimes(runs) == before        # a second make does nothing
+
+
+def _per_query(path: Path) -> dict[str, float]:
+    rows = [line.split("\t") for line in path.read_text().splitlines()]
+    column = rows[0].index("ndcg@10")
+    return {r[0]: float(r[column]) for r in rows[1:]}
+
+
+def test_search_pipeline_each_steps_gain(tmp_path, minilm_dir):
+    """The whole search recipe in miniature (pipelines/search.mk): every step an artifact with
+    its lineage, and the report's first table each step's nDCG@10 gain with the paired standard
+    error computed here from the evals' per-query files (statistics.stdev / sqrt(n))."""
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("matplotlib")
+    shutil.copytree(ROOT / "examples" / "retrieval", tmp_path / "ret")
+    variables = {"MODEL": str(minilm_dir), "TRAIN": "ret/train.tsv", "BEIR": "ret/beir",
+                 "RUNS": "runs", "STEPS": "2", "BATCH": "8", "RERANK_BATCH": "4",
+                 "RERANK_LENGTH": "64", "NEGATIVES": "1", "DEPTH": "5"}
+    r = make("search", variables, makefile=None, start=tmp_path)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    runs = tmp_path / "runs"
+    taught = json.loads((runs / "taught" / "pairs.jsonl").read_text().splitlines()[0])
+    assert {"score_positive", "score_negative_1"} <= set(taught)
+    assert manifest(runs / "distilled")["inputs"][0]["path"].endswith("mined-model")
+    page = (runs / "report" / "report.html").read_text()
+    table = page.split('<table id="gains">')[1].split("</table>")[0]
+    rows = [[cell.split("</td>")[0] for cell in row.split("<td>")[1:]]
+            for row in table.split("<tr>")[2:]]
+    evals = [("eval-original", "per_query.tsv", None), ("eval-inbatch", "per_query.tsv", 0),
+             ("eval-mined-model-reranked", "per_query.tsv", 1),
+             ("eval-mined-model-reranked", "rerank_per_query.tsv", 2),
+             ("eval-distilled-reranked", "per_query.tsv", 2),
+             ("eval-distilled-reranked", "rerank_per_query.tsv", 4),
+             ("eval-export", "per_query.tsv", 4)]
+    assert len(rows) == len(evals)
+    scores = [_per_query(runs / d / f) for d, f, _ in evals]
+    for row, (directory, _, base), mine in zip(rows, evals, scores):
+        assert row[0].startswith(directory) and float(row[1]) == pytest.approx(
+            statistics.fmean(mine.values()), abs=5e-5)
+        assert int(row[2]) == len(mine) == 232
+        if base is None:
+            assert row[3] == ""
+            continue
+        d = [mine[q] - scores[base][q] for q in mine]
+        shown = row[3].split(" ")
+        assert float(shown[0]) == pytest.approx(statistics.fmean(d), abs=5e-5)
+        assert float(shown[2]) == pytest.approx(statistics.stdev(d) / len(d) ** 0.5, abs=5e-5)

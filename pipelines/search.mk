@@ -1,0 +1,113 @@
+# Search, the whole recipe: the original model evaluated; fine-tuned on the pairs (in-batch
+# negatives); hard negatives mined with the original and a fine-tuning on them; a reranker
+# (cross-encoder) trained on the mined rows and the search reranked by it; the reranker's
+# scores of the mined model's own candidates distilled into it (MarginMSE); the distilled model
+# evaluated with and without reranking, exported (int8) and evaluated again; one report whose
+# first table is each step's gain in nDCG@10 with its standard error over the queries.
+#
+#   make -C pipelines search MODEL=DIR TRAIN=pairs.tsv BEIR=DIR [CORPUS=texts.txt]
+#   make -C pipelines -f search.mk search MODEL=... TRAIN=... BEIR=...   (the same)
+#
+# Targets: search (the report RUNS/report, needs bertctl[report], and every eval),
+# search-clean.
+#
+# Variables (paths relative to the directory make was started from, or absolute):
+#   MODEL      the starting model: an embedding or sentence-transformers model, or any encoder;
+#              the reranker starts from it too
+#   TRAIN      the (query, positive) pairs
+#   BEIR       the evaluation set: a BEIR directory (corpus.jsonl, queries.jsonl, qrels/)
+#   CORPUS     more documents to mine negatives from (a .txt, a text a line, or a corpus.jsonl)
+#   STEPS, EPOCHS, BATCH, LR, SEED   the bi-encoder's fine-tuning (1 epoch, 32, 2e-5, 0;
+#              STEPS instead of EPOCHS when set)
+#   RERANK_LR, RERANK_BATCH, RERANK_LENGTH   the reranker's (5e-5, 32 rows, 128 tokens)
+#   NEGATIVES, MINE_FLAGS   mining's (3; more guards, e.g. --relative-margin 0.05)
+#   DEPTH      documents a query the reranker reorders (20)
+#   FLAGS      more flags for every command (e.g. --precision fp32)
+#   RUNS       where the artifacts go (default runs/search)
+#   BERTCTL    the bertctl command (default: .venv's when `make setup` made it, else bertctl)
+
+ROOT    := $(abspath $(dir $(lastword $(MAKEFILE_LIST)))/..)
+BERTCTL ?= $(if $(wildcard $(ROOT)/.venv/bin/bertctl),$(ROOT)/.venv/bin/bertctl,bertctl)
+RUNS    ?= $(ROOT)/runs/search
+EPOCHS  ?= 1
+STEPS   ?=
+BATCH   ?= 32
+LR      ?= 2e-5
+SEED    ?= 0
+RERANK_LR ?= 5e-5
+RERANK_BATCH ?= 32
+RERANK_LENGTH ?= 128
+NEGATIVES ?= 3
+MINE_FLAGS ?=
+DEPTH   ?= 20
+FLAGS   ?=
+CORPUS  ?=
+
+include $(ROOT)/pipelines/paths.mk
+$(call resolve,MODEL TRAIN BEIR RUNS CORPUS)
+
+ifeq ($(filter search-clean,$(MAKECMDGOALS)),)
+ifeq ($(strip $(MODEL)),)
+$(error MODEL= is required: the model to start from (e.g. a sentence-transformers directory))
+endif
+ifeq ($(strip $(TRAIN)),)
+$(error TRAIN= is required: the (query, positive) pairs to train on)
+endif
+ifeq ($(strip $(BEIR)),)
+$(error BEIR= is required: a BEIR directory (corpus.jsonl, queries.jsonl, qrels/) to evaluate on)
+endif
+$(call must_exist,MODEL TRAIN BEIR $(if $(strip $(CORPUS)),CORPUS))
+endif
+
+MODEL_DEPS := $(or $(wildcard $(MODEL)/artifact.json),\
+                   $(wildcard $(MODEL)/config.json $(MODEL)/model.safetensors))
+BEIR_DEPS  := $(wildcard $(BEIR)/*.jsonl $(BEIR)/qrels/*.tsv)
+LENGTH     := $(if $(STEPS),--steps $(STEPS),--epochs $(EPOCHS))
+TRAINING   := $(LENGTH) --batch-size $(BATCH) --lr $(LR) --seed $(SEED) $(FLAGS)
+MINING     := --negatives $(NEGATIVES) $(if $(strip $(CORPUS)),--corpus $(CORPUS)) $(MINE_FLAGS) $(FLAGS)
+EVAL       := --task retrieval $(FLAGS)
+
+.PHONY: search search-clean
+search: $(RUNS)/report/artifact.json
+
+# The steps, each an artifact with its lineage.
+$(RUNS)/inbatch/artifact.json: $(MODEL_DEPS) $(TRAIN)
+	$(BERTCTL) finetune $(MODEL) $(TRAIN) --task retrieval $(TRAINING) --out $(@D) --force
+$(RUNS)/mined/artifact.json: $(MODEL_DEPS) $(TRAIN) $(CORPUS)
+	$(BERTCTL) mine $(MODEL) $(TRAIN) $(MINING) --out $(@D) --force
+$(RUNS)/mined-model/artifact.json: $(RUNS)/mined/artifact.json
+	$(BERTCTL) finetune $(MODEL) $(<D)/pairs.jsonl --task retrieval $(TRAINING) --out $(@D) --force
+$(RUNS)/reranker/artifact.json: $(RUNS)/mined/artifact.json
+	$(BERTCTL) finetune $(MODEL) $(<D)/pairs.jsonl --task reranking $(LENGTH) \
+	    --batch-size $(RERANK_BATCH) --lr $(RERANK_LR) --max-seq-length $(RERANK_LENGTH) \
+	    --seed $(SEED) $(FLAGS) --out $(@D) --force
+$(RUNS)/taught/artifact.json: $(RUNS)/mined-model/artifact.json $(RUNS)/reranker/artifact.json
+	$(BERTCTL) mine $(RUNS)/mined-model $(TRAIN) $(MINING) --teacher $(RUNS)/reranker \
+	    --out $(@D) --force
+$(RUNS)/distilled/artifact.json: $(RUNS)/taught/artifact.json
+	$(BERTCTL) finetune $(RUNS)/mined-model $(<D)/pairs.jsonl --task retrieval $(TRAINING) \
+	    --out $(@D) --force
+$(RUNS)/export/artifact.json: $(RUNS)/distilled/artifact.json
+	$(BERTCTL) export $(<D) --quantize int8 --out $(@D) --force
+
+# The evals: the original, each model, the mined and the distilled ones reranked too.
+$(RUNS)/eval-original/artifact.json: $(MODEL_DEPS) $(BEIR_DEPS)
+	$(BERTCTL) eval $(MODEL) $(BEIR) $(EVAL) --out $(@D) --force
+$(RUNS)/eval-%/artifact.json: $(RUNS)/%/artifact.json $(BEIR_DEPS)
+	$(BERTCTL) eval $(<D) $(BEIR) $(EVAL) --out $(@D) --force
+$(RUNS)/eval-%-reranked/artifact.json: $(RUNS)/%/artifact.json $(RUNS)/reranker/artifact.json \
+        $(BEIR_DEPS)
+	$(BERTCTL) eval $(<D) $(BEIR) $(EVAL) --rerank $(RUNS)/reranker --rerank-depth $(DEPTH) \
+	    --out $(@D) --force
+
+# In the report's order: a model's gain is over the model before, a reranked run's over its
+# first stage.
+STEPS_SHOWN := original inbatch mined-model-reranked distilled-reranked export
+EVALS := $(foreach e,$(STEPS_SHOWN),$(RUNS)/eval-$(e)/artifact.json)
+$(RUNS)/report/artifact.json: $(EVALS)
+	$(BERTCTL) report $(patsubst %/artifact.json,%,$(EVALS)) \
+	    --title "search: each step of the recipe" --out $(@D) --force
+	@echo "search: $(RUNS)/report/report.html"
+
+search-clean:
+	rm -rf $(RUNS)
