@@ -47,6 +47,10 @@ BERTCTL = [sys.executable, "-m", "bertctl"]
 TRAIN_FLAGS = ["--epochs", "1", "--batch-size", "32", "--lr", "2e-5", "--max-seq-length", "64"]
 MINE_FLAGS = ["--negatives", "3", "--range-min", "0", "--range-max", "50",
               "--relative-margin", "0.05"]
+# The reranker: a cross-encoder from the same checkpoint on the mined rows (listwise: the
+# positive against its 3 negatives), 128 pairs a step as the peer's BCE batches.
+RERANK_FLAGS = ["--epochs", "1", "--batch-size", "32", "--lr", "5e-5", "--max-seq-length", "64"]
+RERANK_DEPTH = "10"
 
 
 def _rows(path: Path, a: str, b: str, keep):
@@ -116,6 +120,7 @@ from sentence_transformers import (SentenceTransformer, SentenceTransformerTrain
                                    SentenceTransformerTrainingArguments, losses)
 from sentence_transformers.util import mine_hard_negatives
 what, model_dir, pairs, out, seed, precision, threads, corpus = sys.argv[1:9]
+RERANK_LR = float(sys.argv[9])
 torch.set_num_threads(int(threads))
 model = SentenceTransformer(model_dir, device="cpu")
 model.max_seq_length = 64
@@ -126,6 +131,40 @@ else:
     rows = [l.rstrip("\n").split("\t") for l in open(pairs, encoding="utf-8")][1:]
     data = {"query": [r[0] for r in rows], "positive": [r[1] for r in rows]}
 dataset = Dataset.from_dict(data)
+if what == "ce-train":   # a CrossEncoder on the mined n-tuples as labelled pairs (BCE)
+    from sentence_transformers.cross_encoder import (CrossEncoder, CrossEncoderTrainer,
+                                                     CrossEncoderTrainingArguments)
+    from sentence_transformers.cross_encoder.losses import BinaryCrossEntropyLoss
+    ce = CrossEncoder(model_dir, num_labels=1, max_length=64, device="cpu")
+    cols = [k for k in data if k != "query"]
+    flat = {"query": [q for q in data["query"] for _ in cols],
+            "passage": [row[c] for row in rows for c in cols],
+            "label": [float(c == "positive") for _ in rows for c in cols]}
+    args = CrossEncoderTrainingArguments(
+        output_dir=out + ".tmp", num_train_epochs=1, per_device_train_batch_size=32 * len(cols),
+        learning_rate=RERANK_LR, warmup_ratio=0.1, weight_decay=0.01,
+        lr_scheduler_type="linear", seed=int(seed), save_strategy="no", report_to="none",
+        logging_steps=10_000, use_cpu=True, disable_tqdm=True, dataloader_num_workers=0,
+        bf16=precision == "bf16")
+    trainer = CrossEncoderTrainer(model=ce, args=args, train_dataset=Dataset.from_dict(flat),
+                                  loss=BinaryCrossEntropyLoss(ce))
+    start = time.perf_counter()
+    trainer.train()
+    ce.save(out)
+    print(json.dumps({"seconds": time.perf_counter() - start}))
+    sys.exit(0)
+if what == "ce-score":   # the CrossEncoder's scores of each row's candidates, as labels
+    from sentence_transformers.cross_encoder import CrossEncoder
+    ce = CrossEncoder(corpus, device="cpu")
+    cols = [k for k in data if k != "query"]
+    start = time.perf_counter()
+    scores = ce.predict([(row["query"], row[c]) for row in rows for c in cols], batch_size=64)
+    with open(out, "w", encoding="utf-8") as f:
+        for i, row in enumerate(rows):
+            f.write(json.dumps({**row, "label": scores[i * len(cols):(i + 1) * len(cols)]
+                                .tolist()}) + "\n")
+    print(json.dumps({"seconds": time.perf_counter() - start}))
+    sys.exit(0)
 if what == "mine":
     texts = [l.rstrip("\n") for l in open(corpus, encoding="utf-8")]
     start = time.perf_counter()
@@ -143,8 +182,9 @@ args = SentenceTransformerTrainingArguments(
     learning_rate=2e-5, warmup_ratio=0.1, weight_decay=0.01, lr_scheduler_type="linear",
     seed=int(seed), save_strategy="no", report_to="none", logging_steps=10_000, use_cpu=True,
     disable_tqdm=True, dataloader_num_workers=0, bf16=precision == "bf16")
-trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=dataset,
-                                     loss=losses.MultipleNegativesRankingLoss(model))
+loss = (losses.MarginMSELoss(model) if "label" in data
+        else losses.MultipleNegativesRankingLoss(model))
+trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=dataset, loss=loss)
 start = time.perf_counter()
 trainer.train()
 model.save(out)
@@ -156,7 +196,7 @@ def st(what: str, model: Path, pairs: Path, out: Path, seed: int, precision: str
        threads: int, log: Path, corpus: Path | None = None) -> dict:
     with open(log, "a", encoding="utf-8") as f:
         r = subprocess.run([sys.executable, "-c", ST, what, model, pairs, out, str(seed),
-                            precision, str(threads), str(corpus or "")],
+                            precision, str(threads), str(corpus or ""), RERANK_FLAGS[5]],
                            stdout=subprocess.PIPE, stderr=f, env=common.env(threads),
                            text=True, check=True)
     return json.loads(r.stdout.strip().splitlines()[-1])
@@ -242,6 +282,11 @@ def main() -> None:
             scores.append(evaluate(ft, f"{arm}-seed{seed}"))
             print(f"{arm} seed {seed}: nDCG@10 {scores[-1]:.4f} ({seconds[-1]:.0f}s)")
         results["steps"][arm] = {"ndcg": scores, "seconds": seconds}
+        (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    for prefix in ("", "st-"):
+        if f"{prefix}rerank" in args.steps or f"{prefix}distill" in args.steps:
+            second_stage(prefix, args, out, data, model, runtime, precision, results, log)
+            (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     print(f"\n{results['machine']}; {facts['test_queries']} queries over "
           f"{facts['documents']:,} sentences, {facts['train_pairs']:,} training pairs")
@@ -255,7 +300,8 @@ def main() -> None:
         diff = _diff(v, steps[before]["ndcg"]) + f" (vs {before})" if before in steps else ""
         secs = f"{statistics.fmean(r['seconds']):.0f}" if r.get("seconds") else ""
         print(f"| {name} | {statistics.fmean(v):.4f}{sd} | {len(v)} | {diff} | {secs} |")
-    for ours, theirs in (("inbatch", "st-inbatch"), ("mined", "st-mined")):
+    for ours, theirs in (("inbatch", "st-inbatch"), ("mined", "st-mined"),
+                         ("rerank", "st-rerank"), ("distill", "st-distill")):
         if ours in steps and theirs in steps:
             a, b = steps[ours], steps[theirs]
             print(f"bertctl {ours} - sentence-transformers: nDCG@10 "
@@ -264,8 +310,70 @@ def main() -> None:
                   f"faster")
 
 
+def second_stage(prefix: str, args, out: Path, data: Path, model: Path, runtime: list,
+                 precision: str, results: dict, log: Path) -> None:
+    """Per seed, on that seed's mined model: a reranker trained on the mined rows and the
+    mined model's search reranked (`rerank`), then the mined model trained further on its
+    own mined candidates scored by that reranker, MarginMSE (`distill`); prefix "st-": the
+    same with sentence-transformers' tools (its CrossEncoderTrainer with
+    BinaryCrossEntropyLoss, its predict, its MarginMSELoss)."""
+    steps = results["steps"]
+    mined_rows = out / ("st-mined.jsonl" if prefix else "mined/pairs.jsonl")
+    for seed in args.seeds:
+        first = out / f"ft-{prefix}mined-seed{seed}"
+        rr = out / f"{prefix}reranker-seed{seed}"
+        started = time.monotonic()
+        if prefix:
+            st("ce-train", model, mined_rows, rr, seed, precision, args.threads, log)
+        else:
+            common.sh([*BERTCTL, "finetune", model, mined_rows, "--task", "reranking",
+                       *RERANK_FLAGS, "--seed", str(seed), "--out", rr, *runtime], log,
+                      threads=args.threads)
+        trained = time.monotonic() - started
+        ev = out / f"eval-{prefix}rerank-seed{seed}"
+        common.sh([*BERTCTL, "eval", first, data / "beir", "--task", "retrieval", "--rerank",
+                   rr, "--rerank-depth", RERANK_DEPTH, "--out", ev, *runtime], log,
+                  threads=args.threads)
+        metrics = json.loads((ev / "metrics.json").read_text())
+        step = steps.setdefault(f"{prefix}rerank", {"ndcg": [], "seconds": [], "qps": []})
+        step["ndcg"].append(metrics["rerank/ndcg@10"])
+        step["seconds"].append(trained)
+        step["qps"].append(metrics["rerank/queries_per_second"])
+        print(f"{prefix}rerank seed {seed}: nDCG@10 {metrics['rerank/ndcg@10']:.4f} "
+              f"(first stage {metrics['ndcg@10']:.4f}; {trained:.0f}s)")
+        if f"{prefix}distill" not in args.steps:
+            continue
+        student = out / f"ft-{prefix}distill-seed{seed}"
+        started = time.monotonic()
+        if prefix:
+            scored = out / f"st-scored-seed{seed}.jsonl"
+            st("ce-score", model, mined_rows, scored, seed, precision, args.threads, log, rr)
+            st("train", first, scored, student, seed, precision, args.threads, log)
+        else:
+            scored = out / f"scored-seed{seed}"
+            common.sh([*BERTCTL, "mine", first, data / "train.tsv", "--corpus",
+                       data / "train_sentences.txt", *MINE_FLAGS, "--teacher", rr,
+                       "--out", scored, *runtime], log, threads=args.threads)
+            common.sh([*BERTCTL, "finetune", first, scored / "pairs.jsonl", "--task",
+                       "retrieval", *TRAIN_FLAGS, "--seed", str(seed), "--out", student,
+                       *runtime], log, threads=args.threads)
+        spent = time.monotonic() - started
+        step = steps.setdefault(f"{prefix}distill", {"ndcg": [], "seconds": []})
+        step["ndcg"].append(ndcg_of(out, student, data, runtime, args.threads, log))
+        step["seconds"].append(spent)
+        print(f"{prefix}distill seed {seed}: nDCG@10 {step['ndcg'][-1]:.4f} ({spent:.0f}s)")
+
+
+def ndcg_of(out: Path, m: Path, data: Path, runtime: list, threads: int, log: Path) -> float:
+    ev = out / f"eval-{m.name}"
+    common.sh([*BERTCTL, "eval", m, data / "beir", "--task", "retrieval", "--out", ev,
+               *runtime], log, threads=threads)
+    return ndcg(ev)
+
+
 BEFORE = {"inbatch": "baseline", "mined": "inbatch", "st-inbatch": "baseline",
-          "st-mined": "st-inbatch"}
+          "st-mined": "st-inbatch", "rerank": "mined", "distill": "mined",
+          "st-rerank": "st-mined", "st-distill": "st-mined"}
 
 
 def _diff(a: list[float], b: list[float]) -> str:
