@@ -1,5 +1,5 @@
-"""The settings of the search stages: `embed` (vectors of texts) and `mine` (hard negatives for
-a retrieval training file), each a pydantic model whose fields are the command's flags (see
+"""The settings of the search stages: `embed` (vectors of texts), `index` (an approximate
+index of them) and `mine` (hard negatives for a retrieval training file), each a pydantic model whose fields are the command's flags (see
 bertctl/settings.py); config.py lists them with the other stages'."""
 
 from __future__ import annotations
@@ -8,11 +8,12 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from bertctl.settings import DATA, RUNTIME, SEQ_LENGTH, InferenceSettings, meta
+from bertctl.settings import DATA, RUNTIME, SEQ_LENGTH, InferenceSettings, StageConfig, meta
 
 _RUN = meta(RUNTIME, identity=False)
 EMBEDDINGS = "Embeddings"
 MINING = "Mining"
+INDEX = "Index"
 
 
 class EmbedSettings(InferenceSettings):
@@ -70,6 +71,53 @@ class EmbedSettings(InferenceSettings):
                             json_schema_extra=meta(EMBEDDINGS))
     batch_size: int = Field(64, ge=1, description="Windows per forward pass.",
                             json_schema_extra=_RUN)
+
+
+class IndexSettings(StageConfig):
+    """`bertctl index`: an embeddings artifact made searchable: exact search below a size,
+    above it an approximate index (faiss), its recall against exact search measured on the
+    build (see bertctl/tasks/retrieval/approximate.py)."""
+
+    produces: ClassVar[str | None] = "index"
+
+    kind: Literal["auto", "exact", "ivf", "hnsw"] = Field(
+        "auto", description="exact: every vector scored (no approximation, no extra); ivf or "
+        "hnsw: faiss's inverted lists or graph. auto: exact below --exact-below vectors, else "
+        "ivf.", json_schema_extra=meta(INDEX))
+    exact_below: int = Field(100_000, ge=0, description="With --kind auto: fewer vectors "
+                             "than this are searched exactly.", json_schema_extra=meta(INDEX))
+    quantize: Literal["none", "int8"] = Field("none", description="How an approximate index "
+                                              "stores each value: float32, or a byte (a "
+                                              "quarter of the memory).",
+                                              json_schema_extra=meta(INDEX))
+    lists: int | None = Field(None, ge=1, description="ivf: the clusters. Unset: 4 x "
+                              "sqrt(vectors), at least 64 vectors a list.",
+                              json_schema_extra=meta(INDEX))
+    probe: int = Field(32, ge=1, description="ivf: the lists a query scans (search may change "
+                       "it).", json_schema_extra=meta(INDEX))
+    m: int = Field(32, ge=4, le=256, description="hnsw: links per vector.",
+                   json_schema_extra=meta(INDEX))
+    ef_construction: int = Field(200, ge=8, description="hnsw: the beam while building.",
+                                 json_schema_extra=meta(INDEX))
+    ef_search: int = Field(128, ge=1, description="hnsw: the beam of a query (search may "
+                           "change it).", json_schema_extra=meta(INDEX))
+    recall_queries: int = Field(1000, ge=1, description="Stored vectors used as queries to "
+                                "measure recall against exact search.",
+                                json_schema_extra=meta(INDEX))
+    recall_k: int = Field(10, ge=1, le=1000, description="The k of the recorded recall@k.",
+                          json_schema_extra=meta(INDEX))
+    seed: int = Field(0, ge=0, description="The training sample's and the recall queries' "
+                      "draw.", json_schema_extra=meta(INDEX))
+    threads: int | None = Field(None, ge=1, le=4096, description="CPU threads; unset: "
+                                "OMP_NUM_THREADS if set, else the cores this process may use.",
+                                json_schema_extra=_RUN)
+
+    @model_validator(mode="after")
+    def _approximate_only(self):
+        if self.kind == "exact" and self.quantize != "none":
+            raise ValueError("--quantize applies to an approximate index (--kind ivf, hnsw "
+                             "or auto)")
+        return self
 
 
 class MineSettings(InferenceSettings):

@@ -222,7 +222,7 @@ def test_distillation_and_the_families_targets_stay_theirs():
 # the optional extras, which may be missing.
 HEAVY = ("torch", "datasets", "pyarrow")
 EXTRAS = ("onnx", "onnxruntime", "onnxscript", "matplotlib", "tensorboardX", "transformers",
-          "bm25s")
+          "bm25s", "faiss")
 
 
 def _heavy_modules() -> set[str]:

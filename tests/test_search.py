@@ -136,8 +136,8 @@ def test_the_search_worked_example_runs_as_written(cli, minilm_dir, tmp_path):
     this test keeps them)."""
     pytest.importorskip("bm25s")
     lines = _example_lines()
-    assert [w[1] for w in lines] == ["mine", "finetune", "eval", "embed", "search", "finetune",
-                                     "eval", "mine", "finetune"]
+    assert [w[1] for w in lines] == ["mine", "finetune", "eval", "embed", "index", "search",
+                                     "finetune", "eval", "mine", "finetune"]
     for words in lines:
         args = []
         for w in words[1:]:

@@ -21,7 +21,8 @@ from bertctl import console, signals
 from bertctl.artifacts import Target
 from bertctl.config import (AuditSettings, BuildPretrainDataSettings, DistillSettings, EmbedSettings,
                             EvalSettings, ExportSettings, FinetuneSettings, GlueSummarySettings,
-                            MineSettings, PretrainSettings, ReportSettings, TokenizeSettings)
+                            IndexSettings, MineSettings, PretrainSettings, ReportSettings,
+                            TokenizeSettings)
 from bertctl.cli.flags import COMMON, PanelledCommand, field_parameter
 from bertctl.cli.handling import _handled, _report
 from bertctl.cli.plain import PLAIN as _PLAIN
@@ -276,6 +277,18 @@ def embed(settings: EmbedSettings, target: Target,
     from bertctl.stages import embed as stage_module
 
     return stage_module.run(settings, target, model, data)
+
+
+@stage("index", IndexSettings, help="Make an embeddings artifact searchable: exact search "
+       "below --exact-below vectors, above it an approximate index (faiss IVF or HNSW, float "
+       "or int8) whose recall@k against exact search is measured and recorded.")
+def index(settings: IndexSettings, target: Target,
+          embeddings: Annotated[Path, typer.Argument(
+              help="An embeddings artifact of an embedding model's own vectors (bertctl embed "
+                   "MODEL DOCS --id-column ID).", show_default=False)]):
+    from bertctl.stages import index as stage_module
+
+    return stage_module.run(settings, target, embeddings)
 
 
 @stage("mine", MineSettings, help="Mine hard negatives for retrieval pairs with the model "

@@ -46,7 +46,8 @@ def diff_artifacts(
 def search(
     index: Annotated[Path, typer.Argument(help="An embeddings artifact of an embedding "
                                           "model's own vectors (bertctl embed MODEL DOCS "
-                                          "--id-column ID --store-text).")],
+                                          "--id-column ID --store-text), or an index artifact "
+                                          "built on one (bertctl index).")],
     query: Annotated[Optional[list[str]], typer.Option(
         help="A query (repeatable).", show_default=False)] = None,
     queries: Annotated[Optional[Path], typer.Option(
@@ -59,14 +60,22 @@ def search(
     precision: Annotated[str, typer.Option(help="auto, fp32 or bf16, as eval's.")] = "auto",
     threads: Annotated[Optional[int], typer.Option(min=1, help="CPU threads.",
                                                    show_default=False)] = None,
+    probe: Annotated[Optional[int], typer.Option(
+        min=1, help="An ivf index: the lists a query scans (unset: as built).",
+        show_default=False)] = None,
+    ef_search: Annotated[Optional[int], typer.Option(
+        min=1, help="An hnsw index: the beam of a query (unset: as built).",
+        show_default=False)] = None,
     debug: DEBUG = False,
 ):
-    """Search an embeddings artifact: each query's nearest documents (exact cosine search,
-    the query embedded by the index's own model) as JSON lines: query, rank, id, score, text."""
+    """Search an embeddings or index artifact: each query's nearest documents (exact cosine
+    search, or the index's approximate one; the query embedded by the documents' own model)
+    as JSON lines: query, rank, id, score, text."""
     from bertctl.stages import search as stage_module
 
     with _handled(False, debug):
-        stage_module.run(index, query or [], queries, top_k, model, precision, threads)
+        stage_module.run(index, query or [], queries, top_k, model, precision, threads, probe,
+                         ef_search)
 
 
 PLAIN = [("inspect", inspect_artifact), ("diff", diff_artifacts), ("search", search)]

@@ -1,11 +1,12 @@
-"""`bertctl search INDEX --query TEXT`: the documents of an embeddings artifact nearest to each
-query, as JSON lines on stdout (query, rank, id, score, and the text when the index keeps it).
+"""`bertctl search INDEX --query TEXT`: the documents of an index nearest to each query, as
+JSON lines on stdout (query, rank, id, score, and the text when the index keeps it).
 
 The index is what `bertctl embed MODEL DOCS --id-column ID [--store-text]` wrote with an
-embedding model's own vectors; each query is embedded by that same model (its query prompt
-before it) and searched exactly: every document's cosine, the shards read a block at a time
-(memory-mapped), the best --top-k kept (bertctl.tasks.retrieval.ranking). A model other than
-the one that built the index is refused: its vectors would be another space's.
+embedding model's own vectors, searched exactly (every document's cosine, the shards read a
+block at a time, memory-mapped, the best --top-k kept: bertctl.tasks.retrieval.ranking), or
+an index artifact `bertctl index` built on it (exact below its size threshold, else faiss's
+approximate search). Each query is embedded by the model that embedded the documents (its
+query prompt before it); another model is refused: its vectors would be another space's.
 """
 
 from __future__ import annotations
@@ -14,14 +15,14 @@ import json
 import sys
 from pathlib import Path
 
-import numpy as np
 import pyarrow.parquet as pq
 
 from bertctl import artifacts, hardware, tasks
+from bertctl.embeddings import INDEX
 from bertctl.errors import BertctlError
 from bertctl.model import sentence_layout
 from bertctl.stages.common import models, vectors
-from bertctl.tasks.retrieval import mining, ranking, reader
+from bertctl.tasks.retrieval import approximate, mining, ranking, reader
 
 
 def read_queries(given: list[str], path: Path | None) -> list[tuple[str, str]]:
@@ -47,21 +48,48 @@ def read_queries(given: list[str], path: Path | None) -> list[tuple[str, str]]:
     return queries
 
 
+def open_index(path: Path):
+    """(the embeddings artifact, its shards, the faiss index or None for exact search, the
+    index's kind) of an embeddings artifact or an index artifact built on one."""
+    kind = artifacts.read_manifest(path).kind
+    if kind != "index":
+        art, blocks = vectors.index_vectors(path)
+        return art, blocks, None, "exact"
+    built = artifacts.read_artifact(path, "index")
+    ref = next(i for i in built.manifest.inputs if i.role == "embeddings")
+    art, blocks = vectors.index_vectors(Path(ref.path))
+    if art.manifest.id != ref.id:
+        raise BertctlError(f"{art.path}: is not the embeddings {path} was built on (its id is "
+                           f"{art.manifest.id}, the index's {ref.id})")
+    if built.manifest.stats.get("index") == "exact":
+        return art, blocks, None, "exact"
+    index = approximate.read(built.file(approximate.FILE))
+    if index.ntotal != sum(len(b) for b in blocks) or index.d != blocks[0].shape[1]:
+        raise BertctlError(f"{path}: its faiss index holds {index.ntotal:,} vectors of "
+                           f"{index.d}, the embeddings {sum(len(b) for b in blocks):,} of "
+                           f"{blocks[0].shape[1]}")
+    return art, blocks, index, built.manifest.stats["index"]
+
+
 def run(index: Path, query: list[str], queries_file: Path | None, top_k: int,
-        model_dir: Path | None, precision: str, threads: int | None) -> None:
+        model_dir: Path | None, precision: str, threads: int | None,
+        probe: int | None = None, ef_search: int | None = None) -> None:
     if precision not in ("auto", "fp32", "bf16"):
         raise BertctlError(f"--precision {precision}: auto, fp32 or bf16")
     hardware.set_threads(threads)
-    art = artifacts.read_artifact(index, "embeddings")
-    settings, stats = art.manifest.config, art.manifest.stats
-    if settings.get("pool") != "model":
-        raise BertctlError(f"{index}: holds hidden states pooled as {settings.get('pool')!r}, "
-                           f"not an embedding model's own vectors: build the index with "
-                           f"bertctl embed MODEL DOCS --id-column ID (an embedding model)")
+    art, blocks, approx, kind = open_index(index)
+    if (probe is not None and kind != "ivf") or (ef_search is not None and kind != "hnsw"):
+        raise BertctlError(f"{index}: searched {kind}: --probe applies to an ivf index, "
+                           f"--ef-search to an hnsw one")
+    if approx is not None:
+        built = artifacts.read_manifest(index).config
+        approximate.tune(approx, kind, probe or built.get("probe", 32),
+                         ef_search or built.get("ef_search", 128))
+    stats = art.manifest.stats
     built_by = next(i for i in art.manifest.inputs if i.role == "model")
     source = models.open_model(model_dir or Path(built_by.path), "model", exports=True)
     if source.ref.id != built_by.id:
-        raise BertctlError(f"{source.path}: is not the model that built {index} (its id is "
+        raise BertctlError(f"{source.path}: is not the model that built {art.path} (its id is "
                            f"{source.ref.id}, the index's model {built_by.id}): a query must "
                            f"be embedded by the index's own model")
     family = tasks.get(mining.FAMILY)
@@ -77,19 +105,21 @@ def run(index: Path, query: list[str], queries_file: Path | None, top_k: int,
     q = vectors.embed_texts(model, family, tok, [t for _, t in asked],
                             sentence_layout.prompt_for(record, "query"), max_len, 64, device,
                             run_precision, f"{source.path} on the queries", "queries")
-    shards = sorted(index.glob("vectors-*.npy"))
-    blocks = [np.load(p, mmap_mode="r") for p in shards]
-    if blocks and blocks[0].shape[1] != q.shape[1]:
-        raise BertctlError(f"{index}: vectors of {blocks[0].shape[1]} values, the queries' "
+    if blocks[0].shape[1] != q.shape[1]:
+        raise BertctlError(f"{art.path}: vectors of {blocks[0].shape[1]} values, the queries' "
                            f"{q.shape[1]}")
-    rows = pq.read_table(index / "index.parquet")
+    rows = pq.read_table(art.file(INDEX))
     ids = rows.column("id").to_pylist() if "id" in rows.column_names else \
         [str(r) for r in rows.column("row").to_pylist()]
     texts = rows.column("text").to_pylist() if "text" in rows.column_names else None
-    scores, found = ranking.search(q, blocks, min(top_k, stats.get("vectors", top_k)))
+    k = min(top_k, stats.get("vectors", top_k))
+    scores, found = (ranking.search(q, blocks, k) if approx is None
+                     else approximate.search(approx, q, k))
     out = sys.stdout
     for (qid, text), s, i in zip(asked, scores, found):
         for rank, (score, j) in enumerate(zip(s.tolist(), i.tolist()), 1):
+            if j < 0:   # an approximate index found fewer than k
+                break
             hit = {"query": qid, "rank": rank, "id": ids[j], "score": round(score, 6)}
             if texts is not None:
                 hit["text"] = texts[j]
