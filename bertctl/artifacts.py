@@ -25,7 +25,7 @@ from pydantic import BaseModel, ValidationError
 
 import bertctl
 from bertctl import settings as settings_mod
-from bertctl import locks, placement, signals
+from bertctl import locks, placement, plugins, signals
 from bertctl.settings import StageConfig
 from bertctl.errors import BertctlError
 from bertctl.identity import (REVISIONS, SCHEMA_VERSIONS, compute_id,  # noqa: F401
@@ -93,6 +93,8 @@ def environment() -> dict[str, Any]:
     torch = sys.modules.get("torch")
     if torch is not None:
         env["device"] = (torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu")
+    if plugins.load():   # what installed packages added to the command (bertctl.plugins)
+        env["plugins"] = dict(plugins.load())
     return env
 
 

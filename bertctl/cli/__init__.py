@@ -17,7 +17,7 @@ import typer
 from click.exceptions import NoArgsIsHelpError
 
 import bertctl
-from bertctl import console, signals
+from bertctl import console, plugins, signals
 from bertctl.artifacts import Target
 from bertctl.config import (AuditSettings, BuildPretrainDataSettings, DistillSettings, EmbedSettings,
                             EvalSettings, ExportSettings, FinetuneSettings, GlueSummarySettings,
@@ -111,8 +111,10 @@ def settings_of(name: str) -> type[StageConfig]:
 
 
 def make_app() -> typer.Typer:
-    """The command tree, made from the stages declared below and the task families registered
-    now (a family registered later needs a new app)."""
+    """The command tree, made from the stages declared below and the plug-ins registered now:
+    bertctl's own and those of installed packages (bertctl.plugins); one registered later
+    needs a new app."""
+    plugins.load()
     app = typer.Typer(
         name="bertctl", help=HELP, no_args_is_help=True, add_completion=False,
         pretty_exceptions_enable=False,
