@@ -188,3 +188,94 @@ def test_a_timing_inside_a_recomputed_layer_leaves_its_gradients_alone(monkeypat
     assert grads[0].keys() == grads[1].keys()
     for name in grads[0]:
         torch.testing.assert_close(grads[0][name], grads[1][name], atol=0, rtol=0, msg=name)
+
+
+@pytest.fixture
+def policy():
+    yield attention
+    attention.configure()
+
+
+def test_fused_and_written_are_one_form_for_every_call(policy, monkeypatch):
+    """--attention fused|written: no timing, one form whatever the precision, gradients or
+    dropout (fused: PyTorch's kernel with its own dropout)."""
+    calls = []
+    monkeypatch.setattr(attention, "time_both", lambda *a: calls.append("timed") or (1, 0.1))
+    real = attention.written_attention
+    monkeypatch.setattr(attention, "written_attention",
+                        lambda *a: calls.append("written") or real(*a))
+    policy.configure("fused")
+    attend(*inputs(torch.bfloat16), masks()["padding"])
+    attend(*inputs(), None, dropout_p=0.5)
+    assert calls == []
+    policy.configure("written")
+    q, k, v = inputs()
+    with torch.no_grad():
+        out = attend(q, k, v, masks()["padding"])
+    assert calls == ["written"]
+    # the same function (the first test's bound: three fp32 sums of D + T terms of up to 10)
+    tol = fp32_sum(D + T, 10.0)
+    torch.testing.assert_close(out, fused(q, k, v, masks()["padding"]), atol=tol, rtol=0)
+    with pytest.raises(ValueError):
+        policy.configure("flash")
+
+
+def test_auto_records_its_choices_and_a_recorded_choice_is_taken(policy, monkeypatch):
+    """What auto chose is `choices()`, keyed by shape bucket; a run continued from it
+    (`configure(recorded=...)`, `adopt`) takes the recorded form without timing again, and a
+    distributed run (timing=False) times nothing: the fused kernel, recorded."""
+    clock = [1.0, 0.5]
+    timed = []
+    monkeypatch.setattr(attention, "time_both", lambda *a: timed.append(1) or tuple(clock))
+    policy.configure("auto")
+    q, k, v = inputs(torch.bfloat16)
+    attend(q, k, v, masks()["padding"])
+    key = attention.bucket(q, k, masks()["padding"])
+    assert policy.choices() == {key: "written"} and len(timed) == 1
+    assert key == "rows<4 heads2 len<=64 dim16 self bfloat16 mask-keys"
+    recorded = policy.choices()
+    clock[:] = [1.0, 2.0]                # this process would now choose the fused kernel ...
+    policy.configure("auto", recorded=recorded)
+    attend(*inputs(torch.bfloat16, seed=1), masks()["padding"])
+    assert len(timed) == 1 and policy.choices() == recorded   # ... but takes the record
+    policy.configure("auto")
+    attend(*inputs(torch.bfloat16), masks()["padding"])      # fused now, timed afresh
+    assert policy.choices() == {key: "fused"} and len(timed) == 2
+    policy.adopt(recorded)
+    assert policy.choices() == recorded
+    policy.configure("auto", timing=False)
+    attend(*inputs(torch.bfloat16), masks()["padding"])
+    assert policy.choices() == {key: "fused"} and len(timed) == 2
+
+
+def test_a_run_records_its_kernels_and_a_resumed_run_keeps_them(policy, monkeypatch,
+                                                                 tmp_path):
+    """Through the training loop, in bf16 (timed): the checkpoint and the result hold the
+    choices; the run resumed from its checkpoint in a process whose timing would now go the
+    other way trains on with the recorded form (and times nothing it has recorded)."""
+    from test_train_loop import RepeatedTokens, tiny_pretraining
+
+    from bertctl.train import checkpoint as ckpt
+    from bertctl.train.loop import train
+    from bertctl.train.settings import TrainSettings
+
+    clock = [1.0, 0.1]
+    monkeypatch.setattr(attention, "time_both", lambda *a: tuple(clock))
+    settings = dict(steps=4, batch_size=4, lr=1e-3, precision="bf16", checkpoint_every=2,
+                    group_by_length=True)
+    data = RepeatedTokens(32)
+    model = tiny_pretraining(attention_probs_dropout_prob=0.0)
+    part = train(model, data, TrainSettings(**settings, stop_after=2), tmp_path)
+    written = dict(part.attention["chosen"])
+    assert part.attention["mode"] == "auto" and set(written.values()) == {"written"}
+    found = ckpt.find_resume_checkpoint(tmp_path, "latest")
+    assert found.trainer["attention"] == written
+    assert policy.choices() == {}                  # the run's policy ended with it
+    clock[:] = [1.0, 2.0]
+    done = train(tiny_pretraining(attention_probs_dropout_prob=0.0), data,
+                 TrainSettings(**settings), tmp_path)
+    assert done.resumed_from == 2
+    assert {k: v for k, v in done.attention["chosen"].items() if k in written} == written
+    fused = train(tiny_pretraining(attention_probs_dropout_prob=0.0), data,
+                  TrainSettings(**settings, attention="fused"), tmp_path / "fused")
+    assert fused.attention == {"mode": "fused", "chosen": {}}

@@ -11,6 +11,13 @@ training step of each shape times both and keeps the faster (as cuDNN's benchmar
 and the written form is taken only where it clearly wins. Dropout on the attention
 probabilities always takes the written form on a CPU: PyTorch has no fused CPU kernel with
 dropout, and its fallback upcasts bf16 to fp32.
+
+The two round differently, so the choice is the run's setting and its record (#65):
+`--attention auto|fused|written` (`configure`, called by the training loop): auto as above,
+fused and written one form for every call. The choices auto made are `choices()`, which the
+loop writes into each checkpoint and the artifact's stats; a resumed run takes the recorded
+ones, and a distributed run's ranks time nothing (each rank's batches differ, and so would
+their verdicts): auto there is the fused kernel wherever the form is not asked.
 """
 
 from __future__ import annotations
@@ -28,7 +35,36 @@ WRITTEN_MAX_LENGTH = 512
 # The written form must be this much faster to be taken: near a tie the choice could differ
 # between two runs of one command, and with it the rounding of their results.
 CLEAR_WIN = 0.8
-_chosen: dict[tuple, bool] = {}
+MODES = ("auto", "fused", "written")
+_mode = "auto"
+_timing = True
+_chosen: dict[str, bool] = {}   # shape bucket -> the written form won
+
+
+def configure(mode: str = "auto", recorded: dict[str, str] | None = None,
+              timing: bool = True) -> None:
+    """This process's policy: `mode` one of MODES; `recorded` the choices of the run being
+    continued ({bucket: "written"|"fused"}, as `choices` gives them), taken as they are;
+    `timing` False (a distributed run) leaves auto's unrecorded shapes to the fused kernel."""
+    global _mode, _timing, _chosen
+    if mode not in MODES:
+        raise ValueError(f"attention {mode!r}: one of {', '.join(MODES)}")
+    _mode, _timing = mode, timing
+    _chosen = {k: v == "written" for k, v in (recorded or {}).items()}
+
+
+def adopt(recorded: dict[str, str]) -> None:
+    """Take a checkpoint's recorded choices over any made since this process started."""
+    _chosen.update({k: v == "written" for k, v in recorded.items()})
+
+
+def choices() -> dict[str, str]:
+    """The choices auto has made: {shape bucket: "written" or "fused"}."""
+    return {k: "written" if v else "fused" for k, v in sorted(_chosen.items())}
+
+
+def mode() -> str:
+    return _mode
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
@@ -36,7 +72,8 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
     """softmax(q k^T / sqrt(d) where `mask` allows) v over (B, heads, T, d) tensors; `mask` is
     a boolean "may attend" mask that broadcasts to (B, heads, T, T), or None. `dropout_p` is
     the training dropout on the probabilities (0 in evaluation)."""
-    if q.device.type == "cpu" and (dropout_p > 0 or _written_is_faster(q, k, v, mask)):
+    if _mode == "written" or (_mode == "auto" and q.device.type == "cpu" and (
+            dropout_p > 0 or _written_is_faster(q, k, v, mask))):
         return written_attention(q, k, v, mask, dropout_p)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
 
@@ -72,13 +109,22 @@ def _written_is_faster(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     # Lengths within 64 of each other share a choice, and so do batches within a factor of two
     # (both kernels' work grows with the batch alike): a packed batch's length and row count
     # vary from step to step, and each timing costs a few steps' attention.
-    key = (q.shape[0].bit_length(), q.shape[1], -(-T // 64), q.shape[-1], k.size(-2) == T,
-           q.dtype, None if mask is None else mask.size(-2) > 1)
+    key = bucket(q, k, mask)
     won = _chosen.get(key)
     if won is None:
-        fused, written = time_both(q, k, v, mask)
-        won = _chosen[key] = clearly_faster(fused, written)
+        won = _chosen[key] = _timing and clearly_faster(*time_both(q, k, v, mask))
     return won
+
+
+def bucket(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None) -> str:
+    """The shape bucket a choice holds for, as text (a checkpoint's and a manifest's key):
+    rows up to a power of two, heads, length up to a multiple of 64, head size, self or
+    cross attention, dtype, the mask's kind."""
+    T = q.size(-2)
+    kind = "none" if mask is None else "full" if mask.size(-2) > 1 else "keys"
+    return (f"rows<{2 ** q.shape[0].bit_length()} heads{q.shape[1]} len<={-(-T // 64) * 64} "
+            f"dim{q.shape[-1]} {'self' if k.size(-2) == T else 'cross'} "
+            f"{str(q.dtype).removeprefix('torch.')} mask-{kind}")
 
 
 def worth_timing(dtype: torch.dtype, length: int) -> bool:
@@ -116,4 +162,5 @@ def time_both(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
     return best[0], best[1]
 
 
-__all__ = ["attend", "clearly_faster", "time_both", "worth_timing", "written_attention"]
+__all__ = ["MODES", "adopt", "attend", "bucket", "choices", "clearly_faster", "configure",
+           "mode", "time_both", "worth_timing", "written_attention"]

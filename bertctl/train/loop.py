@@ -36,6 +36,7 @@ from torch import nn
 from bertctl import hardware, signals
 from bertctl.data.collate import without_full_mask
 from bertctl.errors import BertctlError
+from bertctl.model import attention
 from bertctl.train import budget
 from bertctl.train import checkpoint as ckpt
 from bertctl.train import distributed as dist
@@ -77,10 +78,13 @@ def train(model: nn.Module, train_data: DataSource, settings: TrainSettings, wor
         micro-batches, steps of the log interval and ranks, and `name` is logged as their
         ratio (e.g. MLM accuracy = (correct, predicted)). Tensors are fine (no sync needed).
     """
-    trainer = Trainer(model, train_data, settings, Path(work_dir), evaluate, select, on_log,
-                      step_metrics)
-    trainer.resume()
-    return trainer.run()
+    try:
+        trainer = Trainer(model, train_data, settings, Path(work_dir), evaluate, select, on_log,
+                          step_metrics)
+        trainer.resume()
+        return trainer.run()
+    finally:   # the attention policy was this run's: what the process runs next starts afresh
+        attention.configure()
 
 
 class Trainer:
@@ -105,6 +109,8 @@ class Trainer:
         self.device, self.world, self.rank = self.info.device, self.info.world_size, self.info.rank
         hardware.check_training_precision(s.precision, self.device)
         self.model = model.to(self.device)
+        # Before the measurement steps below, which time attention too.
+        attention.configure(s.attention, timing=self.world == 1)
         self.batch_fit = budget.fit_to_budget(self.model, data, s, self.device, self.world,
                                               work_dir, on_log if self.info.is_main else None)
         if self.batch_fit is not None:
@@ -213,6 +219,7 @@ class Trainer:
             ckpt.set_rng_state(state["rng"][self.rank], self.device)
         else:  # another world size: exact dropout replay is impossible; stay deterministic
             ckpt.seed_everything(s.seed + 1_000_003 * found.step + self.rank)
+        attention.adopt(t.get("attention") or {})   # the kernels the run took so far
         self.step = self.resumed_from = found.step
         self.interval = Interval(**t["interval"])
         best = t.get("best")
@@ -430,6 +437,7 @@ class Trainer:
             "last_eval": self.last_eval,
             "elapsed": self.elapsed,
             "run": self.work_dir.name,
+            "attention": attention.choices(),
         }
         ckpt.save_checkpoint(self.work_dir, self.step, self.model, self.optimizer,
                              self.scaler.state_dict(), rngs, trainer, s.keep_last)
@@ -446,5 +454,6 @@ class Trainer:
                            stopped_early=stopped_early, resumed_from=self.resumed_from,
                            elapsed=self.elapsed, loop_started=self.loop_started,
                            batch_fit=asdict(self.batch_fit) if self.batch_fit else None,
-                           memory_fit=asdict(self.memory_fit))
+                           memory_fit=asdict(self.memory_fit),
+                           attention={"mode": attention.mode(), "chosen": attention.choices()})
 

@@ -156,12 +156,14 @@ class TrainResult:
     batch_fit: dict[str, Any] | None = None   # the batch size fitted to the budget (budget.py)
     memory_fit: dict[str, Any] | None = None  # the micro-batch fitted to memory (memory.py)
     loop_started: float = 0.0            # time.perf_counter() when the first step began
+    attention: dict[str, Any] | None = None   # the attention kernels taken (model/attention.py)
 
     def fits(self) -> dict[str, Any]:
         """For a manifest's stats: what the loop fitted to the machine (a micro-batch only
         where memory changed it: the figures differ from run to run, the choice is what
-        counts)."""
+        counts), and the attention kernels it took."""
         memory = self.memory_fit
         changed = memory is not None and memory["micro_batch_size"] != memory["asked"]
         return {**({"batch_fit": self.batch_fit} if self.batch_fit is not None else {}),
-                **({"memory_fit": memory} if changed else {})}
+                **({"memory_fit": memory} if changed else {}),
+                **({"attention": self.attention} if self.attention is not None else {})}

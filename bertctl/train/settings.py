@@ -58,6 +58,14 @@ class TrainingSettings(StageConfig):
     compile: bool = Field(False, description="torch.compile each encoder layer (first steps "
                           "slower while it compiles; needs a C++ compiler on CPU). See "
                           "docs/benchmarks.md for when it pays.", json_schema_extra=_RUN)
+    attention: Literal["auto", "fused", "written"] = Field(
+        "auto", description="Attention's kernel (the two round differently): fused "
+        "(PyTorch's scaled_dot_product_attention), written (the product as plain tensor "
+        "operations), or auto: on a CPU in reduced precision the one timed faster for each "
+        "shape on its first step, written wherever attention has dropout on a CPU, else fused. "
+        "Auto's choices are recorded in the checkpoints and the artifact (stats.attention); a "
+        "resumed run takes them, and a distributed run's ranks time nothing (fused).",
+        json_schema_extra=meta(TRAINING, hashed_if_changed=True))
     weight_decay: float = Field(0.01, ge=0, description="AdamW weight decay (not on biases and "
                                 "LayerNorm).", json_schema_extra=meta(TRAINING))
     warmup: float = Field(0.1, ge=0, description="Linear warm-up: a fraction of the steps if "
