@@ -114,7 +114,7 @@ def run(index: Path, query: list[str], queries_file: Path | None, top_k: int,
     texts = rows.column("text").to_pylist() if "text" in rows.column_names else None
     k = min(top_k, stats.get("vectors", top_k))
     scores, found = (ranking.search(q, blocks, k) if approx is None
-                     else approximate.search(approx, q, k))
+                     else approximate.nearest(approx, q, k))
     out = sys.stdout
     for (qid, text), s, i in zip(asked, scores, found):
         for rank, (score, j) in enumerate(zip(s.tolist(), i.tolist()), 1):

@@ -295,8 +295,8 @@ class Retrieval(Family):
             if d > width:
                 raise BertctlError(f"--dims {d}: the model's vectors have {width} values")
             cut = [p[..., :d] for p in parts]
-            run, _, qrels, _ = search(cut if isinstance(predictions, list) else cut[0],
-                                      examples, options(spec).top_k)
+            run, _, qrels, _ = search_run(cut if isinstance(predictions, list) else cut[0],
+                                          examples, options(spec).top_k)
             means, _ = ranking.evaluate(run, qrels)
             out.update({f"dim{d}/{k}": v for k, v in means.items()})
         return out
@@ -306,8 +306,8 @@ class Retrieval(Family):
         examples (eval's score and write_results share it; each validation pass of a
         fine-tuning brings new predictions for the same examples)."""
         if examples.ranking is None or examples.ranking[0] is not predictions:
-            examples.ranking = (predictions, *search(predictions, examples,
-                                                     options(spec).top_k))
+            examples.ranking = (predictions, *search_run(predictions, examples,
+                                                         options(spec).top_k))
         _, run, scores, qrels, n = examples.ranking
         return run, qrels
 
@@ -349,7 +349,7 @@ class Retrieval(Family):
         return ["run.trec", "per_query.tsv"]
 
 
-def search(predictions, examples: RetrievalExamples, k: int):
+def search_run(predictions, examples: RetrievalExamples, k: int):
     """(run, its scores, qrels, documents) for a BEIR set (`predictions` its parts' vectors,
     queries first) or a file of pairs (each row's query against the distinct texts of the
     other columns; its own positive relevant, its negatives judged 0)."""

@@ -94,7 +94,7 @@ def tune(index, kind: str, probe: int, ef_search: int) -> None:
         index.hnsw.efSearch = ef_search
 
 
-def search(index, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+def nearest(index, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """(scores, rows) as ranking.search gives them; a list shorter than k (an IVF probe of
     few vectors) is padded with row -1 and score -inf."""
     scores, rows = index.search(ranking._unit(queries), k)
@@ -111,7 +111,7 @@ def recall(index, blocks: Sequence[np.ndarray], k: int, queries: int, seed: int)
     _, exact = ranking.search(q, blocks, depth)
     exact_s = time.perf_counter() - started
     started = time.perf_counter()
-    _, found = search(index, q, depth)
+    _, found = nearest(index, q, depth)
     approx_s = time.perf_counter() - started
     hits = total = 0
     for row, e, f in zip(rows, exact, found):
@@ -136,4 +136,4 @@ def read(path: Path):
                            ) from e
 
 
-__all__ = ["FILE", "build", "lists_for", "read", "recall", "search", "tune", "write"]
+__all__ = ["FILE", "build", "lists_for", "nearest", "read", "recall", "tune", "write"]
