@@ -4,8 +4,8 @@ metadata means: bertctl/settings.py.
 
 The fine-tuning task's fields here are the ones every family shares; each family's own options
 (span QA's --doc-stride, tagging's --tag-scheme, ...) and the list of families and presets come
-from the task registry, added by `bertctl.tasks.settings.with_family_options`, so that this
-module knows no family.
+from the task registry, added by `bertctl.stage_settings`, where every stage's settings are
+assembled from these and the registries, so that this module knows no family.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ class BuildPretrainDataSettings(PretrainingDataSettings):
 
 
 class PretrainSettings(TrainingSettings):
-    """`bertctl pretrain`; the objectives' own options are added by objectives/settings.py."""
+    """`bertctl pretrain`; the objectives' own options are added by stage_settings.py."""
 
     produces: ClassVar[str | None] = "model"
     objective: str = Field("bert", description="The pretraining objective, from the registry "
@@ -65,7 +65,7 @@ class PretrainSettings(TrainingSettings):
                                     "the data's raises its --max-predictions-per-seq to what the "
                                     "rate needs (stats.masking in the manifest says both).",
                                     json_schema_extra=meta(TRAINING))
-    # Their choices and help are the registry's (objectives/settings.py: architecture_fields).
+    # Their choices and help are the registry's (stage_settings.py: architecture_fields).
     architecture: str = Field("bert", description="The encoder, from the registry.",
                               json_schema_extra=meta(MODEL, hashed_if_changed=True))
     model_size: str = Field("base", description="The architecture's size preset.",
@@ -131,7 +131,7 @@ class TaskSettings(StageConfig):
     """How to read a fine-tuning task's files: a preset, or the columns of a task no preset
     knows (flags alone), or a preset with some fields replaced. Shared by finetune and eval.
     The fields every family shares; a family's own are added by the task registry
-    (`tasks.settings.with_family_options`) and listed in `family_options`."""
+    (`stage_settings.with_family_options`) and listed in `family_options`."""
 
     family_options: ClassVar[tuple[str, ...]] = ()
 
@@ -292,9 +292,10 @@ class DistillSettings(TaskTrainingSettings):
                                        "from these layers of that model; unset and no other "
                                        "student given: every second layer.",
                                        json_schema_extra=meta(STUDENT))
-    student_size: Literal["tiny", "mini", "small", "medium", "base"] | None = Field(
-        None, description="Build a randomly initialised student of this preset size with the "
-        "teacher's vocabulary.", json_schema_extra=meta(STUDENT))
+    student_size: str | None = Field(
+        None, description="Build a randomly initialised student of this preset size of the "
+        "teacher's architecture, with the teacher's vocabulary.",
+        json_schema_extra=meta(STUDENT))
     temperature: float = Field(2.0, gt=0, le=100, description="Softmax temperature of the "
                                "soft targets (the soft loss is scaled by its square).",
                                json_schema_extra=meta(DISTILLATION))
@@ -368,7 +369,7 @@ class ExportSettings(StageConfig):
 
 # Every stage's settings class, declared here once: the artifact-id check reads from these which
 # fields each kind's ids leave out (settings.identity_exclusions). The task stages' classes as
-# the CLI shows them add the families' options (tasks/settings.py); those options are always
+# the CLI shows them add the families' options (stage_settings.py); those options are always
 # part of the id, so these bases say all their composed classes leave out.
 STAGE_SETTINGS: tuple[type[StageConfig], ...] = (
     TokenizeSettings, BuildPretrainDataSettings, PretrainSettings, FinetuneSettings,

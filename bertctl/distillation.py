@@ -46,7 +46,6 @@ from bertctl.labels import IGNORE_INDEX
 from bertctl.errors import BertctlError
 from bertctl.evaluation import non_finite_rows, predict, refuse_non_finite, task_batches
 from bertctl.model import architectures, build
-from bertctl.model.bert.config import PRESETS
 from bertctl.model.hf import LoadReport, load_state_dict
 from bertctl.tasks.base import IMITATED
 from bertctl.train import distributed as dist
@@ -319,9 +318,13 @@ def from_layers(model: nn.Module, layers: list[int], role: str, head_kwargs: dic
 
 
 def sized_config(teacher, size: str):
-    """A preset size of the teacher's architecture, reading what the teacher reads."""
-    if size not in PRESETS:
-        raise BertctlError(f"--student-size {size!r}: one of {', '.join(PRESETS)}")
+    """A preset size of the teacher's architecture (its config class's presets, whatever the
+    architecture), reading what the teacher reads."""
+    presets = getattr(type(teacher), "presets", {})
+    if size not in presets:
+        raise BertctlError(f"--student-size {size!r}: not a size of the teacher's architecture "
+                           f"({getattr(teacher, 'architecture', type(teacher).__name__)}: "
+                           f"{', '.join(presets) or 'none'})")
     return teacher.sized(size)
 
 

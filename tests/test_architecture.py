@@ -93,9 +93,24 @@ def test_stages_never_branch_on_a_family_name():
 
 def test_config_knows_no_task_family():
     """config.py composes the stage settings from the core's; the families' options, names and
-    presets come from the task registry (tasks/settings.py), never the other way round."""
+    presets come from the task registry (stage_settings.py), never the other way round."""
     bad = sorted(n for n in _imports(PACKAGE / "config.py") if n.startswith("bertctl.tasks"))
     assert not bad, f"config.py imports {bad}"
+
+
+@pytest.mark.parametrize("path", [p for p in SOURCES if p.relative_to(PACKAGE).parts[0] in
+                                  ("tasks", "objectives", "model", "train", "data")],
+                         ids=_module)
+def test_settings_are_assembled_in_one_place(path):
+    """Every stage's settings are assembled in stage_settings.py from config.py's classes and
+    the registries: no plug-in or core module imports either, and no family imports the
+    training loop's modules (a family does not train; #65)."""
+    names = _imports(path)
+    bad = sorted(n for n in names if n.split(".")[:2] in (["bertctl", "stage_settings"],
+                                                          ["bertctl", "config"]))
+    if path.relative_to(PACKAGE).parts[0] == "tasks":
+        bad += sorted(n for n in names if n.startswith("bertctl.train"))
+    assert not bad, f"{_module(path)} imports {bad}"
 
 
 @pytest.mark.parametrize("path", [p for p in SOURCES if p.relative_to(PACKAGE).parts[0]

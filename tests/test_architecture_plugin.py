@@ -197,6 +197,16 @@ def test_the_toy_fulfils_the_contract():
     assert isinstance(ToyModel(config), architectures.Encoder)
 
 
+def test_a_registered_architecture_exports_its_classes(toy_cli):
+    """bertctl.model's names come from the registry: the toy's config and model classes are
+    there while it is registered, as BERT's and ModernBERT's are."""
+    import bertctl.model as model
+
+    assert model.ToyConfig is ToyConfig and model.ToyForMaskedLM is ToyForMaskedLM
+    assert "ToyForSequenceClassification" in dir(model)
+    assert model.ModernBertForMaskedLM.__name__ == "ModernBertForMaskedLM"
+
+
 def test_a_registered_architecture_runs_the_whole_chain(toy_cli, continuous_data, tmp_path):
     code, out, _ = toy_cli("pretrain", "--help")
     assert code == 0 and "toy, a test's" in out and "pico 1/32/2" in out

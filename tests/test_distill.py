@@ -439,3 +439,22 @@ def test_labels_on_another_scale_than_the_teachers_are_caught(teachers, tmp_path
     assert r.exit_code == 0 and "note: " in r.stderr and "outside the" in r.stderr, r.stderr
     r = cli("eval", teacher, src, "--out", tmp_path / "e2", *RUN[2:])
     assert r.exit_code == 0 and "outside the" not in r.stderr
+
+
+def test_a_student_size_is_a_preset_of_the_teachers_own_architecture():
+    """--student-size reads the teacher's architecture's presets (the registry's, not BERT's):
+    a ModernBERT teacher gets a ModernBERT student of that preset, reading its vocabulary; a
+    size its architecture lacks is refused naming the ones it has."""
+    from bertctl.distillation import sized_config
+    from bertctl.errors import BertctlError
+    from bertctl.model.modernbert import ModernBertConfig
+    from bertctl.model.modernbert.config import PRESETS
+
+    teacher = ModernBertConfig(vocab_size=211, hidden_size=64, intermediate_size=96,
+                               num_hidden_layers=2, num_attention_heads=4)
+    student = sized_config(teacher, "mini")
+    assert isinstance(student, ModernBertConfig) and student.vocab_size == 211
+    assert (student.num_hidden_layers, student.hidden_size,
+            student.num_attention_heads) == PRESETS["mini"][:3]
+    with pytest.raises(BertctlError, match="modernbert: " + ", ".join(PRESETS)):
+        sized_config(teacher, "huge")

@@ -28,8 +28,8 @@ from bertctl.cli.handling import _handled, _report
 from bertctl.cli.plain import PLAIN as _PLAIN
 from bertctl.settings import StageConfig, resolve
 from bertctl.errors import Interrupted
-from bertctl.objectives.settings import pretrain_settings
-from bertctl.tasks.settings import distill_settings, eval_settings, finetune_settings
+from bertctl.stage_settings import (distill_settings, eval_settings, finetune_settings,
+                                    pretrain_settings)
 
 HELP = ("BERT pretraining and fine-tuning pipelines: each command is a stage that reads and "
         "writes versioned artifact directories.")

@@ -4,22 +4,20 @@
 writing (hf.py).
 
 Importing the package registers the architectures without importing torch (the CLI's help
-lists them); the model classes below are imported when first named."""
+lists them). Every registered architecture's config class and model classes (its heads, by
+the class names config.json carries: BertForMaskedLM, ModernBertForMaskedLM, ...) are names of
+this package, read from the registry and imported when first named, so an architecture added
+elsewhere exports its own as bert/ and modernbert/ do."""
 
 import importlib
 
 from bertctl.model import architectures
 from bertctl.model import bert, modernbert  # noqa: F401  (each registers itself)
 from bertctl.model.architectures import ARCHITECTURES, ROLES, Architecture, build, role_of
-from bertctl.model.bert.config import PRESETS, BertConfig
 
 _LAZY = {
-    "bertctl.model.bert.electra": ("BertForElectraPreTraining",),
-    "bertctl.model.bert.encoder": ("BertModel", "flops_per_token"),
-    "bertctl.model.bert.heads": (
-        "BertForEmbedding", "BertForMaskedLM", "BertForMultipleChoice", "BertForPreTraining",
-        "BertForQuestionAnswering", "BertForSequenceClassification",
-        "BertForTokenClassification", "BertWithHead"),
+    "bertctl.model.bert.encoder": ("flops_per_token",),
+    "bertctl.model.bert.heads": ("BertWithHead",),
     "bertctl.model.hf": ("LoadReport", "load_model", "read_config", "read_config_dict",
                          "save_model"),
     "bertctl.model.shared": ("EncoderWithHead",),
@@ -27,11 +25,30 @@ _LAZY = {
 _WHERE = {name: module for module, names in _LAZY.items() for name in names}
 
 
+def _registered(name: str):
+    """A registered architecture's config class or model class of that name, or None."""
+    for arch in ARCHITECTURES.values():
+        if arch.config_class.__name__ == name:
+            return arch.config_class
+        for role in arch.heads:
+            if arch.head_name(role) == name:
+                return arch.head(role)
+    return None
+
+
 def __getattr__(name: str):
-    if name not in _WHERE:
+    if name in _WHERE:
+        return getattr(importlib.import_module(_WHERE[name]), name)
+    found = _registered(name)
+    if found is None:
         raise AttributeError(f"module 'bertctl.model' has no attribute {name!r}")
-    return getattr(importlib.import_module(_WHERE[name]), name)
+    return found
 
 
-__all__ = ["ARCHITECTURES", "PRESETS", "ROLES", "Architecture", "BertConfig", "architectures",
-           "build", "role_of", *_WHERE]
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_WHERE, *(a.config_class.__name__ for a in ARCHITECTURES.values()),
+                   *(a.head_name(r) for a in ARCHITECTURES.values() for r in a.heads)})
+
+
+__all__ = ["ARCHITECTURES", "ROLES", "Architecture", "architectures", "build", "role_of",
+           *_WHERE]

@@ -31,7 +31,7 @@ from bertctl.expectations import ExpectationsUnmet
 from bertctl.exports import ExportFacts
 from bertctl.stages.common import models
 from bertctl.tasks.resolve import TASK_FILE, TaskInput, open_task
-from bertctl.tasks.settings import eval_settings
+from bertctl.stage_settings import eval_settings
 
 # Batch-1 requests timed for the latency the card states (the first ones warm up, untimed).
 LATENCY_REQUESTS, LATENCY_WARMUP = 100, 5

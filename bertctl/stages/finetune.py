@@ -12,7 +12,7 @@ from bertctl.model.features import parse_layers
 from bertctl.stages.common import models, training
 from bertctl.stages.common.task_training import TaskJob
 from bertctl.tasks.resolve import training_files
-from bertctl.tasks.settings import task_spec
+from bertctl.stage_settings import task_spec
 
 
 def frozen_features(config: FinetuneSettings, family, source: models.ModelSource) -> dict:

@@ -20,7 +20,7 @@ from bertctl import artifacts, config, tasks  # noqa: E402
 from bertctl.data import corpus  # noqa: E402
 from bertctl.errors import BertctlError  # noqa: E402
 from bertctl.settings import resolve  # noqa: E402
-from bertctl.tasks.settings import finetune_settings  # noqa: E402
+from bertctl.stage_settings import finetune_settings  # noqa: E402
 from bertctl.tasks.span.reader import read_span_examples  # noqa: E402
 from bertctl.tasks.tagging.reader import read_tagged  # noqa: E402
 from conftest import read_examples  # noqa: E402
