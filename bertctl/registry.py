@@ -25,7 +25,7 @@ class Registry(dict[str, T], Generic[T]):
         """`name` if registered, else a ValueError naming the known ones (a settings check:
         pydantic reports it as the setting's error)."""
         if name not in self:
-            raise ValueError(f"unknown {self.what} (known: {', '.join(self)})")
+            raise ValueError(f"unknown {self.what} {name!r} (known: {', '.join(self)})")
         return name
 
     def get_known(self, name: str) -> T:

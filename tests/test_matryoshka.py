@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from bertctl.model import BertConfig, build
-from bertctl.model.contrastive import cosent, info_nce
+from bertctl.tasks.retrieval.contrastive import ContrastiveLoss, cosent, info_nce
+from bertctl.tasks.retrieval.loss import LOSSES
 
 from conftest import EXAMPLES
 from tolerance import TINY_FP32
@@ -30,7 +31,7 @@ def _tiny(**kwargs):
 def test_the_loss_is_the_sum_of_the_losses_of_the_cut_vectors(loss):
     """Tolerance: the same float32 operations on the same vectors, summed in another order
     (TINY_FP32)."""
-    model = _tiny(loss=loss, matryoshka_dims=[16, 8, 4]).train()
+    model = ContrastiveLoss(_tiny(matryoshka_dims=[16, 8, 4]), LOSSES[loss]).train()
     k = 3 if loss == "infonce" else 2
     ids = torch.randint(5, 60, (6, k, 9))
     labels = torch.rand(6) * 5 if loss == "cosent" else None

@@ -185,9 +185,9 @@ class Contrastive(OneLinear):
 
 def test_an_embedding_model_is_refused_with_its_own_flag_and_its_chunks_are_planned(
         monkeypatch):
-    from bertctl.model.roles import Embedder
+    from bertctl.tasks.retrieval.contrastive import ContrastiveLoss
 
-    assert "--cache-negatives" in Embedder.compares_rows
+    assert "--cache-negatives" in ContrastiveLoss.compares_rows
     settings = TrainSettings(steps=1, batch_size=16)
     model = Contrastive()
     state = memory.state_bytes(model)

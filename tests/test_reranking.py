@@ -212,7 +212,7 @@ def reranker_stub(tmp_path, minilm_dir):
 
 
 def test_margin_mse_equals_its_plain_definition():
-    from bertctl.model.contrastive import margin_mse
+    from bertctl.tasks.retrieval.contrastive import margin_mse
 
     g = torch.Generator().manual_seed(2)
     q, d, t = torch.randn(3, 8, generator=g), torch.randn(3, 4, 8, generator=g), torch.rand(3, 4)

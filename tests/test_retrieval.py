@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from bertctl.model import BertConfig, build
-from bertctl.model.contrastive import cosent, info_nce
+from bertctl.tasks.retrieval.contrastive import ContrastiveLoss, cosent, info_nce
+from bertctl.tasks.retrieval.loss import LOSSES
 from bertctl.tasks.retrieval import ranking
 
 from conftest import EXAMPLES, FIXTURES, ROOT, TINY_MODEL, _made, one_line_error
@@ -79,7 +80,7 @@ def test_cached_negatives_give_the_gradients_of_the_whole_batch(loss):
     """GradCache (micro-batches of 5 sequences of a batch of 8 x 3) against the batch in one
     pass: the same loss and gradients. Tolerance: each gradient sums the same float32 terms in
     another grouping (5-sequence blocks), tiny-model sized (TINY_MODEL, 1e-5)."""
-    model = _tiny_embedder(loss=loss)
+    model = ContrastiveLoss(_tiny_embedder(), LOSSES[loss])
     ids = torch.randint(5, 60, (8, 3 if loss != "cosent" else 2, 10))
     mask = torch.ones_like(ids)
     mask[:, :, 7:] = 0
@@ -102,14 +103,15 @@ def test_cached_negatives_give_the_gradients_of_the_whole_batch(loss):
 def test_cached_negatives_replay_the_dropout_of_their_first_pass():
     """With dropout on, the backward's second pass must see the masks of the first: the
     gradient then equals that of a loss on vectors computed with those very masks."""
-    model = _tiny_embedder(cache_negatives=4)
+    model = _tiny_embedder()
     model.config.hidden_dropout_prob = 0.3
     for m in model.modules():
         if hasattr(m, "p") and isinstance(m.p, float):
             m.p = 0.3
+    trained = ContrastiveLoss(model, LOSSES["infonce"], cache_negatives=4)
     ids = torch.randint(5, 60, (6, 2, 9))
     torch.manual_seed(3)
-    out = model.train()(input_ids=ids)
+    out = trained.train()(input_ids=ids)
     out["loss"].backward()
     cached = {k: p.grad.clone() for k, p in model.named_parameters()
                                     if p.requires_grad}   # (not the frozen pooler)
@@ -118,7 +120,7 @@ def test_cached_negatives_replay_the_dropout_of_their_first_pass():
     flat = ids.transpose(0, 1).reshape(-1, 9)   # (the model embeds column by column)
     vectors = torch.cat([model.embed(flat[i:i + 4]) for i in range(0, 12, 4)])
     vectors = vectors.reshape(2, 6, -1).transpose(0, 1)
-    info_nce(vectors[:, 0], vectors[:, 1:], model.scale).backward()
+    info_nce(vectors[:, 0], vectors[:, 1:], trained.scale).backward()
     for name, p in model.named_parameters():
         if p.requires_grad:
             torch.testing.assert_close(cached[name], p.grad, **TINY_TOL, msg=name)
@@ -545,3 +547,46 @@ def test_each_validation_pass_is_searched_anew():
     a = family.score(first, examples, spec, None)
     b = family.score(second, examples, spec, None)
     assert a["ndcg@10"] < 0.5 and b["ndcg@10"] == pytest.approx(1.0)
+
+
+def _cosine_mse(e, scores, scale):
+    """sentence-transformers' CosineSimilarityLoss: the squared error between each pair's
+    cosine and its score scaled to [0, 1] (STS-B's 0-5)."""
+    cos = torch.nn.functional.cosine_similarity(e[:, 0].float(), e[:, 1].float(), dim=-1)
+    _cosine_mse.calls += 1
+    return torch.nn.functional.mse_loss(cos, scores.float().reshape(-1) / 5)
+
+
+_cosine_mse.calls = 0
+
+
+def test_a_loss_registered_from_a_test_module_trains_through_the_cli(cli, tiny_pretrained,
+                                                                     tmp_path):
+    """One `LOSSES.register` from outside bertctl: --loss takes its name, the job trains the
+    model with it (its value the definition's, summed over no Matryoshka sizes), the manifest
+    records it; an unknown name is one line naming the known ones."""
+    from bertctl.tasks.retrieval.loss import Loss
+
+    plugin = LOSSES.register(Loss("cosine_mse", "cosines onto scores / 5", _cosine_mse,
+                                  "scores"))
+    try:
+        module = ContrastiveLoss(_tiny_embedder(), plugin).train()
+        ids = torch.randint(5, 60, (4, 2, 9))
+        scores = torch.tensor([0.0, 1.5, 3.0, 5.0])
+        out = module(input_ids=ids, labels=scores)
+        e = out["embeddings"]
+        cos = torch.nn.functional.cosine_similarity(e[:, 0], e[:, 1], dim=-1)
+        torch.testing.assert_close(out["loss"], ((cos - scores / 5) ** 2).mean())
+        r = cli("finetune", tiny_pretrained, FIXTURES / "glue" / "STS-B", "--task",
+                "glue/sts-b-cosine", "--loss", "cosine_mse", "--steps", "2", "--batch-size",
+                "4", "--max-seq-length", "32", "--out", tmp_path / "m")
+        assert r.exit_code == 0, r.stderr
+        assert _cosine_mse.calls >= 3
+        assert json.loads((tmp_path / "m" / "artifact.json").read_text())["config"][
+            "loss"] == "cosine_mse"
+    finally:
+        LOSSES.pop("cosine_mse")
+    r = cli("finetune", tiny_pretrained, FIXTURES / "glue" / "STS-B", "--task",
+            "glue/sts-b-cosine", "--loss", "cosine_mse", "--steps", "1", "--out", tmp_path / "x")
+    one_line_error(r, "cosine_mse", "infonce")
+    assert not (tmp_path / "x").exists()

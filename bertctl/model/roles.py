@@ -15,8 +15,8 @@ import torch.nn.functional as F
 
 from bertctl.labels import IGNORE_INDEX
 from bertctl.errors import BertctlError
-from bertctl.model import contrastive, sentence
-from bertctl.model.dropout import has_dropout, set_training_dropout
+from bertctl.model import sentence
+from bertctl.model.dropout import set_training_dropout
 
 
 def masked_lm(predict: Callable[[torch.Tensor], torch.Tensor], hidden: torch.Tensor,
@@ -187,18 +187,14 @@ class TokenClassifier:
 
 class Embedder:
     """One vector per sequence (the last hidden states through the sentence head,
-    bertctl.model.sentence: pooling, Dense layers, normalisation), trained by contrast
-    (bertctl.model.contrastive). Inputs are (B, T): `embeddings` (B, D); or (B, K, T),
-    K sequences an example: `embeddings` (B, K, D), and in training the loss: with `labels`
-    (B,) (graded scores of K = 2 pairs) CoSENT; with `labels` (B, K - 1) (a teacher's scores
-    of a query's candidates) MarginMSE; else in-batch negatives where sequence 0 is the
-    query, 1 its positive and the rest its hard negatives.
+    bertctl.model.sentence: pooling, Dense layers, normalisation). Inputs are (B, T):
+    `embeddings` (B, D); or (B, K, T), K sequences an example (a query and its documents, a
+    pair): `embeddings` (B, K, D). How it is trained (the contrastive losses, cached
+    negatives) is the job's: bertctl/tasks/retrieval/loss.py wraps it.
 
-    `cache_negatives` > 0 embeds a training batch that many sequences at a time (GradCache):
-    the loss and gradients of the whole batch at the memory of that many sequences;
-    `matryoshka_dims` sums the loss over the vectors cut to each size. The sentence head, the
-    prompts and the sizes are the model's (config.json's `bertctl_embedding`, or a
-    sentence-transformers directory's modules); the loss settings are only the training's."""
+    `matryoshka_dims` are the sizes its vectors were trained to be cut to (recorded). The
+    sentence head, the prompts and the sizes are the model's (config.json's
+    `bertctl_embedding`, or a sentence-transformers directory's modules)."""
 
     # An export embeds one text a row (a search index's queries and documents); pairs and
     # training batches are (B, K, T) in PyTorch only.
@@ -206,21 +202,14 @@ class Embedder:
     # Its pooling is read from any config that has one, a sentence-transformers model's too
     # (whose config.json names the bare encoder).
     kwargs_from_any_config = True
-    # The training loop's memory plan (bertctl.train.memory): in-batch negatives make the
-    # batch one loss, which micro-batches would split.
-    compares_rows = ("--cache-negatives N (the same loss at the memory of N sequences; a "
-                     "smaller N where one is given)")
 
     weights_elsewhere = ("sentence.",)   # its Dense layers: sentence-transformers' folders
 
     def _embedder(self, pooling: str | list[str] = "mean", normalize: bool = True,
                   dense: list[dict[str, Any]] | tuple = (), prompts: dict[str, str] | None = None,
                   default_prompt_name: str | None = None, max_seq_length: int | None = None,
-                  matryoshka_dims: list[int] | tuple = (), loss: str = "infonce",
-                  scale: float = 20.0, cache_negatives: int = 0,
+                  matryoshka_dims: list[int] | tuple = (),
                   dropout: float | None = None) -> None:
-        if loss not in contrastive.LOSSES:
-            raise ValueError(f"loss must be one of {contrastive.LOSSES}, got {loss!r}")
         try:
             self.sentence = sentence.SentenceHead(self.config.hidden_size, pooling, dense,
                                                   normalize)
@@ -237,8 +226,6 @@ class Embedder:
         self.matryoshka_dims = dims
         self.prompts, self.default_prompt_name = dict(prompts or {}), default_prompt_name
         self.max_seq_length = max_seq_length
-        self.loss_name = loss
-        self.scale, self.cache_negatives = float(scale), int(cache_negatives)
         if dropout is not None:   # training's rate; the saved config keeps the architecture's
             set_training_dropout(self, dropout)
 
@@ -264,63 +251,29 @@ class Embedder:
             token_type_ids = None if token_type_ids is None else token_type_ids[:, :width]
         return self.embed(input_ids, token_type_ids, attention_mask)
 
+    @staticmethod
+    def columns(*inputs: torch.Tensor | None) -> list[torch.Tensor | None]:
+        """(B, K, T) inputs as (K * B, T) rows, column by column (all queries, then all
+        positives, ...); (B, T) ones as they are."""
+        return [None if t is None else t.transpose(0, 1).reshape(-1, t.shape[-1])
+                if t.dim() == 3 else t for t in inputs]
+
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None,
                 labels: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """The vectors; `labels` (an evaluated file's scores) are not the model's to read: a
+        loss over them is the training job's (tasks/retrieval/loss.py)."""
         shape = input_ids.shape
-        k = shape[1] if len(shape) == 3 else 1
-        # Column by column (all queries, then all positives, ...), each group cut to its own
-        # longest sequence: a batch pads its short queries to its long passages otherwise.
-        flat = [None if t is None else t.transpose(0, 1).reshape(-1, shape[-1])
-                if len(shape) == 3 else t for t in (input_ids, token_type_ids, attention_mask)]
-        n = flat[0].shape[0]
-        cached = self.training and torch.is_grad_enabled() and 0 < self.cache_negatives < n
-        if cached and torch.distributed.is_initialized() \
-                and torch.distributed.get_world_size() > 1:
-            # DDP's gradient hooks fire once per parameter and step; the replay in the
-            # backward pass fires them once per micro-batch.
-            raise BertctlError("--cache-negatives runs in one process (not yet under "
-                               "torchrun); each process's batch is its own negatives")
-        if cached:
-            vectors = contrastive.cached_encoding(self._trimmed, flat, self.cache_negatives)
-        elif len(shape) == 2:   # one text a row (inference, an export's graph): as given
-            vectors = self.embed(*flat)
-        else:
-            step = n // k
-            vectors = torch.cat([self._trimmed(*[None if t is None else t[i:i + step]
-                                                 for t in flat]) for i in range(0, n, step)])
-        if len(shape) == 3:
-            vectors = vectors.reshape(k, shape[0], -1).transpose(0, 1)
-        out = {"embeddings": vectors}
-        if self.training and len(shape) == 3 and shape[1] >= 2:
-            if shape[1] == 2 and labels is None and \
-                    torch.equal(input_ids[:, 0], input_ids[:, 1]) and not has_dropout(self):
-                raise BertctlError("texts alone (SimCSE) are their own positives under dropout, "
-                                   "and this model has none (ModernBERT's default): give "
-                                   "--dropout, e.g. 0.1")
-            if shape[0] == 1 and ((labels is not None and labels.dim() == 1)
-                                  or (labels is None and shape[1] == 2)):
-                raise BertctlError("--batch-size 1: a contrastive loss compares the examples of "
-                                   "a batch (a query's negatives are the others' positives; "
-                                   "CoSENT ranks pairs against each other): use 2 or more")
-            out["loss"] = self._loss(out["embeddings"], labels)
-        return out
-
-    def _loss(self, e: torch.Tensor, labels: torch.Tensor | None) -> torch.Tensor:
-        """The loss of (B, K, D) vectors; with Matryoshka sizes, the sum of the losses of the
-        vectors cut to each (sentence-transformers' MatryoshkaLoss, weights 1)."""
-        total = None
-        for d in self.matryoshka_dims or (e.shape[-1],):
-            x = e[..., :d]
-            if labels is not None and labels.dim() == 2:   # a teacher's candidate scores
-                loss = contrastive.margin_mse(x[:, 0], x[:, 1:], labels)
-            elif labels is not None:
-                loss = contrastive.cosent(x[:, 0], x[:, 1], labels.reshape(-1), self.scale)
-            else:
-                loss = contrastive.info_nce(x[:, 0], x[:, 1:], self.scale,
-                                            symmetric=self.loss_name == "symmetric")
-            total = loss if total is None else total + loss
-        return total
+        if len(shape) == 2:   # one text a row (inference, an export's graph): as given
+            return {"embeddings": self.embed(input_ids, token_type_ids, attention_mask)}
+        # Column by column, each cut to its own longest sequence: a batch pads its short
+        # queries to its long passages otherwise.
+        flat = self.columns(input_ids, token_type_ids, attention_mask)
+        step = shape[0]
+        vectors = torch.cat([self._trimmed(*[None if t is None else t[i:i + step]
+                                             for t in flat])
+                             for i in range(0, flat[0].shape[0], step)])
+        return {"embeddings": vectors.reshape(shape[1], shape[0], -1).transpose(0, 1)}
 
     def hf_config(self) -> dict[str, Any]:
         record = self.sentence.record()

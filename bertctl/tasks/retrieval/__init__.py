@@ -2,8 +2,10 @@
 
 Training files (reader.py): (query, positive[, negatives...]) pairs, trained with in-batch
 negatives (InfoNCE over scaled cosine similarities, or its symmetric form); pairs with graded
-scores (CoSENT); or texts alone, each its own positive under dropout (SimCSE). The head
-(`embedding`, bertctl.model.roles.Embedder) pools the last hidden states into one vector per
+scores (CoSENT); a teacher's scores of each row's candidates (MarginMSE); or texts alone, each
+its own positive under dropout (SimCSE). The losses are a registry (loss.py); the job trains
+the model inside contrastive.ContrastiveLoss (`training_module`). The head (`embedding`,
+bertctl.model.roles.Embedder) only embeds: it pools the last hidden states into one vector per
 sequence; its model directory is a sentence-transformers model too.
 
 Evaluation: a BEIR directory is searched exactly (ranking.py) and scored with trec_eval's
@@ -32,6 +34,7 @@ from bertctl.model import sentence_layout as sentence
 from bertctl.tasks.base import Family, check_options, model_roles
 from bertctl.tasks.registry import register
 from bertctl.tasks.retrieval import lexical, ranking, reader
+from bertctl.tasks.retrieval.loss import LOSSES
 from bertctl.tasks.retrieval.options import RetrievalOptions, options, sizes
 from bertctl.tasks.retrieval.reader import RetrievalExamples
 from bertctl.tasks.sequence import TaskFeatures, _bert_tokenizer
@@ -55,8 +58,9 @@ class Retrieval(Family):
         check_options(RetrievalOptions, spec)
         for name in ("matryoshka_dims", "dims"):
             sizes(getattr(options(spec), name), name)
-        if spec.label_column is not None and options(spec).loss in ("infonce", "symmetric"):
-            raise ValueError(f"loss {options(spec).loss} takes (query, positive) pairs; "
+        loss = options(spec).loss
+        if spec.label_column is not None and loss and LOSSES[loss].labels == "none":
+            raise ValueError(f"loss {loss} takes (query, positive) pairs; "
                              f"scores (label column '{spec.label_column}') train CoSENT")
 
     def check_metric(self, spec) -> None:
@@ -91,7 +95,7 @@ class Retrieval(Family):
             parts = reader.read_table_chunks(spec, path, rows)
         o = options(spec)
         for part in parts:
-            if part.teacher is not None and o.loss not in (None, "margin_mse"):
+            if part.teacher is not None and o.loss and LOSSES[o.loss].labels != "teacher":
                 part = dataclasses.replace(part, teacher=None)   # another loss: not read
             if o.bm25:   # BM25 reads the texts without the model's prompts
                 part = dataclasses.replace(part, raw=[row[0] for row in part.texts])
@@ -133,13 +137,14 @@ class Retrieval(Family):
                                f"a table of (query, positive) pairs or of scored pairs")
         scored = examples.kind == "scored"
         k = len(examples.texts[0]) if len(examples) else 0
-        if o.loss == "margin_mse" and examples.teacher is None:
-            raise BertctlError(f"{where}: --loss margin_mse imitates a teacher's scores of each "
+        wants = LOSSES[o.loss].labels if o.loss else None
+        if wants == "teacher" and examples.teacher is None:
+            raise BertctlError(f"{where}: --loss {o.loss} imitates a teacher's scores of each "
                                f"row's candidates and the file has none (bertctl mine "
                                f"--teacher RERANKER writes them)")
-        if o.loss == "cosent" and not scored:
-            raise BertctlError(f"{where}: --loss cosent ranks pairs by their graded scores and "
-                               f"the file gives none: name its score column with "
+        if wants == "scores" and not scored:
+            raise BertctlError(f"{where}: --loss {o.loss} ranks pairs by their graded scores "
+                               f"and the file gives none: name its score column with "
                                f"--label-column")
         if settings.batch_size < 2 and (scored or k <= 2):
             raise BertctlError("--batch-size 1: a contrastive loss compares the examples of a "
@@ -177,14 +182,21 @@ class Retrieval(Family):
 
     def head_kwargs(self, spec, label_list) -> dict[str, Any]:
         o = options(spec)
-        kwargs: dict[str, Any] = {"loss": o.loss or ("cosent" if spec.label_column else
-                                                      "infonce"),
-                                  "scale": o.scale, "cache_negatives": o.cache_negatives}
+        kwargs: dict[str, Any] = {}
         kwargs.update({k: v for k, v in (("pooling", o.pooling), ("normalize", o.normalize),
                                          ("dropout", o.dropout)) if v is not None})
         if o.matryoshka_dims is not None:
             kwargs["matryoshka_dims"] = list(sizes(o.matryoshka_dims, "matryoshka_dims"))
         return kwargs
+
+    def training_module(self, model, spec):
+        """The model inside its training loss (loss.py): --loss (unset: the labels of the
+        training file choose), --scale, --cache-negatives."""
+        from bertctl.tasks.retrieval.contrastive import ContrastiveLoss
+
+        o = options(spec)
+        return ContrastiveLoss(model, LOSSES[o.loss] if o.loss else None, o.scale,
+                               o.cache_negatives)
 
     def check_head(self, hf_config: dict[str, Any], spec, label_list, where: str) -> None:
         """Any encoder embeds: an embedding model, a sentence-transformers model, a bare or a

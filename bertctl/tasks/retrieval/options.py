@@ -5,21 +5,21 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from bertctl.model import sentence_layout as sentence
+from bertctl.tasks.retrieval.loss import LOSSES
 
 
 class RetrievalOptions(BaseModel):
     """The retrieval family's own settings (a task spec's `options`; flags of the same names)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    loss: Literal["infonce", "symmetric", "cosent", "margin_mse"] | None = Field(
-        None, description="infonce: in-batch negatives (MultipleNegativesRankingLoss); "
-        "symmetric: both directions; cosent: graded scores; margin_mse: a teacher's margins "
-        "between the positive and each negative (MarginMSELoss; the score_* columns bertctl "
-        "mine --teacher writes). Unset: cosent for a file with scores, margin_mse for one "
-        "with teacher scores, else infonce.")
+    loss: str | None = Field(
+        None, description="The training loss, from the registry (tasks/retrieval/loss.py): "
+        + "; ".join(f"{x.name}, {x.description}" for x in LOSSES.values())
+        + ". Unset: cosent for a file with scores, margin_mse for one with teacher scores, "
+        "else infonce.")
     scale: float = Field(20.0, gt=0, le=1000, description="The cosine similarities' scale "
                          "(inverse temperature) in the loss; at most 1000 (a temperature of "
                          "0.001), beyond which the loss's exponentials overflow.")
@@ -60,6 +60,11 @@ class RetrievalOptions(BaseModel):
                        "hybrid/METRIC: whether the dense model is worth it.")
     top_k: int = Field(100, ge=10, le=10_000, description="Documents retrieved per query "
                        "(the run's depth; Recall@100 and MAP read it).")
+
+    @field_validator("loss")
+    @classmethod
+    def _registered(cls, name: str | None) -> str | None:
+        return None if name is None else LOSSES.known(name)
 
 
 def sizes(text: str | None, name: str) -> tuple[int, ...]:

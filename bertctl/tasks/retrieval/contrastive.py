@@ -1,0 +1,156 @@
+"""How an embedding model is trained: the contrastive losses (their registry: loss.py) and the
+module the training loop runs, which embeds a batch (in one pass, or cached: cached.py) and
+takes the job's loss over its vectors. The model itself only embeds (model/roles.py's
+Embedder); what it is trained with is the job's choice (the family's `training_module`).
+
+- `infonce`: in-batch negatives. Each query's positive is its own document and every other
+  document of the batch (the other queries' positives and every hard negative) is a negative:
+  cross-entropy over `scale * cos(q, d)`, as sentence-transformers' MultipleNegativesRankingLoss.
+- `symmetric`: infonce plus the documents' side (each positive against every query), as its
+  MultipleNegativesSymmetricRankingLoss.
+- `cosent`: pairs with graded scores (STS): for every two pairs whose gold scores differ, the
+  one scored lower must have the lower cosine: log(1 + sum exp(scale * (cos_low - cos_high))),
+  as sentence-transformers' CoSENTLoss.
+- `margin_mse`: a teacher's (a cross-encoder's) scores of a query's candidates: the student's
+  cosine margins between the positive and each negative regress onto the teacher's.
+
+The registered form of each (`*_loss`) takes the batch's vectors (B, K, D) (column 0 the
+queries, or a pair's first texts), its labels and the scale.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bertctl.errors import BertctlError
+from bertctl.model.dropout import has_dropout
+from bertctl.tasks.retrieval import cached
+from bertctl.tasks.retrieval.loss import LOSSES, Loss, default_loss
+
+
+def info_nce(queries: torch.Tensor, documents: torch.Tensor, scale: float,
+             symmetric: bool = False) -> torch.Tensor:
+    """Queries (B, D) against documents (B, K, D): document [i, 0] is query i's positive, the
+    rest of row i its hard negatives; every document of the batch is a candidate for every
+    query. Cosine similarities, so the vectors need not be normalised."""
+    b, k, _ = documents.shape
+    q = F.normalize(queries.float(), dim=-1)
+    d = F.normalize(documents.float(), dim=-1).reshape(b * k, -1)
+    scores = scale * q @ d.T                                   # (B, B*K)
+    target = torch.arange(b, device=scores.device) * k
+    loss = F.cross_entropy(scores, target)
+    if symmetric:   # each positive picks its query among the batch's queries
+        positives = scores[:, ::k].T                           # (B, B): positive j vs query i
+        loss = (loss + F.cross_entropy(positives, torch.arange(b, device=scores.device))) / 2
+    return loss
+
+
+def cosent(a: torch.Tensor, b: torch.Tensor, gold: torch.Tensor, scale: float) -> torch.Tensor:
+    """CoSENT over pairs (a_i, b_i) with gold scores: every (i, j) with gold_i > gold_j should
+    have cos_i > cos_j."""
+    cos = F.cosine_similarity(a.float(), b.float(), dim=-1) * scale
+    diff = cos[None, :] - cos[:, None]                         # [i, j] = cos_j - cos_i
+    wrong = gold.float()[:, None] > gold.float()[None, :]      # i should be above j
+    diff = diff[wrong]
+    zero = torch.zeros(1, dtype=diff.dtype, device=diff.device)
+    return torch.logsumexp(torch.cat([zero, diff]), dim=0)
+
+
+def margin_mse(queries: torch.Tensor, documents: torch.Tensor,
+               teacher: torch.Tensor) -> torch.Tensor:
+    """Queries (B, D) and their candidates (B, K, D), the positive first: the squared error
+    between the student's margins cos(q, p) - cos(q, n_j) and the teacher's scores' margins
+    t_p - t_j, over every negative j (Hofstatter et al. 2020; sentence-transformers'
+    MarginMSELoss, with cosines where it takes dot products: bertctl's vectors are compared by
+    cosine)."""
+    cos = F.cosine_similarity(queries.float()[:, None], documents.float(), dim=-1)
+    teacher = teacher.float()
+    return F.mse_loss(cos[:, :1] - cos[:, 1:], teacher[:, :1] - teacher[:, 1:])
+
+
+def infonce_loss(e: torch.Tensor, _, scale: float) -> torch.Tensor:
+    return info_nce(e[:, 0], e[:, 1:], scale)
+
+
+def symmetric_loss(e: torch.Tensor, _, scale: float) -> torch.Tensor:
+    return info_nce(e[:, 0], e[:, 1:], scale, symmetric=True)
+
+
+def cosent_loss(e: torch.Tensor, scores: torch.Tensor, scale: float) -> torch.Tensor:
+    return cosent(e[:, 0], e[:, 1], scores.reshape(-1), scale)
+
+
+def margin_mse_loss(e: torch.Tensor, teacher: torch.Tensor, _) -> torch.Tensor:
+    return margin_mse(e[:, 0], e[:, 1:], teacher)
+
+
+class ContrastiveLoss(nn.Module):
+    """The embedding model trained on a contrastive loss. In training, a (B, K, T) batch is
+    embedded (all of it, or `cache_negatives` sequences at a time) and `loss` taken over the
+    vectors, summed over the model's Matryoshka sizes; otherwise, the model's own outputs.
+    The loop saves the model inside it (`model.`); the stage writes `model`."""
+
+    packs = False   # a row is a query with its documents, never packed
+    # The training loop's memory plan (bertctl.train.memory): the loss compares a batch's
+    # rows, which micro-batches would split.
+    compares_rows = ("--cache-negatives N (the same loss at the memory of N sequences; a "
+                     "smaller N where one is given)")
+
+    def __init__(self, model: nn.Module, loss: Loss | None = None, scale: float = 20.0,
+                 cache_negatives: int = 0):
+        """`loss` None: the batch's labels choose it (`default_loss`)."""
+        super().__init__()
+        self.model, self.loss = model, loss
+        self.scale, self.cache_negatives = float(scale), int(cache_negatives)
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None,
+                labels: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        shape = input_ids.shape
+        if not (self.training and torch.is_grad_enabled() and len(shape) == 3
+                and shape[1] >= 2):
+            return self.model(input_ids, token_type_ids, attention_mask)
+        if self.loss is None:
+            self.loss = LOSSES[default_loss(labels is not None and labels.dim() == 1,
+                                            labels is not None and labels.dim() == 2)]
+        flat = self.model.columns(input_ids, token_type_ids, attention_mask)
+        if 0 < self.cache_negatives < flat[0].shape[0]:
+            if torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
+                # DDP's gradient hooks fire once per parameter and step; the replay in the
+                # backward pass fires them once per micro-batch.
+                raise BertctlError("--cache-negatives runs in one process (not yet under "
+                                   "torchrun); each process's batch is its own negatives")
+            vectors = cached.cached_encoding(self.model._trimmed, flat, self.cache_negatives)
+            vectors = vectors.reshape(shape[1], shape[0], -1).transpose(0, 1)
+        else:
+            vectors = self.model(input_ids, token_type_ids, attention_mask)["embeddings"]
+        if shape[1] == 2 and labels is None and \
+                torch.equal(input_ids[:, 0], input_ids[:, 1]) and not has_dropout(self.model):
+            raise BertctlError("texts alone (SimCSE) are their own positives under dropout, "
+                               "and this model has none (ModernBERT's default): give "
+                               "--dropout, e.g. 0.1")
+        if shape[0] == 1 and (self.loss.labels == "scores"
+                              or (self.loss.labels == "none" and shape[1] == 2)):
+            raise BertctlError("--batch-size 1: a contrastive loss compares the examples of "
+                               "a batch (a query's negatives are the others' positives; "
+                               "CoSENT ranks pairs against each other): use 2 or more")
+        return {"embeddings": vectors, "loss": self.total(vectors, labels)}
+
+    def total(self, e: torch.Tensor, labels: torch.Tensor | None) -> torch.Tensor:
+        """The loss of (B, K, D) vectors; with Matryoshka sizes (the model's), the sum of the
+        losses of the vectors cut to each (sentence-transformers' MatryoshkaLoss, weights 1)."""
+        if (labels is None) != (self.loss.labels == "none"):
+            raise BertctlError(f"--loss {self.loss.name} takes " + (
+                "no labels" if self.loss.labels == "none" else f"labels ({self.loss.labels})")
+                + f", the batch has {'none' if labels is None else 'some'}")
+        total = None
+        for d in getattr(self.model, "matryoshka_dims", ()) or (e.shape[-1],):
+            loss = self.loss.compute(e[..., :d], labels, self.scale)
+            total = loss if total is None else total + loss
+        return total
+
+
+__all__ = ["ContrastiveLoss", "cosent", "cosent_loss", "info_nce", "infonce_loss",
+           "margin_mse", "margin_mse_loss", "symmetric_loss"]
