@@ -40,13 +40,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from bertctl.data.columns import column_sentences
 from bertctl.data.collate import length_grouped_batches, max_context_window, pad_to_tensor
 from bertctl.errors import BertctlError
 from bertctl.evaluation import non_finite_rows, refuse_non_finite
 from bertctl.model.features import combine_layers
 from bertctl.npy import NpyAppender
-from bertctl.tasks.tagging.reader import column_sentences
-from bertctl.tasks.files import BY_NAME, read_table
+from bertctl.data.tables import BY_NAME, read_table
 import pyarrow as pa
 import pyarrow.parquet as pq
 from tokenizers import Tokenizer

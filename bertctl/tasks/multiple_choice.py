@@ -5,7 +5,7 @@ index of the right one."""
 from __future__ import annotations
 
 from bertctl.errors import BertctlError
-from bertctl.tasks import files
+from bertctl.data import tables
 from bertctl.tasks.base import architecture_name, model_roles
 from bertctl.tasks.registry import register
 from bertctl.tasks.sequence import SequenceFamily
@@ -42,13 +42,13 @@ class MultipleChoice(SequenceFamily):
     def read_texts(self, spec, table, path, first_row=0):
         """Sentence A is the context; each choice is the prefix column (SWAG's sent2) and the
         choice's ending."""
-        files.require_columns(table, [spec.context_column, *spec.choice_columns]
+        tables.require_columns(table, [spec.context_column, *spec.choice_columns]
                               + ([spec.choice_prefix_column] if spec.choice_prefix_column
                                  else []), path)
-        context = files.text_column(table, spec.context_column, path, first_row=first_row)
-        prefix = (files.text_column(table, spec.choice_prefix_column, path, allow_empty=True,
+        context = tables.text_column(table, spec.context_column, path, first_row=first_row)
+        prefix = (tables.text_column(table, spec.choice_prefix_column, path, allow_empty=True,
                                     first_row=first_row) if spec.choice_prefix_column else None)
-        endings = [files.text_column(table, c, path, first_row=first_row)
+        endings = [tables.text_column(table, c, path, first_row=first_row)
                    for c in spec.choice_columns]
         if prefix is None:
             choices = [list(row) for row in zip(*endings)]
@@ -57,7 +57,7 @@ class MultipleChoice(SequenceFamily):
         return context, None, choices
 
     def read_labels(self, values, path, column, spec, label_list, first_row=0):
-        return files.choice_labels(values, path, column, spec.num_choices, first_row), None
+        return tables.choice_labels(values, path, column, spec.num_choices, first_row), None
 
 
 MULTIPLE_CHOICE = register(MultipleChoice())

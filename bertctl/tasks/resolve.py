@@ -18,7 +18,7 @@ from bertctl import console
 from bertctl.errors import BertctlError
 from bertctl.model.sentence_layout import KEY
 from bertctl.settings import DEFAULT_LENGTH
-from bertctl.tasks.files import is_saved_dataset
+from bertctl.data.tables import is_saved_dataset
 from bertctl.tasks.registry import FAMILIES, get
 from bertctl.tasks.spec import TaskSpec, make_task_spec
 

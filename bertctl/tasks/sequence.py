@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from bertctl.errors import BertctlError
-from bertctl.tasks import files
+from bertctl.data import tables
 from bertctl.tasks.base import Family, logits_of
 from tokenizers import Tokenizer
 from bertctl.metrics import TASK_METRICS
@@ -159,9 +159,9 @@ class SequenceFamily(Family):
     def read_texts(self, spec, table, path: Path, first_row: int = 0
                    ) -> tuple[list[str], list[str] | None, None]:
         """The texts of `table`'s rows, the file's from `first_row` on."""
-        files.require_columns(table, spec.text_columns, path)
-        text_a = files.text_column(table, spec.text_columns[0], path, first_row=first_row)
-        text_b = (files.text_column(table, spec.text_columns[1], path, first_row=first_row)
+        tables.require_columns(table, spec.text_columns, path)
+        text_a = tables.text_column(table, spec.text_columns[0], path, first_row=first_row)
+        text_b = (tables.text_column(table, spec.text_columns[1], path, first_row=first_row)
                   if len(spec.text_columns) == 2 else None)
         return text_a, text_b, None
 
@@ -197,19 +197,19 @@ class SequenceFamily(Family):
         one), read from a memory-mapped table: a file of any size in bounded memory. A file's
         own label list is taken from the whole label column before the first part."""
         path = Path(path)
-        with files.open_table(spec, path, in_memory=rows is None) as table:
+        with tables.open_table(spec, path, in_memory=rows is None) as table:
             if table.num_rows == 0:
                 raise BertctlError(f"{path}: no data rows")
             lab = spec.label_column
             labelled = lab is not None and lab in table.column_names
             if not labelled and require_labels:
-                files.require_columns(table, [lab] if lab is not None else [], path)
+                tables.require_columns(table, [lab] if lab is not None else [], path)
                 raise BertctlError(f"{path}: the task has no label column; set label_column")
             label_list = label_list or spec.labels
             if labelled and self.label_list and label_list is None:
                 import pyarrow.compute as pc
 
-                label_list = files.labels_of(pc.unique(table.column(lab)).to_pylist(), path, lab)
+                label_list = tables.labels_of(pc.unique(table.column(lab)).to_pylist(), path, lab)
             step = rows or table.num_rows
             for start in range(0, table.num_rows, step):
                 part = table.slice(start, step)

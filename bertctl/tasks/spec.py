@@ -14,9 +14,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
 from bertctl.errors import BertctlError
-from bertctl.tasks.files import column_name, label_key
+from bertctl.data.tables import column_name, label_key
 from bertctl.tasks.registry import FAMILIES
-from bertctl.tasks.files import format_of
+from bertctl.data.tables import format_of
 
 FileFormat = Literal["auto", "tsv", "csv", "json", "parquet", "arrow"]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from bertctl import artifacts
 from bertctl.data import overlap
 from bertctl.errors import BertctlError
-from bertctl.tasks import files as task_files
+from bertctl.data import tables
 from bertctl.tasks.span import reader as squad_reader
 from bertctl.tasks.tagging.reader import read_tagged
 
@@ -36,23 +36,23 @@ def read_task_file(path: Path, columns: list[str] | None,
                    hint: str = "name one with --against-column") -> TaskFile:
     if not path.is_file():
         raise BertctlError(f"{path}: file not found")
-    if task_files.format_of(path) is None:
+    if tables.format_of(path) is None:
         return _column_file(path, columns)
     nested = squad_reader.load_nested(path)
     if nested is not None:
         return _squad_file(path, columns, nested)
-    table = task_files.read_table(task_files.BY_NAME, path)
+    table = tables.read_table(tables.BY_NAME, path)
     if table.num_rows == 0:
         raise BertctlError(f"{path}: no data rows")
     if columns is not None:
-        task_files.require_columns(table, columns, path)
+        tables.require_columns(table, columns, path)
         chosen = list(columns)
     else:
         chosen = [name for name in table.column_names if _is_text(table.column(name))]
         if not chosen:
             raise BertctlError(f"{path}: no column with text to audit (columns: "
                                f"{', '.join(table.column_names)}); {hint}")
-    return TaskFile(path, chosen, [task_files.text_column(table, c, path, allow_empty=True)
+    return TaskFile(path, chosen, [tables.text_column(table, c, path, allow_empty=True)
                                    for c in chosen])
 
 

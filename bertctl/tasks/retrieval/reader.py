@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from bertctl.errors import BertctlError
-from bertctl.tasks import files
+from bertctl.data import tables
 
 QUERIES, CORPUS, QRELS = "queries.jsonl", "corpus.jsonl", "qrels"
 # A teacher's score of a candidate column C is the column score_C (bertctl mine --teacher).
@@ -85,14 +85,14 @@ def digest(text: str) -> str:
 
 
 def read_table_chunks(spec, path: Path, rows: int | None) -> Iterator[RetrievalExamples]:
-    with files.open_table(spec, path, in_memory=rows is None) as table:
+    with tables.open_table(spec, path, in_memory=rows is None) as table:
         if table.num_rows == 0:
             raise BertctlError(f"{path}: no data rows")
         # Unnamed: the query, its positive and every negative column (negative, negative_1,
         # ... as sentence-transformers' mine_hard_negatives writes them), in the file's order.
         columns = list(spec.text_columns) or ["query", "positive", *(
             c for c in table.column_names if c.startswith("negative"))]
-        files.require_columns(table, columns, path)
+        tables.require_columns(table, columns, path)
         scored = spec.label_column is not None and spec.label_column in table.column_names
         if scored and len(columns) != 2:
             raise BertctlError(f"{path}: scores (column '{spec.label_column}') grade pairs of "
@@ -105,11 +105,11 @@ def read_table_chunks(spec, path: Path, rows: int | None) -> Iterator[RetrievalE
         step = rows or table.num_rows
         for start in range(0, table.num_rows, step):
             part = table.slice(start, step)
-            cols = [files.text_column(part, c, path, first_row=start) for c in columns]
+            cols = [tables.text_column(part, c, path, first_row=start) for c in columns]
             texts = [list(t) for t in zip(*cols)]
-            scores = (files.float_labels(part.column(spec.label_column).to_pylist(), path,
+            scores = (tables.float_labels(part.column(spec.label_column).to_pylist(), path,
                                          spec.label_column, start) if scored else None)
-            teacher = (np.stack([files.float_labels(part.column(c).to_pylist(), path, c, start)
+            teacher = (np.stack([tables.float_labels(part.column(c).to_pylist(), path, c, start)
                                  for c in taught], axis=1) if found else None)
             yield RetrievalExamples(str(path), "scored" if scored else "pairs", texts, scores,
                                     keys=[[digest(t) for t in row] for row in texts],

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 # The shared table reader of the other families (TSV/CSV/JSON lines/parquet/save_to_disk).
-from bertctl.tasks.files import BY_NAME, read_table, require_columns
+from bertctl.data.tables import BY_NAME, read_table, require_columns
 from bertctl.errors import BertctlError
 
 

@@ -22,29 +22,21 @@ per sentence, so an error can name `file:line` without keeping the lines.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
 
-from bertctl.tasks.files import BY_NAME, read_table
+from bertctl.data.columns import DOCSTART, Column, column_sentences
+from bertctl.data.tables import BY_NAME, read_table
 from bertctl.errors import BertctlError
 
-DOCSTART = "-DOCSTART-"
 CONLL2003_COLUMNS = ("token", "pos", "chunk", "ner")
 TABLE_SUFFIXES = (".jsonl", ".json", ".parquet")
 # The Hugging Face datasets layout of CoNLL-2003 (and most token-classification sets).
 TABLE_TOKEN_COLUMN, TABLE_TAG_COLUMN = "tokens", "ner_tags"
 
-Column = int | str
-# Fields are separated by ASCII white space only: a word may be an odd Unicode space (U+00A0),
-# which str.split() would take for a separator and silently drop.
-_ASCII_SPACE = " \t\r\n\v\f"
-_FIELD_SEP = re.compile(r"[ \t\r\n\v\f]+")
-_SIMPLE = re.compile(r"^[\x21-\x7e \t\r\n]*$")   # printable ASCII: str.split() is the same, faster
 
 
 @dataclass
@@ -134,21 +126,6 @@ def _first_width(path: Path) -> int | None:
     return None
 
 
-# --- column files --------------------------------------------------------------------------------
-
-def _field_index(column: Column, names: tuple[str, ...] | None, path: Path, what: str) -> int:
-    if isinstance(column, int) and not isinstance(column, bool):
-        return column
-    if isinstance(column, str) and column.lstrip("-").isdigit():
-        return int(column)
-    if names is None:
-        raise BertctlError(f"{path}: a column file has no header, so the {what} column "
-                           f"'{column}' needs column names (or give its index)")
-    if column not in names:
-        raise BertctlError(f"{path}: no {what} column '{column}' (columns: {', '.join(names)})")
-    return names.index(column)
-
-
 def _read_columns(path: Path, token_column: Column, tag_column: Column | None,
                   column_names: tuple[str, ...] | None) -> TaggedExamples:
     words: list[str] = []
@@ -171,55 +148,6 @@ def _read_columns(path: Path, token_column: Column, tag_column: Column | None,
                           doc_ids=np.array(doc_ids, dtype=np.int64),
                           lines=np.array(lines, dtype=np.int64), line_kind="line",
                           labelled=tag_column is not None)
-
-
-def column_sentences(path: Path, token_column: Column, tag_column: Column | None = None,
-                     column_names: tuple[str, ...] | None = None
-                     ) -> Iterator[tuple[int, int, list[str], list[str]]]:
-    """A column file's sentences, streamed: (line of the first word, document number, words,
-    tags). Without `tag_column` (embedding a token file) the tags are empty lists."""
-    tok_i = _field_index(token_column, column_names, path, "token")
-    tag_i = None if tag_column is None else _field_index(tag_column, column_names, path, "tag")
-    words: list[str] = []
-    tags: list[str] = []
-    width = None
-    doc = 0
-    start_line = 0    # line of the open sentence's first word; 0 while none is open
-    with open(path, "rb") as f:
-        for lineno, raw in enumerate(f, 1):
-            try:     # line by line, so that an undecodable byte is reported on its own line
-                line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
-            except UnicodeDecodeError as exc:
-                raise BertctlError(f"{path}:{lineno}: not UTF-8 text ({exc.reason})") from None
-            fields = line.strip(_ASCII_SPACE).split() if _SIMPLE.match(line) else \
-                _FIELD_SEP.split(line.strip(_ASCII_SPACE))
-            if fields == [""] or not fields or fields[0] == DOCSTART:
-                if start_line:
-                    yield start_line, doc, words, tags
-                    words, tags, start_line = [], [], 0
-                doc += bool(fields) and fields[0] == DOCSTART
-                continue
-            if width is None:
-                width = len(fields)
-                if column_names is not None and len(column_names) != width:
-                    raise BertctlError(f"{path}:{lineno}: {width} columns but "
-                                       f"{len(column_names)} column names ({', '.join(column_names)})")
-                for i, what in ((tok_i, "token"), (tag_i, "tag")):
-                    if i is not None and not -width <= i < width:
-                        raise BertctlError(f"{path}:{lineno}: no {what} column {i} "
-                                           f"(the line has {width} columns)")
-                if tag_i is not None and tok_i % width == tag_i % width:
-                    raise BertctlError(f"{path}: the token and tag columns are the same column")
-            elif len(fields) != width:
-                raise BertctlError(f"{path}:{lineno}: {len(fields)} columns, expected {width} "
-                                   "(as on the file's first word line)")
-            if not start_line:
-                start_line = lineno
-            words.append(fields[tok_i])
-            if tag_i is not None:
-                tags.append(fields[tag_i])
-    if start_line:
-        yield start_line, doc, words, tags
 
 
 # --- tables --------------------------------------------------------------------------------------
