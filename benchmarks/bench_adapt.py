@@ -54,7 +54,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from bertctl.locks import output_lock
+from bertctl.contract.locks import output_lock
 import common  # noqa: E402  (benchmarks/common.py)
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -202,7 +202,7 @@ def run_transformers(train_path: Path, data: Path, model_dir: Path, a) -> dict:
 
 
 def run_bertctl(train_path: Path, data: Path, model_dir: Path, a) -> dict:
-    from bertctl.artifacts import REVISIONS  # the code the CLI below runs
+    from bertctl.contract.artifacts import REVISIONS  # the code the CLI below runs
 
     out = Path(a.work) / f"bertctl-{a.seed}-{os.getpid()}"
     common = ["--task", "conll2003", "--max-seq-length", str(a.max_seq_length),

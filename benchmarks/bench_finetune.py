@@ -185,7 +185,7 @@ def run_transformers(task, data_dir, model_dir, a):
 
 
 def run_bertctl(task, data_dir, model_dir, a):
-    from bertctl.artifacts import REVISIONS  # the code the CLI below runs
+    from bertctl.contract.artifacts import REVISIONS  # the code the CLI below runs
 
     out = Path(a.work) / f"bertctl-{task}-{a.seed}-{os.getpid()}"
     cmd = [sys.executable, "-m", "bertctl", "finetune", str(model_dir), str(data_dir),

@@ -36,7 +36,7 @@ def direct(files, vocab_size):
 
 
 def bertctl_stage(files, vocab_size, out):
-    from bertctl.artifacts import Target
+    from bertctl.contract.artifacts import Target
     from bertctl.config import TokenizeSettings
     from bertctl.stages import tokenize
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from bertctl import console, lineage
-from bertctl.artifacts import Artifact, InputRef, sha256_file
+from bertctl.contract.artifacts import Artifact, InputRef, sha256_file
 from bertctl.errors import BertctlError
 from bertctl.tasks import PRESETS
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bertctl.artifacts import InputRef, Manifest, read_manifest
+from bertctl.contract.artifacts import InputRef, Manifest, read_manifest
 from bertctl.errors import BertctlError
 
 

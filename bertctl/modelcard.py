@@ -14,8 +14,8 @@ from typing import Any
 
 import bertctl
 from bertctl import lineage
-from bertctl.artifacts import InputRef, Manifest
-from bertctl.artifacts import FORMAT, SCHEMA_VERSIONS, environment
+from bertctl.contract.artifacts import InputRef, Manifest
+from bertctl.contract.artifacts import FORMAT, SCHEMA_VERSIONS, environment
 from bertctl.exports import ExportFacts
 
 README = "README.md"

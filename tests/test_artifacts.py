@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bertctl import artifacts
+from bertctl.contract import artifacts
 from bertctl.errors import BertctlError
 
 from conftest import CORPUS, ROOT, run_bertctl
@@ -148,7 +148,7 @@ def test_verify_catches_one_changed_byte_and_a_missing_file(tmp_path, cli):
 KILLABLE = r"""
 import signal, sys, time
 from pathlib import Path
-from bertctl import artifacts
+from bertctl.contract import artifacts
 # A process started in the background by a non-interactive shell (as CI may run the tests)
 # inherits SIGINT ignored; the test is about what Ctrl-C does, so restore Python's handler.
 signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -188,7 +188,7 @@ def test_killed_cli_stage_leaves_no_artifact(tmp_path):
     # The signal comes just before the written files are hashed (tests/faults/killpoint.py):
     # a signal timed from outside could come after the run finished on a fast machine.
     killpoint = Path(__file__).parent / "faults" / "killpoint.py"
-    proc = subprocess.run([sys.executable, str(killpoint), "bertctl.artifacts:_hash_files", "1",
+    proc = subprocess.run([sys.executable, str(killpoint), "bertctl.contract.artifacts:_hash_files", "1",
                            "before", "TERM", "--", "tokenize", str(big), "--out", str(out)],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 130, proc.stderr

@@ -17,8 +17,9 @@ import typer
 from click.exceptions import NoArgsIsHelpError
 
 import bertctl
-from bertctl import console, plugins, signals
-from bertctl.artifacts import Target
+from bertctl import console, plugins
+from bertctl.contract import signals
+from bertctl.contract.artifacts import Target
 from bertctl.config import (AuditSettings, BuildPretrainDataSettings, DistillSettings, EmbedSettings,
                             EvalSettings, ExportSettings, FinetuneSettings, GlueSummarySettings,
                             IndexSettings, MineSettings, PretrainSettings, ReportSettings,

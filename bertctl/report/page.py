@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bertctl import lineage
-from bertctl.artifacts import Artifact, InputRef
+from bertctl.contract.artifacts import Artifact, InputRef
 from bertctl.report import gains, plots
 
 # Fields of metrics.jsonl records that are not curves (bookkeeping and counts).

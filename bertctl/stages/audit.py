@@ -10,7 +10,9 @@ import json
 import time
 from pathlib import Path
 
-from bertctl import artifacts, console
+from bertctl import console
+
+from bertctl.contract import artifacts
 from bertctl.config import AuditSettings
 from bertctl.data import corpus, overlap
 from bertctl.errors import BertctlError

@@ -7,7 +7,9 @@ import os
 import shutil
 from pathlib import Path
 
-from bertctl import artifacts, console
+from bertctl import console
+
+from bertctl.contract import artifacts
 from bertctl.config import BuildPretrainDataSettings
 from bertctl.data.settings import PretrainingDataSettings
 from bertctl.data import corpus, pretraining, pretraining_dataset

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bertctl import artifacts, console, lineage
+from bertctl import console, lineage
+
+from bertctl.contract import artifacts
 
 
 def run(a_dir: Path, b_dir: Path, json_output: bool = False) -> list[lineage.Difference]:

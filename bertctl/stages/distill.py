@@ -14,7 +14,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from bertctl import artifacts, console, distillation
+from bertctl import console, distillation
+
+from bertctl.contract import artifacts
 from bertctl.config import DistillSettings
 from bertctl.errors import BertctlError, NonFiniteOutputs
 from bertctl.model import LoadReport, build, read_config

@@ -7,7 +7,9 @@ import dataclasses
 import time
 from pathlib import Path
 
-from bertctl import artifacts, console, embeddings, evaluation, hardware
+from bertctl import console, embeddings, evaluation, hardware
+
+from bertctl.contract import artifacts
 from bertctl.config import EmbedSettings
 from bertctl.errors import BertctlError
 from bertctl.model import architectures, sentence_layout

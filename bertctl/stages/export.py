@@ -22,7 +22,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from bertctl import artifacts, console, evaluation, hardware, modelcard, onnx_model
+from bertctl import console, evaluation, hardware, modelcard, onnx_model
+
+from bertctl.contract import artifacts
 from bertctl.metrics import json_safe
 from bertctl.model import architectures
 from bertctl.config import ExportSettings

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bertctl import artifacts, tasks
+from bertctl import tasks
+
+from bertctl.contract import artifacts
 from bertctl.config import FinetuneSettings
 from bertctl.errors import BertctlError
 from bertctl.model.features import parse_layers

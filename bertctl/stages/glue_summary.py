@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bertctl import artifacts, console, glue
+from bertctl import console, glue
+
+from bertctl.contract import artifacts
 from bertctl.metrics import json_safe
 from bertctl.config import GlueSummarySettings
 from bertctl.errors import BertctlError

@@ -11,7 +11,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from bertctl import artifacts, console, hardware
+from bertctl import console, hardware
+
+from bertctl.contract import artifacts
 from bertctl.config import IndexSettings
 from bertctl.stages.common import vectors
 from bertctl.tasks.retrieval import approximate

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import numpy as np
 
-from bertctl import artifacts, console, hardware, tasks
+from bertctl import console, hardware, tasks
+
+from bertctl.contract import artifacts
 from bertctl.config import MineSettings
 from bertctl.errors import BertctlError
 from bertctl.model import sentence_layout

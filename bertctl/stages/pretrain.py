@@ -14,7 +14,9 @@ from pathlib import Path
 
 import torch
 
-from bertctl import agreement, artifacts, console, modelcard, objectives
+from bertctl import agreement, console, modelcard, objectives
+
+from bertctl.contract import artifacts
 from bertctl.config import PretrainSettings
 from bertctl.data import tokenizer, vocab_extension
 from bertctl.data.pretraining_dataset import (PretrainingDataset, check_mask_rate,

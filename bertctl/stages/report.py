@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bertctl import artifacts, console
+from bertctl import console
+
+from bertctl.contract import artifacts
 from bertctl.config import ReportSettings
 from bertctl.errors import BertctlError
 from bertctl.report import page, plots

@@ -17,7 +17,9 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from bertctl import artifacts, hardware, tasks
+from bertctl import hardware, tasks
+
+from bertctl.contract import artifacts
 from bertctl.embeddings import INDEX
 from bertctl.errors import BertctlError
 from bertctl.model import sentence_layout

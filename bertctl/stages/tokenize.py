@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bertctl import artifacts, console
+from bertctl import console
+
+from bertctl.contract import artifacts
 from bertctl.config import TokenizeSettings
 from bertctl.data import corpus, tokenizer, vocab_extension
 from bertctl.errors import BertctlError

@@ -39,7 +39,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from bertctl import signals
+from bertctl.contract import signals
 from bertctl.errors import BertctlError, DiskFull, is_disk_full
 
 CHECKPOINTS = "checkpoints"
@@ -126,7 +126,7 @@ def save_checkpoint(work_dir: Path, step: int, model: nn.Module, optimizer: torc
                     scaler_state: dict[str, Any], rng_states: list[dict[str, Any]],
                     trainer: dict[str, Any], keep_last: int | None) -> Path:
     """Write checkpoint `step` atomically, then delete all but the newest `keep_last`. A SIGTERM
-    meanwhile waits for the checkpoint to be complete (bertctl.signals)."""
+    meanwhile waits for the checkpoint to be complete (bertctl.contract.signals)."""
     with signals.deferred():
         return _save_checkpoint(work_dir, step, model, optimizer, scaler_state, rng_states,
                                 trainer, keep_last)

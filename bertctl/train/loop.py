@@ -33,7 +33,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from bertctl import hardware, signals
+from bertctl import hardware
+
+from bertctl.contract import signals
 from bertctl.data.collate import without_full_mask
 from bertctl.errors import BertctlError
 from bertctl.model import attention

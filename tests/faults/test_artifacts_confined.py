@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from bertctl import artifacts
+from bertctl.contract import artifacts
 from bertctl.errors import BertctlError
 
 from conftest import CORPUS

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from bertctl import artifacts
+from bertctl.contract import artifacts
 from bertctl.errors import DiskFull
 from bertctl.train import checkpoint
 

@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from bertctl import artifacts
+from bertctl.contract import artifacts
 
 
 def _edit(path, change):

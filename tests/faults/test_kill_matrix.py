@@ -29,8 +29,8 @@ KILLPOINT = Path(__file__).with_name("killpoint.py")
 # quotes it); every other file must be byte-identical.
 TIMED = {"metrics.jsonl", "README.md"}
 
-BEFORE_PUBLISH = ("bertctl.placement:replace", 1, "before")     # all written, not yet renamed
-BUILT = ("bertctl.artifacts:_hash_files", 1, "before")          # the stage's files written
+BEFORE_PUBLISH = ("bertctl.contract.placement:replace", 1, "before")     # all written, not yet renamed
+BUILT = ("bertctl.contract.artifacts:_hash_files", 1, "before")          # the stage's files written
 FIRST_SHARD = ("bertctl.data.pretraining_shards:ShardWriter._close", 1, "after")
 FIRST_CHECKPOINT = ("bertctl.train.checkpoint:save_checkpoint", 1, "after")
 SECOND_CHECKPOINT = ("bertctl.train.checkpoint:save_checkpoint", 2, "before")
@@ -158,7 +158,7 @@ def test_sigterm_exits_130_with_one_line_and_only_documented_leftovers(tmp_path,
 @pytest.mark.parametrize("stage", ["tokenize", "build-pretrain-data", "pretrain", "finetune",
                                    "eval", "embed"])
 def test_a_second_run_on_the_same_out_fails_at_once_naming_the_holder(tmp_path, stages, stage):
-    from bertctl import locks
+    from bertctl.contract import locks
 
     commands, _ = stages
     out = tmp_path / "out"
@@ -172,7 +172,7 @@ def test_a_second_run_on_the_same_out_fails_at_once_naming_the_holder(tmp_path, 
 
 # Inside a checkpoint write (between its files) and just after an artifact is published.
 IN_CHECKPOINT = ("bertctl.train.checkpoint:_sha256", 1, "before")
-PUBLISHED = ("bertctl.placement:replace", 1, "after")
+PUBLISHED = ("bertctl.contract.placement:replace", 1, "after")
 
 
 @pytest.mark.parametrize("stage", ["pretrain", "finetune"])

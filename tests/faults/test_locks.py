@@ -8,7 +8,7 @@ import sys
 import threading
 import time
 
-from bertctl import locks
+from bertctl.contract import locks
 
 from conftest import run_bertctl
 
@@ -66,7 +66,7 @@ def test_wait_takes_the_lock_when_it_is_released(tmp_path, minilm_dir):
 
 def test_the_lock_of_a_killed_run_is_taken_over(tmp_path, minilm_dir):
     out = tmp_path / "tok"
-    code = ("import sys, time; from pathlib import Path; from bertctl import locks\n"
+    code = ("import sys, time; from pathlib import Path; from bertctl.contract import locks\n"
             f"cm = locks.output_lock(Path({str(out)!r})); cm.__enter__()\n"
             "print('held', flush=True); time.sleep(60)\n")
     holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from bertctl import signals
+from bertctl.contract import signals
 
 
 @pytest.fixture(autouse=True)

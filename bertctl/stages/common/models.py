@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bertctl import agreement, artifacts, console, hardware, placement
+from bertctl import agreement, console, hardware
+
+from bertctl.contract import artifacts, placement
 from bertctl.data import tokenizer as tokenizer_mod
 from bertctl.errors import BertctlError
 from bertctl.exports import ExportFacts

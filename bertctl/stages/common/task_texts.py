@@ -9,7 +9,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bertctl import artifacts
+from bertctl.contract import artifacts
 from bertctl.data import overlap
 from bertctl.errors import BertctlError
 from bertctl.data import tables

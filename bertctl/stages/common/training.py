@@ -12,7 +12,9 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
-from bertctl import artifacts, console, hardware, locks, modelcard, placement
+from bertctl import console, hardware, modelcard
+
+from bertctl.contract import artifacts, locks, placement
 from bertctl import settings as settings_mod
 from bertctl.errors import Interrupted
 from bertctl.train import distributed as dist

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import numpy as np
 
-from bertctl import artifacts, console, evaluation
+from bertctl import console, evaluation
+
+from bertctl.contract import artifacts
 from bertctl.errors import BertctlError
 from bertctl.tasks.retrieval.reader import RetrievalExamples
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bertctl import artifacts, console, expectations
+from bertctl import console, expectations
+
+from bertctl.contract import artifacts
 from bertctl.config import EvalSettings
 from bertctl.errors import BertctlError
 from bertctl.expectations import ExpectationsUnmet

@@ -8,7 +8,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bertctl import agreement, artifacts, console, hardware, objectives
+from bertctl import agreement, console, hardware, objectives
+
+from bertctl.contract import artifacts
 from bertctl.metrics import json_safe
 from bertctl.config import EvalSettings
 from bertctl.errors import BertctlError, NonFiniteOutputs

@@ -14,7 +14,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bertctl import artifacts, console, evaluation, hardware
+from bertctl import console, evaluation, hardware
+
+from bertctl.contract import artifacts
 from bertctl.metrics import json_safe
 from bertctl.config import EvalSettings
 from bertctl.errors import BertctlError

@@ -25,14 +25,15 @@ from pydantic import BaseModel, ValidationError
 
 import bertctl
 from bertctl import settings as settings_mod
-from bertctl import locks, placement, plugins, signals
+from bertctl import plugins
+from bertctl.contract import locks, placement, signals
 from bertctl.settings import StageConfig
 from bertctl.errors import BertctlError
-from bertctl.identity import (REVISIONS, SCHEMA_VERSIONS, compute_id,  # noqa: F401
+from bertctl.contract.identity import (REVISIONS, SCHEMA_VERSIONS, compute_id,  # noqa: F401
                               lineage_problem)
 # The manifest's types, where every module that reads them takes them (re-exported: the
 # stages name them artifacts.InputRef, artifacts.Manifest).
-from bertctl.manifest import FORMAT, MANIFEST, FileEntry, InputRef, Manifest  # noqa: F401
+from bertctl.contract.manifest import FORMAT, MANIFEST, FileEntry, InputRef, Manifest  # noqa: F401
 
 class Artifact:
     """A complete artifact on disk, as read and checked by `read_artifact`."""

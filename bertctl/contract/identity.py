@@ -13,7 +13,7 @@ from bertctl import settings as settings_mod
 from bertctl.config import STAGE_SETTINGS
 
 if TYPE_CHECKING:
-    from bertctl.manifest import InputRef, Manifest
+    from bertctl.contract.manifest import InputRef, Manifest
 
 # The layout version of each kind this code writes and can read. Bump one when its files change
 # in a way older readers would misread.

@@ -27,7 +27,9 @@ import socket
 from collections.abc import Iterator
 from pathlib import Path
 
-from bertctl import console, signals
+from bertctl import console
+
+from bertctl.contract import signals
 from bertctl.errors import BertctlError
 
 

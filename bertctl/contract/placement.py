@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from bertctl.errors import BertctlError
 
 if TYPE_CHECKING:
-    from bertctl.manifest import InputRef
+    from bertctl.contract.manifest import InputRef
 
 TMP_MARK = ".tmp-"
 # The longest hidden sibling's name is the artifact's plus this many characters
