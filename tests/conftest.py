@@ -108,6 +108,18 @@ def minilm_dir():
 
 
 @pytest.fixture(scope="session")
+def example_index(tmp_path_factory, minilm_dir):
+    """all-MiniLM-L6-v2's own vectors of the example BEIR corpus, with ids and texts: what
+    `bertctl search` and `bertctl index` read (fp32, so hits compare with numpy's)."""
+    out = tmp_path_factory.mktemp("example-index") / "index"
+    r = invoke("embed", minilm_dir, EXAMPLES / "retrieval" / "beir" / "corpus.jsonl",
+               "--text-column", "text", "--id-column", "_id", "--store-text",
+               "--precision", "fp32", "--out", out)
+    assert r.exit_code == 0, r.stderr
+    return out
+
+
+@pytest.fixture(scope="session")
 def small_tokenizer(tmp_path_factory):
     """A small tokenizer artifact trained on the example corpus, shared by tests that need one."""
     out = tmp_path_factory.mktemp("tok") / "tokenizer"

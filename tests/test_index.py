@@ -19,15 +19,9 @@ CORPUS = EXAMPLES / "retrieval" / "beir" / "corpus.jsonl"
 QUERIES = ["--query", "Who were the Normans?", "--query", "What is computational complexity?"]
 
 
-@pytest.fixture(scope="module")
-def embedded(tmp_path_factory, minilm_dir):
-    from conftest import invoke
-
-    out = tmp_path_factory.mktemp("index") / "emb"
-    r = invoke("embed", minilm_dir, CORPUS, "--text-column", "text", "--id-column", "_id",
-               "--store-text", "--precision", "fp32", "--out", out)
-    assert r.exit_code == 0, r.stderr
-    return out
+@pytest.fixture
+def embedded(example_index):
+    return example_index
 
 
 def _hits(r):

@@ -15,15 +15,9 @@ QUERIES = ["Who were the Normans?", "What is computational complexity theory?",
            "In what country is Normandy located?"]
 
 
-@pytest.fixture(scope="module")
-def index(tmp_path_factory, minilm_dir):
-    from conftest import invoke
-
-    out = tmp_path_factory.mktemp("search") / "index"
-    r = invoke("embed", minilm_dir, CORPUS, "--text-column", "text", "--id-column", "_id",
-               "--store-text", "--precision", "fp32", "--out", out)
-    assert r.exit_code == 0, r.stderr
-    return out
+@pytest.fixture
+def index(example_index):
+    return example_index
 
 
 def test_the_hits_are_a_brute_force_cosine_search_over_the_index(cli, index, minilm_dir,
