@@ -35,7 +35,8 @@ import common  # noqa: E402  (benchmarks/common.py)
 sys.path.insert(0, str(common.ROOT))
 from bertctl.tasks.retrieval import approximate, ranking  # noqa: E402
 
-KINDS = [("ivf", "none"), ("ivf", "int8"), ("hnsw", "none"), ("hnsw", "int8")]
+KINDS = [("ivf", "none"), ("ivf", "int8"), ("ivf", "binary"), ("hnsw", "none"), ("hnsw", "int8"),
+         ("hnsw", "binary")]
 PROBES = [8, 32, 128]
 EF_SEARCH = [32, 128, 512]
 

@@ -86,10 +86,11 @@ class IndexSettings(StageConfig):
         "ivf.", json_schema_extra=meta(INDEX))
     exact_below: int = Field(100_000, ge=0, description="With --kind auto: fewer vectors "
                              "than this are searched exactly.", json_schema_extra=meta(INDEX))
-    quantize: Literal["none", "int8"] = Field("none", description="How an approximate index "
-                                              "stores each value: float32, or a byte (a "
-                                              "quarter of the memory).",
-                                              json_schema_extra=meta(INDEX))
+    quantize: Literal["none", "int8", "binary"] = Field(
+        "none", description="How an approximate index stores each value: float32; a byte (a "
+        "quarter of the memory); or its sign, a bit (a thirty-second), searched by Hamming "
+        "distance, the first 4 x k candidates rescored with the stored vectors.",
+        json_schema_extra=meta(INDEX))
     lists: int | None = Field(None, ge=1, description="ivf: the clusters. Unset: 4 x "
                               "sqrt(vectors), at least 64 vectors a list.",
                               json_schema_extra=meta(INDEX))

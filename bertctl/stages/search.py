@@ -65,7 +65,8 @@ def open_index(path: Path):
                            f"{art.manifest.id}, the index's {ref.id})")
     if built.manifest.stats.get("index") == "exact":
         return art, blocks, None, "exact"
-    index = approximate.read(built.file(approximate.FILE))
+    index = approximate.read(built.file(approximate.FILE),
+                             binary=built.manifest.stats.get("quantize") == "binary")
     if index.ntotal != sum(len(b) for b in blocks) or index.d != blocks[0].shape[1]:
         raise BertctlError(f"{path}: its faiss index holds {index.ntotal:,} vectors of "
                            f"{index.d}, the embeddings {sum(len(b) for b in blocks):,} of "
@@ -116,7 +117,7 @@ def run(index: Path, query: list[str], queries_file: Path | None, top_k: int,
     texts = rows.column("text").to_pylist() if "text" in rows.column_names else None
     k = min(top_k, stats.get("vectors", top_k))
     scores, found = (ranking.search(q, blocks, k) if approx is None
-                     else approximate.nearest(approx, q, k))
+                     else approximate.nearest(approx, q, k, blocks))
     out = sys.stdout
     for (qid, text), s, i in zip(asked, scores, found):
         for rank, (score, j) in enumerate(zip(s.tolist(), i.tolist()), 1):

@@ -7,6 +7,10 @@
   `ef_search` (built with `ef_construction`).
 - quantize int8: each value stored in a byte (faiss's 8-bit scalar quantiser, per-dimension
   ranges trained on the sample), a quarter of the memory; none: float32.
+- quantize binary: each value's sign, a bit (a thirty-second of the memory), searched by
+  Hamming distance (faiss's binary IVF and HNSW); the first RESCORE x k candidates are then
+  scored by their cosine with the stored float vectors and the best k kept, as
+  sentence-transformers' binary quantisation with rescoring does. Needs a width divisible by 8.
 
 Every vector is scaled to unit length first and searched by inner product, so a score is the
 cosine that exact search (ranking.search) gives. The vectors go in a block at a time from the
@@ -31,6 +35,7 @@ from bertctl.tasks.retrieval import ranking
 FILE = "faiss.index"
 BLOCK = 65_536
 TRAIN_PER_LIST = 64   # faiss warns below 39 points a centroid; 64 a list, at most 256 x lists
+RESCORE = 4           # binary: candidates rescored per result (sentence-transformers' default)
 
 
 def _faiss():
@@ -53,6 +58,15 @@ def _rows(blocks: Sequence[np.ndarray], rows: np.ndarray) -> np.ndarray:
     return ranking._unit(np.concatenate(out))
 
 
+def _bits(x: np.ndarray) -> np.ndarray:
+    """Each value's sign as a bit, 8 to a byte: binary quantisation."""
+    return np.packbits(np.asarray(x) > 0, axis=1)
+
+
+def is_binary(index) -> bool:
+    return isinstance(index, _faiss().IndexBinary)
+
+
 def lists_for(n: int, lists: int | None) -> int:
     return max(1, min(n // TRAIN_PER_LIST, lists or int(4 * np.sqrt(n))))
 
@@ -66,7 +80,19 @@ def build(blocks: Sequence[np.ndarray], kind: str, quantize: str, *, lists: int 
     n, dim = sum(len(b) for b in blocks), blocks[0].shape[1]
     ip = faiss.METRIC_INNER_PRODUCT
     sq = faiss.ScalarQuantizer.QT_8bit
-    if kind == "ivf":
+    binary = quantize == "binary"
+    if binary and dim % 8:
+        raise BertctlError(f"--quantize binary packs 8 values a byte: the vectors' {dim} "
+                           f"values are not a multiple of 8")
+    if binary and kind == "ivf":
+        nlist = lists_for(n, lists)
+        index = faiss.IndexBinaryIVF(faiss.IndexBinaryFlat(dim), dim, nlist)
+        sample = min(n, 4 * TRAIN_PER_LIST * nlist)
+    elif binary:
+        index = faiss.IndexBinaryHNSW(dim, m)
+        index.hnsw.efConstruction = ef_construction
+        sample = 0
+    elif kind == "ivf":
         nlist = lists_for(n, lists)
         coarse = faiss.IndexFlatIP(dim)
         index = (faiss.IndexIVFScalarQuantizer(coarse, dim, nlist, sq, ip) if quantize == "int8"
@@ -78,12 +104,13 @@ def build(blocks: Sequence[np.ndarray], kind: str, quantize: str, *, lists: int 
                  else faiss.IndexHNSWFlat(dim, m, ip))
         index.hnsw.efConstruction = ef_construction
         sample = min(n, 100_000)
+    code = _bits if binary else ranking._unit
     if not index.is_trained:
         rows = np.sort(np.random.default_rng(seed).choice(n, sample, replace=False))
-        index.train(_rows(blocks, rows))
+        index.train(code(_rows(blocks, rows)))
     for block in blocks:
         for a in range(0, len(block), BLOCK):
-            index.add(ranking._unit(block[a:a + BLOCK]))
+            index.add(code(block[a:a + BLOCK]))
     return index
 
 
@@ -94,11 +121,26 @@ def tune(index, kind: str, probe: int, ef_search: int) -> None:
         index.hnsw.efSearch = ef_search
 
 
-def nearest(index, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+def nearest(index, queries: np.ndarray, k: int, blocks: Sequence[np.ndarray] = ()
+            ) -> tuple[np.ndarray, np.ndarray]:
     """(scores, rows) as ranking.search gives them; a list shorter than k (an IVF probe of
-    few vectors) is padded with row -1 and score -inf."""
-    scores, rows = index.search(ranking._unit(queries), k)
-    return np.where(rows < 0, -np.inf, scores).astype(np.float32), rows.astype(np.int64)
+    few vectors) is padded with row -1 and score -inf. A binary index's candidates are
+    rescored with the stored vectors (`blocks`)."""
+    q = ranking._unit(queries)
+    if not is_binary(index):
+        scores, rows = index.search(q, k)
+        return np.where(rows < 0, -np.inf, scores).astype(np.float32), rows.astype(np.int64)
+    _, rows = index.search(_bits(q), min(RESCORE * k, index.ntotal))
+    rows = rows.astype(np.int64)
+    found = np.unique(rows[rows >= 0])
+    vectors = np.zeros((max(len(found), 1), q.shape[1]), np.float32)
+    vectors[:len(found)] = _rows(blocks, found) if len(found) else 0
+    where = np.searchsorted(found, np.maximum(rows, 0))
+    scores = np.einsum("qd,qkd->qk", q, vectors[where])
+    scores[rows < 0] = -np.inf
+    best = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+    rows, scores = np.take_along_axis(rows, best, 1), np.take_along_axis(scores, best, 1)
+    return scores.astype(np.float32), np.where(np.isinf(scores), -1, rows)
 
 
 def recall(index, blocks: Sequence[np.ndarray], k: int, queries: int, seed: int) -> dict:
@@ -111,7 +153,7 @@ def recall(index, blocks: Sequence[np.ndarray], k: int, queries: int, seed: int)
     _, exact = ranking.search(q, blocks, depth)
     exact_s = time.perf_counter() - started
     started = time.perf_counter()
-    _, found = nearest(index, q, depth)
+    _, found = nearest(index, q, depth, blocks)
     approx_s = time.perf_counter() - started
     hits = total = 0
     for row, e, f in zip(rows, exact, found):
@@ -124,16 +166,18 @@ def recall(index, blocks: Sequence[np.ndarray], k: int, queries: int, seed: int)
 
 
 def write(index, path: Path) -> None:
-    _faiss().write_index(index, str(path))
+    faiss = _faiss()
+    (faiss.write_index_binary if is_binary(index) else faiss.write_index)(index, str(path))
 
 
-def read(path: Path):
+def read(path: Path, binary: bool = False):
     faiss = _faiss()
     try:
-        return faiss.read_index(str(path))
+        return (faiss.read_index_binary if binary else faiss.read_index)(str(path))
     except RuntimeError as e:
         raise BertctlError(f"{path}: not a faiss index faiss can read ({str(e).splitlines()[0]})"
                            ) from e
 
 
-__all__ = ["FILE", "build", "lists_for", "nearest", "read", "recall", "tune", "write"]
+__all__ = ["FILE", "build", "is_binary", "lists_for", "nearest", "read", "recall", "tune",
+           "write"]
