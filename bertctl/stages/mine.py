@@ -15,6 +15,7 @@ from bertctl.contract import artifacts
 from bertctl.config import MineSettings
 from bertctl.errors import BertctlError
 from bertctl.model import sentence_layout
+from bertctl.npy import NpyAppender
 from bertctl.stages.common import cross, models, vectors
 from bertctl.tasks.retrieval import mining, ranking
 
@@ -56,7 +57,18 @@ def run(config: MineSettings, target: artifacts.Target, model_dir: Path, train: 
         q = embed(model, distinct, sentence_layout.prompt_for(record, "query"), "queries")
         where = {t: i for i, t in enumerate(distinct)}
         q = q[np.fromiter((where[t] for t in pairs.queries), np.int64, len(pairs.queries))]
-        d = embed(model, pairs.corpus, sentence_layout.prompt_for(record, "document"), "corpus")
+        # The corpus's vectors go to a file inside the output's temporary directory, a
+        # chunk at a time, and are searched memory-mapped: a corpus of any size.
+        store = tmp / ".corpus-vectors.npy"
+        vectors, done = None, 0
+        for texts in pairs.documents():
+            done += len(texts)
+            part = embed(model, texts, sentence_layout.prompt_for(record, "document"),
+                         f"corpus (to {done:,} of {pairs.size:,})")
+            vectors = vectors or NpyAppender(store, part.shape[1], np.float32)
+            vectors.append(part)
+        vectors.close()
+        d = np.load(store, mmap_mode="r")
         positive = (ranking._unit(q) * ranking._unit(d[pairs.positive_index])).sum(-1)
         # Deep enough that range_max candidates remain after the query's own positives.
         most = max(np.unique(pairs.queries, return_counts=True)[1]) + 1
@@ -67,20 +79,23 @@ def run(config: MineSettings, target: artifacts.Target, model_dir: Path, train: 
             raise BertctlError(f"{train}: no row kept {guards.negatives} negatives "
                                       f"after the guards ({counts['removed_by']}): loosen "
                                       f"them or mine from a larger --corpus")
+        del d
+        store.unlink()
+        rows = np.flatnonzero(kept)
+        docs = np.concatenate([pairs.positive_index[rows, None], chosen[rows]], axis=1)
+        texts = pairs.texts_of(docs)
         teacher_scores = None
         if scorer is not None:   # the reranker's score of each kept row's candidates
-            rows = np.flatnonzero(kept)
-            docs = np.concatenate([pairs.positive_index[rows, None], chosen[rows]], axis=1)
             teacher_scores = cross.score_pairs(
                 scorer, [pairs.queries[r] for r in rows for _ in range(docs.shape[1])],
-                [pairs.corpus[j] for j in docs.reshape(-1)], config.batch_size, device,
+                [texts[j] for j in docs.reshape(-1).tolist()], config.batch_size, device,
                 precision).reshape(docs.shape)
-        mining.write(tmp / mining.OUTPUT, pairs, chosen, kept, teacher_scores)
+        mining.write(tmp / mining.OUTPUT, pairs, chosen, kept, texts, teacher_scores)
         seconds = time.monotonic() - started
         console.log(f"{counts['kept']:,} of {counts['rows']:,} rows kept {guards.negatives} "
-                    f"hard negatives from {len(pairs.corpus):,} documents ({counts['dropped']:,}"
+                    f"hard negatives from {pairs.size:,} documents ({counts['dropped']:,}"
                     f" dropped; removed by each guard: {counts['removed_by']}); {seconds:.1f}s")
-        return {**counts, "documents": len(pairs.corpus), "queries": len(distinct),
+        return {**counts, "documents": pairs.size, "queries": len(distinct),
                 "model": str(source.path), "precision": recorded, "device": str(device),
                 "seconds": round(seconds, 3), "output": mining.OUTPUT,
                 **({"teacher": str(scorer.source.path)} if scorer is not None else {})}

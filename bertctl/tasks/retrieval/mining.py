@@ -18,8 +18,10 @@ name one positive, not every one); the guards are sentence-transformers' mine_ha
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,21 +35,60 @@ FAMILY = "retrieval"   # the family whose models and files this reads
 OUTPUT = "pairs.jsonl"
 
 
+CHUNK = 65_536   # documents read, embedded and looked up at a time
+
+
 @dataclass(frozen=True)
 class Pairs:
-    """The training rows (query, positive), the corpus searched (the positives first, then
-    the given corpus's other texts) and where each row's positive is in it."""
+    """The training rows (query, positive) and the corpus searched: the distinct positives
+    first, then the given corpus's other distinct texts, in file order. The corpus is never
+    held: `documents` reads it anew a chunk at a time (its lines `keep` marks: not blank, not
+    a positive, not seen before), `texts_of` the few texts the output needs."""
 
     queries: list[str]
     positives: list[str]
-    corpus: list[str]
-    positive_index: np.ndarray   # (rows,) corpus index of each row's positive
+    distinct: list[str]           # the distinct positives: the corpus's first documents
+    positive_index: np.ndarray    # (rows,) corpus index of each row's positive
+    path: Path | None             # the corpus file, if one was given
+    keep: np.ndarray              # (its non-blank lines,) bool: the line is a document
+    size: int                     # documents in all
+    own: dict[str, int]           # a query's text -> its index, where it is a document
+
+    def documents(self, chunk: int | None = None) -> Iterator[list[str]]:
+        chunk = chunk or CHUNK
+        for a in range(0, len(self.distinct), chunk):
+            yield self.distinct[a:a + chunk]
+        if self.path is None:
+            return
+        texts: list[str] = []
+        for kept, text in zip(self.keep, _corpus_lines(self.path)):
+            if kept:
+                texts.append(text)
+                if len(texts) == chunk:
+                    yield texts
+                    texts = []
+        if texts:
+            yield texts
+
+    def texts_of(self, indices) -> dict[int, str]:
+        """{index: text} of these documents (one more pass over the corpus)."""
+        wanted = {int(i) for i in np.asarray(indices).reshape(-1)}
+        found = {i: self.distinct[i] for i in wanted if i < len(self.distinct)}
+        if len(found) < len(wanted):
+            start = 0
+            for texts in self.documents():
+                found.update((start + j, t) for j, t in enumerate(texts)
+                             if start + j in wanted)
+                start += len(texts)
+        return found
 
 
 def read_pairs(path: Path, columns: list[str] | None, corpus: Path | None) -> Pairs:
     """The rows of a pairs table (its two text columns) and the corpus: the distinct
     positives, and the texts of `corpus` (a .txt file, a line a text; or a BEIR corpus.jsonl,
-    title and text) when given."""
+    title and text) when given, read once here to know which lines are new documents (an
+    8-byte digest of each text kept, not the text: a collision, about 1 in 10^12 for ten
+    million texts, would merely drop a document)."""
     columns = columns or ["query", "positive"]
     spec = make_task_spec(FAMILY, text_columns=columns)
     parts = list(reader.read_table_chunks(spec, path, rows=None))
@@ -56,14 +97,28 @@ def read_pairs(path: Path, columns: list[str] | None, corpus: Path | None) -> Pa
     index: dict[str, int] = {}
     for text in positives:
         index.setdefault(text, len(index))
+    asked = set(queries)
+    own = {q: index[q] for q in asked if q in index}
+    size, keep = len(index), bytearray()
     if corpus is not None:
-        for text in _corpus_texts(corpus):
-            index.setdefault(text, len(index))
+        seen: set[bytes] = set()
+        for text in _corpus_lines(corpus):
+            digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
+            new = text not in index and digest not in seen
+            keep.append(new)
+            if new:
+                seen.add(digest)
+                if text in asked:
+                    own.setdefault(text, size)
+                size += 1
     return Pairs(queries, positives, list(index),
-                 np.array([index[p] for p in positives], np.int64))
+                 np.array([index[p] for p in positives], np.int64), corpus,
+                 np.frombuffer(bytes(keep), np.bool_), size, own)
 
 
-def _corpus_texts(path: Path):
+def _corpus_lines(path: Path) -> Iterator[str]:
+    """Each text of a corpus file, streamed: a .txt's non-blank lines, a corpus.jsonl's
+    documents (title before text)."""
     if not path.is_file():
         raise BertctlError(f"{path}: no such corpus file")
     if path.suffix == ".jsonl":
@@ -73,7 +128,7 @@ def _corpus_texts(path: Path):
     if path.suffix != ".txt":
         raise BertctlError(f"{path}: a corpus is a .txt file (a text a line) or a BEIR "
                            f"corpus.jsonl")
-    for part in reader.read_text_chunks(path, rows=None):
+    for part in reader.read_text_chunks(path, rows=CHUNK):
         yield from (row[0] for row in part.texts)
 
 
@@ -96,10 +151,8 @@ def excluded(pairs: Pairs, candidates: np.ndarray) -> np.ndarray:
     own: dict[str, set[int]] = {}
     for q, p in zip(pairs.queries, pairs.positive_index):
         own.setdefault(q, set()).add(int(p))
-    where = {t: i for i, t in enumerate(pairs.corpus)}
-    for q in own:
-        if q in where:
-            own[q].add(where[q])
+    for q, i in pairs.own.items():
+        own[q].add(i)
     width = max(len(s) for s in own.values())
     table = np.full((len(pairs.queries), width), -1, np.int64)
     for r, q in enumerate(pairs.queries):
@@ -145,14 +198,15 @@ def select(scores: np.ndarray, candidates: np.ndarray, positive: np.ndarray,
 
 
 def write(path: Path, pairs: Pairs, chosen: np.ndarray, kept: np.ndarray,
-          teacher: np.ndarray | None = None) -> None:
-    """The kept rows as JSON lines: query, positive, negative_1 ... negative_N (texts); with
-    a teacher's scores of the kept rows' candidates, score_positive, score_negative_1 ...
-    (reader.py reads them as what a student imitates)."""
+          texts: dict[int, str], teacher: np.ndarray | None = None) -> None:
+    """The kept rows as JSON lines: query, positive, negative_1 ... negative_N (texts: the
+    chosen documents', `pairs.texts_of`); with a teacher's scores of the kept rows'
+    candidates, score_positive, score_negative_1 ... (reader.py reads them as what a student
+    imitates)."""
     with open(path, "w", encoding="utf-8") as f:
         for n, r in enumerate(np.flatnonzero(kept)):
             row = {"query": pairs.queries[r], "positive": pairs.positives[r]}
-            row.update({f"negative_{i}": pairs.corpus[j]
+            row.update({f"negative_{i}": texts[j]
                         for i, j in enumerate(chosen[r].tolist(), 1)})
             if teacher is not None:
                 names = [k for k in row if k != "query"]
@@ -162,8 +216,8 @@ def write(path: Path, pairs: Pairs, chosen: np.ndarray, kept: np.ndarray,
 
 
 def check_corpus(pairs: Pairs, g: Guards, where: str) -> None:
-    if len(pairs.corpus) - 1 < g.negatives:
-        raise BertctlError(f"{where}: {len(pairs.corpus)} document(s) to mine from, fewer than "
+    if pairs.size - 1 < g.negatives:
+        raise BertctlError(f"{where}: {pairs.size} document(s) to mine from, fewer than "
                            f"a positive and --negatives {g.negatives}")
 
 
