@@ -18,7 +18,6 @@ import torch
 from torch import nn
 
 from bertctl import evaluation, tasks
-
 from bertctl.contract import artifacts
 from bertctl.tasks import PRESETS, make_task_spec
 from bertctl.model import (BertConfig, BertForMultipleChoice, BertForPreTraining,

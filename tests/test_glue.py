@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from bertctl import glue
-
 from bertctl.contract import artifacts
 
 SST2_TEST = "index\tsentence\n7\ta fine film .\n9\tdull .\n\n12\tnot bad at all .\n"

@@ -28,7 +28,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from bertctl import console
-
 from bertctl.contract import signals
 from bertctl.errors import BertctlError
 

@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 from bertctl import console
-
 from bertctl.contract import artifacts
 from bertctl.config import AuditSettings
 from bertctl.data import corpus, overlap

@@ -8,7 +8,6 @@ import shutil
 from pathlib import Path
 
 from bertctl import console
-
 from bertctl.contract import artifacts
 from bertctl.config import BuildPretrainDataSettings
 from bertctl.data.settings import PretrainingDataSettings

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from bertctl import console, lineage
-
 from bertctl.contract import artifacts
 
 

@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 
 from bertctl import console, distillation
-
 from bertctl.contract import artifacts
 from bertctl.config import DistillSettings
 from bertctl.errors import BertctlError, NonFiniteOutputs

@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 
 from bertctl import console, embeddings, evaluation, hardware
-
 from bertctl.contract import artifacts
 from bertctl.config import EmbedSettings
 from bertctl.errors import BertctlError

@@ -23,7 +23,6 @@ import numpy as np
 import torch
 
 from bertctl import console, evaluation, hardware, modelcard, onnx_model
-
 from bertctl.contract import artifacts
 from bertctl.metrics import json_safe
 from bertctl.model import architectures

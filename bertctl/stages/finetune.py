@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from bertctl import tasks
-
 from bertctl.contract import artifacts
 from bertctl.config import FinetuneSettings
 from bertctl.errors import BertctlError

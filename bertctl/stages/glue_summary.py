@@ -8,7 +8,6 @@ import json
 from pathlib import Path
 
 from bertctl import console, glue
-
 from bertctl.contract import artifacts
 from bertctl.metrics import json_safe
 from bertctl.config import GlueSummarySettings

@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 from bertctl import console, hardware
-
 from bertctl.contract import artifacts
 from bertctl.config import IndexSettings
 from bertctl.stages.common import vectors

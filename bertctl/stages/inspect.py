@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 from bertctl import console, lineage
-
 from bertctl.contract import artifacts
 from bertctl.config import STAGE_SETTINGS
 from bertctl.errors import IntegrityError

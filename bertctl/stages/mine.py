@@ -10,7 +10,6 @@ from pathlib import Path
 import numpy as np
 
 from bertctl import console, hardware, tasks
-
 from bertctl.contract import artifacts
 from bertctl.config import MineSettings
 from bertctl.errors import BertctlError

@@ -15,7 +15,6 @@ from pathlib import Path
 import torch
 
 from bertctl import agreement, console, modelcard, objectives
-
 from bertctl.contract import artifacts
 from bertctl.config import PretrainSettings
 from bertctl.data import tokenizer, vocab_extension

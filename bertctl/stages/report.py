@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 from bertctl import console
-
 from bertctl.contract import artifacts
 from bertctl.config import ReportSettings
 from bertctl.errors import BertctlError

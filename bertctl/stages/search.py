@@ -18,7 +18,6 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from bertctl import hardware, tasks
-
 from bertctl.contract import artifacts
 from bertctl.embeddings import INDEX
 from bertctl.errors import BertctlError

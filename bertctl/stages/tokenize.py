@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from bertctl import console
-
 from bertctl.contract import artifacts
 from bertctl.config import TokenizeSettings
 from bertctl.data import corpus, tokenizer, vocab_extension

@@ -34,7 +34,6 @@ import torch
 from torch import nn
 
 from bertctl import hardware
-
 from bertctl.contract import signals
 from bertctl.data.collate import without_full_mask
 from bertctl.errors import BertctlError

@@ -17,7 +17,6 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from bertctl import config, tasks  # noqa: E402
-
 from bertctl.contract import artifacts
 from bertctl.data import corpus  # noqa: E402
 from bertctl.errors import BertctlError  # noqa: E402

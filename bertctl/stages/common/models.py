@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from bertctl import agreement, console, hardware
-
 from bertctl.contract import artifacts, placement
 from bertctl.data import tokenizer as tokenizer_mod
 from bertctl.errors import BertctlError

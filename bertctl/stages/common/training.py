@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from bertctl import console, hardware, modelcard
-
 from bertctl.contract import artifacts, locks, placement
 from bertctl import settings as settings_mod
 from bertctl.errors import Interrupted

@@ -10,7 +10,6 @@ from pathlib import Path
 import numpy as np
 
 from bertctl import console, evaluation
-
 from bertctl.contract import artifacts
 from bertctl.errors import BertctlError
 from bertctl.tasks.retrieval.reader import RetrievalExamples

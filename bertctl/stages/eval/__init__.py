@@ -7,7 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from bertctl import console, expectations
-
 from bertctl.contract import artifacts
 from bertctl.config import EvalSettings
 from bertctl.errors import BertctlError

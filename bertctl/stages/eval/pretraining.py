@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from bertctl import agreement, console, hardware, objectives
-
 from bertctl.contract import artifacts
 from bertctl.metrics import json_safe
 from bertctl.config import EvalSettings

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from bertctl import console, evaluation, hardware
-
 from bertctl.contract import artifacts
 from bertctl.metrics import json_safe
 from bertctl.config import EvalSettings
