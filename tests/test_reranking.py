@@ -223,6 +223,19 @@ def test_margin_mse_equals_its_plain_definition():
     assert margin_mse(q, d, t).item() == pytest.approx(want / 9, rel=1e-5)
 
 
+def test_the_mixed_distillation_loss_is_the_sum_of_its_parts():
+    """margin_mse_infonce through the job's loss module: MarginMSE on the teacher's scores
+    plus InfoNCE over the batch at the scale, each as defined above and in test_retrieval."""
+    from bertctl.tasks.retrieval.contrastive import info_nce, margin_mse
+    from bertctl.tasks.retrieval.loss import LOSSES
+
+    g = torch.Generator().manual_seed(3)
+    e, t = torch.randn(4, 3, 8, generator=g), torch.rand(4, 3, generator=g)
+    got = LOSSES["margin_mse_infonce"].compute(e, t, 20.0)
+    want = margin_mse(e[:, 0], e[:, 1:], t) + info_nce(e[:, 0], e[:, 1:], 20.0)
+    torch.testing.assert_close(got, want, atol=0, rtol=0)   # the same operations
+
+
 @pytest.mark.slow
 def test_the_reranker_teaches_the_bi_encoder(cli, minilm_dir, reranker, tmp_path):
     """mine --teacher writes the cross-encoder's score of each row's candidates (those of

@@ -86,6 +86,11 @@ def margin_mse_loss(e: torch.Tensor, teacher: torch.Tensor, _) -> torch.Tensor:
     return margin_mse(e[:, 0], e[:, 1:], teacher)
 
 
+def margin_mse_infonce_loss(e: torch.Tensor, teacher: torch.Tensor, scale: float
+                            ) -> torch.Tensor:
+    return margin_mse(e[:, 0], e[:, 1:], teacher) + info_nce(e[:, 0], e[:, 1:], scale)
+
+
 class ContrastiveLoss(nn.Module):
     """The embedding model trained on a contrastive loss. In training, a (B, K, T) batch is
     embedded (all of it, or `cache_negatives` sequences at a time) and `loss` taken over the
@@ -153,4 +158,4 @@ class ContrastiveLoss(nn.Module):
 
 
 __all__ = ["ContrastiveLoss", "cosent", "cosent_loss", "info_nce", "infonce_loss",
-           "margin_mse", "margin_mse_loss", "symmetric_loss"]
+           "margin_mse", "margin_mse_infonce_loss", "margin_mse_loss", "symmetric_loss"]

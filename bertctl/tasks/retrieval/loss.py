@@ -48,6 +48,11 @@ register(Loss("margin_mse", "a teacher's margins between the positive and each n
               _HERE + "margin_mse_loss", "teacher"))
 
 
+register(Loss("margin_mse_infonce", "a teacher's margins plus in-batch negatives, summed "
+              "(the student keeps its contrast while it imitates)",
+              _HERE + "margin_mse_infonce_loss", "teacher"))
+
+
 def default_loss(scored: bool, taught: bool) -> str:
     """The loss of a training file left to choose: its labels say which."""
     return "cosent" if scored else "margin_mse" if taught else "infonce"
