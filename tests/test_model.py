@@ -11,7 +11,6 @@ from safetensors.torch import save_file
 
 from bertctl.errors import BertctlError
 from bertctl.model import (
-    PRESETS,
     BertConfig,
     BertForMultipleChoice,
     BertForPreTraining,
@@ -86,7 +85,7 @@ def close(a: torch.Tensor, b: torch.Tensor, atol: float = ATOL) -> None:
 
 
 def test_presets_match_the_paper_table():
-    assert set(PRESETS) == {"tiny", "mini", "small", "medium", "base", "large"}
+    assert set(BertConfig.presets) == {"tiny", "mini", "small", "medium", "base", "large"}
     base = BertConfig.from_preset("base")
     assert (base.num_hidden_layers, base.hidden_size, base.num_attention_heads,
             base.intermediate_size) == (12, 768, 12, 3072)
