@@ -51,7 +51,8 @@ def read_queries(given: list[str], path: Path | None) -> list[tuple[str, str]]:
 
 def open_index(path: Path):
     """(the embeddings artifact, its shards, the faiss index or None for exact search, the
-    index's kind) of an embeddings artifact or an index artifact built on one."""
+    index's kind) of an embeddings artifact or an index artifact built on one; the faiss index
+    searches as it was built (its recorded probe or beam)."""
     kind = artifacts.read_manifest(path).kind
     if kind != "index":
         art, blocks = vectors.index_vectors(path)
@@ -66,11 +67,12 @@ def open_index(path: Path):
         return art, blocks, None, "exact"
     index = approximate.read(built.file(approximate.FILE),
                              binary=built.manifest.stats.get("quantize") == "binary")
-    if index.ntotal != sum(len(b) for b in blocks) or index.d != blocks[0].shape[1]:
+    stats, rows = built.manifest.stats, sum(len(b) for b in blocks)
+    if index.ntotal != rows or index.d != blocks[0].shape[1]:
         raise BertctlError(f"{path}: its faiss index holds {index.ntotal:,} vectors of "
-                           f"{index.d}, the embeddings {sum(len(b) for b in blocks):,} of "
-                           f"{blocks[0].shape[1]}")
-    return art, blocks, index, built.manifest.stats["index"]
+                           f"{index.d}, the embeddings {rows:,} of {blocks[0].shape[1]}")
+    approximate.tune(index, stats["index"], stats.get("probe"), stats.get("ef_search"))
+    return art, blocks, index, stats["index"]
 
 
 def run(index: Path, query: list[str], queries_file: Path | None, top_k: int,
@@ -83,10 +85,8 @@ def run(index: Path, query: list[str], queries_file: Path | None, top_k: int,
     if (probe is not None and kind != "ivf") or (ef_search is not None and kind != "hnsw"):
         raise BertctlError(f"{index}: searched {kind}: --probe applies to an ivf index, "
                            f"--ef-search to an hnsw one")
-    if approx is not None:
-        built = artifacts.read_manifest(index).config
-        approximate.tune(approx, kind, probe or built.get("probe", 32),
-                         ef_search or built.get("ef_search", 128))
+    if probe is not None or ef_search is not None:   # (only the index's own, checked above)
+        approximate.tune(approx, kind, probe, ef_search)
     stats = art.manifest.stats
     built_by = next(i for i in art.manifest.inputs if i.role == "model")
     source = models.open_model(model_dir or Path(built_by.path), "model", exports=True)

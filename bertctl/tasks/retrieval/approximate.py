@@ -114,7 +114,8 @@ def build(blocks: Sequence[np.ndarray], kind: str, quantize: str, *, lists: int 
     return index
 
 
-def tune(index, kind: str, probe: int, ef_search: int) -> None:
+def tune(index, kind: str, probe: int | None, ef_search: int | None) -> None:
+    """The search-time knob of an index of this kind: ivf's probe, hnsw's beam."""
     if kind == "ivf":
         index.nprobe = min(probe, index.nlist)
     else:
