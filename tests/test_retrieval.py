@@ -118,7 +118,7 @@ def test_cached_negatives_replay_the_dropout_of_their_first_pass():
     model.zero_grad()
     torch.manual_seed(3)   # the same masks, micro-batch by micro-batch, with graphs kept
     flat = ids.transpose(0, 1).reshape(-1, 9)   # (the model embeds column by column)
-    vectors = torch.cat([model.embed(flat[i:i + 4]) for i in range(0, 12, 4)])
+    vectors = torch.cat([model.own_head.embed(model, flat[i:i + 4]) for i in range(0, 12, 4)])
     vectors = vectors.reshape(2, 6, -1).transpose(0, 1)
     info_nce(vectors[:, 0], vectors[:, 1:], trained.scale).backward()
     for name, p in model.named_parameters():

@@ -30,7 +30,7 @@ def _registered(name: str):
     for arch in ARCHITECTURES.values():
         if arch.config_class.__name__ == name:
             return arch.config_class
-        for role in arch.heads:
+        for role in arch.roles():
             if arch.head_name(role) == name:
                 return arch.head(role)
     return None
@@ -47,7 +47,7 @@ def __getattr__(name: str):
 
 def __dir__() -> list[str]:
     return sorted({*globals(), *_WHERE, *(a.config_class.__name__ for a in ARCHITECTURES.values()),
-                   *(a.head_name(r) for a in ARCHITECTURES.values() for r in a.heads)})
+                   *(a.head_name(r) for a in ARCHITECTURES.values() for r in a.roles())})
 
 
 __all__ = ["ARCHITECTURES", "ROLES", "Architecture", "architectures", "build", "role_of",

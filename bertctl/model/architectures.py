@@ -24,10 +24,12 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 from bertctl.errors import BertctlError
 from bertctl.registry import Registry
 
-# What a model class is for. The objectives train "pretraining", "masked_lm" or "electra"; each
-# task family fine-tunes one of the last five; "encoder" is the bare encoder (embed, export).
+# What an architecture's own model classes are for. The objectives train "pretraining",
+# "masked_lm" or "electra"; the task families whose heads are transformers classes fine-tune one
+# of the last four; "encoder" is the bare encoder (embed, export). A family with a head of its
+# own registers it (`register_head`: the retrieval family's "embedding") for every architecture.
 ROLES = ("encoder", "pretraining", "masked_lm", "electra", "sequence_classification",
-         "multiple_choice", "question_answering", "token_classification", "embedding")
+         "multiple_choice", "question_answering", "token_classification")
 
 
 @runtime_checkable
@@ -108,18 +110,27 @@ class Architecture:
     # Said when an input is longer than the model's max_position_embeddings (after the refusal).
     positions_note: str = ""
 
+    def roles(self) -> list[str]:
+        """Every role it builds a model of: its own classes' and the registered heads'."""
+        return [*self.heads, *(r for r in HEADS if r not in self.heads)]
+
     def head(self, role: str, where: str = "model") -> type:
-        if role not in self.heads:
-            raise BertctlError(f"{where}: the {self.name} architecture has no "
-                               f"{role.replace('_', ' ')} model")
-        found = self.heads[role]
-        if isinstance(found, str):
-            module, _, name = found.partition(":")
-            found = getattr(importlib.import_module(module), name)
-        return found
+        """The model class of `role`: the architecture's own, or its encoder composed with a
+        registered head (bertctl/model/composed.py)."""
+        if role in self.heads:
+            return _imported(self.heads[role])
+        if role in HEADS:
+            from bertctl.model.composed import composed_class
+
+            return composed_class(self, role, _imported(HEADS[role].head))
+        raise BertctlError(f"{where}: the {self.name} architecture has no "
+                           f"{role.replace('_', ' ')} model")
 
     def head_name(self, role: str) -> str:
-        """The class name of a role's model (config.json's `architectures`), imported or not."""
+        """The class name of a role's model (config.json's `architectures`), imported or not:
+        a composed one's is the encoder class's prefix and the head's suffix."""
+        if role not in self.heads and role in HEADS:
+            return self.head_name("encoder").removesuffix("Model") + HEADS[role].suffix
         found = self.heads[role]
         return found.partition(":")[2] if isinstance(found, str) else found.__name__
 
@@ -127,8 +138,29 @@ class Architecture:
         return self.config_class.from_hf_dict(hf, source=source)
 
 
+def _imported(found: Any) -> type:
+    if isinstance(found, str):
+        module, _, name = found.partition(":")
+        found = getattr(importlib.import_module(module), name)
+    return found
+
+
 ARCHITECTURES: Registry[Architecture] = Registry("architecture")
 register = ARCHITECTURES.register
+
+
+@dataclass(frozen=True)
+class HeadSpec:
+    """A task family's own head (a bertctl.model.composed.Head), paired with any
+    architecture's encoder."""
+
+    name: str       # its role: what `build`, `load_model` and a family's `head` name
+    suffix: str     # the model class's name after the encoder's prefix: "ForEmbedding"
+    head: Any       # the Head class, or "module:Class" (imported when a model is built)
+
+
+HEADS: Registry[HeadSpec] = Registry("model head")
+register_head = HEADS.register
 
 
 # Keys only a ModernBERT config has: a config.json without model_type that holds them is a
@@ -161,7 +193,7 @@ def role_of(class_name: str) -> str | None:
     """The role of a model class of any architecture, by its name (config.json's
     `architectures`); None for a class no architecture has."""
     for arch in ARCHITECTURES.values():
-        for role in arch.heads:
+        for role in arch.roles():
             if arch.head_name(role) == class_name:
                 return role
     return None
@@ -173,7 +205,7 @@ def recorded(value: str | None) -> str | None:
     if value is None or value in ARCHITECTURES:
         return value
     for arch in ARCHITECTURES.values():
-        if any(arch.head_name(role) == value for role in arch.heads):
+        if any(arch.head_name(role) == value for role in arch.roles()):
             return arch.name
     return value
 

@@ -270,7 +270,7 @@ def load_model(directory: str | Path, role: str | type | None = None,
     if isinstance(role, type):
         role = architectures.role_of(role.__name__)
     if role is None:
-        role = next((r for r in map(architectures.role_of, names) if r in arch.heads), "encoder")
+        role = next((r for r in map(architectures.role_of, names) if r in arch.roles()), "encoder")
     head_class = arch.head(role, str(directory))
     if issubclass(head_class, EncoderWithHead) and (
             head_class.__name__ in names or getattr(head_class, "kwargs_from_any_config", False)):

@@ -1,6 +1,7 @@
 """What a head of each role takes and returns, for any architecture: the masked LM's outputs
-(`masked_lm`) and the fine-tuning roles (`SequenceClassifier`, `MultipleChoice`,
-`QuestionAnswering`, `TokenClassifier`). An architecture's head class mixes a role in and says
+(`masked_lm`) and the fine-tuning roles transformers has classes for (`SequenceClassifier`,
+`MultipleChoice`, `QuestionAnswering`, `TokenClassifier`). A family's head of its own is not a
+role of the architectures but a `bertctl.model.composed.Head` in the family's folder. An architecture's head class mixes a role in and says
 how it pools (`_pool`), how its classifier reads a vector (`_classify`) and how it scores spans
 (`_span_logits`); its encoder is at `encoder`.
 """
@@ -14,9 +15,6 @@ import torch
 import torch.nn.functional as F
 
 from bertctl.labels import IGNORE_INDEX
-from bertctl.errors import BertctlError
-from bertctl.model import sentence
-from bertctl.model.dropout import set_training_dropout
 
 
 def masked_lm(predict: Callable[[torch.Tensor], torch.Tensor], hidden: torch.Tensor,
@@ -38,9 +36,6 @@ def masked_lm(predict: Callable[[torch.Tensor], torch.Tensor], hidden: torch.Ten
         else:  # nothing masked in this batch: a zero that still reaches every parameter
             out["mlm_loss"] = out["mlm_logits"].sum() * 0.0
     return out
-
-
-
 
 
 class SequenceClassifier:
@@ -183,128 +178,6 @@ class TokenClassifier:
     def kwargs_from_hf(cls, hf_config: dict[str, Any]) -> dict[str, Any]:
         n = num_labels_of(hf_config)
         return {**({} if n is None else {"num_labels": n}), **cls._feature_kwargs(hf_config)}
-
-
-class Embedder:
-    """One vector per sequence (the last hidden states through the sentence head,
-    bertctl.model.sentence: pooling, Dense layers, normalisation). Inputs are (B, T):
-    `embeddings` (B, D); or (B, K, T), K sequences an example (a query and its documents, a
-    pair): `embeddings` (B, K, D). How it is trained (the contrastive losses, cached
-    negatives) is the job's: bertctl/tasks/retrieval/loss.py wraps it.
-
-    `matryoshka_dims` are the sizes its vectors were trained to be cut to (recorded). The
-    sentence head, the prompts and the sizes are the model's (config.json's
-    `bertctl_embedding`, or a sentence-transformers directory's modules)."""
-
-    # An export embeds one text a row (a search index's queries and documents); pairs and
-    # training batches are (B, K, T) in PyTorch only.
-    input_rank = 2
-    # Its pooling is read from any config that has one, a sentence-transformers model's too
-    # (whose config.json names the bare encoder).
-    kwargs_from_any_config = True
-
-    weights_elsewhere = ("sentence.",)   # its Dense layers: sentence-transformers' folders
-
-    def _embedder(self, pooling: str | list[str] = "mean", normalize: bool = True,
-                  dense: list[dict[str, Any]] | tuple = (), prompts: dict[str, str] | None = None,
-                  default_prompt_name: str | None = None, max_seq_length: int | None = None,
-                  matryoshka_dims: list[int] | tuple = (),
-                  dropout: float | None = None) -> None:
-        try:
-            self.sentence = sentence.SentenceHead(self.config.hidden_size, pooling, dense,
-                                                  normalize)
-        except ValueError as exc:
-            raise BertctlError(f"the embedding head: {exc}") from None
-        pooler = getattr(self.encoder, "pooler", None)
-        if pooler is not None:   # kept for the saved encoder's readers, unused: no gradient
-            pooler.requires_grad_(False)
-        dims = tuple(int(d) for d in matryoshka_dims)
-        if dims and (dims[0] > self.sentence.dim or list(dims) != sorted(set(dims), reverse=True)
-                     or dims[-1] < 1):
-            raise BertctlError(f"--matryoshka-dims {','.join(map(str, dims))}: sizes largest "
-                               f"first, each at most the model's {self.sentence.dim} values")
-        self.matryoshka_dims = dims
-        self.prompts, self.default_prompt_name = dict(prompts or {}), default_prompt_name
-        self.max_seq_length = max_seq_length
-        if dropout is not None:   # training's rate; the saved config keeps the architecture's
-            set_training_dropout(self, dropout)
-
-    @property
-    def pooling(self) -> str | list[str]:
-        return self.sentence.record()["pooling"]
-
-    @property
-    def normalize(self) -> bool:
-        return self.sentence.normalize
-
-    def embed(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
-              attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """(N, T) -> (N, D): each sequence's vector, as the model's sentence head defines it."""
-        hidden = self._sequence(input_ids, token_type_ids, attention_mask)
-        return self.sentence(hidden, attention_mask)
-
-    def _trimmed(self, input_ids, token_type_ids=None, attention_mask=None) -> torch.Tensor:
-        """`embed` of rows cut to their longest real sequence (padding changes no vector)."""
-        if attention_mask is not None:
-            width = max(int(attention_mask.sum(-1).max()), 1)
-            input_ids, attention_mask = input_ids[:, :width], attention_mask[:, :width]
-            token_type_ids = None if token_type_ids is None else token_type_ids[:, :width]
-        return self.embed(input_ids, token_type_ids, attention_mask)
-
-    @staticmethod
-    def columns(*inputs: torch.Tensor | None) -> list[torch.Tensor | None]:
-        """(B, K, T) inputs as (K * B, T) rows, column by column (all queries, then all
-        positives, ...); (B, T) ones as they are."""
-        return [None if t is None else t.transpose(0, 1).reshape(-1, t.shape[-1])
-                if t.dim() == 3 else t for t in inputs]
-
-    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
-                attention_mask: torch.Tensor | None = None,
-                labels: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        """The vectors; `labels` (an evaluated file's scores) are not the model's to read: a
-        loss over them is the training job's (tasks/retrieval/loss.py)."""
-        shape = input_ids.shape
-        if len(shape) == 2:   # one text a row (inference, an export's graph): as given
-            return {"embeddings": self.embed(input_ids, token_type_ids, attention_mask)}
-        # Column by column, each cut to its own longest sequence: a batch pads its short
-        # queries to its long passages otherwise.
-        flat = self.columns(input_ids, token_type_ids, attention_mask)
-        step = shape[0]
-        vectors = torch.cat([self._trimmed(*[None if t is None else t[i:i + step]
-                                             for t in flat])
-                             for i in range(0, flat[0].shape[0], step)])
-        return {"embeddings": vectors.reshape(shape[1], shape[0], -1).transpose(0, 1)}
-
-    def hf_config(self) -> dict[str, Any]:
-        record = self.sentence.record()
-        if self.matryoshka_dims:
-            record["matryoshka_dims"] = list(self.matryoshka_dims)
-        if self.prompts:
-            record.update(prompts=self.prompts, default_prompt_name=self.default_prompt_name)
-        return {sentence.KEY: record}
-
-    @classmethod
-    def kwargs_from_hf(cls, hf_config: dict[str, Any]) -> dict[str, Any]:
-        given = sentence.record_of(hf_config) or {}
-        kwargs = {k: given[k] for k in ("pooling", "normalize", "prompts", "matryoshka_dims",
-                                        "default_prompt_name", "max_seq_length") if k in given}
-        if given.get("dense"):
-            kwargs["dense"] = [{k: v for k, v in d.items() if k != "path"}
-                               for d in given["dense"]]
-        return kwargs
-
-    @classmethod
-    def extra_weights(cls, directory, hf_config: dict[str, Any]) -> dict[str, torch.Tensor]:
-        record = sentence.record_of(hf_config) or {}
-        return sentence.dense_weights(directory, record, "sentence.dense")
-
-    def extra_files(self) -> dict[str, Any]:
-        """The sentence-transformers layout beside config.json (bertctl.model.sentence), so
-        that `SentenceTransformer(DIR).encode` gives this model's vectors."""
-        return self.sentence.layout(self.config.hidden_size,
-                                    self.max_seq_length or
-                                    int(self.config.max_position_embeddings),
-                                    self.prompts, self.default_prompt_name)
 
 
 def label_maps(num_labels: int) -> dict[str, Any]:

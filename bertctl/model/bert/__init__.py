@@ -17,8 +17,7 @@ register(Architecture(
            "sequence_classification": _HEADS + "BertForSequenceClassification",
            "multiple_choice": _HEADS + "BertForMultipleChoice",
            "question_answering": _HEADS + "BertForQuestionAnswering",
-           "token_classification": _HEADS + "BertForTokenClassification",
-           "embedding": _HEADS + "BertForEmbedding"},
+           "token_classification": _HEADS + "BertForTokenClassification"},
     encoder_name="bert", bare_prefixes=("embeddings.", "encoder.", "pooler."),
     # HF's non-persistent index buffers (older versions saved them) and the decoder weight,
     # which is the word embeddings.

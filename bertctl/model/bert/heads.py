@@ -17,7 +17,7 @@ from bertctl.model.bert.config import BertConfig
 from bertctl.model.bert.encoder import BertModel, init_bert_weights
 from bertctl.model.dropout import Dropout
 from bertctl.model.shared import ACTIVATIONS, EncoderWithHead, first_tokens
-from bertctl.model.roles import (Embedder, MultipleChoice, QuestionAnswering,
+from bertctl.model.roles import (MultipleChoice, QuestionAnswering,
                                  SequenceClassifier, TokenClassifier, masked_lm)
 
 
@@ -171,17 +171,6 @@ class BertForMultipleChoice(MultipleChoice, BertWithHead):
 
     def _pool(self, input_ids, token_type_ids, attention_mask) -> torch.Tensor:
         return self.bert(input_ids, token_type_ids, attention_mask)["pooler_output"]
-
-
-class BertForEmbedding(Embedder, BertWithHead):
-    """The encoder's last hidden states through the sentence head (bertctl.model.sentence).
-    Its encoder keeps a pooler, frozen and never run: transformers' BertModel, which
-    sentence-transformers loads the directory as, expects one, and would report it newly
-    initialised otherwise; a checkpoint without one loads without one (load_task_model)."""
-
-    def __init__(self, config: BertConfig, **embedding):
-        super().__init__(config)
-        self._embedder(**embedding)
 
 
 class BertForQuestionAnswering(QuestionAnswering, BertWithHead):

@@ -16,8 +16,7 @@ register(Architecture(
            "sequence_classification": _HEADS + "ModernBertForSequenceClassification",
            "multiple_choice": _HEADS + "ModernBertForMultipleChoice",
            "question_answering": _HEADS + "ModernBertForQuestionAnswering",
-           "token_classification": _HEADS + "ModernBertForTokenClassification",
-           "embedding": _HEADS + "ModernBertForEmbedding"},
+           "token_classification": _HEADS + "ModernBertForTokenClassification"},
     encoder_name="model", bare_prefixes=("embeddings.", "layers.", "final_norm."),
     ignored_keys=("decoder.weight",),
     positions_note=(" (ModernBERT has no position table: max_position_embeddings in its "

@@ -15,7 +15,7 @@ from torch import nn
 from bertctl.model.sentence import mean_pool
 from bertctl.model.dropout import Dropout
 from bertctl.model.shared import ACTIVATIONS, EncoderWithHead, first_tokens
-from bertctl.model.roles import (Embedder, MultipleChoice, QuestionAnswering,
+from bertctl.model.roles import (MultipleChoice, QuestionAnswering,
                                  SequenceClassifier, TokenClassifier, masked_lm)
 from bertctl.model.modernbert.config import ModernBertConfig
 from bertctl.model.modernbert.encoder import ModernBertModel, init_modernbert_weights
@@ -122,14 +122,6 @@ class ModernBertForMultipleChoice(MultipleChoice, ModernBertWithHead):
         if self.config.classifier_pooling == "mean":
             return mean_pool(hidden, attention_mask)
         return hidden[:, 0]
-
-
-class ModernBertForEmbedding(Embedder, ModernBertWithHead):
-    """The encoder's pooled last hidden states as the vector; no weights of its own."""
-
-    def __init__(self, config: ModernBertConfig, **embedding):
-        super().__init__(config)
-        self._embedder(**embedding)
 
 
 class ModernBertForQuestionAnswering(QuestionAnswering, ModernBertWithHead):

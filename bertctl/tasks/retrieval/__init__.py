@@ -5,8 +5,9 @@ negatives (InfoNCE over scaled cosine similarities, or its symmetric form); pair
 scores (CoSENT); a teacher's scores of each row's candidates (MarginMSE); or texts alone, each
 its own positive under dropout (SimCSE). The losses are a registry (loss.py); the job trains
 the model inside contrastive.ContrastiveLoss (`training_module`). The head (`embedding`,
-bertctl.model.roles.Embedder) only embeds: it pools the last hidden states into one vector per
-sequence; its model directory is a sentence-transformers model too.
+head.py, the family's own, paired with any architecture's encoder) only embeds: it pools the
+last hidden states into one vector per sequence; its model directory is a sentence-transformers
+model too.
 
 Evaluation: a BEIR directory is searched exactly (ranking.py) and scored with trec_eval's
 nDCG@10, MRR@10, Recall@10/100 and MAP; a file of pairs the same way, each query against every
@@ -30,7 +31,7 @@ import numpy as np
 
 from bertctl.errors import BertctlError
 from bertctl.metrics import pearson, spearman
-from bertctl.model import sentence_layout as sentence
+from bertctl.model import architectures, sentence_layout as sentence
 from bertctl.tasks.base import Family, check_options, model_roles
 from bertctl.tasks.registry import register
 from bertctl.tasks.retrieval import lexical, ranking, reader
@@ -38,6 +39,12 @@ from bertctl.tasks.retrieval.loss import LOSSES
 from bertctl.tasks.retrieval.options import RetrievalOptions, options, sizes
 from bertctl.tasks.retrieval.reader import RetrievalExamples
 from bertctl.tasks.sequence import TaskFeatures, _bert_tokenizer
+
+
+# The family's own head, for every architecture (imported when a model is built: declaring it
+# imports no torch).
+architectures.register_head(architectures.HeadSpec(
+    "embedding", "ForEmbedding", "bertctl.tasks.retrieval.head:SentenceEmbedding"))
 
 
 class Retrieval(Family):

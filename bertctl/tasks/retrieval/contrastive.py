@@ -1,7 +1,7 @@
 """How an embedding model is trained: the contrastive losses (their registry: loss.py) and the
 module the training loop runs, which embeds a batch (in one pass, or cached: cached.py) and
-takes the job's loss over its vectors. The model itself only embeds (model/roles.py's
-Embedder); what it is trained with is the job's choice (the family's `training_module`).
+takes the job's loss over its vectors. The model itself only embeds (head.py's
+SentenceEmbedding); what it is trained with is the job's choice (the family's `training_module`).
 
 - `infonce`: in-batch negatives. Each query's positive is its own document and every other
   document of the batch (the other queries' positives and every hard negative) is a negative:
@@ -19,6 +19,8 @@ queries, or a pair's first texts), its labels and the scale.
 """
 
 from __future__ import annotations
+
+import functools
 
 import torch
 import torch.nn.functional as F
@@ -120,14 +122,16 @@ class ContrastiveLoss(nn.Module):
         if self.loss is None:
             self.loss = LOSSES[default_loss(labels is not None and labels.dim() == 1,
                                             labels is not None and labels.dim() == 2)]
-        flat = self.model.columns(input_ids, token_type_ids, attention_mask)
+        head = self.model.own_head
+        flat = head.columns(input_ids, token_type_ids, attention_mask)
         if 0 < self.cache_negatives < flat[0].shape[0]:
             if torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
                 # DDP's gradient hooks fire once per parameter and step; the replay in the
                 # backward pass fires them once per micro-batch.
                 raise BertctlError("--cache-negatives runs in one process (not yet under "
                                    "torchrun); each process's batch is its own negatives")
-            vectors = cached.cached_encoding(self.model._trimmed, flat, self.cache_negatives)
+            vectors = cached.cached_encoding(functools.partial(head.trimmed, self.model), flat,
+                                             self.cache_negatives)
             vectors = vectors.reshape(shape[1], shape[0], -1).transpose(0, 1)
         else:
             vectors = self.model(input_ids, token_type_ids, attention_mask)["embeddings"]
@@ -151,7 +155,7 @@ class ContrastiveLoss(nn.Module):
                 "no labels" if self.loss.labels == "none" else f"labels ({self.loss.labels})")
                 + f", the batch has {'none' if labels is None else 'some'}")
         total = None
-        for d in getattr(self.model, "matryoshka_dims", ()) or (e.shape[-1],):
+        for d in self.model.own_head.matryoshka_dims or (e.shape[-1],):
             loss = self.loss.compute(e[..., :d], labels, self.scale)
             total = loss if total is None else total + loss
         return total

@@ -1,0 +1,125 @@
+"""The retrieval family's head: a text's vector from the encoder's last hidden states, as
+sentence-transformers computes it (bertctl.model.sentence's chain: pooling, Dense layers,
+normalisation), on any architecture's encoder (bertctl/model/composed.py pairs them; the model
+class is the architecture's prefix + "ForEmbedding"). It only embeds: how it is trained (the
+contrastive losses, cached negatives) is the job's, contrastive.py's.
+
+`matryoshka_dims` are the sizes its vectors were trained to be cut to (recorded). The sentence
+chain, the prompts and the sizes are the model's: config.json's `bertctl_embedding`, or a
+sentence-transformers directory's modules, which it writes beside config.json so that
+`SentenceTransformer(DIR).encode` gives the same vectors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from bertctl.errors import BertctlError
+from bertctl.model import sentence
+from bertctl.model.composed import Composed, Head
+
+
+class SentenceEmbedding(sentence.SentenceHead, Head):
+    """One vector per sequence. Inputs (B, T): `embeddings` (B, D); or (B, K, T), K sequences
+    an example (a query and its documents, a pair): `embeddings` (B, K, D)."""
+
+    # Its weights (the Dense layers) are `sentence.dense.N...`, kept in sentence-transformers'
+    # folders, not model.safetensors.
+    attribute = "sentence"
+    weights_elsewhere = ("sentence.",)
+    # An export embeds one text a row (a search index's queries and documents); pairs and
+    # training batches are (B, K, T) in PyTorch only.
+    input_rank = 2
+    # Its pooling is read from any config that has one, a sentence-transformers model's too
+    # (whose config.json names the bare encoder).
+    kwargs_from_any_config = True
+
+    def __init__(self, config, pooling: str | list[str] = "mean", normalize: bool = True,
+                 dense: list[dict[str, Any]] | tuple = (), prompts: dict[str, str] | None = None,
+                 default_prompt_name: str | None = None, max_seq_length: int | None = None,
+                 matryoshka_dims: list[int] | tuple = ()):
+        try:
+            sentence.SentenceHead.__init__(self, config.hidden_size, pooling, dense, normalize)
+        except ValueError as exc:
+            raise BertctlError(f"the embedding head: {exc}") from None
+        dims = tuple(int(d) for d in matryoshka_dims)
+        if dims and (dims[0] > self.dim or list(dims) != sorted(set(dims), reverse=True)
+                     or dims[-1] < 1):
+            raise BertctlError(f"--matryoshka-dims {','.join(map(str, dims))}: sizes largest "
+                               f"first, each at most the model's {self.dim} values")
+        self.matryoshka_dims = dims
+        self.prompts, self.default_prompt_name = dict(prompts or {}), default_prompt_name
+        self.max_seq_length = max_seq_length
+
+    def embed(self, model: Composed, input_ids: torch.Tensor,
+              token_type_ids: torch.Tensor | None = None,
+              attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """(N, T) -> (N, D): each sequence's vector."""
+        hidden = model.sequence(input_ids, token_type_ids, attention_mask)
+        return sentence.SentenceHead.forward(self, hidden, attention_mask)
+
+    def trimmed(self, model: Composed, input_ids, token_type_ids=None,
+                attention_mask=None) -> torch.Tensor:
+        """`embed` of rows cut to their longest real sequence (padding changes no vector)."""
+        if attention_mask is not None:
+            width = max(int(attention_mask.sum(-1).max()), 1)
+            input_ids, attention_mask = input_ids[:, :width], attention_mask[:, :width]
+            token_type_ids = None if token_type_ids is None else token_type_ids[:, :width]
+        return self.embed(model, input_ids, token_type_ids, attention_mask)
+
+    @staticmethod
+    def columns(*inputs: torch.Tensor | None) -> list[torch.Tensor | None]:
+        """(B, K, T) inputs as (K * B, T) rows, column by column (all queries, then all
+        positives, ...); (B, T) ones as they are."""
+        return [None if t is None else t.transpose(0, 1).reshape(-1, t.shape[-1])
+                if t.dim() == 3 else t for t in inputs]
+
+    def forward(self, model: Composed, input_ids: torch.Tensor,
+                token_type_ids: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None,
+                labels: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """The vectors; `labels` (an evaluated file's scores) are not the model's to read: a
+        loss over them is the training job's (contrastive.py)."""
+        shape = input_ids.shape
+        if len(shape) == 2:   # one text a row (inference, an export's graph): as given
+            return {"embeddings": self.embed(model, input_ids, token_type_ids, attention_mask)}
+        # Column by column, each cut to its own longest sequence: a batch pads its short
+        # queries to its long passages otherwise.
+        flat = self.columns(input_ids, token_type_ids, attention_mask)
+        step = shape[0]
+        vectors = torch.cat([self.trimmed(model, *[None if t is None else t[i:i + step]
+                                                   for t in flat])
+                             for i in range(0, flat[0].shape[0], step)])
+        return {"embeddings": vectors.reshape(shape[1], shape[0], -1).transpose(0, 1)}
+
+    def hf_config(self) -> dict[str, Any]:
+        record = self.record()
+        if self.matryoshka_dims:
+            record["matryoshka_dims"] = list(self.matryoshka_dims)
+        if self.prompts:
+            record.update(prompts=self.prompts, default_prompt_name=self.default_prompt_name)
+        return {sentence.KEY: record}
+
+    @classmethod
+    def kwargs_from_hf(cls, hf_config: dict[str, Any]) -> dict[str, Any]:
+        given = sentence.record_of(hf_config) or {}
+        kwargs = {k: given[k] for k in ("pooling", "normalize", "prompts", "matryoshka_dims",
+                                        "default_prompt_name", "max_seq_length") if k in given}
+        if given.get("dense"):
+            kwargs["dense"] = [{k: v for k, v in d.items() if k != "path"}
+                               for d in given["dense"]]
+        return kwargs
+
+    @classmethod
+    def extra_weights(cls, directory, hf_config: dict[str, Any]) -> dict[str, torch.Tensor]:
+        record = sentence.record_of(hf_config) or {}
+        return sentence.dense_weights(directory, record, "sentence.dense")
+
+    def extra_files(self, model: Composed) -> dict[str, Any]:
+        return self.layout(model.config.hidden_size,
+                           self.max_seq_length or int(model.config.max_position_embeddings),
+                           self.prompts, self.default_prompt_name)
+
+
+__all__ = ["SentenceEmbedding"]
