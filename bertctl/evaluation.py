@@ -151,7 +151,8 @@ def evaluate_task(model: torch.nn.Module, family, spec, examples, features, labe
     predictions = family.predictions(outputs, features, examples, spec, calibration)
     if not examples.labelled:
         return {}, predictions
-    return family.score(predictions, examples, spec, label_list), predictions
+    return (family.score(family.results(predictions, examples, spec), examples, spec,
+                         label_list), predictions)
 
 
 __all__ = ["evaluate_task", "inference", "non_finite_rows", "predict", "refuse_non_finite",

@@ -53,10 +53,10 @@ def test_a_search_at_each_size_is_the_search_over_the_sliced_vectors():
     examples = family.read(plain, RET / "train.tsv")
     rng = np.random.default_rng(0)
     vectors = rng.normal(size=(len(examples), 2, 24)).astype(np.float32)
-    scored = family.score(vectors, examples, spec, None)
+    scored = family.score(family.results(vectors, examples, spec), examples, spec, None)
     for d in (12, 4):
-        examples = family.read(plain, RET / "train.tsv")
-        cut = family.score(np.ascontiguousarray(vectors[..., :d]), examples, plain, None)
+        sliced = np.ascontiguousarray(vectors[..., :d])
+        cut = family.score(family.results(sliced, examples, plain), examples, plain, None)
         for metric in ("ndcg@10", "mrr@10", "recall@100", "map"):
             assert scored[f"dim{d}/{metric}"] == cut[metric], (d, metric)
 

@@ -172,7 +172,8 @@ def _check(model, exported, source: models.ModelSource, check: CheckData,
                 progress=lambda n: bar.update(n),
                 where=f"{source.path if name == 'pytorch' else 'its export'} on {check.input.file}")
         predictions = family.predictions(outputs, features, examples, spec, calibration)
-        metrics = json_safe(family.score(predictions, examples, spec, label_list))
+        metrics = json_safe(family.score(family.results(predictions, examples, spec),
+                                         examples, spec, label_list))
         runs[name] = (outputs, metrics, _latency(m, features, family))
     (ref, ref_metrics, ref_latency), (got, got_metrics, got_latency) = runs["pytorch"], runs["export"]
     main = family.main_metric(spec)

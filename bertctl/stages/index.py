@@ -26,7 +26,7 @@ def run(config: IndexSettings, target: artifacts.Target, embeddings: Path):
     if kind == "auto":
         kind = "exact" if n < config.exact_below else "ivf"
     if kind != "exact":
-        approximate._faiss()   # the extra's absence named before any work
+        approximate.require()   # the extra's absence named before any work
 
     def build(tmp: Path) -> dict:
         stats = {"index": kind, "vectors": n, "dim": dim, "embeddings": str(art.path)}

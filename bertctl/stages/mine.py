@@ -68,7 +68,7 @@ def run(config: MineSettings, target: artifacts.Target, model_dir: Path, train: 
             vectors.append(part)
         vectors.close()
         d = np.load(store, mmap_mode="r")
-        positive = (ranking._unit(q) * ranking._unit(d[pairs.positive_index])).sum(-1)
+        positive = (ranking.unit(q) * ranking.unit(d[pairs.positive_index])).sum(-1)
         # Deep enough that range_max candidates remain after the query's own positives.
         most = max(np.unique(pairs.queries, return_counts=True)[1]) + 1
         scores, candidates = ranking.search(q, [d], min(len(d), config.range_max + most))

@@ -171,6 +171,13 @@ class Family:
                     calibration: dict | None = None):
         raise NotImplementedError
 
+    def results(self, predictions, examples, spec):
+        """What scoring, reranking and the result files read, made once from the joined
+        predictions (retrieval: the search's run over every document); here the predictions
+        themselves. Its return is what `score`, `candidates` and `write_results` get as
+        `predictions`."""
+        return predictions
+
     def score(self, predictions, examples, spec, label_list) -> dict[str, Any]:
         raise NotImplementedError
 

@@ -84,12 +84,13 @@ def run(config: EvalSettings, target: artifacts.Target, source: ModelSource,
         if outside:
             console.log(f"note: {outside}; correlations do not see the scale, but the "
                         f"predictions written are on the model's")
-        metrics = family.score(predictions, examples, spec, label_list) if labelled else {}
+        results = family.results(predictions, examples, spec)
+        metrics = family.score(results, examples, spec, label_list) if labelled else {}
         if reranker is not None:
-            found = family.candidates(predictions, examples, spec, data, config.rerank_depth)
+            found = family.candidates(results, examples, spec, data, config.rerank_depth)
             metrics.update(rerank.rerank(reranker, found, config.batch_size, device, precision,
                                          tmp))
-        family.write_results(tmp, predictions, examples, spec)
+        family.write_results(tmp, results, examples, spec)
         metrics = json_safe(metrics)
         (tmp / METRICS_FILE).write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
         return {"metrics": metrics, "examples": n, "labelled": labelled,

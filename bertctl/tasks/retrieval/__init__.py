@@ -47,6 +47,19 @@ architectures.register_head(architectures.HeadSpec(
     "embedding", "ForEmbedding", "bertctl.tasks.retrieval.head:SentenceEmbedding"))
 
 
+@dataclasses.dataclass(frozen=True)
+class Search:
+    """A search's result (the family's `results` of a BEIR set or a file of pairs): the
+    vectors it was made from, each query's documents best first with their scores, the
+    judgements, and how many documents were searched."""
+
+    vectors: Any
+    run: dict[str, list[str]]
+    scores: dict[str, list[float]]
+    qrels: dict[str, dict[str, int]]
+    documents: int
+
+
 class Retrieval(Family):
     name = "retrieval"
     title = "Retrieval"
@@ -245,7 +258,7 @@ class Retrieval(Family):
             raise ValueError("the model returned no 'embeddings'")
         e = outputs["embeddings"].astype(np.float32)
         if examples.kind == "scored":
-            a, b = ranking._unit(e[:, 0]), ranking._unit(e[:, 1])
+            a, b = ranking.unit(e[:, 0]), ranking.unit(e[:, 1])
             return (a * b).sum(-1)
         return e
 
@@ -269,6 +282,13 @@ class Retrieval(Family):
         return (np.concatenate([p for p, _ in parts]),
                 RetrievalExamples(first.path, first.kind, [], scores, keys=keys))
 
+    def results(self, predictions, examples: RetrievalExamples, spec):
+        """A BEIR set's or a file of pairs' `Search` (made once, read by score, the reranker's
+        candidates and the run file); scored pairs' cosines and texts alone as they are."""
+        if examples.kind == "scored" or (examples.kind == "pairs" and examples.keys is None):
+            return predictions
+        return Search(predictions, *search_run(predictions, examples, options(spec).top_k))
+
     def score(self, predictions, examples: RetrievalExamples, spec, label_list) -> dict:
         if examples.kind == "scored":
             if options(spec).dims:
@@ -278,11 +298,11 @@ class Retrieval(Family):
                     "pearson": pearson(predictions, examples.scores), "pairs": len(predictions)}
         if examples.kind == "pairs" and examples.keys is None:
             return {}   # texts alone (SimCSE): nothing to score
-        run, qrels = self._ranking(predictions, examples, spec)
-        means, _ = ranking.evaluate(run, qrels)
-        return {**means, "queries": len(qrels), "documents": examples.ranking[4],
-                **self._truncated(predictions, examples, spec),
-                **self._lexical(run, qrels, examples, spec)}
+        found: Search = predictions
+        means, _ = ranking.evaluate(found.run, found.qrels)
+        return {**means, "queries": len(found.qrels), "documents": found.documents,
+                **self._truncated(found.vectors, examples, spec),
+                **self._lexical(found.run, found.qrels, examples, spec)}
 
     def _lexical(self, run, qrels, examples: RetrievalExamples, spec) -> dict:
         """BM25's metrics and the hybrid's (bertctl/tasks/retrieval/lexical.py)."""
@@ -320,16 +340,6 @@ class Retrieval(Family):
             out.update({f"dim{d}/{k}": v for k, v in means.items()})
         return out
 
-    def _ranking(self, predictions, examples: RetrievalExamples, spec):
-        """(run, qrels) of the search, made once per set of predictions and kept with the
-        examples (eval's score and write_results share it; each validation pass of a
-        fine-tuning brings new predictions for the same examples)."""
-        if examples.ranking is None or examples.ranking[0] is not predictions:
-            examples.ranking = (predictions, *search_run(predictions, examples,
-                                                         options(spec).top_k))
-        _, run, scores, qrels, n = examples.ranking
-        return run, qrels
-
     def check_rerank(self, spec, data: Path, depth: int) -> None:
         if not reader.is_beir(Path(data)):
             raise BertctlError(f"{data}: --rerank reorders the search of a BEIR directory")
@@ -337,12 +347,11 @@ class Retrieval(Family):
             raise BertctlError(f"--rerank-depth {depth}: the search keeps {options(spec).top_k} "
                                f"documents a query (--top-k)")
 
-    def candidates(self, predictions, examples: RetrievalExamples, spec, data: Path,
+    def candidates(self, predictions: Search, examples: RetrievalExamples, spec, data: Path,
                    depth: int) -> reader.Candidates:
         """A BEIR set's run, cut to `depth` for a reranker, with its texts read again from
         the directory (without the model's prompts): only the candidates' are held."""
-        run, qrels = self._ranking(predictions, examples, spec)
-        return reader.candidates(Path(data), run, qrels, depth)
+        return reader.candidates(Path(data), predictions.run, predictions.qrels, depth)
 
     def write_predictions(self, directory: Path, predictions, examples, spec, label_list,
                           start: int = 0) -> list[str]:
@@ -356,9 +365,9 @@ class Retrieval(Family):
         return [name]
 
     def write_results(self, directory: Path, predictions, examples, spec) -> list[str]:
-        if examples.kind not in ("beir", "pairs") or examples.ranking is None:
+        if not isinstance(predictions, Search):
             return []
-        _, run, scores, qrels, _ = examples.ranking
+        run, scores, qrels = predictions.run, predictions.scores, predictions.qrels
         with open(Path(directory) / "run.trec", "w", encoding="utf-8") as f:
             for q, docs in run.items():
                 f.writelines(f"{q} Q0 {d} {r} {s:.6f} bertctl\n"

@@ -38,7 +38,9 @@ TRAIN_PER_LIST = 64   # faiss warns below 39 points a centroid; 64 a list, at mo
 RESCORE = 4           # binary: candidates rescored per result (sentence-transformers' default)
 
 
-def _faiss():
+def require():
+    """The faiss module; BertctlError naming the extra where it is not installed (callers ask
+    before any work, so nothing is half-built)."""
     try:
         import faiss
     except ImportError as e:
@@ -55,7 +57,7 @@ def _rows(blocks: Sequence[np.ndarray], rows: np.ndarray) -> np.ndarray:
         if len(mine):
             out.append(np.asarray(block[mine], np.float32))
         start += len(block)
-    return ranking._unit(np.concatenate(out))
+    return ranking.unit(np.concatenate(out))
 
 
 def _bits(x: np.ndarray) -> np.ndarray:
@@ -64,7 +66,7 @@ def _bits(x: np.ndarray) -> np.ndarray:
 
 
 def is_binary(index) -> bool:
-    return isinstance(index, _faiss().IndexBinary)
+    return isinstance(index, require().IndexBinary)
 
 
 def lists_for(n: int, lists: int | None) -> int:
@@ -74,7 +76,7 @@ def lists_for(n: int, lists: int | None) -> int:
 def build(blocks: Sequence[np.ndarray], kind: str, quantize: str, *, lists: int | None,
           m: int, ef_construction: int, seed: int, threads: int | None = None):
     """A faiss index of every row of `blocks` (ids their row numbers across the blocks)."""
-    faiss = _faiss()
+    faiss = require()
     if threads:
         faiss.omp_set_num_threads(threads)
     n, dim = sum(len(b) for b in blocks), blocks[0].shape[1]
@@ -104,7 +106,7 @@ def build(blocks: Sequence[np.ndarray], kind: str, quantize: str, *, lists: int 
                  else faiss.IndexHNSWFlat(dim, m, ip))
         index.hnsw.efConstruction = ef_construction
         sample = min(n, 100_000)
-    code = _bits if binary else ranking._unit
+    code = _bits if binary else ranking.unit
     if not index.is_trained:
         rows = np.sort(np.random.default_rng(seed).choice(n, sample, replace=False))
         index.train(code(_rows(blocks, rows)))
@@ -127,7 +129,7 @@ def nearest(index, queries: np.ndarray, k: int, blocks: Sequence[np.ndarray] = (
     """(scores, rows) as ranking.search gives them; a list shorter than k (an IVF probe of
     few vectors) is padded with row -1 and score -inf. A binary index's candidates are
     rescored with the stored vectors (`blocks`)."""
-    q = ranking._unit(queries)
+    q = ranking.unit(queries)
     if not is_binary(index):
         scores, rows = index.search(q, k)
         return np.where(rows < 0, -np.inf, scores).astype(np.float32), rows.astype(np.int64)
@@ -167,12 +169,12 @@ def recall(index, blocks: Sequence[np.ndarray], k: int, queries: int, seed: int)
 
 
 def write(index, path: Path) -> None:
-    faiss = _faiss()
+    faiss = require()
     (faiss.write_index_binary if is_binary(index) else faiss.write_index)(index, str(path))
 
 
 def read(path: Path, binary: bool = False):
-    faiss = _faiss()
+    faiss = require()
     try:
         return (faiss.read_index_binary if binary else faiss.read_index)(str(path))
     except RuntimeError as e:
@@ -180,5 +182,5 @@ def read(path: Path, binary: bool = False):
                            ) from e
 
 
-__all__ = ["FILE", "build", "is_binary", "lists_for", "nearest", "read", "recall", "tune",
-           "write"]
+__all__ = ["FILE", "build", "is_binary", "lists_for", "nearest", "read", "recall", "require",
+           "tune", "write"]

@@ -31,7 +31,8 @@ DOC_BLOCK = 65_536
 METRICS = ("ndcg@10", "mrr@10", "recall@10", "recall@100", "map")
 
 
-def _unit(x: np.ndarray) -> np.ndarray:
+def unit(x: np.ndarray) -> np.ndarray:
+    """Rows at unit length, float32 (a cosine is then a dot product); zero rows stay zero."""
     x = np.asarray(x, dtype=np.float32)
     norms = np.linalg.norm(x, axis=1, keepdims=True)
     return x / np.maximum(norms, 1e-12)
@@ -42,13 +43,13 @@ def search(queries: np.ndarray, documents: Iterable[np.ndarray], k: int
     """(scores, document indices), both (queries, min(k, documents)), each row best first by
     score: the cosine similarity of every query with every document of `documents` (blocks of
     rows, numbered on from 0 across blocks)."""
-    q = _unit(queries)
+    q = unit(queries)
     best_s = np.full((len(q), 0), -np.inf, np.float32)
     best_i = np.zeros((len(q), 0), np.int64)
     start = 0
     for block in documents:
         for a in range(0, len(block), DOC_BLOCK):
-            d = _unit(block[a:a + DOC_BLOCK])
+            d = unit(block[a:a + DOC_BLOCK])
             ids = np.arange(start + a, start + a + len(d))
             rows_s, rows_i = [], []
             for b in range(0, len(q), QUERY_BLOCK):
@@ -120,4 +121,5 @@ def write_per_query(path, per_query: dict[str, dict[str, float]]) -> None:
                      for q, m in per_query.items())
 
 
-__all__ = ["METRICS", "evaluate", "query_metrics", "rank", "search", "write_per_query"]
+__all__ = ["METRICS", "evaluate", "query_metrics", "rank", "search", "unit",
+           "write_per_query"]

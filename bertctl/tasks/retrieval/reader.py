@@ -46,7 +46,6 @@ class RetrievalExamples:
     qrels: dict[str, dict[str, int]] | None = None
     # (examples, candidates) a teacher's scores of each row's positive and negatives
     teacher: np.ndarray | None = None
-    ranking: object = None   # the search's result, kept once made (see the family's score)
     raw: object = None       # the texts without prompts, where BM25 reads them (--bm25)
 
     def __len__(self) -> int:
