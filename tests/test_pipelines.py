@@ -520,7 +520,7 @@ def test_retrieval_pipeline_from_relative_paths(tmp_path, minilm_dir):
     """all-MiniLM-L6-v2 fine-tuned on the example pairs, it, its original and its int8 export
     scored on the example BEIR set, one report; paths relative to where make was typed."""
     pytest.importorskip("onnxruntime")
-    shutil.copytree(ROOT / "examples" / "retrieval", tmp_path / "ret")
+    _small_search_set(ROOT / "examples" / "retrieval", tmp_path / "ret", queries=60, pairs=96)
     variables = {"MODEL": str(minilm_dir), "TRAIN": "ret/train.tsv", "BEIR": "ret/beir",
                  "RUNS": "runs", "STEPS": "2", "BATCH": "8"}
     r = make("retrieval", variables, makefile=None, start=tmp_path)
@@ -542,13 +542,31 @@ def _per_query(path: Path) -> dict[str, float]:
     return {r[0]: float(r[column]) for r in rows[1:]}
 
 
+def _small_search_set(source: Path, out: Path, queries: int, pairs: int) -> None:
+    """The shipped retrieval example cut to its first `queries` judged test queries (the
+    corpus whole) and `pairs` training pairs: the recipe's plumbing and its table's arithmetic
+    at a quarter of the evaluations' cost."""
+    (out / "beir" / "qrels").mkdir(parents=True)
+    shutil.copy(source / "beir" / "corpus.jsonl", out / "beir" / "corpus.jsonl")
+    lines = (source / "beir" / "qrels" / "test.tsv").read_text().splitlines()
+    kept_ids = list(dict.fromkeys(line.split("\t")[0] for line in lines[1:]))[:queries]
+    kept = [line for line in lines[1:] if line.split("\t")[0] in set(kept_ids)]
+    (out / "beir" / "qrels" / "test.tsv").write_text("\n".join([lines[0], *kept]) + "\n")
+    wanted = set(kept_ids)
+    (out / "beir" / "queries.jsonl").write_text("".join(
+        x + "\n" for x in (source / "beir" / "queries.jsonl").read_text().splitlines()
+        if json.loads(x)["_id"] in wanted))
+    rows = (source / "train.tsv").read_text().splitlines()
+    (out / "train.tsv").write_text("\n".join(rows[:pairs + 1]) + "\n")
+
+
 def test_search_pipeline_each_steps_gain(tmp_path, minilm_dir):
     """The whole search recipe in miniature (pipelines/search.mk): every step an artifact with
     its lineage, and the report's first table each step's nDCG@10 gain with the paired standard
     error computed here from the evals' per-query files (statistics.stdev / sqrt(n))."""
     pytest.importorskip("onnxruntime")
     pytest.importorskip("matplotlib")
-    shutil.copytree(ROOT / "examples" / "retrieval", tmp_path / "ret")
+    _small_search_set(ROOT / "examples" / "retrieval", tmp_path / "ret", queries=60, pairs=96)
     variables = {"MODEL": str(minilm_dir), "TRAIN": "ret/train.tsv", "BEIR": "ret/beir",
                  "RUNS": "runs", "STEPS": "2", "BATCH": "8", "RERANK_BATCH": "4",
                  "RERANK_LENGTH": "64", "NEGATIVES": "1", "DEPTH": "5"}
@@ -573,7 +591,7 @@ def test_search_pipeline_each_steps_gain(tmp_path, minilm_dir):
     for row, (directory, _, base), mine in zip(rows, evals, scores):
         assert row[0].startswith(directory) and float(row[1]) == pytest.approx(
             statistics.fmean(mine.values()), abs=5e-5)
-        assert int(row[2]) == len(mine) == 232
+        assert int(row[2]) == len(mine) == 60
         if base is None:
             assert row[3] == ""
             continue

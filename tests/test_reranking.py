@@ -223,6 +223,29 @@ def test_margin_mse_equals_its_plain_definition():
     assert margin_mse(q, d, t).item() == pytest.approx(want / 9, rel=1e-5)
 
 
+def test_listwise_kl_equals_its_plain_definition():
+    """KL(teacher || student) over each row's candidates, averaged over rows: the teacher's
+    distribution the softmax of its logits (the scores are their sigmoid), the student's the
+    softmax of scale * cosine; computed here in float64 with scipy's rel_entr. Tolerance: the
+    loss runs in float32 over 4 candidates (relative 1e-5)."""
+    from scipy.special import logit, rel_entr, softmax
+
+    from bertctl.tasks.retrieval.contrastive import listwise_kl
+
+    g = torch.Generator().manual_seed(4)
+    q, d = torch.randn(3, 8, generator=g), torch.randn(3, 4, 8, generator=g)
+    t = torch.rand(3, 4, generator=g) * 0.98 + 0.01
+    qn = q.double().numpy() / np.linalg.norm(q.double().numpy(), axis=-1, keepdims=True)
+    dn = d.double().numpy() / np.linalg.norm(d.double().numpy(), axis=-1, keepdims=True)
+    cos = np.einsum("bd,bkd->bk", qn, dn)
+    teacher = softmax(logit(t.double().numpy()), axis=-1)
+    student = softmax(20.0 * cos, axis=-1)
+    want = rel_entr(teacher, student).sum() / 3
+    assert listwise_kl(q, d, t, 20.0).item() == pytest.approx(want, rel=1e-5)
+    with pytest.raises(ValueError, match="candidates"):   # never broadcast silently
+        listwise_kl(q, d, t[:, :3], 20.0)
+
+
 def test_the_mixed_distillation_loss_is_the_sum_of_its_parts():
     """margin_mse_infonce through the job's loss module: MarginMSE on the teacher's scores
     plus InfoNCE over the batch at the scale, each as defined above and in test_retrieval."""
@@ -230,7 +253,8 @@ def test_the_mixed_distillation_loss_is_the_sum_of_its_parts():
     from bertctl.tasks.retrieval.loss import LOSSES
 
     g = torch.Generator().manual_seed(3)
-    e, t = torch.randn(4, 3, 8, generator=g), torch.rand(4, 3, generator=g)
+    # a query, its positive and a negative; the teacher scored the two candidates
+    e, t = torch.randn(4, 3, 8, generator=g), torch.rand(4, 2, generator=g)
     got = LOSSES["margin_mse_infonce"].compute(e, t, 20.0)
     want = margin_mse(e[:, 0], e[:, 1:], t) + info_nce(e[:, 0], e[:, 1:], 20.0)
     torch.testing.assert_close(got, want, atol=0, rtol=0)   # the same operations

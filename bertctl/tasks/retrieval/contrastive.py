@@ -69,7 +69,29 @@ def margin_mse(queries: torch.Tensor, documents: torch.Tensor,
     cosine)."""
     cos = F.cosine_similarity(queries.float()[:, None], documents.float(), dim=-1)
     teacher = teacher.float()
+    if teacher.shape != cos.shape:   # broadcasting would compare the wrong margins, silently
+        raise ValueError(f"the teacher scored {tuple(teacher.shape)} candidates, the batch "
+                         f"has {tuple(cos.shape)}")
     return F.mse_loss(cos[:, :1] - cos[:, 1:], teacher[:, :1] - teacher[:, 1:])
+
+
+def listwise_kl(queries: torch.Tensor, documents: torch.Tensor, teacher: torch.Tensor,
+                scale: float) -> torch.Tensor:
+    """Queries (B, D) and their candidates (B, K, D), with a teacher's scores (B, K) as
+    `mine --teacher` writes them (CrossEncoder.predict's: the sigmoid of its logit): the KL
+    divergence from the teacher's distribution over each row's candidates (the softmax of its
+    logits, recovered from the scores) to the student's (the softmax of scale * cos), averaged
+    over rows (sentence-transformers' DistillKLDivLoss, with cosines). Unlike MarginMSE, it
+    asks only for the teacher's order and confidence among the candidates, not for cosine
+    margins the size of its score gaps."""
+    cos = F.cosine_similarity(queries.float()[:, None], documents.float(), dim=-1)
+    if teacher.shape != cos.shape:
+        raise ValueError(f"the teacher scored {tuple(teacher.shape)} candidates, the batch "
+                         f"has {tuple(cos.shape)}")
+    p = teacher.float().clamp(1e-7, 1 - 1e-7)     # a sigmoid's output: logit(p) undoes it
+    target = F.log_softmax(torch.log(p) - torch.log1p(-p), dim=-1)
+    return F.kl_div(F.log_softmax(scale * cos, dim=-1), target, log_target=True,
+                    reduction="batchmean")
 
 
 def infonce_loss(e: torch.Tensor, _, scale: float) -> torch.Tensor:
@@ -86,6 +108,10 @@ def cosent_loss(e: torch.Tensor, scores: torch.Tensor, scale: float) -> torch.Te
 
 def margin_mse_loss(e: torch.Tensor, teacher: torch.Tensor, _) -> torch.Tensor:
     return margin_mse(e[:, 0], e[:, 1:], teacher)
+
+
+def kl_loss(e: torch.Tensor, teacher: torch.Tensor, scale: float) -> torch.Tensor:
+    return listwise_kl(e[:, 0], e[:, 1:], teacher, scale)
 
 
 def margin_mse_infonce_loss(e: torch.Tensor, teacher: torch.Tensor, scale: float
