@@ -2,7 +2,8 @@
 
     .venv/bin/python benchmarks/bench_search.py --shared ../shared/data --out runs/bench-search \
         [--model DIR] [--seeds 0 1 2 3 4] [--threads 2]
-        [--steps baseline inbatch mined st-inbatch st-mined]
+        [--steps baseline inbatch mined st-inbatch st-mined rerank distill again st-rerank
+                 st-distill] [--distill-loss kl]
 
 The set (built from `--shared`, the workplace's public data; bertctl never reads it): paraphrase
 retrieval from GLUE's MRPC and STS-B. A query is a sentence of a paraphrase pair (MRPC label 1,
@@ -25,6 +26,10 @@ relative_margin 0.05, top, n-tuple), its trainer with MultipleNegativesRankingLo
 batch 32, lr 2e-5, 10% warm-up then linear, weight decay 0.01, 64 tokens, the same precision),
 each scored by `bertctl eval` (its trainer needs accelerate: `.venv/bin/pip install
 accelerate`). Each row's seconds are its fine-tuning process's wall time.
+The second stage (second_stage below): `rerank`, a reranker trained on the mined rows and the
+mined model's search reranked by it; `distill`, the mined model trained one more epoch on its
+own mined candidates scored by that reranker (`mine --teacher`, then --distill-loss); `again`,
+its control: the same rows and epoch with in-batch negatives and no teacher.
 Results go to OUT/results.json; the table to stdout, with the machine line.
 """
 
@@ -219,6 +224,8 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--steps", nargs="+", default=["baseline", "inbatch", "mined"])
     p.add_argument("--precision", default="auto")
+    p.add_argument("--distill-loss", default="kl",
+                   help="the loss the `distill` step trains with (kl, margin_mse, ...)")
     args = p.parse_args()
     model = args.model or common.default_model()
     out = args.out
@@ -230,8 +237,10 @@ def main() -> None:
     # Steps run before (another --steps) are kept: the peers may run after bertctl's rows.
     kept = json.loads((out / "results.json").read_text()) if (out / "results.json").exists() \
         else {}
+    # ... and a step run again replaces its earlier figures.
     results: dict = {**kept, "machine": common.machine(), "set": facts,
-                     "steps": kept.get("steps", {})}
+                     "steps": {k: v for k, v in kept.get("steps", {}).items()
+                               if k not in args.steps}}
     print(results["machine"], json.dumps(facts))
 
     def evaluate(m: Path, name: str) -> float:
@@ -284,7 +293,7 @@ def main() -> None:
         results["steps"][arm] = {"ndcg": scores, "seconds": seconds}
         (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     for prefix in ("", "st-"):
-        if f"{prefix}rerank" in args.steps or f"{prefix}distill" in args.steps:
+        if any(f"{prefix}{step}" in args.steps for step in ("rerank", "distill", "again")):
             second_stage(prefix, args, out, data, model, runtime, precision, results, log)
             (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
@@ -300,6 +309,9 @@ def main() -> None:
         diff = _diff(v, steps[before]["ndcg"]) + f" (vs {before})" if before in steps else ""
         secs = f"{statistics.fmean(r['seconds']):.0f}" if r.get("seconds") else ""
         print(f"| {name} | {statistics.fmean(v):.4f}{sd} | {len(v)} | {diff} | {secs} |")
+    if "distill" in steps and "again" in steps:
+        print(f"distill ({steps['distill'].get('loss')}) - again (the same rows, no teacher): "
+              f"nDCG@10 {_diff(steps['distill']['ndcg'], steps['again']['ndcg'])}")
     for ours, theirs in (("inbatch", "st-inbatch"), ("mined", "st-mined"),
                          ("rerank", "st-rerank"), ("distill", "st-distill")):
         if ours in steps and theirs in steps:
@@ -330,38 +342,59 @@ def second_stage(prefix: str, args, out: Path, data: Path, model: Path, runtime:
                        *RERANK_FLAGS, "--seed", str(seed), "--out", rr, *runtime], log,
                       threads=args.threads)
         trained = time.monotonic() - started
-        ev = out / f"eval-{prefix}rerank-seed{seed}"
-        common.sh([*BERTCTL, "eval", first, data / "beir", "--task", "retrieval", "--rerank",
-                   rr, "--rerank-depth", RERANK_DEPTH, "--out", ev, *runtime], log,
-                  threads=args.threads)
-        metrics = json.loads((ev / "metrics.json").read_text())
-        step = steps.setdefault(f"{prefix}rerank", {"ndcg": [], "seconds": [], "qps": []})
-        step["ndcg"].append(metrics["rerank/ndcg@10"])
-        step["seconds"].append(trained)
-        step["qps"].append(metrics["rerank/queries_per_second"])
-        print(f"{prefix}rerank seed {seed}: nDCG@10 {metrics['rerank/ndcg@10']:.4f} "
-              f"(first stage {metrics['ndcg@10']:.4f}; {trained:.0f}s)")
-        if f"{prefix}distill" not in args.steps:
+        if f"{prefix}rerank" in args.steps:   # else only the teacher of the steps below
+            ev = out / f"eval-{prefix}rerank-seed{seed}"
+            common.sh([*BERTCTL, "eval", first, data / "beir", "--task", "retrieval",
+                       "--rerank", rr, "--rerank-depth", RERANK_DEPTH, "--out", ev, *runtime],
+                      log, threads=args.threads)
+            metrics = json.loads((ev / "metrics.json").read_text())
+            step = steps.setdefault(f"{prefix}rerank", {"ndcg": [], "seconds": [], "qps": []})
+            step["ndcg"].append(metrics["rerank/ndcg@10"])
+            step["seconds"].append(trained)
+            step["qps"].append(metrics["rerank/queries_per_second"])
+            print(f"{prefix}rerank seed {seed}: nDCG@10 {metrics['rerank/ndcg@10']:.4f} "
+                  f"(first stage {metrics['ndcg@10']:.4f}; {trained:.0f}s)")
+        if f"{prefix}distill" not in args.steps and f"{prefix}again" not in args.steps:
             continue
-        student = out / f"ft-{prefix}distill-seed{seed}"
         started = time.monotonic()
         if prefix:
+            student = out / f"ft-{prefix}distill-seed{seed}"
             scored = out / f"st-scored-seed{seed}.jsonl"
             st("ce-score", model, mined_rows, scored, seed, precision, args.threads, log, rr)
             st("train", first, scored, student, seed, precision, args.threads, log)
-        else:
-            scored = out / f"scored-seed{seed}"
-            common.sh([*BERTCTL, "mine", first, data / "train.tsv", "--corpus",
-                       data / "train_sentences.txt", *MINE_FLAGS, "--teacher", rr,
-                       "--out", scored, *runtime], log, threads=args.threads)
+            _record(steps, f"{prefix}distill", seed, ndcg_of(out, student, data, runtime,
+                                                            args.threads, log),
+                    time.monotonic() - started)
+            continue
+        scored = out / f"scored-seed{seed}"
+        common.sh([*BERTCTL, "mine", first, data / "train.tsv", "--corpus",
+                   data / "train_sentences.txt", *MINE_FLAGS, "--teacher", rr,
+                   "--out", scored, *runtime], log, threads=args.threads)
+        scoring = time.monotonic() - started
+        # `distill`: the first stage trained on its own candidates with the teacher's scores
+        # (--distill-loss); `again`, the control: the same rows and training, no teacher.
+        for step_name, loss in (("distill", args.distill_loss), ("again", "infonce")):
+            if step_name not in args.steps:
+                continue
+            student = out / f"ft-{step_name}-{loss}-seed{seed}"
+            started = time.monotonic()
             common.sh([*BERTCTL, "finetune", first, scored / "pairs.jsonl", "--task",
-                       "retrieval", *TRAIN_FLAGS, "--seed", str(seed), "--out", student,
-                       *runtime], log, threads=args.threads)
-        spent = time.monotonic() - started
-        step = steps.setdefault(f"{prefix}distill", {"ndcg": [], "seconds": []})
-        step["ndcg"].append(ndcg_of(out, student, data, runtime, args.threads, log))
-        step["seconds"].append(spent)
-        print(f"{prefix}distill seed {seed}: nDCG@10 {step['ndcg'][-1]:.4f} ({spent:.0f}s)")
+                       "retrieval", "--loss", loss, *TRAIN_FLAGS, "--seed", str(seed),
+                       "--out", student, *runtime], log, threads=args.threads)
+            spent = time.monotonic() - started + (scoring if step_name == "distill" else 0)
+            _record(steps, step_name, seed, ndcg_of(out, student, data, runtime,
+                                                    args.threads, log), spent, loss=loss)
+
+
+def _record(steps: dict, name: str, seed: int, score: float, seconds: float,
+            **facts) -> None:
+    step = steps.setdefault(name, {"ndcg": [], "seconds": [], **facts})
+    if any(step.get(k) != v for k, v in facts.items()):   # another loss: a fresh row
+        step.clear()
+        step.update({"ndcg": [], "seconds": [], **facts})
+    step["ndcg"].append(score)
+    step["seconds"].append(seconds)
+    print(f"{name} seed {seed}: nDCG@10 {score:.4f} ({seconds:.0f}s)")
 
 
 def ndcg_of(out: Path, m: Path, data: Path, runtime: list, threads: int, log: Path) -> float:
@@ -372,7 +405,7 @@ def ndcg_of(out: Path, m: Path, data: Path, runtime: list, threads: int, log: Pa
 
 
 BEFORE = {"inbatch": "baseline", "mined": "inbatch", "st-inbatch": "baseline",
-          "st-mined": "st-inbatch", "rerank": "mined", "distill": "mined",
+          "st-mined": "st-inbatch", "rerank": "mined", "distill": "mined", "again": "mined",
           "st-rerank": "st-mined", "st-distill": "st-mined"}
 
 

@@ -1,7 +1,7 @@
 # Search, the whole recipe: the original model evaluated; fine-tuned on the pairs (in-batch
 # negatives); hard negatives mined with the original and a fine-tuning on them; a reranker
 # (cross-encoder) trained on the mined rows and the search reranked by it; the reranker's
-# scores of the mined model's own candidates distilled into it (MarginMSE); the distilled model
+# scores of the mined model's own candidates distilled into it (listwise KL); the distilled model
 # evaluated with and without reranking, exported (int8) and evaluated again; one report whose
 # first table is each step's gain in nDCG@10 with its standard error over the queries.
 #

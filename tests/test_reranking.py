@@ -263,7 +263,8 @@ def test_the_mixed_distillation_loss_is_the_sum_of_its_parts():
 @pytest.mark.slow
 def test_the_reranker_teaches_the_bi_encoder(cli, minilm_dir, reranker, tmp_path):
     """mine --teacher writes the cross-encoder's score of each row's candidates (those of
-    CrossEncoder.predict); finetune --task retrieval reads them and trains on MarginMSE."""
+    CrossEncoder.predict); finetune --task retrieval reads them and trains on them (listwise
+    KL, the default for a file with a teacher's scores)."""
     from sentence_transformers import CrossEncoder
 
     out = tmp_path / "mined"
@@ -287,6 +288,8 @@ def test_the_reranker_teaches_the_bi_encoder(cli, minilm_dir, reranker, tmp_path
             "--batch-size", "8", "--max-seq-length", "32", "--precision", "fp32",
             "--out", tmp_path / "student")
     assert r.exit_code == 0, r.stderr
+    stats = json.loads((tmp_path / "student" / "artifact.json").read_text())["stats"]
+    assert stats["loss"]["name"] == "kl"   # the labels chose it, and the artifact says so
 
 
 def test_teacher_scores_are_whole_or_refused(cli, minilm_dir, tmp_path):

@@ -178,6 +178,7 @@ class TaskJob:
     def fit(self, work: Path):
         config = self.config
         module = self.family.training_module(self.model, self.spec)
+        self.trained_with = module
         setup = self.by.loop_setup(module, self.train_features, work)
         data = TaskData(self.train_features, config.pack, self.max_len, setup.model.packs,
                         setup.extras, per_token=self.family.marks)
@@ -206,7 +207,11 @@ class TaskJob:
                            max_length=self.max_len if family.records_length else None)
         chosen = result.best_metrics if self.select else result.eval_metrics
         train_stats = family.feature_stats(self.train_features)
-        return {"architecture": architectures.of_model(model).name,
+        # What a loss module around the model chose where the settings left it to the data
+        # (retrieval's loss: the same command trains another loss when the file's columns do).
+        facts = getattr(getattr(self, "trained_with", None), "facts", None)
+        return {**({"loss": facts()} if facts is not None else {}),
+                "architecture": architectures.of_model(model).name,
                 "model_class": type(model).__name__, "task": spec.name,
                 "family": spec.family, "label_list": self.task_record["label_list"],
                 "train_examples": len(self.train_examples),

@@ -173,6 +173,12 @@ class ContrastiveLoss(nn.Module):
                                "CoSENT ranks pairs against each other): use 2 or more")
         return {"embeddings": vectors, "loss": self.total(vectors, labels)}
 
+    def facts(self) -> dict:
+        """The loss trained with (the one the labels chose, where --loss was unset), for the
+        artifact's stats."""
+        return {"name": self.loss.name if self.loss is not None else None,
+                "scale": self.scale, "cache_negatives": self.cache_negatives}
+
     def total(self, e: torch.Tensor, labels: torch.Tensor | None) -> torch.Tensor:
         """The loss of (B, K, D) vectors; with Matryoshka sizes (the model's), the sum of the
         losses of the vectors cut to each (sentence-transformers' MatryoshkaLoss, weights 1)."""

@@ -57,7 +57,7 @@ register(Loss("margin_mse_infonce", "a teacher's margins plus in-batch negatives
 
 def default_loss(scored: bool, taught: bool) -> str:
     """The loss of a training file left to choose: its labels say which."""
-    return "cosent" if scored else "margin_mse" if taught else "infonce"
+    return "cosent" if scored else "kl" if taught else "infonce"
 
 
 __all__ = ["LOSSES", "Loss", "default_loss", "register"]

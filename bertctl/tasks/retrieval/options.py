@@ -18,7 +18,7 @@ class RetrievalOptions(BaseModel):
     loss: str | None = Field(
         None, description="The training loss, from the registry (tasks/retrieval/loss.py): "
         + "; ".join(f"{x.name}, {x.description}" for x in LOSSES.values())
-        + ". Unset: cosent for a file with scores, margin_mse for one with teacher scores, "
+        + ". Unset: cosent for a file with scores, kl for one with teacher scores, "
         "else infonce.")
     scale: float = Field(20.0, gt=0, le=1000, description="The cosine similarities' scale "
                          "(inverse temperature) in the loss; at most 1000 (a temperature of "
