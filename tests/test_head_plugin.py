@@ -7,6 +7,7 @@ of it: one `build` pairs the head with each encoder, and the model class config.
 comes from the mapping (the encoder's prefix + the head's suffix)."""
 
 import json
+import pickle
 
 import pytest
 import torch
@@ -175,3 +176,9 @@ def test_the_head_is_one_class_per_architecture_named_by_the_mapping(plugin_cli)
         assert architectures.role_of(type(model).__name__) == "prototypes"
         out = model(torch.tensor([[1, 5, 6, 2]]), labels=torch.tensor([1]))
         assert out["logits"].shape == (1, 3) and out["loss"].requires_grad
+        # a model is pickled as any other (its class found again by its name)
+        model.eval()
+        again = pickle.loads(pickle.dumps(model))
+        assert type(again) is type(model)
+        torch.testing.assert_close(again(torch.tensor([[1, 5, 6, 2]]))["logits"],
+                                   model(torch.tensor([[1, 5, 6, 2]]))["logits"])

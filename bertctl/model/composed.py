@@ -138,4 +138,13 @@ def composed_class(arch: Architecture, role: str, head_class: type[Head]) -> typ
     return found
 
 
+def __getattr__(name: str) -> type[Composed]:
+    """A composed class by its name, as pickle looks a class up (its module's attribute)."""
+    for arch in ARCHITECTURES.values():
+        for role in arch.roles():
+            if role not in arch.heads and arch.head_name(role) == name:
+                return arch.head(role)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = ["Composed", "Head", "composed_class"]
