@@ -246,17 +246,20 @@ def test_listwise_kl_equals_its_plain_definition():
         listwise_kl(q, d, t[:, :3], 20.0)
 
 
-def test_the_mixed_distillation_loss_is_the_sum_of_its_parts():
-    """margin_mse_infonce through the job's loss module: MarginMSE on the teacher's scores
-    plus InfoNCE over the batch at the scale, each as defined above and in test_retrieval."""
-    from bertctl.tasks.retrieval.contrastive import info_nce, margin_mse
+@pytest.mark.parametrize("name", ["margin_mse_infonce", "kl_infonce"])
+def test_the_mixed_distillation_losses_are_the_sum_of_their_parts(name):
+    """Each through the registry: the teacher's loss on its scores plus InfoNCE over the
+    batch at the scale, each as defined above and in test_retrieval."""
+    from bertctl.tasks.retrieval.contrastive import info_nce, listwise_kl, margin_mse
     from bertctl.tasks.retrieval.loss import LOSSES
 
     g = torch.Generator().manual_seed(3)
     # a query, its positive and a negative; the teacher scored the two candidates
     e, t = torch.randn(4, 3, 8, generator=g), torch.rand(4, 2, generator=g)
-    got = LOSSES["margin_mse_infonce"].compute(e, t, 20.0)
-    want = margin_mse(e[:, 0], e[:, 1:], t) + info_nce(e[:, 0], e[:, 1:], 20.0)
+    got = LOSSES[name].compute(e, t, 20.0)
+    teacher = (margin_mse(e[:, 0], e[:, 1:], t) if name == "margin_mse_infonce"
+               else listwise_kl(e[:, 0], e[:, 1:], t, 20.0))
+    want = teacher + info_nce(e[:, 0], e[:, 1:], 20.0)
     torch.testing.assert_close(got, want, atol=0, rtol=0)   # the same operations
 
 

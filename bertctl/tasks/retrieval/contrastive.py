@@ -114,6 +114,10 @@ def kl_loss(e: torch.Tensor, teacher: torch.Tensor, scale: float) -> torch.Tenso
     return listwise_kl(e[:, 0], e[:, 1:], teacher, scale)
 
 
+def kl_infonce_loss(e: torch.Tensor, teacher: torch.Tensor, scale: float) -> torch.Tensor:
+    return listwise_kl(e[:, 0], e[:, 1:], teacher, scale) + info_nce(e[:, 0], e[:, 1:], scale)
+
+
 def margin_mse_infonce_loss(e: torch.Tensor, teacher: torch.Tensor, scale: float
                             ) -> torch.Tensor:
     return margin_mse(e[:, 0], e[:, 1:], teacher) + info_nce(e[:, 0], e[:, 1:], scale)

@@ -50,6 +50,8 @@ register(Loss("margin_mse", "a teacher's margins between the positive and each n
 register(Loss("kl", "a teacher's distribution over each row's candidates, by KL divergence "
               "(DistillKLDivLoss; the score_* columns bertctl mine --teacher writes)",
               _HERE + "kl_loss", "teacher"))
+register(Loss("kl_infonce", "a teacher's distribution plus in-batch negatives, summed",
+              _HERE + "kl_infonce_loss", "teacher"))
 register(Loss("margin_mse_infonce", "a teacher's margins plus in-batch negatives, summed "
               "(the student keeps its contrast while it imitates)",
               _HERE + "margin_mse_infonce_loss", "teacher"))
