@@ -248,13 +248,3 @@ def ten_seconds_a_step(monkeypatch):
 
     monkeypatch.setattr(Trainer, "_now", now)
 
-
-def pytest_collection_modifyitems(config, items):
-    """The files with end-to-end tests (marked slow) first, most of them first, each file's
-    tests in their own order: with a file a worker (`--dist loadfile`), a long file handed out
-    last leaves the other workers idle while it runs (CI's wall time)."""
-    slow: dict = {}
-    for item in items:
-        if item.get_closest_marker("slow") is not None:
-            slow[item.path] = slow.get(item.path, 0) + 1
-    items.sort(key=lambda item: -slow.get(item.path, 0))   # stable
