@@ -13,6 +13,10 @@ SentenceEmbedding); what it is trained with is the job's choice (the family's `t
   as sentence-transformers' CoSENTLoss.
 - `margin_mse`: a teacher's (a cross-encoder's) scores of a query's candidates: the student's
   cosine margins between the positive and each negative regress onto the teacher's.
+- `kl`: the same scores, listwise: the student's distribution over a query's candidates
+  (softmax of scale * cosine) brought to the teacher's (softmax of its logits) by KL divergence;
+  the default for a file with a teacher's scores (it gains where MarginMSE loses:
+  docs/benchmarks.md).
 
 The registered form of each (`*_loss`) takes the batch's vectors (B, K, D) (column 0 the
 queries, or a pair's first texts), its labels and the scale.
