@@ -30,10 +30,7 @@ def _registered(name: str):
     for arch in ARCHITECTURES.values():
         if arch.config_class.__name__ == name:
             return arch.config_class
-        for role in arch.roles():
-            if arch.head_name(role) == name:
-                return arch.head(role)
-    return None
+    return architectures.model_class(name)
 
 
 def __getattr__(name: str):

@@ -189,6 +189,16 @@ def of_model(model) -> Architecture:
     return ARCHITECTURES[model.config.architecture]
 
 
+def model_class(class_name: str) -> type | None:
+    """The model class of any architecture and role by its name (config.json's
+    `architectures`), imported; None for a name none has."""
+    for arch in ARCHITECTURES.values():
+        for role in arch.roles():
+            if arch.head_name(role) == class_name:
+                return arch.head(role)
+    return None
+
+
 def role_of(class_name: str) -> str | None:
     """The role of a model class of any architecture, by its name (config.json's
     `architectures`); None for a class no architecture has."""

@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from bertctl.model.architectures import ARCHITECTURES, Architecture
+from bertctl.model.architectures import ARCHITECTURES, Architecture, model_class
 from bertctl.model.dropout import set_training_dropout
 from bertctl.model.shared import EncoderWithHead
 
@@ -140,11 +140,10 @@ def composed_class(arch: Architecture, role: str, head_class: type[Head]) -> typ
 
 def __getattr__(name: str) -> type[Composed]:
     """A composed class by its name, as pickle looks a class up (its module's attribute)."""
-    for arch in ARCHITECTURES.values():
-        for role in arch.roles():
-            if role not in arch.heads and arch.head_name(role) == name:
-                return arch.head(role)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    found = model_class(name)
+    if found is None or not issubclass(found, Composed):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return found
 
 
 __all__ = ["Composed", "Head", "composed_class"]

@@ -64,6 +64,17 @@ def cosent(a: torch.Tensor, b: torch.Tensor, gold: torch.Tensor, scale: float) -
     return torch.logsumexp(torch.cat([zero, diff]), dim=0)
 
 
+def _candidate_cosines(queries: torch.Tensor, documents: torch.Tensor,
+                       teacher: torch.Tensor) -> torch.Tensor:
+    """(B, K): each query's cosine with each of its candidates, which the teacher's scores
+    (B, K) must match: broadcasting would compare the wrong candidates, silently."""
+    cos = F.cosine_similarity(queries.float()[:, None], documents.float(), dim=-1)
+    if teacher.shape != cos.shape:
+        raise ValueError(f"the teacher scored {tuple(teacher.shape)} candidates, the batch "
+                         f"has {tuple(cos.shape)}")
+    return cos
+
+
 def margin_mse(queries: torch.Tensor, documents: torch.Tensor,
                teacher: torch.Tensor) -> torch.Tensor:
     """Queries (B, D) and their candidates (B, K, D), the positive first: the squared error
@@ -71,11 +82,8 @@ def margin_mse(queries: torch.Tensor, documents: torch.Tensor,
     t_p - t_j, over every negative j (Hofstatter et al. 2020; sentence-transformers'
     MarginMSELoss, with cosines where it takes dot products: bertctl's vectors are compared by
     cosine)."""
-    cos = F.cosine_similarity(queries.float()[:, None], documents.float(), dim=-1)
+    cos = _candidate_cosines(queries, documents, teacher)
     teacher = teacher.float()
-    if teacher.shape != cos.shape:   # broadcasting would compare the wrong margins, silently
-        raise ValueError(f"the teacher scored {tuple(teacher.shape)} candidates, the batch "
-                         f"has {tuple(cos.shape)}")
     return F.mse_loss(cos[:, :1] - cos[:, 1:], teacher[:, :1] - teacher[:, 1:])
 
 
@@ -88,10 +96,7 @@ def listwise_kl(queries: torch.Tensor, documents: torch.Tensor, teacher: torch.T
     over rows (sentence-transformers' DistillKLDivLoss, with cosines). Unlike MarginMSE, it
     asks only for the teacher's order and confidence among the candidates, not for cosine
     margins the size of its score gaps."""
-    cos = F.cosine_similarity(queries.float()[:, None], documents.float(), dim=-1)
-    if teacher.shape != cos.shape:
-        raise ValueError(f"the teacher scored {tuple(teacher.shape)} candidates, the batch "
-                         f"has {tuple(cos.shape)}")
+    cos = _candidate_cosines(queries, documents, teacher)
     p = teacher.float().clamp(1e-7, 1 - 1e-7)     # a sigmoid's output: logit(p) undoes it
     target = F.log_softmax(torch.log(p) - torch.log1p(-p), dim=-1)
     return F.kl_div(F.log_softmax(scale * cos, dim=-1), target, log_target=True,
