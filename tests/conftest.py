@@ -247,4 +247,3 @@ def ten_seconds_a_step(monkeypatch):
     from bertctl.train.loop import Trainer
 
     monkeypatch.setattr(Trainer, "_now", now)
-
