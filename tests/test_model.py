@@ -204,6 +204,39 @@ def test_nothing_masked_gives_zero_mlm_loss_not_nan():
     out["loss"].backward()
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_vocabulary_cross_entropy_is_the_definition(dtype, monkeypatch):
+    """The masked LM's loss, sliced by rows (a slice of 7 rows here, so 40 rows end on a
+    partial slice), against cross-entropy's definition in float64: mean of logsumexp minus the
+    target's logit; gradient (softmax - one-hot) / N. Tolerances: the loss is fp32 arithmetic
+    over 3,000 logits (a few ulps of ~8: 1e-5); the gradient is rounded to the logits' dtype
+    at the end (fp32: 1e-7 of entries up to 1/40; bf16: its 8 bits, 2**-8 relative)."""
+    from bertctl.model import shared
+
+    monkeypatch.setattr(shared, "_LOSS_CHUNK_BYTES", 7 * 4 * 3000)
+    gen = torch.Generator().manual_seed(0)
+    n, vocabulary = 40, 3000
+    logits = (torch.randn(n, vocabulary, generator=gen) * 4).to(dtype).requires_grad_()
+    targets = torch.randint(0, vocabulary, (n,), generator=gen)
+    loss = shared.vocabulary_cross_entropy(logits, targets)
+    (loss * 3).backward()
+
+    x = logits.detach().double()
+    expected = (torch.logsumexp(x, -1) - x[torch.arange(n), targets]).mean()
+    grad = torch.softmax(x, -1)
+    grad[torch.arange(n), targets] -= 1
+    grad = 3 * grad / n
+    assert loss.dtype == torch.float32
+    assert abs(loss.item() - expected.item()) < 1e-5
+    if dtype == torch.float32:
+        close(logits.grad.double(), grad, atol=1e-7)
+    else:
+        assert logits.grad.dtype == torch.bfloat16
+        torch.testing.assert_close(logits.grad.double(), grad, rtol=2 ** -8, atol=1e-9)
+    # The logits are not touched (fp32 logits are their own .float()).
+    torch.testing.assert_close(logits.detach().double(), x, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("problem_type, num_labels", [("single_label_classification", 3), ("regression", 1)])
 def test_sequence_classification_matches_transformers(problem_type, num_labels):
     torch.manual_seed(3)

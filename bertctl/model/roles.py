@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from bertctl.labels import IGNORE_INDEX
+from bertctl.model.shared import vocabulary_cross_entropy
 
 
 def masked_lm(predict: Callable[[torch.Tensor], torch.Tensor], hidden: torch.Tensor,
@@ -31,10 +32,7 @@ def masked_lm(predict: Callable[[torch.Tensor], torch.Tensor], hidden: torch.Ten
         out["mlm_targets"] = flat.index_select(0, where)
     out["mlm_logits"] = predict(hidden)
     if labels is not None:
-        if out["mlm_targets"].numel():
-            out["mlm_loss"] = F.cross_entropy(out["mlm_logits"].float(), out["mlm_targets"])
-        else:  # nothing masked in this batch: a zero that still reaches every parameter
-            out["mlm_loss"] = out["mlm_logits"].sum() * 0.0
+        out["mlm_loss"] = vocabulary_cross_entropy(out["mlm_logits"], out["mlm_targets"])
     return out
 
 

@@ -76,6 +76,59 @@ def first_tokens(hidden: torch.Tensor, sequence_starts: torch.Tensor | None) -> 
     return hidden.flatten(0, 1)[sequence_starts]
 
 
+# Rows of logits converted to fp32 at a time: about 2 MB, so each slice stays in the cache
+# between its conversion and its use.
+_LOSS_CHUNK_BYTES = 1 << 21
+
+
+class _VocabularyCrossEntropy(torch.autograd.Function):
+    """Mean cross-entropy of (N, V) logits of any float dtype, computed in fp32 a slice of rows
+    at a time: the gradient softmax - one-hot is written straight into the logits' dtype.
+
+    Why not `F.cross_entropy(logits.float(), targets)`: over a 30k vocabulary that makes a
+    fp32 copy of the logits, their log-softmax, a zero-filled gradient and its conversion
+    back, each a fresh (N, V) tensor too large to reuse freed memory (70 MB at 579 x 30,522
+    in fp32, each one paid in page faults). With bf16 logits of that size, forward and backward
+    took 106 ms that way and 40 ms this way (fp32 logits: 84 and 58 ms) on an AMD EPYC with 2
+    threads, the plain form being a sixth of BERT mini's bf16 step. The arithmetic is the same
+    fp32 one, so loss and gradient agree with the plain form to fp32 rounding.
+    """
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        n, vocabulary = logits.shape
+        rows = max(1, _LOSS_CHUNK_BYTES // (4 * vocabulary))
+        lse = torch.empty(n, dtype=torch.float32, device=logits.device)
+        for i in range(0, n, rows):
+            torch.logsumexp(logits[i:i + rows].float(), -1, out=lse[i:i + rows])
+        picked = logits.gather(1, targets[:, None]).squeeze(1).float()
+        ctx.save_for_backward(logits, targets, lse)
+        ctx.rows = rows
+        return (lse - picked).mean()
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        logits, targets, lse = ctx.saved_tensors
+        n, rows = logits.size(0), ctx.rows
+        out = torch.empty_like(logits)
+        scale = grad.float() / n
+        for i in range(0, n, rows):
+            # Out of place: for fp32 logits .float() is the saved tensor itself.
+            p = torch.sub(logits[i:i + rows].float(), lse[i:i + rows, None]).exp_()
+            p[torch.arange(p.size(0), device=p.device), targets[i:i + rows]] -= 1
+            out[i:i + rows] = p.mul_(scale)
+        return out, None
+
+
+def vocabulary_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """The masked LM's loss: mean cross-entropy over the predicted positions, in fp32 whatever
+    the logits' dtype (`_VocabularyCrossEntropy`); zero, still reaching every parameter, when
+    nothing is predicted."""
+    if not targets.numel():
+        return logits.sum() * 0.0
+    return _VocabularyCrossEntropy.apply(logits, targets)
+
+
 class EncoderWithHead(nn.Module):
     """An encoder plus a head, for any architecture: the encoder sits at `encoder_name` (BERT's
     `bert`, ModernBERT's `model`, as transformers names them); subclasses build the head and

@@ -27,7 +27,7 @@ from bertctl.labels import IGNORE_INDEX
 from bertctl.model.bert.config import BertConfig
 from bertctl.model.bert.encoder import BertLayer
 from bertctl.model.bert.heads import BertWithHead
-from bertctl.model.shared import ACTIVATIONS, attention_bias
+from bertctl.model.shared import ACTIVATIONS, attention_bias, vocabulary_cross_entropy
 
 GENERATOR_SIZE = 0.25      # the paper's best generator: 1/4 to 1/2 of the discriminator
 DISCRIMINATOR_WEIGHT = 50.0
@@ -133,8 +133,7 @@ class BertForElectraPreTraining(BertWithHead):
         logits = self.generator.logits(hidden.reshape(-1, hidden.size(-1)).index_select(0, where),
                                        self.bert.embeddings.word_embeddings.weight)
         out: dict[str, torch.Tensor] = {"mlm_logits": logits, "mlm_targets": targets}
-        out["mlm_loss"] = (F.cross_entropy(logits.float(), targets) if targets.numel()
-                           else logits.sum() * 0.0)
+        out["mlm_loss"] = vocabulary_cross_entropy(logits, targets)
         with torch.no_grad():
             probs = torch.softmax(logits.float(), dim=-1)
             samples = (torch.multinomial(probs, 1, generator=sample_generator).squeeze(1)
