@@ -94,6 +94,7 @@ class TaskJob:
         self.features = features or {}
         self.metric_key = family.main_metric(spec)
         self.by = by or Supervision()
+        self.trained_with = None   # the module `fit` trains (a loss around the model, or it)
 
     # -- the job
 
@@ -209,7 +210,7 @@ class TaskJob:
         train_stats = family.feature_stats(self.train_features)
         # What a loss module around the model chose where the settings left it to the data
         # (retrieval's loss: the same command trains another loss when the file's columns do).
-        facts = getattr(getattr(self, "trained_with", None), "facts", None)
+        facts = getattr(self.trained_with, "facts", None)
         return {**({"loss": facts()} if facts is not None else {}),
                 "architecture": architectures.of_model(model).name,
                 "model_class": type(model).__name__, "task": spec.name,
