@@ -92,6 +92,28 @@ def test_a_row_with_nothing_to_attend_gives_zeros_in_both_forms_and_finite_gradi
         torch.testing.assert_close(a, b, atol=tol, rtol=0)
 
 
+@pytest.mark.parametrize("autocast", [False, True])
+def test_a_padding_mask_with_an_empty_sequence_gives_zeros_and_finite_gradients(autocast):
+    """The padding mask's path (added inside the product): a sequence with no tokens, fp32
+    inputs laid out as the encoder's (a transposed view), and under bf16 autocast, where the
+    masked value must be bf16's lowest (fp32's would overflow to -inf, and the row to NaN)."""
+    g = torch.Generator().manual_seed(1)
+    q, k, v = [torch.randn(B, T, HEADS, D, generator=g).transpose(1, 2).requires_grad_()
+               for _ in range(3)]
+    padding = (torch.arange(T)[None] < torch.tensor([T, 9, 0])[:, None]).long()
+    mask = attention_bias(padding)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        ours, our_grads = outputs_and_grads(written_attention, q, k, v, mask)
+    assert (ours[2] == 0).all() and ours.isfinite().all()
+    assert all(t.isfinite().all() for t in our_grads)
+    if not autocast:   # the fused kernel's function, as in the fp32 test above
+        ref, ref_grads = outputs_and_grads(fused, q, k, v, mask)
+        tol = fp32_sum(D + T, 10.0)
+        torch.testing.assert_close(ours, ref, atol=tol, rtol=0)
+        for a, b in zip(our_grads, ref_grads):
+            torch.testing.assert_close(a, b, atol=tol, rtol=0)
+
+
 @pytest.fixture
 def timings(monkeypatch):
     """`attend` with fresh choices and a fake clock: set `clock[:] = [fused_s, written_s]`;

