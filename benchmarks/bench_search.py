@@ -237,10 +237,13 @@ def main() -> None:
     # Steps run before (another --steps) are kept: the peers may run after bertctl's rows.
     kept = json.loads((out / "results.json").read_text()) if (out / "results.json").exists() \
         else {}
-    # ... and a step run again replaces its earlier figures.
-    results: dict = {**kept, "machine": common.machine(), "set": facts,
-                     "steps": {k: v for k, v in kept.get("steps", {}).items()
-                               if k not in args.steps}}
+    # ... and a step run again replaces its earlier figures of the seeds run now: --seeds 3 4
+    # adds two seeds to a step run with 0 1 2 before.
+    results: dict = {**kept, "machine": common.machine(), "set": facts, "steps": {}}
+    for name, step in kept.get("steps", {}).items():
+        step = _without_seeds(step, args.seeds) if name in args.steps else step
+        if step is not None:
+            results["steps"][name] = step
     print(results["machine"], json.dumps(facts))
 
     def evaluate(m: Path, name: str) -> float:
@@ -282,15 +285,12 @@ def main() -> None:
                       threads=args.threads)
 
     for arm in [a for a in args.steps if a in arms]:
-        scores, seconds = [], []
         for seed in args.seeds:
             ft = out / f"ft-{arm}-seed{seed}"
             started = time.monotonic()
             train(arm, arms[arm], seed, ft)
-            seconds.append(time.monotonic() - started)
-            scores.append(evaluate(ft, f"{arm}-seed{seed}"))
-            print(f"{arm} seed {seed}: nDCG@10 {scores[-1]:.4f} ({seconds[-1]:.0f}s)")
-        results["steps"][arm] = {"ndcg": scores, "seconds": seconds}
+            _record(results["steps"], arm, seed, evaluate(ft, f"{arm}-seed{seed}"),
+                    time.monotonic() - started)
         (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     for prefix in ("", "st-"):
         if any(f"{prefix}{step}" in args.steps for step in ("rerank", "distill", "again")):
@@ -306,12 +306,14 @@ def main() -> None:
         v = r["ndcg"]
         sd = f" ± {statistics.stdev(v):.4f}" if len(v) > 1 else ""
         before = BEFORE.get(name)
-        diff = _diff(v, steps[before]["ndcg"]) + f" (vs {before})" if before in steps else ""
+        diff = (_diff(v, steps[before]["ndcg"]) + _paired(r, steps[before]) + f" (vs {before})"
+                if before in steps else "")
         secs = f"{statistics.fmean(r['seconds']):.0f}" if r.get("seconds") else ""
         print(f"| {name} | {statistics.fmean(v):.4f}{sd} | {len(v)} | {diff} | {secs} |")
     if "distill" in steps and "again" in steps:
         print(f"distill ({steps['distill'].get('loss')}) - again (the same rows, no teacher): "
-              f"nDCG@10 {_diff(steps['distill']['ndcg'], steps['again']['ndcg'])}")
+              f"nDCG@10 {_diff(steps['distill']['ndcg'], steps['again']['ndcg'])}"
+              f"{_paired(steps['distill'], steps['again'])}")
     for ours, theirs in (("inbatch", "st-inbatch"), ("mined", "st-mined"),
                          ("rerank", "st-rerank"), ("distill", "st-distill")):
         if ours in steps and theirs in steps:
@@ -348,12 +350,9 @@ def second_stage(prefix: str, args, out: Path, data: Path, model: Path, runtime:
                        "--rerank", rr, "--rerank-depth", RERANK_DEPTH, "--out", ev, *runtime],
                       log, threads=args.threads)
             metrics = json.loads((ev / "metrics.json").read_text())
-            step = steps.setdefault(f"{prefix}rerank", {"ndcg": [], "seconds": [], "qps": []})
-            step["ndcg"].append(metrics["rerank/ndcg@10"])
-            step["seconds"].append(trained)
-            step["qps"].append(metrics["rerank/queries_per_second"])
-            print(f"{prefix}rerank seed {seed}: nDCG@10 {metrics['rerank/ndcg@10']:.4f} "
-                  f"(first stage {metrics['ndcg@10']:.4f}; {trained:.0f}s)")
+            _record(steps, f"{prefix}rerank", seed, metrics["rerank/ndcg@10"], trained,
+                    per_seed={"first_stage": metrics["ndcg@10"],
+                              "qps": metrics["rerank/queries_per_second"]})
         if f"{prefix}distill" not in args.steps and f"{prefix}again" not in args.steps:
             continue
         started = time.monotonic()
@@ -387,14 +386,34 @@ def second_stage(prefix: str, args, out: Path, data: Path, model: Path, runtime:
 
 
 def _record(steps: dict, name: str, seed: int, score: float, seconds: float,
-            **facts) -> None:
-    step = steps.setdefault(name, {"ndcg": [], "seconds": [], **facts})
-    if any(step.get(k) != v for k, v in facts.items()):   # another loss: a fresh row
+            per_seed: dict | None = None, **facts) -> None:
+    """A seed's figures of a step (`per_seed`: more lists beside ndcg and seconds), kept in
+    the order of the seeds."""
+    step = steps.setdefault(name, {"ndcg": [], "seconds": [], "seeds": [], **facts})
+    if any(step.get(k) != v for k, v in facts.items()) or "seeds" not in step:
+        # another loss, or figures without their seeds: a fresh row
         step.clear()
-        step.update({"ndcg": [], "seconds": [], **facts})
-    step["ndcg"].append(score)
-    step["seconds"].append(seconds)
-    print(f"{name} seed {seed}: nDCG@10 {score:.4f} ({seconds:.0f}s)")
+        step.update({"ndcg": [], "seconds": [], "seeds": [], **facts})
+    values = {"ndcg": score, "seconds": seconds, **(per_seed or {})}
+    at = sum(s < seed for s in step["seeds"])
+    step["seeds"].insert(at, seed)
+    for key, value in values.items():
+        step.setdefault(key, []).insert(at, value)
+    print(f"{name} seed {seed}: nDCG@10 {score:.4f} ({seconds:.0f}s)"
+          + (f" {per_seed}" if per_seed else ""))
+
+
+def _without_seeds(step: dict, seeds: list[int]) -> dict | None:
+    """A step's figures but those of `seeds` (None: nothing left, or figures recorded without
+    their seeds, which cannot be told apart)."""
+    have = step.get("seeds")
+    if have is None:
+        return None
+    keep = [i for i, s in enumerate(have) if s not in seeds]
+    if not keep:
+        return None
+    return {k: [v[i] for i in keep] if isinstance(v, list) and len(v) == len(have) else v
+            for k, v in step.items()}
 
 
 def ndcg_of(out: Path, m: Path, data: Path, runtime: list, threads: int, log: Path) -> float:
@@ -413,6 +432,18 @@ def _diff(a: list[float], b: list[float]) -> str:
     d = statistics.fmean(a) - statistics.fmean(b)
     se = se_diff(a, b) if len(a) > 1 and len(b) > 1 else 0.0
     return f"{d:+.4f}" + (f" ({d / se:+.1f} se)" if se > 0 else "")
+
+
+def _paired(a: dict, b: dict) -> str:
+    """The mean difference over the seeds both steps ran, and its standard error as a paired
+    one (the seed fixes the data order and the initial draws both steps share)."""
+    common_seeds = sorted(set(a.get("seeds", [])) & set(b.get("seeds", [])))
+    if len(common_seeds) < 2:
+        return ""
+    d = [a["ndcg"][a["seeds"].index(s)] - b["ndcg"][b["seeds"].index(s)] for s in common_seeds]
+    se = statistics.stdev(d) / math.sqrt(len(d))
+    return (f"; paired over seeds {common_seeds}: {statistics.fmean(d):+.4f}"
+            + (f" ({statistics.fmean(d) / se:+.1f} se)" if se > 0 else ""))
 
 
 if __name__ == "__main__":
