@@ -89,6 +89,11 @@ def worker(work_dir: str, stop_after: str) -> None:
     # tears its gloo threads down in any order, which once aborted a rank ("terminate called
     # without an active exception") after it had finished.
     dist.cleanup()
+    # It did again (once in a loaded CI run, 2026-11-28), with the group destroyed: the report
+    # is written, so the worker leaves without the interpreter's teardown of C++ statics.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def torchrun(work_dir: Path, stop_after: int | str | None) -> None:
