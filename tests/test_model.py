@@ -218,10 +218,10 @@ def test_vocabulary_cross_entropy_is_the_definition(dtype, monkeypatch):
     n, vocabulary = 40, 3000
     logits = (torch.randn(n, vocabulary, generator=gen) * 4).to(dtype).requires_grad_()
     targets = torch.randint(0, vocabulary, (n,), generator=gen)
+    x = logits.detach().double()   # a copy, taken before
     loss = shared.vocabulary_cross_entropy(logits, targets)
     (loss * 3).backward()
 
-    x = logits.detach().double()
     expected = (torch.logsumexp(x, -1) - x[torch.arange(n), targets]).mean()
     grad = torch.softmax(x, -1)
     grad[torch.arange(n), targets] -= 1
@@ -233,7 +233,8 @@ def test_vocabulary_cross_entropy_is_the_definition(dtype, monkeypatch):
     else:
         assert logits.grad.dtype == torch.bfloat16
         torch.testing.assert_close(logits.grad.double(), grad, rtol=2 ** -8, atol=1e-9)
-    # The logits are not touched (fp32 logits are their own .float()).
+    # The logits are not touched (fp32 logits are their own .float(), which the backward
+    # must not change in place).
     torch.testing.assert_close(logits.detach().double(), x, rtol=0, atol=0)
 
 
