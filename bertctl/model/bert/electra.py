@@ -27,7 +27,8 @@ from bertctl.labels import IGNORE_INDEX
 from bertctl.model.bert.config import BertConfig
 from bertctl.model.bert.encoder import BertLayer
 from bertctl.model.bert.heads import BertWithHead
-from bertctl.model.shared import ACTIVATIONS, attention_bias, vocabulary_cross_entropy
+from bertctl.model.roles import masked_lm
+from bertctl.model.shared import ACTIVATIONS, attention_bias
 
 GENERATOR_SIZE = 0.25      # the paper's best generator: 1/4 to 1/2 of the discriminator
 DISCRIMINATOR_WEIGHT = 50.0
@@ -127,13 +128,9 @@ class BertForElectraPreTraining(BertWithHead):
         mask = attention_bias(attention_mask)
         embedded = self.bert.embeddings(input_ids, token_type_ids)
         hidden = self.generator(embedded, mask)
-        flat = labels.reshape(-1)
-        where = (flat != IGNORE_INDEX).nonzero().squeeze(1)
-        targets = flat.index_select(0, where)
-        logits = self.generator.logits(hidden.reshape(-1, hidden.size(-1)).index_select(0, where),
-                                       self.bert.embeddings.word_embeddings.weight)
-        out: dict[str, torch.Tensor] = {"mlm_logits": logits, "mlm_targets": targets}
-        out["mlm_loss"] = vocabulary_cross_entropy(logits, targets)
+        table = self.bert.embeddings.word_embeddings.weight
+        out = masked_lm(lambda h: self.generator.logits(h, table), hidden, labels)
+        logits, targets = out["mlm_logits"], out["mlm_targets"]
         with torch.no_grad():
             probs = torch.softmax(logits.float(), dim=-1)
             samples = (torch.multinomial(probs, 1, generator=sample_generator).squeeze(1)
