@@ -14,7 +14,7 @@ are other sentences on the same news events and captions. Training pairs come fr
 the train files, test queries from the dev files; a training pair sharing a sentence with any
 test pair is left out, and negatives are mined from the train files' sentences only.
 
-Each arm is `bertctl finetune MODEL PAIRS --task retrieval` (one epoch, batch 32, lr 2e-5, 64
+Each arm is `bertctl finetune MODEL PAIRS --task retrieval` (one epoch, batch 32, lr 2e-5 or --lr, 64
 pieces) then `bertctl eval` on the set's BEIR directory; `mined` first runs `bertctl mine
 MODEL train.tsv --corpus train_sentences.txt` (MINE_FLAGS: 3 negatives from the 50 best
 ranks after the positives, each at most 95% of its positive's cosine) and fine-tunes on its
@@ -23,7 +23,7 @@ and sample sd, and each arm's difference from the one before with its standard e
 The peer rows (`st-inbatch`, `st-mined`) are sentence-transformers' own recipe on the same
 pairs and settings: its mine_hard_negatives with the same guards (3 negatives, range_max 50,
 relative_margin 0.05, top, n-tuple), its trainer with MultipleNegativesRankingLoss (one epoch,
-batch 32, lr 2e-5, 10% warm-up then linear, weight decay 0.01, 64 tokens, the same precision),
+batch 32, the same lr, 10% warm-up then linear, weight decay 0.01, 64 tokens, the same precision),
 each scored by `bertctl eval` (its trainer needs accelerate: `.venv/bin/pip install
 accelerate`). Each row's seconds are its fine-tuning process's wall time.
 The second stage (second_stage below): `rerank`, a reranker trained on the mined rows and the
@@ -49,12 +49,12 @@ from pathlib import Path
 import common  # noqa: E402  (benchmarks/common.py)
 
 BERTCTL = [sys.executable, "-m", "bertctl"]
-TRAIN_FLAGS = ["--epochs", "1", "--batch-size", "32", "--lr", "2e-5", "--max-seq-length", "64"]
+TRAIN_FLAGS = ["--epochs", "1", "--batch-size", "32", "--max-seq-length", "64"]   # + --lr
 MINE_FLAGS = ["--negatives", "3", "--range-min", "0", "--range-max", "50",
               "--relative-margin", "0.05"]
 # The reranker: a cross-encoder from the same checkpoint on the mined rows (listwise: the
-# positive against its 3 negatives), 128 pairs a step as the peer's BCE batches.
-RERANK_FLAGS = ["--epochs", "1", "--batch-size", "32", "--lr", "5e-5", "--max-seq-length", "64"]
+# positive against its 3 negatives), 128 pairs a step as the peer's BCE batches; + --lr.
+RERANK_FLAGS = ["--epochs", "1", "--batch-size", "32", "--max-seq-length", "64"]
 RERANK_DEPTH = "10"
 
 
@@ -125,7 +125,7 @@ from sentence_transformers import (SentenceTransformer, SentenceTransformerTrain
                                    SentenceTransformerTrainingArguments, losses)
 from sentence_transformers.util import mine_hard_negatives
 what, model_dir, pairs, out, seed, precision, threads, corpus = sys.argv[1:9]
-RERANK_LR = float(sys.argv[9])
+LR, RERANK_LR = float(sys.argv[9]), float(sys.argv[10])
 torch.set_num_threads(int(threads))
 model = SentenceTransformer(model_dir, device="cpu")
 model.max_seq_length = 64
@@ -184,7 +184,7 @@ if what == "mine":
     sys.exit(0)
 args = SentenceTransformerTrainingArguments(
     output_dir=out + ".tmp", num_train_epochs=1, per_device_train_batch_size=32,
-    learning_rate=2e-5, warmup_ratio=0.1, weight_decay=0.01, lr_scheduler_type="linear",
+    learning_rate=LR, warmup_ratio=0.1, weight_decay=0.01, lr_scheduler_type="linear",
     seed=int(seed), save_strategy="no", report_to="none", logging_steps=10_000, use_cpu=True,
     disable_tqdm=True, dataloader_num_workers=0, bf16=precision == "bf16")
 loss = (losses.MarginMSELoss(model) if "label" in data
@@ -197,11 +197,13 @@ print(json.dumps({"seconds": time.perf_counter() - start}))
 """
 
 
-def st(what: str, model: Path, pairs: Path, out: Path, seed: int, precision: str,
-       threads: int, log: Path, corpus: Path | None = None) -> dict:
+def st(what: str, model: Path, pairs: Path, out: Path, seed: int, args, precision: str,
+       log: Path, corpus: Path | None = None) -> dict:
+    threads = args.threads
     with open(log, "a", encoding="utf-8") as f:
         r = subprocess.run([sys.executable, "-c", ST, what, model, pairs, out, str(seed),
-                            precision, str(threads), str(corpus or ""), RERANK_FLAGS[5]],
+                            precision, str(threads), str(corpus or ""), str(args.lr),
+                            str(args.rerank_lr)],
                            stdout=subprocess.PIPE, stderr=f, env=common.env(threads),
                            text=True, check=True)
     return json.loads(r.stdout.strip().splitlines()[-1])
@@ -224,6 +226,13 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--steps", nargs="+", default=["baseline", "inbatch", "mined"])
     p.add_argument("--precision", default="auto")
+    p.add_argument("--lr", type=float, default=2e-5,
+                   help="the bi-encoder's fine-tuning rate, both tools (all-MiniLM-L6-v2's)")
+    p.add_argument("--rerank-lr", type=float, default=5e-5, help="the reranker's, both tools")
+    p.add_argument("--mine-with", choices=["original", "inbatch"], default="original",
+                   help="mine with the original model, once, or per seed with that seed's "
+                        "in-batch model (each tool its own; for a model that is no search "
+                        "model yet)")
     p.add_argument("--distill-loss", default="kl",
                    help="the loss the `distill` step trains with (kl, margin_mse, ...)")
     args = p.parse_args()
@@ -239,7 +248,8 @@ def main() -> None:
         else {}
     # ... and a step run again replaces its earlier figures of the seeds run now: --seeds 3 4
     # adds two seeds to a step run with 0 1 2 before.
-    results: dict = {**kept, "machine": common.machine(), "set": facts, "steps": {}}
+    results: dict = {**kept, "machine": common.machine(), "set": facts, "steps": {},
+                     "rates": {"lr": args.lr, "rerank_lr": args.rerank_lr}}
     for name, step in kept.get("steps", {}).items():
         step = _without_seeds(step, args.seeds) if name in args.steps else step
         if step is not None:
@@ -254,47 +264,62 @@ def main() -> None:
 
     if "baseline" in args.steps:
         results["steps"]["baseline"] = {"ndcg": [evaluate(model, "baseline")]}
-    arms = {"inbatch": data / "train.tsv"}
-    if "mined" in args.steps:
-        mined = out / "mined"
-        started = time.monotonic()
-        common.sh([*BERTCTL, "mine", model, data / "train.tsv", "--corpus",
-                   data / "train_sentences.txt", *MINE_FLAGS, "--out", mined, *runtime], log,
-                  threads=args.threads)
-        results["mine_seconds"] = round(time.monotonic() - started, 1)
-        results["mine_stats"] = json.loads((mined / "artifact.json").read_text())["stats"]
-        arms["mined"] = mined / "pairs.jsonl"
     precision = args.precision
     if precision == "auto":
         from bertctl import hardware
         precision = hardware.auto_precision("cpu")
-    if "st-mined" in args.steps:
+
+    def mined_rows(prefix: str, seed: int) -> Path:
+        """The mined rows a seed's `mined` arm trains on (mined once, with the original, or
+        per seed, with that seed's in-batch model: --mine-with): mined when the arm runs now,
+        else the rows an earlier run mined."""
+        per_seed = args.mine_with == "inbatch"
+        miner = out / f"ft-{prefix}inbatch-seed{seed}" if per_seed else model
+        tag = f"-seed{seed}" if per_seed else ""
+        rows = out / (f"st-mined{tag}.jsonl" if prefix else f"mined{tag}/pairs.jsonl")
+        if rows.exists() and (rows in mined_now or f"{prefix}mined" not in args.steps):
+            return rows
         started = time.monotonic()
-        st("mine", model, data / "train.tsv", out / "st-mined.jsonl", 0, precision,
-           args.threads, log, data / "train_sentences.txt")
-        results["st_mine_seconds"] = round(time.monotonic() - started, 1)
-        arms["st-mined"] = out / "st-mined.jsonl"
-    arms["st-inbatch"] = data / "train.tsv"
+        if prefix:
+            st("mine", miner, data / "train.tsv", rows, 0, args, precision, log,
+               data / "train_sentences.txt")
+        else:
+            common.sh([*BERTCTL, "mine", miner, data / "train.tsv", "--corpus",
+                       data / "train_sentences.txt", *MINE_FLAGS, "--out", rows.parent,
+                       *runtime], log, threads=args.threads)
+            _keyed(results, "mine_stats")[str(seed) if per_seed else "original"] = \
+                json.loads((rows.parent / "artifact.json").read_text())["stats"]
+        _keyed(results, "st_mine_seconds" if prefix else "mine_seconds")[str(seed) if per_seed else "original"] = \
+            round(time.monotonic() - started, 1)
+        mined_now.add(rows)
+        return rows
+
+    mined_now: set[Path] = set()
+    arms = {"inbatch": lambda seed: data / "train.tsv",
+            "st-inbatch": lambda seed: data / "train.tsv",
+            "mined": lambda seed: mined_rows("", seed),
+            "st-mined": lambda seed: mined_rows("st-", seed)}
 
     def train(arm: str, pairs: Path, seed: int, ft: Path) -> None:
         if arm.startswith("st-"):
-            st("train", model, pairs, ft, seed, precision, args.threads, log)
+            st("train", model, pairs, ft, seed, args, precision, log)
         else:
             common.sh([*BERTCTL, "finetune", model, pairs, "--task", "retrieval",
-                       *TRAIN_FLAGS, "--seed", str(seed), "--out", ft, *runtime], log,
-                      threads=args.threads)
+                       *TRAIN_FLAGS, "--lr", str(args.lr), "--seed", str(seed), "--out", ft,
+                       *runtime], log, threads=args.threads)
 
     for arm in [a for a in args.steps if a in arms]:
         for seed in args.seeds:
             ft = out / f"ft-{arm}-seed{seed}"
             started = time.monotonic()
-            train(arm, arms[arm], seed, ft)
+            train(arm, arms[arm](seed), seed, ft)
             _record(results["steps"], arm, seed, evaluate(ft, f"{arm}-seed{seed}"),
                     time.monotonic() - started)
         (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     for prefix in ("", "st-"):
         if any(f"{prefix}{step}" in args.steps for step in ("rerank", "distill", "again")):
-            second_stage(prefix, args, out, data, model, runtime, precision, results, log)
+            second_stage(prefix, args, out, data, model, runtime, precision, results, log,
+                         mined_rows)
             (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     print(f"\n{results['machine']}; {facts['test_queries']} queries over "
@@ -325,23 +350,23 @@ def main() -> None:
 
 
 def second_stage(prefix: str, args, out: Path, data: Path, model: Path, runtime: list,
-                 precision: str, results: dict, log: Path) -> None:
+                 precision: str, results: dict, log: Path, mined_rows) -> None:
     """Per seed, on that seed's mined model: a reranker trained on the mined rows and the
     mined model's search reranked (`rerank`), then the mined model trained further on its
     own mined candidates scored by that reranker, MarginMSE (`distill`); prefix "st-": the
     same with sentence-transformers' tools (its CrossEncoderTrainer with
     BinaryCrossEntropyLoss, its predict, its MarginMSELoss)."""
     steps = results["steps"]
-    mined_rows = out / ("st-mined.jsonl" if prefix else "mined/pairs.jsonl")
     for seed in args.seeds:
+        rows = mined_rows(prefix, seed)
         first = out / f"ft-{prefix}mined-seed{seed}"
         rr = out / f"{prefix}reranker-seed{seed}"
         started = time.monotonic()
         if prefix:
-            st("ce-train", model, mined_rows, rr, seed, precision, args.threads, log)
+            st("ce-train", model, rows, rr, seed, args, precision, log)
         else:
-            common.sh([*BERTCTL, "finetune", model, mined_rows, "--task", "reranking",
-                       *RERANK_FLAGS, "--seed", str(seed), "--out", rr, *runtime], log,
+            common.sh([*BERTCTL, "finetune", model, rows, "--task", "reranking",
+                       *RERANK_FLAGS, "--lr", str(args.rerank_lr), "--seed", str(seed), "--out", rr, *runtime], log,
                       threads=args.threads)
         trained = time.monotonic() - started
         if f"{prefix}rerank" in args.steps:   # else only the teacher of the steps below
@@ -359,8 +384,8 @@ def second_stage(prefix: str, args, out: Path, data: Path, model: Path, runtime:
         if prefix:
             student = out / f"ft-{prefix}distill-seed{seed}"
             scored = out / f"st-scored-seed{seed}.jsonl"
-            st("ce-score", model, mined_rows, scored, seed, precision, args.threads, log, rr)
-            st("train", first, scored, student, seed, precision, args.threads, log)
+            st("ce-score", model, rows, scored, seed, args, precision, log, rr)
+            st("train", first, scored, student, seed, args, precision, log)
             _record(steps, f"{prefix}distill", seed, ndcg_of(out, student, data, runtime,
                                                             args.threads, log),
                     time.monotonic() - started)
@@ -378,7 +403,7 @@ def second_stage(prefix: str, args, out: Path, data: Path, model: Path, runtime:
             student = out / f"ft-{step_name}-{loss}-seed{seed}"
             started = time.monotonic()
             common.sh([*BERTCTL, "finetune", first, scored / "pairs.jsonl", "--task",
-                       "retrieval", "--loss", loss, *TRAIN_FLAGS, "--seed", str(seed),
+                       "retrieval", "--loss", loss, *TRAIN_FLAGS, "--lr", str(args.lr), "--seed", str(seed),
                        "--out", student, *runtime], log, threads=args.threads)
             spent = time.monotonic() - started + (scoring if step_name == "distill" else 0)
             _record(steps, step_name, seed, ndcg_of(out, student, data, runtime,
@@ -401,6 +426,13 @@ def _record(steps: dict, name: str, seed: int, score: float, seconds: float,
         step.setdefault(key, []).insert(at, value)
     print(f"{name} seed {seed}: nDCG@10 {score:.4f} ({seconds:.0f}s)"
           + (f" {per_seed}" if per_seed else ""))
+
+
+def _keyed(results: dict, key: str) -> dict:
+    """results[key] as {miner: figure} (runs before --mine-with kept one figure there)."""
+    if not isinstance(results.get(key), dict) or "rows" in results[key]:
+        results[key] = {}
+    return results[key]
 
 
 def _without_seeds(step: dict, seeds: list[int]) -> dict | None:

@@ -100,6 +100,18 @@ def test_the_guards_leave_rows_out_and_say_so(cli, minilm_dir, tmp_path):
         assert "no row kept 3 negatives" in r.stderr and not out.exists()
 
 
+def test_a_model_not_trained_for_search_mines_with_a_warning(cli, minilm_dir, tiny_pretrained,
+                                                             tmp_path):
+    """A pretraining checkpoint mines (its negatives are valid rows) but says to mine with
+    it fine-tuned; a sentence-transformers model does not draw the warning."""
+    for model, warned in ((tiny_pretrained, True), (minilm_dir, False)):
+        out = tmp_path / f"mined-{warned}"
+        r = cli("mine", model, TRAIN, "--negatives", "1", "--precision", "fp32", "--out", out)
+        assert r.exit_code == 0, r.stderr
+        assert ("was not trained for search" in r.stderr) == warned, r.stderr
+        assert (out / "pairs.jsonl").read_text().strip()
+
+
 def test_bad_mining_input_is_one_line(cli, minilm_dir, tiny_pretrained, tmp_path):
     small = tmp_path / "small.tsv"
     small.write_text("query\tpositive\nq one\tdoc one\nq two\tdoc two\n", encoding="utf-8")

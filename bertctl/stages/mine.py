@@ -27,6 +27,13 @@ def run(config: MineSettings, target: artifacts.Target, model_dir: Path, train: 
     spec = family.for_model(tasks.make_task_spec(mining.FAMILY), source.hf_config)
     family.check_head(source.hf_config, spec, None, str(source.path))
     record = sentence_layout.record_of(source.hf_config)   # a layout it cannot compute: refused
+    if record is None:
+        # A pretraining checkpoint scores every sentence nearly alike: the relative margin
+        # then drops many rows, and its negatives taught less than in-batch ones did (a
+        # ModernBERT of bertctl's, docs/benchmarks.md); the same model fine-tuned mines well.
+        console.log(f"warning: {source.path} was not trained for search (it has no sentence "
+                    f"embedding layout): mine with it fine-tuned on {train.name} "
+                    f"(finetune --task retrieval) for better negatives")
     tok, _ = source.tokenizer()
     max_len = config.max_seq_length or models.model_length(source)
     models.check_reads_task(source, tok, max_len)
