@@ -1,5 +1,6 @@
 # Search, the whole recipe: the original model evaluated; fine-tuned on the pairs (in-batch
-# negatives); hard negatives mined with the original and a fine-tuning on them; a reranker
+# negatives); hard negatives mined with the original (or the in-batch model: MINE_WITH) and a
+# fine-tuning of the original on them; a reranker
 # (cross-encoder) trained on the mined rows and the search reranked by it; the reranker's
 # scores of the mined model's own candidates distilled into it (listwise KL); the distilled model
 # evaluated with and without reranking, exported (int8) and evaluated again; one report whose
@@ -21,6 +22,9 @@
 #              STEPS instead of EPOCHS when set)
 #   RERANK_LR, RERANK_BATCH, RERANK_LENGTH   the reranker's (5e-5, 32 rows, 128 tokens)
 #   NEGATIVES, MINE_FLAGS   mining's (3; more guards, e.g. --relative-margin 0.05)
+#   MINE_WITH  the model that mines: original (default), or inbatch, the original fine-tuned on
+#              TRAIN, for a MODEL not trained for search (a pretraining checkpoint, whose
+#              negatives taught less than in-batch ones: docs/benchmarks.md)
 #   DEPTH      documents a query the reranker reorders (20)
 #   FLAGS      more flags for every command (e.g. --precision fp32)
 #   RUNS       where the artifacts go (default runs/search)
@@ -38,6 +42,7 @@ RERANK_LR ?= 5e-5
 RERANK_BATCH ?= 32
 RERANK_LENGTH ?= 128
 NEGATIVES ?= 3
+MINE_WITH ?= original
 MINE_FLAGS ?=
 DEPTH   ?= 20
 FLAGS   ?=
@@ -57,6 +62,9 @@ ifeq ($(strip $(BEIR)),)
 $(error BEIR= is required: a BEIR directory (corpus.jsonl, queries.jsonl, qrels/) to evaluate on)
 endif
 $(call must_exist,MODEL TRAIN BEIR $(if $(strip $(CORPUS)),CORPUS))
+ifeq ($(filter original inbatch,$(MINE_WITH)),)
+$(error MINE_WITH=$(MINE_WITH): must be original or inbatch)
+endif
 endif
 
 MODEL_DEPS := $(or $(wildcard $(MODEL)/artifact.json),\
@@ -66,6 +74,8 @@ LENGTH     := $(if $(STEPS),--steps $(STEPS),--epochs $(EPOCHS))
 TRAINING   := $(LENGTH) --batch-size $(BATCH) --lr $(LR) --seed $(SEED) $(FLAGS)
 MINING     := --negatives $(NEGATIVES) $(if $(strip $(CORPUS)),--corpus $(CORPUS)) $(MINE_FLAGS) $(FLAGS)
 EVAL       := --task retrieval $(FLAGS)
+MINER      := $(if $(filter inbatch,$(MINE_WITH)),$(RUNS)/inbatch,$(MODEL))
+MINER_DEPS := $(if $(filter inbatch,$(MINE_WITH)),$(RUNS)/inbatch/artifact.json,$(MODEL_DEPS))
 
 .PHONY: search search-clean
 search: $(RUNS)/report/artifact.json
@@ -73,8 +83,8 @@ search: $(RUNS)/report/artifact.json
 # The steps, each an artifact with its lineage.
 $(RUNS)/inbatch/artifact.json: $(MODEL_DEPS) $(TRAIN)
 	$(BERTCTL) finetune $(MODEL) $(TRAIN) --task retrieval $(TRAINING) --out $(@D) --force
-$(RUNS)/mined/artifact.json: $(MODEL_DEPS) $(TRAIN) $(CORPUS)
-	$(BERTCTL) mine $(MODEL) $(TRAIN) $(MINING) --out $(@D) --force
+$(RUNS)/mined/artifact.json: $(MINER_DEPS) $(TRAIN) $(CORPUS)
+	$(BERTCTL) mine $(MINER) $(TRAIN) $(MINING) --out $(@D) --force
 $(RUNS)/mined-model/artifact.json: $(RUNS)/mined/artifact.json
 	$(BERTCTL) finetune $(MODEL) $(<D)/pairs.jsonl --task retrieval $(TRAINING) --out $(@D) --force
 $(RUNS)/reranker/artifact.json: $(RUNS)/mined/artifact.json

@@ -543,6 +543,30 @@ def _per_query(path: Path) -> dict[str, float]:
     return {r[0]: float(r[column]) for r in rows[1:]}
 
 
+def test_search_pipeline_mines_with_the_in_batch_model_when_asked(tmp_path, minilm_dir):
+    """MINE_WITH=inbatch: the in-batch model mines (made first), the original is fine-tuned
+    on its rows; another value is one line before any work."""
+    variables = {"MODEL": str(minilm_dir), "TRAIN": "ret/train.tsv", "BEIR": "ret/beir",
+                 "RUNS": "runs"}
+    _small_search_set(ROOT / "examples" / "retrieval", tmp_path / "ret", queries=8, pairs=8)
+    runs = tmp_path / "runs"
+    for value, miner in (("original", str(minilm_dir)), ("inbatch", f"{runs}/inbatch")):
+        r = make("search", {**variables, "MINE_WITH": value}, "-n", makefile=None,
+                 start=tmp_path)
+        assert r.returncode == 0, r.stderr
+        lines = r.stdout.splitlines()
+        mine = next(i for i, x in enumerate(lines) if " mine " in x and "--teacher" not in x)
+        assert f" mine {miner} " in lines[mine]
+        inbatch = next(i for i, x in enumerate(lines) if f"--out {runs}/inbatch " in x)
+        if value == "inbatch":   # its model is made before it mines
+            assert inbatch < mine
+        assert any(f"finetune {minilm_dir} {runs}/mined/pairs.jsonl" in x for x in lines)
+    r = make("search", {**variables, "MINE_WITH": "teacher"}, "-n", makefile=None,
+             start=tmp_path)
+    assert r.returncode != 0 and "MINE_WITH=teacher: must be original or inbatch" in r.stderr
+    assert not runs.exists()
+
+
 def _small_search_set(source: Path, out: Path, queries: int, pairs: int) -> None:
     """The shipped retrieval example cut to its first `queries` judged test queries (the
     corpus whole) and `pairs` training pairs: the recipe's plumbing and its table's arithmetic
