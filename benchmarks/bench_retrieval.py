@@ -80,6 +80,7 @@ def bertctl_train(model: Path, pairs: Path, out: Path, a, seed: int, lr: float, 
         common.sh([*BERTCTL, "finetune", model, pairs, "--task", "retrieval", "--steps", steps,
             "--batch-size", a.batch, "--lr", lr, "--seed", seed, "--max-seq-length", 128,
             "--precision", precision, "--threads", 1, "--log-every", steps, *extra,
+            *(("--cache-negatives", a.cache) if a.cache else ()),
             "--out", out, "--force"], log)
     last = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()
             if '"train"' in x][-1]
@@ -93,7 +94,7 @@ torch.set_num_threads(1)
 from datasets import Dataset
 from sentence_transformers import (SentenceTransformer, SentenceTransformerTrainer,
                                    SentenceTransformerTrainingArguments, losses)
-model_dir, pairs, out, seed, lr, steps, batch, precision, dropout = sys.argv[1:10]
+model_dir, pairs, out, seed, lr, steps, batch, precision, dropout, cache = sys.argv[1:11]
 rows = [l.rstrip("\n").split("\t") for l in open(pairs, encoding="utf-8")][1:]
 cols = list(zip(*rows))
 data = {"anchor": list(cols[0]), "positive": list(cols[1] if len(cols) > 1 else cols[0])}
@@ -112,7 +113,9 @@ args = SentenceTransformerTrainingArguments(
     disable_tqdm=True, dataloader_num_workers=0, bf16=precision == "bf16")
 trainer = SentenceTransformerTrainer(model=model, args=args,
                                      train_dataset=Dataset.from_dict(data),
-                                     loss=losses.MultipleNegativesRankingLoss(model))
+                                     loss=losses.CachedMultipleNegativesRankingLoss(
+                                         model, mini_batch_size=int(cache)) if int(cache)
+                                     else losses.MultipleNegativesRankingLoss(model))
 start = time.perf_counter()
 trainer.train()
 seconds = time.perf_counter() - start
@@ -128,7 +131,7 @@ def st_train(model: Path, pairs: Path, out: Path, a, seed: int, lr: float, steps
         with open(log, "a", encoding="utf-8") as f:
             r = subprocess.run([sys.executable, "-c", ST_TRAIN, *map(str, (
                 model, pairs, out, seed, lr, steps, a.batch, precision,
-                "none" if dropout is None else dropout))], stdout=subprocess.PIPE,
+                "none" if dropout is None else dropout, a.cache))], stdout=subprocess.PIPE,
                 stderr=f, env=common.env(), text=True, check=True)
         done.write_text(r.stdout.strip().splitlines()[-1])
     return json.loads(done.read_text())
@@ -237,7 +240,10 @@ def speed(a, res: Results) -> None:
     lines = [" ".join(x.split()[:60]) for x in wikitext(a, "valid")]
     texts.write_text("\n".join(lines[:4000]) + "\n", encoding="utf-8")
     model = common.default_model()
-    for rep in range(a.repeats):
+    # Training at another batch or with cached negatives is its own row; encoding runs with
+    # the default one.
+    tag = "" if (a.batch, a.cache) == (32, 0) else f"/b{a.batch}c{a.cache}"
+    for rep in range(a.repeats if not tag else 0):
         if res.get(f"speed/encode/{rep}"):
             continue
         out = work / f"emb-{rep}"
@@ -253,23 +259,32 @@ def speed(a, res: Results) -> None:
     # Training, alone on the machine: one epoch of the example pairs per run, bertctl and
     # sentence-transformers alternating, in float32 and in bf16 (their `bf16=True`).
     pairs, steps = EXAMPLE / "train.tsv", 9
+    if tag:   # 9 whole batches, one epoch for both tools: the example pairs repeated
+        rows = pairs.read_text(encoding="utf-8").splitlines()
+        pairs = work / f"pairs-{a.batch}.tsv"
+        body = [rows[1 + i % (len(rows) - 1)] for i in range(steps * a.batch)]
+        pairs.write_text("\n".join([rows[0], *body]) + "\n", encoding="utf-8")
     for rep in range(a.repeats):
-        for precision in ("fp32", "bf16"):
+        for precision in a.speed_precisions:
             for tool in ("bertctl", "st"):
-                key = f"speed/train/{tool}/{precision}/{rep}"
+                key = f"speed/train/{tool}/{precision}/{rep}{tag}"
                 if res.get(key):
                     continue
-                res.put(key, train(tool, model, pairs, work / f"train-{tool}-{precision}-{rep}",
+                res.put(key, train(tool, model, pairs,
+                                   work / f"train-{tool}-{precision}-{rep}{tag.replace('/', '-')}",
                                    a, rep, a.lr, steps, log, precision))
-    print(f"\ntraining, all-MiniLM-L6-v2, 1 thread, batch {a.batch}, {steps} steps, medians of "
-          f"{a.repeats} (examples/s):")
-    for precision in ("fp32", "bf16"):
+    cached = f", cached negatives {a.cache} a micro-batch" if a.cache else ""
+    print(f"\ntraining, all-MiniLM-L6-v2, 1 thread, batch {a.batch}{cached}, {steps} steps, "
+          f"medians of {a.repeats} (examples/s):")
+    for precision in a.speed_precisions:
         rate = {t: statistics.median(
-            res.get(f"speed/train/{t}/{precision}/{r}")["examples"]
-            / res.get(f"speed/train/{t}/{precision}/{r}")["seconds"] for r in range(a.repeats))
-            for t in ("bertctl", "st")}
+            res.get(f"speed/train/{t}/{precision}/{r}{tag}")["examples"]
+            / res.get(f"speed/train/{t}/{precision}/{r}{tag}")["seconds"]
+            for r in range(a.repeats)) for t in ("bertctl", "st")}
         print(f"  {precision}: bertctl {rate['bertctl']:.1f}, sentence-transformers "
               f"{rate['st']:.1f} ({rate['bertctl'] / rate['st']:.2f}x)")
+    if tag:
+        return
     b = [res.get(f"speed/encode/{r}")["bertctl"] for r in range(a.repeats)]
     s = [res.get(f"speed/encode/{r}")["st"] for r in range(a.repeats)]
     count = len(texts.read_text(encoding="utf-8").splitlines())
@@ -415,6 +430,11 @@ def main() -> None:
                    help="the quality phase's models (modern needs --modern)")
     p.add_argument("--steps", type=int, default=27, help="3 epochs of the 293 pairs at 32")
     p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--cache", type=int, default=0,
+                   help="the speed phase: cached negatives, this many a micro-batch (bertctl "
+                        "--cache-negatives, sentence-transformers' CachedMultipleNegatives"
+                        "RankingLoss mini_batch_size); 0: none")
+    p.add_argument("--speed-precisions", nargs="+", default=["fp32", "bf16"])
     p.add_argument("--lr", type=float, default=2e-5, help="all-MiniLM-L6-v2's")
     p.add_argument("--modern-lr", type=float, default=1e-4)
     p.add_argument("--repeats", type=int, default=2)

@@ -14,11 +14,12 @@ are other sentences on the same news events and captions. Training pairs come fr
 the train files, test queries from the dev files; a training pair sharing a sentence with any
 test pair is left out, and negatives are mined from the train files' sentences only.
 
-Each arm is `bertctl finetune MODEL PAIRS --task retrieval` (one epoch, batch 32, lr 2e-5 or --lr, 64
-pieces) then `bertctl eval` on the set's BEIR directory; `mined` first runs `bertctl mine
+Each arm is `bertctl finetune MODEL PAIRS --task retrieval` (one epoch, batch 32, lr 2e-5 or
+--lr, 64 pieces) then `bertctl eval` on the set's BEIR directory; `mined` first runs `bertctl mine
 MODEL train.tsv --corpus train_sentences.txt` (MINE_FLAGS: 3 negatives from the 50 best
-ranks after the positives, each at most 95% of its positive's cosine) and fine-tunes on its
-pairs. nDCG@10 per seed, the mean
+ranks after the positives, each at most 95% of its positive's cosine) and fine-tunes MODEL on
+its pairs (`--mine-with inbatch`: each seed mines with its own in-batch model, for a MODEL that is
+no search model yet). nDCG@10 per seed, the mean
 and sample sd, and each arm's difference from the one before with its standard error (Welch).
 The peer rows (`st-inbatch`, `st-mined`) are sentence-transformers' own recipe on the same
 pairs and settings: its mine_hard_negatives with the same guards (3 negatives, range_max 50,
@@ -289,8 +290,8 @@ def main() -> None:
                        *runtime], log, threads=args.threads)
             _keyed(results, "mine_stats")[str(seed) if per_seed else "original"] = \
                 json.loads((rows.parent / "artifact.json").read_text())["stats"]
-        _keyed(results, "st_mine_seconds" if prefix else "mine_seconds")[str(seed) if per_seed else "original"] = \
-            round(time.monotonic() - started, 1)
+        seconds = _keyed(results, "st_mine_seconds" if prefix else "mine_seconds")
+        seconds[str(seed) if per_seed else "original"] = round(time.monotonic() - started, 1)
         mined_now.add(rows)
         return rows
 
@@ -366,8 +367,8 @@ def second_stage(prefix: str, args, out: Path, data: Path, model: Path, runtime:
             st("ce-train", model, rows, rr, seed, args, precision, log)
         else:
             common.sh([*BERTCTL, "finetune", model, rows, "--task", "reranking",
-                       *RERANK_FLAGS, "--lr", str(args.rerank_lr), "--seed", str(seed), "--out", rr, *runtime], log,
-                      threads=args.threads)
+                       *RERANK_FLAGS, "--lr", str(args.rerank_lr), "--seed", str(seed),
+                       "--out", rr, *runtime], log, threads=args.threads)
         trained = time.monotonic() - started
         if f"{prefix}rerank" in args.steps:   # else only the teacher of the steps below
             ev = out / f"eval-{prefix}rerank-seed{seed}"
@@ -403,8 +404,8 @@ def second_stage(prefix: str, args, out: Path, data: Path, model: Path, runtime:
             student = out / f"ft-{step_name}-{loss}-seed{seed}"
             started = time.monotonic()
             common.sh([*BERTCTL, "finetune", first, scored / "pairs.jsonl", "--task",
-                       "retrieval", "--loss", loss, *TRAIN_FLAGS, "--lr", str(args.lr), "--seed", str(seed),
-                       "--out", student, *runtime], log, threads=args.threads)
+                       "retrieval", "--loss", loss, *TRAIN_FLAGS, "--lr", str(args.lr),
+                       "--seed", str(seed), "--out", student, *runtime], log, threads=args.threads)
             spent = time.monotonic() - started + (scoring if step_name == "distill" else 0)
             _record(steps, step_name, seed, ndcg_of(out, student, data, runtime,
                                                     args.threads, log), spent, loss=loss)
