@@ -5,10 +5,11 @@ inputs of the architecture, each one line and exit 2 before any work."""
 
 import json
 
+import numpy as np
 import pytest
 import torch
 
-from conftest import CORPUS, FAMILY_DATA, _made, one_line_error
+from conftest import CORPUS, EXAMPLES, FAMILY_DATA, _made, one_line_error
 from tolerance import MODEL_FP32, TINY_FP32  # (each tolerance's reason)
 
 TINY_MODERN = ["--architecture", "modernbert", "--model-size", "tiny", "--hidden-size", "32",
@@ -185,3 +186,29 @@ def test_a_modernbert_reads_longer_inputs_once_its_config_declares_them(modern, 
     assert r.exit_code == 0, r.stderr
     assert json.loads((tmp_path / "ft" / "config.json").read_text())[
         "max_position_embeddings"] == 512
+
+
+def test_a_modernbert_reranker_is_a_crossencoder(modern, cli, tmp_path):
+    """A reranker fine-tuned from a ModernBERT (its CLS pooling and head) is read by
+    sentence-transformers' CrossEncoder with bertctl's scores."""
+    ce_module = pytest.importorskip("sentence_transformers.cross_encoder")
+    pairs = [line.split("\t") for line in
+             (EXAMPLES / "retrieval" / "train.tsv").read_text().splitlines()[1:25]]
+    columns = ["positive", "negative_1", "negative_2"]
+    rows = [{"query": q, "positive": p, "negative_1": pairs[(i + 1) % len(pairs)][1],
+             "negative_2": pairs[(i + 2) % len(pairs)][1]} for i, (q, p) in enumerate(pairs)]
+    data = tmp_path / "pairs.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    r = cli("finetune", modern, data, "--task", "reranking", "--steps", "3", "--batch-size",
+            "4", "--max-seq-length", "48", "--precision", "fp32", "--out", tmp_path / "rr")
+    assert r.exit_code == 0, r.stderr
+    config = json.loads((tmp_path / "rr" / "config.json").read_text())
+    assert config["architectures"] == ["ModernBertForSequenceClassification"]
+    r = cli("eval", tmp_path / "rr", data, "--precision", "fp32", "--out", tmp_path / "ev")
+    assert r.exit_code == 0, r.stderr
+    ours = np.loadtxt(tmp_path / "ev" / "predictions.tsv", skiprows=1)[:, 1:]
+    ce = ce_module.CrossEncoder(str(tmp_path / "rr"), device="cpu")
+    theirs = ce.predict([(row["query"], row[c]) for row in rows for c in columns],
+                        batch_size=8).reshape(len(rows), len(columns))
+    # fp32 both, a 2-layer 32-wide encoder then one sigmoid; predictions.tsv keeps 6 decimals
+    assert np.abs(ours - theirs).max() < 1e-5
