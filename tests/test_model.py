@@ -539,3 +539,40 @@ def test_cpu_dropout_keeps_1_minus_p_scales_and_backpropagates_through_its_mask(
     k = (dropout(torch.ones(4 * 100_000), 0.5, True) != 0).float().view(-1, 4)
     corr = torch.corrcoef(k.T)
     assert (corr - torch.eye(4)).abs().max() < 0.02
+
+
+def test_a_class_no_loaded_family_has_is_refused_not_read_as_the_encoder(tmp_path, minilm_dir):
+    """config.json naming a head whose family was never imported (a retrieval model's
+    BertForEmbedding in a session that imported only bertctl.model), or a transformers class
+    bertctl has no model of, is refused in one line rather than loaded as the bare encoder;
+    the role given, or the family imported, loads it."""
+    import shutil
+    import subprocess
+    import sys
+
+    from bertctl.model import load_model
+
+    for name in ("BertForEmbedding", "BertForNextSentencePrediction"):
+        d = tmp_path / name
+        d.mkdir()
+        shutil.copy(minilm_dir / "model.safetensors", d)
+        config = json.loads((minilm_dir / "config.json").read_text())
+        (d / "config.json").write_text(json.dumps({**config, "architectures": [name]}))
+        # A fresh interpreter: this session's imports registered every family already.
+        code = ("import sys\nfrom bertctl.model import load_model\nfrom bertctl.errors import "
+                "BertctlError\ntry:\n    load_model(sys.argv[1])\nexcept BertctlError as e:\n"
+                "    print(e)\nelse:\n    print('loaded')\nload_model(sys.argv[1], 'encoder')\n"
+                "import bertctl.tasks\nprint(type(load_model(sys.argv[1])[0]).__name__)")
+        r = subprocess.run([sys.executable, "-c", code, str(d)], capture_output=True,
+                           text=True, timeout=120)
+        lines = r.stdout.splitlines()
+        if name == "BertForEmbedding":
+            assert r.returncode == 0, r.stderr
+            assert lines[0] == (f"{d}/config.json: names {name}, a model class no loaded "
+                                f"architecture or task family has; give the role to load "
+                                f"(\"encoder\" for its encoder alone)")
+            assert lines[1] == name   # the retrieval family imported: its own head
+        else:
+            with pytest.raises(BertctlError, match=f"names {name}, a model class no"):
+                load_model(d)
+            assert load_model(d, "encoder")[1].complete
