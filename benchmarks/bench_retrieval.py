@@ -431,9 +431,10 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=27, help="3 epochs of the 293 pairs at 32")
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--cache", type=int, default=0,
-                   help="the speed phase: cached negatives, this many a micro-batch (bertctl "
-                        "--cache-negatives, sentence-transformers' CachedMultipleNegatives"
-                        "RankingLoss mini_batch_size); 0: none")
+                   help="cached negatives, this many a micro-batch (bertctl --cache-negatives, "
+                        "sentence-transformers' CachedMultipleNegativesRankingLoss "
+                        "mini_batch_size), every training run; the speed phase keeps its rows "
+                        "apart (with --batch); 0: none")
     p.add_argument("--speed-precisions", nargs="+", default=["fp32", "bf16"])
     p.add_argument("--lr", type=float, default=2e-5, help="all-MiniLM-L6-v2's")
     p.add_argument("--modern-lr", type=float, default=1e-4)
