@@ -258,8 +258,9 @@ def load_model(directory: str | Path, role: str | type | None = None,
     weights.
 
     `role=None` takes the role of the class config.json's `architectures` names (the bare
-    encoder if it names none; a BertctlError if it names only classes none has). Head arguments not given (num_labels, problem_type) come from
-    config.json when it has them. The returned model is in train mode on the CPU, in float32.
+    encoder if it names none; a BertctlError if it names only classes none has). Head
+    arguments not given (num_labels, problem_type) come from config.json when it has them.
+    The returned model is in train mode on the CPU, in float32.
     """
     directory = Path(directory)
     hf_config = read_config_dict(directory)
@@ -270,14 +271,14 @@ def load_model(directory: str | Path, role: str | type | None = None,
     if isinstance(role, type):
         role = architectures.role_of(role.__name__)
     if role is None:
-        role = next((r for r in map(architectures.role_of, names) if r in arch.roles()), None)
-        if role is None and names:
+        known = [r for r in map(architectures.role_of, names) if r in arch.roles()]
+        if names and not known:
             # Read as the bare encoder it would lose its head without a word (a family's own
             # head is known once its module is imported: `import bertctl.tasks`).
             raise BertctlError(f"{source}: names {', '.join(map(str, names))}, a model class no "
                                f"loaded architecture or task family has; give the role to "
                                f"load (\"encoder\" for its encoder alone)")
-        role = role or "encoder"
+        role = known[0] if known else "encoder"
     head_class = arch.head(role, str(directory))
     if issubclass(head_class, EncoderWithHead) and (
             head_class.__name__ in names or getattr(head_class, "kwargs_from_any_config", False)):
