@@ -22,9 +22,10 @@
 #              STEPS instead of EPOCHS when set)
 #   RERANK_LR, RERANK_BATCH, RERANK_LENGTH   the reranker's (5e-5, 32 rows, 128 tokens)
 #   NEGATIVES, MINE_FLAGS   mining's (3; more guards, e.g. --relative-margin 0.05)
-#   MINE_WITH  the model that mines: original (default), or inbatch, the original fine-tuned on
-#              TRAIN, for a MODEL not trained for search (a pretraining checkpoint, whose
-#              negatives taught less than in-batch ones: docs/benchmarks.md)
+#   MINE_WITH  the model that mines: original, or inbatch (the original fine-tuned on TRAIN),
+#              or auto (default): original for a MODEL trained for search (it has a sentence
+#              embedding layout, modules.json), inbatch for any other (a pretraining checkpoint,
+#              whose own negatives taught less than in-batch ones: docs/benchmarks.md)
 #   DEPTH      documents a query the reranker reorders (20)
 #   FLAGS      more flags for every command (e.g. --precision fp32)
 #   RUNS       where the artifacts go (default runs/search)
@@ -42,7 +43,7 @@ RERANK_LR ?= 5e-5
 RERANK_BATCH ?= 32
 RERANK_LENGTH ?= 128
 NEGATIVES ?= 3
-MINE_WITH ?= original
+MINE_WITH ?= auto
 MINE_FLAGS ?=
 DEPTH   ?= 20
 FLAGS   ?=
@@ -62,8 +63,8 @@ ifeq ($(strip $(BEIR)),)
 $(error BEIR= is required: a BEIR directory (corpus.jsonl, queries.jsonl, qrels/) to evaluate on)
 endif
 $(call must_exist,MODEL TRAIN BEIR $(if $(strip $(CORPUS)),CORPUS))
-ifeq ($(filter original inbatch,$(MINE_WITH)),)
-$(error MINE_WITH=$(MINE_WITH): must be original or inbatch)
+ifeq ($(filter auto original inbatch,$(MINE_WITH)),)
+$(error MINE_WITH=$(MINE_WITH): must be auto, original or inbatch)
 endif
 endif
 
@@ -74,8 +75,11 @@ LENGTH     := $(if $(STEPS),--steps $(STEPS),--epochs $(EPOCHS))
 TRAINING   := $(LENGTH) --batch-size $(BATCH) --lr $(LR) --seed $(SEED) $(FLAGS)
 MINING     := --negatives $(NEGATIVES) $(if $(strip $(CORPUS)),--corpus $(CORPUS)) $(MINE_FLAGS) $(FLAGS)
 EVAL       := --task retrieval $(FLAGS)
-MINER      := $(if $(filter inbatch,$(MINE_WITH)),$(RUNS)/inbatch,$(MODEL))
-MINER_DEPS := $(if $(filter inbatch,$(MINE_WITH)),$(RUNS)/inbatch/artifact.json,$(MODEL_DEPS))
+# auto's test is the file `bertctl mine` reads the layout from (it warns without one).
+MINE_AS    := $(if $(filter auto,$(MINE_WITH)),$(if $(wildcard $(MODEL)/modules.json),original,\
+                   inbatch),$(MINE_WITH))
+MINER      := $(if $(filter inbatch,$(MINE_AS)),$(RUNS)/inbatch,$(MODEL))
+MINER_DEPS := $(if $(filter inbatch,$(MINE_AS)),$(RUNS)/inbatch/artifact.json,$(MODEL_DEPS))
 
 .PHONY: search search-clean
 search: $(RUNS)/report/artifact.json

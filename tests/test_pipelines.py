@@ -545,25 +545,36 @@ def _per_query(path: Path) -> dict[str, float]:
 
 def test_search_pipeline_mines_with_the_in_batch_model_when_asked(tmp_path, minilm_dir):
     """MINE_WITH=inbatch: the in-batch model mines (made first), the original is fine-tuned
-    on its rows; another value is one line before any work."""
-    variables = {"MODEL": str(minilm_dir), "TRAIN": "ret/train.tsv", "BEIR": "ret/beir",
-                 "RUNS": "runs"}
+    on its rows; auto (the default) is original for a model with a sentence-embedding layout
+    (modules.json) and inbatch for one without (a pretraining checkpoint's files: the same
+    model less its sentence-transformers files); another value is one line before any work."""
+    bare = tmp_path / "bare"
+    shutil.copytree(minilm_dir, bare, ignore=shutil.ignore_patterns(
+        "modules.json", "sentence_bert_config.json", "config_sentence_transformers.json",
+        "1_Pooling"))
     _small_search_set(ROOT / "examples" / "retrieval", tmp_path / "ret", queries=8, pairs=8)
     runs = tmp_path / "runs"
-    for value, miner in (("original", str(minilm_dir)), ("inbatch", f"{runs}/inbatch")):
-        r = make("search", {**variables, "MINE_WITH": value}, "-n", makefile=None,
-                 start=tmp_path)
+    for model, value, mines in ((minilm_dir, "original", "original"),
+                                (minilm_dir, "inbatch", "inbatch"),
+                                (minilm_dir, None, "original"), (bare, None, "inbatch"),
+                                (bare, "original", "original")):
+        variables = {"MODEL": str(model), "TRAIN": "ret/train.tsv", "BEIR": "ret/beir",
+                     "RUNS": "runs", **({"MINE_WITH": value} if value else {})}
+        r = make("search", variables, "-n", makefile=None, start=tmp_path)
         assert r.returncode == 0, r.stderr
         lines = r.stdout.splitlines()
         mine = next(i for i, x in enumerate(lines) if " mine " in x and "--teacher" not in x)
-        assert f" mine {miner} " in lines[mine]
+        miner = f"{runs}/inbatch" if mines == "inbatch" else str(model)
+        assert f" mine {miner} " in lines[mine], (model.name, value)
         inbatch = next(i for i, x in enumerate(lines) if f"--out {runs}/inbatch " in x)
-        if value == "inbatch":   # its model is made before it mines
+        if mines == "inbatch":   # its model is made before it mines
             assert inbatch < mine
-        assert any(f"finetune {minilm_dir} {runs}/mined/pairs.jsonl" in x for x in lines)
-    r = make("search", {**variables, "MINE_WITH": "teacher"}, "-n", makefile=None,
+        assert any(f"finetune {model} {runs}/mined/pairs.jsonl" in x for x in lines)
+    r = make("search", {"MODEL": str(minilm_dir), "TRAIN": "ret/train.tsv", "BEIR": "ret/beir",
+                        "RUNS": "runs", "MINE_WITH": "teacher"}, "-n", makefile=None,
              start=tmp_path)
-    assert r.returncode != 0 and "MINE_WITH=teacher: must be original or inbatch" in r.stderr
+    assert r.returncode != 0
+    assert "MINE_WITH=teacher: must be auto, original or inbatch" in r.stderr
     assert not runs.exists()
 
 
