@@ -63,7 +63,7 @@ def on_random(args) -> list[dict]:
                  "mb": round(args.n * args.dim * 4 / 2**20)})
     print(json.dumps(rows[-1]), flush=True)
     for kind, quantize in KINDS:
-        if kind not in (args.random_kinds or args.kinds):
+        if kind not in (args.random_kinds or args.kinds) or quantize not in args.random_quantize:
             continue
         started = time.perf_counter()
         index = approximate.build(blocks, kind, quantize, lists=None, m=args.m,
@@ -158,6 +158,9 @@ def main() -> None:
     p.add_argument("--random-kinds", nargs="+", default=None,
                    help="the random set's, where they differ (HNSW's build on a million "
                         "vectors takes long on two cores)")
+    p.add_argument("--random-quantize", nargs="+", default=["none", "int8", "binary"],
+                   choices=["none", "int8", "binary"],
+                   help="the random set's quantisations (to add rows to an earlier run's)")
     p.add_argument("--real", type=Path, default=Path("runs/bench-search/data/beir"))
     p.add_argument("--model", type=Path, default=None)
     p.add_argument("--threads", type=int, default=2)
