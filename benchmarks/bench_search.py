@@ -26,7 +26,9 @@ pairs and settings: its mine_hard_negatives with the same guards (3 negatives, r
 relative_margin 0.05, top, n-tuple), its trainer with MultipleNegativesRankingLoss (one epoch,
 batch 32, the same lr, 10% warm-up then linear, weight decay 0.01, 64 tokens, the same precision),
 each scored by `bertctl eval` (its trainer needs accelerate: `.venv/bin/pip install
-accelerate`). Each row's seconds are its fine-tuning process's wall time.
+accelerate`). Each row's seconds are its fine-tuning process's wall time; every process's wall time, CPU
+time (user + system) and peak resident memory go to results.json's "costs" per stage and seed,
+and the costs table sets bertctl's stages beside the peer's (medians over the seeds).
 The second stage (second_stage below): `rerank`, a reranker trained on the mined rows and the
 mined model's search reranked by it; `distill`, the mined model trained one more epoch on its
 own mined candidates scored by that reranker (`mine --teacher`, then --distill-loss); `again`,
@@ -42,8 +44,8 @@ import hashlib
 import json
 import math
 import statistics
-import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -200,14 +202,31 @@ print(json.dumps({"seconds": time.perf_counter() - start}))
 
 def st(what: str, model: Path, pairs: Path, out: Path, seed: int, args, precision: str,
        log: Path, corpus: Path | None = None) -> dict:
-    threads = args.threads
-    with open(log, "a", encoding="utf-8") as f:
-        r = subprocess.run([sys.executable, "-c", ST, what, model, pairs, out, str(seed),
-                            precision, str(threads), str(corpus or ""), str(args.lr),
-                            str(args.rerank_lr)],
-                           stdout=subprocess.PIPE, stderr=f, env=common.env(threads),
-                           text=True, check=True)
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    """One of the peer's runs (the ST script's `what`): its printed figures, and under "cost"
+    what the process cost (common.measured)."""
+    with tempfile.TemporaryFile("w+", encoding="utf-8") as printed:
+        cost = common.measured([sys.executable, "-c", ST, what, model, pairs, out, str(seed),
+                                precision, str(args.threads), str(corpus or ""),
+                                str(args.lr), str(args.rerank_lr)], log, args.threads,
+                               stdout=printed)
+        printed.seek(0)
+        return {**json.loads(printed.read().strip().splitlines()[-1]), "cost": cost}
+
+
+def _cost(results: dict, stage: str, seed, cost: dict) -> None:
+    """Add a process's cost to a stage's for a seed (a stage of several processes, as
+    distillation's scoring and training, sums their times and keeps the largest memory)."""
+    at = results.setdefault("costs", {}).setdefault(stage, {})
+    was = at.get(str(seed)) if (stage, str(seed)) in _COSTED else None
+    _COSTED.add((stage, str(seed)))
+    at[str(seed)] = {"wall_s": round(cost["wall_s"] + (was or {}).get("wall_s", 0), 1),
+                     "cpu_s": round(cost["cpu_s"] + (was or {}).get("cpu_s", 0), 1),
+                     "peak_mb": max(cost["peak_mb"], (was or {}).get("peak_mb", 0))}
+
+
+# (stage, seed) costed in this run: an earlier run's figure is replaced by the first process
+# of the stage, not added to.
+_COSTED: set[tuple[str, str]] = set()
 
 
 def ndcg(run: Path) -> float:
@@ -282,12 +301,14 @@ def main() -> None:
             return rows
         started = time.monotonic()
         if prefix:
-            st("mine", miner, data / "train.tsv", rows, 0, args, precision, log,
-               data / "train_sentences.txt")
+            cost = st("mine", miner, data / "train.tsv", rows, 0, args, precision, log,
+                      data / "train_sentences.txt")["cost"]
         else:
-            common.sh([*BERTCTL, "mine", miner, data / "train.tsv", "--corpus",
-                       data / "train_sentences.txt", *MINE_FLAGS, "--out", rows.parent,
-                       *runtime], log, threads=args.threads)
+            cost = common.measured([*BERTCTL, "mine", miner, data / "train.tsv", "--corpus",
+                                    data / "train_sentences.txt", *MINE_FLAGS, "--out",
+                                    rows.parent, *runtime], log, threads=args.threads)
+        _cost(results, f"{prefix}mine", seed if per_seed else "original", cost)
+        if not prefix:
             _keyed(results, "mine_stats")[str(seed) if per_seed else "original"] = \
                 json.loads((rows.parent / "artifact.json").read_text())["stats"]
         seconds = _keyed(results, "st_mine_seconds" if prefix else "mine_seconds")
@@ -303,11 +324,12 @@ def main() -> None:
 
     def train(arm: str, pairs: Path, seed: int, ft: Path) -> None:
         if arm.startswith("st-"):
-            st("train", model, pairs, ft, seed, args, precision, log)
+            cost = st("train", model, pairs, ft, seed, args, precision, log)["cost"]
         else:
-            common.sh([*BERTCTL, "finetune", model, pairs, "--task", "retrieval",
-                       *TRAIN_FLAGS, "--lr", str(args.lr), "--seed", str(seed), "--out", ft,
-                       *runtime], log, threads=args.threads)
+            cost = common.measured([*BERTCTL, "finetune", model, pairs, "--task", "retrieval",
+                                    *TRAIN_FLAGS, "--lr", str(args.lr), "--seed", str(seed),
+                                    "--out", ft, *runtime], log, threads=args.threads)
+        _cost(results, arm, seed, cost)
 
     for arm in [a for a in args.steps if a in arms]:
         for seed in args.seeds:
@@ -340,6 +362,7 @@ def main() -> None:
         print(f"distill ({steps['distill'].get('loss')}) - again (the same rows, no teacher): "
               f"nDCG@10 {_diff(steps['distill']['ndcg'], steps['again']['ndcg'])}"
               f"{_paired(steps['distill'], steps['again'])}")
+    costs_table(results.get("costs", {}))
     for ours, theirs in (("inbatch", "st-inbatch"), ("mined", "st-mined"),
                          ("rerank", "st-rerank"), ("distill", "st-distill")):
         if ours in steps and theirs in steps:
@@ -348,6 +371,36 @@ def main() -> None:
                   f"{_diff(a['ndcg'], b['ndcg'])}; fine-tuning time "
                   f"{statistics.fmean(b['seconds']) / statistics.fmean(a['seconds']):.2f}x "
                   f"faster")
+
+
+def costs_table(costs: dict) -> None:
+    """Each stage's wall time, CPU time (user + system) and peak memory, bertctl's against the
+    peer's, medians over the seeds run; then the sums over the stages both ran."""
+    if not costs:
+        return
+    print("\n| stage | bertctl: wall s, CPU s, peak MB | sentence-transformers | CPU time, "
+          "s-t / bertctl |")
+    print("|---|---|---|---|")
+    total = {"": 0.0, "st-": 0.0}
+    for stage in ("mine", "inbatch", "mined", "rerank", "distill", "again", "search+rerank"):
+        cells = {}
+        for prefix in ("", "st-"):
+            runs = list(costs.get(prefix + stage, {}).values())
+            cells[prefix] = {k: statistics.median(r[k] for r in runs)
+                             for k in ("wall_s", "cpu_s", "peak_mb")} if runs else None
+        if not cells[""] and not cells["st-"]:
+            continue
+        shown = [f"{c['wall_s']:.0f}, {c['cpu_s']:.0f}, {c['peak_mb']:,.0f}" if c else ""
+                 for c in cells.values()]
+        ratio = ""
+        if cells[""] and cells["st-"]:
+            ratio = f"{cells['st-']['cpu_s'] / cells['']['cpu_s']:.2f}x"
+            for prefix in total:
+                total[prefix] += cells[prefix]["cpu_s"]
+        print(f"| {stage} | {shown[0]} | {shown[1]} | {ratio} |")
+    if total[""]:
+        print(f"| the stages both ran | CPU {total['']:.0f} s | {total['st-']:.0f} s | "
+              f"{total['st-'] / total['']:.2f}x |")
 
 
 def second_stage(prefix: str, args, out: Path, data: Path, model: Path, runtime: list,
@@ -364,17 +417,20 @@ def second_stage(prefix: str, args, out: Path, data: Path, model: Path, runtime:
         rr = out / f"{prefix}reranker-seed{seed}"
         started = time.monotonic()
         if prefix:
-            st("ce-train", model, rows, rr, seed, args, precision, log)
+            cost = st("ce-train", model, rows, rr, seed, args, precision, log)["cost"]
         else:
-            common.sh([*BERTCTL, "finetune", model, rows, "--task", "reranking",
-                       *RERANK_FLAGS, "--lr", str(args.rerank_lr), "--seed", str(seed),
-                       "--out", rr, *runtime], log, threads=args.threads)
+            cost = common.measured([*BERTCTL, "finetune", model, rows, "--task", "reranking",
+                                    *RERANK_FLAGS, "--lr", str(args.rerank_lr), "--seed",
+                                    str(seed), "--out", rr, *runtime], log,
+                                   threads=args.threads)
+        _cost(results, f"{prefix}rerank", seed, cost)
         trained = time.monotonic() - started
         if f"{prefix}rerank" in args.steps:   # else only the teacher of the steps below
             ev = out / f"eval-{prefix}rerank-seed{seed}"
-            common.sh([*BERTCTL, "eval", first, data / "beir", "--task", "retrieval",
-                       "--rerank", rr, "--rerank-depth", RERANK_DEPTH, "--out", ev, *runtime],
-                      log, threads=args.threads)
+            _cost(results, f"{prefix}search+rerank", seed, common.measured(
+                [*BERTCTL, "eval", first, data / "beir", "--task", "retrieval", "--rerank", rr,
+                 "--rerank-depth", RERANK_DEPTH, "--out", ev, *runtime], log,
+                threads=args.threads))
             metrics = json.loads((ev / "metrics.json").read_text())
             _record(steps, f"{prefix}rerank", seed, metrics["rerank/ndcg@10"], trained,
                     per_seed={"first_stage": metrics["ndcg@10"],
@@ -385,16 +441,19 @@ def second_stage(prefix: str, args, out: Path, data: Path, model: Path, runtime:
         if prefix:
             student = out / f"ft-{prefix}distill-seed{seed}"
             scored = out / f"st-scored-seed{seed}.jsonl"
-            st("ce-score", model, rows, scored, seed, args, precision, log, rr)
-            st("train", first, scored, student, seed, args, precision, log)
+            for what, inputs in (("ce-score", (model, rows, scored)),
+                                 ("train", (first, scored, student))):
+                _cost(results, f"{prefix}distill", seed, st(
+                    what, *inputs, seed, args, precision, log, rr if what == "ce-score"
+                    else None)["cost"])
             _record(steps, f"{prefix}distill", seed, ndcg_of(out, student, data, runtime,
                                                             args.threads, log),
                     time.monotonic() - started)
             continue
         scored = out / f"scored-seed{seed}"
-        common.sh([*BERTCTL, "mine", first, data / "train.tsv", "--corpus",
-                   data / "train_sentences.txt", *MINE_FLAGS, "--teacher", rr,
-                   "--out", scored, *runtime], log, threads=args.threads)
+        scoring_cost = common.measured([*BERTCTL, "mine", first, data / "train.tsv", "--corpus",
+                                        data / "train_sentences.txt", *MINE_FLAGS, "--teacher",
+                                        rr, "--out", scored, *runtime], log, threads=args.threads)
         scoring = time.monotonic() - started
         # `distill`: the first stage trained on its own candidates with the teacher's scores
         # (--distill-loss); `again`, the control: the same rows and training, no teacher.
@@ -403,9 +462,13 @@ def second_stage(prefix: str, args, out: Path, data: Path, model: Path, runtime:
                 continue
             student = out / f"ft-{step_name}-{loss}-seed{seed}"
             started = time.monotonic()
-            common.sh([*BERTCTL, "finetune", first, scored / "pairs.jsonl", "--task",
-                       "retrieval", "--loss", loss, *TRAIN_FLAGS, "--lr", str(args.lr),
-                       "--seed", str(seed), "--out", student, *runtime], log, threads=args.threads)
+            cost = common.measured([*BERTCTL, "finetune", first, scored / "pairs.jsonl",
+                                    "--task", "retrieval", "--loss", loss, *TRAIN_FLAGS, "--lr",
+                                    str(args.lr), "--seed", str(seed), "--out", student,
+                                    *runtime], log, threads=args.threads)
+            if step_name == "distill":
+                _cost(results, "distill", seed, scoring_cost)
+            _cost(results, step_name, seed, cost)
             spent = time.monotonic() - started + (scoring if step_name == "distill" else 0)
             _record(steps, step_name, seed, ndcg_of(out, student, data, runtime,
                                                     args.threads, log), spent, loss=loss)

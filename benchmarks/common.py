@@ -66,11 +66,26 @@ def cpu_slot():
 def sh(args: list, log: Path, threads: int = 1, ok=(0,)) -> int:
     """Run `args` with its output appended to `log` (after the command line); a return code
     not in `ok` stops the benchmark with one line naming the log."""
+    return measured(args, log, threads, ok)["code"]
+
+
+def measured(args: list, log: Path, threads: int = 1, ok=(0,), stdout=None) -> dict:
+    """`sh`, returning what the process cost: {"code", "wall_s", "cpu_s" (user + system, of
+    it and the children it waited for), "peak_mb" (the largest resident set among them)}.
+    `stdout`: an open file for its output (default: the log, as its errors always go)."""
     with cpu_slot(), open(log, "a", encoding="utf-8") as f:
         f.write("$ " + " ".join(map(str, args)) + "\n")
         f.flush()
-        code = subprocess.run([str(a) for a in args], stdout=f, stderr=subprocess.STDOUT,
-                              env=env(threads)).returncode
+        started = time.monotonic()
+        proc = subprocess.Popen([str(a) for a in args], env=env(threads), stderr=f,
+                                stdout=f if stdout is None else stdout)
+        # wait4, not wait: the rusage of this child alone (RUSAGE_CHILDREN would add every
+        # earlier run's and keep their largest resident set).
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = code = os.waitstatus_to_exitcode(status)
+        wall = time.monotonic() - started
     if code not in ok:
         sys.exit(f"failed ({code}): {' '.join(map(str, args))}; see {log}")
-    return code
+    return {"code": code, "wall_s": round(wall, 1),
+            "cpu_s": round(usage.ru_utime + usage.ru_stime, 1),
+            "peak_mb": round(usage.ru_maxrss / 1024)}   # Linux: kilobytes
