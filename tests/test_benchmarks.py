@@ -127,3 +127,42 @@ def test_bench_budget_keeps_a_further_pretraining_run_apart(tmp_path):
                        capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert r.returncode == 2 and "pretrained with seed 0, not 1" in r.stderr, r.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["modern"]
+
+
+def test_a_measured_run_costs_its_own_process(tmp_path, monkeypatch):
+    """common.measured: a child's own CPU time and peak memory (wait4), not the sum over every
+    earlier child as RUSAGE_CHILDREN would give; a failure stops the benchmark naming the log."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import common
+
+    log = tmp_path / "log.txt"
+    big = common.measured([sys.executable, "-c", "x = bytearray(400 * 2**20); x[::4096] = "
+                           "b'1' * len(x[::4096])"], log)
+    small = common.measured([sys.executable, "-c", "pass"], log)
+    assert big["code"] == small["code"] == 0
+    assert big["peak_mb"] >= 400 > small["peak_mb"]   # the first child's peak is not the second's
+    busy = common.measured([sys.executable, "-c", "import time\nt = time.process_time()\n"
+                            "while time.process_time() - t < 0.5: pass"], log)
+    assert 0.5 <= busy["cpu_s"] <= busy["wall_s"] + 0.1
+    with pytest.raises(SystemExit, match="see .*log.txt"):
+        common.measured([sys.executable, "-c", "raise SystemExit(3)"], log)
+
+
+def test_bench_search_sums_a_stage_of_several_processes(monkeypatch, capsys):
+    """A stage's cost per seed sums its processes' times and keeps their largest memory; a
+    stage run again replaces the earlier figure; the table's CPU ratio is the peer's over
+    bertctl's, over the stages both ran."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import bench_search
+
+    monkeypatch.setattr(bench_search, "_COSTED", set())
+    results = {"costs": {"distill": {"0": {"wall_s": 99, "cpu_s": 99, "peak_mb": 9}}}}
+    for cost in ({"wall_s": 10, "cpu_s": 15, "peak_mb": 700},
+                 {"wall_s": 20, "cpu_s": 35, "peak_mb": 500}):
+        bench_search._cost(results, "distill", 0, cost)
+    bench_search._cost(results, "st-distill", 0, {"wall_s": 60, "cpu_s": 100, "peak_mb": 900})
+    assert results["costs"]["distill"]["0"] == {"wall_s": 30, "cpu_s": 50, "peak_mb": 700}
+    bench_search.costs_table(results["costs"])
+    table = capsys.readouterr().out
+    assert "| distill | 30, 50, 700 | 60, 100, 900 | 2.00x |" in table
+    assert "| the stages both ran | CPU 50 s | 100 s | 2.00x |" in table
