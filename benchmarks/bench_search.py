@@ -130,6 +130,10 @@ from sentence_transformers.util import mine_hard_negatives
 what, model_dir, pairs, out, seed, precision, threads, corpus = sys.argv[1:9]
 LR, RERANK_LR = float(sys.argv[9]), float(sys.argv[10])
 torch.set_num_threads(int(threads))
+# Seeded before any model is built: the trainer seeds only when it starts, after a
+# CrossEncoder's new scoring head was drawn (unseeded, that head differed from run to run).
+from transformers import set_seed
+set_seed(int(seed))
 model = SentenceTransformer(model_dir, device="cpu")
 model.max_seq_length = 64
 if pairs.endswith(".jsonl"):
@@ -375,7 +379,9 @@ def main() -> None:
 
 def costs_table(costs: dict) -> None:
     """Each stage's wall time, CPU time (user + system) and peak memory, bertctl's against the
-    peer's, medians over the seeds run; then the sums over the stages both ran."""
+    peer's, medians over the seeds run; then the sums over the stages both tools ran.
+    search+rerank is `bertctl eval --rerank` in both columns (with each tool's reranker, which
+    bertctl reads): shown, but no peer's figure."""
     if not costs:
         return
     print("\n| stage | bertctl: wall s, CPU s, peak MB | sentence-transformers | CPU time, "
@@ -393,7 +399,7 @@ def costs_table(costs: dict) -> None:
         shown = [f"{c['wall_s']:.0f}, {c['cpu_s']:.0f}, {c['peak_mb']:,.0f}" if c else ""
                  for c in cells.values()]
         ratio = ""
-        if cells[""] and cells["st-"]:
+        if cells[""] and cells["st-"] and stage != "search+rerank":
             ratio = f"{cells['st-']['cpu_s'] / cells['']['cpu_s']:.2f}x"
             for prefix in total:
                 total[prefix] += cells[prefix]["cpu_s"]
