@@ -26,9 +26,10 @@ pairs and settings: its mine_hard_negatives with the same guards (3 negatives, r
 relative_margin 0.05, top, n-tuple), its trainer with MultipleNegativesRankingLoss (one epoch,
 batch 32, the same lr, 10% warm-up then linear, weight decay 0.01, 64 tokens, the same precision),
 each scored by `bertctl eval` (its trainer needs accelerate: `.venv/bin/pip install
-accelerate`). Each row's seconds are its fine-tuning process's wall time; every process's wall time, CPU
-time (user + system) and peak resident memory go to results.json's "costs" per stage and seed,
-and the costs table sets bertctl's stages beside the peer's (medians over the seeds).
+accelerate`). Each row's seconds are its fine-tuning process's wall time; every process's wall
+time, CPU time (user + system) and peak resident memory go to results.json's "costs" per stage
+and seed (not a bertctl stage that found its artifact up to date: it did no work), and the
+costs table sets bertctl's stages beside the peer's (medians over the seeds).
 The second stage (second_stage below): `rerank`, a reranker trained on the mined rows and the
 mined model's search reranked by it; `distill`, the mined model trained one more epoch on its
 own mined candidates scored by that reranker (`mine --teacher`, then --distill-loss); `again`,
@@ -217,9 +218,24 @@ def st(what: str, model: Path, pairs: Path, out: Path, seed: int, args, precisio
         return {**json.loads(printed.read().strip().splitlines()[-1]), "cost": cost}
 
 
-def _cost(results: dict, stage: str, seed, cost: dict) -> None:
+def made(args: list, out: Path, log: Path, threads: int) -> dict | None:
+    """A bertctl stage writing the artifact `out`, run as common.measured; its cost, or None
+    when it found the artifact up to date (it did not write it again)."""
+    def written() -> float | None:
+        return (out / "artifact.json").stat().st_mtime_ns if (out / "artifact.json").exists() \
+            else None
+
+    before = written()
+    cost = common.measured(args, log, threads=threads)
+    return cost if written() != before else None
+
+
+def _cost(results: dict, stage: str, seed, cost: dict | None) -> None:
     """Add a process's cost to a stage's for a seed (a stage of several processes, as
-    distillation's scoring and training, sums their times and keeps the largest memory)."""
+    distillation's scoring and training, sums their times and keeps the largest memory);
+    None, a stage that did no work, is left out."""
+    if cost is None:
+        return
     at = results.setdefault("costs", {}).setdefault(stage, {})
     was = at.get(str(seed)) if (stage, str(seed)) in _COSTED else None
     _COSTED.add((stage, str(seed)))
@@ -308,9 +324,9 @@ def main() -> None:
             cost = st("mine", miner, data / "train.tsv", rows, 0, args, precision, log,
                       data / "train_sentences.txt")["cost"]
         else:
-            cost = common.measured([*BERTCTL, "mine", miner, data / "train.tsv", "--corpus",
-                                    data / "train_sentences.txt", *MINE_FLAGS, "--out",
-                                    rows.parent, *runtime], log, threads=args.threads)
+            cost = made([*BERTCTL, "mine", miner, data / "train.tsv", "--corpus",
+                         data / "train_sentences.txt", *MINE_FLAGS, "--out", rows.parent,
+                         *runtime], rows.parent, log, args.threads)
         _cost(results, f"{prefix}mine", seed if per_seed else "original", cost)
         if not prefix:
             _keyed(results, "mine_stats")[str(seed) if per_seed else "original"] = \
@@ -330,9 +346,9 @@ def main() -> None:
         if arm.startswith("st-"):
             cost = st("train", model, pairs, ft, seed, args, precision, log)["cost"]
         else:
-            cost = common.measured([*BERTCTL, "finetune", model, pairs, "--task", "retrieval",
-                                    *TRAIN_FLAGS, "--lr", str(args.lr), "--seed", str(seed),
-                                    "--out", ft, *runtime], log, threads=args.threads)
+            cost = made([*BERTCTL, "finetune", model, pairs, "--task", "retrieval",
+                         *TRAIN_FLAGS, "--lr", str(args.lr), "--seed", str(seed), "--out", ft,
+                         *runtime], ft, log, args.threads)
         _cost(results, arm, seed, cost)
 
     for arm in [a for a in args.steps if a in arms]:
@@ -425,18 +441,17 @@ def second_stage(prefix: str, args, out: Path, data: Path, model: Path, runtime:
         if prefix:
             cost = st("ce-train", model, rows, rr, seed, args, precision, log)["cost"]
         else:
-            cost = common.measured([*BERTCTL, "finetune", model, rows, "--task", "reranking",
-                                    *RERANK_FLAGS, "--lr", str(args.rerank_lr), "--seed",
-                                    str(seed), "--out", rr, *runtime], log,
-                                   threads=args.threads)
+            cost = made([*BERTCTL, "finetune", model, rows, "--task", "reranking",
+                         *RERANK_FLAGS, "--lr", str(args.rerank_lr), "--seed", str(seed),
+                         "--out", rr, *runtime], rr, log, args.threads)
         _cost(results, f"{prefix}rerank", seed, cost)
         trained = time.monotonic() - started
         if f"{prefix}rerank" in args.steps:   # else only the teacher of the steps below
             ev = out / f"eval-{prefix}rerank-seed{seed}"
-            _cost(results, f"{prefix}search+rerank", seed, common.measured(
+            _cost(results, f"{prefix}search+rerank", seed, made(
                 [*BERTCTL, "eval", first, data / "beir", "--task", "retrieval", "--rerank", rr,
-                 "--rerank-depth", RERANK_DEPTH, "--out", ev, *runtime], log,
-                threads=args.threads))
+                 "--rerank-depth", RERANK_DEPTH, "--out", ev, *runtime], ev, log,
+                args.threads))
             metrics = json.loads((ev / "metrics.json").read_text())
             _record(steps, f"{prefix}rerank", seed, metrics["rerank/ndcg@10"], trained,
                     per_seed={"first_stage": metrics["ndcg@10"],
@@ -457,9 +472,9 @@ def second_stage(prefix: str, args, out: Path, data: Path, model: Path, runtime:
                     time.monotonic() - started)
             continue
         scored = out / f"scored-seed{seed}"
-        scoring_cost = common.measured([*BERTCTL, "mine", first, data / "train.tsv", "--corpus",
-                                        data / "train_sentences.txt", *MINE_FLAGS, "--teacher",
-                                        rr, "--out", scored, *runtime], log, threads=args.threads)
+        scoring_cost = made([*BERTCTL, "mine", first, data / "train.tsv", "--corpus",
+                             data / "train_sentences.txt", *MINE_FLAGS, "--teacher", rr,
+                             "--out", scored, *runtime], scored, log, args.threads)
         scoring = time.monotonic() - started
         # `distill`: the first stage trained on its own candidates with the teacher's scores
         # (--distill-loss); `again`, the control: the same rows and training, no teacher.
@@ -468,10 +483,10 @@ def second_stage(prefix: str, args, out: Path, data: Path, model: Path, runtime:
                 continue
             student = out / f"ft-{step_name}-{loss}-seed{seed}"
             started = time.monotonic()
-            cost = common.measured([*BERTCTL, "finetune", first, scored / "pairs.jsonl",
-                                    "--task", "retrieval", "--loss", loss, *TRAIN_FLAGS, "--lr",
-                                    str(args.lr), "--seed", str(seed), "--out", student,
-                                    *runtime], log, threads=args.threads)
+            cost = made([*BERTCTL, "finetune", first, scored / "pairs.jsonl", "--task",
+                         "retrieval", "--loss", loss, *TRAIN_FLAGS, "--lr", str(args.lr),
+                         "--seed", str(seed), "--out", student, *runtime], student, log,
+                        args.threads)
             if step_name == "distill":
                 _cost(results, "distill", seed, scoring_cost)
             _cost(results, step_name, seed, cost)

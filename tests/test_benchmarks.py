@@ -148,14 +148,23 @@ def test_a_measured_run_costs_its_own_process(tmp_path, monkeypatch):
         common.measured([sys.executable, "-c", "raise SystemExit(3)"], log)
 
 
-def test_bench_search_sums_a_stage_of_several_processes(monkeypatch, capsys):
+def test_bench_search_sums_a_stage_of_several_processes(tmp_path, monkeypatch, capsys):
     """A stage's cost per seed sums its processes' times and keeps their largest memory; a
-    stage run again replaces the earlier figure; the table's CPU ratio is the peer's over
-    bertctl's, over the stages both ran."""
+    stage run again replaces the earlier figure, and one that found its artifact up to date
+    costs nothing; the table's CPU ratio is the peer's over bertctl's, over the stages both
+    ran."""
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
     import bench_search
 
     monkeypatch.setattr(bench_search, "_COSTED", set())
+    out, log = tmp_path / "artifact", tmp_path / "log.txt"
+    write = [sys.executable, "-c", f"import pathlib; p = pathlib.Path({str(out)!r}); "
+             "p.mkdir(exist_ok=True); (p / 'artifact.json').write_text('{}')"]
+    assert bench_search.made(write, out, log, 1)["code"] == 0     # written: its cost
+    assert bench_search.made([sys.executable, "-c", "pass"], out, log, 1) is None  # up to date
+    nothing: dict = {}
+    bench_search._cost(nothing, "mine", 0, None)
+    assert nothing == {}
     results = {"costs": {"distill": {"0": {"wall_s": 99, "cpu_s": 99, "peak_mb": 9}}}}
     for cost in ({"wall_s": 10, "cpu_s": 15, "peak_mb": 700},
                  {"wall_s": 20, "cpu_s": 35, "peak_mb": 500}):
