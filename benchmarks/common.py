@@ -7,9 +7,11 @@ again."""
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -69,23 +71,37 @@ def sh(args: list, log: Path, threads: int = 1, ok=(0,)) -> int:
     return measured(args, log, threads, ok)["code"]
 
 
+# Runs the command and writes its rusage (CPU seconds, peak resident kilobytes) to argv[1]. A
+# process's peak starts at that of the one it was forked from (Linux carries the parent's
+# high-water mark through fork and exec), so the command is forked from this small interpreter,
+# not from a benchmark holding torch and its data; wait4 gives that one child's usage (with its
+# own waited-for children), where RUSAGE_CHILDREN would add every earlier run's.
+_LAUNCHER = """
+import json, os, subprocess, sys
+proc = subprocess.Popen(sys.argv[2:])
+_, status, usage = os.wait4(proc.pid, 0)
+with open(sys.argv[1], "w") as f:
+    json.dump([usage.ru_utime + usage.ru_stime, usage.ru_maxrss], f)
+code = os.waitstatus_to_exitcode(status)
+sys.exit(code if code >= 0 else 128 - code)
+"""
+
+
 def measured(args: list, log: Path, threads: int = 1, ok=(0,), stdout=None) -> dict:
     """`sh`, returning what the process cost: {"code", "wall_s", "cpu_s" (user + system, of
     it and the children it waited for), "peak_mb" (the largest resident set among them)}.
     `stdout`: an open file for its output (default: the log, as its errors always go)."""
-    with cpu_slot(), open(log, "a", encoding="utf-8") as f:
+    with cpu_slot(), open(log, "a", encoding="utf-8") as f, \
+            tempfile.NamedTemporaryFile("r", suffix=".json") as usage:
         f.write("$ " + " ".join(map(str, args)) + "\n")
         f.flush()
         started = time.monotonic()
-        proc = subprocess.Popen([str(a) for a in args], env=env(threads), stderr=f,
-                                stdout=f if stdout is None else stdout)
-        # wait4, not wait: the rusage of this child alone (RUSAGE_CHILDREN would add every
-        # earlier run's and keep their largest resident set).
-        _, status, usage = os.wait4(proc.pid, 0)
-        proc.returncode = code = os.waitstatus_to_exitcode(status)
+        code = subprocess.run([sys.executable, "-c", _LAUNCHER, usage.name,
+                               *(str(a) for a in args)], env=env(threads), stderr=f,
+                              stdout=f if stdout is None else stdout).returncode
         wall = time.monotonic() - started
+        cpu, peak_kb = json.loads(usage.read() or "[0, 0]")
     if code not in ok:
         sys.exit(f"failed ({code}): {' '.join(map(str, args))}; see {log}")
-    return {"code": code, "wall_s": round(wall, 1),
-            "cpu_s": round(usage.ru_utime + usage.ru_stime, 1),
-            "peak_mb": round(usage.ru_maxrss / 1024)}   # Linux: kilobytes
+    return {"code": code, "wall_s": round(wall, 1), "cpu_s": round(cpu, 1),
+            "peak_mb": round(peak_kb / 1024)}   # Linux: kilobytes
