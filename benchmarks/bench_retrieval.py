@@ -46,16 +46,6 @@ EXAMPLE = ROOT / "examples" / "retrieval"
 BERTCTL = [sys.executable, "-m", "bertctl"]
 
 
-def peak_rss_mb(args: list, log: Path) -> float:
-    """Run a command; the peak resident memory of it (its largest child process), in MB."""
-    code = ("import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True); "
-            "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
-    with open(log, "a", encoding="utf-8") as f:
-        out = subprocess.run([sys.executable, "-c", code, *map(str, args)], stdout=subprocess.PIPE,
-                             stderr=f, env=common.env(), check=True, text=True)
-    return int(out.stdout.strip().splitlines()[-1]) / 1024
-
-
 class Results:
     def __init__(self, path: Path):
         self.path = path
@@ -305,11 +295,12 @@ def memory(a, res: Results) -> None:
         if res.get(key):
             continue
         out = work / f"b{batch}-c{cache}"
-        mb = peak_rss_mb([*BERTCTL, "finetune", common.default_model(), pairs, "--task", "retrieval",
-                          "--steps", 1, "--batch-size", batch, "--cache-negatives", cache,
-                          "--max-seq-length", 128, "--precision", "fp32", "--threads", 1,
-                          "--out", out, "--force"], log)
-        res.put(key, mb)
+        run = common.measured([*BERTCTL, "finetune", common.default_model(), pairs, "--task",
+                               "retrieval", "--steps", 1, "--batch-size", batch,
+                               "--cache-negatives", cache, "--max-seq-length", 128,
+                               "--precision", "fp32", "--threads", 1, "--out", out, "--force"],
+                              log)
+        res.put(key, run["peak_mb"])
     print("\npeak RSS of `bertctl finetune` (all-MiniLM-L6-v2, ICT pairs, 128 tokens, fp32):")
     for batch, cache in ((64, 0), (256, 0), (1024, 64)):
         print(f"  batch {batch}{f', --cache-negatives {cache}' if cache else ', uncached'}: "
