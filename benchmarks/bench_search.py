@@ -3,7 +3,8 @@
     .venv/bin/python benchmarks/bench_search.py --shared ../shared/data --out runs/bench-search \
         [--model DIR] [--seeds 0 1 2 3 4] [--threads 2]
         [--steps baseline inbatch mined st-inbatch st-mined rerank distill again st-rerank
-                 st-distill] [--distill-loss kl]
+                 st-distill] [--distill-loss kl] [--rerank-lr 5e-5 --rerank-epochs 1
+        --rerank-negatives 3]
 
 The set (built from `--shared`, the workplace's public data; bertctl never reads it): paraphrase
 retrieval from GLUE's MRPC and STS-B. A query is a sentence of a paraphrase pair (MRPC label 1,
@@ -30,8 +31,9 @@ accelerate`). Each row's seconds are its fine-tuning process's wall time; every 
 time, CPU time (user + system) and peak resident memory go to results.json's "costs" per stage
 and seed (not a bertctl stage that found its artifact up to date: it did no work), and the
 costs table sets bertctl's stages beside the peer's (medians over the seeds).
-The second stage (second_stage below): `rerank`, a reranker trained on the mined rows and the
-mined model's search reranked by it; `distill`, the mined model trained one more epoch on its
+The second stage (second_stage below): `rerank`, a reranker trained on the mined rows (or, with
+--rerank-negatives, rows mined as they were with that many negatives) and the mined model's
+search reranked by it; `distill`, the mined model trained one more epoch on its
 own mined candidates scored by that reranker (`mine --teacher`, then --distill-loss); `again`,
 its control: the same rows and epoch with in-batch negatives and no teacher.
 Results go to OUT/results.json; the table to stdout, with the machine line.
@@ -57,8 +59,9 @@ TRAIN_FLAGS = ["--epochs", "1", "--batch-size", "32", "--max-seq-length", "64"] 
 MINE_FLAGS = ["--negatives", "3", "--range-min", "0", "--range-max", "50",
               "--relative-margin", "0.05"]
 # The reranker: a cross-encoder from the same checkpoint on the mined rows (listwise: the
-# positive against its 3 negatives), 128 pairs a step as the peer's BCE batches; + --lr.
-RERANK_FLAGS = ["--epochs", "1", "--batch-size", "32", "--max-seq-length", "64"]
+# positive against its negatives), 32 rows a step as the peer's BCE batches; + --lr, --epochs
+# (--rerank-epochs) and, with --rerank-negatives other than MINE_FLAGS's 3, rows of their own.
+RERANK_FLAGS = ["--batch-size", "32", "--max-seq-length", "64"]
 RERANK_DEPTH = "10"
 
 
@@ -130,6 +133,7 @@ from sentence_transformers import (SentenceTransformer, SentenceTransformerTrain
 from sentence_transformers.util import mine_hard_negatives
 what, model_dir, pairs, out, seed, precision, threads, corpus = sys.argv[1:9]
 LR, RERANK_LR = float(sys.argv[9]), float(sys.argv[10])
+NEGATIVES, RERANK_EPOCHS = int(sys.argv[11]), int(sys.argv[12])
 torch.set_num_threads(int(threads))
 # Seeded before any model is built: the trainer seeds only when it starts, after a
 # CrossEncoder's new scoring head was drawn (unseeded, that head differed from run to run).
@@ -154,7 +158,8 @@ if what == "ce-train":   # a CrossEncoder on the mined n-tuples as labelled pair
             "passage": [row[c] for row in rows for c in cols],
             "label": [float(c == "positive") for _ in rows for c in cols]}
     args = CrossEncoderTrainingArguments(
-        output_dir=out + ".tmp", num_train_epochs=1, per_device_train_batch_size=32 * len(cols),
+        output_dir=out + ".tmp", num_train_epochs=RERANK_EPOCHS,
+        per_device_train_batch_size=32 * len(cols),
         learning_rate=RERANK_LR, warmup_ratio=0.1, weight_decay=0.01,
         lr_scheduler_type="linear", seed=int(seed), save_strategy="no", report_to="none",
         logging_steps=10_000, use_cpu=True, disable_tqdm=True, dataloader_num_workers=0,
@@ -181,7 +186,7 @@ if what == "ce-score":   # the CrossEncoder's scores of each row's candidates, a
 if what == "mine":
     texts = [l.rstrip("\n") for l in open(corpus, encoding="utf-8")]
     start = time.perf_counter()
-    mined = mine_hard_negatives(dataset, model, corpus=texts, num_negatives=3, range_max=50,
+    mined = mine_hard_negatives(dataset, model, corpus=texts, num_negatives=NEGATIVES, range_max=50,
                                 relative_margin=0.05, sampling_strategy="top",
                                 output_format="n-tuple", batch_size=64,
                                 use_faiss=False, verbose=False)
@@ -206,13 +211,14 @@ print(json.dumps({"seconds": time.perf_counter() - start}))
 
 
 def st(what: str, model: Path, pairs: Path, out: Path, seed: int, args, precision: str,
-       log: Path, corpus: Path | None = None) -> dict:
-    """One of the peer's runs (the ST script's `what`): its printed figures, and under "cost"
-    what the process cost (common.measured)."""
+       log: Path, corpus: Path | None = None, negatives: int = 3) -> dict:
+    """One of the peer's runs (the ST script's `what`; `mine` keeps `negatives` a row): its
+    printed figures, and under "cost" what the process cost (common.measured)."""
     with tempfile.TemporaryFile("w+", encoding="utf-8") as printed:
         cost = common.measured([sys.executable, "-c", ST, what, model, pairs, out, str(seed),
                                 precision, str(args.threads), str(corpus or ""),
-                                str(args.lr), str(args.rerank_lr)], log, args.threads,
+                                str(args.lr), str(args.rerank_lr), str(negatives),
+                                str(args.rerank_epochs)], log, args.threads,
                                stdout=printed)
         printed.seek(0)
         return {**json.loads(printed.read().strip().splitlines()[-1]), "cost": cost}
@@ -269,6 +275,11 @@ def main() -> None:
     p.add_argument("--lr", type=float, default=2e-5,
                    help="the bi-encoder's fine-tuning rate, both tools (all-MiniLM-L6-v2's)")
     p.add_argument("--rerank-lr", type=float, default=5e-5, help="the reranker's, both tools")
+    p.add_argument("--rerank-epochs", type=int, default=1, help="the reranker's, both tools")
+    p.add_argument("--rerank-negatives", type=int, default=3,
+                   help="negatives a row of the reranker's training rows: 3 trains on the "
+                        "mined arm's rows; another count mines rows of its own, with the same "
+                        "model and guards (both tools)")
     p.add_argument("--mine-with", choices=["original", "inbatch"], default="original",
                    help="mine with the original model, once, or per seed with that seed's "
                         "in-batch model (each tool its own; for a model that is no search "
@@ -289,7 +300,9 @@ def main() -> None:
     # ... and a step run again replaces its earlier figures of the seeds run now: --seeds 3 4
     # adds two seeds to a step run with 0 1 2 before.
     results: dict = {**kept, "machine": common.machine(), "set": facts, "steps": {},
-                     "rates": {"lr": args.lr, "rerank_lr": args.rerank_lr}}
+                     "rates": {"lr": args.lr, "rerank_lr": args.rerank_lr,
+                               "rerank_epochs": args.rerank_epochs,
+                               "rerank_negatives": args.rerank_negatives}}
     for name, step in kept.get("steps", {}).items():
         step = _without_seeds(step, args.seeds) if name in args.steps else step
         if step is not None:
@@ -309,30 +322,36 @@ def main() -> None:
         from bertctl import hardware
         precision = hardware.auto_precision("cpu")
 
-    def mined_rows(prefix: str, seed: int) -> Path:
+    def mined_rows(prefix: str, seed: int, negatives: int = 3) -> Path:
         """The mined rows a seed's `mined` arm trains on (mined once, with the original, or
         per seed, with that seed's in-batch model: --mine-with): mined when the arm runs now,
-        else the rows an earlier run mined."""
+        else the rows an earlier run mined. Another count of `negatives` (the reranker's
+        rows): mined apart, with the same model and guards, its cost the reranker's."""
         per_seed = args.mine_with == "inbatch"
         miner = out / f"ft-{prefix}inbatch-seed{seed}" if per_seed else model
-        tag = f"-seed{seed}" if per_seed else ""
+        count = f"-n{negatives}" if negatives != 3 else ""
+        tag = (f"-seed{seed}" if per_seed else "") + count
         rows = out / (f"st-mined{tag}.jsonl" if prefix else f"mined{tag}/pairs.jsonl")
         if rows.exists() and (rows in mined_now or f"{prefix}mined" not in args.steps):
             return rows
         started = time.monotonic()
         if prefix:
             cost = st("mine", miner, data / "train.tsv", rows, 0, args, precision, log,
-                      data / "train_sentences.txt")["cost"]
+                      data / "train_sentences.txt", negatives)["cost"]
         else:
+            flags = [*MINE_FLAGS]
+            flags[flags.index("--negatives") + 1] = str(negatives)
             cost = made([*BERTCTL, "mine", miner, data / "train.tsv", "--corpus",
-                         data / "train_sentences.txt", *MINE_FLAGS, "--out", rows.parent,
+                         data / "train_sentences.txt", *flags, "--out", rows.parent,
                          *runtime], rows.parent, log, args.threads)
-        _cost(results, f"{prefix}mine", seed if per_seed else "original", cost)
+        key = (str(seed) if per_seed else "original") + count
+        _cost(results, f"{prefix}{'mine' if negatives == 3 else 'rerank'}",
+              seed if per_seed else "original", cost)
         if not prefix:
-            _keyed(results, "mine_stats")[str(seed) if per_seed else "original"] = \
+            _keyed(results, "mine_stats")[key] = \
                 json.loads((rows.parent / "artifact.json").read_text())["stats"]
         seconds = _keyed(results, "st_mine_seconds" if prefix else "mine_seconds")
-        seconds[str(seed) if per_seed else "original"] = round(time.monotonic() - started, 1)
+        seconds[key] = round(time.monotonic() - started, 1)
         mined_now.add(rows)
         return rows
 
@@ -434,20 +453,25 @@ def second_stage(prefix: str, args, out: Path, data: Path, model: Path, runtime:
     BinaryCrossEntropyLoss, its predict, its MarginMSELoss)."""
     steps = results["steps"]
     for seed in args.seeds:
-        rows = mined_rows(prefix, seed)
+        rows = mined_rows(prefix, seed, args.rerank_negatives)
         first = out / f"ft-{prefix}mined-seed{seed}"
-        rr = out / f"{prefix}reranker-seed{seed}"
+        # Another recipe than the default writes apart (bertctl refuses to overwrite an
+        # artifact of other settings), so both stay.
+        recipe = "" if (args.rerank_negatives, args.rerank_epochs) == (3, 1) else \
+            f"-n{args.rerank_negatives}-e{args.rerank_epochs}"
+        rr = out / f"{prefix}reranker{recipe}-seed{seed}"
         started = time.monotonic()
         if prefix:
             cost = st("ce-train", model, rows, rr, seed, args, precision, log)["cost"]
         else:
             cost = made([*BERTCTL, "finetune", model, rows, "--task", "reranking",
-                         *RERANK_FLAGS, "--lr", str(args.rerank_lr), "--seed", str(seed),
+                         *RERANK_FLAGS, "--epochs", str(args.rerank_epochs), "--lr",
+                         str(args.rerank_lr), "--seed", str(seed),
                          "--out", rr, *runtime], rr, log, args.threads)
         _cost(results, f"{prefix}rerank", seed, cost)
         trained = time.monotonic() - started
         if f"{prefix}rerank" in args.steps:   # else only the teacher of the steps below
-            ev = out / f"eval-{prefix}rerank-seed{seed}"
+            ev = out / f"eval-{prefix}rerank{recipe}-seed{seed}"
             _cost(results, f"{prefix}search+rerank", seed, made(
                 [*BERTCTL, "eval", first, data / "beir", "--task", "retrieval", "--rerank", rr,
                  "--rerank-depth", RERANK_DEPTH, "--out", ev, *runtime], ev, log,
@@ -460,9 +484,9 @@ def second_stage(prefix: str, args, out: Path, data: Path, model: Path, runtime:
             continue
         started = time.monotonic()
         if prefix:
-            student = out / f"ft-{prefix}distill-seed{seed}"
-            scored = out / f"st-scored-seed{seed}.jsonl"
-            for what, inputs in (("ce-score", (model, rows, scored)),
+            student = out / f"ft-{prefix}distill{recipe}-seed{seed}"
+            scored = out / f"st-scored{recipe}-seed{seed}.jsonl"
+            for what, inputs in (("ce-score", (model, mined_rows(prefix, seed), scored)),
                                  ("train", (first, scored, student))):
                 _cost(results, f"{prefix}distill", seed, st(
                     what, *inputs, seed, args, precision, log, rr if what == "ce-score"
@@ -471,7 +495,7 @@ def second_stage(prefix: str, args, out: Path, data: Path, model: Path, runtime:
                                                             args.threads, log),
                     time.monotonic() - started)
             continue
-        scored = out / f"scored-seed{seed}"
+        scored = out / f"scored{recipe}-seed{seed}"
         scoring_cost = made([*BERTCTL, "mine", first, data / "train.tsv", "--corpus",
                              data / "train_sentences.txt", *MINE_FLAGS, "--teacher", rr,
                              "--out", scored, *runtime], scored, log, args.threads)
@@ -481,7 +505,7 @@ def second_stage(prefix: str, args, out: Path, data: Path, model: Path, runtime:
         for step_name, loss in (("distill", args.distill_loss), ("again", "infonce")):
             if step_name not in args.steps:
                 continue
-            student = out / f"ft-{step_name}-{loss}-seed{seed}"
+            student = out / f"ft-{step_name}-{loss}{recipe}-seed{seed}"
             started = time.monotonic()
             cost = made([*BERTCTL, "finetune", first, scored / "pairs.jsonl", "--task",
                          "retrieval", "--loss", loss, *TRAIN_FLAGS, "--lr", str(args.lr),
