@@ -21,7 +21,12 @@
 #   STEPS, EPOCHS, BATCH, LR, SEED   the bi-encoder's fine-tuning (1 epoch, 32, 2e-5, 0;
 #              STEPS instead of EPOCHS when set)
 #   RERANK_LR, RERANK_BATCH, RERANK_LENGTH   the reranker's (5e-5, 32 rows, 128 tokens)
+#   RERANK_EPOCHS   the reranker's epochs (default: EPOCHS, or STEPS steps when set)
 #   NEGATIVES, MINE_FLAGS   mining's (3; more guards, e.g. --relative-margin 0.05)
+#   RERANK_NEGATIVES   negatives a row of the reranker's rows (default NEGATIVES: the mined
+#              rows); another count mines rows of their own, by the same model with the same
+#              guards. A reranker from a pretraining checkpoint wants more than the
+#              bi-encoder's 3 (15, over 3 epochs: docs/benchmarks.md)
 #   MINE_WITH  the model that mines: original, or inbatch (the original fine-tuned on TRAIN),
 #              or auto (default): original for a MODEL trained for search (it has a sentence
 #              embedding layout, modules.json), inbatch for any other (a pretraining checkpoint,
@@ -43,6 +48,8 @@ RERANK_LR ?= 5e-5
 RERANK_BATCH ?= 32
 RERANK_LENGTH ?= 128
 NEGATIVES ?= 3
+RERANK_NEGATIVES ?= $(NEGATIVES)
+RERANK_EPOCHS ?=
 MINE_WITH ?= auto
 MINE_FLAGS ?=
 DEPTH   ?= 20
@@ -73,13 +80,17 @@ MODEL_DEPS := $(or $(wildcard $(MODEL)/artifact.json),\
 BEIR_DEPS  := $(wildcard $(BEIR)/*.jsonl $(BEIR)/qrels/*.tsv)
 LENGTH     := $(if $(STEPS),--steps $(STEPS),--epochs $(EPOCHS))
 TRAINING   := $(LENGTH) --batch-size $(BATCH) --lr $(LR) --seed $(SEED) $(FLAGS)
-MINING     := --negatives $(NEGATIVES) $(if $(strip $(CORPUS)),--corpus $(CORPUS)) $(MINE_FLAGS) $(FLAGS)
+GUARDS     := $(if $(strip $(CORPUS)),--corpus $(CORPUS)) $(MINE_FLAGS) $(FLAGS)
+MINING     := --negatives $(NEGATIVES) $(GUARDS)
 EVAL       := --task retrieval $(FLAGS)
 # auto's test is the file `bertctl mine` reads the layout from (it warns without one).
 MINE_AS    := $(if $(filter auto,$(MINE_WITH)),$(if $(wildcard $(MODEL)/modules.json),original,\
                    inbatch),$(MINE_WITH))
 MINER      := $(if $(filter inbatch,$(MINE_AS)),$(RUNS)/inbatch,$(MODEL))
 MINER_DEPS := $(if $(filter inbatch,$(MINE_AS)),$(RUNS)/inbatch/artifact.json,$(MODEL_DEPS))
+# The reranker's rows: the mined ones, or rows of their own with another count of negatives.
+RERANK_ROWS := $(RUNS)/$(if $(filter $(NEGATIVES),$(RERANK_NEGATIVES)),mined,rerank-rows)
+RERANK_LENGTH_FLAG := $(if $(RERANK_EPOCHS),--epochs $(RERANK_EPOCHS),$(LENGTH))
 
 .PHONY: search search-clean
 search: $(RUNS)/report/artifact.json
@@ -91,8 +102,11 @@ $(RUNS)/mined/artifact.json: $(MINER_DEPS) $(TRAIN) $(CORPUS)
 	$(BERTCTL) mine $(MINER) $(TRAIN) $(MINING) --out $(@D) --force
 $(RUNS)/mined-model/artifact.json: $(RUNS)/mined/artifact.json
 	$(BERTCTL) finetune $(MODEL) $(<D)/pairs.jsonl --task retrieval $(TRAINING) --out $(@D) --force
-$(RUNS)/reranker/artifact.json: $(RUNS)/mined/artifact.json
-	$(BERTCTL) finetune $(MODEL) $(<D)/pairs.jsonl --task reranking $(LENGTH) \
+$(RUNS)/rerank-rows/artifact.json: $(MINER_DEPS) $(TRAIN) $(CORPUS)
+	$(BERTCTL) mine $(MINER) $(TRAIN) --negatives $(RERANK_NEGATIVES) $(GUARDS) --out $(@D) \
+	    --force
+$(RUNS)/reranker/artifact.json: $(RERANK_ROWS)/artifact.json
+	$(BERTCTL) finetune $(MODEL) $(<D)/pairs.jsonl --task reranking $(RERANK_LENGTH_FLAG) \
 	    --batch-size $(RERANK_BATCH) --lr $(RERANK_LR) --max-seq-length $(RERANK_LENGTH) \
 	    --seed $(SEED) $(FLAGS) --out $(@D) --force
 $(RUNS)/taught/artifact.json: $(RUNS)/mined-model/artifact.json $(RUNS)/reranker/artifact.json

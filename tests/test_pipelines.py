@@ -578,6 +578,34 @@ def test_search_pipeline_mines_with_the_in_batch_model_when_asked(tmp_path, mini
     assert not runs.exists()
 
 
+def test_search_pipeline_trains_the_reranker_on_rows_of_its_own_when_asked(tmp_path,
+                                                                          minilm_dir):
+    """RERANK_NEGATIVES other than NEGATIVES: the reranker's rows are mined apart (by the same
+    miner, with that many negatives and the same guards) and it trains RERANK_EPOCHS on them;
+    by default it trains on the mined rows, as long as the bi-encoder."""
+    _small_search_set(ROOT / "examples" / "retrieval", tmp_path / "ret", queries=8, pairs=8)
+    runs = tmp_path / "runs"
+    base = {"MODEL": str(minilm_dir), "TRAIN": "ret/train.tsv", "BEIR": "ret/beir",
+            "RUNS": "runs", "MINE_FLAGS": "--relative-margin 0.05", "EPOCHS": "2"}
+    for extra, rows, epochs in (({}, "mined", "2"),
+                                ({"RERANK_NEGATIVES": "15", "RERANK_EPOCHS": "3"},
+                                 "rerank-rows", "3")):
+        r = make("search", {**base, **extra}, "-n", makefile=None, start=tmp_path)
+        assert r.returncode == 0, r.stderr
+        text = r.stdout.replace("\\\n", " ")
+        commands = [" ".join(line.split()) for line in text.splitlines()]
+        reranker = next(x for x in commands if "--task reranking" in x)
+        assert f"finetune {minilm_dir} {runs}/{rows}/pairs.jsonl" in reranker
+        assert f"--epochs {epochs}" in reranker
+        mines = [x for x in commands if " mine " in x and "--teacher" not in x]
+        assert len(mines) == (2 if extra else 1)
+        if extra:
+            own = next(x for x in mines if f"--out {runs}/rerank-rows" in x)
+            assert f"mine {minilm_dir} " in own
+            assert "--negatives 15 --relative-margin 0.05" in own
+    assert not runs.exists()
+
+
 def _small_search_set(source: Path, out: Path, queries: int, pairs: int) -> None:
     """The shipped retrieval example cut to its first `queries` judged test queries (the
     corpus whole) and `pairs` training pairs: the recipe's plumbing and its table's arithmetic
