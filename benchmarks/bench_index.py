@@ -171,14 +171,14 @@ def main() -> None:
     import faiss
 
     faiss.omp_set_num_threads(args.threads)
-    print(common.machine(), flush=True)
+    print(common.machine(args.threads), flush=True)
     rows = []
     if "real" in args.sets:
         rows += on_real(args)
     if "random" in args.sets:
         rows += on_random(args)
     (args.out / "results.json").write_text(json.dumps(
-        {"machine": common.machine(), "n": args.n, "dim": args.dim, "rows": rows}, indent=1))
+        {"machine": common.machine(args.threads), "n": args.n, "dim": args.dim, "rows": rows}, indent=1))
 
 
 if __name__ == "__main__":

@@ -299,7 +299,7 @@ def main() -> None:
         else {}
     # ... and a step run again replaces its earlier figures of the seeds run now: --seeds 3 4
     # adds two seeds to a step run with 0 1 2 before.
-    results: dict = {**kept, "machine": common.machine(), "set": facts, "steps": {},
+    results: dict = {**kept, "machine": common.machine(args.threads), "set": facts, "steps": {},
                      "rates": {"lr": args.lr, "rerank_lr": args.rerank_lr,
                                "rerank_epochs": args.rerank_epochs,
                                "rerank_negatives": args.rerank_negatives}}

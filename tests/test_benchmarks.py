@@ -7,6 +7,7 @@ import math
 import statistics
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -152,6 +153,24 @@ def test_a_measured_run_costs_its_own_process(tmp_path, monkeypatch):
     assert 0.5 <= busy["cpu_s"] <= busy["wall_s"] + 0.1
     with pytest.raises(SystemExit, match="see .*log.txt"):
         common.measured([sys.executable, "-c", "raise SystemExit(3)"], log)
+
+
+def test_the_machine_line_names_the_cpu_and_the_threads(monkeypatch):
+    """Every figure is written next to its machine: the CPU's model and which bf16 matmuls it
+    has (as /proc/cpuinfo lists them), the threads the runs use."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import common
+
+    line = common.machine(1)
+    assert ", 1 thread, CPU capability " in line
+    assert line.startswith(common.cpu() + ", torch ")
+    info = Path("/proc/cpuinfo")
+    if info.exists():
+        text = info.read_text()
+        name = next(x.split(":", 1)[1].strip() for x in text.splitlines()
+                    if x.startswith("model name"))
+        assert common.cpu().startswith(name + " (")
+        assert common.cpu().endswith("(AMX)") == (" amx_bf16" in text)
 
 
 def test_bench_search_sums_a_stage_of_several_processes(tmp_path, monkeypatch, capsys):
