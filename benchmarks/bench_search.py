@@ -186,8 +186,8 @@ if what == "ce-score":   # the CrossEncoder's scores of each row's candidates, a
 if what == "mine":
     texts = [l.rstrip("\n") for l in open(corpus, encoding="utf-8")]
     start = time.perf_counter()
-    mined = mine_hard_negatives(dataset, model, corpus=texts, num_negatives=NEGATIVES, range_max=50,
-                                relative_margin=0.05, sampling_strategy="top",
+    mined = mine_hard_negatives(dataset, model, corpus=texts, num_negatives=NEGATIVES,
+                                range_max=50, relative_margin=0.05, sampling_strategy="top",
                                 output_format="n-tuple", batch_size=64,
                                 use_faiss=False, verbose=False)
     with open(out, "w", encoding="utf-8") as f:
