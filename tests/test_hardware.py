@@ -1,6 +1,7 @@
 """`--precision auto` and the default thread count (bertctl.hardware)."""
 
 import json
+import os
 
 import pytest
 import torch
@@ -93,6 +94,42 @@ def test_set_threads(monkeypatch):
         assert hardware.set_threads(None) == torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
+
+
+HOLD_PROBE = """
+import ctypes, sys, torch
+from bertctl import hardware
+class Info(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd",
+                                                "usmblks", "fsmblks", "uordblks", "fordblks",
+                                                "keepcost")]
+libc = ctypes.CDLL("libc.so.6")
+libc.mallinfo2.restype = Info
+held = hardware.set_threads(1) and hardware.hold_freed_memory()
+before = libc.mallinfo2().hblkhd
+block = torch.empty(256 << 20, dtype=torch.uint8)
+print(held, libc.mallinfo2().hblkhd - before)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "confstr") or not os.confstr("CS_GNU_LIBC_VERSION"),
+                    reason="glibc's malloc only")
+@pytest.mark.parametrize("environment, held", [
+    ({}, True), ({"MALLOC_MMAP_THRESHOLD_": "65536"}, False),
+    ({"GLIBC_TUNABLES": "glibc.malloc.trim_threshold=0"}, False),
+    ({"BERTCTL_HOLD_MEMORY": "0"}, False)])
+def test_a_stage_keeps_large_blocks_on_the_heap(environment, held):
+    """A 256 MB tensor is mapped from the kernel (malloc's mmapped bytes grow by it) unless the
+    stage's settings hold freed memory; a user's own malloc thresholds are left alone."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("MALLOC_") and k not in ("GLIBC_TUNABLES", hardware.HOLD_ENV)}
+    out = subprocess.run([sys.executable, "-c", HOLD_PROBE], env={**env, **environment},
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert out[0] == str(held)
+    assert (int(out[1]) == 0) == held, out   # mapped afresh: the whole block
 
 
 def test_manifest_records_the_resolved_precision(sst2_seed_runs):
