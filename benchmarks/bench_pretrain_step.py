@@ -9,7 +9,10 @@ their eval-mode losses on it are printed first and must agree. The two models ar
 alternation (who goes first flips each repeat) so load from other processes on the machine hits
 both alike, and the median step time over the repeats is reported. MFU divides the model FLOPs
 (encoder, plus the MLM head at the masked positions only: the work the task needs) by a matmul
-peak measured here, per precision, just before each row's timings.
+peak measured here, per precision, just before each row's timings. Both models share the
+process and so its malloc: by default glibc's own; `--hold-memory` sets it as bertctl's stages
+do (large freed blocks kept), for both alike, which gives the MFU of bertctl's step as its loop
+runs it (the ratio against transformers' own process is bench_retrieval's kind of run).
 
 On a machine shared with other busy processes, pass --threads 1: with more OpenMP threads than
 free cores every small op waits at a barrier for a descheduled thread, which slows the model made
@@ -27,6 +30,7 @@ import time
 import torch
 
 import summary
+from bertctl import hardware
 from bertctl.model import BertConfig, BertForPreTraining, flops_per_token
 from bertctl.model.hf import load_state_dict
 
@@ -124,16 +128,21 @@ def main() -> None:
     ap.add_argument("--mask-prob", type=float, default=0.15)
     ap.add_argument("--steps", type=int, default=1, help="timed steps per repeat")
     ap.add_argument("--warmup", type=int, default=1, help="untimed steps per model first")
+    ap.add_argument("--hold-memory", action="store_true",
+                    help="malloc as bertctl's stages set it (hardware.hold_freed_memory), for "
+                         "both models alike: the MFU of bertctl's step as its loop runs it")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.hold_memory and not hardware.hold_freed_memory():
+        raise SystemExit("--hold-memory: not set here (not glibc, or malloc tuned already)")
 
     import transformers
 
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, "
           f"{torch.get_num_threads()} threads; batch {args.batch} x seq {args.seq}, "
           f"vocab {args.vocab}, {args.mask_prob:.0%} masked; median of {args.repeats} x "
-          f"{args.steps} steps")
+          f"{args.steps} steps; freed memory {'held' if args.hold_memory else 'as glibc does'}")
     print("MFU: model FLOPs (MLM head at the masked positions only) / the best 2048^3 matmul "
           "GFLOP/s measured just before that row, in the row's precision")
     header = (f"{'preset':<7}{'prec':<6}{'ours tok/s':>11}{'hf tok/s':>10}{'ratio':>7}"

@@ -438,10 +438,7 @@ def main() -> None:
     a = p.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     res = Results(a.out / "results.json")
-    import torch
-
-    print(f"machine: {torch.backends.cpu.get_cpu_capability()} ATen kernels, "
-          f"{os.cpu_count()} cores, torch {torch.__version__}", flush=True)
+    print(f"machine: {common.machine(threads=1)}, {os.cpu_count()} cores", flush=True)
     names = [n for n in a.models if n != "modern" or a.modern]
     models = {"minilm": (common.default_model(), a.lr), "modern": (a.modern, a.modern_lr)}
     if "quality" in a.phases:
