@@ -33,7 +33,8 @@ and seed (not a bertctl stage that found its artifact up to date: it did no work
 costs table sets bertctl's stages beside the peer's (medians over the seeds).
 The second stage (second_stage below): `rerank`, a reranker trained on the mined rows (or, with
 --rerank-negatives, rows mined as they were with that many negatives) and the mined model's
-search reranked by it; `distill`, the mined model trained one more epoch on its
+search reranked by it (and `rerank_fused`, eval's fusion of the reranker's order with the
+first stage's); `distill`, the mined model trained one more epoch on its
 own mined candidates scored by that reranker (`mine --teacher`, then --distill-loss); `again`,
 its control: the same rows and epoch with in-batch negatives and no teacher.
 Results go to OUT/results.json; the table to stdout, with the machine line.
@@ -480,6 +481,9 @@ def second_stage(prefix: str, args, out: Path, data: Path, model: Path, runtime:
             _record(steps, f"{prefix}rerank", seed, metrics["rerank/ndcg@10"], trained,
                     per_seed={"first_stage": metrics["ndcg@10"],
                               "qps": metrics["rerank/queries_per_second"]})
+            if "rerank_fused/ndcg@10" in metrics:   # eval's since 2026-11-29
+                _record(steps, f"{prefix}rerank_fused", seed, metrics["rerank_fused/ndcg@10"],
+                        trained)
         if f"{prefix}distill" not in args.steps and f"{prefix}again" not in args.steps:
             continue
         started = time.monotonic()
@@ -566,7 +570,8 @@ def ndcg_of(out: Path, m: Path, data: Path, runtime: list, threads: int, log: Pa
 
 BEFORE = {"inbatch": "baseline", "mined": "inbatch", "st-inbatch": "baseline",
           "st-mined": "st-inbatch", "rerank": "mined", "distill": "mined", "again": "mined",
-          "st-rerank": "st-mined", "st-distill": "st-mined"}
+          "st-rerank": "st-mined", "st-distill": "st-mined", "rerank_fused": "mined",
+          "st-rerank_fused": "st-mined"}
 
 
 def _diff(a: list[float], b: list[float]) -> str:

@@ -144,6 +144,17 @@ def test_a_search_is_reranked_as_crossencoder_orders_it(cli, minilm_dir, reranke
     means, _ = ranking.evaluate(want, qrels)
     assert metrics["rerank/ndcg@10"] == pytest.approx(means["ndcg@10"], abs=1e-9)
     assert metrics["rerank/depth"] == 5 and metrics["rerank/queries_per_second"] > 0
+    # rerank_fused: reciprocal rank fusion (k 60) of the two orders of the first 5, ties in
+    # the first stage's order, the rest below
+    fused = {}
+    for q, ranked in first.items():
+        head = ranked[:5]
+        score = {d: 1 / (60 + head.index(d) + 1) + 1 / (60 + want[q].index(d) + 1)
+                 for d in head}
+        fused[q] = sorted(head, key=lambda d: (-score[d], head.index(d))) + ranked[5:]
+    assert _run(out / "rerank_fused.trec") == fused
+    means, _ = ranking.evaluate(fused, qrels)
+    assert metrics["rerank_fused/ndcg@10"] == pytest.approx(means["ndcg@10"], abs=1e-9)
     inputs = json.loads((out / "artifact.json").read_text())["inputs"]
     assert [i["role"] for i in inputs][-1] == "reranker"
 

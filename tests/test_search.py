@@ -80,6 +80,11 @@ def test_rank_fusion_is_its_plain_definition():
     best = sorted(want.items(), key=lambda p: (-p[1], p[0]))[:3]
     assert run["q"] == [d for d, _ in best]
     assert scores["q"] == pytest.approx([s for _, s in best])
+    # two orders of one list: d3 and d1 tie at the top (1/61 + 1/63 each, above d2's
+    # 2/62), d1 first by id, d3 first in the first run
+    one, other = {"q": ["d3", "d2", "d1"]}, {"q": ["d1", "d2", "d3"]}
+    assert fuse([one, other], 3)[0]["q"] == ["d1", "d3", "d2"]
+    assert fuse([one, other], 3, ties="first")[0]["q"] == ["d3", "d1", "d2"]
 
 
 def test_eval_scores_bm25_and_the_hybrid_beside_the_model(cli, minilm_dir, tmp_path):

@@ -264,7 +264,8 @@ def evaluate(settings: EvalSettings, target: Target,
                  help="A search's first stage reranked: this cross-encoder (bertctl finetune "
                       "--task reranking, or a sentence-transformers CrossEncoder) reorders "
                       "each query's first --rerank-depth documents; its metrics are "
-                      "rerank/METRIC beside the first stage's.")] = None):
+                      "rerank/METRIC beside the first stage's, and rerank_fused/METRIC those "
+                      "of the two orders fused (reciprocal rank fusion).")] = None):
     from bertctl.stages import eval as stage_module
 
     return stage_module.run(settings, target, model, data, expect or [], rerank)

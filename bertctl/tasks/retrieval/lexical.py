@@ -33,16 +33,19 @@ def bm25(queries: list[str], documents: list[str], k: int) -> tuple[np.ndarray, 
     return np.asarray(scores, np.float64), np.asarray(found, np.int64)
 
 
-def fuse(runs: list[dict[str, list[str]]], k: int) -> tuple[dict, dict]:
+def fuse(runs: list[dict[str, list[str]]], k: int, ties: str = "id") -> tuple[dict, dict]:
     """(run, scores): each query's documents by reciprocal rank fusion of `runs`, best
-    first, at most `k`."""
+    first, at most `k`; equal scores in document id order, or with `ties="first"` in the
+    first run's (a reranking's fusion: its two orders of one list tie often)."""
     run, scores = {}, {}
     for q in runs[0]:
         fused: dict[str, float] = {}
         for r in runs:
             for rank, d in enumerate(r.get(q, []), 1):
                 fused[d] = fused.get(d, 0.0) + 1.0 / (RRF_K + rank)
-        best = sorted(fused.items(), key=lambda p: (-p[1], p[0]))[:k]
+        first = {d: i for i, d in enumerate(runs[0][q])} if ties == "first" else {}
+        best = sorted(fused.items(), key=lambda p: (-p[1], first.get(p[0], len(first)),
+                                                    p[0]))[:k]
         run[q], scores[q] = [d for d, _ in best], [s for _, s in best]
     return run, scores
 
