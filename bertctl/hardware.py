@@ -123,7 +123,7 @@ def set_threads(threads: int | None) -> int:
 # mallopt's parameters (malloc.h)
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 # Blocks up to this size come from the heap and stay there when freed: above the activations
-# and gradients of the steps measured (a 128-pair MiniLM batch's fp32 attention scores are 100 MB).
+# and gradients of the steps measured (a 128-pair MiniLM batch's fp32 attention scores: 100 MB).
 HELD_BYTES = 1 << 30
 HOLD_ENV = "BERTCTL_HOLD_MEMORY"   # "0": glibc's defaults (a process that must return memory)
 
@@ -132,10 +132,10 @@ def hold_freed_memory() -> bool:
     """Keep glibc's malloc from handing large freed blocks back to the kernel. By default it
     maps every block above a threshold (dynamic, at most 32 MB) afresh and unmaps it on free,
     so each step's large activations and gradients were new pages the kernel faulted in and
-    zeroed, every step: on a 2-core AMD EPYC, one thread, the MiniLM retrieval step ran 1.12x
-    (32 pairs) and 1.39x (128 pairs) faster in bf16 with the blocks kept, BERT mini's and
-    small's pretraining step 1.12x in bf16 and 1.04x in fp32, peak memory within 8%
-    (docs/benchmarks.md). The freed memory stays the process's for its next step, as a
+    zeroed, every step: on a 2-core AMD EPYC, one thread, the MiniLM retrieval step ran
+    1.06-1.12x (32 pairs) and 1.39x (128 pairs) faster in bf16 with the blocks kept, BERT
+    mini's and small's pretraining step 1.12-1.13x in bf16, mini's 1.04x in fp32, peak memory
+    within 8% (docs/benchmarks.md, "Freed memory held"). The freed memory stays the process's for its next step, as a
     caching allocator's does; it is not a leak (the heap is reused, and trimmed past
     `HELD_BYTES` free at its top). Left alone where the user sets these thresholds
     (MALLOC_MMAP_THRESHOLD_, GLIBC_TUNABLES' glibc.malloc.mmap_threshold, ...) or on another

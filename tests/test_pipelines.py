@@ -647,9 +647,11 @@ def test_search_pipeline_each_steps_gain(tmp_path, minilm_dir):
     evals = [("eval-original", "per_query.tsv", None), ("eval-inbatch", "per_query.tsv", 0),
              ("eval-mined-model-reranked", "per_query.tsv", 1),
              ("eval-mined-model-reranked", "rerank_per_query.tsv", 2),
+             ("eval-mined-model-reranked", "rerank_fused_per_query.tsv", 2),
              ("eval-distilled-reranked", "per_query.tsv", 2),
-             ("eval-distilled-reranked", "rerank_per_query.tsv", 4),
-             ("eval-export", "per_query.tsv", 4)]
+             ("eval-distilled-reranked", "rerank_per_query.tsv", 5),
+             ("eval-distilled-reranked", "rerank_fused_per_query.tsv", 5),
+             ("eval-export", "per_query.tsv", 5)]
     assert len(rows) == len(evals)
     scores = [_per_query(runs / d / f) for d, f, _ in evals]
     for row, (directory, _, base), mine in zip(rows, evals, scores):

@@ -3,7 +3,8 @@ in order (the original model, fine-tuned, on mined negatives, distilled, exporte
 one's nDCG@10 and its difference from the model before with that difference's standard error
 over the queries (paired: the sample standard deviation of the per-query differences over the
 square root of their number, from per_query.tsv). An eval with --rerank adds its reranked run
-as a row of its own (rerank_per_query.tsv), whose gain is over its own first stage."""
+and the fused one as rows of their own (rerank_per_query.tsv, rerank_fused_per_query.tsv),
+whose gains are over their own first stage."""
 
 from __future__ import annotations
 
@@ -32,9 +33,10 @@ def steps(runs) -> list[tuple[str, dict[str, float], int | None]]:
             continue
         found.append((path.name, per_query(path / "per_query.tsv"), last))
         last = len(found) - 1
-        if (path / "rerank_per_query.tsv").is_file():
-            found.append((f"{path.name}, reranked", per_query(path / "rerank_per_query.tsv"),
-                          last))
+        for kind, label in (("rerank", "reranked"), ("rerank_fused", "reranked and fused")):
+            if (path / f"{kind}_per_query.tsv").is_file():
+                found.append((f"{path.name}, {label}", per_query(path / f"{kind}_per_query.tsv"),
+                              last))
     return found
 
 
