@@ -135,14 +135,15 @@ def hold_freed_memory() -> bool:
     zeroed, every step: on a 2-core AMD EPYC, one thread, the MiniLM retrieval step ran
     1.06-1.12x (32 pairs) and 1.39x (128 pairs) faster in bf16 with the blocks kept, BERT
     mini's and small's pretraining step 1.12-1.13x in bf16, mini's 1.04x in fp32, peak memory
-    within 8% (docs/benchmarks.md, "Freed memory held"). The freed memory stays the process's for its next step, as a
-    caching allocator's does; it is not a leak (the heap is reused, and trimmed past
-    `HELD_BYTES` free at its top). Left alone where the user sets these thresholds
-    (MALLOC_MMAP_THRESHOLD_, GLIBC_TUNABLES' glibc.malloc.mmap_threshold, ...) or on another
-    C library, and where BERTCTL_HOLD_MEMORY=0. Returns whether it was set."""
+    within 8% (docs/benchmarks.md, "Freed memory held"). The freed memory stays the process's
+    for its next step, as a caching allocator's does; it is not a leak (the heap is reused,
+    and trimmed past `HELD_BYTES` free at its top). Left alone where BERTCTL_HOLD_MEMORY=0,
+    where the user sets these thresholds (MALLOC_MMAP_THRESHOLD_, GLIBC_TUNABLES'
+    glibc.malloc.mmap_threshold, ...) and on another C library. Returns whether it was set."""
     tunables = os.environ.get("GLIBC_TUNABLES", "")
-    if os.environ.get(HOLD_ENV, "1") == "0" or any(os.environ.get(f"MALLOC_{name.upper()}_") or f"glibc.malloc.{name}" in tunables
-           for name in ("mmap_threshold", "trim_threshold", "mmap_max")):
+    users_own = any(os.environ.get(f"MALLOC_{name.upper()}_") or f"glibc.malloc.{name}" in tunables
+                    for name in ("mmap_threshold", "trim_threshold", "mmap_max"))
+    if users_own or os.environ.get(HOLD_ENV, "1") == "0":
         return False
     try:
         if not os.confstr("CS_GNU_LIBC_VERSION"):
