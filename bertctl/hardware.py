@@ -9,6 +9,7 @@ GPUs fp16 needs loss scaling, which a user should choose knowingly.
 
 from __future__ import annotations
 
+import ctypes
 import os
 from pathlib import Path
 from bertctl.errors import BertctlError
@@ -148,8 +149,6 @@ def hold_freed_memory() -> bool:
     try:
         if not os.confstr("CS_GNU_LIBC_VERSION"):
             return False
-        import ctypes
-
         libc = ctypes.CDLL("libc.so.6")
         return bool(libc.mallopt(_M_MMAP_THRESHOLD, HELD_BYTES)
                     and libc.mallopt(_M_TRIM_THRESHOLD, HELD_BYTES))
