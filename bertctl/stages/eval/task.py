@@ -74,6 +74,9 @@ def run(config: EvalSettings, target: artifacts.Target, source: ModelSource,
                 family.write_predictions(tmp, predictions, examples, spec, label_list, start=n)
                 kept.append(family.keep(predictions, examples))
                 n, labelled = n + len(examples), labelled or examples.labelled
+                # Else this part's features and outputs live on while the next part is read
+                # and encoded: two parts at the peak instead of one.
+                del examples, features, outputs, predictions
         if stats:
             console.log("features: " + ", ".join(f"{k} {v}" for k, v in stats.items()))
         console.log(f"{data}: {n:,} examples, task {spec.name} ({spec.family}), "
