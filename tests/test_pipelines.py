@@ -640,6 +640,11 @@ def test_search_pipeline_each_steps_gain(tmp_path, minilm_dir):
     taught = json.loads((runs / "taught" / "pairs.jsonl").read_text().splitlines()[0])
     assert {"score_positive", "score_negative_1"} <= set(taught)
     assert manifest(runs / "distilled")["inputs"][0]["path"].endswith("mined-model")
+    # The control: the same start and the same rows as the distilled model, no teacher.
+    remined, distilled = manifest(runs / "remined"), manifest(runs / "distilled")
+    assert Path(remined["inputs"][0]["path"]).name == "mined-model"
+    assert Path(remined["inputs"][1]["path"]).parent.name == "taught"
+    assert remined["inputs"][1]["id"] == distilled["inputs"][1]["id"]
     page = (runs / "report" / "report.html").read_text()
     table = page.split('<table id="gains">')[1].split("</table>")[0]
     rows = [[cell.split("</td>")[0] for cell in row.split("<td>")[1:]]
@@ -648,10 +653,11 @@ def test_search_pipeline_each_steps_gain(tmp_path, minilm_dir):
              ("eval-mined-model-reranked", "per_query.tsv", 1),
              ("eval-mined-model-reranked", "rerank_per_query.tsv", 2),
              ("eval-mined-model-reranked", "rerank_fused_per_query.tsv", 2),
-             ("eval-distilled-reranked", "per_query.tsv", 2),
-             ("eval-distilled-reranked", "rerank_per_query.tsv", 5),
-             ("eval-distilled-reranked", "rerank_fused_per_query.tsv", 5),
-             ("eval-export", "per_query.tsv", 5)]
+             ("eval-remined", "per_query.tsv", 2),
+             ("eval-distilled-reranked", "per_query.tsv", 5),
+             ("eval-distilled-reranked", "rerank_per_query.tsv", 6),
+             ("eval-distilled-reranked", "rerank_fused_per_query.tsv", 6),
+             ("eval-export", "per_query.tsv", 6)]
     assert len(rows) == len(evals)
     scores = [_per_query(runs / d / f) for d, f, _ in evals]
     for row, (directory, _, base), mine in zip(rows, evals, scores):
