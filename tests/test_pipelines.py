@@ -645,6 +645,8 @@ def test_search_pipeline_each_steps_gain(tmp_path, minilm_dir):
     assert Path(remined["inputs"][0]["path"]).name == "mined-model"
     assert Path(remined["inputs"][1]["path"]).parent.name == "taught"
     assert remined["inputs"][1]["id"] == distilled["inputs"][1]["id"]
+    assert (remined["stats"]["loss"]["name"], distilled["stats"]["loss"]["name"]) == (
+        "infonce", "kl")
     page = (runs / "report" / "report.html").read_text()
     table = page.split('<table id="gains">')[1].split("</table>")[0]
     rows = [[cell.split("</td>")[0] for cell in row.split("<td>")[1:]]
