@@ -3,7 +3,8 @@
     .venv/bin/python benchmarks/bench_search.py --shared ../shared/data --out runs/bench-search \
         [--model DIR] [--seeds 0 1 2 3 4] [--threads 2]
         [--steps baseline inbatch mined st-inbatch st-mined rerank distill again st-rerank
-                 st-distill] [--distill-loss kl] [--rerank-lr 5e-5 --rerank-epochs 1
+                 st-distill round2 round3 st-round2 st-round3] [--distill-loss kl]
+        [--rerank-lr 5e-5 --rerank-epochs 1
         --rerank-negatives 3]
 
 The set (built from `--shared`, the workplace's public data; bertctl never reads it): paraphrase
@@ -37,6 +38,9 @@ search reranked by it (and `rerank_fused`, eval's fusion of the reranker's order
 first stage's); `distill`, the mined model trained one more epoch on its
 own mined candidates scored by that reranker (`mine --teacher`, then --distill-loss); `again`,
 its control: the same rows and epoch with in-batch negatives and no teacher.
+Rounds (`roundK`, `st-roundK`, K from 2; the `make -C pipelines search` ROUNDS): the model of
+round K - 1 (round 1 is `mined`) mines its training queries again with the same guards, each
+tool with its own miner, and is trained one more epoch on its rows with the same seed.
 Results go to OUT/results.json; the table to stdout, with the machine line.
 """
 
@@ -47,6 +51,7 @@ import csv
 import hashlib
 import json
 import math
+import re
 import statistics
 import sys
 import tempfile
@@ -380,6 +385,11 @@ def main() -> None:
                     time.monotonic() - started)
         (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     for prefix in ("", "st-"):
+        for k in sorted(int(x[len(prefix) + 5:]) for x in args.steps
+                        if re.fullmatch(rf"{prefix}round[2-9]", x)):
+            rounds(prefix, k, args, out, data, runtime, precision, results, log, evaluate)
+            (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    for prefix in ("", "st-"):
         if any(f"{prefix}{step}" in args.steps for step in ("rerank", "distill", "again")):
             second_stage(prefix, args, out, data, model, runtime, precision, results, log,
                          mined_rows)
@@ -404,7 +414,8 @@ def main() -> None:
               f"{_paired(steps['distill'], steps['again'])}")
     costs_table(results.get("costs", {}))
     for ours, theirs in (("inbatch", "st-inbatch"), ("mined", "st-mined"),
-                         ("rerank", "st-rerank"), ("distill", "st-distill")):
+                         ("rerank", "st-rerank"), ("distill", "st-distill"),
+                         *((f"round{k}", f"st-round{k}") for k in range(2, 10))):
         if ours in steps and theirs in steps:
             a, b = steps[ours], steps[theirs]
             print(f"bertctl {ours} - sentence-transformers: nDCG@10 "
@@ -443,6 +454,38 @@ def costs_table(costs: dict) -> None:
     if total[""]:
         print(f"| the stages both ran | CPU {total['']:.0f} s | {total['st-']:.0f} s | "
               f"{total['st-'] / total['']:.2f}x |")
+
+
+def rounds(prefix: str, k: int, args, out: Path, data: Path, runtime: list, precision: str,
+           results: dict, log: Path, evaluate) -> None:
+    """Round k of mining and training for every seed: the model of round k - 1 (`mined`'s
+    for k = 2, which must exist) mines the training queries with MINE_FLAGS (prefix "st-":
+    sentence-transformers' mine_hard_negatives with the same guards) and trains one more epoch
+    on its rows, the same seed; the stage's cost is the mining's and the training's."""
+    step = f"{prefix}round{k}"
+    for seed in args.seeds:
+        start = out / f"ft-{prefix}{'mined' if k == 2 else f'round{k - 1}'}-seed{seed}"
+        if not (start / "config.json").exists():
+            sys.exit(f"{step}: {start} is missing: run {BEFORE[step]} for seed {seed} first")
+        rows = out / (f"st-round{k}-seed{seed}.jsonl" if prefix
+                      else f"round{k}-seed{seed}/pairs.jsonl")
+        ft = out / f"ft-{step}-seed{seed}"
+        started = time.monotonic()
+        if prefix:
+            _cost(results, step, seed, st("mine", start, data / "train.tsv", rows, 0, args,
+                                          precision, log, data / "train_sentences.txt")["cost"])
+            cost = st("train", start, rows, ft, seed, args, precision, log)["cost"]
+        else:
+            _cost(results, step, seed, made(
+                [*BERTCTL, "mine", start, data / "train.tsv", "--corpus",
+                 data / "train_sentences.txt", *MINE_FLAGS, "--out", rows.parent, *runtime],
+                rows.parent, log, args.threads))
+            cost = made([*BERTCTL, "finetune", start, rows, "--task", "retrieval",
+                         *TRAIN_FLAGS, "--lr", str(args.lr), "--seed", str(seed), "--out", ft,
+                         *runtime], ft, log, args.threads)
+        _cost(results, step, seed, cost)
+        _record(results["steps"], step, seed, evaluate(ft, f"{step}-seed{seed}"),
+                time.monotonic() - started)
 
 
 def second_stage(prefix: str, args, out: Path, data: Path, model: Path, runtime: list,
@@ -571,7 +614,9 @@ def ndcg_of(out: Path, m: Path, data: Path, runtime: list, threads: int, log: Pa
 BEFORE = {"inbatch": "baseline", "mined": "inbatch", "st-inbatch": "baseline",
           "st-mined": "st-inbatch", "rerank": "mined", "distill": "mined", "again": "mined",
           "st-rerank": "st-mined", "st-distill": "st-mined", "rerank_fused": "mined",
-          "st-rerank_fused": "st-mined"}
+          "st-rerank_fused": "st-mined",
+          **{f"{p}round{k}": f"{p}{'mined' if k == 2 else f'round{k - 1}'}"
+             for p in ("", "st-") for k in range(2, 10)}}
 
 
 def _diff(a: list[float], b: list[float]) -> str:

@@ -1,13 +1,14 @@
 # Search, the whole recipe: the original model evaluated; fine-tuned on the pairs (in-batch
 # negatives); hard negatives mined with the original (or the in-batch model: MINE_WITH) and a
-# fine-tuning of the original on them; a reranker
-# (cross-encoder) trained on the mined rows and the search reranked by it; the mined model's
-# own candidates (a second mining round) trained on twice: with no teacher (remined, the
-# control) and with the reranker's scores distilled into it (listwise KL), so the report shows
-# the teacher's own share as the distilled model's gain over the remined one (a reranker
-# under its first stage teaches less than the round alone: docs/benchmarks.md); the distilled
-# model evaluated with and without reranking, exported (int8) and evaluated again; one report
-# whose first table is each step's gain in nDCG@10 with its standard error over the queries.
+# fine-tuning of the original on them (round 1); ROUNDS - 1 more rounds, each mining with the
+# model the round before made and training it on its own rows (round-2 ...); a reranker
+# (cross-encoder) trained on the mined rows and the search reranked by it; the last round's
+# own candidates trained on twice: with no teacher (remined, one more round: the control) and
+# with the reranker's scores distilled into it (listwise KL), so the report shows the
+# teacher's own share as the gain of one over the other (a reranker under its first stage
+# teaches less than the round alone: docs/benchmarks.md); the FINAL of the two evaluated with
+# and without reranking, exported (int8) and evaluated again; one report whose first table is
+# each step's gain in nDCG@10 with its standard error over the queries.
 #
 #   make -C pipelines search MODEL=DIR TRAIN=pairs.tsv BEIR=DIR [CORPUS=texts.txt]
 #   make -C pipelines -f search.mk search MODEL=... TRAIN=... BEIR=...   (the same)
@@ -34,6 +35,12 @@
 #              or auto (default): original for a MODEL trained for search (it has a sentence
 #              embedding layout, modules.json), inbatch for any other (a pretraining checkpoint,
 #              whose own negatives taught less than in-batch ones: docs/benchmarks.md)
+#   ROUNDS     rounds of mining and training before the teacher's (at least 1), or auto
+#              (default): 1 for a MODEL trained for search, 2 for any other (a pretraining
+#              checkpoint gained at every seed from each round: docs/benchmarks.md)
+#   FINAL      the model exported and reranked last: distilled, remined, or auto (default):
+#              distilled for a MODEL trained for search, remined for any other (whose reranker
+#              taught less than the round without it)
 #   DEPTH      documents a query the reranker reorders (20)
 #   FLAGS      more flags for every command (e.g. --precision fp32)
 #   RUNS       where the artifacts go (default runs/search)
@@ -54,6 +61,8 @@ NEGATIVES ?= 3
 RERANK_NEGATIVES ?= $(NEGATIVES)
 RERANK_EPOCHS ?=
 MINE_WITH ?= auto
+ROUNDS  ?= auto
+FINAL   ?= auto
 MINE_FLAGS ?=
 DEPTH   ?= 20
 FLAGS   ?=
@@ -76,6 +85,12 @@ $(call must_exist,MODEL TRAIN BEIR $(if $(strip $(CORPUS)),CORPUS))
 ifeq ($(filter auto original inbatch,$(MINE_WITH)),)
 $(error MINE_WITH=$(MINE_WITH): must be auto, original or inbatch)
 endif
+ifeq ($(filter auto,$(ROUNDS))$(shell echo '$(ROUNDS)' | grep -Ex '[1-9][0-9]?'),)
+$(error ROUNDS=$(ROUNDS): must be auto or a whole number of rounds from 1 to 99)
+endif
+ifeq ($(filter auto distilled remined,$(FINAL)),)
+$(error FINAL=$(FINAL): must be auto, distilled or remined)
+endif
 endif
 
 MODEL_DEPS := $(or $(wildcard $(MODEL)/artifact.json),\
@@ -90,6 +105,15 @@ EVAL       := --task retrieval $(FLAGS)
 MINE_AS    := $(if $(filter auto,$(MINE_WITH)),$(if $(wildcard $(MODEL)/modules.json),original,\
                    inbatch),$(MINE_WITH))
 MINER      := $(if $(filter inbatch,$(MINE_AS)),$(RUNS)/inbatch,$(MODEL))
+# A MODEL trained for search (modules.json, as MINE_WITH's auto) or a pretraining checkpoint.
+SEARCH_MODEL := $(wildcard $(MODEL)/modules.json)
+ROUNDS_RUN := $(if $(filter auto,$(ROUNDS)),$(if $(SEARCH_MODEL),1,2),$(ROUNDS))
+FINAL_RUN  := $(if $(filter auto,$(FINAL)),$(if $(SEARCH_MODEL),distilled,remined),$(FINAL))
+# Round k's model and, as word k of BEFORE, the model round k starts from and mines with.
+ROUND_MODELS := mined-model $(foreach k,$(wordlist 2,$(ROUNDS_RUN),$(shell seq 99)),round-$(k))
+BEFORE     := - $(ROUND_MODELS)
+LAST_ROUND := $(lastword $(ROUND_MODELS))
+OTHER      := $(filter-out $(FINAL_RUN),distilled remined)
 MINER_DEPS := $(if $(filter inbatch,$(MINE_AS)),$(RUNS)/inbatch/artifact.json,$(MODEL_DEPS))
 # The reranker's rows: the mined ones, or rows of their own with another count of negatives.
 RERANK_ROWS := $(RUNS)/$(if $(filter $(NEGATIVES),$(RERANK_NEGATIVES)),mined,rerank-rows)
@@ -112,17 +136,27 @@ $(RUNS)/reranker/artifact.json: $(RERANK_ROWS)/artifact.json
 	$(BERTCTL) finetune $(MODEL) $(<D)/pairs.jsonl --task reranking $(RERANK_LENGTH_FLAG) \
 	    --batch-size $(RERANK_BATCH) --lr $(RERANK_LR) --max-seq-length $(RERANK_LENGTH) \
 	    --seed $(SEED) $(FLAGS) --out $(@D) --force
-$(RUNS)/taught/artifact.json: $(RUNS)/mined-model/artifact.json $(RUNS)/reranker/artifact.json
-	$(BERTCTL) mine $(RUNS)/mined-model $(TRAIN) $(MINING) --teacher $(RUNS)/reranker \
+# Round k (2 ...): the model of round k - 1 mines with the same guards and trains on its rows.
+define round
+$(RUNS)/$(1)-rows/artifact.json: $(RUNS)/$(2)/artifact.json $(TRAIN) $(CORPUS)
+	$(BERTCTL) mine $(RUNS)/$(2) $(TRAIN) $(MINING) --out $$(@D) --force
+$(RUNS)/$(1)/artifact.json: $(RUNS)/$(1)-rows/artifact.json
+	$(BERTCTL) finetune $(RUNS)/$(2) $$(<D)/pairs.jsonl --task retrieval $(TRAINING) \
+	    --out $$(@D) --force
+endef
+$(foreach k,$(wordlist 2,$(ROUNDS_RUN),$(shell seq 99)),\
+  $(eval $(call round,round-$(k),$(word $(k),$(BEFORE)))))
+$(RUNS)/taught/artifact.json: $(RUNS)/$(LAST_ROUND)/artifact.json $(RUNS)/reranker/artifact.json
+	$(BERTCTL) mine $(RUNS)/$(LAST_ROUND) $(TRAIN) $(MINING) --teacher $(RUNS)/reranker \
 	    --out $(@D) --force
 # The control: the same rows and training, the teacher's scores left unread.
 $(RUNS)/remined/artifact.json: $(RUNS)/taught/artifact.json
-	$(BERTCTL) finetune $(RUNS)/mined-model $(<D)/pairs.jsonl --task retrieval --loss infonce \
-	    $(TRAINING) --out $(@D) --force
+	$(BERTCTL) finetune $(RUNS)/$(LAST_ROUND) $(<D)/pairs.jsonl --task retrieval \
+	    --loss infonce $(TRAINING) --out $(@D) --force
 $(RUNS)/distilled/artifact.json: $(RUNS)/taught/artifact.json
-	$(BERTCTL) finetune $(RUNS)/mined-model $(<D)/pairs.jsonl --task retrieval $(TRAINING) \
+	$(BERTCTL) finetune $(RUNS)/$(LAST_ROUND) $(<D)/pairs.jsonl --task retrieval $(TRAINING) \
 	    --out $(@D) --force
-$(RUNS)/export/artifact.json: $(RUNS)/distilled/artifact.json
+$(RUNS)/export/artifact.json: $(RUNS)/$(FINAL_RUN)/artifact.json
 	$(BERTCTL) export $(<D) --quantize int8 --out $(@D) --force
 
 # The evals: the original, each model, the mined and the distilled ones reranked too.
@@ -135,9 +169,11 @@ $(RUNS)/eval-%-reranked/artifact.json: $(RUNS)/%/artifact.json $(RUNS)/reranker/
 	$(BERTCTL) eval $(<D) $(BEIR) $(EVAL) --rerank $(RUNS)/reranker --rerank-depth $(DEPTH) \
 	    --out $(@D) --force
 
-# In the report's order: a model's gain is over the model before (the distilled one's over
-# the remined control: the teacher's share), a reranked run's over its first stage.
-STEPS_SHOWN := original inbatch mined-model-reranked remined distilled-reranked export
+# In the report's order: a model's gain is over the model before (each round's over the
+# round before; FINAL's over the other of remined and distilled: the teacher's share, or
+# minus it), a reranked run's over its first stage.
+STEPS_SHOWN := original inbatch mined-model-reranked $(wordlist 2,99,$(ROUND_MODELS)) $(OTHER) \
+               $(FINAL_RUN)-reranked export
 EVALS := $(foreach e,$(STEPS_SHOWN),$(RUNS)/eval-$(e)/artifact.json)
 $(RUNS)/report/artifact.json: $(EVALS)
 	$(BERTCTL) report $(patsubst %/artifact.json,%,$(EVALS)) \

@@ -606,6 +606,61 @@ def test_search_pipeline_trains_the_reranker_on_rows_of_its_own_when_asked(tmp_p
     assert not runs.exists()
 
 
+def test_search_pipeline_runs_more_rounds_of_mining_when_asked(tmp_path, minilm_dir):
+    """ROUNDS=N: round k (2 ... N) mines with round k - 1's model and fine-tunes that model on
+    its rows, with the first round's guards and training; the teacher's rows, the control and
+    the distilled model start from the last round; FINAL is the model exported and reranked
+    last, the other of the two just before it in the report. auto: 1 round and distilled for
+    a model trained for search (modules.json), 2 and remined for any other; a value out of
+    range is one line before any work."""
+    bare = tmp_path / "bare"
+    shutil.copytree(minilm_dir, bare, ignore=shutil.ignore_patterns(
+        "modules.json", "sentence_bert_config.json", "config_sentence_transformers.json",
+        "1_Pooling"))
+    _small_search_set(ROOT / "examples" / "retrieval", tmp_path / "ret", queries=8, pairs=8)
+    runs, train = tmp_path / "runs", tmp_path / "ret" / "train.tsv"
+    base = {"TRAIN": "ret/train.tsv", "BEIR": "ret/beir", "RUNS": "runs",
+            "MINE_FLAGS": "--relative-margin 0.05", "SEED": "7"}
+    for model, extra, rounds, final in ((minilm_dir, {}, 1, "distilled"),
+                                        (bare, {}, 2, "remined"),
+                                        (minilm_dir, {"ROUNDS": "3"}, 3, "distilled"),
+                                        (bare, {"ROUNDS": "1", "FINAL": "distilled"}, 1,
+                                         "distilled"),
+                                        (minilm_dir, {"FINAL": "remined"}, 1, "remined")):
+        r = make("search", {"MODEL": str(model), **base, **extra}, "-n", makefile=None,
+                 start=tmp_path)
+        assert r.returncode == 0, r.stderr
+        commands = [" ".join(x.split()) for x in r.stdout.replace("\\\n", " ").splitlines()]
+        models = ["mined-model", *(f"round-{k}" for k in range(2, rounds + 1))]
+        for k in range(2, rounds + 1):
+            start = f"{runs}/{models[k - 2]}"
+            mine = next(x for x in commands if f"--out {runs}/round-{k}-rows " in x)
+            assert f" mine {start} {train} --negatives 3 --relative-margin 0.05" in mine
+            step = next(x for x in commands if f"--out {runs}/round-{k} " in x)
+            assert f" finetune {start} {runs}/round-{k}-rows/pairs.jsonl --task retrieval " \
+                   "--epochs 1 --batch-size 32 --lr 2e-5 --seed 7" in step
+        assert not any(f"round-{rounds + 1}" in x for x in commands)
+        last = f"{runs}/{models[-1]}"
+        assert any(f" mine {last} {train} " in x and f"--out {runs}/taught " in x
+                   for x in commands)
+        for name in ("remined", "distilled"):
+            assert any(f" finetune {last} {runs}/taught/pairs.jsonl " in x
+                       and f"--out {runs}/{name} " in x for x in commands), name
+        assert any(f" export {runs}/{final} " in x for x in commands)
+        other = "remined" if final == "distilled" else "distilled"
+        report = next(x for x in commands if " report " in x).split(" --title")[0]
+        assert report.split(" report ")[1].split() == [
+            f"{runs}/eval-{x}" for x in ("original", "inbatch", "mined-model-reranked",
+                                         *models[1:], other, f"{final}-reranked", "export")]
+    for extra, message in (({"ROUNDS": "0"}, "ROUNDS=0: must be auto or a whole number"),
+                           ({"ROUNDS": "two"}, "ROUNDS=two: must be auto or a whole number"),
+                           ({"FINAL": "best"}, "FINAL=best: must be auto, distilled or remined")):
+        r = make("search", {"MODEL": str(minilm_dir), **base, **extra}, "-n", makefile=None,
+                 start=tmp_path)
+        assert r.returncode != 0 and message in r.stderr, r.stderr
+    assert not runs.exists()
+
+
 def _small_search_set(source: Path, out: Path, queries: int, pairs: int) -> None:
     """The shipped retrieval example cut to its first `queries` judged test queries (the
     corpus whole) and `pairs` training pairs: the recipe's plumbing and its table's arithmetic
