@@ -159,7 +159,7 @@ $(RUNS)/distilled/artifact.json: $(RUNS)/taught/artifact.json
 $(RUNS)/export/artifact.json: $(RUNS)/$(FINAL_RUN)/artifact.json
 	$(BERTCTL) export $(<D) --quantize int8 --out $(@D) --force
 
-# The evals: the original, each model, the mined and the distilled ones reranked too.
+# The evals: the original, each model, the first round's and FINAL reranked too.
 $(RUNS)/eval-original/artifact.json: $(MODEL_DEPS) $(BEIR_DEPS)
 	$(BERTCTL) eval $(MODEL) $(BEIR) $(EVAL) --out $(@D) --force
 $(RUNS)/eval-%/artifact.json: $(RUNS)/%/artifact.json $(BEIR_DEPS)
