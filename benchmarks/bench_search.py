@@ -435,7 +435,8 @@ def costs_table(costs: dict) -> None:
           "s-t / bertctl |")
     print("|---|---|---|---|")
     total = {"": 0.0, "st-": 0.0}
-    for stage in ("mine", "inbatch", "mined", "rerank", "distill", "again", "search+rerank"):
+    for stage in ("mine", "inbatch", "mined", *(f"round{k}" for k in range(2, 10)), "rerank",
+                  "distill", "again", "search+rerank"):
         cells = {}
         for prefix in ("", "st-"):
             runs = list(costs.get(prefix + stage, {}).values())
