@@ -242,6 +242,15 @@ def made(args: list, out: Path, log: Path, threads: int) -> dict | None:
     return cost if written() != before else None
 
 
+def fine_tune(start: Path, pairs: Path, seed: int, ft: Path, args, runtime: list, log: Path,
+              *flags: str) -> dict | None:
+    """bertctl's bi-encoder fine-tuning of every arm and round (TRAIN_FLAGS, --lr, the seed;
+    `flags` more), run as `made`."""
+    return made([*BERTCTL, "finetune", start, pairs, "--task", "retrieval", *flags,
+                 *TRAIN_FLAGS, "--lr", str(args.lr), "--seed", str(seed), "--out", ft,
+                 *runtime], ft, log, args.threads)
+
+
 def _cost(results: dict, stage: str, seed, cost: dict | None) -> None:
     """Add a process's cost to a stage's for a seed (a stage of several processes, as
     distillation's scoring and training, sums their times and keeps the largest memory);
@@ -371,9 +380,7 @@ def main() -> None:
         if arm.startswith("st-"):
             cost = st("train", model, pairs, ft, seed, args, precision, log)["cost"]
         else:
-            cost = made([*BERTCTL, "finetune", model, pairs, "--task", "retrieval",
-                         *TRAIN_FLAGS, "--lr", str(args.lr), "--seed", str(seed), "--out", ft,
-                         *runtime], ft, log, args.threads)
+            cost = fine_tune(model, pairs, seed, ft, args, runtime, log)
         _cost(results, arm, seed, cost)
 
     for arm in [a for a in args.steps if a in arms]:
@@ -481,9 +488,7 @@ def rounds(prefix: str, k: int, args, out: Path, data: Path, runtime: list, prec
                 [*BERTCTL, "mine", start, data / "train.tsv", "--corpus",
                  data / "train_sentences.txt", *MINE_FLAGS, "--out", rows.parent, *runtime],
                 rows.parent, log, args.threads))
-            cost = made([*BERTCTL, "finetune", start, rows, "--task", "retrieval",
-                         *TRAIN_FLAGS, "--lr", str(args.lr), "--seed", str(seed), "--out", ft,
-                         *runtime], ft, log, args.threads)
+            cost = fine_tune(start, rows, seed, ft, args, runtime, log)
         _cost(results, step, seed, cost)
         _record(results["steps"], step, seed, evaluate(ft, f"{step}-seed{seed}"),
                 time.monotonic() - started)
@@ -555,10 +560,8 @@ def second_stage(prefix: str, args, out: Path, data: Path, model: Path, runtime:
                 continue
             student = out / f"ft-{step_name}-{loss}{recipe}-seed{seed}"
             started = time.monotonic()
-            cost = made([*BERTCTL, "finetune", first, scored / "pairs.jsonl", "--task",
-                         "retrieval", "--loss", loss, *TRAIN_FLAGS, "--lr", str(args.lr),
-                         "--seed", str(seed), "--out", student, *runtime], student, log,
-                        args.threads)
+            cost = fine_tune(first, scored / "pairs.jsonl", seed, student, args, runtime,
+                             log, "--loss", loss)
             if step_name == "distill":
                 _cost(results, "distill", seed, scoring_cost)
             _cost(results, step_name, seed, cost)

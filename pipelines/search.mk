@@ -101,16 +101,16 @@ TRAINING   := $(LENGTH) --batch-size $(BATCH) --lr $(LR) --seed $(SEED) $(FLAGS)
 GUARDS     := $(if $(strip $(CORPUS)),--corpus $(CORPUS)) $(MINE_FLAGS) $(FLAGS)
 MINING     := --negatives $(NEGATIVES) $(GUARDS)
 EVAL       := --task retrieval $(FLAGS)
-# auto's test is the file `bertctl mine` reads the layout from (it warns without one).
-MINE_AS    := $(if $(filter auto,$(MINE_WITH)),$(if $(wildcard $(MODEL)/modules.json),original,\
-                   inbatch),$(MINE_WITH))
-MINER      := $(if $(filter inbatch,$(MINE_AS)),$(RUNS)/inbatch,$(MODEL))
-# A MODEL trained for search (modules.json, as MINE_WITH's auto) or a pretraining checkpoint.
+# A MODEL trained for search (modules.json, the file `bertctl mine` reads the layout from and
+# warns without) or a pretraining checkpoint: what every auto below follows.
 SEARCH_MODEL := $(wildcard $(MODEL)/modules.json)
+MINE_AS    := $(if $(filter auto,$(MINE_WITH)),$(if $(SEARCH_MODEL),original,inbatch),$(MINE_WITH))
+MINER      := $(if $(filter inbatch,$(MINE_AS)),$(RUNS)/inbatch,$(MODEL))
 ROUNDS_RUN := $(if $(filter auto,$(ROUNDS)),$(if $(SEARCH_MODEL),1,2),$(ROUNDS))
 FINAL_RUN  := $(if $(filter auto,$(FINAL)),$(if $(SEARCH_MODEL),distilled,remined),$(FINAL))
 # Round k's model and, as word k of BEFORE, the model round k starts from and mines with.
-ROUND_MODELS := mined-model $(foreach k,$(wordlist 2,$(ROUNDS_RUN),$(shell seq 99)),round-$(k))
+LATER_ROUNDS := $(wordlist 2,$(ROUNDS_RUN),$(shell seq 99))
+ROUND_MODELS := mined-model $(foreach k,$(LATER_ROUNDS),round-$(k))
 BEFORE     := - $(ROUND_MODELS)
 LAST_ROUND := $(lastword $(ROUND_MODELS))
 OTHER      := $(filter-out $(FINAL_RUN),distilled remined)
@@ -144,8 +144,7 @@ $(RUNS)/$(1)/artifact.json: $(RUNS)/$(1)-rows/artifact.json
 	$(BERTCTL) finetune $(RUNS)/$(2) $$(<D)/pairs.jsonl --task retrieval $(TRAINING) \
 	    --out $$(@D) --force
 endef
-$(foreach k,$(wordlist 2,$(ROUNDS_RUN),$(shell seq 99)),\
-  $(eval $(call round,round-$(k),$(word $(k),$(BEFORE)))))
+$(foreach k,$(LATER_ROUNDS),$(eval $(call round,round-$(k),$(word $(k),$(BEFORE)))))
 $(RUNS)/taught/artifact.json: $(RUNS)/$(LAST_ROUND)/artifact.json $(RUNS)/reranker/artifact.json
 	$(BERTCTL) mine $(RUNS)/$(LAST_ROUND) $(TRAIN) $(MINING) --teacher $(RUNS)/reranker \
 	    --out $(@D) --force

@@ -548,10 +548,7 @@ def test_search_pipeline_mines_with_the_in_batch_model_when_asked(tmp_path, mini
     on its rows; auto (the default) is original for a model with a sentence-embedding layout
     (modules.json) and inbatch for one without (a pretraining checkpoint's files: the same
     model less its sentence-transformers files); another value is one line before any work."""
-    bare = tmp_path / "bare"
-    shutil.copytree(minilm_dir, bare, ignore=shutil.ignore_patterns(
-        "modules.json", "sentence_bert_config.json", "config_sentence_transformers.json",
-        "1_Pooling"))
+    bare = _without_sentence_layout(minilm_dir, tmp_path / "bare")
     _small_search_set(ROOT / "examples" / "retrieval", tmp_path / "ret", queries=8, pairs=8)
     runs = tmp_path / "runs"
     for model, value, mines in ((minilm_dir, "original", "original"),
@@ -613,10 +610,7 @@ def test_search_pipeline_runs_more_rounds_of_mining_when_asked(tmp_path, minilm_
     last, the other of the two just before it in the report. auto: 1 round and distilled for
     a model trained for search (modules.json), 2 and remined for any other; a value out of
     range is one line before any work."""
-    bare = tmp_path / "bare"
-    shutil.copytree(minilm_dir, bare, ignore=shutil.ignore_patterns(
-        "modules.json", "sentence_bert_config.json", "config_sentence_transformers.json",
-        "1_Pooling"))
+    bare = _without_sentence_layout(minilm_dir, tmp_path / "bare")
     _small_search_set(ROOT / "examples" / "retrieval", tmp_path / "ret", queries=8, pairs=8)
     runs, train = tmp_path / "runs", tmp_path / "ret" / "train.tsv"
     base = {"TRAIN": "ret/train.tsv", "BEIR": "ret/beir", "RUNS": "runs",
@@ -659,6 +653,15 @@ def test_search_pipeline_runs_more_rounds_of_mining_when_asked(tmp_path, minilm_
                  start=tmp_path)
         assert r.returncode != 0 and message in r.stderr, r.stderr
     assert not runs.exists()
+
+
+def _without_sentence_layout(model: Path, out: Path) -> Path:
+    """A copy of a sentence-transformers model less its sentence-transformers files: what a
+    pretraining checkpoint looks like to the search pipeline's auto settings."""
+    shutil.copytree(model, out, ignore=shutil.ignore_patterns(
+        "modules.json", "sentence_bert_config.json", "config_sentence_transformers.json",
+        "1_Pooling"))
+    return out
 
 
 def _small_search_set(source: Path, out: Path, queries: int, pairs: int) -> None:
