@@ -195,6 +195,12 @@ class EvalSettings(TaskSettings, InferenceSettings):
     rerank_depth: int = Field(100, ge=1, le=10_000, description="--rerank: documents a query "
                               "the reranker reorders (at most the search's --top-k).",
                               json_schema_extra=meta(EVALUATION, hashed_if_changed=True))
+    rerank_scoring: Literal["cross", "maxsim"] = Field(
+        "cross", description="--rerank: how the reranker scores a (query, document) pair. "
+        "cross: a cross-encoder's score of the two together; maxsim: an embedding model's "
+        "token vectors compared by late interaction (each query piece's best cosine with a "
+        "document piece, averaged): --rerank the first stage itself reorders its own search "
+        "with no second model.", json_schema_extra=meta(EVALUATION, hashed_if_changed=True))
 
 
 class TaskTrainingSettings(TrainingSettings, TaskSettings):

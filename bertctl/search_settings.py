@@ -163,6 +163,11 @@ class MineSettings(InferenceSettings):
     max_seq_length: int | None = Field(None, **SEQ_LENGTH, description="Pieces per text "
                                        "embedded. Unset: the model's own length.",
                                        json_schema_extra=meta(MINING))
+    teacher_scoring: Literal["cross", "maxsim"] = Field(
+        "cross", description="--teacher: cross, a cross-encoder's scores; maxsim, an "
+        "embedding model's (the miner itself, say) by late interaction over its token "
+        "vectors, written as sigmoid(20 x (MaxSim - the row's best)) so that the listwise KL "
+        "reads softmax(20 x MaxSim).", json_schema_extra=meta(MINING, hashed_if_changed=True))
     batch_size: int = Field(64, ge=1, description="Texts per forward pass.",
                             json_schema_extra=_RUN)
 

@@ -262,10 +262,12 @@ def evaluate(settings: EvalSettings, target: Target,
                       "each unmet one is a line on stderr and the exit code is 3.")] = None,
              rerank: Annotated[Optional[Path], typer.Option(
                  help="A search's first stage reranked: this cross-encoder (bertctl finetune "
-                      "--task reranking, or a sentence-transformers CrossEncoder) reorders "
-                      "each query's first --rerank-depth documents; its metrics are "
-                      "rerank/METRIC beside the first stage's, and rerank_fused/METRIC those "
-                      "of the two orders fused (reciprocal rank fusion).")] = None):
+                      "--task reranking, or a sentence-transformers CrossEncoder; or, with "
+                      "--rerank-scoring maxsim, an embedding model such as the first stage "
+                      "itself) reorders each query's first --rerank-depth documents; its "
+                      "metrics are rerank/METRIC beside the first stage's, and "
+                      "rerank_fused/METRIC those of the two orders fused (reciprocal rank "
+                      "fusion).")] = None):
     from bertctl.stages import eval as stage_module
 
     return stage_module.run(settings, target, model, data, expect or [], rerank)
@@ -302,10 +304,11 @@ def mine(settings: MineSettings, target: Target, model: RunnableModel,
          corpus: Annotated[Optional[Path], typer.Option(help="More documents: a .txt (a text "
                                                         "a line) or a corpus.jsonl.")] = None,
          teacher: Annotated[Optional[Path], typer.Option(
-             help="A cross-encoder (bertctl finetune --task reranking) whose score of each "
-                  "row's positive and negatives is written beside them (score_positive, "
+             help="A cross-encoder (bertctl finetune --task reranking; or, with "
+                  "--teacher-scoring maxsim, an embedding model) whose score of each row's "
+                  "positive and negatives is written beside them (score_positive, "
                   "score_negative_1, ...): what finetune --task retrieval distils from "
-                  "(MarginMSE).")] = None):
+                  "(listwise KL by default).")] = None):
     from bertctl.stages import mine as stage_module
     return stage_module.run(settings, target, model, train, corpus, teacher)
 

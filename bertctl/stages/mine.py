@@ -16,7 +16,7 @@ from bertctl.errors import BertctlError
 from bertctl.model import sentence_layout
 from bertctl.npy import NpyAppender
 from bertctl.stages.common import cross, models, vectors
-from bertctl.tasks.retrieval import mining, ranking
+from bertctl.tasks.retrieval import late, mining, ranking
 
 
 def run(config: MineSettings, target: artifacts.Target, model_dir: Path, train: Path,
@@ -40,8 +40,8 @@ def run(config: MineSettings, target: artifacts.Target, model_dir: Path, train: 
     guards = mining.Guards(**{k: getattr(config, k) for k in mining.Guards.__dataclass_fields__})
     pairs = mining.read_pairs(train, config.text_column, corpus)
     mining.check_corpus(pairs, guards, str(corpus or train))
-    scorer = (cross.open_reranker(teacher, family, "--teacher", "teacher")
-              if teacher is not None else None)
+    scorer = (cross.open_reranker(teacher, family, "--teacher", "teacher",
+                                  config.teacher_scoring) if teacher is not None else None)
     config = source.applied(config)
     device, precision, recorded = source.runtime(config.device, config.precision)
     inputs = [source.ref, models.data_input(train, "train")]
@@ -96,6 +96,8 @@ def run(config: MineSettings, target: artifacts.Target, model_dir: Path, train: 
                 scorer, [pairs.queries[r] for r in rows for _ in range(docs.shape[1])],
                 [texts[j] for j in docs.reshape(-1).tolist()], config.batch_size, device,
                 precision).reshape(docs.shape)
+            if scorer.scoring == "maxsim":   # as a cross-encoder's scores are read
+                teacher_scores = late.teacher_scores(teacher_scores)
         mining.write(tmp / mining.OUTPUT, pairs, chosen, kept, texts, teacher_scores)
         seconds = time.monotonic() - started
         console.log(f"{counts['kept']:,} of {counts['rows']:,} rows kept {guards.negatives} "

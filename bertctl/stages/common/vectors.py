@@ -1,5 +1,6 @@
 """Texts as an embedding model's own vectors (its sentence head, with a prompt before each):
-what `mine` and `search` embed their queries and documents with, through the one inference
+what `mine` and `search` embed their queries and documents with (and their pieces' vectors,
+what late interaction scores pairs by), through the one inference
 path (bertctl.evaluation: length-sorted batches, non-finite outputs refused); and the stored
 vectors `index` and `search` read."""
 
@@ -8,10 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from bertctl import console, evaluation
 from bertctl.contract import artifacts
 from bertctl.errors import BertctlError
+from bertctl.tasks.retrieval import late
 from bertctl.tasks.retrieval.reader import RetrievalExamples
 
 
@@ -28,7 +31,34 @@ def embed_texts(model, family, tok, texts: list[str], prompt: str, max_len: int,
     return out["embeddings"].astype(np.float32)
 
 
-__all__ = ["embed_texts"]
+def piece_vectors(model, family, tok, texts: list[str], prompt: str, max_len: int,
+                  batch_size: int, device, precision: str, where: str,
+                  what: str = "texts") -> list[torch.Tensor]:
+    """Each text's pieces as the model's last hidden states, (pieces, hidden) float32 of unit
+    length ([CLS] and [SEP] included; `prompt` before it, truncated at `max_len`): what late
+    interaction (tasks/retrieval/late.py) compares. Non-finite states are refused as
+    `predict` refuses them."""
+    examples = RetrievalExamples(where, "documents", [[prompt + t] for t in texts])
+    features = family.encode(examples, tok, max_len)
+    out: list[torch.Tensor | None] = [None] * len(texts)
+    with console.progress(f"embedding {what} (pieces)", total=len(texts), unit="texts") as bar, \
+            evaluation.inference(model, device, precision):
+        for indices, inputs in evaluation.task_batches(features, batch_size, family):
+            indices = np.asarray(indices, np.int64).reshape(-1)
+            ids, types, mask = (None if inputs.get(k) is None
+                                else inputs[k].reshape(len(indices), -1).to(device)
+                                for k in ("input_ids", "token_type_ids", "attention_mask"))
+            mask = torch.ones_like(ids) if mask is None else mask
+            hidden = model.sequence(ids, types, mask)
+            evaluation.refuse_non_finite(evaluation.non_finite_rows(hidden, mask), indices,
+                                         where, precision=precision)
+            for i, pieces in zip(indices.tolist(), late.unit_pieces(hidden, mask)):
+                out[i] = pieces.cpu()
+            bar.update(len(indices))
+    return out
+
+
+__all__ = ["embed_texts", "piece_vectors"]
 
 
 def index_vectors(path: Path) -> tuple[artifacts.Artifact, list[np.ndarray]]:

@@ -64,6 +64,6 @@ def rerank(reranker: Reranker, candidates, batch_size: int, device, precision: s
         metrics.update({f"{name}/{m}": v for m, v in means.items()})
     console.log(f"reranked the first {candidates.depth} of {len(candidates.run):,} queries' "
                 f"results ({len(pairs):,} pairs) in {seconds:.1f}s")
-    return {**metrics, "rerank/depth": candidates.depth,
+    return {**metrics, "rerank/depth": candidates.depth, "rerank/scoring": reranker.scoring,
             "rerank/queries_per_second": (round(len(candidates.run) / seconds, 2)
                                           if seconds else None)}

@@ -45,7 +45,7 @@ def run(config: EvalSettings, target: artifacts.Target, source: ModelSource,
     reranker = None
     if rerank_with is not None:
         family.check_rerank(spec, data, config.rerank_depth)
-        reranker = cross.open_reranker(rerank_with, family)
+        reranker = cross.open_reranker(rerank_with, family, scoring=config.rerank_scoring)
     config = source.applied(config)
     device, precision, recorded = source.runtime(config.device, config.precision)
     inputs = [source.ref, models.data_input(data)]

@@ -1,0 +1,168 @@
+"""Late interaction (#64): a search reordered, and a bi-encoder taught, by an embedding model's
+token vectors compared by MaxSim (ColBERT's). MaxSim and the teacher's scores against their
+plain definitions; the reordered run and the written scores against ones built from
+transformers' own hidden states of all-MiniLM-L6-v2; the bad inputs."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from bertctl.tasks.retrieval import late, ranking
+
+from conftest import EXAMPLES, one_line_error
+
+TRAIN = EXAMPLES / "retrieval" / "train.tsv"
+BEIR = EXAMPLES / "retrieval" / "beir"
+
+
+def test_maxsim_equals_its_plain_definition():
+    """Each query piece's largest dot product with a document piece, averaged over the
+    query's pieces, for each document (float64 loops against the one product)."""
+    g = torch.Generator().manual_seed(0)
+    unit = lambda n: torch.nn.functional.normalize(torch.randn(n, 8, generator=g), dim=-1)
+    query, docs = unit(5), [unit(3), unit(7), unit(1)]
+    got = late.maxsim(query, docs)
+    q = query.double().tolist()
+    for k, doc in enumerate(docs):
+        d = doc.double().tolist()
+        want = sum(max(sum(a * b for a, b in zip(qi, dj)) for dj in d) for qi in q) / len(q)
+        assert got[k].item() == pytest.approx(want, abs=1e-6)   # fp32 sums of 8 products
+
+
+def test_teacher_scores_read_as_the_maxsim_distribution():
+    """What mine writes for a MaxSim teacher, read back as the listwise KL reads a
+    cross-encoder's (the logit of each score), is softmax(SCALE x MaxSim) over each row; the
+    row's best is 0.5."""
+    m = np.array([[0.9, 0.7, 0.75, 0.2], [0.4, 0.5, 0.45, 0.41]])
+    p = late.teacher_scores(m)
+    assert np.allclose(p.max(axis=1), 0.5)
+    logits = np.log(p) - np.log1p(-p)
+    got = np.exp(logits) / np.exp(logits).sum(1, keepdims=True)
+    want = np.exp(late.SCALE * m) / np.exp(late.SCALE * m).sum(1, keepdims=True)
+    assert np.abs(got - want).max() < 1e-12
+
+
+def _hf_pieces(model_dir):
+    """A text's unit-length last hidden states from transformers' own BertModel."""
+    from transformers import AutoModel, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    model = AutoModel.from_pretrained(str(model_dir)).eval()
+
+    def pieces(text):
+        with torch.no_grad():
+            enc = tok(text, return_tensors="pt", truncation=True, max_length=256)
+            h = model(**enc).last_hidden_state[0]
+        return torch.nn.functional.normalize(h, dim=-1)
+    return pieces
+
+
+def _run(path):
+    run = {}
+    for line in path.read_text().splitlines():
+        q, _, d, _, _, _ = line.split()
+        run.setdefault(q, []).append(d)
+    return run
+
+
+def _scores(path):
+    scores = {}
+    for line in path.read_text().splitlines():
+        q, _, d, _, s, _ = line.split()
+        scores.setdefault(q, {})[d] = float(s)
+    return scores
+
+
+@pytest.mark.slow
+def test_a_search_is_reordered_by_its_own_token_vectors(cli, minilm_dir, tmp_path):
+    """eval --rerank MODEL --rerank-scoring maxsim: the first stage's metrics unchanged, its
+    first K documents a query scored by MaxSim over transformers' hidden states of the same
+    model and put in that order, the rest below; the scoring recorded."""
+    out = tmp_path / "ev"
+    r = cli("eval", minilm_dir, BEIR, "--rerank", minilm_dir, "--rerank-scoring", "maxsim",
+            "--rerank-depth", "5", "--precision", "fp32", "--out", out)
+    assert r.exit_code == 0, r.stderr
+    plain = tmp_path / "plain"
+    assert cli("eval", minilm_dir, BEIR, "--precision", "fp32", "--out", plain).exit_code == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    before = json.loads((plain / "metrics.json").read_text())
+    assert all(metrics[k] == before[k] for k in ranking.METRICS)
+    assert metrics["rerank/scoring"] == "maxsim" and metrics["rerank/depth"] == 5
+    first = _run(plain / "run.trec")
+    queries = {json.loads(x)["_id"]: json.loads(x)["text"]
+               for x in (BEIR / "queries.jsonl").read_text().splitlines()}
+    docs = {}
+    for x in (BEIR / "corpus.jsonl").read_text().splitlines():
+        d = json.loads(x)   # a document's text is its title and text, as BEIR's
+        docs[d["_id"]] = f"{d['title']} {d['text']}" if d.get("title") else d["text"]
+    got, scores = _run(out / "rerank.trec"), _scores(out / "rerank.trec")
+    pieces = _hf_pieces(minilm_dir)
+    for q in list(first)[:40]:   # transformers one text at a time: a sample of the queries
+        head = first[q][:5]
+        want = late.maxsim(pieces(queries[q]), [pieces(docs[d]) for d in head]).numpy()
+        # fp32 both sides, 6-layer encoders, a mean of cosines: seen ~1e-6; the run file
+        # keeps 6 decimals
+        assert np.abs(np.array([scores[q][d] for d in head]) - want).max() < 1e-5
+    for q, ranked in first.items():   # each query's first 5 in its scores' order, the rest
+        head = got[q][:5]             # below as the first stage ranked them
+        assert sorted(head) == sorted(ranked[:5]) and got[q][5:] == ranked[5:]
+        assert head == [d for d, _ in ranking.rank(head, [scores[q][d] for d in head])]
+    qrels = {}
+    for line in (BEIR / "qrels" / "test.tsv").read_text().splitlines()[1:]:
+        q, d, s = line.split("\t")
+        qrels.setdefault(q, {})[d] = int(s)
+    means, _ = ranking.evaluate(got, qrels)
+    assert metrics["rerank/ndcg@10"] == pytest.approx(means["ndcg@10"], abs=1e-9)
+    config = json.loads((out / "artifact.json").read_text())["config"]
+    assert config["rerank_scoring"] == "maxsim"
+
+
+@pytest.mark.slow
+def test_a_maxsim_teacher_teaches_the_bi_encoder(cli, minilm_dir, tmp_path):
+    """mine --teacher MODEL --teacher-scoring maxsim writes late.teacher_scores of MaxSim over
+    transformers' hidden states of each row's candidates; finetune reads them (listwise KL)."""
+    out = tmp_path / "mined"
+    r = cli("mine", minilm_dir, TRAIN, "--negatives", "2", "--teacher", minilm_dir,
+            "--teacher-scoring", "maxsim", "--precision", "fp32", "--out", out)
+    assert r.exit_code == 0, r.stderr
+    rows = [json.loads(x) for x in (out / "pairs.jsonl").read_text().splitlines()]
+    columns = ("positive", "negative_1", "negative_2")
+    pieces = _hf_pieces(minilm_dir)
+    some = rows[:6]
+    m = np.array([late.maxsim(pieces(row["query"]), [pieces(row[c]) for c in columns]).numpy()
+                  for row in some], np.float64)
+    got = np.array([[row[f"score_{c}"] for c in columns] for row in some])
+    # fp32 MaxSim (~1e-6) times SCALE 20 through a sigmoid of slope <= 1/4, rounded to 1e-7
+    assert np.abs(got - late.teacher_scores(m)).max() < 1e-5
+    small = tmp_path / "small.jsonl"
+    small.write_text("\n".join(json.dumps(row) for row in rows[:16]) + "\n")
+    r = cli("finetune", minilm_dir, small, "--task", "retrieval", "--steps", "2",
+            "--batch-size", "8", "--max-seq-length", "32", "--precision", "fp32",
+            "--out", tmp_path / "student")
+    assert r.exit_code == 0, r.stderr
+    stats = json.loads((tmp_path / "student" / "artifact.json").read_text())["stats"]
+    assert stats["loss"]["name"] == "kl"
+
+
+def test_the_wrong_kind_of_scorer_is_one_line(cli, minilm_dir, tmp_path):
+    """A cross-encoder given for late interaction, and an embedding model given as a
+    cross-encoder, are refused before any work, each naming the other setting."""
+    from sentence_transformers import CrossEncoder
+
+    CrossEncoder(str(minilm_dir), num_labels=1, device="cpu").save(str(tmp_path / "ce"))
+    cases = (
+        (("eval", minilm_dir, BEIR, "--task", "retrieval", "--rerank", tmp_path / "ce",
+          "--rerank-scoring", "maxsim"), "(a cross-encoder is --rerank-scoring cross"),
+        (("eval", minilm_dir, BEIR, "--task", "retrieval", "--rerank", minilm_dir),
+         "--rerank-scoring maxsim)"),
+        (("mine", minilm_dir, TRAIN, "--teacher", tmp_path / "ce", "--teacher-scoring",
+          "maxsim"), "(a cross-encoder is --teacher-scoring cross"),
+        (("eval", minilm_dir, BEIR, "--task", "retrieval", "--rerank", minilm_dir,
+          "--rerank-scoring", "colbert"), "colbert"),
+    )
+    for args, words in cases:
+        r = cli(*args, "--out", tmp_path / "out")
+        one_line_error(r, words)
+        assert not (tmp_path / "out").exists()
