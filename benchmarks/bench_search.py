@@ -3,7 +3,9 @@
     .venv/bin/python benchmarks/bench_search.py --shared ../shared/data --out runs/bench-search \
         [--model DIR] [--seeds 0 1 2 3 4] [--threads 2]
         [--steps baseline inbatch mined st-inbatch st-mined rerank distill again st-rerank
-                 st-distill round2 round3 st-round2 st-round3] [--distill-loss kl]
+                 st-distill round2 round3 st-round2 st-round3 late-mined late-round3
+                 round3+late]
+        [--distill-loss kl]
         [--rerank-lr 5e-5 --rerank-epochs 1
         --rerank-negatives 3]
 
@@ -41,6 +43,11 @@ its control: the same rows and epoch with in-batch negatives and no teacher.
 Rounds (`roundK`, `st-roundK`, K from 2; the `make -C pipelines search` ROUNDS): the model of
 round K - 1 (round 1 is `mined`) mines its training queries again with the same guards, each
 tool with its own miner, and is trained one more epoch on its rows with the same seed.
+Late interaction (`late-X`, X a step run before: `late-mined`, `late-round3`): each seed's model
+of step X reorders its own first 10 documents a query by MaxSim over its token vectors (`eval
+--rerank` it `--rerank-scoring maxsim`), no second model trained; `roundK+late`: round K with
+the start's own MaxSim scores of its rows as the teacher (listwise KL plus in-batch negatives),
+`roundK` its control.
 Results go to OUT/results.json; the table to stdout, with the machine line.
 """
 
@@ -392,15 +399,19 @@ def main() -> None:
                     time.monotonic() - started)
         (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     for prefix in ("", "st-"):
-        for k in sorted(int(x[len(prefix) + 5:]) for x in args.steps
-                        if re.fullmatch(rf"{prefix}round[2-9]", x)):
-            rounds(prefix, k, args, out, data, runtime, precision, results, log, evaluate)
+        for x in sorted(x for x in args.steps if re.fullmatch(rf"{prefix}round[2-9]", x)
+                        or (not prefix and re.fullmatch(r"round[2-9]\+late", x))):
+            rounds(prefix, int(x[len(prefix) + 5]), args, out, data, runtime, precision,
+                   results, log, evaluate, taught=x.endswith("+late"))
             (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     for prefix in ("", "st-"):
         if any(f"{prefix}{step}" in args.steps for step in ("rerank", "distill", "again")):
             second_stage(prefix, args, out, data, model, runtime, precision, results, log,
                          mined_rows)
             (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    for step in [x for x in args.steps if x.startswith("late-")]:
+        late(step, args, out, data, runtime, results, log)
+        (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     print(f"\n{results['machine']}; {facts['test_queries']} queries over "
           f"{facts['documents']:,} sentences, {facts['train_pairs']:,} training pairs")
@@ -410,7 +421,7 @@ def main() -> None:
     for name, r in steps.items():
         v = r["ndcg"]
         sd = f" ± {statistics.stdev(v):.4f}" if len(v) > 1 else ""
-        before = BEFORE.get(name)
+        before = BEFORE.get(name) or (name[len("late-"):] if name.startswith("late-") else None)
         diff = (_diff(v, steps[before]["ndcg"]) + _paired(r, steps[before]) + f" (vs {before})"
                 if before in steps else "")
         secs = f"{statistics.fmean(r['seconds']):.0f}" if r.get("seconds") else ""
@@ -442,8 +453,9 @@ def costs_table(costs: dict) -> None:
           "s-t / bertctl |")
     print("|---|---|---|---|")
     total = {"": 0.0, "st-": 0.0}
-    for stage in ("mine", "inbatch", "mined", *(f"round{k}" for k in range(2, 10)), "rerank",
-                  "distill", "again", "search+rerank"):
+    for stage in ("mine", "inbatch", "mined",
+                  *(f"round{k}{t}" for k in range(2, 10) for t in ("", "+late")), "rerank",
+                  "distill", "again", "search+rerank", "search+late"):
         cells = {}
         for prefix in ("", "st-"):
             runs = list(costs.get(prefix + stage, {}).values())
@@ -454,7 +466,7 @@ def costs_table(costs: dict) -> None:
         shown = [f"{c['wall_s']:.0f}, {c['cpu_s']:.0f}, {c['peak_mb']:,.0f}" if c else ""
                  for c in cells.values()]
         ratio = ""
-        if cells[""] and cells["st-"] and stage != "search+rerank":
+        if cells[""] and cells["st-"] and not stage.startswith("search+"):
             ratio = f"{cells['st-']['cpu_s'] / cells['']['cpu_s']:.2f}x"
             for prefix in total:
                 total[prefix] += cells[prefix]["cpu_s"]
@@ -465,18 +477,22 @@ def costs_table(costs: dict) -> None:
 
 
 def rounds(prefix: str, k: int, args, out: Path, data: Path, runtime: list, precision: str,
-           results: dict, log: Path, evaluate) -> None:
+           results: dict, log: Path, evaluate, taught: bool = False) -> None:
     """Round k of mining and training for every seed: the model of round k - 1 (`mined`'s
     for k = 2, which must exist) mines the training queries with MINE_FLAGS (prefix "st-":
     sentence-transformers' mine_hard_negatives with the same guards) and trains one more epoch
-    on its rows, the same seed; the stage's cost is the mining's and the training's."""
-    step = f"{prefix}round{k}"
+    on its rows, the same seed; the stage's cost is the mining's and the training's.
+    `taught` (`roundK+late`, bertctl's): the same rows with the start's own late-interaction
+    scores beside them (`mine --teacher` it `--teacher-scoring maxsim`), trained on with
+    listwise KL from them plus in-batch negatives (kl_infonce); `roundK` is its control."""
+    step = f"{prefix}round{k}" + ("+late" if taught else "")
     for seed in args.seeds:
         start = out / f"ft-{prefix}{'mined' if k == 2 else f'round{k - 1}'}-seed{seed}"
         if not (start / "config.json").exists():
             sys.exit(f"{step}: {start} is missing: run {BEFORE[step]} for seed {seed} first")
         rows = out / (f"st-round{k}-seed{seed}.jsonl" if prefix
-                      else f"round{k}-seed{seed}/pairs.jsonl")
+                      else f"{step}-seed{seed}/pairs.jsonl")
+        teacher = ["--teacher", start, "--teacher-scoring", "maxsim"] if taught else []
         ft = out / f"ft-{step}-seed{seed}"
         started = time.monotonic()
         if prefix:
@@ -486,9 +502,10 @@ def rounds(prefix: str, k: int, args, out: Path, data: Path, runtime: list, prec
         else:
             _cost(results, step, seed, made(
                 [*BERTCTL, "mine", start, data / "train.tsv", "--corpus",
-                 data / "train_sentences.txt", *MINE_FLAGS, "--out", rows.parent, *runtime],
-                rows.parent, log, args.threads))
-            cost = fine_tune(start, rows, seed, ft, args, runtime, log)
+                 data / "train_sentences.txt", *MINE_FLAGS, *teacher, "--out", rows.parent,
+                 *runtime], rows.parent, log, args.threads))
+            cost = fine_tune(start, rows, seed, ft, args, runtime, log,
+                             *(["--loss", "kl_infonce"] if taught else []))
         _cost(results, step, seed, cost)
         _record(results["steps"], step, seed, evaluate(ft, f"{step}-seed{seed}"),
                 time.monotonic() - started)
@@ -570,6 +587,30 @@ def second_stage(prefix: str, args, out: Path, data: Path, model: Path, runtime:
                                                     args.threads, log), spent, loss=loss)
 
 
+def late(step: str, args, out: Path, data: Path, runtime: list, results: dict,
+         log: Path) -> None:
+    """`late-X`: each seed's model of step X (`mined`, `round3`, `st-mined`, ...) reorders
+    its own first RERANK_DEPTH documents a query by late interaction over its token vectors
+    (`eval --rerank` itself `--rerank-scoring maxsim`): no second model; the cost is the
+    eval's, the first stage's search included."""
+    first_step = step[len("late-"):]
+    for seed in args.seeds:
+        first = out / f"ft-{first_step}-seed{seed}"
+        if not (first / "config.json").exists():
+            sys.exit(f"{step}: {first} is missing: run {first_step} for seed {seed} first")
+        ev = out / f"eval-{step}-seed{seed}"
+        started = time.monotonic()
+        _cost(results, "search+late", seed, made(
+            [*BERTCTL, "eval", first, data / "beir", "--task", "retrieval", "--rerank", first,
+             "--rerank-scoring", "maxsim", "--rerank-depth", RERANK_DEPTH, "--out", ev,
+             *runtime], ev, log, args.threads))
+        metrics = json.loads((ev / "metrics.json").read_text())
+        _record(results["steps"], step, seed, metrics["rerank/ndcg@10"],
+                time.monotonic() - started,
+                per_seed={"first_stage": metrics["ndcg@10"],
+                          "qps": metrics["rerank/queries_per_second"]})
+
+
 def _record(steps: dict, name: str, seed: int, score: float, seconds: float,
             per_seed: dict | None = None, **facts) -> None:
     """A seed's figures of a step (`per_seed`: more lists beside ndcg and seconds), kept in
@@ -620,7 +661,8 @@ BEFORE = {"inbatch": "baseline", "mined": "inbatch", "st-inbatch": "baseline",
           "st-rerank": "st-mined", "st-distill": "st-mined", "rerank_fused": "mined",
           "st-rerank_fused": "st-mined",
           **{f"{p}round{k}": f"{p}{'mined' if k == 2 else f'round{k - 1}'}"
-             for p in ("", "st-") for k in range(2, 10)}}
+             for p in ("", "st-") for k in range(2, 10)},
+          **{f"round{k}+late": f"round{k}" for k in range(2, 10)}}
 
 
 def _diff(a: list[float], b: list[float]) -> str:

@@ -4,11 +4,13 @@
 # model the round before made and training it on its own rows (round-2 ...); a reranker
 # (cross-encoder) trained on the mined rows and the search reranked by it; the last round's
 # own candidates trained on twice: with no teacher (remined, one more round: the control) and
-# with the reranker's scores distilled into it (listwise KL), so the report shows the
-# teacher's own share as the gain of one over the other (a reranker under its first stage
-# teaches less than the round alone: docs/benchmarks.md); the FINAL of the two evaluated with
-# and without reranking, exported (int8) and evaluated again; one report whose first table is
-# each step's gain in nDCG@10 with its standard error over the queries.
+# with a TEACHER's scores distilled into it (the reranker's, listwise KL; or the last round's
+# own late interaction over its token vectors, listwise KL plus in-batch negatives), so the
+# report shows the teacher's own share as the gain of one over the other (a reranker under
+# its first stage teaches less than the round alone: docs/benchmarks.md); the FINAL of the two
+# evaluated with and without reranking (by the reranker, and by its own token vectors),
+# exported (int8) and evaluated again; one report whose first table is each step's gain in
+# nDCG@10 with its standard error over the queries.
 #
 #   make -C pipelines search MODEL=DIR TRAIN=pairs.tsv BEIR=DIR [CORPUS=texts.txt]
 #   make -C pipelines -f search.mk search MODEL=... TRAIN=... BEIR=...   (the same)
@@ -38,9 +40,14 @@
 #   ROUNDS     rounds of mining and training before the teacher's (at least 1), or auto
 #              (default): 1 for a MODEL trained for search, 2 for any other (a pretraining
 #              checkpoint gained at every seed from each round: docs/benchmarks.md)
+#   TEACHER    what the distilled model learns from: reranker (the cross-encoder), late (the
+#              last round's own MaxSim over its token vectors: eval --rerank-scoring maxsim),
+#              or auto (default): reranker for a MODEL trained for search, late for any other
+#              (whose cross-encoder stayed under its first stage and taught less than the
+#              round alone, where its own token vectors taught more: docs/benchmarks.md)
 #   FINAL      the model exported and reranked last: distilled, remined, or auto (default):
-#              distilled for a MODEL trained for search, remined for any other (whose reranker
-#              taught less than the round without it)
+#              remined when a pretraining checkpoint's TEACHER is the reranker (it taught
+#              less than the round without it), else distilled
 #   DEPTH      documents a query the reranker reorders (20)
 #   FLAGS      more flags for every command (e.g. --precision fp32)
 #   RUNS       where the artifacts go (default runs/search)
@@ -63,6 +70,7 @@ RERANK_EPOCHS ?=
 MINE_WITH ?= auto
 ROUNDS  ?= auto
 FINAL   ?= auto
+TEACHER ?= auto
 MINE_FLAGS ?=
 DEPTH   ?= 20
 FLAGS   ?=
@@ -91,6 +99,9 @@ endif
 ifeq ($(filter auto distilled remined,$(FINAL)),)
 $(error FINAL=$(FINAL): must be auto, distilled or remined)
 endif
+ifeq ($(filter auto reranker late,$(TEACHER)),)
+$(error TEACHER=$(TEACHER): must be auto, reranker or late)
+endif
 endif
 
 MODEL_DEPS := $(or $(wildcard $(MODEL)/artifact.json),\
@@ -107,7 +118,9 @@ SEARCH_MODEL := $(wildcard $(MODEL)/modules.json)
 MINE_AS    := $(if $(filter auto,$(MINE_WITH)),$(if $(SEARCH_MODEL),original,inbatch),$(MINE_WITH))
 MINER      := $(if $(filter inbatch,$(MINE_AS)),$(RUNS)/inbatch,$(MODEL))
 ROUNDS_RUN := $(if $(filter auto,$(ROUNDS)),$(if $(SEARCH_MODEL),1,2),$(ROUNDS))
-FINAL_RUN  := $(if $(filter auto,$(FINAL)),$(if $(SEARCH_MODEL),distilled,remined),$(FINAL))
+TEACHER_RUN := $(if $(filter auto,$(TEACHER)),$(if $(SEARCH_MODEL),reranker,late),$(TEACHER))
+TAUGHT_MORE := $(SEARCH_MODEL)$(filter late,$(TEACHER_RUN))
+FINAL_RUN  := $(if $(filter auto,$(FINAL)),$(if $(TAUGHT_MORE),distilled,remined),$(FINAL))
 # Round k's model and, as word k of BEFORE, the model round k starts from and mines with.
 LATER_ROUNDS := $(wordlist 2,$(ROUNDS_RUN),$(shell seq 99))
 ROUND_MODELS := mined-model $(foreach k,$(LATER_ROUNDS),round-$(k))
@@ -145,20 +158,27 @@ $(RUNS)/$(1)/artifact.json: $(RUNS)/$(1)-rows/artifact.json
 	    --out $$(@D) --force
 endef
 $(foreach k,$(LATER_ROUNDS),$(eval $(call round,round-$(k),$(word $(k),$(BEFORE)))))
-$(RUNS)/taught/artifact.json: $(RUNS)/$(LAST_ROUND)/artifact.json $(RUNS)/reranker/artifact.json
-	$(BERTCTL) mine $(RUNS)/$(LAST_ROUND) $(TRAIN) $(MINING) --teacher $(RUNS)/reranker \
-	    --out $(@D) --force
+# The teacher's scores of the last round's own rows: the reranker's, or its own late
+# interaction's (kl_infonce: its KL alone stayed under the control, with in-batch negatives
+# it gained: docs/benchmarks.md).
+LATE_TEACHER := $(filter late,$(TEACHER_RUN))
+TEACHER_DIR := $(RUNS)/$(if $(LATE_TEACHER),$(LAST_ROUND),reranker)
+DISTILL_LOSS := $(if $(LATE_TEACHER),--loss kl_infonce)
+$(RUNS)/taught/artifact.json: $(RUNS)/$(LAST_ROUND)/artifact.json $(TEACHER_DIR)/artifact.json
+	$(BERTCTL) mine $(RUNS)/$(LAST_ROUND) $(TRAIN) $(MINING) --teacher $(TEACHER_DIR) \
+	    $(if $(LATE_TEACHER),--teacher-scoring maxsim) --out $(@D) --force
 # The control: the same rows and training, the teacher's scores left unread.
 $(RUNS)/remined/artifact.json: $(RUNS)/taught/artifact.json
 	$(BERTCTL) finetune $(RUNS)/$(LAST_ROUND) $(<D)/pairs.jsonl --task retrieval \
 	    --loss infonce $(TRAINING) --out $(@D) --force
 $(RUNS)/distilled/artifact.json: $(RUNS)/taught/artifact.json
-	$(BERTCTL) finetune $(RUNS)/$(LAST_ROUND) $(<D)/pairs.jsonl --task retrieval $(TRAINING) \
-	    --out $(@D) --force
+	$(BERTCTL) finetune $(RUNS)/$(LAST_ROUND) $(<D)/pairs.jsonl --task retrieval \
+	    $(DISTILL_LOSS) $(TRAINING) --out $(@D) --force
 $(RUNS)/export/artifact.json: $(RUNS)/$(FINAL_RUN)/artifact.json
 	$(BERTCTL) export $(<D) --quantize int8 --out $(@D) --force
 
-# The evals: the original, each model, the first round's and FINAL reranked too.
+# The evals: the original, each model, the first round's and FINAL reranked too, and FINAL
+# reordered by its own token vectors (late interaction).
 $(RUNS)/eval-original/artifact.json: $(MODEL_DEPS) $(BEIR_DEPS)
 	$(BERTCTL) eval $(MODEL) $(BEIR) $(EVAL) --out $(@D) --force
 $(RUNS)/eval-%/artifact.json: $(RUNS)/%/artifact.json $(BEIR_DEPS)
@@ -167,12 +187,15 @@ $(RUNS)/eval-%-reranked/artifact.json: $(RUNS)/%/artifact.json $(RUNS)/reranker/
         $(BEIR_DEPS)
 	$(BERTCTL) eval $(<D) $(BEIR) $(EVAL) --rerank $(RUNS)/reranker --rerank-depth $(DEPTH) \
 	    --out $(@D) --force
+$(RUNS)/eval-%-late/artifact.json: $(RUNS)/%/artifact.json $(BEIR_DEPS)
+	$(BERTCTL) eval $(<D) $(BEIR) $(EVAL) --rerank $(<D) --rerank-scoring maxsim \
+	    --rerank-depth $(DEPTH) --out $(@D) --force
 
 # In the report's order: a model's gain is over the model before (each round's over the
 # round before; FINAL's over the other of remined and distilled: the teacher's share, or
-# minus it), a reranked run's over its first stage.
+# minus it), a reranked (or late) run's over its first stage.
 STEPS_SHOWN := original inbatch mined-model-reranked $(wordlist 2,99,$(ROUND_MODELS)) $(OTHER) \
-               $(FINAL_RUN)-reranked export
+               $(FINAL_RUN)-reranked $(FINAL_RUN)-late export
 EVALS := $(foreach e,$(STEPS_SHOWN),$(RUNS)/eval-$(e)/artifact.json)
 $(RUNS)/report/artifact.json: $(EVALS)
 	$(BERTCTL) report $(patsubst %/artifact.json,%,$(EVALS)) \

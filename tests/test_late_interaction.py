@@ -148,7 +148,8 @@ def test_a_maxsim_teacher_teaches_the_bi_encoder(cli, minilm_dir, tmp_path):
 
 def test_the_wrong_kind_of_scorer_is_one_line(cli, minilm_dir, tmp_path):
     """A cross-encoder given for late interaction, and an embedding model given as a
-    cross-encoder, are refused before any work, each naming the other setting."""
+    cross-encoder, are refused before any work, each naming the other setting; a scoring
+    without the model that scores is refused too (else it would be silently ignored)."""
     from sentence_transformers import CrossEncoder
 
     CrossEncoder(str(minilm_dir), num_labels=1, device="cpu").save(str(tmp_path / "ce"))
@@ -161,6 +162,10 @@ def test_the_wrong_kind_of_scorer_is_one_line(cli, minilm_dir, tmp_path):
           "maxsim"), "(a cross-encoder is --teacher-scoring cross"),
         (("eval", minilm_dir, BEIR, "--task", "retrieval", "--rerank", minilm_dir,
           "--rerank-scoring", "colbert"), "colbert"),
+        (("eval", minilm_dir, BEIR, "--task", "retrieval", "--rerank-scoring", "maxsim"),
+         "--rerank-scoring maxsim: give --rerank MODEL"),
+        (("mine", minilm_dir, TRAIN, "--teacher-scoring", "maxsim"),
+         "--teacher-scoring maxsim: give --teacher MODEL"),
     )
     for args, words in cases:
         r = cli(*args, "--out", tmp_path / "out")

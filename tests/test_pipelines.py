@@ -606,21 +606,24 @@ def test_search_pipeline_trains_the_reranker_on_rows_of_its_own_when_asked(tmp_p
 def test_search_pipeline_runs_more_rounds_of_mining_when_asked(tmp_path, minilm_dir):
     """ROUNDS=N: round k (2 ... N) mines with round k - 1's model and fine-tunes that model on
     its rows, with the first round's guards and training; the teacher's rows, the control and
-    the distilled model start from the last round; FINAL is the model exported and reranked
-    last, the other of the two just before it in the report. auto: 1 round and distilled for
-    a model trained for search (modules.json), 2 and remined for any other; a value out of
-    range is one line before any work."""
+    the distilled model start from the last round; the TEACHER is the reranker or the last
+    round's own late interaction (then kl_infonce); FINAL is the model exported, reranked and
+    reordered by its own token vectors last, the other of the two just before it in the
+    report. auto: 1 round, the reranker and distilled for a model trained for search
+    (modules.json), 2, late and distilled for any other, remined for it with the reranker; a
+    value out of range is one line before any work."""
     bare = _without_sentence_layout(minilm_dir, tmp_path / "bare")
     _small_search_set(ROOT / "examples" / "retrieval", tmp_path / "ret", queries=8, pairs=8)
     runs, train = tmp_path / "runs", tmp_path / "ret" / "train.tsv"
     base = {"TRAIN": "ret/train.tsv", "BEIR": "ret/beir", "RUNS": "runs",
             "MINE_FLAGS": "--relative-margin 0.05", "SEED": "7"}
-    for model, extra, rounds, final in ((minilm_dir, {}, 1, "distilled"),
-                                        (bare, {}, 2, "remined"),
-                                        (minilm_dir, {"ROUNDS": "3"}, 3, "distilled"),
-                                        (bare, {"ROUNDS": "1", "FINAL": "distilled"}, 1,
-                                         "distilled"),
-                                        (minilm_dir, {"FINAL": "remined"}, 1, "remined")):
+    for model, extra, rounds, final, teacher in (
+            (minilm_dir, {}, 1, "distilled", "reranker"),
+            (bare, {}, 2, "distilled", "late"),
+            (bare, {"TEACHER": "reranker"}, 2, "remined", "reranker"),
+            (minilm_dir, {"ROUNDS": "3", "TEACHER": "late"}, 3, "distilled", "late"),
+            (bare, {"ROUNDS": "1", "FINAL": "remined"}, 1, "remined", "late"),
+            (minilm_dir, {"FINAL": "remined"}, 1, "remined", "reranker")):
         r = make("search", {"MODEL": str(model), **base, **extra}, "-n", makefile=None,
                  start=tmp_path)
         assert r.returncode == 0, r.stderr
@@ -635,20 +638,32 @@ def test_search_pipeline_runs_more_rounds_of_mining_when_asked(tmp_path, minilm_
                    "--epochs 1 --batch-size 32 --lr 2e-5 --seed 7" in step
         assert not any(f"round-{rounds + 1}" in x for x in commands)
         last = f"{runs}/{models[-1]}"
-        assert any(f" mine {last} {train} " in x and f"--out {runs}/taught " in x
-                   for x in commands)
-        for name in ("remined", "distilled"):
-            assert any(f" finetune {last} {runs}/taught/pairs.jsonl " in x
-                       and f"--out {runs}/{name} " in x for x in commands), name
+        taught = next(x for x in commands if f"--out {runs}/taught " in x)
+        assert f" mine {last} {train} " in taught
+        assert (f"--teacher {last} --teacher-scoring maxsim " if teacher == "late"
+                else f"--teacher {runs}/reranker --out") in taught
+        for name, loss in (("remined", "--loss infonce"),
+                           ("distilled", "--loss kl_infonce" if teacher == "late" else "")):
+            step = next(x for x in commands if f"--out {runs}/{name} " in x)
+            assert f" finetune {last} {runs}/taught/pairs.jsonl --task retrieval {loss}" \
+                in step, (name, step)
+            if not loss:
+                assert "--loss" not in step   # the file's teacher scores choose kl
         assert any(f" export {runs}/{final} " in x for x in commands)
         other = "remined" if final == "distilled" else "distilled"
         report = next(x for x in commands if " report " in x).split(" --title")[0]
         assert report.split(" report ")[1].split() == [
             f"{runs}/eval-{x}" for x in ("original", "inbatch", "mined-model-reranked",
-                                         *models[1:], other, f"{final}-reranked", "export")]
+                                         *models[1:], other, f"{final}-reranked",
+                                         f"{final}-late", "export")]
+        late = next(x for x in commands if f"--out {runs}/eval-{final}-late " in x)
+        assert f" eval {runs}/{final} " in late and \
+            f"--rerank {runs}/{final} --rerank-scoring maxsim --rerank-depth 20" in late
     for extra, message in (({"ROUNDS": "0"}, "ROUNDS=0: must be auto or a whole number"),
                            ({"ROUNDS": "two"}, "ROUNDS=two: must be auto or a whole number"),
-                           ({"FINAL": "best"}, "FINAL=best: must be auto, distilled or remined")):
+                           ({"FINAL": "best"}, "FINAL=best: must be auto, distilled or remined"),
+                           ({"TEACHER": "bert"},
+                            "TEACHER=bert: must be auto, reranker or late")):
         r = make("search", {"MODEL": str(minilm_dir), **base, **extra}, "-n", makefile=None,
                  start=tmp_path)
         assert r.returncode != 0 and message in r.stderr, r.stderr
@@ -717,6 +732,9 @@ def test_search_pipeline_each_steps_gain(tmp_path, minilm_dir):
              ("eval-distilled-reranked", "per_query.tsv", 5),
              ("eval-distilled-reranked", "rerank_per_query.tsv", 6),
              ("eval-distilled-reranked", "rerank_fused_per_query.tsv", 6),
+             # the same model reordered by its own token vectors: no second first-stage row
+             ("eval-distilled-late", "rerank_per_query.tsv", 6),
+             ("eval-distilled-late", "rerank_fused_per_query.tsv", 6),
              ("eval-export", "per_query.tsv", 6)]
     assert len(rows) == len(evals)
     scores = [_per_query(runs / d / f) for d, f, _ in evals]

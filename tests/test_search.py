@@ -136,7 +136,7 @@ def test_the_search_worked_example_runs_as_written(cli, minilm_dir, tmp_path):
     pytest.importorskip("bm25s")
     lines = _example_lines()
     assert [w[1] for w in lines] == ["mine", "finetune", "eval", "embed", "index", "search",
-                                     "finetune", "eval", "mine", "finetune"]
+                                     "finetune", "eval", "eval", "mine", "finetune"]
     for words in lines:
         args = []
         for w in words[1:]:
@@ -152,5 +152,7 @@ def test_the_search_worked_example_runs_as_written(cli, minilm_dir, tmp_path):
     assert {"ndcg@10", "dim128/ndcg@10", "bm25/ndcg@10", "hybrid/ndcg@10"} <= set(metrics)
     reranked = json.loads((tmp_path / "reranked" / "metrics.json").read_text())
     assert {"ndcg@10", "rerank/ndcg@10", "rerank/queries_per_second"} <= set(reranked)
+    late = json.loads((tmp_path / "late" / "metrics.json").read_text())
+    assert late["rerank/scoring"] == "maxsim" and "rerank/ndcg@10" in late
     taught = (tmp_path / "taught" / "pairs.jsonl").read_text().splitlines()[0]
     assert "score_negative_1" in json.loads(taught)

@@ -4,11 +4,14 @@ one's nDCG@10 and its difference from the model before with that difference's st
 over the queries (paired: the sample standard deviation of the per-query differences over the
 square root of their number, from per_query.tsv). An eval with --rerank adds its reranked run
 and the fused one as rows of their own (rerank_per_query.tsv, rerank_fused_per_query.tsv),
-whose gains are over their own first stage."""
+whose gains are over their own first stage; an eval of the same model as the eval before it
+(the same search reranked another way: by a cross-encoder, then by its own token vectors)
+adds only those rows, beside the first stage's row already shown."""
 
 from __future__ import annotations
 
 import csv
+import json
 import math
 from pathlib import Path
 
@@ -26,14 +29,21 @@ def steps(runs) -> list[tuple[str, dict[str, float], int | None]]:
     `runs`, in order: a first stage's over the first stage before it, a reranked run's over
     its own first stage."""
     found: list[tuple[str, dict[str, float], int | None]] = []
-    last = None
+    last, last_model = None, None
     for run in runs:
         path = run.artifact.path
         if run.artifact.kind != "eval" or not (path / "per_query.tsv").is_file():
             continue
-        found.append((path.name, per_query(path / "per_query.tsv"), last))
-        last = len(found) - 1
-        for kind, label in (("rerank", "reranked"), ("rerank_fused", "reranked and fused")):
+        inputs = run.artifact.manifest.inputs
+        model = inputs[0].id if inputs else None
+        if model is None or model != last_model:
+            found.append((path.name, per_query(path / "per_query.tsv"), last))
+            last, last_model = len(found) - 1, model
+        metrics = path / "metrics.json"
+        late = metrics.is_file() and json.loads(metrics.read_text(encoding="utf-8")).get(
+            "rerank/scoring") == "maxsim"
+        how = "reordered by its own token vectors" if late else "reranked"
+        for kind, label in (("rerank", how), ("rerank_fused", f"{how} and fused")):
             if (path / f"{kind}_per_query.tsv").is_file():
                 found.append((f"{path.name}, {label}", per_query(path / f"{kind}_per_query.tsv"),
                               last))

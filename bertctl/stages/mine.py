@@ -22,6 +22,9 @@ from bertctl.tasks.retrieval import late, mining, ranking
 def run(config: MineSettings, target: artifacts.Target, model_dir: Path, train: Path,
         corpus: Path | None = None, teacher: Path | None = None):
     hardware.set_threads(config.threads)
+    if teacher is None and config.teacher_scoring != "cross":
+        raise BertctlError(f"--teacher-scoring {config.teacher_scoring}: give --teacher MODEL, "
+                           f"the model that scores (the miner itself, say)")
     source = models.open_model(model_dir, "model", exports=True)
     family = tasks.get(mining.FAMILY)
     spec = family.for_model(tasks.make_task_spec(mining.FAMILY), source.hf_config)

@@ -18,6 +18,9 @@ from bertctl.stages.eval import pretraining, task
 def run(config: EvalSettings, target: artifacts.Target, model: Path, data: Path,
         expect: list[str], rerank: Path | None = None) -> artifacts.Outcome:
     gates = [expectations.parse(e) for e in expect]  # a typo fails before any work
+    if rerank is None and config.rerank_scoring != "cross":
+        raise BertctlError(f"--rerank-scoring {config.rerank_scoring}: give --rerank MODEL, "
+                           f"the model that scores (the first stage itself, say)")
     source = models.open_model(model, exports=True)
     pretrain_data = models.pretrain_data_artifact(data)
     if pretrain_data is not None and source.onnx is not None:

@@ -1,5 +1,7 @@
 """`eval FIRST_STAGE BEIR_DIR --rerank RERANKER [--rerank-depth K]`: the first stage's search,
-its first K documents a query reordered by a cross-encoder's scores, scored beside it.
+its first K documents a query reordered by a cross-encoder's scores (or, `--rerank-scoring
+maxsim`, by late interaction over an embedding model's token vectors: the first stage's own,
+say), scored beside it.
 
 The reranker is checked before the first stage runs (stages/common/cross.py: its head, its
 tokenizer; the depth against the run's is the family's check); then each query's candidates

@@ -5,10 +5,9 @@ piece's best cosine with any of the document's pieces, averaged over the query's
 Here it reads the last hidden states of a model trained for single-vector search (its pieces
 each scaled to unit length, [CLS] and [SEP] included, as `embed --pool tokens --normalize`
 writes them), so a search can be reordered by the same model with no second one to train:
-on the benchmark's paraphrase set its first ten reordered so gained at every seed, from the
-mined model of a ModernBERT pretrained by bertctl whose cross-encoder stayed below its first
-stage, and from all-MiniLM-L6-v2 as it ships (docs/benchmarks.md). Two texts that share no
-vector but share words are what it sees and the pooled vector blurs.
+mean pooling averages what MaxSim compares one by one. On the benchmark's paraphrase set it
+lifted a ModernBERT pretrained by bertctl, whose cross-encoder stayed under its first stage,
+at every seed (docs/benchmarks.md, "Late interaction").
 
 A teacher's scores (`mine --teacher-scoring maxsim`) are written as a cross-encoder's are read
 (reader.py: the sigmoid of a logit, whose softmax over a row is the teacher's distribution):
