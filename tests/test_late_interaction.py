@@ -171,3 +171,48 @@ def test_the_wrong_kind_of_scorer_is_one_line(cli, minilm_dir, tmp_path):
         r = cli(*args, "--out", tmp_path / "out")
         one_line_error(r, words)
         assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_search_reorders_its_hits_by_the_reranker(cli, minilm_dir, example_index, tmp_path):
+    """bertctl search --rerank: each query's --top-k hits (the same documents as the plain
+    search's) in the order of the reranker's scores, which the hits carry: MaxSim over
+    transformers' hidden states of the index's own model, or CrossEncoder.predict."""
+    from sentence_transformers import CrossEncoder
+
+    ask = ("search", example_index, "--query", "Who were the Normans?", "--query",
+           "When was the French revolution?", "--top-k", "5", "--precision", "fp32")
+    plain = [json.loads(x) for x in cli(*ask).stdout.splitlines()]
+    r = cli(*ask, "--rerank", minilm_dir, "--rerank-scoring", "maxsim")
+    assert r.exit_code == 0, r.stderr
+    late_hits = [json.loads(x) for x in r.stdout.splitlines()]
+    CrossEncoder(str(minilm_dir), num_labels=1, device="cpu").save(str(tmp_path / "ce"))
+    r = cli(*ask, "--rerank", tmp_path / "ce")
+    assert r.exit_code == 0, r.stderr
+    cross_hits = [json.loads(x) for x in r.stdout.splitlines()]
+    pieces = _hf_pieces(minilm_dir)
+    ce = CrossEncoder(str(tmp_path / "ce"), device="cpu")
+    queries = {"q1": "Who were the Normans?", "q2": "When was the French revolution?"}
+    for hits, score in ((late_hits, lambda q, d: late.maxsim(pieces(q), [pieces(d)]).item()),
+                        (cross_hits, lambda q, d: float(ce.predict([(q, d)])[0]))):
+        for q, text in queries.items():
+            mine = [h for h in hits if h["query"] == q]
+            assert sorted(h["id"] for h in mine) == sorted(
+                h["id"] for h in plain if h["query"] == q)
+            assert [h["rank"] for h in mine] == [1, 2, 3, 4, 5]
+            shown = [h["score"] for h in mine]
+            assert shown == sorted(shown, reverse=True)
+            want = [score(text, h["text"]) for h in mine]
+            # fp32 both sides, 6-layer encoders: seen ~1e-6; the hits keep 6 decimals
+            assert np.abs(np.array(shown) - np.array(want)).max() < 1e-5
+
+
+def test_search_rerank_needs_the_texts_and_the_model(cli, minilm_dir, tmp_path):
+    r = cli("embed", minilm_dir, BEIR / "corpus.jsonl", "--text-column", "text", "--id-column",
+            "_id", "--precision", "fp32", "--out", tmp_path / "bare")
+    assert r.exit_code == 0, r.stderr
+    one_line_error(cli("search", tmp_path / "bare", "--query", "normans", "--rerank",
+                       minilm_dir, "--rerank-scoring", "maxsim"),
+                   "keeps no texts for --rerank to read")
+    one_line_error(cli("search", tmp_path / "bare", "--query", "normans", "--rerank-scoring",
+                       "maxsim"), "--rerank-scoring maxsim: give --rerank MODEL")

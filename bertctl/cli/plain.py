@@ -66,16 +66,24 @@ def search(
     ef_search: Annotated[Optional[int], typer.Option(
         min=1, help="An hnsw index: the beam of a query (unset: as built).",
         show_default=False)] = None,
+    rerank: Annotated[Optional[Path], typer.Option(
+        help="Reorder each query's --top-k by this model's scores: a cross-encoder, or with "
+             "--rerank-scoring maxsim an embedding model (the index's own, say) by late "
+             "interaction over its token vectors. The index must keep its texts "
+             "(--store-text); each hit's score is then the reranker's.",
+        show_default=False)] = None,
+    rerank_scoring: Annotated[str, typer.Option(
+        help="cross or maxsim, as eval's --rerank-scoring.")] = "cross",
     debug: DEBUG = False,
 ):
     """Search an embeddings or index artifact: each query's nearest documents (exact cosine
     search, or the index's approximate one; the query embedded by the documents' own model)
-    as JSON lines: query, rank, id, score, text."""
+    as JSON lines: query, rank, id, score, text; optionally reordered by a reranker."""
     from bertctl.stages import search as stage_module
 
     with _handled(False, debug):
         stage_module.run(index, query or [], queries, top_k, model, precision, threads, probe,
-                         ef_search)
+                         ef_search, rerank, rerank_scoring)
 
 
 PLAIN = [("inspect", inspect_artifact), ("diff", diff_artifacts), ("search", search)]

@@ -7,6 +7,9 @@ block at a time, memory-mapped, the best --top-k kept: bertctl.tasks.retrieval.r
 an index artifact `bertctl index` built on it (exact below its size threshold, else faiss's
 approximate search). Each query is embedded by the model that embedded the documents (its
 query prompt before it); another model is refused: its vectors would be another space's.
+`--rerank MODEL` reorders each query's hits by a cross-encoder's scores or, `--rerank-scoring
+maxsim`, by late interaction over an embedding model's token vectors (stages/common/cross.py,
+as `eval --rerank` scores), reading the texts the index keeps.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pyarrow.parquet as pq
 
 from bertctl import hardware, tasks
@@ -22,7 +26,7 @@ from bertctl.contract import artifacts
 from bertctl.embeddings import INDEX
 from bertctl.errors import BertctlError
 from bertctl.model import sentence_layout
-from bertctl.stages.common import models, vectors
+from bertctl.stages.common import cross, models, vectors
 from bertctl.tasks.retrieval import approximate, mining, ranking, reader
 
 
@@ -77,9 +81,13 @@ def open_index(path: Path):
 
 def run(index: Path, query: list[str], queries_file: Path | None, top_k: int,
         model_dir: Path | None, precision: str, threads: int | None,
-        probe: int | None = None, ef_search: int | None = None) -> None:
+        probe: int | None = None, ef_search: int | None = None,
+        rerank: Path | None = None, rerank_scoring: str = "cross") -> None:
     if precision not in ("auto", "fp32", "bf16"):
         raise BertctlError(f"--precision {precision}: auto, fp32 or bf16")
+    if rerank is None and rerank_scoring != "cross":
+        raise BertctlError(f"--rerank-scoring {rerank_scoring}: give --rerank MODEL, the "
+                           f"model that scores (the index's own, say)")
     hardware.set_threads(threads)
     art, blocks, approx, kind = open_index(index)
     if (probe is not None and kind != "ivf") or (ef_search is not None and kind != "hnsw"):
@@ -95,6 +103,12 @@ def run(index: Path, query: list[str], queries_file: Path | None, top_k: int,
                            f"{source.ref.id}, the index's model {built_by.id}): a query must "
                            f"be embedded by the index's own model")
     family = tasks.get(mining.FAMILY)
+    reranker = None
+    if rerank is not None:
+        if "text" not in pq.read_schema(art.file(INDEX)).names:
+            raise BertctlError(f"{art.path}: keeps no texts for --rerank to read: embed the "
+                               f"documents with --store-text")
+        reranker = cross.open_reranker(rerank, family, scoring=rerank_scoring)
     asked = read_queries(query, queries_file)
     tok, _ = source.tokenizer()
     max_len = models.model_length(source)
@@ -117,6 +131,8 @@ def run(index: Path, query: list[str], queries_file: Path | None, top_k: int,
     k = min(top_k, stats.get("vectors", top_k))
     scores, found = (ranking.search(q, blocks, k) if approx is None
                      else approximate.nearest(approx, q, k, blocks))
+    if reranker is not None:
+        scores, found = _reranked(reranker, asked, scores, found, texts, device, run_precision)
     out = sys.stdout
     for (qid, text), s, i in zip(asked, scores, found):
         for rank, (score, j) in enumerate(zip(s.tolist(), i.tolist()), 1):
@@ -126,3 +142,21 @@ def run(index: Path, query: list[str], queries_file: Path | None, top_k: int,
             if texts is not None:
                 hit["text"] = texts[j]
             out.write(json.dumps(hit, ensure_ascii=False) + "\n")
+
+
+def _reranked(reranker, asked, scores, found, texts, device, precision):
+    """Each query's hits reordered by the reranker's scores (those its hits then carry), as
+    `eval --rerank` reorders a search's first documents; ties keep the search's order."""
+    pairs = [(a, j) for a, row in enumerate(found.tolist()) for j in row if j >= 0]
+    new = cross.score_pairs(reranker, [asked[a][1] for a, _ in pairs],
+                            [texts[j] for _, j in pairs], 64, device, precision)
+    out_scores = np.full(scores.shape, -np.inf, np.float64)
+    out_found = np.full(found.shape, -1, found.dtype)
+    at = 0
+    for a, row in enumerate(found.tolist()):
+        hits = [j for j in row if j >= 0]
+        order = sorted(range(len(hits)), key=lambda i: -float(new[at + i]))   # stable
+        out_found[a, :len(hits)] = [hits[i] for i in order]
+        out_scores[a, :len(hits)] = [float(new[at + i]) for i in order]
+        at += len(hits)
+    return out_scores, out_found

@@ -63,6 +63,10 @@ def open_reranker(path: Path, first_family, flag: str = "--rerank",
         raise BertctlError(f"{exc}{other}") from None
     tok, _ = source.tokenizer()
     max_len = length(source)
+    if scoring == "maxsim":   # where its search truncates: its fine-tuning length, else encode's
+        record = sentence_layout.record_of(source.hf_config) or {}
+        given = (source.task or {}).get("max_seq_length") or record.get("max_seq_length")
+        max_len = min(models.model_length(source), int(given)) if given else max_len
     models.check_reads_task(source, tok, max_len)
     return Reranker(source, family, spec, max_len, scoring)
 
