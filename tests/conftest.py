@@ -39,6 +39,55 @@ def invoke(*args):
     return Result(result.exit_code, result.stdout, result.stderr)
 
 
+def reranked_eval(first, beir, tmp_path, *rerank):
+    """`eval FIRST BEIR` with the `rerank` flags and without, fp32: (the reranked eval's
+    directory, its metrics, the plain run), the first stage's metrics checked unchanged."""
+    from bertctl.tasks.retrieval import ranking
+
+    out, plain = tmp_path / "ev", tmp_path / "plain"
+    r = invoke("eval", first, beir, *rerank, "--precision", "fp32", "--out", out)
+    assert r.exit_code == 0, r.stderr
+    assert invoke("eval", first, beir, "--precision", "fp32", "--out", plain).exit_code == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    before = json.loads((plain / "metrics.json").read_text())
+    assert all(metrics[k] == before[k] for k in ranking.METRICS)
+    return out, metrics, read_run(plain / "run.trec")
+
+
+def beir_texts(beir) -> tuple[dict[str, str], dict[str, str]]:
+    """A BEIR directory's queries and documents by id, a document's text its title and text
+    (as BEIR joins them)."""
+    queries = {json.loads(x)["_id"]: json.loads(x)["text"]
+               for x in (beir / "queries.jsonl").read_text().splitlines()}
+    docs = {}
+    for x in (beir / "corpus.jsonl").read_text().splitlines():
+        d = json.loads(x)
+        docs[d["_id"]] = f"{d['title']} {d['text']}" if d.get("title") else d["text"]
+    return queries, docs
+
+
+def read_run(path) -> dict[str, list[str]]:
+    """A TREC run file's documents per query, in the file's order."""
+    run: dict[str, list[str]] = {}
+    for line in path.read_text().splitlines():
+        q, _, d, _, _, _ = line.split()
+        run.setdefault(q, []).append(d)
+    return run
+
+
+def loss_trained_on(rows: list[dict], model, tmp_path) -> str:
+    """The loss `finetune --task retrieval` chose for the first 16 of mined `rows` (two
+    steps, fp32), as its artifact records it."""
+    small = tmp_path / "small.jsonl"
+    small.write_text("\n".join(json.dumps(row) for row in rows[:16]) + "\n")
+    r = invoke("finetune", model, small, "--task", "retrieval", "--steps", "2",
+               "--batch-size", "8", "--max-seq-length", "32", "--precision", "fp32",
+               "--out", tmp_path / "student")
+    assert r.exit_code == 0, r.stderr
+    return json.loads((tmp_path / "student" / "artifact.json").read_text())["stats"]["loss"][
+        "name"]
+
+
 def one_line_error(r, *parts):
     """A refusal as the contract says: exit 2, one line on stderr, holding every part."""
     assert r.exit_code == 2, (r.exit_code, r.stderr)

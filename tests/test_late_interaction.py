@@ -11,7 +11,8 @@ import torch
 
 from bertctl.tasks.retrieval import late, ranking
 
-from conftest import EXAMPLES, one_line_error
+from conftest import (EXAMPLES, beir_texts, loss_trained_on, one_line_error, read_run,
+                      reranked_eval)
 
 TRAIN = EXAMPLES / "retrieval" / "train.tsv"
 BEIR = EXAMPLES / "retrieval" / "beir"
@@ -59,14 +60,6 @@ def _hf_pieces(model_dir):
     return pieces
 
 
-def _run(path):
-    run = {}
-    for line in path.read_text().splitlines():
-        q, _, d, _, _, _ = line.split()
-        run.setdefault(q, []).append(d)
-    return run
-
-
 def _scores(path):
     scores = {}
     for line in path.read_text().splitlines():
@@ -80,24 +73,11 @@ def test_a_search_is_reordered_by_its_own_token_vectors(cli, minilm_dir, tmp_pat
     """eval --rerank MODEL --rerank-scoring maxsim: the first stage's metrics unchanged, its
     first K documents a query scored by MaxSim over transformers' hidden states of the same
     model and put in that order, the rest below; the scoring recorded."""
-    out = tmp_path / "ev"
-    r = cli("eval", minilm_dir, BEIR, "--rerank", minilm_dir, "--rerank-scoring", "maxsim",
-            "--rerank-depth", "5", "--precision", "fp32", "--out", out)
-    assert r.exit_code == 0, r.stderr
-    plain = tmp_path / "plain"
-    assert cli("eval", minilm_dir, BEIR, "--precision", "fp32", "--out", plain).exit_code == 0
-    metrics = json.loads((out / "metrics.json").read_text())
-    before = json.loads((plain / "metrics.json").read_text())
-    assert all(metrics[k] == before[k] for k in ranking.METRICS)
+    out, metrics, first = reranked_eval(minilm_dir, BEIR, tmp_path, "--rerank", minilm_dir,
+                                        "--rerank-scoring", "maxsim", "--rerank-depth", "5")
     assert metrics["rerank/scoring"] == "maxsim" and metrics["rerank/depth"] == 5
-    first = _run(plain / "run.trec")
-    queries = {json.loads(x)["_id"]: json.loads(x)["text"]
-               for x in (BEIR / "queries.jsonl").read_text().splitlines()}
-    docs = {}
-    for x in (BEIR / "corpus.jsonl").read_text().splitlines():
-        d = json.loads(x)   # a document's text is its title and text, as BEIR's
-        docs[d["_id"]] = f"{d['title']} {d['text']}" if d.get("title") else d["text"]
-    got, scores = _run(out / "rerank.trec"), _scores(out / "rerank.trec")
+    queries, docs = beir_texts(BEIR)
+    got, scores = read_run(out / "rerank.trec"), _scores(out / "rerank.trec")
     pieces = _hf_pieces(minilm_dir)
     for q in list(first)[:40]:   # transformers one text at a time: a sample of the queries
         head = first[q][:5]
@@ -136,14 +116,7 @@ def test_a_maxsim_teacher_teaches_the_bi_encoder(cli, minilm_dir, tmp_path):
     got = np.array([[row[f"score_{c}"] for c in columns] for row in some])
     # fp32 MaxSim (~1e-6) times SCALE 20 through a sigmoid of slope <= 1/4, rounded to 1e-7
     assert np.abs(got - late.teacher_scores(m)).max() < 1e-5
-    small = tmp_path / "small.jsonl"
-    small.write_text("\n".join(json.dumps(row) for row in rows[:16]) + "\n")
-    r = cli("finetune", minilm_dir, small, "--task", "retrieval", "--steps", "2",
-            "--batch-size", "8", "--max-seq-length", "32", "--precision", "fp32",
-            "--out", tmp_path / "student")
-    assert r.exit_code == 0, r.stderr
-    stats = json.loads((tmp_path / "student" / "artifact.json").read_text())["stats"]
-    assert stats["loss"]["name"] == "kl"
+    assert loss_trained_on(rows, minilm_dir, tmp_path) == "kl"
 
 
 def test_the_wrong_kind_of_scorer_is_one_line(cli, minilm_dir, tmp_path):

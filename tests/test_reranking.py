@@ -14,7 +14,8 @@ import torch
 from bertctl.tasks.reranking.loss import RankingLoss, ranking_loss
 from bertctl.tasks.retrieval import ranking
 
-from conftest import EXAMPLES, one_line_error
+from conftest import (EXAMPLES, beir_texts, loss_trained_on, one_line_error, read_run,
+                      reranked_eval)
 
 TRAIN = EXAMPLES / "retrieval" / "train.tsv"
 BEIR = EXAMPLES / "retrieval" / "beir"
@@ -113,29 +114,15 @@ def test_a_search_is_reranked_as_crossencoder_orders_it(cli, minilm_dir, reranke
     the order of CrossEncoder.predict's scores (ties as trec_eval), the rest below."""
     from sentence_transformers import CrossEncoder
 
-    out = tmp_path / "ev"
-    r = cli("eval", minilm_dir, BEIR, "--rerank", reranker / "reranker", "--rerank-depth", "5",
-            "--precision", "fp32", "--out", out)
-    assert r.exit_code == 0, r.stderr
-    plain = tmp_path / "plain"
-    assert cli("eval", minilm_dir, BEIR, "--precision", "fp32", "--out", plain).exit_code == 0
-    metrics = json.loads((out / "metrics.json").read_text())
-    before = json.loads((plain / "metrics.json").read_text())
-    assert all(metrics[k] == before[k] for k in ranking.METRICS)
-    first = _run(plain / "run.trec")
-    queries = {json.loads(x)["_id"]: json.loads(x)["text"]
-               for x in (BEIR / "queries.jsonl").read_text().splitlines()}
-    docs = {}
-    for x in (BEIR / "corpus.jsonl").read_text().splitlines():
-        d = json.loads(x)
-        docs[d["_id"]] = (d.get("title", "") + " " + d["text"]).strip() if d.get("title") \
-            else d["text"]
+    out, metrics, first = reranked_eval(minilm_dir, BEIR, tmp_path, "--rerank",
+                                        reranker / "reranker", "--rerank-depth", "5")
+    queries, docs = beir_texts(BEIR)
     ce = CrossEncoder(str(reranker / "reranker"), device="cpu")
     want = {}
     for q, ranked in first.items():
         s = ce.predict([(queries[q], docs[d]) for d in ranked[:5]]).tolist()
         want[q] = [d for d, _ in ranking.rank(ranked[:5], s)] + ranked[5:]
-    got = _run(out / "rerank.trec")
+    got = read_run(out / "rerank.trec")
     assert got == want
     qrels = {}
     for line in (BEIR / "qrels" / "test.tsv").read_text().splitlines()[1:]:
@@ -152,19 +139,11 @@ def test_a_search_is_reranked_as_crossencoder_orders_it(cli, minilm_dir, reranke
         score = {d: 1 / (60 + head.index(d) + 1) + 1 / (60 + want[q].index(d) + 1)
                  for d in head}
         fused[q] = sorted(head, key=lambda d: (-score[d], head.index(d))) + ranked[5:]
-    assert _run(out / "rerank_fused.trec") == fused
+    assert read_run(out / "rerank_fused.trec") == fused
     means, _ = ranking.evaluate(fused, qrels)
     assert metrics["rerank_fused/ndcg@10"] == pytest.approx(means["ndcg@10"], abs=1e-9)
     inputs = json.loads((out / "artifact.json").read_text())["inputs"]
     assert [i["role"] for i in inputs][-1] == "reranker"
-
-
-def _run(path):
-    run = {}
-    for line in path.read_text().splitlines():
-        q, _, d, rank, _, _ = line.split()
-        run.setdefault(q, []).append(d)
-    return run
 
 
 def test_a_crossencoder_saved_by_sentence_transformers_reranks(cli, minilm_dir, tmp_path):
@@ -296,14 +275,8 @@ def test_the_reranker_teaches_the_bi_encoder(cli, minilm_dir, reranker, tmp_path
     assert np.abs(got - want).max() < 1e-5   # fp32 both, as in the parity test
     inputs = json.loads((out / "artifact.json").read_text())["inputs"]
     assert "teacher" in [i["role"] for i in inputs]
-    small = tmp_path / "small.jsonl"
-    small.write_text("\n".join(json.dumps(row) for row in rows[:16]) + "\n")
-    r = cli("finetune", minilm_dir, small, "--task", "retrieval", "--steps", "2",
-            "--batch-size", "8", "--max-seq-length", "32", "--precision", "fp32",
-            "--out", tmp_path / "student")
-    assert r.exit_code == 0, r.stderr
-    stats = json.loads((tmp_path / "student" / "artifact.json").read_text())["stats"]
-    assert stats["loss"]["name"] == "kl"   # the labels chose it, and the artifact says so
+    # the labels chose it, and the artifact says so
+    assert loss_trained_on(rows, minilm_dir, tmp_path) == "kl"
 
 
 def test_teacher_scores_are_whole_or_refused(cli, minilm_dir, tmp_path):
