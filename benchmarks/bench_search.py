@@ -487,9 +487,10 @@ def rounds(prefix: str, k: int, args, out: Path, data: Path, runtime: list, prec
     listwise KL from them plus in-batch negatives (kl_infonce); `roundK` is its control."""
     step = f"{prefix}round{k}" + ("+late" if taught else "")
     for seed in args.seeds:
-        start = out / f"ft-{prefix}{'mined' if k == 2 else f'round{k - 1}'}-seed{seed}"
+        before = prefix + ("mined" if k == 2 else f"round{k - 1}")
+        start = out / f"ft-{before}-seed{seed}"
         if not (start / "config.json").exists():
-            sys.exit(f"{step}: {start} is missing: run {BEFORE[step]} for seed {seed} first")
+            sys.exit(f"{step}: {start} is missing: run {before} for seed {seed} first")
         rows = out / (f"st-round{k}-seed{seed}.jsonl" if prefix
                       else f"{step}-seed{seed}/pairs.jsonl")
         teacher = ["--teacher", start, "--teacher-scoring", "maxsim"] if taught else []

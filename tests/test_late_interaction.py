@@ -100,13 +100,20 @@ def test_a_search_is_reordered_by_its_own_token_vectors(cli, minilm_dir, tmp_pat
 
 
 @pytest.mark.slow
-def test_a_maxsim_teacher_teaches_the_bi_encoder(cli, minilm_dir, tmp_path):
+def test_a_maxsim_teacher_teaches_the_bi_encoder(cli, minilm_dir, tmp_path, monkeypatch):
     """mine --teacher MODEL --teacher-scoring maxsim writes late.teacher_scores of MaxSim over
-    transformers' hidden states of each row's candidates; finetune reads them (listwise KL)."""
+    transformers' hidden states of each row's candidates; finetune reads them (listwise KL).
+    The miner teaching by its own vectors is loaded once."""
+    from bertctl.stages.common import models
+    loads = []
+    load = models.load_task_model
+    monkeypatch.setattr(models, "load_task_model",
+                        lambda *a, **k: loads.append(a[0].path) or load(*a, **k))
     out = tmp_path / "mined"
     r = cli("mine", minilm_dir, TRAIN, "--negatives", "2", "--teacher", minilm_dir,
             "--teacher-scoring", "maxsim", "--precision", "fp32", "--out", out)
     assert r.exit_code == 0, r.stderr
+    assert len(loads) == 1, loads
     rows = [json.loads(x) for x in (out / "pairs.jsonl").read_text().splitlines()]
     columns = ("positive", "negative_1", "negative_2")
     pieces = _hf_pieces(minilm_dir)
@@ -139,6 +146,8 @@ def test_the_wrong_kind_of_scorer_is_one_line(cli, minilm_dir, tmp_path):
          "--rerank-scoring maxsim: give --rerank MODEL"),
         (("mine", minilm_dir, TRAIN, "--teacher-scoring", "maxsim"),
          "--teacher-scoring maxsim: give --teacher MODEL"),
+        (("eval", minilm_dir, BEIR, "--task", "retrieval", "--rerank-depth", "5"),
+         "--rerank-depth 5: give --rerank MODEL"),
     )
     for args, words in cases:
         r = cli(*args, "--out", tmp_path / "out")

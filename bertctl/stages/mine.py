@@ -95,10 +95,13 @@ def run(config: MineSettings, target: artifacts.Target, model_dir: Path, train: 
         texts = pairs.texts_of(docs)
         teacher_scores = None
         if scorer is not None:   # the reranker's score of each kept row's candidates
+            # The miner teaching by its own token vectors is the model already loaded.
+            same = scorer.scoring == "maxsim" and \
+                Path(scorer.source.path).resolve() == Path(source.path).resolve()
             teacher_scores = cross.score_pairs(
                 scorer, [pairs.queries[r] for r in rows for _ in range(docs.shape[1])],
                 [texts[j] for j in docs.reshape(-1).tolist()], config.batch_size, device,
-                precision).reshape(docs.shape)
+                precision, model=model if same else None).reshape(docs.shape)
             if scorer.scoring == "maxsim":   # as a cross-encoder's scores are read
                 teacher_scores = late.teacher_scores(teacher_scores)
         mining.write(tmp / mining.OUTPUT, pairs, chosen, kept, texts, teacher_scores)

@@ -21,6 +21,9 @@ def run(config: EvalSettings, target: artifacts.Target, model: Path, data: Path,
     if rerank is None and config.rerank_scoring != "cross":
         raise BertctlError(f"--rerank-scoring {config.rerank_scoring}: give --rerank MODEL, "
                            f"the model that scores (the first stage itself, say)")
+    if rerank is None and "rerank_depth" in config.model_fields_set:
+        raise BertctlError(f"--rerank-depth {config.rerank_depth}: give --rerank MODEL, the "
+                           f"model that reorders each query's first documents")
     source = models.open_model(model, exports=True)
     pretrain_data = models.pretrain_data_artifact(data)
     if pretrain_data is not None and source.onnx is not None:
