@@ -4,7 +4,7 @@
         [--model DIR] [--seeds 0 1 2 3 4] [--threads 2]
         [--steps baseline inbatch mined st-inbatch st-mined rerank distill again st-rerank
                  st-distill round2 round3 st-round2 st-round3 late-mined late-round3
-                 round3+late]
+                 round3+late head-mined head-round3] [--head-epochs 1]
         [--distill-loss kl]
         [--rerank-lr 5e-5 --rerank-epochs 1
         --rerank-negatives 3]
@@ -45,7 +45,9 @@ round K - 1 (round 1 is `mined`) mines its training queries again with the same 
 tool with its own miner, and is trained one more epoch on its rows with the same seed.
 Late interaction (`late-X`, X a step run before: `late-mined`, `late-round3`): each seed's model
 of step X reorders its own first 10 documents a query by MaxSim over its token vectors (`eval
---rerank` it `--rerank-scoring maxsim`), no second model trained; `roundK+late`: round K with
+--rerank` it `--rerank-scoring maxsim`), no second model trained; `head-X`, the same after a
+late-interaction head (`finetune --late-dim 128`, the encoder frozen) is fitted to X's model
+on X's rows, compared with `late-X`; `roundK+late`: round K with
 the start's own MaxSim scores of its rows as the teacher (listwise KL plus in-batch negatives),
 `roundK` its control.
 Results go to OUT/results.json; the table to stdout, with the machine line.
@@ -293,6 +295,8 @@ def main() -> None:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--steps", nargs="+", default=["baseline", "inbatch", "mined"])
+    p.add_argument("--head-epochs", type=int, default=1,
+                   help="head-X: epochs of the late head's fitting (lr 3e-3)")
     p.add_argument("--precision", default="auto")
     p.add_argument("--lr", type=float, default=2e-5,
                    help="the bi-encoder's fine-tuning rate, both tools (all-MiniLM-L6-v2's)")
@@ -409,8 +413,16 @@ def main() -> None:
             second_stage(prefix, args, out, data, model, runtime, precision, results, log,
                          mined_rows)
             (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-    for step in [x for x in args.steps if x.startswith("late-")]:
-        late(step, args, out, data, runtime, results, log)
+    def rows_of(step: str, seed: int) -> Path:
+        """The rows step's model was trained on (its mined rows, or a round's)."""
+        if step == "mined":
+            return mined_rows("", seed)
+        if re.fullmatch(r"round[2-9](\+late)?", step):
+            return out / f"{step}-seed{seed}" / "pairs.jsonl"
+        sys.exit(f"head-{step}: a late head is fitted on the rows of mined or a round")
+
+    for step in [x for x in args.steps if x.startswith(("late-", "head-"))]:
+        late(step, args, out, data, runtime, results, log, rows_of)
         (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     print(f"\n{results['machine']}; {facts['test_queries']} queries over "
@@ -421,7 +433,9 @@ def main() -> None:
     for name, r in steps.items():
         v = r["ndcg"]
         sd = f" ± {statistics.stdev(v):.4f}" if len(v) > 1 else ""
-        before = BEFORE.get(name) or (name[len("late-"):] if name.startswith("late-") else None)
+        before = BEFORE.get(name) or (name[len("late-"):] if name.startswith("late-") else
+                                      "late-" + name[len("head-"):]
+                                      if name.startswith("head-") else None)
         diff = (_diff(v, steps[before]["ndcg"]) + _paired(r, steps[before]) + f" (vs {before})"
                 if before in steps else "")
         secs = f"{statistics.fmean(r['seconds']):.0f}" if r.get("seconds") else ""
@@ -589,20 +603,31 @@ def second_stage(prefix: str, args, out: Path, data: Path, model: Path, runtime:
 
 
 def late(step: str, args, out: Path, data: Path, runtime: list, results: dict,
-         log: Path) -> None:
+         log: Path, rows_of) -> None:
     """`late-X`: each seed's model of step X (`mined`, `round3`, `st-mined`, ...) reorders
     its own first RERANK_DEPTH documents a query by late interaction over its token vectors
     (`eval --rerank` itself `--rerank-scoring maxsim`): no second model; the cost is the
-    eval's, the first stage's search included."""
-    first_step = step[len("late-"):]
+    eval's, the first stage's search included. `head-X`: the same after a late-interaction
+    head is fitted to X's model on the rows X trained on (`rows_of`; `finetune --late-dim
+    128`, the encoder frozen, --head-epochs at lr 3e-3), the head's fitting its own cost."""
+    fitted = step.startswith("head-")
+    first_step = step.split("-", 1)[1]
     for seed in args.seeds:
         first = out / f"ft-{first_step}-seed{seed}"
         if not (first / "config.json").exists():
             sys.exit(f"{step}: {first} is missing: run {first_step} for seed {seed} first")
         ev = out / f"eval-{step}-seed{seed}"
         started = time.monotonic()
+        model = first
+        if fitted:
+            model = out / f"ft-{step}-seed{seed}"
+            _cost(results, f"late head of {first_step}", seed, made(
+                [*BERTCTL, "finetune", first, rows_of(first_step, seed), "--task",
+                 "retrieval", "--late-dim", "128", "--epochs", str(args.head_epochs), "--lr",
+                 "3e-3", *TRAIN_FLAGS[2:], "--seed", str(seed), "--out", model, *runtime],
+                model, log, args.threads))
         _cost(results, "search+late", seed, made(
-            [*BERTCTL, "eval", first, data / "beir", "--task", "retrieval", "--rerank", first,
+            [*BERTCTL, "eval", model, data / "beir", "--task", "retrieval", "--rerank", model,
              "--rerank-scoring", "maxsim", "--rerank-depth", RERANK_DEPTH, "--out", ev,
              *runtime], ev, log, args.threads))
         metrics = json.loads((ev / "metrics.json").read_text())

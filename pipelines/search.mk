@@ -8,9 +8,10 @@
 # own late interaction over its token vectors, listwise KL plus in-batch negatives), so the
 # report shows the teacher's own share as the gain of one over the other (a reranker under
 # its first stage teaches less than the round alone: docs/benchmarks.md); the FINAL of the two
-# evaluated with and without reranking (by the reranker, and by its own token vectors),
-# exported (int8) and evaluated again; one report whose first table is each step's gain in
-# nDCG@10 with its standard error over the queries.
+# evaluated with and without reranking (by the reranker, and by its own token vectors, also
+# through a late-interaction head fitted to it: LATE_DIM), exported (int8) and evaluated
+# again; one report whose first table is each step's gain in nDCG@10 with its standard error
+# over the queries.
 #
 #   make -C pipelines search MODEL=DIR TRAIN=pairs.tsv BEIR=DIR [CORPUS=texts.txt]
 #   make -C pipelines -f search.mk search MODEL=... TRAIN=... BEIR=...   (the same)
@@ -48,6 +49,12 @@
 #   FINAL      the model exported and reranked last: distilled, remined, or auto (default):
 #              remined when a pretraining checkpoint's TEACHER is the reranker (it taught
 #              less than the round without it), else distilled
+#   LATE_DIM   the late-interaction head fitted to FINAL on the teacher's rows (finetune
+#              --late-dim, the encoder frozen: its search unchanged) and FINAL's reordering
+#              through it (late-head): a size, none, or auto (default): 128 (ColBERT's) for a
+#              pretraining checkpoint (its reordering gained at every seed: docs/benchmarks.md),
+#              none for a MODEL trained for search (it gained nothing there)
+#   LATE_LR    the head's rate (3e-3, one epoch)
 #   DEPTH      documents a query the reranker reorders (20)
 #   FLAGS      more flags for every command (e.g. --precision fp32)
 #   RUNS       where the artifacts go (default runs/search)
@@ -71,6 +78,8 @@ MINE_WITH ?= auto
 ROUNDS  ?= auto
 FINAL   ?= auto
 TEACHER ?= auto
+LATE_DIM ?= auto
+LATE_LR ?= 3e-3
 MINE_FLAGS ?=
 DEPTH   ?= 20
 FLAGS   ?=
@@ -102,6 +111,9 @@ endif
 ifeq ($(filter auto reranker late,$(TEACHER)),)
 $(error TEACHER=$(TEACHER): must be auto, reranker or late)
 endif
+ifeq ($(filter auto none,$(LATE_DIM))$(shell echo '$(LATE_DIM)' | grep -Ex '[1-9][0-9]{0,4}'),)
+$(error LATE_DIM=$(LATE_DIM): must be auto, none or a size such as 128)
+endif
 endif
 
 MODEL_DEPS := $(or $(wildcard $(MODEL)/artifact.json),\
@@ -121,6 +133,8 @@ ROUNDS_RUN := $(if $(filter auto,$(ROUNDS)),$(if $(SEARCH_MODEL),1,2),$(ROUNDS))
 TEACHER_RUN := $(if $(filter auto,$(TEACHER)),$(if $(SEARCH_MODEL),reranker,late),$(TEACHER))
 TAUGHT_MORE := $(SEARCH_MODEL)$(filter late,$(TEACHER_RUN))
 FINAL_RUN  := $(if $(filter auto,$(FINAL)),$(if $(TAUGHT_MORE),distilled,remined),$(FINAL))
+LATE_HEAD  := $(filter-out none,$(if $(filter auto,$(LATE_DIM)),$(if $(SEARCH_MODEL),none,128),\
+                                     $(LATE_DIM)))
 # Round k's model and, as word k of BEFORE, the model round k starts from and mines with.
 LATER_ROUNDS := $(wordlist 2,$(ROUNDS_RUN),$(shell seq 99))
 ROUND_MODELS := mined-model $(foreach k,$(LATER_ROUNDS),round-$(k))
@@ -174,6 +188,12 @@ $(RUNS)/remined/artifact.json: $(RUNS)/taught/artifact.json
 $(RUNS)/distilled/artifact.json: $(RUNS)/taught/artifact.json
 	$(BERTCTL) finetune $(RUNS)/$(LAST_ROUND) $(<D)/pairs.jsonl --task retrieval \
 	    $(DISTILL_LOSS) $(TRAINING) --out $(@D) --force
+# FINAL with a late-interaction head fitted on the rows it was trained on (its weights as
+# they were: the search is FINAL's).
+$(RUNS)/late-head/artifact.json: $(RUNS)/$(FINAL_RUN)/artifact.json $(RUNS)/taught/artifact.json
+	$(BERTCTL) finetune $(RUNS)/$(FINAL_RUN) $(RUNS)/taught/pairs.jsonl --task retrieval \
+	    --late-dim $(LATE_HEAD) --epochs 1 --batch-size $(BATCH) --lr $(LATE_LR) --seed $(SEED) \
+	    $(FLAGS) --out $(@D) --force
 $(RUNS)/export/artifact.json: $(RUNS)/$(FINAL_RUN)/artifact.json
 	$(BERTCTL) export $(<D) --quantize int8 --out $(@D) --force
 
@@ -195,7 +215,7 @@ $(RUNS)/eval-%-late/artifact.json: $(RUNS)/%/artifact.json $(BEIR_DEPS)
 # round before; FINAL's over the other of remined and distilled: the teacher's share, or
 # minus it), a reranked (or late) run's over its first stage.
 STEPS_SHOWN := original inbatch mined-model-reranked $(wordlist 2,99,$(ROUND_MODELS)) $(OTHER) \
-               $(FINAL_RUN)-reranked $(FINAL_RUN)-late export
+               $(FINAL_RUN)-reranked $(FINAL_RUN)-late $(if $(LATE_HEAD),late-head-late) export
 EVALS := $(foreach e,$(STEPS_SHOWN),$(RUNS)/eval-$(e)/artifact.json)
 $(RUNS)/report/artifact.json: $(EVALS)
 	$(BERTCTL) report $(patsubst %/artifact.json,%,$(EVALS)) \

@@ -12,7 +12,8 @@ import torch
 from bertctl.tasks.retrieval import late, ranking
 
 from conftest import (EXAMPLES, beir_texts, loss_trained_on, one_line_error, read_run,
-                      reranked_eval)
+                      reranked_eval, tiny_embedder)
+from tolerance import TINY_FP32, fp32_sum
 
 TRAIN = EXAMPLES / "retrieval" / "train.tsv"
 BEIR = EXAMPLES / "retrieval" / "beir"
@@ -45,8 +46,73 @@ def test_teacher_scores_read_as_the_maxsim_distribution():
     assert np.abs(got - want).max() < 1e-12
 
 
-def _hf_pieces(model_dir):
-    """A text's unit-length last hidden states from transformers' own BertModel."""
+def test_the_late_term_equals_its_plain_definition():
+    """late_info_nce: query i against every document of the batch (B rows x K columns), each
+    scored 20 x MaxSim over the real pieces (unit length; padding neither a best nor in the
+    mean), -log softmax at its own positive, averaged: float64 loops against the product."""
+    from bertctl.tasks.retrieval.contrastive import late_info_nce
+
+    g = torch.Generator().manual_seed(1)
+    b, widths = 3, (4, 6, 5)                     # queries, positives, one negative column
+    pieces = []
+    for t in widths:
+        mask = torch.zeros(b, t, dtype=torch.long)
+        for i in range(b):
+            mask[i, :int(torch.randint(1, t + 1, (1,), generator=g))] = 1
+        pieces.append((torch.randn(b, t, 8, generator=g), mask))
+
+    def real(c, i):
+        h, m = pieces[c][0][i].double(), pieces[c][1][i].bool()
+        return [(x / x.norm()).tolist() for x in h[m]]
+
+    def ms(q, d):
+        return sum(max(sum(a * b for a, b in zip(qi, dj)) for dj in d) for qi in q) / len(q)
+
+    k = len(widths) - 1
+    want = []
+    for i in range(b):
+        s = np.array([20 * ms(real(0, i), real(1 + c, j)) for j in range(b) for c in range(k)])
+        want.append(-(s[i * k] - np.log(np.exp(s).sum())))
+    got = late_info_nce(pieces, 20.0)
+    # fp32 scores of size up to 20 summed over the batch's 6 candidates; each MaxSim's mean
+    # of at most 4 fp32 cosines (8 products) is far inside it
+    assert got.item() == pytest.approx(np.mean(want), abs=fp32_sum(b * k, 20))
+
+
+def test_the_late_head_trains_alone_on_the_frozen_states():
+    """--late-dim: the loss is late_info_nce over the head's map of each column's last hidden
+    states (the encoder's, padding and all: trimming changes no piece), without dropout (two
+    passes give one loss), and its gradient reaches the map alone."""
+    from bertctl.tasks.retrieval.contrastive import ContrastiveLoss, late_info_nce
+
+    encoder = tiny_embedder(late_dim=8)
+    for m in encoder.modules():       # dropout that a frozen encoder must not apply
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.3
+    encoder.requires_grad_(False)
+    encoder.own_head.late.requires_grad_(True)
+    model = ContrastiveLoss(encoder, late_only=True).train()
+    g = torch.Generator().manual_seed(2)
+    ids = torch.randint(5, 60, (8, 3, 10), generator=g)
+    mask = (torch.arange(10) < torch.randint(3, 11, (8, 3, 1), generator=g)).long()
+    out = model(input_ids=ids, attention_mask=mask)
+    out["loss"].backward()
+    assert model(input_ids=ids, attention_mask=mask)["loss"].item() == out["loss"].item()
+    grads = {k for k, p in encoder.named_parameters() if p.grad is not None}
+    assert grads == {"sentence.late.weight"}
+    encoder.eval()
+    with torch.no_grad():
+        w = encoder.own_head.late.weight
+        columns = [(encoder.sequence(ids[:, c], None, mask[:, c]) @ w.T, mask[:, c])
+                   for c in range(3)]
+        want = late_info_nce(columns, 20.0).item()
+    # the same float32 terms in another grouping, tiny-model sized (TINY_MODEL)
+    assert out["loss"].item() == pytest.approx(want, abs=TINY_FP32["atol"])
+
+
+def _hf_pieces(model_dir, late=None):
+    """A text's unit-length last hidden states from transformers' own BertModel (mapped by
+    `late`, a (dim, hidden) matrix, first)."""
     from transformers import AutoModel, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(model_dir))
@@ -56,7 +122,7 @@ def _hf_pieces(model_dir):
         with torch.no_grad():
             enc = tok(text, return_tensors="pt", truncation=True, max_length=256)
             h = model(**enc).last_hidden_state[0]
-        return torch.nn.functional.normalize(h, dim=-1)
+        return torch.nn.functional.normalize(h if late is None else h @ late.T, dim=-1)
     return pieces
 
 
@@ -97,6 +163,68 @@ def test_a_search_is_reordered_by_its_own_token_vectors(cli, minilm_dir, tmp_pat
     assert metrics["rerank/ndcg@10"] == pytest.approx(means["ndcg@10"], abs=1e-9)
     config = json.loads((out / "artifact.json").read_text())["config"]
     assert config["rerank_scoring"] == "maxsim"
+
+
+@pytest.mark.slow
+def test_a_late_head_is_fitted_and_read_by_the_reordering(cli, minilm_dir, tmp_path):
+    """finetune --late-dim fits the head alone: the encoder's weights and the model's
+    vectors (sentence-transformers' encode of the directory) are the first stage's; eval
+    --rerank-scoring maxsim scores MaxSim over transformers' hidden states mapped by the
+    fitted head (read from its own folder); the head's size and loss recorded."""
+    from safetensors.torch import load_file
+    from sentence_transformers import SentenceTransformer
+
+    fitted = tmp_path / "late"
+    r = cli("finetune", minilm_dir, TRAIN, "--task", "retrieval", "--late-dim", "32",
+            "--steps", "3", "--batch-size", "8", "--lr", "1e-2", "--precision", "fp32",
+            "--max-seq-length", "256", "--out", fitted)   # (where _hf_pieces truncates)
+    assert r.exit_code == 0, r.stderr
+    before = load_file(minilm_dir / "model.safetensors")
+    after = {k.removeprefix("bert."): v
+             for k, v in load_file(fitted / "model.safetensors").items()}
+    assert set(after) <= set(before)   # (the original also keeps position_ids, a buffer)
+    assert all(torch.equal(before[k], after[k]) for k in after)
+    w = load_file(fitted / "late_projection" / "model.safetensors")["weight"]
+    assert w.shape == (32, 384) and not torch.equal(w, torch.eye(32, 384))   # it trained
+    texts = ["a cat sat on the mat", "the stock market fell sharply today"]
+    np.testing.assert_array_equal(SentenceTransformer(str(fitted), device="cpu").encode(texts),
+                                  SentenceTransformer(str(minilm_dir), device="cpu").encode(texts))
+    artifact = json.loads((fitted / "artifact.json").read_text())
+    assert artifact["stats"]["loss"]["name"] == "late_infonce"
+    assert json.loads((fitted / "config.json").read_text())["bertctl_embedding"]["late_dim"] == 32
+
+    out, metrics, first = reranked_eval(fitted, BEIR, tmp_path, "--rerank", fitted,
+                                        "--rerank-scoring", "maxsim", "--rerank-depth", "5")
+    queries, docs = beir_texts(BEIR)
+    scores = _scores(out / "rerank.trec")
+    pieces = _hf_pieces(minilm_dir, late=w)
+    for q in list(first)[:20]:
+        head = first[q][:5]
+        want = late.maxsim(pieces(queries[q]), [pieces(docs[d]) for d in head]).numpy()
+        # as the unmapped reordering's test, and one more fp32 product of 384 terms
+        assert np.abs(np.array([scores[q][d] for d in head]) - want).max() < 1e-5
+
+
+def test_the_late_head_refuses_what_it_cannot_fit(cli, minilm_dir, tmp_path):
+    """--late-dim above the hidden size; with a file of scored pairs or texts alone, a --loss,
+    or --cache-negatives: one line naming the setting, nothing written."""
+    scored = tmp_path / "scored.tsv"
+    scored.write_text("query\tpositive\tscore\na cat\ta dog\t3.5\nthe sun\tthe moon\t1.0\n")
+    texts = tmp_path / "texts.txt"
+    texts.write_text("a cat sat\nthe moon rose\n")
+    base = ("finetune", minilm_dir)
+    cases = (
+        ((TRAIN, "--late-dim", "385"), "--late-dim 385: at most the model's hidden size, 384"),
+        ((scored, "--label-column", "score", "--late-dim", "8"), "scored pairs"),
+        ((texts, "--late-dim", "8"), "texts alone"),
+        ((TRAIN, "--late-dim", "8", "--loss", "infonce"), "drop --loss infonce"),
+        ((TRAIN, "--late-dim", "8", "--cache-negatives", "4"), "drop --cache-negatives"),
+    )
+    for args, words in cases:
+        r = cli(*base, *args, "--task", "retrieval", "--steps", "1", "--batch-size", "2",
+                "--out", tmp_path / "out")
+        one_line_error(r, words)
+        assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.slow

@@ -609,21 +609,24 @@ def test_search_pipeline_runs_more_rounds_of_mining_when_asked(tmp_path, minilm_
     the distilled model start from the last round; the TEACHER is the reranker or the last
     round's own late interaction (then kl_infonce); FINAL is the model exported, reranked and
     reordered by its own token vectors last, the other of the two just before it in the
-    report. auto: 1 round, the reranker and distilled for a model trained for search
-    (modules.json), 2, late and distilled for any other, remined for it with the reranker; a
-    value out of range is one line before any work."""
+    report, then through a late-interaction head fitted to it on the teacher's rows
+    (LATE_DIM). auto: 1 round, the reranker, distilled and no head for a model trained for
+    search (modules.json), 2, late, distilled and a head of 128 for any other, remined for it
+    with the reranker; a value out of range is one line before any work."""
     bare = _without_sentence_layout(minilm_dir, tmp_path / "bare")
     _small_search_set(ROOT / "examples" / "retrieval", tmp_path / "ret", queries=8, pairs=8)
     runs, train = tmp_path / "runs", tmp_path / "ret" / "train.tsv"
     base = {"TRAIN": "ret/train.tsv", "BEIR": "ret/beir", "RUNS": "runs",
             "MINE_FLAGS": "--relative-margin 0.05", "SEED": "7"}
-    for model, extra, rounds, final, teacher in (
-            (minilm_dir, {}, 1, "distilled", "reranker"),
-            (bare, {}, 2, "distilled", "late"),
-            (bare, {"TEACHER": "reranker"}, 2, "remined", "reranker"),
-            (minilm_dir, {"ROUNDS": "3", "TEACHER": "late"}, 3, "distilled", "late"),
-            (bare, {"ROUNDS": "1", "FINAL": "remined"}, 1, "remined", "late"),
-            (minilm_dir, {"FINAL": "remined"}, 1, "remined", "reranker")):
+    for model, extra, rounds, final, teacher, head in (
+            (minilm_dir, {}, 1, "distilled", "reranker", None),
+            (bare, {}, 2, "distilled", "late", "128"),
+            (bare, {"TEACHER": "reranker", "LATE_DIM": "none"}, 2, "remined", "reranker",
+             None),
+            (minilm_dir, {"ROUNDS": "3", "TEACHER": "late"}, 3, "distilled", "late", None),
+            (bare, {"ROUNDS": "1", "FINAL": "remined"}, 1, "remined", "late", "128"),
+            (minilm_dir, {"FINAL": "remined", "LATE_DIM": "64"}, 1, "remined", "reranker",
+             "64")):
         r = make("search", {"MODEL": str(model), **base, **extra}, "-n", makefile=None,
                  start=tmp_path)
         assert r.returncode == 0, r.stderr
@@ -655,15 +658,26 @@ def test_search_pipeline_runs_more_rounds_of_mining_when_asked(tmp_path, minilm_
         assert report.split(" report ")[1].split() == [
             f"{runs}/eval-{x}" for x in ("original", "inbatch", "mined-model-reranked",
                                          *models[1:], other, f"{final}-reranked",
-                                         f"{final}-late", "export")]
+                                         f"{final}-late", *(["late-head-late"] if head else []),
+                                         "export")]
         late = next(x for x in commands if f"--out {runs}/eval-{final}-late " in x)
         assert f" eval {runs}/{final} " in late and \
             f"--rerank {runs}/{final} --rerank-scoring maxsim --rerank-depth 20" in late
+        fitted = [x for x in commands if f"--out {runs}/late-head " in x]
+        assert len(fitted) == (1 if head else 0)
+        if head:
+            assert f" finetune {runs}/{final} {runs}/taught/pairs.jsonl --task retrieval " \
+                   f"--late-dim {head} --epochs 1 --batch-size 32 --lr 3e-3 --seed 7" \
+                in fitted[0]
+            reordered = next(x for x in commands if f"--out {runs}/eval-late-head-late " in x)
+            assert f" eval {runs}/late-head " in reordered and \
+                f"--rerank {runs}/late-head --rerank-scoring maxsim" in reordered
     for extra, message in (({"ROUNDS": "0"}, "ROUNDS=0: must be auto or a whole number"),
                            ({"ROUNDS": "two"}, "ROUNDS=two: must be auto or a whole number"),
                            ({"FINAL": "best"}, "FINAL=best: must be auto, distilled or remined"),
                            ({"TEACHER": "bert"},
-                            "TEACHER=bert: must be auto, reranker or late")):
+                            "TEACHER=bert: must be auto, reranker or late"),
+                           ({"LATE_DIM": "0"}, "LATE_DIM=0: must be auto, none or a size")):
         r = make("search", {"MODEL": str(minilm_dir), **base, **extra}, "-n", makefile=None,
                  start=tmp_path)
         assert r.returncode != 0 and message in r.stderr, r.stderr

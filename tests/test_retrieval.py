@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 import torch
 
-from bertctl.model import BertConfig, build
 from bertctl.tasks.retrieval.contrastive import ContrastiveLoss, cosent, info_nce
 from bertctl.tasks.retrieval.loss import LOSSES
 from bertctl.tasks.retrieval import ranking
 
-from conftest import EXAMPLES, FIXTURES, ROOT, TINY_MODEL, _made, one_line_error
+from conftest import (EXAMPLES, FIXTURES, ROOT, TINY_MODEL, _made, one_line_error,
+                      tiny_embedder)
 from tolerance import EPS32, TINY_FP32 as TINY_TOL, fp32_sum
 
 RET = EXAMPLES / "retrieval"
@@ -67,20 +67,12 @@ def test_cosent_equals_its_definition():
     assert got.item() == pytest.approx(want, abs=fp32_sum(len(terms), 40))
 
 
-def _tiny_embedder(**kwargs):
-    torch.manual_seed(0)
-    config = BertConfig(vocab_size=60, hidden_size=16, num_hidden_layers=2,
-                        num_attention_heads=2, intermediate_size=32, max_position_embeddings=32,
-                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    return build("embedding", config, **kwargs)
-
-
 @pytest.mark.parametrize("loss", ["infonce", "symmetric", "cosent"])
 def test_cached_negatives_give_the_gradients_of_the_whole_batch(loss):
     """GradCache (micro-batches of 5 sequences of a batch of 8 x 3) against the batch in one
     pass: the same loss and gradients. Tolerance: each gradient sums the same float32 terms in
     another grouping (5-sequence blocks), tiny-model sized (TINY_MODEL, 1e-5)."""
-    model = ContrastiveLoss(_tiny_embedder(), LOSSES[loss])
+    model = ContrastiveLoss(tiny_embedder(), LOSSES[loss])
     ids = torch.randint(5, 60, (8, 3 if loss != "cosent" else 2, 10))
     mask = torch.ones_like(ids)
     mask[:, :, 7:] = 0
@@ -103,7 +95,7 @@ def test_cached_negatives_give_the_gradients_of_the_whole_batch(loss):
 def test_cached_negatives_replay_the_dropout_of_their_first_pass():
     """With dropout on, the backward's second pass must see the masks of the first: the
     gradient then equals that of a loss on vectors computed with those very masks."""
-    model = _tiny_embedder()
+    model = tiny_embedder()
     model.config.hidden_dropout_prob = 0.3
     for m in model.modules():
         if hasattr(m, "p") and isinstance(m.p, float):
@@ -570,7 +562,7 @@ def test_a_loss_registered_from_a_test_module_trains_through_the_cli(cli, tiny_p
     plugin = LOSSES.register(Loss("cosine_mse", "cosines onto scores / 5", _cosine_mse,
                                   "scores"))
     try:
-        module = ContrastiveLoss(_tiny_embedder(), plugin).train()
+        module = ContrastiveLoss(tiny_embedder(), plugin).train()
         ids = torch.randint(5, 60, (4, 2, 9))
         scores = torch.tensor([0.0, 1.5, 3.0, 5.0])
         out = module(input_ids=ids, labels=scores)

@@ -137,7 +137,8 @@ def test_the_search_worked_example_runs_as_written(cli, minilm_dir, tmp_path):
     lines = _example_lines()
     searched = []
     assert [w[1] for w in lines] == ["mine", "finetune", "eval", "embed", "index", "search",
-                                     "search", "finetune", "eval", "eval", "mine", "finetune"]
+                                     "search", "finetune", "eval", "eval", "finetune", "eval",
+                                     "mine", "finetune"]
     for words in lines:
         args = []
         for w in words[1:]:
@@ -159,5 +160,8 @@ def test_the_search_worked_example_runs_as_written(cli, minilm_dir, tmp_path):
     assert {"ndcg@10", "rerank/ndcg@10", "rerank/queries_per_second"} <= set(reranked)
     late = json.loads((tmp_path / "late" / "metrics.json").read_text())
     assert late["rerank/scoring"] == "maxsim" and "rerank/ndcg@10" in late
+    head = json.loads((tmp_path / "late-head" / "metrics.json").read_text())
+    assert head["ndcg@10"] == late["ndcg@10"]   # the first stage unchanged by its late head
+    assert head["rerank/scoring"] == "maxsim"
     taught = (tmp_path / "taught" / "pairs.jsonl").read_text().splitlines()[0]
     assert "score_negative_1" in json.loads(taught)

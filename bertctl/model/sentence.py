@@ -183,23 +183,29 @@ def dense_weights(directory: Path, record: dict[str, Any], prefix: str) -> dict[
     without a folder of its own (a bertctl directory read from config.json alone) has none."""
     tensors: dict[str, torch.Tensor] = {}
     for i, spec in enumerate(record.get("dense") or []):
-        if "path" not in spec:
-            continue
-        folder = inside(directory, spec["path"], directory / "modules.json")
-        path = folder / "model.safetensors"
-        if not path.is_file():
-            pickled = folder / "pytorch_model.bin"
-            raise BertctlError(f"{pickled if pickled.exists() else path}: "
-                               + ("a pickle; bertctl reads model.safetensors only"
-                                  if pickled.exists() else "not found"))
-        try:
-            with safe_open(str(path), framework="pt") as f:
-                for key in f.keys():
-                    tensors[f"{prefix}.{i}.{key}"] = f.get_tensor(key)
-        except Exception as exc:  # noqa: BLE001 - safetensors raises several types
-            raise BertctlError(f"{path}: cannot read safetensors file: {exc}") from None
+        if "path" in spec:
+            tensors.update(folder_weights(directory, spec["path"], f"{prefix}.{i}",
+                                          directory / "modules.json"))
     return tensors
 
 
-__all__ = ["KEY", "MODES", "Dense", "SentenceHead", "dense_weights", "mean_pool", "pool",
-           "record_of"]
+def folder_weights(directory: Path, name: str, prefix: str, named_by: Path | None = None
+                   ) -> dict[str, torch.Tensor]:
+    """The tensors of a module's folder inside the model directory (its model.safetensors),
+    as `prefix`.key; a missing file or a pickle is one line naming it."""
+    folder = inside(directory, name, named_by or directory / "config.json")
+    path = folder / "model.safetensors"
+    if not path.is_file():
+        pickled = folder / "pytorch_model.bin"
+        raise BertctlError(f"{pickled if pickled.exists() else path}: "
+                           + ("a pickle; bertctl reads model.safetensors only"
+                              if pickled.exists() else "not found"))
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            return {f"{prefix}.{key}": f.get_tensor(key) for key in f.keys()}
+    except Exception as exc:  # noqa: BLE001 - safetensors raises several types
+        raise BertctlError(f"{path}: cannot read safetensors file: {exc}") from None
+
+
+__all__ = ["KEY", "MODES", "Dense", "SentenceHead", "dense_weights", "folder_weights",
+           "mean_pool", "pool", "record_of"]

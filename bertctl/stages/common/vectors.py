@@ -34,9 +34,10 @@ def embed_texts(model, family, tok, texts: list[str], prompt: str, max_len: int,
 def piece_vectors(model, family, tok, texts: list[str], prompt: str, max_len: int,
                   batch_size: int, device, precision: str, where: str,
                   what: str = "texts") -> list[torch.Tensor]:
-    """Each text's pieces as the model's last hidden states, (pieces, hidden) float32 of unit
-    length ([CLS] and [SEP] included; `prompt` before it, truncated at `max_len`): what late
-    interaction (tasks/retrieval/late.py) compares. Non-finite states are refused as
+    """Each text's pieces as the model's last hidden states (mapped by its late-interaction
+    head, where it has one), (pieces, width) float32 of unit length ([CLS] and [SEP] included;
+    `prompt` before it, truncated at `max_len`): what late interaction
+    (tasks/retrieval/late.py) compares. Non-finite states are refused as
     `predict` refuses them."""
     examples = RetrievalExamples(where, "documents", [[prompt + t] for t in texts])
     features = family.encode(examples, tok, max_len)
@@ -49,7 +50,7 @@ def piece_vectors(model, family, tok, texts: list[str], prompt: str, max_len: in
                                 else inputs[k].reshape(len(indices), -1).to(device)
                                 for k in ("input_ids", "token_type_ids", "attention_mask"))
             mask = torch.ones_like(ids) if mask is None else mask
-            hidden = model.sequence(ids, types, mask)
+            hidden = model.own_head.token_vectors(model.sequence(ids, types, mask))
             evaluation.refuse_non_finite(evaluation.non_finite_rows(hidden, mask), indices,
                                          where, precision=precision)
             for i, pieces in zip(indices.tolist(), late.unit_pieces(hidden, mask)):

@@ -15,9 +15,10 @@ text of the file's other columns; scored pairs by the Spearman and Pearson corre
 their cosine similarities with the scores (sentence-transformers' EmbeddingSimilarityEvaluator).
 `eval` writes the run (TREC format) and each query's figures.
 
-One way of scoring (a vector a text, cosine) is the only one now; late interaction (a vector
-a token, MaxSim) would be a second value of the `scoring` the search and the head read, not a
-second family.
+A search scores one vector a text by cosine; late interaction (a vector a piece, MaxSim:
+late.py) reorders its candidates as a second stage (stages/common/cross.py's `maxsim`), over
+the model's own states or, once fitted (`--late-dim`), its late-interaction head's map of
+them: a value of the scoring, not a second family.
 """
 
 from __future__ import annotations
@@ -148,8 +149,9 @@ class Retrieval(Family):
 
     def check_training(self, spec, examples: RetrievalExamples, settings,
                        dev: RetrievalExamples | None = None) -> list[str]:
-        """Refused: CoSENT without scores, a batch of one where its loss compares rows, a dev
-        file of texts alone (nothing to score: found before training, not after it).
+        """Refused: CoSENT without scores, --late-dim on other than queries' rows, a batch of
+        one where its loss compares rows, a dev file of texts alone (nothing to score: found
+        before training, not after it).
         Warned: a training set the loss cannot learn from (see the checks below)."""
         where, o = examples.path, options(spec)
         if dev is not None and dev.kind == "pairs" and dev.keys is None:
@@ -166,6 +168,16 @@ class Retrieval(Family):
             raise BertctlError(f"{where}: --loss {o.loss} ranks pairs by their graded scores "
                                f"and the file gives none: name its score column with "
                                f"--label-column")
+        if o.late_dim is not None and (scored or k < 2 or o.loss is not None
+                                       or o.cache_negatives):
+            raise BertctlError(f"{where}: --late-dim fits the late-interaction head on "
+                               f"(query, positive[, negatives]) rows by in-batch MaxSim alone, "
+                               f"the encoder frozen" + (
+                                   f"; drop --loss {o.loss}" if o.loss is not None else
+                                   "; drop --cache-negatives (no graph to cache)"
+                                   if o.cache_negatives else
+                                   ": the file has " + ("scored pairs" if scored else
+                                                        "texts alone")))
         if settings.batch_size < 2 and (scored or k <= 2):
             raise BertctlError("--batch-size 1: a contrastive loss compares the examples of a "
                                "batch (a query's negatives are the others' positives; CoSENT "
@@ -207,16 +219,22 @@ class Retrieval(Family):
                                          ("dropout", o.dropout)) if v is not None})
         if o.matryoshka_dims is not None:
             kwargs["matryoshka_dims"] = list(sizes(o.matryoshka_dims, "matryoshka_dims"))
+        if o.late_dim is not None:
+            kwargs["late_dim"] = o.late_dim
         return kwargs
 
     def training_module(self, model, spec):
         """The model inside its training loss (loss.py): --loss (unset: the labels of the
-        training file choose), --scale, --cache-negatives."""
+        training file choose), --scale, --cache-negatives; with --late-dim, the late-interaction
+        head alone (every other weight frozen)."""
         from bertctl.tasks.retrieval.contrastive import ContrastiveLoss
 
         o = options(spec)
+        if o.late_dim is not None:
+            model.requires_grad_(False)
+            model.own_head.late.requires_grad_(True)
         return ContrastiveLoss(model, LOSSES[o.loss] if o.loss else None, o.scale,
-                               o.cache_negatives)
+                               o.cache_negatives, late_only=o.late_dim is not None)
 
     def check_head(self, hf_config: dict[str, Any], spec, label_list, where: str) -> None:
         """Any encoder embeds: an embedding model, a sentence-transformers model, a bare or a

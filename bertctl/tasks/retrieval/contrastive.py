@@ -17,6 +17,8 @@ SentenceEmbedding); what it is trained with is the job's choice (the family's `t
   (softmax of scale * cosine) brought to the teacher's (softmax of its logits) by KL divergence;
   the default for a file with a teacher's scores (it gains where MarginMSE loses:
   docs/benchmarks.md).
+- `late_infonce` (`--late-dim`, not a `--loss`): infonce with MaxSim over the pieces mapped by
+  the model's late-interaction head in place of the cosine, the head trained alone.
 
 The registered form of each (`*_loss`) takes the batch's vectors (B, K, D) (column 0 the
 queries, or a pair's first texts), its labels and the scale.
@@ -32,7 +34,7 @@ from torch import nn
 
 from bertctl.errors import BertctlError
 from bertctl.model.dropout import has_dropout
-from bertctl.tasks.retrieval import cached
+from bertctl.tasks.retrieval import cached, late
 from bertctl.tasks.retrieval.loss import LOSSES, Loss, default_loss
 
 
@@ -103,6 +105,21 @@ def listwise_kl(queries: torch.Tensor, documents: torch.Tensor, teacher: torch.T
                     reduction="batchmean")
 
 
+def late_info_nce(pieces: list[tuple[torch.Tensor, torch.Tensor]], scale: float
+                  ) -> torch.Tensor:
+    """`info_nce` with MaxSim (late.batch_maxsim) in place of the cosine: `pieces` are each
+    column's last hidden states (B, T, H) and mask (B, T), the queries first; every document
+    of the batch is a candidate for every query (ColBERT's in-batch training, as pylate's
+    Contrastive loss over its MaxSim, averaged over the query's pieces here as
+    `eval --rerank-scoring maxsim` scores)."""
+    (q, q_mask), documents = pieces[0], pieces[1:]
+    scores = torch.stack([late.batch_maxsim(q, q_mask, d, d_mask) for d, d_mask in documents],
+                         dim=-1)                                   # (B, B, K): query, row, column
+    b, k = scores.shape[0], scores.shape[-1]
+    target = torch.arange(b, device=scores.device) * k
+    return F.cross_entropy(scale * scores.reshape(b, b * k), target)
+
+
 def infonce_loss(e: torch.Tensor, _, scale: float) -> torch.Tensor:
     return info_nce(e[:, 0], e[:, 1:], scale)
 
@@ -145,11 +162,14 @@ class ContrastiveLoss(nn.Module):
                      "smaller N where one is given)")
 
     def __init__(self, model: nn.Module, loss: Loss | None = None, scale: float = 20.0,
-                 cache_negatives: int = 0):
-        """`loss` None: the batch's labels choose it (`default_loss`)."""
+                 cache_negatives: int = 0, late_only: bool = False):
+        """`loss` None: the batch's labels choose it (`default_loss`). `late_only`: the
+        loss is `late_info_nce` over the head's mapped pieces of the frozen encoder's states
+        (the family freezes every other weight)."""
         super().__init__()
         self.model, self.loss = model, loss
         self.scale, self.cache_negatives = float(scale), int(cache_negatives)
+        self.late_only = late_only
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None,
@@ -163,6 +183,8 @@ class ContrastiveLoss(nn.Module):
                                             labels is not None and labels.dim() == 2)]
         head = self.model.own_head
         flat = head.columns(input_ids, token_type_ids, attention_mask)
+        if self.late_only:
+            return self._late_head(flat, shape[0])
         if 0 < self.cache_negatives < flat[0].shape[0]:
             if torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
                 # DDP's gradient hooks fire once per parameter and step; the replay in the
@@ -186,9 +208,33 @@ class ContrastiveLoss(nn.Module):
                                "CoSENT ranks pairs against each other): use 2 or more")
         return {"embeddings": vectors, "loss": self.total(vectors, labels)}
 
+    def _late_head(self, flat: list, b: int) -> dict[str, torch.Tensor]:
+        """The late-interaction head's step: the encoder's states of (K * B, T) rows, column
+        by column (each cut to its longest), without graphs or dropout (frozen, as
+        --freeze-encoder's), mapped by the head, and `late_info_nce` over them."""
+        head = self.model.own_head
+        mask = flat[2] if flat[2] is not None else torch.ones_like(flat[0])
+        vectors, pieces = [], []
+        was = self.model.training
+        self.model.eval()
+        try:
+            for i in range(0, flat[0].shape[0], b):
+                ids, types, m = head.trim(flat[0][i:i + b], None if flat[1] is None
+                                          else flat[1][i:i + b], mask[i:i + b])
+                with torch.no_grad():
+                    v, hidden = head.embed_with_states(self.model, ids, types, m)
+                vectors.append(v)
+                pieces.append((head.token_vectors(hidden), m))
+        finally:
+            self.model.train(was)
+        loss = late_info_nce(pieces, self.scale)
+        return {"embeddings": torch.stack(vectors, dim=1), "loss": loss}
+
     def facts(self) -> dict:
         """The loss trained with (the one the labels chose, where --loss was unset), for the
         artifact's stats."""
+        if self.late_only:
+            return {"name": "late_infonce", "scale": self.scale, "trained": "late head"}
         return {"name": self.loss.name if self.loss is not None else None,
                 "scale": self.scale, "cache_negatives": self.cache_negatives}
 
@@ -207,4 +253,4 @@ class ContrastiveLoss(nn.Module):
 
 
 __all__ = ["ContrastiveLoss", "cosent", "cosent_loss", "info_nce", "infonce_loss",
-           "margin_mse", "margin_mse_infonce_loss", "margin_mse_loss", "symmetric_loss"]
+           "late_info_nce", "margin_mse", "margin_mse_infonce_loss", "margin_mse_loss", "symmetric_loss"]

@@ -4,7 +4,10 @@ normalisation), on any architecture's encoder (bertctl/model/composed.py pairs t
 class is the architecture's prefix + "ForEmbedding"). It only embeds: how it is trained (the
 contrastive losses, cached negatives) is the job's, contrastive.py's.
 
-`matryoshka_dims` are the sizes its vectors were trained to be cut to (recorded). The sentence
+`matryoshka_dims` are the sizes its vectors were trained to be cut to (recorded). `late_dim`:
+a late-interaction head (`late`, a linear map of each piece's state, fitted with the encoder
+frozen: `finetune --late-dim`), which late interaction compares instead of the raw states; it
+is kept in its own folder (LATE_FOLDER), which sentence-transformers does not read. The sentence
 chain, the prompts and the sizes are the model's: config.json's `bertctl_embedding`, or a
 sentence-transformers directory's modules, which it writes beside config.json so that
 `SentenceTransformer(DIR).encode` gives the same vectors."""
@@ -15,9 +18,14 @@ from typing import Any
 
 import torch
 
+from torch import nn
+
 from bertctl.errors import BertctlError
 from bertctl.model import sentence
 from bertctl.model.composed import Composed, Head
+
+
+LATE_FOLDER = "late_projection"
 
 
 class SentenceEmbedding(sentence.SentenceHead, Head):
@@ -38,7 +46,7 @@ class SentenceEmbedding(sentence.SentenceHead, Head):
     def __init__(self, config, pooling: str | list[str] = "mean", normalize: bool = True,
                  dense: list[dict[str, Any]] | tuple = (), prompts: dict[str, str] | None = None,
                  default_prompt_name: str | None = None, max_seq_length: int | None = None,
-                 matryoshka_dims: list[int] | tuple = ()):
+                 matryoshka_dims: list[int] | tuple = (), late_dim: int | None = None):
         try:
             sentence.SentenceHead.__init__(self, config.hidden_size, pooling, dense, normalize)
         except ValueError as exc:
@@ -49,6 +57,16 @@ class SentenceEmbedding(sentence.SentenceHead, Head):
             raise BertctlError(f"--matryoshka-dims {','.join(map(str, dims))}: sizes largest "
                                f"first, each at most the model's {self.dim} values")
         self.matryoshka_dims = dims
+        self.late = None
+        if late_dim is not None:
+            if not 1 <= int(late_dim) <= config.hidden_size:
+                raise BertctlError(f"--late-dim {late_dim}: at most the model's hidden size, "
+                                   f"{config.hidden_size}")
+            self.late = nn.Linear(config.hidden_size, int(late_dim), bias=False)
+            # Starts at the states' first late_dim values (all of them at the hidden size:
+            # the untrained reordering's scores), a start the fitting improves on.
+            with torch.no_grad():
+                self.late.weight.copy_(torch.eye(int(late_dim), config.hidden_size))
         self.prompts, self.default_prompt_name = dict(prompts or {}), default_prompt_name
         self.max_seq_length = max_seq_length
 
@@ -56,17 +74,35 @@ class SentenceEmbedding(sentence.SentenceHead, Head):
               token_type_ids: torch.Tensor | None = None,
               attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         """(N, T) -> (N, D): each sequence's vector."""
-        hidden = model.sequence(input_ids, token_type_ids, attention_mask)
-        return sentence.SentenceHead.forward(self, hidden, attention_mask)
+        return self.embed_with_states(model, input_ids, token_type_ids, attention_mask)[0]
 
-    def trimmed(self, model: Composed, input_ids, token_type_ids=None,
-                attention_mask=None) -> torch.Tensor:
-        """`embed` of rows cut to their longest real sequence (padding changes no vector)."""
+    def embed_with_states(self, model: Composed, input_ids: torch.Tensor,
+                          token_type_ids: torch.Tensor | None = None,
+                          attention_mask: torch.Tensor | None = None
+                          ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(N, T) -> the vectors (N, D) and the last hidden states they pool (N, T, H): the
+        pieces late interaction compares (late.py)."""
+        hidden = model.sequence(input_ids, token_type_ids, attention_mask)
+        return sentence.SentenceHead.forward(self, hidden, attention_mask), hidden
+
+    def token_vectors(self, hidden: torch.Tensor) -> torch.Tensor:
+        """(N, T, H) last hidden states -> the pieces late interaction compares: mapped by the
+        late head where the model has one, else as they are."""
+        return hidden if self.late is None else self.late(hidden)
+
+    @staticmethod
+    def trim(input_ids, token_type_ids=None, attention_mask=None) -> tuple:
+        """Rows cut to their longest real sequence (padding changes no vector)."""
         if attention_mask is not None:
             width = max(int(attention_mask.sum(-1).max()), 1)
             input_ids, attention_mask = input_ids[:, :width], attention_mask[:, :width]
             token_type_ids = None if token_type_ids is None else token_type_ids[:, :width]
-        return self.embed(model, input_ids, token_type_ids, attention_mask)
+        return input_ids, token_type_ids, attention_mask
+
+    def trimmed(self, model: Composed, input_ids, token_type_ids=None,
+                attention_mask=None) -> torch.Tensor:
+        """`embed` of rows cut to their longest real sequence."""
+        return self.embed(model, *self.trim(input_ids, token_type_ids, attention_mask))
 
     @staticmethod
     def columns(*inputs: torch.Tensor | None) -> list[torch.Tensor | None]:
@@ -97,6 +133,8 @@ class SentenceEmbedding(sentence.SentenceHead, Head):
         record = self.record()
         if self.matryoshka_dims:
             record["matryoshka_dims"] = list(self.matryoshka_dims)
+        if self.late is not None:
+            record["late_dim"] = self.late.out_features
         if self.prompts:
             record.update(prompts=self.prompts, default_prompt_name=self.default_prompt_name)
         return {sentence.KEY: record}
@@ -105,7 +143,8 @@ class SentenceEmbedding(sentence.SentenceHead, Head):
     def kwargs_from_hf(cls, hf_config: dict[str, Any]) -> dict[str, Any]:
         given = sentence.record_of(hf_config) or {}
         kwargs = {k: given[k] for k in ("pooling", "normalize", "prompts", "matryoshka_dims",
-                                        "default_prompt_name", "max_seq_length") if k in given}
+                                        "default_prompt_name", "max_seq_length", "late_dim")
+                  if k in given}
         if given.get("dense"):
             kwargs["dense"] = [{k: v for k, v in d.items() if k != "path"}
                                for d in given["dense"]]
@@ -114,12 +153,19 @@ class SentenceEmbedding(sentence.SentenceHead, Head):
     @classmethod
     def extra_weights(cls, directory, hf_config: dict[str, Any]) -> dict[str, torch.Tensor]:
         record = sentence.record_of(hf_config) or {}
-        return sentence.dense_weights(directory, record, "sentence.dense")
+        tensors = sentence.dense_weights(directory, record, "sentence.dense")
+        if record.get("late_dim") is not None:
+            tensors.update(sentence.folder_weights(directory, LATE_FOLDER, "sentence.late"))
+        return tensors
 
     def extra_files(self, model: Composed) -> dict[str, Any]:
-        return self.layout(model.config.hidden_size,
-                           self.max_seq_length or int(model.config.max_position_embeddings),
-                           self.prompts, self.default_prompt_name)
+        files = self.layout(model.config.hidden_size,
+                            self.max_seq_length or int(model.config.max_position_embeddings),
+                            self.prompts, self.default_prompt_name)
+        if self.late is not None:
+            files[f"{LATE_FOLDER}/model.safetensors"] = {
+                k: v.detach().contiguous().cpu() for k, v in self.late.state_dict().items()}
+        return files
 
 
 __all__ = ["SentenceEmbedding"]

@@ -7,7 +7,9 @@ each scaled to unit length, [CLS] and [SEP] included, as `embed --pool tokens --
 writes them), so a search can be reordered by the same model with no second one to train:
 mean pooling averages what MaxSim compares one by one. On the benchmark's paraphrase set it
 lifted a ModernBERT pretrained by bertctl, whose cross-encoder stayed under its first stage,
-at every seed (docs/benchmarks.md, "Late interaction").
+at every seed (docs/benchmarks.md, "Late interaction"). A model may carry a late-interaction
+head (head.py's `late`, fitted by `finetune --late-dim` with the encoder frozen, trained by
+contrastive.late_info_nce over `batch_maxsim`), whose map of the states is compared instead.
 
 A teacher's scores (`mine --teacher-scoring maxsim`) are written as a cross-encoder's are read
 (reader.py: the sigmoid of a logit, whose softmax over a row is the teacher's distribution):
@@ -40,6 +42,22 @@ def maxsim(query: torch.Tensor, documents: list[torch.Tensor]) -> torch.Tensor:
     return torch.stack([p.amax(dim=1).mean() for p in parts])
 
 
+def batch_maxsim(queries: torch.Tensor, query_mask: torch.Tensor, documents: torch.Tensor,
+                 document_mask: torch.Tensor) -> torch.Tensor:
+    """(Bq, Bd): MaxSim of every query against every document of a batch, `maxsim`'s score
+    for padded rows: (Bq, Tq, H) and (Bd, Td, H) hidden states (scaled to unit length here)
+    with their masks. One product for the batch; a document's padding is never a piece's best
+    and a query's padding is left out of its mean. Differentiable (training's late term)."""
+    q = F.normalize(queries.float(), dim=-1)
+    d = F.normalize(documents.float(), dim=-1)
+    (bq, tq, h), (bd, td, _) = q.shape, d.shape
+    sims = (q.reshape(bq * tq, h) @ d.reshape(bd * td, h).T).reshape(bq, tq, bd, td)
+    padding = ~document_mask.bool()[None, None]                        # (1, 1, Bd, Td)
+    best = sims.masked_fill(padding, float("-inf")).amax(dim=-1)       # (Bq, Tq, Bd)
+    qm = query_mask.to(best.dtype)
+    return (best * qm[..., None]).sum(dim=1) / qm.sum(dim=1, keepdim=True)
+
+
 def teacher_scores(scores: np.ndarray) -> np.ndarray:
     """(rows, K) MaxSim scores of each row's candidates -> what `mine --teacher` writes: the
     sigmoid of SCALE x (score - the row's best), in (0, 0.5]; their logits' softmax over a row
@@ -48,4 +66,4 @@ def teacher_scores(scores: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-logits))
 
 
-__all__ = ["SCALE", "maxsim", "teacher_scores", "unit_pieces"]
+__all__ = ["SCALE", "batch_maxsim", "maxsim", "teacher_scores", "unit_pieces"]

@@ -34,6 +34,13 @@ class RetrievalOptions(BaseModel):
                                  "sequences at a time and back-propagate through the cached "
                                  "vectors (GradCache): the loss and gradients of the whole "
                                  "batch at the memory of this many; 0: off.")
+    late_dim: int | None = Field(None, ge=1, description="Fit a late-interaction head: a "
+                                 "linear map of each piece's last hidden state to this many "
+                                 "values (ColBERT's is 128), trained alone by in-batch "
+                                 "InfoNCE over MaxSim with the encoder frozen, so the model's "
+                                 "search is unchanged; eval --rerank-scoring maxsim and search "
+                                 "--rerank then compare the mapped pieces. At most the "
+                                 "hidden size; the model records it.")
     dropout: float | None = Field(None, ge=0, lt=1, description="Dropout while training, "
                                   "everywhere (unset: the model's). SimCSE's noise: a model "
                                   "without dropout (ModernBERT's default) needs one, e.g. 0.1.")
