@@ -195,6 +195,7 @@ def test_a_late_head_is_fitted_and_read_by_the_reordering(cli, minilm_dir, tmp_p
 
     out, metrics, first = reranked_eval(fitted, BEIR, tmp_path, "--rerank", fitted,
                                         "--rerank-scoring", "maxsim", "--rerank-depth", "5")
+    assert metrics["rerank/late_dim"] == 32
     queries, docs = beir_texts(BEIR)
     scores = _scores(out / "rerank.trec")
     pieces = _hf_pieces(minilm_dir, late=w)
@@ -326,3 +327,29 @@ def test_search_rerank_needs_the_texts_and_the_model(cli, minilm_dir, tmp_path):
                    "keeps no texts for --rerank to read")
     one_line_error(cli("search", tmp_path / "bare", "--query", "normans", "--rerank-scoring",
                        "maxsim"), "--rerank-scoring maxsim: give --rerank MODEL")
+
+
+def test_the_report_names_how_a_search_was_reordered(tmp_path):
+    """The report's gains table labels a reranked run by its scorer: a cross-encoder's
+    "reranked", MaxSim over the model's own states "reordered by its own token vectors", over
+    its fitted head's map (rerank/late_dim) "reordered by its late-interaction head"."""
+    from types import SimpleNamespace
+
+    from bertctl.report import gains
+
+    runs = []
+    for name, model, metrics in (("cross", "a", {"rerank/scoring": "cross"}),
+                                 ("own", "a", {"rerank/scoring": "maxsim"}),
+                                 ("head", "b", {"rerank/scoring": "maxsim",
+                                                "rerank/late_dim": 128})):
+        path = tmp_path / name
+        path.mkdir()
+        for kind in ("", "rerank_"):
+            (path / f"{kind}per_query.tsv").write_text("query\tndcg@10\nq1\t0.5\nq2\t1.0\n")
+        (path / "metrics.json").write_text(json.dumps(metrics))
+        manifest = SimpleNamespace(inputs=[SimpleNamespace(id=model)])
+        runs.append(SimpleNamespace(artifact=SimpleNamespace(path=path, kind="eval",
+                                                             manifest=manifest)))
+    assert [label for label, _, _ in gains.steps(runs)] == [
+        "cross", "cross, reranked", "own, reordered by its own token vectors", "head",
+        "head, reordered by its late-interaction head"]

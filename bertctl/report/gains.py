@@ -6,7 +6,8 @@ square root of their number, from per_query.tsv). An eval with --rerank adds its
 and the fused one as rows of their own (rerank_per_query.tsv, rerank_fused_per_query.tsv),
 whose gains are over their own first stage; an eval of the same model as the eval before it
 (the same search reranked another way: by a cross-encoder, then by its own token vectors)
-adds only those rows, beside the first stage's row already shown."""
+adds only those rows, beside the first stage's row already shown. A reordered row is labelled
+by its scorer: a cross-encoder, the model's own token vectors, or its late-interaction head."""
 
 from __future__ import annotations
 
@@ -40,9 +41,10 @@ def steps(runs) -> list[tuple[str, dict[str, float], int | None]]:
             found.append((path.name, per_query(path / "per_query.tsv"), last))
             last, last_model = len(found) - 1, model
         metrics = path / "metrics.json"
-        late = metrics.is_file() and json.loads(metrics.read_text(encoding="utf-8")).get(
-            "rerank/scoring") == "maxsim"
-        how = "reordered by its own token vectors" if late else "reranked"
+        given = json.loads(metrics.read_text(encoding="utf-8")) if metrics.is_file() else {}
+        how = ("reranked" if given.get("rerank/scoring") != "maxsim" else
+               "reordered by its own token vectors" if not given.get("rerank/late_dim") else
+               "reordered by its late-interaction head")
         for kind, label in (("rerank", how), ("rerank_fused", f"{how} and fused")):
             if (path / f"{kind}_per_query.tsv").is_file():
                 found.append((f"{path.name}, {label}", per_query(path / f"{kind}_per_query.tsv"),

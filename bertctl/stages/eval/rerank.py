@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from bertctl import console
+from bertctl.model import sentence_layout
 from bertctl.stages.common.cross import Reranker, score_pairs
 from bertctl.tasks.retrieval import lexical, ranking
 
@@ -66,6 +67,9 @@ def rerank(reranker: Reranker, candidates, batch_size: int, device, precision: s
         metrics.update({f"{name}/{m}": v for m, v in means.items()})
     console.log(f"reranked the first {candidates.depth} of {len(candidates.run):,} queries' "
                 f"results ({len(pairs):,} pairs) in {seconds:.1f}s")
+    late_dim = (sentence_layout.record_of(reranker.source.hf_config) or {}).get("late_dim") \
+        if reranker.scoring == "maxsim" else None
     return {**metrics, "rerank/depth": candidates.depth, "rerank/scoring": reranker.scoring,
+            **({"rerank/late_dim": late_dim} if late_dim else {}),
             "rerank/queries_per_second": (round(len(candidates.run) / seconds, 2)
                                           if seconds else None)}
