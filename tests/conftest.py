@@ -88,11 +88,11 @@ def loss_trained_on(rows: list[dict], model, tmp_path) -> str:
         "name"]
 
 
-def tiny_embedder(**kwargs):
-    """A two-layer BERT of width 16 with the embedding head, seeded, without dropout."""
+def tiny_embedder(layers: int = 2, **kwargs):
+    """A BERT of width 16 with the embedding head (`kwargs` its), seeded, without dropout."""
     from bertctl.model import BertConfig, build
     torch.manual_seed(0)
-    config = BertConfig(vocab_size=60, hidden_size=16, num_hidden_layers=2,
+    config = BertConfig(vocab_size=60, hidden_size=16, num_hidden_layers=layers,
                         num_attention_heads=2, intermediate_size=32, max_position_embeddings=32,
                         hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     return build("embedding", config, **kwargs)

@@ -9,29 +9,20 @@ import numpy as np
 import pytest
 import torch
 
-from bertctl.model import BertConfig, build
 from bertctl.tasks.retrieval.contrastive import ContrastiveLoss, cosent, info_nce
 from bertctl.tasks.retrieval.loss import LOSSES
 
-from conftest import EXAMPLES
+from conftest import EXAMPLES, tiny_embedder
 from tolerance import TINY_FP32
 
 RET = EXAMPLES / "retrieval"
-
-
-def _tiny(**kwargs):
-    torch.manual_seed(0)
-    config = BertConfig(vocab_size=60, hidden_size=16, num_hidden_layers=1,
-                        num_attention_heads=2, intermediate_size=32, max_position_embeddings=32,
-                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    return build("embedding", config, **kwargs)
 
 
 @pytest.mark.parametrize("loss", ["infonce", "cosent"])
 def test_the_loss_is_the_sum_of_the_losses_of_the_cut_vectors(loss):
     """Tolerance: the same float32 operations on the same vectors, summed in another order
     (TINY_FP32)."""
-    model = ContrastiveLoss(_tiny(matryoshka_dims=[16, 8, 4]), LOSSES[loss]).train()
+    model = ContrastiveLoss(tiny_embedder(1, matryoshka_dims=[16, 8, 4]), LOSSES[loss]).train()
     k = 3 if loss == "infonce" else 2
     ids = torch.randint(5, 60, (6, k, 9))
     labels = torch.rand(6) * 5 if loss == "cosent" else None
