@@ -332,24 +332,31 @@ def test_search_rerank_needs_the_texts_and_the_model(cli, minilm_dir, tmp_path):
 def test_the_report_names_how_a_search_was_reordered(tmp_path):
     """The report's gains table labels a reranked run by its scorer: a cross-encoder's
     "reranked", MaxSim over the model's own states "reordered by its own token vectors", over
-    its fitted head's map (rerank/late_dim) "reordered by its late-interaction head"."""
+    its fitted head's map (rerank/late_dim) "reordered by its late-interaction head". An eval
+    of another model whose search scored every query the same (the head's model: its search
+    unchanged) adds no first-stage row of its own; one that scored differently does, and so
+    does a plain eval (an export's) that scored the same."""
     from types import SimpleNamespace
 
     from bertctl.report import gains
 
     runs = []
-    for name, model, metrics in (("cross", "a", {"rerank/scoring": "cross"}),
-                                 ("own", "a", {"rerank/scoring": "maxsim"}),
-                                 ("head", "b", {"rerank/scoring": "maxsim",
-                                                "rerank/late_dim": 128})):
+    for name, model, metrics, first in (
+            ("cross", "a", {"rerank/scoring": "cross"}, "0.5"),
+            ("own", "a", {"rerank/scoring": "maxsim"}, "0.5"),
+            ("head", "b", {"rerank/scoring": "maxsim", "rerank/late_dim": 128}, "0.5"),
+            ("other", "c", {"rerank/scoring": "maxsim"}, "0.25"),
+            ("export", "d", {}, "0.25")):
         path = tmp_path / name
         path.mkdir()
-        for kind in ("", "rerank_"):
-            (path / f"{kind}per_query.tsv").write_text("query\tndcg@10\nq1\t0.5\nq2\t1.0\n")
+        (path / "per_query.tsv").write_text(f"query\tndcg@10\nq1\t{first}\nq2\t1.0\n")
+        if metrics:
+            (path / "rerank_per_query.tsv").write_text("query\tndcg@10\nq1\t0.75\nq2\t1.0\n")
         (path / "metrics.json").write_text(json.dumps(metrics))
         manifest = SimpleNamespace(inputs=[SimpleNamespace(id=model)])
         runs.append(SimpleNamespace(artifact=SimpleNamespace(path=path, kind="eval",
                                                              manifest=manifest)))
-    assert [label for label, _, _ in gains.steps(runs)] == [
-        "cross", "cross, reranked", "own, reordered by its own token vectors", "head",
-        "head, reordered by its late-interaction head"]
+    assert [(label, base) for label, _, base in gains.steps(runs)] == [
+        ("cross", None), ("cross, reranked", 0), ("own, reordered by its own token vectors", 0),
+        ("head, reordered by its late-interaction head", 0), ("other", 0),
+        ("other, reordered by its own token vectors", 4), ("export", 4)]

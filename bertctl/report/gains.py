@@ -5,8 +5,9 @@ over the queries (paired: the sample standard deviation of the per-query differe
 square root of their number, from per_query.tsv). An eval with --rerank adds its reranked run
 and the fused one as rows of their own (rerank_per_query.tsv, rerank_fused_per_query.tsv),
 whose gains are over their own first stage; an eval of the same model as the eval before it
-(the same search reranked another way: by a cross-encoder, then by its own token vectors)
-adds only those rows, beside the first stage's row already shown. A reordered row is labelled
+(the same search reranked another way: by a cross-encoder, then by its own token vectors),
+or a reranked eval of a model whose search scored every query the same, adds only those rows,
+beside the first stage's row already shown. A reordered row is labelled
 by its scorer: a cross-encoder, the model's own token vectors, or its late-interaction head."""
 
 from __future__ import annotations
@@ -37,9 +38,16 @@ def steps(runs) -> list[tuple[str, dict[str, float], int | None]]:
             continue
         inputs = run.artifact.manifest.inputs
         model = inputs[0].id if inputs else None
-        if model is None or model != last_model:
-            found.append((path.name, per_query(path / "per_query.tsv"), last))
-            last, last_model = len(found) - 1, model
+        scores = per_query(path / "per_query.tsv")
+        # Another model reordering a search that scores every query as the one before did (a
+        # late-interaction head fitted to that model, its search left as it was) reorders that
+        # search again; a plain eval (an export's, say) keeps its row, level or not.
+        same = last is not None and scores == found[last][1] and \
+            (path / "rerank_per_query.tsv").is_file()
+        if (model is None or model != last_model) and not same:
+            found.append((path.name, scores, last))
+            last = len(found) - 1
+        last_model = model
         metrics = path / "metrics.json"
         given = json.loads(metrics.read_text(encoding="utf-8")) if metrics.is_file() else {}
         how = ("reranked" if given.get("rerank/scoring") != "maxsim" else
