@@ -218,9 +218,7 @@ class ContrastiveLoss(nn.Module):
         was = self.model.training
         self.model.eval()
         try:
-            for i in range(0, flat[0].shape[0], b):
-                ids, types, m = head.trim(flat[0][i:i + b], None if flat[1] is None
-                                          else flat[1][i:i + b], mask[i:i + b])
+            for ids, types, m in head.column_batches([flat[0], flat[1], mask], b):
                 with torch.no_grad():
                     v, hidden = head.embed_with_states(self.model, ids, types, m)
                 vectors.append(v)
@@ -253,4 +251,5 @@ class ContrastiveLoss(nn.Module):
 
 
 __all__ = ["ContrastiveLoss", "cosent", "cosent_loss", "info_nce", "infonce_loss",
-           "late_info_nce", "margin_mse", "margin_mse_infonce_loss", "margin_mse_loss", "symmetric_loss"]
+           "late_info_nce", "margin_mse", "margin_mse_infonce_loss", "margin_mse_loss",
+           "symmetric_loss"]

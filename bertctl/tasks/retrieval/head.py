@@ -17,7 +17,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-
 from torch import nn
 
 from bertctl.errors import BertctlError
@@ -111,6 +110,12 @@ class SentenceEmbedding(sentence.SentenceHead, Head):
         return [None if t is None else t.transpose(0, 1).reshape(-1, t.shape[-1])
                 if t.dim() == 3 else t for t in inputs]
 
+    def column_batches(self, flat: list[torch.Tensor | None], step: int):
+        """`columns`' (K * B, T) rows a column (`step` rows) at a time, each cut to its own
+        longest sequence: a batch pads its short queries to its long passages otherwise."""
+        for i in range(0, flat[0].shape[0], step):
+            yield self.trim(*[None if t is None else t[i:i + step] for t in flat])
+
     def forward(self, model: Composed, input_ids: torch.Tensor,
                 token_type_ids: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None,
@@ -120,13 +125,9 @@ class SentenceEmbedding(sentence.SentenceHead, Head):
         shape = input_ids.shape
         if len(shape) == 2:   # one text a row (inference, an export's graph): as given
             return {"embeddings": self.embed(model, input_ids, token_type_ids, attention_mask)}
-        # Column by column, each cut to its own longest sequence: a batch pads its short
-        # queries to its long passages otherwise.
         flat = self.columns(input_ids, token_type_ids, attention_mask)
-        step = shape[0]
-        vectors = torch.cat([self.trimmed(model, *[None if t is None else t[i:i + step]
-                                                   for t in flat])
-                             for i in range(0, flat[0].shape[0], step)])
+        vectors = torch.cat([self.embed(model, *rows)
+                             for rows in self.column_batches(flat, shape[0])])
         return {"embeddings": vectors.reshape(shape[1], shape[0], -1).transpose(0, 1)}
 
     def hf_config(self) -> dict[str, Any]:
