@@ -8,7 +8,9 @@ whose gains are over their own first stage; an eval of the same model as the eva
 (the same search reranked another way: by a cross-encoder, then by its own token vectors),
 or a reranked eval of a model whose search scored every query the same, adds only those rows,
 beside the first stage's row already shown. A reordered row is labelled
-by its scorer: a cross-encoder, the model's own token vectors, or its late-interaction head."""
+by its scorer: a cross-encoder, the model's own token vectors, or its late-interaction head;
+a head's reordering is also compared with the own-vector reordering of the same search, when
+the report has one (what the head adds over the states it maps)."""
 
 from __future__ import annotations
 
@@ -26,11 +28,13 @@ def per_query(path: Path) -> dict[str, float]:
                 for row in csv.DictReader(f, delimiter="\t")}
 
 
-def steps(runs) -> list[tuple[str, dict[str, float], int | None]]:
-    """(label, per-query nDCG@10, the row its gain is over) of every search eval among
-    `runs`, in order: a first stage's over the first stage before it, a reranked run's over
-    its own first stage."""
-    found: list[tuple[str, dict[str, float], int | None]] = []
+def steps(runs) -> list[tuple[str, dict[str, float], int | None, int | None]]:
+    """(label, per-query nDCG@10, the row its gain is over, a second row it is compared with
+    or None) of every search eval among `runs`, in order: a first stage's over the first stage
+    before it, a reranked run's over its own first stage (and a late head's, also over the
+    same search reordered by the model's own token vectors)."""
+    found: list[tuple[str, dict[str, float], int | None, int | None]] = []
+    own: dict[tuple[int | None, str], int] = {}   # (first stage, kind) -> own-vector row
     last, last_model = None, None
     for run in runs:
         path = run.artifact.path
@@ -45,18 +49,20 @@ def steps(runs) -> list[tuple[str, dict[str, float], int | None]]:
         same = last is not None and scores == found[last][1] and \
             (path / "rerank_per_query.tsv").is_file()
         if (model is None or model != last_model) and not same:
-            found.append((path.name, scores, last))
+            found.append((path.name, scores, last, None))
             last = len(found) - 1
         last_model = model
         metrics = path / "metrics.json"
         given = json.loads(metrics.read_text(encoding="utf-8")) if metrics.is_file() else {}
-        how = ("reranked" if given.get("rerank/scoring") != "maxsim" else
-               "reordered by its own token vectors" if not given.get("rerank/late_dim") else
-               "reordered by its late-interaction head")
+        maxsim, head = given.get("rerank/scoring") == "maxsim", given.get("rerank/late_dim")
+        how = ("reranked" if not maxsim else "reordered by its own token vectors" if not head
+               else "reordered by its late-interaction head")
         for kind, label in (("rerank", how), ("rerank_fused", f"{how} and fused")):
             if (path / f"{kind}_per_query.tsv").is_file():
+                if maxsim and not head:
+                    own[last, kind] = len(found)
                 found.append((f"{path.name}, {label}", per_query(path / f"{kind}_per_query.tsv"),
-                              last))
+                              last, own.get((last, kind)) if head else None))
     return found
 
 
@@ -77,14 +83,16 @@ def table(runs, esc) -> str:
     if len(found) < 2:
         return ""
     rows = []
-    for label, scores, base in found:
+    for label, scores, base, versus in found:
         mean = math.fsum(scores.values()) / len(scores)
-        g = gain(found[base][1], scores) if base is not None else None
-        shown = ""
-        if g is not None:
-            d, se = g
-            shown = (f"{d:+.4f} ± {se:.4f}" + (f" ({d / se:+.1f} se)" if se > 0 else "")
-                     + f" over {esc(found[base][0])}")
+        parts = []
+        for other in (base, versus):
+            g = gain(found[other][1], scores) if other is not None else None
+            if g is not None:
+                d, se = g
+                parts.append(f"{d:+.4f} ± {se:.4f}" + (f" ({d / se:+.1f} se)" if se > 0 else "")
+                             + f" over {esc(found[other][0])}")
+        shown = "; ".join(parts)
         rows.append(f"<tr><td>{esc(label)}</td><td>{mean:.4f}</td><td>{len(scores)}</td>"
                     f"<td>{shown}</td></tr>")
     return ('<h2>Each step\'s gain</h2><table id="gains"><tr><th>step</th><th>nDCG@10</th>'
