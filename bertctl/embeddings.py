@@ -23,10 +23,18 @@ chunk whatever the input's size.
 - Nothing non-finite is written: the pieces and the vectors written (a sum of finite pieces can
   overflow) are checked.
 
+- Pieces stored (`store_pieces`, an embedding model's own vectors only): beside each text's
+  vector, its pieces as late interaction compares them (tasks/retrieval/late.py: the last
+  hidden states, mapped by the model's late-interaction head where it has one, each of unit
+  length), from the same forward pass, so that `bertctl search` reorders its hits by them
+  without embedding the documents again.
+
 Output layout (`write`): `vectors-NNNNN.npy` shards (float32 or float16, shape (n, dim), opened
 with `np.load(path, mmap_mode="r")`), and `index.parquet` with one record per input row: `row`
 (0-based), `shard`, `start` and `count` (its vectors are `shard[start:start + count]`), and for
-word pooling `words` (the word strings).
+word pooling `words` (the word strings). Stored pieces: `pieces-NNNNN.npy` shards beside the
+vectors' (the same numbering and dtype, shape (pieces, width)), a row's pieces
+`pieces shard[piece_start:piece_start + piece_count]`.
 """
 
 from __future__ import annotations
@@ -46,12 +54,14 @@ from bertctl.errors import BertctlError
 from bertctl.evaluation import non_finite_rows, refuse_non_finite
 from bertctl.model.features import combine_layers
 from bertctl.npy import NpyAppender
+from bertctl.tasks.retrieval import late
 from bertctl.data.tables import BY_NAME, read_table
 import pyarrow as pa
 import pyarrow.parquet as pq
 from tokenizers import Tokenizer
 
 VECTORS = "vectors-{:05d}.npy"
+PIECES = "pieces-{:05d}.npy"
 INDEX = "index.parquet"
 FP16_MAX = float(np.finfo(np.float16).max)
 TABLE_SUFFIXES = (".tsv", ".csv", ".jsonl", ".json", ".parquet", ".arrow")
@@ -174,6 +184,7 @@ class EmbedOptions:
     own: bool = False
     prompt: str = ""                 # put before every text (the first of a pair)
     store_text: bool = False         # each row's text (a pair's first) in the index
+    store_pieces: bool = False       # (own vectors) each row's late-interaction pieces too
 
 
 @dataclass
@@ -292,16 +303,24 @@ def _piece_vectors(model, enc: _Encoded, opts: EmbedOptions, device, pad_id: int
 
 
 def _sentence_vectors(model, enc: _Encoded, opts: EmbedOptions, device,
-                      pad_id: int) -> torch.Tensor:
+                      pad_id: int) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
     """(rows, dim) float32: each row's vector as the model gives it (its `embeddings` output:
-    pooling, Dense layers, normalisation), from its one window."""
-    out = None
+    pooling, Dense layers, normalisation), from its one window; and with `store_pieces` each
+    row's late-interaction pieces ((n, width) float32, unit length) from the same pass."""
+    out, pieces = None, [None] * len(enc.windows) if opts.store_pieces else None
     for idx, input_ids, types, mask in _batches(enc, opts, device, pad_id):
-        vectors = model(input_ids, types, mask)["embeddings"].float().cpu()
+        if pieces is None:
+            vectors = model(input_ids, types, mask)["embeddings"]
+        else:
+            head = model.own_head
+            vectors, hidden = head.embed_with_states(model, input_ids, types, mask)
+            for i, row in zip(idx, late.unit_pieces(head.token_vectors(hidden), mask)):
+                pieces[i] = row.cpu()
+        vectors = vectors.float().cpu()
         if out is None:
             out = torch.empty(len(enc.windows), vectors.shape[-1], dtype=torch.float32)
         out[torch.from_numpy(np.asarray(idx))] = vectors
-    return out
+    return out, pieces
 
 
 def _segment_mean(values: torch.Tensor, segment: np.ndarray, n: int) -> torch.Tensor:
@@ -379,9 +398,11 @@ def write(model, tokenizer, chunks: Iterator[Chunk], opts: EmbedOptions, out: Pa
         fields.append(("id", pa.string()))
     if opts.store_text:
         fields.append(("text", pa.string()))
+    if opts.store_pieces:
+        fields += [("piece_start", pa.int64()), ("piece_count", pa.int32())]
     schema = pa.schema(fields)
     index = pq.ParquetWriter(out / INDEX, schema)
-    shard, writer = -1, None
+    shard, writer, piece_writer = -1, None, None
     stats = {"rows": 0, "vectors": 0, "pieces": 0, "windowed_rows": 0, "truncated_pairs": 0,
              "truncated_rows": 0}
     dim = None
@@ -395,8 +416,9 @@ def write(model, tokenizer, chunks: Iterator[Chunk], opts: EmbedOptions, out: Pa
                 chunk = dataclasses.replace(chunk, texts=[opts.prompt + t for t in chunk.texts])
             enc, encodings = _encode(tok, chunk, opts.max_seq_length, opts.stride,
                                      truncate=opts.own)
+            row_pieces = None
             if opts.own:
-                vectors = _sentence_vectors(model, enc, opts, device, pad_id)
+                vectors, row_pieces = _sentence_vectors(model, enc, opts, device, pad_id)
                 counts, words = np.ones(len(vectors), np.int64), None
             else:
                 pieces = _piece_vectors(model, enc, opts, device, pad_id)
@@ -405,6 +427,11 @@ def write(model, tokenizer, chunks: Iterator[Chunk], opts: EmbedOptions, out: Pa
             if opts.normalize and len(vectors):
                 vectors = F.normalize(vectors, dim=-1)
             _refuse_non_finite(vectors, counts, chunk, where)
+            if row_pieces is not None:
+                piece_counts = np.fromiter((len(p) for p in row_pieces), np.int64,
+                                           len(row_pieces))
+                pieces = torch.cat(row_pieces)
+                _refuse_non_finite(pieces, piece_counts, chunk, where)
             if dtype == np.float16 and len(vectors) and float(vectors.abs().max()) > FP16_MAX:
                 raise BertctlError(f"{where}: a vector value exceeds fp16's range "
                                    f"({float(vectors.abs().max()):.4g} > {FP16_MAX:g}); write "
@@ -413,8 +440,13 @@ def write(model, tokenizer, chunks: Iterator[Chunk], opts: EmbedOptions, out: Pa
             if writer is None or writer.rows >= shard_rows:
                 if writer is not None:
                     writer.close()
+                if piece_writer is not None:
+                    piece_writer.close()
                 shard += 1
                 writer = NpyAppender(out / VECTORS.format(shard), dim, dtype)
+                if row_pieces is not None:
+                    piece_writer = NpyAppender(out / PIECES.format(shard), pieces.shape[1],
+                                               dtype)
             starts = writer.rows + np.r_[0, np.cumsum(counts)[:-1]]
             writer.append(vectors.numpy())
             n = len(chunk.texts)
@@ -428,6 +460,13 @@ def write(model, tokenizer, chunks: Iterator[Chunk], opts: EmbedOptions, out: Pa
                 columns["id"] = pa.array(chunk.ids, type=pa.string())
             if opts.store_text:
                 columns["text"] = pa.array(texts, type=pa.string())
+            if row_pieces is not None:
+                columns["piece_start"] = pa.array(
+                    piece_writer.rows + np.r_[0, np.cumsum(piece_counts)[:-1]])
+                columns["piece_count"] = pa.array(piece_counts.astype(np.int32))
+                piece_writer.append(pieces.numpy())   # unit length: within fp16's range
+                stats["pieces_stored"] = stats.get("pieces_stored", 0) + len(pieces)
+                stats["piece_dim"] = int(pieces.shape[1])
             index.write_table(pa.table(columns, schema=schema))
             stats["rows"] += n
             stats["vectors"] += int(counts.sum())
@@ -438,8 +477,9 @@ def write(model, tokenizer, chunks: Iterator[Chunk], opts: EmbedOptions, out: Pa
             if progress is not None:
                 progress(n)
     finally:
-        if writer is not None:
-            writer.close()
+        for opened in (writer, piece_writer):
+            if opened is not None:
+                opened.close()
         index.close()
     if stats["rows"] == 0:
         raise BertctlError("no rows to embed: the input is empty")

@@ -57,7 +57,13 @@ class EmbedSettings(InferenceSettings):
     store_text: bool = Field(False, description="Keep each row's text in index.parquet "
                              "(the text `bertctl search` prints beside each hit).",
                              json_schema_extra=meta(EMBEDDINGS))
-    dtype: Literal["fp32", "fp16"] = Field("fp32", description="Stored vector type.",
+    store_pieces: bool = Field(False, description="An embedding model's own vectors: keep "
+                               "each row's pieces as late interaction compares them (its "
+                               "late-interaction head's map, else its last hidden states; "
+                               "unit length), so that `bertctl search --rerank-scoring "
+                               "maxsim` reorders hits without embedding them again.",
+                               json_schema_extra=meta(EMBEDDINGS))
+    dtype: Literal["fp32", "fp16"] = Field("fp32", description="Stored vector (and piece) type.",
                                            json_schema_extra=meta(EMBEDDINGS))
     max_seq_length: int | None = Field(None, **SEQ_LENGTH, description="Pieces per model "
                                        "window; longer single texts are windowed, pairs "

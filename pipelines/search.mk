@@ -56,6 +56,9 @@
 #              none for a MODEL trained for search (it gained nothing there)
 #   LATE_LR    the head's rate (3e-3, one epoch)
 #   DEPTH      documents a query the reranker reorders (20)
+#   LATE_DEPTH documents a query reordered by token vectors (FINAL's own, its head's): 30
+#              (deeper than a cross-encoder's: the reordering is cheap, and through the
+#              head depth 30 gained over 10 at every seed; docs/benchmarks.md)
 #   FLAGS      more flags for every command (e.g. --precision fp32)
 #   RUNS       where the artifacts go (default runs/search)
 #   BERTCTL    the bertctl command (default: .venv's when `make setup` made it, else bertctl)
@@ -82,6 +85,7 @@ LATE_DIM ?= auto
 LATE_LR ?= 3e-3
 MINE_FLAGS ?=
 DEPTH   ?= 20
+LATE_DEPTH ?= 30
 FLAGS   ?=
 CORPUS  ?=
 
@@ -209,7 +213,7 @@ $(RUNS)/eval-%-reranked/artifact.json: $(RUNS)/%/artifact.json $(RUNS)/reranker/
 	    --out $(@D) --force
 $(RUNS)/eval-%-late/artifact.json: $(RUNS)/%/artifact.json $(BEIR_DEPS)
 	$(BERTCTL) eval $(<D) $(BEIR) $(EVAL) --rerank $(<D) --rerank-scoring maxsim \
-	    --rerank-depth $(DEPTH) --out $(@D) --force
+	    --rerank-depth $(LATE_DEPTH) --out $(@D) --force
 
 # In the report's order: a model's gain is over the model before (each round's over the
 # round before; FINAL's over the other of remined and distilled: the teacher's share, or

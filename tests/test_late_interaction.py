@@ -204,6 +204,17 @@ def test_a_late_head_is_fitted_and_read_by_the_reordering(cli, minilm_dir, tmp_p
         want = late.maxsim(pieces(queries[q]), [pieces(docs[d]) for d in head]).numpy()
         # as the unmapped reordering's test, and one more fp32 product of 384 terms
         assert np.abs(np.array([scores[q][d] for d in head]) - want).max() < 1e-5
+    # an index of it stores the head's map of each piece (embed --store-pieces)
+    docs = tmp_path / "docs.jsonl"
+    docs.write_text("".join(json.dumps({"_id": str(i), "text": t}) + "\n"
+                            for i, t in enumerate(texts)))
+    r = cli("embed", fitted, docs, "--text-column", "text", "--id-column", "_id",
+            "--store-pieces", "--precision", "fp32", "--out", tmp_path / "idx")
+    assert r.exit_code == 0, r.stderr
+    assert json.loads((tmp_path / "idx" / "artifact.json").read_text())["stats"]["piece_dim"] == 32
+    block = np.load(tmp_path / "idx" / "pieces-00000.npy")
+    want = torch.cat([pieces(t) for t in texts]).numpy()
+    assert block.shape == want.shape and np.abs(block - want).max() < 1e-5   # as above
 
 
 def test_the_late_head_refuses_what_it_cannot_fit(cli, minilm_dir, tmp_path):
@@ -326,7 +337,80 @@ def test_search_rerank_needs_the_texts_and_the_model(cli, minilm_dir, tmp_path):
                        minilm_dir, "--rerank-scoring", "maxsim"),
                    "keeps no texts for --rerank to read")
     one_line_error(cli("search", tmp_path / "bare", "--query", "normans", "--rerank-scoring",
-                       "maxsim"), "--rerank-scoring maxsim: give --rerank MODEL")
+                       "maxsim"), "--rerank-scoring maxsim without --rerank",
+                   "stores none (embed the documents with --store-pieces")
+
+
+@pytest.mark.slow
+def test_search_reorders_deeper_by_the_pieces_the_index_stores(cli, minilm_dir, example_index,
+                                                                tmp_path):
+    """embed --store-pieces keeps each document's pieces (transformers' last hidden states of
+    the text, unit length) beside its vector; search --rerank-scoring maxsim reorders each
+    query's first --rerank-depth hits by MaxSim over them (only the queries embedded) and
+    prints the first --top-k: the best by MaxSim of the plain search's first 8, the same hits
+    and scores as the texts embedded again (--rerank MODEL on an index without pieces)."""
+    import pyarrow.parquet as pq
+
+    stored = tmp_path / "stored"
+    r = cli("embed", minilm_dir, BEIR / "corpus.jsonl", "--text-column", "text", "--id-column",
+            "_id", "--store-text", "--store-pieces", "--precision", "fp32", "--out", stored)
+    assert r.exit_code == 0, r.stderr
+    stats = json.loads((stored / "artifact.json").read_text())["stats"]
+    rows = pq.read_table(stored / "index.parquet").to_pylist()
+    assert stats["piece_dim"] == 384 and stats["pieces_stored"] == sum(
+        row["piece_count"] for row in rows)
+    pieces = _hf_pieces(minilm_dir)
+    block = np.load(stored / "pieces-00000.npy")
+    for row in rows[:8]:
+        want = pieces(row["text"]).numpy()
+        got = block[row["piece_start"]:row["piece_start"] + row["piece_count"]]
+        # fp32 both sides, 6-layer encoders, unit vectors: seen ~1e-6
+        assert got.shape == want.shape and np.abs(got - want).max() < 1e-5
+    ask = ("--query", "Who were the Normans?", "--query", "When was the French revolution?",
+           "--precision", "fp32")
+    hits = lambda r: [json.loads(x) for x in r.stdout.splitlines()]
+    first = hits(cli("search", example_index, *ask, "--top-k", "8"))
+    r = cli("search", stored, *ask, "--top-k", "3", "--rerank-scoring", "maxsim",
+            "--rerank-depth", "8")
+    assert r.exit_code == 0, r.stderr
+    deep = hits(r)
+    again = hits(cli("search", example_index, *ask, "--top-k", "3", "--rerank", minilm_dir,
+                     "--rerank-scoring", "maxsim", "--rerank-depth", "8"))
+    assert [h["id"] for h in deep] == [h["id"] for h in again]
+    assert np.abs(np.array([h["score"] for h in deep])
+                  - np.array([h["score"] for h in again])).max() < 1e-5
+    for q, text in (("q1", "Who were the Normans?"), ("q2", "When was the French revolution?")):
+        candidates = [h for h in first if h["query"] == q]
+        scored = {h["id"]: late.maxsim(pieces(text), [pieces(h["text"])]).item()
+                  for h in candidates}
+        mine = [h for h in deep if h["query"] == q]
+        assert [h["rank"] for h in mine] == [1, 2, 3]
+        assert [h["id"] for h in mine] == sorted(scored, key=lambda d: -scored[d])[:3]
+        # as above: fp32 both sides; the hits keep 6 decimals
+        assert max(abs(h["score"] - scored[h["id"]]) for h in mine) < 1e-5
+
+
+def test_stored_pieces_refuse_what_they_cannot_serve(cli, minilm_dir, example_index, tmp_path):
+    """--store-pieces beside pooled hidden states; a reordering depth without a reordering,
+    or below --top-k; an index whose pieces shard is gone: one line, nothing written."""
+    one_line_error(cli("embed", minilm_dir, BEIR / "corpus.jsonl", "--text-column", "text",
+                       "--pool", "mean", "--store-pieces", "--out", tmp_path / "out"),
+                   "--store-pieces keeps an embedding model's pieces")
+    assert not (tmp_path / "out").exists()
+    ask = ("search", example_index, "--query", "normans")
+    one_line_error(cli(*ask, "--rerank-depth", "20"),
+                   "--rerank-depth: the hits a reranker reorders")
+    one_line_error(cli(*ask, "--top-k", "5", "--rerank-depth", "3", "--rerank-scoring",
+                       "maxsim"), "--rerank-depth 3: below --top-k 5")
+    docs = tmp_path / "docs.jsonl"
+    docs.write_text('{"_id": "a", "text": "the normans came from normandy"}\n'
+                    '{"_id": "b", "text": "a prime number has two divisors"}\n')
+    r = cli("embed", minilm_dir, docs, "--text-column", "text", "--id-column", "_id",
+            "--store-pieces", "--out", tmp_path / "idx")
+    assert r.exit_code == 0, r.stderr
+    (tmp_path / "idx" / "pieces-00000.npy").unlink()
+    one_line_error(cli("search", tmp_path / "idx", "--query", "normans", "--rerank-scoring",
+                       "maxsim"), "pieces-00000.npy")
 
 
 def test_the_report_names_how_a_search_was_reordered(tmp_path):

@@ -662,7 +662,7 @@ def test_search_pipeline_runs_more_rounds_of_mining_when_asked(tmp_path, minilm_
                                          "export")]
         late = next(x for x in commands if f"--out {runs}/eval-{final}-late " in x)
         assert f" eval {runs}/{final} " in late and \
-            f"--rerank {runs}/{final} --rerank-scoring maxsim --rerank-depth 20" in late
+            f"--rerank {runs}/{final} --rerank-scoring maxsim --rerank-depth 30" in late
         fitted = [x for x in commands if f"--out {runs}/late-head " in x]
         assert len(fitted) == (1 if head else 0)
         if head:
@@ -671,7 +671,8 @@ def test_search_pipeline_runs_more_rounds_of_mining_when_asked(tmp_path, minilm_
                 in fitted[0]
             reordered = next(x for x in commands if f"--out {runs}/eval-late-head-late " in x)
             assert f" eval {runs}/late-head " in reordered and \
-                f"--rerank {runs}/late-head --rerank-scoring maxsim" in reordered
+                f"--rerank {runs}/late-head --rerank-scoring maxsim --rerank-depth 30" \
+                in reordered
     for extra, message in (({"ROUNDS": "0"}, "ROUNDS=0: must be auto or a whole number"),
                            ({"ROUNDS": "two"}, "ROUNDS=two: must be auto or a whole number"),
                            ({"FINAL": "best"}, "FINAL=best: must be auto, distilled or remined"),

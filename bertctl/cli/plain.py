@@ -67,13 +67,19 @@ def search(
         min=1, help="An hnsw index: the beam of a query (unset: as built).",
         show_default=False)] = None,
     rerank: Annotated[Optional[Path], typer.Option(
-        help="Reorder each query's --top-k by this model's scores: a cross-encoder, or with "
-             "--rerank-scoring maxsim an embedding model (the index's own, say) by late "
-             "interaction over its token vectors. The index must keep its texts "
-             "(--store-text); each hit's score is then the reranker's.",
+        help="Reorder each query's --rerank-depth hits by this model's scores: a "
+             "cross-encoder, or with --rerank-scoring maxsim an embedding model (the index's "
+             "own, say) by late interaction over its token vectors. The index must keep its "
+             "texts (--store-text), or for its own model its pieces (--store-pieces); each "
+             "hit's score is then the reranker's.",
         show_default=False)] = None,
     rerank_scoring: Annotated[str, typer.Option(
-        help="cross or maxsim, as eval's --rerank-scoring.")] = "cross",
+        help="cross or maxsim, as eval's --rerank-scoring. maxsim with no --rerank: by the "
+             "pieces the index stores (embed --store-pieces), the index's own model's.")
+    ] = "cross",
+    rerank_depth: Annotated[Optional[int], typer.Option(
+        min=1, max=10_000, help="The hits reordered a query, of which the first --top-k are "
+        "printed (unset: --top-k).", show_default=False)] = None,
     debug: DEBUG = False,
 ):
     """Search an embeddings or index artifact: each query's nearest documents (exact cosine
@@ -83,7 +89,7 @@ def search(
 
     with _handled(False, debug):
         stage_module.run(index, query or [], queries, top_k, model, precision, threads, probe,
-                         ef_search, rerank, rerank_scoring)
+                         ef_search, rerank, rerank_scoring, rerank_depth)
 
 
 PLAIN = [("inspect", inspect_artifact), ("diff", diff_artifacts), ("search", search)]

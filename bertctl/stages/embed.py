@@ -48,19 +48,27 @@ def run(config: EmbedSettings, target: artifacts.Target, model_dir: Path, data: 
                                f"(its Normalize module); give --pool to take hidden states")
         config = config.model_copy(update={"pool": "model", "normalize": bool(
             unit if config.normalize is None else config.normalize)})
+    elif config.store_pieces:
+        raise BertctlError("--store-pieces keeps an embedding model's pieces beside its own "
+                           "vectors (--pool model), for late interaction; --pool tokens writes "
+                           "every piece's hidden state as the vectors")
     elif config.prompt_name is not None or config.prompt is not None:
         raise BertctlError("--prompt and --prompt-name apply to an embedding model's own "
                            "vectors (--pool model)")
     else:
         config = config.model_copy(update={"pool": config.pool or "mean",
                                            "normalize": bool(config.normalize)})
+    if config.store_pieces and source.onnx is not None:
+        raise BertctlError(f"--store-pieces: {source.path} is an export, whose graph gives the "
+                           f"pooled vectors only; embed with the model it was exported from")
     config = source.applied(config)
     device, precision, recorded = source.runtime(config.device, config.precision)
     opts = embeddings.EmbedOptions(layers=layers, combine=config.combine, pool=config.pool,
                                    normalize=config.normalize, dtype=config.dtype,
                                    max_seq_length=max_len,
                                    stride=config.doc_stride, batch_size=config.batch_size,
-                                   own=own, prompt=prompt, store_text=config.store_text)
+                                   own=own, prompt=prompt, store_text=config.store_text,
+                                   store_pieces=config.store_pieces)
     if own:   # its sentence head normalises what it should; a unit vector again is itself
         opts = dataclasses.replace(opts, normalize=False)
     inputs = [source.ref, models.data_input(data)]

@@ -7,9 +7,12 @@ block at a time, memory-mapped, the best --top-k kept: bertctl.tasks.retrieval.r
 an index artifact `bertctl index` built on it (exact below its size threshold, else faiss's
 approximate search). Each query is embedded by the model that embedded the documents (its
 query prompt before it); another model is refused: its vectors would be another space's.
-`--rerank MODEL` reorders each query's hits by a cross-encoder's scores or, `--rerank-scoring
-maxsim`, by late interaction over an embedding model's token vectors (stages/common/cross.py,
-as `eval --rerank` scores), reading the texts the index keeps.
+`--rerank MODEL` reorders each query's first --rerank-depth hits (--top-k's) by a
+cross-encoder's scores or, `--rerank-scoring maxsim`, by late interaction over an embedding
+model's token vectors (stages/common/cross.py, as `eval --rerank` scores), reading the texts
+the index keeps. An index that stores its documents' pieces (`embed --store-pieces`) is
+reordered by them, `--rerank-scoring maxsim` with no model or with the index's own: only the
+queries are embedded, so a deeper reordering costs little more than a shallow one.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from bertctl.embeddings import INDEX
 from bertctl.errors import BertctlError
 from bertctl.model import sentence_layout
 from bertctl.stages.common import cross, models, vectors
-from bertctl.tasks.retrieval import approximate, mining, ranking, reader
+from bertctl.tasks.retrieval import approximate, late, mining, ranking, reader
 
 
 def read_queries(given: list[str], path: Path | None) -> list[tuple[str, str]]:
@@ -82,12 +85,17 @@ def open_index(path: Path):
 def run(index: Path, query: list[str], queries_file: Path | None, top_k: int,
         model_dir: Path | None, precision: str, threads: int | None,
         probe: int | None = None, ef_search: int | None = None,
-        rerank: Path | None = None, rerank_scoring: str = "cross") -> None:
+        rerank: Path | None = None, rerank_scoring: str = "cross",
+        rerank_depth: int | None = None) -> None:
     if precision not in ("auto", "fp32", "bf16"):
         raise BertctlError(f"--precision {precision}: auto, fp32 or bf16")
-    if rerank is None and rerank_scoring != "cross":
-        raise BertctlError(f"--rerank-scoring {rerank_scoring}: give --rerank MODEL, the "
-                           f"model that scores (the index's own, say)")
+    reordering = rerank is not None or rerank_scoring != "cross"
+    if rerank_depth is not None and not reordering:
+        raise BertctlError("--rerank-depth: the hits a reranker reorders; give --rerank MODEL "
+                           "or --rerank-scoring maxsim")
+    if rerank_depth is not None and rerank_depth < top_k:
+        raise BertctlError(f"--rerank-depth {rerank_depth}: below --top-k {top_k} (the hits "
+                           f"printed are the first of those reordered)")
     hardware.set_threads(threads)
     art, blocks, approx, kind = open_index(index)
     if (probe is not None and kind != "ivf") or (ef_search is not None and kind != "hnsw"):
@@ -103,12 +111,28 @@ def run(index: Path, query: list[str], queries_file: Path | None, top_k: int,
                            f"{source.ref.id}, the index's model {built_by.id}): a query must "
                            f"be embedded by the index's own model")
     family = tasks.get(mining.FAMILY)
+    rows = pq.read_table(art.file(INDEX))
+    stored = vectors.index_pieces(art, rows) if rerank_scoring == "maxsim" else None
+    if stored is not None and source.onnx is not None:
+        raise BertctlError(f"{source.path}: an export gives the queries' pooled vectors only, "
+                           f"not the pieces {art.path} is reordered by: give --model, the "
+                           f"model it was exported from")
     reranker = None
     if rerank is not None:
-        if "text" not in pq.read_schema(art.file(INDEX)).names:
-            raise BertctlError(f"{art.path}: keeps no texts for --rerank to read: embed the "
-                               f"documents with --store-text")
         reranker = cross.open_reranker(rerank, family, scoring=rerank_scoring)
+        if reranker.source.ref.id != source.ref.id:
+            stored = None   # another model's pieces: its own, embedded from the texts
+        elif stored is not None:
+            reranker = None
+        if reranker is not None and "text" not in rows.column_names:
+            raise BertctlError(f"{art.path}: keeps no texts for --rerank to read: embed the "
+                               f"documents with --store-text"
+                               + (" (or --store-pieces, reordered by the index's own model)"
+                                  if rerank_scoring == "maxsim" else ""))
+    elif rerank_scoring != "cross" and stored is None:
+        raise BertctlError(f"--rerank-scoring {rerank_scoring} without --rerank: reorders by "
+                           f"the pieces an index stores, and {art.path} stores none (embed "
+                           f"the documents with --store-pieces, or give --rerank MODEL)")
     asked = read_queries(query, queries_file)
     tok, _ = source.tokenizer()
     max_len = models.model_length(source)
@@ -124,15 +148,30 @@ def run(index: Path, query: list[str], queries_file: Path | None, top_k: int,
     if blocks[0].shape[1] != q.shape[1]:
         raise BertctlError(f"{art.path}: vectors of {blocks[0].shape[1]} values, the queries' "
                            f"{q.shape[1]}")
-    rows = pq.read_table(art.file(INDEX))
     ids = rows.column("id").to_pylist() if "id" in rows.column_names else \
         [str(r) for r in rows.column("row").to_pylist()]
     texts = rows.column("text").to_pylist() if "text" in rows.column_names else None
-    k = min(top_k, stats.get("vectors", top_k))
+    depth = rerank_depth or top_k
+    k = min(depth, stats.get("vectors", depth))
     scores, found = (ranking.search(q, blocks, k) if approx is None
                      else approximate.nearest(approx, q, k, blocks))
+    hits = [[j for j in row if j >= 0] for row in found.tolist()]
     if reranker is not None:
-        scores, found = _reranked(reranker, asked, scores, found, texts, device, run_precision)
+        pairs = [(a, j) for a, row in enumerate(hits) for j in row]
+        own = reranker.source.ref.id == source.ref.id   # (the index's model, loaded once)
+        new = cross.score_pairs(reranker, [asked[a][1] for a, _ in pairs],
+                                [texts[j] for _, j in pairs], 64, device, run_precision,
+                                model=model if own else None)
+        scores, found = _reordered(new, scores, found)
+    elif stored is not None:
+        pieces = vectors.piece_vectors(model, family, tok, [t for _, t in asked],
+                                       sentence_layout.prompt_for(record, "query"), max_len,
+                                       64, device, run_precision,
+                                       f"{source.path} on the queries", "queries")
+        new = [late.maxsim(pieces[a], [stored.of(j) for j in row]).numpy()
+               for a, row in enumerate(hits) if row]
+        scores, found = _reordered(np.concatenate(new) if new else np.zeros(0), scores, found)
+    scores, found = scores[:, :top_k], found[:, :top_k]
     out = sys.stdout
     for (qid, text), s, i in zip(asked, scores, found):
         for rank, (score, j) in enumerate(zip(s.tolist(), i.tolist()), 1):
@@ -144,12 +183,10 @@ def run(index: Path, query: list[str], queries_file: Path | None, top_k: int,
             out.write(json.dumps(hit, ensure_ascii=False) + "\n")
 
 
-def _reranked(reranker, asked, scores, found, texts, device, precision):
-    """Each query's hits reordered by the reranker's scores (those its hits then carry), as
-    `eval --rerank` reorders a search's first documents; ties keep the search's order."""
-    pairs = [(a, j) for a, row in enumerate(found.tolist()) for j in row if j >= 0]
-    new = cross.score_pairs(reranker, [asked[a][1] for a, _ in pairs],
-                            [texts[j] for _, j in pairs], 64, device, precision)
+def _reordered(new: np.ndarray, scores: np.ndarray, found: np.ndarray):
+    """Each query's hits reordered by `new`, the reranker's scores of every query's hits in
+    order (those its hits then carry), as `eval --rerank` reorders a search's first
+    documents; ties keep the search's order."""
     out_scores = np.full(scores.shape, -np.inf, np.float64)
     out_found = np.full(found.shape, -1, found.dtype)
     at = 0

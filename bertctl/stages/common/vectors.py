@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bertctl import console, evaluation
+from bertctl import console, embeddings, evaluation
 from bertctl.contract import artifacts
 from bertctl.errors import BertctlError
 from bertctl.tasks.retrieval import late
@@ -59,9 +59,6 @@ def piece_vectors(model, family, tok, texts: list[str], prompt: str, max_len: in
     return out
 
 
-__all__ = ["embed_texts", "piece_vectors"]
-
-
 def index_vectors(path: Path) -> tuple[artifacts.Artifact, list[np.ndarray]]:
     """An embeddings artifact of an embedding model's own vectors (what `index` and `search`
     read) and its shards, memory-mapped."""
@@ -77,3 +74,38 @@ def index_vectors(path: Path) -> tuple[artifacts.Artifact, list[np.ndarray]]:
     if not blocks or not sum(len(b) for b in blocks):
         raise BertctlError(f"{path}: holds no vectors")
     return art, blocks
+
+
+def index_pieces(art: artifacts.Artifact, rows) -> "StoredPieces | None":
+    """The late-interaction pieces an embeddings artifact stores beside its vectors (`embed
+    --store-pieces`), memory-mapped, or None; `rows` its index.parquet table."""
+    if "piece_start" not in rows.column_names:
+        return None
+    blocks = [np.load(art.file(embeddings.PIECES.format(k)), mmap_mode="r")
+              for k in range(len(list(art.path.glob("vectors-*.npy"))))]
+    width = art.manifest.stats.get("piece_dim")
+    if any(b.ndim != 2 or b.shape[1] != width for b in blocks):
+        raise BertctlError(f"{art.path}: its pieces shards are not of the {width} values its "
+                           f"manifest records")
+    return StoredPieces(blocks, rows.column("shard").to_numpy(),
+                        rows.column("piece_start").to_numpy(),
+                        rows.column("piece_count").to_numpy())
+
+
+class StoredPieces:
+    """Each document's stored pieces, read from the memory-mapped shards when asked."""
+
+    def __init__(self, blocks, shard, start, count):
+        self.blocks, self.shard, self.start, self.count = blocks, shard, start, count
+
+    def of(self, row: int) -> torch.Tensor:
+        """(pieces, width) float32 of one document (its row in the index)."""
+        a = int(self.start[row])
+        block = self.blocks[int(self.shard[row])]
+        if a + int(self.count[row]) > len(block):
+            raise BertctlError(f"{Path(block.filename).parent}: row {row}'s pieces run past "
+                               f"its shard's {len(block):,}")
+        return torch.from_numpy(np.array(block[a:a + int(self.count[row])], np.float32))
+
+
+__all__ = ["StoredPieces", "embed_texts", "index_pieces", "index_vectors", "piece_vectors"]
