@@ -53,6 +53,43 @@ def test_the_hits_are_a_brute_force_cosine_search_over_the_index(cli, index, min
     assert all(h["text"] == texts[h["id"]] for h in hits)
 
 
+def test_search_reads_only_the_row_groups_of_its_hits(cli, minilm_dir, tmp_path,
+                                                      monkeypatch):
+    """The index's ids, texts and stored pieces are read for the hits alone, from the row
+    groups (one a chunk of embed's input) that hold them: a search of a large corpus never
+    holds a whole column. Chunks of 16 rows make the example corpus's 173 eleven groups."""
+    import functools
+
+    import pyarrow.parquet as pq
+
+    from bertctl import embeddings
+
+    monkeypatch.setattr(embeddings, "read_chunks",
+                        functools.partial(embeddings.read_chunks, rows=16))
+    r = cli("embed", minilm_dir, CORPUS, "--text-column", "text", "--id-column", "_id",
+            "--store-text", "--store-pieces", "--out", tmp_path / "idx")
+    assert r.exit_code == 0, r.stderr
+    assert pq.ParquetFile(tmp_path / "idx" / "index.parquet").metadata.num_row_groups == 11
+    row_of = {d: i for i, d in enumerate(
+        pq.read_table(tmp_path / "idx" / "index.parquet").column("id").to_pylist())}
+    read = []
+    original = pq.ParquetFile.read_row_group
+    monkeypatch.setattr(pq.ParquetFile, "read_row_group",
+                        lambda self, g, **k: read.append(g) or original(self, g, **k))
+    groups = {}
+    for top, extra in ((2, []), (5, []), (2, ["--rerank-scoring", "maxsim", "--rerank-depth",
+                                               "5"])):
+        read.clear()
+        r = cli("search", tmp_path / "idx", "--query", "Who were the Normans?", "--top-k",
+                str(top), *extra)
+        assert r.exit_code == 0, r.stderr
+        groups[top, bool(extra)] = {row_of[json.loads(x)["id"]] // 16
+                                    for x in r.stdout.splitlines()}
+        # plain: the hits' ids and texts; reordered: the first five's pieces, then those
+        assert set(read) == (groups[5, False] if extra else groups[top, bool(extra)])
+    assert groups[2, True] <= groups[5, False]
+
+
 def test_what_search_cannot_answer_is_one_line(cli, index, minilm_dir, tiny_pretrained,
                                               tmp_path):
     pooled = tmp_path / "pooled"

@@ -12,7 +12,9 @@ cross-encoder's scores or, `--rerank-scoring maxsim`, by late interaction over a
 model's token vectors (stages/common/cross.py, as `eval --rerank` scores), reading the texts
 the index keeps. An index that stores its documents' pieces (`embed --store-pieces`) is
 reordered by them, `--rerank-scoring maxsim` with no model or with the index's own: only the
-queries are embedded, so a deeper reordering costs little more than a shallow one.
+queries are embedded, so a deeper reordering costs little more than a shallow one. Of the
+index's rows only the hits' ids, texts and pieces are read (vectors.IndexRows: their row
+groups), so memory stays the hits' whatever the corpus's size.
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import pyarrow.parquet as pq
 
 from bertctl import hardware, tasks
 from bertctl.contract import artifacts
@@ -111,7 +112,7 @@ def run(index: Path, query: list[str], queries_file: Path | None, top_k: int,
                            f"{source.ref.id}, the index's model {built_by.id}): a query must "
                            f"be embedded by the index's own model")
     family = tasks.get(mining.FAMILY)
-    rows = pq.read_table(art.file(INDEX))
+    rows = vectors.IndexRows(art.file(INDEX))
     stored = vectors.index_pieces(art, rows) if rerank_scoring == "maxsim" else None
     if stored is not None and source.onnx is not None:
         raise BertctlError(f"{source.path}: an export gives the queries' pooled vectors only, "
@@ -124,7 +125,7 @@ def run(index: Path, query: list[str], queries_file: Path | None, top_k: int,
             stored = None   # another model's pieces: its own, embedded from the texts
         elif stored is not None:
             reranker = None
-        if reranker is not None and "text" not in rows.column_names:
+        if reranker is not None and "text" not in rows.names:
             raise BertctlError(f"{art.path}: keeps no texts for --rerank to read: embed the "
                                f"documents with --store-text"
                                + (" (or --store-pieces, reordered by the index's own model)"
@@ -148,9 +149,6 @@ def run(index: Path, query: list[str], queries_file: Path | None, top_k: int,
     if blocks[0].shape[1] != q.shape[1]:
         raise BertctlError(f"{art.path}: vectors of {blocks[0].shape[1]} values, the queries' "
                            f"{q.shape[1]}")
-    ids = rows.column("id").to_pylist() if "id" in rows.column_names else \
-        [str(r) for r in rows.column("row").to_pylist()]
-    texts = rows.column("text").to_pylist() if "text" in rows.column_names else None
     depth = rerank_depth or top_k
     k = min(depth, stats.get("vectors", depth))
     scores, found = (ranking.search(q, blocks, k) if approx is None
@@ -159,6 +157,7 @@ def run(index: Path, query: list[str], queries_file: Path | None, top_k: int,
     if reranker is not None:
         pairs = [(a, j) for a, row in enumerate(hits) for j in row]
         own = reranker.source.ref.id == source.ref.id   # (the index's model, loaded once)
+        texts = dict(zip(*_column(rows, "text", [j for _, j in pairs])))
         new = cross.score_pairs(reranker, [asked[a][1] for a, _ in pairs],
                                 [texts[j] for _, j in pairs], 64, device, run_precision,
                                 model=model if own else None)
@@ -168,19 +167,29 @@ def run(index: Path, query: list[str], queries_file: Path | None, top_k: int,
                                        sentence_layout.prompt_for(record, "query"), max_len,
                                        64, device, run_precision,
                                        f"{source.path} on the queries", "queries")
-        new = [late.maxsim(pieces[a], [stored.of(j) for j in row]).numpy()
+        docs = stored.of([j for row in hits for j in row])
+        new = [late.maxsim(pieces[a], [docs[j] for j in row]).numpy()
                for a, row in enumerate(hits) if row]
         scores, found = _reordered(np.concatenate(new) if new else np.zeros(0), scores, found)
     scores, found = scores[:, :top_k], found[:, :top_k]
+    shown = [j for row in found.tolist() for j in row if j >= 0]
+    ids = dict(zip(*_column(rows, "id" if "id" in rows.names else "row", shown)))
+    texts = dict(zip(*_column(rows, "text", shown))) if "text" in rows.names else None
     out = sys.stdout
     for (qid, text), s, i in zip(asked, scores, found):
         for rank, (score, j) in enumerate(zip(s.tolist(), i.tolist()), 1):
             if j < 0:   # an approximate index found fewer than k
                 break
-            hit = {"query": qid, "rank": rank, "id": ids[j], "score": round(score, 6)}
+            hit = {"query": qid, "rank": rank, "id": str(ids[j]), "score": round(score, 6)}
             if texts is not None:
                 hit["text"] = texts[j]
             out.write(json.dumps(hit, ensure_ascii=False) + "\n")
+
+
+def _column(rows: vectors.IndexRows, name: str, wanted: list[int]) -> tuple[list, list]:
+    """(the distinct rows of `wanted`, their values of column `name`)."""
+    distinct = sorted(set(wanted))
+    return distinct, rows.column(name, distinct)
 
 
 def _reordered(new: np.ndarray, scores: np.ndarray, found: np.ndarray):

@@ -9,6 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import torch
 
 from bertctl import console, embeddings, evaluation
@@ -76,10 +78,40 @@ def index_vectors(path: Path) -> tuple[artifacts.Artifact, list[np.ndarray]]:
     return art, blocks
 
 
-def index_pieces(art: artifacts.Artifact, rows) -> "StoredPieces | None":
+class IndexRows:
+    """An embeddings artifact's index.parquet, read a column of the asked rows at a time, from
+    only the row groups (one a chunk of `embed`'s input) that hold them: a search of a corpus
+    of any size reads its hits' ids and texts, never the whole column."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.file = pq.ParquetFile(path)
+        meta = self.file.metadata
+        self.names = set(self.file.schema_arrow.names)
+        self.starts = np.cumsum([0] + [meta.row_group(g).num_rows
+                                       for g in range(meta.num_row_groups)])
+
+    def column(self, name: str, rows) -> list:
+        """The values of column `name` at `rows` (positions in the index, any order)."""
+        rows = np.asarray(rows, np.int64)
+        if len(rows) and (rows.min() < 0 or rows.max() >= self.starts[-1]):
+            raise BertctlError(f"{self.path}: holds {self.starts[-1]:,} rows, not row "
+                               f"{int(rows.max())}")
+        groups = np.searchsorted(self.starts, rows, side="right") - 1
+        out: list = [None] * len(rows)
+        for g in np.unique(groups):
+            at = np.flatnonzero(groups == g)
+            values = self.file.read_row_group(int(g), columns=[name]).column(0)
+            for i, v in zip(at.tolist(), values.take(pa.array(rows[at] - self.starts[g]))
+                            .to_pylist()):
+                out[i] = v
+        return out
+
+
+def index_pieces(art: artifacts.Artifact, rows: IndexRows) -> "StoredPieces | None":
     """The late-interaction pieces an embeddings artifact stores beside its vectors (`embed
-    --store-pieces`), memory-mapped, or None; `rows` its index.parquet table."""
-    if "piece_start" not in rows.column_names:
+    --store-pieces`), memory-mapped, or None."""
+    if "piece_start" not in rows.names:
         return None
     blocks = [np.load(art.file(embeddings.PIECES.format(k)), mmap_mode="r")
               for k in range(len(list(art.path.glob("vectors-*.npy"))))]
@@ -87,25 +119,28 @@ def index_pieces(art: artifacts.Artifact, rows) -> "StoredPieces | None":
     if any(b.ndim != 2 or b.shape[1] != width for b in blocks):
         raise BertctlError(f"{art.path}: its pieces shards are not of the {width} values its "
                            f"manifest records")
-    return StoredPieces(blocks, rows.column("shard").to_numpy(),
-                        rows.column("piece_start").to_numpy(),
-                        rows.column("piece_count").to_numpy())
+    return StoredPieces(blocks, rows)
 
 
 class StoredPieces:
     """Each document's stored pieces, read from the memory-mapped shards when asked."""
 
-    def __init__(self, blocks, shard, start, count):
-        self.blocks, self.shard, self.start, self.count = blocks, shard, start, count
+    def __init__(self, blocks, rows: IndexRows):
+        self.blocks, self.rows = blocks, rows
 
-    def of(self, row: int) -> torch.Tensor:
-        """(pieces, width) float32 of one document (its row in the index)."""
-        a = int(self.start[row])
-        block = self.blocks[int(self.shard[row])]
-        if a + int(self.count[row]) > len(block):
-            raise BertctlError(f"{Path(block.filename).parent}: row {row}'s pieces run past "
-                               f"its shard's {len(block):,}")
-        return torch.from_numpy(np.array(block[a:a + int(self.count[row])], np.float32))
+    def of(self, rows: list[int]) -> dict[int, torch.Tensor]:
+        """{row: (pieces, width) float32} of the documents at `rows` (positions in the index)."""
+        distinct = sorted(set(rows))
+        where = zip(distinct, *(self.rows.column(c, distinct)
+                                for c in ("shard", "piece_start", "piece_count")))
+        out = {}
+        for row, shard, a, n in where:
+            block = self.blocks[shard]
+            if a + n > len(block):
+                raise BertctlError(f"{Path(block.filename).parent}: row {row}'s pieces run "
+                                   f"past its shard's {len(block):,}")
+            out[row] = torch.from_numpy(np.array(block[a:a + n], np.float32))
+        return out
 
 
-__all__ = ["StoredPieces", "embed_texts", "index_pieces", "index_vectors", "piece_vectors"]
+__all__ = ["IndexRows", "StoredPieces", "embed_texts", "index_pieces", "index_vectors", "piece_vectors"]
