@@ -392,7 +392,8 @@ def test_search_reorders_deeper_by_the_pieces_the_index_stores(cli, minilm_dir, 
 
 def test_stored_pieces_refuse_what_they_cannot_serve(cli, minilm_dir, example_index, tmp_path):
     """--store-pieces beside pooled hidden states; a reordering depth without a reordering,
-    or below --top-k; an index whose pieces shard is gone: one line, nothing written."""
+    or below --top-k; an index whose rows point past its pieces, or whose pieces shard is
+    gone: one line, nothing written."""
     one_line_error(cli("embed", minilm_dir, BEIR / "corpus.jsonl", "--text-column", "text",
                        "--pool", "mean", "--store-pieces", "--out", tmp_path / "out"),
                    "--store-pieces keeps an embedding model's pieces")
@@ -408,6 +409,15 @@ def test_stored_pieces_refuse_what_they_cannot_serve(cli, minilm_dir, example_in
     r = cli("embed", minilm_dir, docs, "--text-column", "text", "--id-column", "_id",
             "--store-pieces", "--out", tmp_path / "idx")
     assert r.exit_code == 0, r.stderr
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = tmp_path / "idx" / "index.parquet"
+    table = pq.read_table(rows)
+    pq.write_table(table.set_column(table.schema.get_field_index("piece_start"), "piece_start",
+                                    pa.array([10**9, 10**9], pa.int64())), rows)
+    one_line_error(cli("search", tmp_path / "idx", "--query", "normans", "--rerank-scoring",
+                       "maxsim"), "index.parquet: its rows' pieces", "not in the artifact's")
     (tmp_path / "idx" / "pieces-00000.npy").unlink()
     one_line_error(cli("search", tmp_path / "idx", "--query", "normans", "--rerank-scoring",
                        "maxsim"), "pieces-00000.npy")

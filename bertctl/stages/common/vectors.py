@@ -91,6 +91,18 @@ class IndexRows:
         self.starts = np.cumsum([0] + [meta.row_group(g).num_rows
                                        for g in range(meta.num_row_groups)])
 
+    def bounds(self, name: str) -> tuple[int, int] | None:
+        """(min, max) of an integer column over every row, from the row groups' statistics;
+        None where a group has none."""
+        index = self.file.schema_arrow.names.index(name)
+        found = []
+        for g in range(self.file.metadata.num_row_groups):
+            stats = self.file.metadata.row_group(g).column(index).statistics
+            if stats is None or not stats.has_min_max:
+                return None
+            found += [stats.min, stats.max]
+        return (int(min(found)), int(max(found))) if found else None
+
     def column(self, name: str, rows) -> list:
         """The values of column `name` at `rows` (positions in the index, any order)."""
         rows = np.asarray(rows, np.int64)
@@ -119,6 +131,14 @@ def index_pieces(art: artifacts.Artifact, rows: IndexRows) -> "StoredPieces | No
     if any(b.ndim != 2 or b.shape[1] != width for b in blocks):
         raise BertctlError(f"{art.path}: its pieces shards are not of the {width} values its "
                            f"manifest records")
+    # Before any work, from the row groups' statistics (no column read): rows that point
+    # outside the shards (a hit's exact span is checked when it is read).
+    low, high = rows.bounds("shard"), rows.bounds("piece_start")
+    count = rows.bounds("piece_count")
+    if None in (low, high, count) or low[0] < 0 or low[1] >= len(blocks) or high[0] < 0 \
+            or high[1] >= max(len(b) for b in blocks) or count[0] < 1:
+        raise BertctlError(f"{rows.path}: its rows' pieces (shards {low}, starts {high}, "
+                           f"counts {count}) are not in the artifact's pieces shards")
     return StoredPieces(blocks, rows)
 
 
@@ -135,11 +155,12 @@ class StoredPieces:
                                 for c in ("shard", "piece_start", "piece_count")))
         out = {}
         for row, shard, a, n in where:
-            block = self.blocks[shard]
-            if a + n > len(block):
-                raise BertctlError(f"{Path(block.filename).parent}: row {row}'s pieces run "
-                                   f"past its shard's {len(block):,}")
-            out[row] = torch.from_numpy(np.array(block[a:a + n], np.float32))
+            if not (0 <= shard < len(self.blocks) and a >= 0 and n >= 1
+                    and a + n <= len(self.blocks[shard])):
+                raise BertctlError(f"{self.rows.path}: row {row}'s pieces (shard {shard}, "
+                                   f"start {a}, count {n}) are not in the artifact's pieces "
+                                   f"shards")
+            out[row] = torch.from_numpy(np.array(self.blocks[shard][a:a + n], np.float32))
         return out
 
 
