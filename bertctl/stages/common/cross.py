@@ -127,7 +127,8 @@ def _maxsim_pairs(reranker: Reranker, model, tok, queries: list[str], documents:
                 distinct = list(dict.fromkeys(side[i] for i in part))
                 pieces = vectors.piece_vectors(model, reranker.family, tok, distinct,
                                                prompts[role], reranker.max_len, batch_size,
-                                               device, precision, where, f"{role}s")
+                                               device, precision, where,
+                                               "queries" if role == "query" else "documents")
                 texts[role] = dict(zip(distinct, pieces))
             by_query: dict[str, list[int]] = {}
             for i in part:
