@@ -157,7 +157,7 @@ def run(index: Path, query: list[str], queries_file: Path | None, top_k: int,
     if reranker is not None:
         pairs = [(a, j) for a, row in enumerate(hits) for j in row]
         own = reranker.source.ref.id == source.ref.id   # (the index's model, loaded once)
-        texts = dict(zip(*_column(rows, "text", [j for _, j in pairs])))
+        texts = rows.values("text", [j for _, j in pairs])
         new = cross.score_pairs(reranker, [asked[a][1] for a, _ in pairs],
                                 [texts[j] for _, j in pairs], 64, device, run_precision,
                                 model=model if own else None)
@@ -173,8 +173,8 @@ def run(index: Path, query: list[str], queries_file: Path | None, top_k: int,
         scores, found = _reordered(np.concatenate(new) if new else np.zeros(0), scores, found)
     scores, found = scores[:, :top_k], found[:, :top_k]
     shown = [j for row in found.tolist() for j in row if j >= 0]
-    ids = dict(zip(*_column(rows, "id" if "id" in rows.names else "row", shown)))
-    texts = dict(zip(*_column(rows, "text", shown))) if "text" in rows.names else None
+    ids = rows.values("id" if "id" in rows.names else "row", shown)
+    texts = rows.values("text", shown) if "text" in rows.names else None
     out = sys.stdout
     for (qid, text), s, i in zip(asked, scores, found):
         for rank, (score, j) in enumerate(zip(s.tolist(), i.tolist()), 1):
@@ -184,12 +184,6 @@ def run(index: Path, query: list[str], queries_file: Path | None, top_k: int,
             if texts is not None:
                 hit["text"] = texts[j]
             out.write(json.dumps(hit, ensure_ascii=False) + "\n")
-
-
-def _column(rows: vectors.IndexRows, name: str, wanted: list[int]) -> tuple[list, list]:
-    """(the distinct rows of `wanted`, their values of column `name`)."""
-    distinct = sorted(set(wanted))
-    return distinct, rows.column(name, distinct)
 
 
 def _reordered(new: np.ndarray, scores: np.ndarray, found: np.ndarray):

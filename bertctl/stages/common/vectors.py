@@ -103,6 +103,11 @@ class IndexRows:
             found += [stats.min, stats.max]
         return (int(min(found)), int(max(found))) if found else None
 
+    def values(self, name: str, rows) -> dict:
+        """{row: its value of column `name`} for the distinct `rows` (positions in the index)."""
+        distinct = sorted(set(rows))
+        return dict(zip(distinct, self.column(name, distinct)))
+
     def column(self, name: str, rows) -> list:
         """The values of column `name` at `rows` (positions in the index, any order)."""
         rows = np.asarray(rows, np.int64)
@@ -150,11 +155,11 @@ class StoredPieces:
 
     def of(self, rows: list[int]) -> dict[int, torch.Tensor]:
         """{row: (pieces, width) float32} of the documents at `rows` (positions in the index)."""
-        distinct = sorted(set(rows))
-        where = zip(distinct, *(self.rows.column(c, distinct)
-                                for c in ("shard", "piece_start", "piece_count")))
+        shards, starts, counts = (self.rows.values(c, rows)
+                                  for c in ("shard", "piece_start", "piece_count"))
         out = {}
-        for row, shard, a, n in where:
+        for row, shard in shards.items():
+            a, n = starts[row], counts[row]
             if not (0 <= shard < len(self.blocks) and a >= 0 and n >= 1
                     and a + n <= len(self.blocks[shard])):
                 raise BertctlError(f"{self.rows.path}: row {row}'s pieces (shard {shard}, "
@@ -164,4 +169,5 @@ class StoredPieces:
         return out
 
 
-__all__ = ["IndexRows", "StoredPieces", "embed_texts", "index_pieces", "index_vectors", "piece_vectors"]
+__all__ = ["IndexRows", "StoredPieces", "embed_texts", "index_pieces", "index_vectors",
+           "piece_vectors"]
