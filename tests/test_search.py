@@ -53,11 +53,13 @@ def test_the_hits_are_a_brute_force_cosine_search_over_the_index(cli, index, min
     assert all(h["text"] == texts[h["id"]] for h in hits)
 
 
-def test_search_reads_only_the_row_groups_of_its_hits(cli, minilm_dir, tmp_path,
+def test_search_reads_only_the_row_groups_of_its_hits(cli, minilm_dir, index, tmp_path,
                                                       monkeypatch):
     """The index's ids, texts and stored pieces are read for the hits alone, from the row
     groups (one a chunk of embed's input) that hold them: a search of a large corpus never
-    holds a whole column. Chunks of 16 rows make the example corpus's 173 eleven groups."""
+    holds a whole column. Chunks of 16 rows make the example corpus's 173 eleven groups, and
+    shards of 40 vectors five pairs of shards (vectors, pieces): the reordering over them is
+    the one with the texts embedded again (an index of one shard and no pieces)."""
     import functools
 
     import pyarrow.parquet as pq
@@ -67,9 +69,12 @@ def test_search_reads_only_the_row_groups_of_its_hits(cli, minilm_dir, tmp_path,
     monkeypatch.setattr(embeddings, "read_chunks",
                         functools.partial(embeddings.read_chunks, rows=16))
     r = cli("embed", minilm_dir, CORPUS, "--text-column", "text", "--id-column", "_id",
-            "--store-text", "--store-pieces", "--out", tmp_path / "idx")
+            "--store-text", "--store-pieces", "--shard-rows", "40", "--precision", "fp32",
+            "--out", tmp_path / "idx")
     assert r.exit_code == 0, r.stderr
     assert pq.ParquetFile(tmp_path / "idx" / "index.parquet").metadata.num_row_groups == 11
+    assert len(list((tmp_path / "idx").glob("pieces-*.npy"))) == 4 == len(
+        list((tmp_path / "idx").glob("vectors-*.npy")))   # 48, 48, 48 and 29 rows
     row_of = {d: i for i, d in enumerate(
         pq.read_table(tmp_path / "idx" / "index.parquet").column("id").to_pylist())}
     read = []
@@ -81,13 +86,22 @@ def test_search_reads_only_the_row_groups_of_its_hits(cli, minilm_dir, tmp_path,
                                                "5"])):
         read.clear()
         r = cli("search", tmp_path / "idx", "--query", "Who were the Normans?", "--top-k",
-                str(top), *extra)
+                str(top), "--precision", "fp32", *extra)
         assert r.exit_code == 0, r.stderr
         groups[top, bool(extra)] = {row_of[json.loads(x)["id"]] // 16
                                     for x in r.stdout.splitlines()}
         # plain: the hits' ids and texts; reordered: the first five's pieces, then those
         assert set(read) == (groups[5, False] if extra else groups[top, bool(extra)])
     assert groups[2, True] <= groups[5, False]
+    ask = ("--query", "Who were the Normans?", "--query", "What is computational complexity "
+           "theory?", "--top-k", "3", "--rerank-scoring", "maxsim", "--rerank-depth", "40",
+           "--precision", "fp32")
+    stored = [json.loads(x) for x in cli("search", tmp_path / "idx", *ask).stdout.splitlines()]
+    again = [json.loads(x) for x in cli("search", index, *ask, "--rerank", minilm_dir
+                                        ).stdout.splitlines()]
+    assert [h["id"] for h in stored] == [h["id"] for h in again] and len(stored) == 6
+    # fp32 both, the same pieces computed in other batches: seen ~1e-6; hits keep 6 decimals
+    assert max(abs(a["score"] - b["score"]) for a, b in zip(stored, again)) < 1e-5
 
 
 def test_what_search_cannot_answer_is_one_line(cli, index, minilm_dir, tiny_pretrained,
