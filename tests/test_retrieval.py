@@ -118,6 +118,42 @@ def test_cached_negatives_replay_the_dropout_of_their_first_pass():
             torch.testing.assert_close(cached[name], p.grad, **TINY_TOL, msg=name)
 
 
+def test_cached_negatives_embed_the_last_micro_batch_once_and_free_it_first():
+    """k micro-batches cost k - 1 extra forward passes: the last keeps its graph from the
+    first pass, and the backward frees it before any other is embedded again (so the memory
+    stays one micro-batch's graph)."""
+    from bertctl.tasks.retrieval.cached import cached_encoding
+
+    model = tiny_embedder().train()
+    events, live = [], [0]
+
+    class Saved:   # counts the first pass's saved activations still alive
+        def __init__(self, t):
+            self.t = t.detach()   # (a saved output with its grad_fn would be a cycle)
+            live[0] += 1
+
+        def __del__(self):
+            live[0] -= 1
+
+    def embed(ids):
+        grad, backward = torch.is_grad_enabled(), events and events[-1] != "forward"
+        events.append("replay" if backward else "forward")
+        if backward:
+            assert live[0] == 0, "a graph of the first pass is still held"
+        out = model.own_head.embed(model, ids)
+        if grad and not backward:
+            out.register_hook(lambda g: events.append("last backward"))
+        return out
+
+    ids = torch.randint(5, 60, (13, 7))
+    with torch.autograd.graph.saved_tensors_hooks(Saved, lambda s: s.t):
+        vectors = cached_encoding(embed, [ids], 4)   # micro-batches of 4, 4, 4 and 1 rows
+    assert live[0] > 0 and events == ["forward"] * 4
+    (vectors ** 2).sum().backward()
+    assert events == ["forward"] * 4 + ["last backward"] + ["replay"] * 3
+    assert live[0] == 0
+
+
 # ---- ranking ---------------------------------------------------------------------------------
 
 def _random_run(seed=0):

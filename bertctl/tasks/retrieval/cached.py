@@ -5,6 +5,11 @@ embedded in micro-batches without graphs, the loss is taken over the cached vect
 the backward pass each micro-batch is embedded again with its graph (the same dropout, the
 same autocast) and back-propagated with its vectors' gradients. The loss and the gradients are
 those of the full batch; the memory that of one micro-batch plus the vectors.
+
+The last micro-batch keeps its graph from the first pass instead: the backward reaches it
+first (autograd runs the nodes made last first) and frees it before the others are embedded
+again, so the memory stays one micro-batch's, and a step of k micro-batches makes k - 1
+extra forward passes where GradCache (and sentence-transformers' CachedMNRL) make k.
 """
 
 from __future__ import annotations
@@ -70,8 +75,11 @@ def cached_encoding(embed: Callable[..., torch.Tensor], inputs: list[torch.Tenso
     chunks = [tuple(None if x is None else x[i:i + micro_batch] for x in inputs)
               for i in range(0, n, micro_batch)]
     # A leaf that needs a gradient makes the result need one, so autograd calls backward.
+    if len(chunks) == 1:
+        return embed(*chunks[0]).float()
     anchor = torch.zeros((), requires_grad=True)
-    return _CachedEncoding.apply(anchor, embed, chunks)
+    cached = _CachedEncoding.apply(anchor, embed, chunks[:-1])
+    return torch.cat([cached, embed(*chunks[-1]).float()])
 
 
 __all__ = ["cached_encoding"]
