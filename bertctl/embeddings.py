@@ -54,7 +54,6 @@ from bertctl.errors import BertctlError
 from bertctl.evaluation import non_finite_rows, refuse_non_finite
 from bertctl.model.features import combine_layers
 from bertctl.npy import NpyAppender
-from bertctl.tasks.retrieval import late
 from bertctl.data.tables import BY_NAME, read_table
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -312,9 +311,8 @@ def _sentence_vectors(model, enc: _Encoded, opts: EmbedOptions, device,
         if pieces is None:
             vectors = model(input_ids, types, mask)["embeddings"]
         else:
-            head = model.own_head
-            vectors, hidden = head.embed_with_states(model, input_ids, types, mask)
-            for i, row in zip(idx, late.unit_pieces(head.token_vectors(hidden), mask)):
+            vectors, rows = model.own_head.embed_with_pieces(model, input_ids, types, mask)
+            for i, row in zip(idx, rows):
                 pieces[i] = row.cpu()
         vectors = vectors.float().cpu()
         if out is None:

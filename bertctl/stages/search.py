@@ -143,9 +143,13 @@ def run(index: Path, query: list[str], queries_file: Path | None, top_k: int,
     device, run_precision, _ = source.runtime("auto", precision)
     model = models.load_task_model(source, family.head)
     model.to(device)
-    q = vectors.embed_texts(model, family, tok, [t for _, t in asked],
-                            sentence_layout.prompt_for(record, "query"), max_len, 64, device,
-                            run_precision, f"{source.path} on the queries", "queries")
+    queries = (model, family, tok, [t for _, t in asked],
+               sentence_layout.prompt_for(record, "query"), max_len, 64, device, run_precision,
+               f"{source.path} on the queries", "queries")
+    if stored is not None:   # their pieces from the pass that gives their vectors
+        q, pieces = vectors.embed_with_pieces(*queries)
+    else:
+        q = vectors.embed_texts(*queries)
     if blocks[0].shape[1] != q.shape[1]:
         raise BertctlError(f"{art.path}: vectors of {blocks[0].shape[1]} values, the queries' "
                            f"{q.shape[1]}")
@@ -163,10 +167,6 @@ def run(index: Path, query: list[str], queries_file: Path | None, top_k: int,
                                 model=model if own else None)
         scores, found = _reordered(new, scores, found)
     elif stored is not None:
-        pieces = vectors.piece_vectors(model, family, tok, [t for _, t in asked],
-                                       sentence_layout.prompt_for(record, "query"), max_len,
-                                       64, device, run_precision,
-                                       f"{source.path} on the queries", "queries")
         docs = stored.of([j for row in hits for j in row])
         new = [late.maxsim(pieces[a], [docs[j] for j in row]).numpy()
                for a, row in enumerate(hits) if row]

@@ -125,10 +125,10 @@ def _maxsim_pairs(reranker: Reranker, model, tok, queries: list[str], documents:
             texts = {}
             for role, side in (("query", queries), ("document", documents)):
                 distinct = list(dict.fromkeys(side[i] for i in part))
-                pieces = vectors.piece_vectors(model, reranker.family, tok, distinct,
-                                               prompts[role], reranker.max_len, batch_size,
-                                               device, precision, where,
-                                               "queries" if role == "query" else "documents")
+                _, pieces = vectors.embed_with_pieces(
+                    model, reranker.family, tok, distinct, prompts[role], reranker.max_len,
+                    batch_size, device, precision, where,
+                    "queries" if role == "query" else "documents")
                 texts[role] = dict(zip(distinct, pieces))
             by_query: dict[str, list[int]] = {}
             for i in part:

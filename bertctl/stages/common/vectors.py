@@ -16,7 +16,6 @@ import torch
 from bertctl import console, embeddings, evaluation
 from bertctl.contract import artifacts
 from bertctl.errors import BertctlError
-from bertctl.tasks.retrieval import late
 from bertctl.tasks.retrieval.reader import RetrievalExamples
 
 
@@ -33,32 +32,36 @@ def embed_texts(model, family, tok, texts: list[str], prompt: str, max_len: int,
     return out["embeddings"].astype(np.float32)
 
 
-def piece_vectors(model, family, tok, texts: list[str], prompt: str, max_len: int,
-                  batch_size: int, device, precision: str, where: str,
-                  what: str = "texts") -> list[torch.Tensor]:
-    """Each text's pieces as the model's last hidden states (mapped by its late-interaction
-    head, where it has one), (pieces, width) float32 of unit length ([CLS] and [SEP] included;
-    `prompt` before it, truncated at `max_len`): what late interaction
-    (tasks/retrieval/late.py) compares. Non-finite states are refused as
-    `predict` refuses them."""
+def embed_with_pieces(model, family, tok, texts: list[str], prompt: str, max_len: int,
+                      batch_size: int, device, precision: str, where: str,
+                      what: str = "texts") -> tuple[np.ndarray, list[torch.Tensor]]:
+    """`embed_texts`' vectors and, from the same pass, each text's pieces as late interaction
+    (tasks/retrieval/late.py) compares them: (pieces, width) float32 of unit length (the
+    model's late-interaction head's map where it has one, else its last hidden states).
+    Non-finite vectors or pieces are refused as `predict` refuses them."""
     examples = RetrievalExamples(where, "documents", [[prompt + t] for t in texts])
     features = family.encode(examples, tok, max_len)
     out: list[torch.Tensor | None] = [None] * len(texts)
-    with console.progress(f"embedding {what} (pieces)", total=len(texts), unit="texts") as bar, \
+    found: np.ndarray | None = None
+    with console.progress(f"embedding {what}", total=len(texts), unit="texts") as bar, \
             evaluation.inference(model, device, precision):
         for indices, inputs in evaluation.task_batches(features, batch_size, family):
             indices = np.asarray(indices, np.int64).reshape(-1)
             ids, types, mask = (None if inputs.get(k) is None
                                 else inputs[k].reshape(len(indices), -1).to(device)
                                 for k in ("input_ids", "token_type_ids", "attention_mask"))
-            mask = torch.ones_like(ids) if mask is None else mask
-            hidden = model.own_head.token_vectors(model.sequence(ids, types, mask))
-            evaluation.refuse_non_finite(evaluation.non_finite_rows(hidden, mask), indices,
-                                         where, precision=precision)
-            for i, pieces in zip(indices.tolist(), late.unit_pieces(hidden, mask)):
-                out[i] = pieces.cpu()
+            vectors, pieces = model.own_head.embed_with_pieces(model, ids, types, mask)
+            vectors = vectors.float()
+            bad = evaluation.non_finite_rows(vectors) | torch.tensor(
+                [not bool(torch.isfinite(p).all()) for p in pieces], device=vectors.device)
+            evaluation.refuse_non_finite(bad, indices, where, precision=precision)
+            if found is None:
+                found = np.empty((len(texts), vectors.shape[-1]), np.float32)
+            found[indices] = vectors.cpu().numpy()
+            for i, p in zip(indices.tolist(), pieces):
+                out[i] = p.cpu()
             bar.update(len(indices))
-    return out
+    return (found if found is not None else np.zeros((0, 0), np.float32)), out
 
 
 def index_vectors(path: Path) -> tuple[artifacts.Artifact, list[np.ndarray]]:
@@ -169,5 +172,5 @@ class StoredPieces:
         return out
 
 
-__all__ = ["IndexRows", "StoredPieces", "embed_texts", "index_pieces", "index_vectors",
-           "piece_vectors"]
+__all__ = ["IndexRows", "StoredPieces", "embed_texts", "embed_with_pieces", "index_pieces",
+           "index_vectors"]

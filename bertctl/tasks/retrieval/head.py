@@ -22,6 +22,7 @@ from torch import nn
 from bertctl.errors import BertctlError
 from bertctl.model import sentence
 from bertctl.model.composed import Composed, Head
+from bertctl.tasks.retrieval import late as late_interaction
 
 
 LATE_FOLDER = "late_projection"
@@ -88,6 +89,19 @@ class SentenceEmbedding(sentence.SentenceHead, Head):
         """(N, T, H) last hidden states -> the pieces late interaction compares: mapped by the
         late head where the model has one, else as they are."""
         return hidden if self.late is None else self.late(hidden)
+
+    def embed_with_pieces(self, model: Composed, input_ids: torch.Tensor,
+                          token_type_ids: torch.Tensor | None = None,
+                          attention_mask: torch.Tensor | None = None
+                          ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """(N, T) -> the vectors (N, D) and, from the same pass, each row's pieces as late
+        interaction compares them: its real tokens' `token_vectors` at unit length ((n, width)
+        float32 a row; [CLS] and [SEP] included)."""
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        vectors, hidden = self.embed_with_states(model, input_ids, token_type_ids,
+                                                 attention_mask)
+        return vectors, late_interaction.unit_pieces(self.token_vectors(hidden), attention_mask)
 
     @staticmethod
     def trim(input_ids, token_type_ids=None, attention_mask=None) -> tuple:
