@@ -28,13 +28,15 @@ SCHEMA_VERSIONS: dict[str, int] = {"tokenizer": 1, "pretrain-data": 1, "model": 
 # written-out attention where it is clearly faster (model.attention), other roundings; model
 # 6: the masked LM's loss computed a slice of rows at a time (shared.vocabulary_cross_entropy),
 # its gradient rounded once from another fp32 formula, and the written-out attention's padding
-# mask and scale applied inside the scores' product (model.attention);
+# mask and scale applied inside the scores' product (model.attention); model 7: the
+# written-out attention's softmax in its scores' precision (bf16 under autocast), whose
+# backward reads the rounded probabilities (model.attention);
 # tokenizer 2: the alphabet and continuation pieces fixed before training (#26), one vocabulary
 # where each process made its own. Not a revision: finetune's group_by_length default turning
 # off (#10), since the id hashes the resolved setting (a default run gets a new id, an artifact
 # made grouped keeps its own, still what the code makes from its settings); nor finetune's
 # `pack` (on by default), a new setting that every id made since hashes.
-REVISIONS: dict[str, int] = {"tokenizer": 2, "pretrain-data": 2, "model": 6}
+REVISIONS: dict[str, int] = {"tokenizer": 2, "pretrain-data": 2, "model": 7}
 
 
 def compute_id(kind: str, config: dict[str, Any], inputs: list[InputRef],
