@@ -74,9 +74,9 @@ def cached_encoding(embed: Callable[..., torch.Tensor], inputs: list[torch.Tenso
     n = inputs[0].shape[0]
     chunks = [tuple(None if x is None else x[i:i + micro_batch] for x in inputs)
               for i in range(0, n, micro_batch)]
-    # A leaf that needs a gradient makes the result need one, so autograd calls backward.
     if len(chunks) == 1:
         return embed(*chunks[0]).float()
+    # A leaf that needs a gradient makes the result need one, so autograd calls backward.
     anchor = torch.zeros((), requires_grad=True)
     cached = _CachedEncoding.apply(anchor, embed, chunks[:-1])
     return torch.cat([cached, embed(*chunks[-1]).float()])
