@@ -58,7 +58,8 @@ def test_search_reads_only_the_row_groups_of_its_hits(cli, minilm_dir, index, tm
     """The index's ids, texts and stored pieces are read for the hits alone, from the row
     groups (one a chunk of embed's input) that hold them: a search of a large corpus never
     holds a whole column. Chunks of 16 rows make the example corpus's 173 eleven groups, and
-    shards of 40 vectors five pairs of shards (vectors, pieces): the reordering over them is
+    --shard-rows 40 (a shard closes after the chunk that reaches 40) four pairs of shards
+    (vectors, pieces): the reordering over them is
     the one with the texts embedded again (an index of one shard and no pieces)."""
     import functools
 
