@@ -17,7 +17,8 @@ from pydantic import Field, field_validator, model_validator
 from bertctl.data.settings import AuditSettings, PretrainingDataSettings, TokenizeSettings
 from bertctl.model import ARCHITECTURES
 from bertctl.objectives import OBJECTIVES
-from bertctl.search_settings import EmbedSettings, IndexSettings, MineSettings
+from bertctl.search_settings import (ChooseSettings, EmbedSettings, IndexSettings, MineSettings,
+                                     SplitSettings)
 from bertctl.settings import (DATA, DEFAULT_LENGTH, EVALUATION, MODEL, RUNTIME, SEQ_LENGTH, TASK,
                               TRAINING, InferenceSettings, StageConfig, meta)
 from bertctl.train.settings import TrainingSettings
@@ -380,4 +381,5 @@ class ExportSettings(StageConfig):
 STAGE_SETTINGS: tuple[type[StageConfig], ...] = (
     TokenizeSettings, BuildPretrainDataSettings, PretrainSettings, FinetuneSettings,
     DistillSettings, EvalSettings, EmbedSettings, ExportSettings, ReportSettings,
-    GlueSummarySettings, AuditSettings, MineSettings, IndexSettings)
+    GlueSummarySettings, AuditSettings, MineSettings, IndexSettings, SplitSettings,
+    ChooseSettings)

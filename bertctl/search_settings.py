@@ -1,6 +1,8 @@
 """The settings of the search stages: `embed` (vectors of texts), `index` (an approximate
-index of them) and `mine` (hard negatives for a retrieval training file), each a pydantic model whose fields are the command's flags (see
-bertctl/settings.py); config.py lists them with the other stages'."""
+index of them), `mine` (hard negatives for a retrieval training file), `split` (a dev set
+held out of one) and `choose` (a choice among evals of that dev set), each a pydantic model
+whose fields are the command's flags (see bertctl/settings.py); config.py lists them with the
+other stages'."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ _RUN = meta(RUNTIME, identity=False)
 EMBEDDINGS = "Embeddings"
 MINING = "Mining"
 INDEX = "Index"
+DEV = "Dev set"
 
 
 class EmbedSettings(InferenceSettings):
@@ -191,3 +194,49 @@ class MineSettings(InferenceSettings):
         if self.text_column is not None and len(self.text_column) != 2:
             raise ValueError("give --text-column twice: the query's column, the positive's")
         return self
+
+
+class SplitSettings(StageConfig):
+    """`bertctl split`: a retrieval training table's queries held out as a dev set (see
+    bertctl/tasks/retrieval/split.py)."""
+
+    produces: ClassVar[str | None] = "split"
+
+    text_column: list[str] | None = Field(None, description="The training table's query and "
+                                          "positive columns (twice). Unset: query, positive "
+                                          "and any negative columns.",
+                                          json_schema_extra=meta(DATA))
+    dev_share: float = Field(0.1, gt=0, lt=0.5, description="The share of the distinct "
+                             "queries held out (every row of a query goes one way).",
+                             json_schema_extra=meta(DEV))
+    min_dev_queries: int = Field(50, ge=10, description="The fewest dev queries: the share "
+                                 "is raised to reach it, and a table with fewer than twice "
+                                 "as many queries is refused. 50 queries measure a paired "
+                                 "nDCG@10 difference to about 0.03 (one standard error).",
+                                 json_schema_extra=meta(DEV))
+    seed: int = Field(0, ge=0, description="Which queries are held out (a hash of each "
+                   "query's text with the seed: the same split in every process).",
+                   json_schema_extra=meta(DEV))
+
+    @model_validator(mode="after")
+    def _columns(self):
+        if self.text_column is not None and len(self.text_column) != 2:
+            raise ValueError("give --text-column twice: the query's column, the positive's")
+        return self
+
+
+class ChooseSettings(StageConfig):
+    """`bertctl choose`: one of several evals of the same dev set, by their paired nDCG@10
+    (see bertctl/report/choices.py)."""
+
+    produces: ClassVar[str | None] = "choice"
+
+    rule: Literal["best", "chain"] = Field("best", description="best: the candidate of the "
+                                           "highest mean, if it gains over the first (the "
+                                           "baseline), else the first; chain: each candidate "
+                                           "a step after the one before, taken while each "
+                                           "gains over it (the first that does not ends it).",
+                                           json_schema_extra=meta(DEV))
+    min_gain: float = Field(0.0, ge=0, description="The paired mean gain a candidate must "
+                            "exceed to be taken over the one it is compared with.",
+                            json_schema_extra=meta(DEV))

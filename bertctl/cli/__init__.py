@@ -24,6 +24,7 @@ from bertctl.config import (AuditSettings, BuildPretrainDataSettings, DistillSet
                             EvalSettings, ExportSettings, FinetuneSettings, GlueSummarySettings,
                             IndexSettings, MineSettings, PretrainSettings, ReportSettings,
                             TokenizeSettings)
+from bertctl.search_settings import ChooseSettings, SplitSettings
 from bertctl.cli.flags import COMMON, PanelledCommand, field_parameter
 from bertctl.cli.handling import _handled, _report
 from bertctl.cli.plain import PLAIN as _PLAIN
@@ -311,6 +312,34 @@ def mine(settings: MineSettings, target: Target, model: RunnableModel,
                   "(listwise KL by default).")] = None):
     from bertctl.stages import mine as stage_module
     return stage_module.run(settings, target, model, train, corpus, teacher)
+
+
+@stage("split", SplitSettings, help="Hold out a dev set of a retrieval training table by "
+       "query (every row of a query goes one way), or check a dev set of your own against it, "
+       "into a split artifact: train.jsonl, dev/ (a BEIR directory over every text of the "
+       "table and --corpus) and dev-pairs.jsonl.")
+def split(settings: SplitSettings, target: Target,
+          train: Annotated[Path, typer.Argument(help="The query, positive pairs (a table).")],
+          dev: Annotated[Optional[Path], typer.Option(
+              help="A dev set of your own (a BEIR directory or one of its qrels files), "
+                   "refused if it shares a query with TRAIN; unset: held out of TRAIN.")] = None,
+          corpus: Annotated[Optional[Path], typer.Option(help="More documents for the held-out "
+                                                         "dev set's corpus: a .txt (a text a "
+                                                         "line) or a corpus.jsonl.")] = None):
+    from bertctl.stages import split as stage_module
+    return stage_module.run(settings, target, train, dev, corpus)
+
+
+@stage("choose", ChooseSettings, help="Choose among evals of one dev set by their paired "
+       "nDCG@10 (each candidate NAME=EVAL, or NAME=EVAL:rerank / :fused for its reordered "
+       "run; the first the baseline), into a choice artifact (choice.json, chosen.txt): a "
+       "step that does not gain on dev is not taken.")
+def choose(settings: ChooseSettings, target: Target,
+           candidate: Annotated[list[str], typer.Argument(
+               help="NAME=EVAL[:rerank|:fused], in order; the first is the baseline.",
+               show_default=False)]):
+    from bertctl.stages import choose as stage_module
+    return stage_module.run(settings, target, candidate)
 
 
 @stage("audit", AuditSettings, help="Audit a corpus for task examples: which examples of "

@@ -19,7 +19,8 @@ if TYPE_CHECKING:
 # in a way older readers would misread.
 SCHEMA_VERSIONS: dict[str, int] = {"tokenizer": 1, "pretrain-data": 1, "model": 1, "eval": 1,
                                    "report": 1, "embeddings": 1, "glue-summary": 1,
-                                   "export": 1, "audit": 1, "mined": 1, "index": 1}
+                                   "export": 1, "audit": 1, "mined": 1, "index": 1,
+                                   "split": 1, "choice": 1}
 # Raised when the code makes a different output from the same settings and inputs (the schema,
 # what the files look like, stays), so an artifact made before is not taken as up to date.
 # pretrain-data 2: masked positions sampled per prediction; model 2: length-grouping windows of 8;

@@ -23,7 +23,7 @@ from typing import Any
 
 from bertctl import lineage
 from bertctl.contract.artifacts import Artifact, InputRef
-from bertctl.report import gains, plots
+from bertctl.report import choices, gains, plots
 
 # Fields of metrics.jsonl records that are not curves (bookkeeping and counts).
 NOT_CURVES = {"split", "step", "epoch", "tokens", "examples", "masked_tokens", "elapsed_s"}
@@ -434,7 +434,8 @@ def artifact_section(run: Run) -> str:
 
 def render(runs: list[Run], title: str) -> str:
     groups = seed_groups(runs)
-    body = [f"<h1>{esc(title)}</h1>", gains.table(runs, esc), overview(runs), seed_table(groups),
+    body = [f"<h1>{esc(title)}</h1>", gains.table(runs, esc), choices.table(runs, esc),
+            overview(runs), seed_table(groups),
             group_comparison(groups), curves(runs, groups),
             differences(runs), *(artifact_section(r) for r in runs)]
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"

@@ -61,7 +61,7 @@ class Pairs:
         if self.path is None:
             return
         texts: list[str] = []
-        for kept, text in zip(self.keep, _corpus_lines(self.path)):
+        for kept, text in zip(self.keep, corpus_lines(self.path)):
             if kept:
                 texts.append(text)
                 if len(texts) == chunk:
@@ -102,7 +102,7 @@ def read_pairs(path: Path, columns: list[str] | None, corpus: Path | None) -> Pa
     size, keep = len(index), bytearray()
     if corpus is not None:
         seen: set[bytes] = set()
-        for text in _corpus_lines(corpus):
+        for text in corpus_lines(corpus):
             digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
             new = text not in index and digest not in seen
             keep.append(new)
@@ -116,7 +116,7 @@ def read_pairs(path: Path, columns: list[str] | None, corpus: Path | None) -> Pa
                  np.frombuffer(bytes(keep), np.bool_), size, own)
 
 
-def _corpus_lines(path: Path) -> Iterator[str]:
+def corpus_lines(path: Path) -> Iterator[str]:
     """Each text of a corpus file, streamed: a .txt's non-blank lines, a corpus.jsonl's
     documents (title before text)."""
     if not path.is_file():
@@ -221,5 +221,5 @@ def check_corpus(pairs: Pairs, g: Guards, where: str) -> None:
                            f"a positive and --negatives {g.negatives}")
 
 
-__all__ = ["FAMILY", "Guards", "OUTPUT", "Pairs", "check_corpus", "excluded", "read_pairs",
-           "select", "write"]
+__all__ = ["FAMILY", "Guards", "OUTPUT", "Pairs", "check_corpus", "corpus_lines", "excluded",
+           "read_pairs", "select", "write"]

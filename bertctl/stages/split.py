@@ -1,0 +1,36 @@
+"""`bertctl split TRAIN --out DIR`: a retrieval training table split by query into the rows
+trained on and a dev set (a share of its queries held out, or `--dev`, the user's own BEIR
+directory, checked), into a split artifact: what the search pipeline measures its choices on
+(the rules: bertctl/tasks/retrieval/split.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bertctl import console
+from bertctl.contract import artifacts
+from bertctl.search_settings import SplitSettings
+from bertctl.stages.common import models
+from bertctl.tasks.retrieval import split
+
+
+def run(config: SplitSettings, target: artifacts.Target, train: Path, dev: Path | None = None,
+        corpus: Path | None = None):
+    rows = split.read_rows(train, config.text_column)
+    held = (split.read_given(dev, rows, config.min_dev_queries) if dev is not None else
+            split.held_out(rows.queries, config.dev_share, config.min_dev_queries, config.seed,
+                           train))
+    inputs = [models.data_input(train, "train")]
+    if dev is not None:
+        inputs.append(models.data_input(dev, "dev"))
+    if corpus is not None:
+        inputs.append(models.data_input(corpus, "corpus"))
+
+    def build(tmp: Path) -> dict:
+        counts = split.write(tmp, rows, held, None if dev is not None else corpus)
+        console.log(f"{counts['dev_queries']:,} dev queries ({counts['dev_source']}) over "
+                    f"{counts['documents']:,} documents; {counts['train_queries']:,} queries "
+                    f"({counts['train_rows']:,} rows) to train on")
+        return counts
+
+    return artifacts.produce("split", config, inputs, target, build)
