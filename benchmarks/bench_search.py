@@ -1,7 +1,7 @@
 """Search, round two (#64): what each step of the search recipe adds, over seeds.
 
     .venv/bin/python benchmarks/bench_search.py --shared ../shared/data --out runs/bench-search \
-        [--model DIR] [--seeds 0 1 2 3 4] [--threads 2]
+        [--data DIR] [--model DIR] [--seeds 0 1 2 3 4] [--threads 2]
         [--steps baseline inbatch mined st-inbatch st-mined rerank distill again st-rerank
                  st-distill round2 round3 st-round2 st-round3 late-mined late-round3
                  round3+late head-mined head-round3] [--head-epochs 1]
@@ -289,7 +289,10 @@ def se_diff(a: list[float], b: list[float]) -> float:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--shared", type=Path, required=True)
+    p.add_argument("--shared", type=Path)
+    p.add_argument("--data", type=Path, help="a set built elsewhere in this layout (train.tsv, "
+                   "train_sentences.txt, beir/: bench_search_dev.py's), instead of --shared's "
+                   "paraphrase set")
     p.add_argument("--out", type=Path, default=Path("runs/bench-search"))
     p.add_argument("--model", type=Path, default=None)
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
@@ -317,8 +320,8 @@ def main() -> None:
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
     log = out / "log.txt"
-    facts = build(args.shared, out / "data")
-    data = out / "data"
+    data = args.data or out / "data"
+    facts = {"data": str(data)} if args.data else build(args.shared, data)
     runtime = ["--precision", args.precision, "--threads", str(args.threads)]
     # Steps run before (another --steps) are kept: the peers may run after bertctl's rows.
     kept = json.loads((out / "results.json").read_text()) if (out / "results.json").exists() \
