@@ -259,7 +259,7 @@ $(RUNS)/remined/artifact.json: $(RUNS)/taught/artifact.json
 	    $(SELECTED) --out $(@D) --force
 # Distilled from the teacher; with none, the control is the same training: its copy.
 $(RUNS)/distilled/artifact.json: $(RUNS)/taught/artifact.json $(RUNS)/remined/artifact.json
-	t=$(TEACHER_RUN); if [ "$$t" = none ]; then rm -rf $(@D) && cp -a $(RUNS)/remined $(@D); \
+	t=$(TEACHER_RUN); if [ "$$t" = none ]; then rm -rf $(@D) && cp -R $(RUNS)/remined $(@D); \
 	else $(BERTCTL) finetune $(LAST) $(<D)/pairs.jsonl --task retrieval \
 	    $$([ "$$t" = late ] && echo --loss kl_infonce) $(TRAINING) $(SELECTED) --out $(@D) \
 	    --force; fi

@@ -78,8 +78,9 @@ def test_a_dev_set_of_the_users_is_checked_and_taken(cli, tmp_path):
     """--dev: the example's dev judgements (another article's questions) are taken as they
     are, every TRAIN row trained on. Too few judged queries, a query shared with TRAIN (a
     dev set of three training queries; of eleven queries, one a training query), a dev set
-    without a relevant document and a TRAIN too small to hold a dev split out of are each
-    one line, nothing written."""
+    without a relevant document, a TRAIN too small to hold a dev split out of, --corpus
+    beside --dev and rows with a teacher's scores (which train.jsonl would drop) are each one
+    line, nothing written."""
     beir = EXAMPLES / "retrieval" / "beir"
     out = tmp_path / "split"
     r = cli("split", TRAIN, "--dev", beir / "qrels" / "dev.tsv", "--out", out)
@@ -121,6 +122,13 @@ def test_a_dev_set_of_the_users_is_checked_and_taken(cli, tmp_path):
     one_line_error(r, "no judged query has a relevant document")
     r = cli("split", few, "--min-dev-queries", "20", "--out", bad)
     one_line_error(r, "30 distinct queries", "at least 20 queries needs 40", "DEV=")
+    r = cli("split", few, "--dev", few_dev, "--corpus", few, "--out", bad)
+    one_line_error(r, "--corpus adds documents to a dev set held out of TRAIN")
+    taught = tmp_path / "taught.jsonl"
+    taught.write_text("".join(json.dumps({"query": f"x {i}", "positive": f"y {i}",
+                                          "score_positive": 0.9}) + "\n" for i in range(30)))
+    r = cli("split", taught, "--min-dev-queries", "10", "--out", bad)
+    one_line_error(r, "without a teacher's scores")
     assert not bad.exists()
 
 

@@ -147,7 +147,7 @@ def test_every_automatic_choice_is_made_on_dev_and_a_given_value_skips_it(tmp_pa
     assert f" finetune {last} {runs}/taught/pairs.jsonl --task retrieval --loss infonce" in \
         _one(commands, f"{runs}/remined")
     distilled = _one(commands, f"{runs}/distilled")
-    assert f'[ "$t" = none ]; then rm -rf {runs}/distilled && cp -a {runs}/remined' in distilled
+    assert f'[ "$t" = none ]; then rm -rf {runs}/distilled && cp -R {runs}/remined' in distilled
     final = f"$(cat {runs}/choose-final/model.txt)"
     assert f" export {final} --quantize int8" in _one(commands, f"{runs}/export")
     assert f" finetune {final} {runs}/taught/pairs.jsonl --task retrieval --late-dim 128" in \

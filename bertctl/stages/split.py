@@ -9,6 +9,7 @@ from pathlib import Path
 
 from bertctl import console
 from bertctl.contract import artifacts
+from bertctl.errors import BertctlError
 from bertctl.search_settings import SplitSettings
 from bertctl.stages.common import models
 from bertctl.tasks.retrieval import split
@@ -16,6 +17,9 @@ from bertctl.tasks.retrieval import split
 
 def run(config: SplitSettings, target: artifacts.Target, train: Path, dev: Path | None = None,
         corpus: Path | None = None):
+    if dev is not None and corpus is not None:
+        raise BertctlError("--corpus adds documents to a dev set held out of TRAIN; a --dev "
+                           "set searches its own corpus.jsonl")
     rows = split.read_rows(train, config.text_column)
     held = (split.read_given(dev, rows, config.min_dev_queries) if dev is not None else
             split.held_out(rows.queries, config.dev_share, config.min_dev_queries, config.seed,
@@ -27,7 +31,7 @@ def run(config: SplitSettings, target: artifacts.Target, train: Path, dev: Path 
         inputs.append(models.data_input(corpus, "corpus"))
 
     def build(tmp: Path) -> dict:
-        counts = split.write(tmp, rows, held, None if dev is not None else corpus)
+        counts = split.write(tmp, rows, held, corpus)
         console.log(f"{counts['dev_queries']:,} dev queries ({counts['dev_source']}) over "
                     f"{counts['documents']:,} documents; {counts['train_queries']:,} queries "
                     f"({counts['train_rows']:,} rows) to train on")

@@ -44,6 +44,9 @@ def read_rows(path: Path, columns: list[str] | None) -> Rows:
     part = next(iter(reader.read_table_chunks(spec, path, rows=None)))
     if part.kind != "pairs" or not part.texts or len(part.texts[0]) < 2:
         raise BertctlError(f"{path}: a split takes (query, positive[, negative...]) rows")
+    if part.teacher is not None:   # not carried into train.jsonl: refused, not dropped
+        raise BertctlError(f"{path}: a split takes rows without a teacher's scores (split "
+                           f"the pairs, then mine --teacher the rows trained on)")
     k = len(part.texts[0])
     names = columns or ["query", "positive", *(f"negative_{i}" for i in range(1, k - 1))]
     return Rows(path, list(names), part.texts)
