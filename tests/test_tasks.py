@@ -289,6 +289,46 @@ def test_bad_choice_label_and_empty_file(tmp_path):
         read("glue/sst2", tmp_path / "nope.tsv")
 
 
+def test_a_row_with_a_field_more_or_less_than_the_header_is_refused(tmp_path):
+    """pandas reads a TSV whose rows all hold one field more than the header with the first
+    field as an index (every column shifted left) and pads a short row: each is one line
+    naming the file, the row and the line, for TSV and CSV, with a header or without."""
+    for name, text, row, line in (
+            ("shifted.tsv", "sentence\tlabel\ntext a\t1\t0\ntext b\t0\t1\n", 1, 2),
+            ("one.tsv", "sentence\tlabel\ntext a\t1\n\ntext b\t0\t1\n", 2, 4),
+            ("short.tsv", "sentence\tlabel\ntext a\t1\ntext b\n", 2, 3),
+            ("shifted.csv", "sentence,label\n\"a, b\",1\nc,d,0\n", 2, 3)):
+        p = tmp_path / name
+        p.write_text(text)
+        spec = tasks.make_task_spec(family="single", text_columns=["sentence"],
+                                    label_column="label")
+        with pytest.raises(BertctlError) as e:
+            read_examples(spec, p)
+        assert str(e.value).startswith(f"{p}: row {row} (line {line}) has "), str(e.value)
+    cola = tmp_path / "cola.tsv"
+    cola.write_text("src\t1\t\tA sentence.\nsrc\t0\t*\tAnother.\textra\n")
+    with pytest.raises(BertctlError, match=r"row 2 \(line 2\) has 5 fields where row 1 has 4"):
+        read_examples(tasks.make_task_spec("glue/cola"), cola)
+
+
+def test_stages_refuse_a_shifted_table_before_any_work(cli, minilm_dir, tmp_path):
+    """The probe's cases: finetune of a single-sentence task and mine over (query, positive)
+    rows with a third field each: exit 2, one line, nothing written."""
+    from conftest import one_line_error
+
+    single = tmp_path / "single.tsv"
+    single.write_text("sentence\tlabel\n" + "".join(f"text {i}\t{i % 2}\t0\n" for i in range(8)))
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("query\tpositive\n" + "".join(f"q {i}\tp {i}\textra\n" for i in range(8)))
+    for args in (("finetune", minilm_dir, single, "--family", "single", "--text-column",
+                  "sentence", "--label-column", "label", "--steps", "1"),
+                 ("mine", minilm_dir, pairs, "--negatives", "1"),
+                 ("split", pairs, "--min-dev-queries", "10")):
+        r = cli(*args, "--out", tmp_path / "out")
+        one_line_error(r, "row 1 (line 2) has 3 fields where the header has 2")
+        assert not (tmp_path / "out").exists()
+
+
 def test_bad_specs():
     with pytest.raises(BertctlError, match="unknown task 'glue/sst3'"):
         tasks.make_task_spec("glue/sst3")

@@ -105,7 +105,10 @@ def _root_cause(exc: BaseException) -> str:
 
 
 def _read_delimited_header(path: Path, sep: str, quoting: bool, header: bool) -> list[str]:
-    """The first row's cells; also checks that a data row follows a header."""
+    """The first row's cells, with every row checked to hold as many: pandas, under
+    `datasets`, takes a file whose rows all hold one field more than its header as having an
+    index column (every column shifted one to the left) and pads a short row with empty cells,
+    both without a word. Also checks that a data row follows a header."""
     # The csv module's default cell limit (128 KiB) is not pandas': without this, a long cell
     # was refused in the first rows, read here, and accepted further down. One rule: any size.
     csv.field_size_limit(2**31 - 1)
@@ -113,7 +116,20 @@ def _read_delimited_header(path: Path, sep: str, quoting: bool, header: bool) ->
         reader = csv.reader(f, delimiter=sep, quoting=csv.QUOTE_MINIMAL if quoting else csv.QUOTE_NONE)
         try:
             first = next(reader)
-            if header and not any(row for row in reader):
+            rows = 0
+            for row in reader:
+                if not row:
+                    continue   # a blank line is not a row
+                rows += 1
+                if len(row) != len(first):
+                    what = "the header" if header else "row 1"
+                    raise BertctlError(
+                        f"{path}: row {rows + (0 if header else 1)} (line {reader.line_num}) "
+                        f"has {len(row)} field{'s' if len(row) != 1 else ''} where {what} "
+                        f"has {len(first)}: a field too "
+                        f"{'many' if len(row) > len(first) else 'few'} (a tab or comma inside "
+                        f"a text, or a column left out?)")
+            if header and not rows:
                 raise BertctlError(f"{path}: no data rows")
             return first
         except StopIteration:
