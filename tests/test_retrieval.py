@@ -442,6 +442,34 @@ def test_a_byte_order_mark_and_trec_qrels_are_read(cli, minilm_dir, tmp_path):
     assert figures[0] == figures[1] and figures[0]["queries"] == 232   # (none lost to a BOM)
 
 
+def test_an_eval_of_a_judgements_file_records_the_corpus_and_queries_it_reads(cli, minilm_dir,
+                                                                              tmp_path):
+    """eval MODEL BEIR/qrels/test.tsv reads the directory's corpus and queries too: each text
+    replaced (the same judgements), the rerun is not "up to date" with the old metrics and a
+    fresh --out gets another id."""
+    data = _beir(tmp_path, lambda d: None)
+    qrels = data / "qrels" / "test.tsv"
+    first = tmp_path / "ev"
+    r = cli("eval", minilm_dir, qrels, "--task", "retrieval", "--precision", "fp32",
+            "--out", first)
+    assert r.exit_code == 0, r.stderr
+    before = json.loads((first / "artifact.json").read_text())
+    assert {i["role"] for i in before["inputs"]} >= {"data", "data-corpus", "data-queries"}
+    corpus = data / "corpus.jsonl"
+    rows = [json.loads(x) for x in corpus.read_text().splitlines()]
+    corpus.write_text("".join(json.dumps({**d, "text": "replaced " + d["text"][::-1]}) + "\n"
+                              for d in rows))
+    r = cli("eval", minilm_dir, qrels, "--task", "retrieval", "--precision", "fp32",
+            "--out", first)
+    assert r.exit_code == 2 and "--force" in r.stderr, r.stderr   # another artifact now
+    fresh = tmp_path / "fresh"
+    assert cli("eval", minilm_dir, qrels, "--task", "retrieval", "--precision", "fp32",
+               "--out", fresh).exit_code == 0
+    after = json.loads((fresh / "artifact.json").read_text())
+    assert after["id"] != before["id"]
+    assert after["metrics"]["ndcg@10"] != before["metrics"]["ndcg@10"]
+
+
 @pytest.mark.parametrize("case", sorted(BAD))
 def test_a_bad_beir_set_is_one_line_naming_the_file(cli, minilm_dir, tmp_path, case):
     edit, name, words = BAD[case]

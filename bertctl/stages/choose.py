@@ -34,13 +34,15 @@ def run(config: ChooseSettings, target: artifacts.Target, given: list[str]):
     for name, path, scoring in parsed:
         art = evals.get(path) or artifacts.read_artifact(path, "eval")
         evals[path] = art
-        measured = next((i for i in art.manifest.inputs if i.role == "data"), None)
+        measured = sorted((i.role, i.id, i.path) for i in art.manifest.inputs
+                          if i.role.startswith("data"))
         if data is None:
             data = measured
-        elif measured is None or measured.id != data.id:
+        elif [m[:2] for m in measured] != [d[:2] for d in data]:
             raise BertctlError(f"{path}: evaluated on other data than {parsed[0][1]} "
-                               f"({measured.path if measured else 'none'} against "
-                               f"{data.path}): a choice compares evals of one dev set")
+                               f"({', '.join(m[2] for m in measured) or 'none'} against "
+                               f"{', '.join(d[2] for d in data)}): a choice compares evals "
+                               f"of one dev set")
         scores_file = art.path / choices.SCORINGS[scoring]
         if not scores_file.is_file():
             raise BertctlError(f"{path}: no {scores_file.name} (" + (
@@ -71,7 +73,7 @@ def run(config: ChooseSettings, target: artifacts.Target, given: list[str]):
                          rerank_depth=art.manifest.config.get("rerank_depth"),
                          rerank_scoring=art.manifest.config.get("rerank_scoring"))
         (tmp / choices.CHOICE).write_text(json.dumps(
-            {"rule": config.rule, "metric": gains.METRIC, "dev": data.path if data else None,
+            {"rule": config.rule, "metric": gains.METRIC, "dev": data[0][2] if data else None,
              "chosen": taken, "candidates": rows}, indent=2) + "\n", encoding="utf-8")
         (tmp / choices.CHOSEN).write_text(pick.name + "\n", encoding="utf-8")
         (tmp / choices.MODEL).write_text(f"{taken['model']}\n", encoding="utf-8")

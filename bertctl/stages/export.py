@@ -51,7 +51,7 @@ def run(config: ExportSettings, target: artifacts.Target, model_dir: Path,
             raise BertctlError(f"--check {check}: an encoder export has no task to score"
                                + ("" if config.encoder else f" ({model_dir} was not fine-tuned)"))
         task = _read_check(source, open_task(eval_settings()(), source, check))
-        inputs.append(models.data_input(task.input.file, "check"))
+        inputs += models.data_inputs(task.input.file, "check")
     models.tokenizer_files(source.path)
     # The checks every stage that reads a model applies (an embedding table smaller than the
     # tokenizer exported a graph that crashes on the tokenizer's last ids).

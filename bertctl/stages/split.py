@@ -26,7 +26,7 @@ def run(config: SplitSettings, target: artifacts.Target, train: Path, dev: Path 
                            train))
     inputs = [models.data_input(train, "train")]
     if dev is not None:
-        inputs.append(models.data_input(dev, "dev"))
+        inputs += models.data_inputs(dev, "dev")
     if corpus is not None:
         inputs.append(models.data_input(corpus, "corpus"))
 

@@ -129,6 +129,20 @@ def data_input(path: Path, role: str = "data") -> artifacts.InputRef:
                               path=str(path.resolve()), size=size)
 
 
+def data_inputs(path: Path, role: str = "data") -> list[artifacts.InputRef]:
+    """`data_input`, and for one judgements file of a BEIR directory (eval MODEL
+    BEIR/qrels/test.tsv) the corpus and the queries it is read with too: the id covers every
+    file read, whichever path was named."""
+    from bertctl.tasks.retrieval import reader
+
+    inputs = [data_input(path, role)]
+    if path.is_file() and reader.is_beir(path):
+        root = path.parent.parent
+        inputs += [data_input(root / name, f"{role}-{name.split('.')[0]}")
+                   for name in (reader.CORPUS, reader.QUERIES) if (root / name).is_file()]
+    return inputs
+
+
 def pretrain_data_artifact(data: str | Path) -> artifacts.Artifact | None:
     """`eval`'s DATA: a pretrain-data artifact (returned), or a task data file or directory
     (None); any other artifact is an error."""

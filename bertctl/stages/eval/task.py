@@ -48,7 +48,7 @@ def run(config: EvalSettings, target: artifacts.Target, source: ModelSource,
         reranker = cross.open_reranker(rerank_with, family, scoring=config.rerank_scoring)
     config = source.applied(config)
     device, precision, recorded = source.runtime(config.device, config.precision)
-    inputs = [source.ref, models.data_input(data)]
+    inputs = [source.ref, *models.data_inputs(data)]
     if reranker is not None:
         inputs.append(reranker.source.ref)
     calibration = (source.task or {}).get("calibration")
