@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 import shutil
 import sys
 import uuid
@@ -51,13 +52,23 @@ class Artifact:
         return self.manifest.kind
 
     def file(self, name: str) -> Path:
+        """`path / name` for a stage to read: inside the artifact, no symbolic link, recorded
+        by its manifest (a file dropped in later is never read), of the recorded size (a
+        truncated shard is named here, not by the reader that would fail on it) and, up to
+        CHECKSUM_ON_COPY_BYTES, of the recorded checksum."""
         path = self.path / name
         problem = _outside_problem(self.path, path)
         if problem:
             raise BertctlError(f"{path}: {problem}")
         if not path.is_file():
             raise BertctlError(f"{path}: missing from the {self.kind} artifact")
+        _check_recorded(self.path, name, self.manifest.files.get(name))
         return path
+
+    def files(self, pattern: str) -> list[str]:
+        """The names its manifest records that match `pattern` (a regular expression), in
+        order: what a stage reads of a set of shards, never a directory listing."""
+        return sorted(n for n in self.manifest.files if re.fullmatch(pattern, n))
 
     def as_input(self, role: str) -> InputRef:
         m = self.manifest
@@ -254,15 +265,23 @@ def checked_file(root: Path, name: str) -> Path:
         outside = _outside_problem(root, path)
         if outside:
             raise BertctlError(f"{path}: {outside}")
-        entry = read_manifest(root).files.get(name)
-        if entry is None:
-            raise BertctlError(f"{path}: not among the files its artifact.json records")
-        size = path.stat().st_size
-        if size != entry.size or (size <= CHECKSUM_ON_COPY_BYTES
-                                  and sha256_file(path) != entry.sha256):
-            raise BertctlError(f"{path}: changed since it was written (checksum mismatch); "
-                               f"inspect --verify {root} lists every such file")
+        _check_recorded(root, name, read_manifest(root).files.get(name))
     return path
+
+
+def _check_recorded(root: Path, name: str, entry) -> None:
+    """The one rule for a file a stage reads from an artifact: recorded, its size, and its
+    checksum up to CHECKSUM_ON_COPY_BYTES (larger shards and weights: `inspect --verify`)."""
+    path = root / name
+    if entry is None:
+        raise BertctlError(f"{path}: not among the files its artifact.json records")
+    size = path.stat().st_size
+    if size != entry.size or (size <= CHECKSUM_ON_COPY_BYTES
+                              and sha256_file(path) != entry.sha256):
+        raise BertctlError(f"{path}: changed since it was written ("
+                           + (f"{size:,} bytes, {entry.size:,} recorded" if size != entry.size
+                              else "checksum mismatch")
+                           + f"); inspect --verify {root} lists every such file")
 
 
 # ---------------------------------------------------------------------------------------------

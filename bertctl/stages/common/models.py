@@ -168,6 +168,10 @@ def open_model(path: str | Path, role: str = "model", exports: bool = False) -> 
     if (path / artifacts.MANIFEST).exists():
         art = artifacts.read_artifact(path, ("model", "export") if exports else "model")
         ref = art.as_input(role)
+        # Every file a model is built from (its weights, config, tokenizer, a sentence
+        # layout's Dense weights), checked by the one rule before any is read.
+        for name in art.manifest.files:
+            art.file(name)
         if art.kind == "export":
             onnx = ExportFacts.from_stats(art.manifest.stats.get("onnx") or {})
             # Checked whole on every open, whatever its size, before any work: an edited graph

@@ -73,8 +73,7 @@ def index_vectors(path: Path) -> tuple[artifacts.Artifact, list[np.ndarray]]:
                            f"{art.manifest.config.get('pool')!r}, not an embedding model's own "
                            f"vectors: build the index with bertctl embed MODEL DOCS --id-column "
                            f"ID (an embedding model)")
-    shards = [art.file(name) for name in sorted(
-        f.name for f in path.glob("vectors-*.npy"))]
+    shards = [art.file(name) for name in art.files(r"vectors-\d+\.npy")]
     blocks = [np.load(p, mmap_mode="r") for p in shards]
     if not blocks or not sum(len(b) for b in blocks):
         raise BertctlError(f"{path}: holds no vectors")
@@ -134,7 +133,7 @@ def index_pieces(art: artifacts.Artifact, rows: IndexRows) -> "StoredPieces | No
     if "piece_start" not in rows.names:
         return None
     blocks = [np.load(art.file(embeddings.PIECES.format(k)), mmap_mode="r")
-              for k in range(len(list(art.path.glob("vectors-*.npy"))))]
+              for k in range(len(art.files(r"vectors-\d+\.npy")))]
     width = art.manifest.stats.get("piece_dim")
     if any(b.ndim != 2 or b.shape[1] != width for b in blocks):
         raise BertctlError(f"{art.path}: its pieces shards are not of the {width} values its "

@@ -1,0 +1,63 @@
+"""What a stage reads of an input artifact is what its manifest records (#82): a file dropped
+in later is never read, a truncated shard and a same-size edit (below the checksum limit) are
+one line naming the file, exit 2, before any work; the same rule for an index's vectors and
+rows and for a model's weights."""
+
+import shutil
+
+import numpy as np
+
+from conftest import EXAMPLES, one_line_error
+
+QUERY = ["--query", "Who were the Normans?"]
+
+
+def _copy(src, dst):
+    shutil.copytree(src, dst)
+    return dst
+
+
+def test_an_unrecorded_shard_is_never_read(cli, example_index, tmp_path):
+    """A vectors-00001.npy dropped beside the recorded shard: search returns what it did."""
+    index = _copy(example_index, tmp_path / "index")
+    before = cli("search", index, *QUERY, "--top-k", "5")
+    assert before.exit_code == 0, before.stderr
+    shard = np.load(index / "vectors-00000.npy")
+    np.save(index / "vectors-00001.npy", shard)         # every vector twice
+    after = cli("search", index, *QUERY, "--top-k", "5")
+    assert after.exit_code == 0, after.stderr
+    assert after.stdout == before.stdout
+
+
+def test_an_edited_or_truncated_shard_or_index_is_one_line(cli, example_index, tmp_path):
+    for name, edit, words in (
+            ("vectors-00000.npy", "flip", "checksum mismatch"),
+            ("vectors-00000.npy", "truncate", "bytes,"),
+            ("index.parquet", "flip", "checksum mismatch")):
+        index = _copy(example_index, tmp_path / f"index-{name}-{edit}")
+        path = index / name
+        data = bytearray(path.read_bytes())
+        if edit == "flip":
+            data[-8] ^= 0xFF                             # the same size, one byte changed
+            path.write_bytes(bytes(data))
+        else:
+            path.write_bytes(bytes(data[:len(data) // 2]))
+        r = cli("search", index, *QUERY)
+        one_line_error(r, str(path), "changed since it was written", words)
+
+
+def test_a_models_edited_weights_are_refused_before_any_work(cli, tiny_pretrained, tmp_path):
+    model = _copy(tiny_pretrained, tmp_path / "model")
+    weights = model / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    assert len(data) < 16 << 20                        # below the checksum limit
+    data[-4] ^= 0x01
+    weights.write_bytes(bytes(data))
+    texts = tmp_path / "texts.txt"
+    texts.write_text("a line of text\nanother line\n")
+    r = cli("embed", model, texts, "--out", tmp_path / "emb")
+    one_line_error(r, str(weights), "checksum mismatch")
+    assert not (tmp_path / "emb").exists()
+    r = cli("eval", model, EXAMPLES / "glue" / "SST-2" / "dev.tsv", "--task", "glue/sst2",
+            "--out", tmp_path / "ev")
+    one_line_error(r, str(weights), "checksum mismatch")
