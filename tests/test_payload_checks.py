@@ -61,3 +61,32 @@ def test_a_models_edited_weights_are_refused_before_any_work(cli, tiny_pretraine
     r = cli("eval", model, EXAMPLES / "glue" / "SST-2" / "dev.tsv", "--task", "glue/sst2",
             "--out", tmp_path / "ev")
     one_line_error(r, str(weights), "checksum mismatch")
+
+
+def test_search_counts_the_vectors_it_reads_not_the_manifests_stats(cli, example_index,
+                                                                   tmp_path):
+    """stats.vectors edited to 2 (the manifest's stats are in neither the id nor the files'
+    checksums): --top-k 5 still prints 5 hits."""
+    import json
+
+    index = _copy(example_index, tmp_path / "index")
+    manifest = json.loads((index / "artifact.json").read_text())
+    manifest["stats"]["vectors"] = 2
+    (index / "artifact.json").write_text(json.dumps(manifest))
+    r = cli("search", index, *QUERY, "--top-k", "5")
+    assert r.exit_code == 0, r.stderr
+    assert len(r.stdout.splitlines()) == 5
+
+
+def test_compile_is_in_the_id_and_off_keeps_the_old_ids():
+    """--compile trains other weights (compiled kernels round differently): a run with it has
+    another id; off (the default) hashes as before it was counted."""
+    from bertctl.config import FinetuneSettings
+    from bertctl.contract.identity import compute_id
+    from bertctl.settings import identity as identity_config
+
+    off, on = FinetuneSettings(), FinetuneSettings(compile=True)
+    assert "compile" not in identity_config(off)
+    assert identity_config(on)["compile"] is True
+    assert compute_id("model", identity_config(off), []) != \
+        compute_id("model", identity_config(on), [])

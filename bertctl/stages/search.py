@@ -104,7 +104,6 @@ def run(index: Path, query: list[str], queries_file: Path | None, top_k: int,
                            f"--ef-search to an hnsw one")
     if probe is not None or ef_search is not None:   # (only the index's own, checked above)
         approximate.tune(approx, kind, probe, ef_search)
-    stats = art.manifest.stats
     built_by = next(i for i in art.manifest.inputs if i.role == "model")
     source = models.open_model(model_dir or Path(built_by.path), "model", exports=True)
     if source.ref.id != built_by.id:
@@ -154,7 +153,7 @@ def run(index: Path, query: list[str], queries_file: Path | None, top_k: int,
         raise BertctlError(f"{art.path}: vectors of {blocks[0].shape[1]} values, the queries' "
                            f"{q.shape[1]}")
     depth = rerank_depth or top_k
-    k = min(depth, stats.get("vectors", depth))
+    k = min(depth, sum(len(b) for b in blocks))   # the shards', not a manifest's count
     scores, found = (ranking.search(q, blocks, k) if approx is None
                      else approximate.nearest(approx, q, k, blocks))
     hits = [[j for j in row if j >= 0] for row in found.tolist()]

@@ -57,7 +57,10 @@ class TrainingSettings(StageConfig):
     # docs/benchmarks.md); on CUDA it fuses the layers' elementwise work into the matmuls.
     compile: bool = Field(False, description="torch.compile each encoder layer (first steps "
                           "slower while it compiles; needs a C++ compiler on CPU). See "
-                          "docs/benchmarks.md for when it pays.", json_schema_extra=_RUN)
+                          "docs/benchmarks.md for when it pays.",
+                          # In the id: compiled kernels round differently (6.3e-4 in the weights
+                          # after 12 steps), as the attention choice does; off keeps old ids.
+                          json_schema_extra=meta(RUNTIME, hashed_if_changed=True))
     attention: Literal["auto", "fused", "written"] = Field(
         "auto", description="Attention's kernel (the two round differently): fused "
         "(PyTorch's scaled_dot_product_attention), written (the product as plain tensor "
