@@ -163,3 +163,25 @@ def test_exclude_leaves_out_the_documents_holding_task_text(tmp_path, small_toke
             "--out", tmp_path / "y")
     one_line_error(r, "none.tsv: file not found")
     assert not (tmp_path / "y").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("length", [2048, 8192])
+def test_instances_past_512_are_built_masked_and_pretrained_on(tmp_path, small_tokenizer, cli,
+                                                               length):
+    """ModernBERT is documented to 8,192 tokens: the builder makes such instances (static and
+    dynamic masking; their masking once failed an assertion at 512, after the dynamic
+    artifact was published), inspect --verify reads them, and a tiny ModernBERT pretrains on
+    them."""
+    for masking in ("static", "dynamic"):
+        data = tmp_path / f"data-{masking}"
+        r = cli("build-pretrain-data", small_tokenizer, CORPUS, "--max-seq-length", length,
+                "--masking", masking, "--no-nsp", "--packing", "concatenated", "--out", data)
+        assert r.exit_code == 0, r.stderr
+        assert cli("inspect", data, "--verify").exit_code == 0
+        train = json.loads((data / "artifact.json").read_text())["stats"]["splits"]["train"]
+        assert train["mean_length"] > 512 and train["instances"] >= 1   # long ones, packed
+    r = cli("pretrain", tmp_path / "data-dynamic", "--architecture", "modernbert",
+            "--objective", "mlm", "--model-size", "tiny", "--steps", "1", "--batch-size", "1",
+            "--max-position-embeddings", length, "--out", tmp_path / "model")
+    assert r.exit_code == 0, r.stderr

@@ -167,6 +167,49 @@ def test_masked_positions_are_a_uniform_sample_without_replacement(source):
                           _sample_without_replacement(n, k, hashed)[1])
 
 
+@pytest.mark.parametrize("length", [2048, 8192])
+@pytest.mark.parametrize("whole_word", [False, True])
+def test_long_instances_are_masked_as_short_ones_are(length, whole_word):
+    """Instances past BERT's 512 (ModernBERT's 8,192): Google's prediction count, distinct
+    candidate positions only (never [CLS] or a [SEP]), whole words whole, every position as
+    likely as any (the sample's mean position at the middle); up to 512 the packing is the one
+    every artifact was masked with (the same positions as before, tests above)."""
+    from bertctl.data.pretraining_masking import MaskingRules, apply_masking, num_to_predict
+
+    rows, vocab = 16, 50
+    rng = np.random.default_rng(1)
+    lengths = np.array([length - 7 * i for i in range(rows)], np.int64)
+    b_starts = lengths // 2
+    ids = rng.integers(5, vocab, (rows, length)).astype(np.int32)
+    continuation = np.zeros(vocab, bool)
+    continuation[40:] = True                       # ids 40..49 are ## pieces
+    rules = MaskingRules(0.15, length, whole_word, 4, continuation, np.arange(5, vocab))
+    before = ids.copy()
+    result = apply_masking(ids, lengths, b_starts, rules,
+                           hashed_uniform_at(3, 0, np.arange(rows)))
+    k = num_to_predict(lengths, 0.15, length)
+    got = np.bincount(result.rows, minlength=rows)
+    if whole_word:
+        assert np.all(got <= k) and np.all(got >= k - 12)   # a word that does not fit: skipped
+    else:
+        assert np.array_equal(got, k)
+    assert np.all(result.cols > 0) and np.all(result.cols < lengths[result.rows] - 1)
+    assert not np.any(result.cols == b_starts[result.rows] - 1)
+    pairs = result.rows.astype(np.int64) * length + result.cols
+    assert len(np.unique(pairs)) == len(pairs)
+    assert np.array_equal(result.labels, before[result.rows, result.cols])
+    mid = (result.cols / lengths[result.rows]).mean()
+    assert abs(mid - 0.5) < 0.02, mid
+    if whole_word:   # a ## piece predicted only with the piece before it
+        chosen = np.zeros_like(before, bool)
+        chosen[result.rows, result.cols] = True
+        piece = continuation[before] & chosen
+        piece[:, 0] = False
+        r, c = np.nonzero(piece)
+        starts_word = (c == b_starts[r]) | (c == 1)
+        assert np.all(chosen[r, c - 1] | starts_word)
+
+
 def test_nsp_and_mask_shares(static, static_dir, tokenizer):
     ds, arr = static
     stats = read_pretraining_info(static_dir).stats["train"]

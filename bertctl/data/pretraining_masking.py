@@ -53,7 +53,13 @@ class MaskResult:
 # decides [MASK]/random/kept, stream 2 picks the random token.
 UniformAt = Callable[[int, np.ndarray, np.ndarray], np.ndarray]
 
-_ORDER_BITS = 22  # random bits of a word's sort key; 9 more bits hold its number (< 512)
+_ORDER_BITS = 22  # random bits of a word's sort key; more bits hold its number (_bits)
+
+
+def _bits(width: int) -> int:
+    """Bits that hold a position below `width`: 9 up to BERT's 512 (the packing every
+    pretrain-data artifact was masked with), more for longer instances (ModernBERT's 8,192)."""
+    return max(9, (max(int(width), 1) - 1).bit_length())
 
 
 def num_to_predict(lengths: np.ndarray, masked_lm_prob: float, max_predictions: int) -> np.ndarray:
@@ -94,7 +100,7 @@ def _row_major(rows: np.ndarray, values: np.ndarray, k: np.ndarray) -> tuple[np.
 
 def _sample_without_replacement(n: np.ndarray, k: np.ndarray, uniform_at: UniformAt
                                 ) -> tuple[np.ndarray, np.ndarray]:
-    """A uniformly random k[r]-subset of range(n[r]) per row (k <= n <= 512), as (rows, values)
+    """A uniformly random k[r]-subset of range(n[r]) per row (k <= n), as (rows, values)
     in row-major order, ascending within a row.
 
     Rejection sampling: row r draws values floor(u * n[r]) with u = uniform_at(0, r, j) for
@@ -106,6 +112,10 @@ def _sample_without_replacement(n: np.ndarray, k: np.ndarray, uniform_at: Unifor
     """
     rows_out, vals_out = [], []
     pending = np.nonzero(k > 0)[0]
+    bits = _bits(int(n.max(initial=1)))
+    # (value, draw) and (draw, value) pack into one integer: int32 as long as they fit (every
+    # instance up to 512 tokens), else int64; the same numbers either way.
+    wide = np.int32 if bits == 9 else np.int64
     # Draws per row, a power of two so that (value, draw) packs into an int32 by shifting.
     shift = max(3, int(k.max(initial=0)) + 8 - 1).bit_length()
     drawn = 0
@@ -113,18 +123,17 @@ def _sample_without_replacement(n: np.ndarray, k: np.ndarray, uniform_at: Unifor
         m = 1 << shift
         kp, np_ = k[pending], n[pending]
         u = uniform_at(0, pending[:, None], np.arange(drawn, drawn + m)[None, :])
-        values = np.minimum((u * np_[:, None]).astype(np.int32),
-                            (np_[:, None] - 1).astype(np.int32))
+        values = np.minimum((u * np_[:, None]).astype(wide), (np_[:, None] - 1).astype(wide))
         # Sorted by (value, draw), each value's first draw comes first among its copies.
-        keyed = np.sort((values << shift) | np.arange(m, dtype=np.int32)[None, :], axis=1)
+        keyed = np.sort((values << shift) | np.arange(m, dtype=wide)[None, :], axis=1)
         value = keyed >> shift
         first = np.ones(keyed.shape, dtype=bool)
         first[:, 1:] = value[:, 1:] != value[:, :-1]
         done = first.sum(axis=1) >= kp
         # The distinct values ordered by their first draw; the first k win.
-        by_draw = np.sort(np.where(first, ((keyed & (m - 1)) << 9) | value,
-                                   np.iinfo(np.int32).max), axis=1)
-        r, v = _row_major(pending[done], by_draw[done] & 511, kp[done])
+        by_draw = np.sort(np.where(first, ((keyed & (m - 1)) << bits) | value,
+                                   np.iinfo(wide).max), axis=1)
+        r, v = _row_major(pending[done], by_draw[done] & ((1 << bits) - 1), kp[done])
         rows_out.append(r)
         vals_out.append(v)
         # Rows left short start over with twice the draws (fresh numbers: draw numbers go on).
@@ -138,8 +147,7 @@ def _sample_without_replacement(n: np.ndarray, k: np.ndarray, uniform_at: Unifor
 
 def apply_masking(ids: np.ndarray, lengths: np.ndarray, b_starts: np.ndarray, rules: MaskingRules,
                   uniform_at: UniformAt, row_base: np.ndarray | None = None) -> MaskResult:
-    """Mask a batch of instances in place (each at most 512 tokens) and return what was
-    predicted.
+    """Mask a batch of instances in place (of any length) and return what was predicted.
 
     `ids` is a padded (I, T) array, or 1-D with instance r's tokens at
     ids[row_base[r]:row_base[r] + lengths[r]] (the builder's packed layout, no padding).
@@ -149,7 +157,6 @@ def apply_masking(ids: np.ndarray, lengths: np.ndarray, b_starts: np.ndarray, ru
     lengths = np.asarray(lengths, dtype=np.int64)
     b_starts = np.asarray(b_starts, dtype=np.int64)
     n_rows = len(lengths)
-    assert int(lengths.max(initial=0)) <= 512
     if ids.ndim == 2:
         row_base = np.arange(n_rows, dtype=np.int64) * ids.shape[1]
 
@@ -212,10 +219,13 @@ def _whole_word_choice(ids: np.ndarray, lengths: np.ndarray, b_starts: np.ndarra
     wnum = np.arange(len(first)) - row_first_word[wrow]  # word number within its row
     slot = wrow * width + wnum                           # (row, word number), flat
     # Random order of a row's words = ascending key (random bits, then the word number).
+    bits = _bits(width)
+    wide = np.int32 if bits == 9 else np.int64   # as in _sample_without_replacement
     order_bits = (uniform_at(0, wrow, first - wrow * width) * (1 << _ORDER_BITS))
-    keys = np.full(n_rows * width, np.iinfo(np.int32).max, dtype=np.int32)
-    keys[slot] = (order_bits.astype(np.int32) << 9) | wnum.astype(np.int32)
-    order = np.minimum(np.sort(keys.reshape(n_rows, width), axis=1) & 511, width - 1)
+    keys = np.full(n_rows * width, np.iinfo(wide).max, dtype=wide)
+    keys[slot] = (order_bits.astype(wide) << bits) | wnum.astype(wide)
+    order = np.minimum(np.sort(keys.reshape(n_rows, width), axis=1) & ((1 << bits) - 1),
+                       width - 1)
     size_at = np.zeros(n_rows * width, dtype=np.int64)
     size_at[slot] = size
     # Google's greedy pass over the shuffled words, one rank at a time for the rows still

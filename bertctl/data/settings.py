@@ -46,7 +46,8 @@ class PretrainingDataSettings(StageConfig):
 
     where: ClassVar[str] = "build-pretrain-data"
     max_seq_length: int = Field(DEFAULT_LENGTH, **SEQ_LENGTH, description="Tokens per instance, [CLS] and "
-                                "both [SEP] included (BERT's positions stop at 512).",
+                                "both [SEP] included (BERT's positions stop at 512, "
+                                "ModernBERT's at 8,192).",
                                 json_schema_extra=meta(DATA))
     dupe_factor: int | None = Field(None, ge=1, description="Passes over the corpus with "
                                     "different pairings and masks; unset: 10 for static masking, "
