@@ -293,3 +293,30 @@ def test_teacher_scores_are_whole_or_refused(cli, minilm_dir, tmp_path):
     one_line_error(cli("finetune", minilm_dir, plain, "--task", "retrieval", "--loss",
                        "margin_mse", "--out", tmp_path / "o"), "the file has none")
     assert not (tmp_path / "o").exists()
+
+
+def test_a_two_label_classifier_is_no_reranker_whatever_its_config_says(cli, minilm_dir,
+                                                                         tmp_path):
+    """A two-label sequence classifier whose config.json names no label count (transformers 5
+    writes neither num_labels nor id2label for two labels) is refused as a reranker and as a
+    teacher, from its head's weights: its two logits are not two candidates' scores, and
+    sigmoid(logit 0) ranks in reverse for a classifier whose label 1 means relevant."""
+    import json
+
+    from sentence_transformers import CrossEncoder
+
+    out = tmp_path / "two"
+    CrossEncoder(str(minilm_dir), num_labels=2, device="cpu").save(str(out))
+    config = json.loads((out / "config.json").read_text())
+    for key in ("num_labels", "id2label", "label2id"):
+        config.pop(key, None)
+    (out / "config.json").write_text(json.dumps(config))
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("query\tpositive\nwho wrote it\tan author wrote it\n"
+                     "where is paris\tparis is in france\n", encoding="utf-8")
+    for args in (("eval", minilm_dir, BEIR, "--task", "retrieval", "--rerank", out),
+                 ("eval", out, pairs, "--task", "reranking"),
+                 ("mine", minilm_dir, pairs, "--negatives", "1", "--teacher", out)):
+        r = cli(*args, "--out", tmp_path / "ev")
+        one_line_error(r, "a reranker has one output", "2-label classifier")
+        assert not (tmp_path / "ev").exists()

@@ -11,6 +11,7 @@ read: a pickle (`pytorch_model.bin`) can run code when loaded, so it is refused.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -184,6 +185,26 @@ def read_safetensors(directory: str | Path) -> dict[str, torch.Tensor]:
             raise BertctlError(f"{path}: cannot read safetensors file: {exc}") from None
     _refuse_non_finite(tensors, directory)
     return tensors
+
+
+_HEAD_WEIGHT = re.compile(r"(^|\.)(classifier(\.out_proj)?|score)\.weight$")
+
+
+def head_outputs(directory: str | Path) -> int | None:
+    """The outputs of a sequence classifier's last layer as its weights hold them (the
+    safetensors header alone, no tensor read), or None when the directory holds no such
+    weights: what a checkpoint is, whatever its config.json says (transformers 5 writes
+    neither num_labels nor id2label for two labels)."""
+    directory = Path(directory)
+    path = directory / WEIGHTS_NAME
+    if not path.is_file():
+        return None
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            found = sorted((k for k in f.keys() if _HEAD_WEIGHT.search(k)), key=len)
+            return int(f.get_slice(found[-1]).get_shape()[0]) if found else None
+    except Exception as exc:  # safetensors raises several types for truncated/corrupt files
+        raise BertctlError(f"{path}: cannot read safetensors file: {exc}") from None
 
 
 def _refuse_non_finite(tensors: dict[str, torch.Tensor], directory: Path) -> None:

@@ -135,9 +135,13 @@ class Reranking(SequenceFamily):
                     "--task reranking)")
             raise BertctlError(f"{where}: a reranker is a sequence classifier with one output; "
                                f"the model is {architecture_name(arch)}{hint}")
+        if n in (None, 1) and Path(where).is_dir():
+            from bertctl.model.hf import head_outputs   # (torch: not at declaration)
+
+            n = head_outputs(where) or n
         if n not in (None, 1):
             raise BertctlError(f"{where}: a reranker has one output; the model is a "
-                               f"{n}-label classifier")
+                               f"{n}-label classifier (its head's weights)")
 
     # -- predictions
 
