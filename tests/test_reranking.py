@@ -320,3 +320,50 @@ def test_a_two_label_classifier_is_no_reranker_whatever_its_config_says(cli, min
         r = cli(*args, "--out", tmp_path / "ev")
         one_line_error(r, "a reranker has one output", "2-label classifier")
         assert not (tmp_path / "ev").exists()
+
+
+@pytest.mark.parametrize("activation,key", [
+    ("Identity", "st6"), ("Tanh", "st6"), ("Identity", "st4"), ("Identity", "old")])
+def test_a_crossencoders_saved_activation_and_length_are_what_bertctl_scores_by(
+        cli, minilm_dir, tmp_path, activation, key):
+    """A CrossEncoder saved with another activation than the sigmoid, wherever its version
+    wrote it (config_sentence_transformers.json as sentence-transformers 5 and 6 save it,
+    config.json's sentence_transformers key as 4 did, the older
+    sbert_ce_default_activation_function of the ms-marco cross-encoders), and a max_length of
+    16: eval RERANKER PAIRS scores as CrossEncoder.predict does, fp32, to 1e-5 (a 384-wide
+    reduction)."""
+    import json
+
+    import torch
+    from sentence_transformers import CrossEncoder
+
+    out = tmp_path / "ce"
+    fn = getattr(torch.nn, activation)()
+    CrossEncoder(str(minilm_dir), num_labels=1, max_length=16, device="cpu",
+                 activation_fn=fn).save(str(out))
+    name = f"{type(fn).__module__}.{type(fn).__name__}"
+    if key != "st6":   # the older places, as those versions saved it
+        st = json.loads((out / "config_sentence_transformers.json").read_text())
+        st.pop("activation_fn")
+        st.pop("model_type", None)
+        (out / "config_sentence_transformers.json").write_text(json.dumps(st))
+        config = json.loads((out / "config.json").read_text())
+        if key == "st4":
+            config["sentence_transformers"] = {"activation_fn": name}
+        else:
+            config["sbert_ce_default_activation_function"] = name
+        (out / "config.json").write_text(json.dumps(config))
+    ce = CrossEncoder(str(out), device="cpu")
+    assert type(ce.activation_fn).__name__ == activation      # the reference reads it so
+    pairs = [("who wrote the novel about the whale and the captain", "an author wrote it, a "
+              "long book about a whale hunt on a ship in the nineteenth century"),
+             ("who wrote the novel about the whale and the captain", "a cat sat on the mat")]
+    table = tmp_path / "pairs.tsv"
+    table.write_text("query\tpositive\tnegative\n" + f"{pairs[0][0]}\t{pairs[0][1]}\t"
+                     f"{pairs[1][1]}\n", encoding="utf-8")
+    r = cli("eval", out, table, "--task", "reranking", "--precision", "fp32",
+            "--out", tmp_path / "ev")
+    assert r.exit_code == 0, r.stderr
+    ours = np.loadtxt(tmp_path / "ev" / "predictions.tsv", skiprows=1)[1:]
+    theirs = ce.predict(pairs)
+    assert np.abs(ours - theirs).max() < 1e-5, (ours, theirs)

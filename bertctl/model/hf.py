@@ -85,6 +85,9 @@ def read_config_dict(directory: str | Path) -> dict[str, Any]:
     if layout is not None:   # what only bertctl records (Matryoshka sizes) kept beside it
         own = data.get(sentence.KEY) if isinstance(data.get(sentence.KEY), dict) else {}
         data[sentence.KEY] = layout if "refused" in layout else {**own, **layout}
+    cross = sentence.read_cross_encoder(directory, data)
+    if cross is not None:
+        data[sentence.CROSS_KEY] = cross
     return data
 
 

@@ -172,6 +172,29 @@ def _prompts(directory: Path) -> dict[str, Any]:
     return out
 
 
+CROSS_KEY = "bertctl_cross_encoder"   # what read_config_dict records of a CrossEncoder
+
+
+def read_cross_encoder(directory: Path, config: dict[str, Any]) -> dict[str, Any] | None:
+    """What a sentence-transformers CrossEncoder saved of its scoring, wherever its version
+    wrote it: the activation its predict applies (config_sentence_transformers.json's
+    activation_fn as sentence-transformers 5 and 6 save it, config.json's
+    sentence_transformers.activation_fn as 4 did, or the sbert_ce_default_activation_function
+    of older ones), None for no CrossEncoder."""
+    path = directory / "config_sentence_transformers.json"
+    given = _json(path) if path.is_file() else None
+    own = given if isinstance(given, dict) and (given.get("model_type") == "CrossEncoder"
+                                                or "activation_fn" in given) else None
+    old = config.get("sentence_transformers")
+    if own is not None:
+        return {"activation_fn": own.get("activation_fn")}
+    if isinstance(old, dict) and "activation_fn" in old:
+        return {"activation_fn": old["activation_fn"]}
+    if "sbert_ce_default_activation_function" in config:
+        return {"activation_fn": config["sbert_ce_default_activation_function"]}
+    return None
+
+
 def record_of(hf_config: dict[str, Any]) -> dict[str, Any] | None:
     """config.json's KEY (a layout read from the directory, or what bertctl wrote); raises
     the refusal a layout bertctl does not compute was read with."""
@@ -195,4 +218,5 @@ def prompt_for(record: dict[str, Any] | None, role: str) -> str:
     return default
 
 
-__all__ = ["KEY", "MODES", "inside", "prompt_for", "read_layout", "record_of"]
+__all__ = ["CROSS_KEY", "KEY", "MODES", "inside", "prompt_for", "read_cross_encoder",
+           "read_layout", "record_of"]

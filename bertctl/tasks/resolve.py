@@ -10,13 +10,14 @@ record (`task`, the parsed TASK_FILE, or None): the stages' ModelSource.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from bertctl import console
 from bertctl.errors import BertctlError
-from bertctl.model.sentence_layout import KEY
+from bertctl.model.sentence_layout import CROSS_KEY, KEY
 from bertctl.settings import DEFAULT_LENGTH
 from bertctl.data.tables import is_saved_dataset
 from bertctl.tasks.registry import FAMILIES, get
@@ -68,11 +69,26 @@ def model_task(config, model: TaskModel, data: Path | None = None) -> ModelTask:
 
 def task_length(config, model: TaskModel) -> int:
     """--max-seq-length, else the model's fine-tuning length, else a sentence-transformers
-    model's own (what its encode truncates at), else DEFAULT_LENGTH."""
+    model's own (what its encode truncates at) or a CrossEncoder's (its tokenizer's
+    model_max_length, where its predict truncates), else DEFAULT_LENGTH."""
     record = model.hf_config.get(KEY)
     own = record.get("max_seq_length") if isinstance(record, dict) else None
+    if own is None and isinstance(model.hf_config.get(CROSS_KEY), dict):
+        own = tokenizer_length(model.path)
     return config.max_seq_length or int((model.task or {}).get("max_seq_length")
                                         or own or DEFAULT_LENGTH)
+
+
+def tokenizer_length(directory: Path) -> int | None:
+    """The tokenizer's model_max_length (tokenizer_config.json), when it sets a usable one."""
+    path = Path(directory) / "tokenizer_config.json"
+    try:
+        record = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise BertctlError(f"{path}: cannot read: {' '.join(str(exc).split())}") from None
+    given = record.get("model_max_length") if isinstance(record, dict) else None
+    ok = isinstance(given, (int, float)) and not isinstance(given, bool) and 0 < given < 1e9
+    return int(given) if ok else None
 
 
 def open_task(config, model: TaskModel, data: Path) -> TaskInput:

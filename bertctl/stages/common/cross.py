@@ -7,7 +7,6 @@ before any work; a model of the other kind is refused, naming the flag."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from bertctl import console, evaluation, tasks
 from bertctl.errors import BertctlError
 from bertctl.model import sentence_layout
 from bertctl.stages.common import models, vectors
+from bertctl.tasks.resolve import tokenizer_length
 from bertctl.tasks.retrieval import late
 from bertctl.tasks.sequence import TaskExamples
 
@@ -56,7 +56,8 @@ def open_reranker(path: Path, first_family, flag: str = "--rerank",
     if own is not None and own != family.name:
         raise BertctlError(f"{flag} {path}: the model was fine-tuned for a '{own}' task, "
                            f"not {family.name}{other}")
-    spec = tasks.make_task_spec(family.name)   # (how pairs are read: the family's alone)
+    # How pairs are read and scored: the family's, with what the model saved (its activation).
+    spec = family.for_model(tasks.make_task_spec(family.name), source.hf_config)
     try:
         family.check_head(source.hf_config, spec, None, str(path))
     except BertctlError as exc:
@@ -75,13 +76,8 @@ def length(source: models.ModelSource) -> int:
     """The reranker's training length, else its tokenizer's model_max_length (where
     CrossEncoder truncates), within its position table."""
     longest = models.model_length(source)
-    given = (source.task or {}).get("max_seq_length")
-    if given is None:
-        settings = source.path / "tokenizer_config.json"
-        record = json.loads(settings.read_text(encoding="utf-8")) if settings.is_file() else {}
-        given = record.get("model_max_length")
-    return min(longest, int(given)) if isinstance(given, (int, float)) and given > 0 \
-        else longest
+    given = (source.task or {}).get("max_seq_length") or tokenizer_length(source.path)
+    return min(longest, int(given)) if given else longest
 
 
 def score_pairs(reranker: Reranker, queries: list[str], documents: list[str], batch_size: int,

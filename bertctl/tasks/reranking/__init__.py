@@ -23,6 +23,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from bertctl.errors import BertctlError
+from bertctl.model import sentence_layout
 from bertctl.tasks.base import architecture_name, check_options, logits_of, model_roles
 from bertctl.tasks.registry import register
 from bertctl.tasks.retrieval import ranking, reader
@@ -31,6 +32,12 @@ from bertctl.tasks.sequence import SequenceFamily, TaskExamples, encode_examples
 # config.json's note to sentence-transformers: CrossEncoder.predict applies this to the logit.
 SIGMOID = {"sentence_transformers": {"activation_fn": "torch.nn.modules.activation.Sigmoid"}}
 METRICS = ("ndcg@10", "mrr@10", "map")
+# The activations a CrossEncoder may have saved (config.json's sentence_transformers
+# activation_fn, or the older sbert_ce_default_activation_function the ms-marco cross-encoders
+# carry), as bertctl computes them; none saved is CrossEncoder's default for one output.
+ACTIVATIONS = {"torch.nn.modules.activation.Sigmoid": "sigmoid",
+               "torch.nn.modules.linear.Identity": "identity",
+               "torch.nn.modules.activation.Tanh": "tanh"}
 
 
 class RerankingOptions(BaseModel):
@@ -39,11 +46,30 @@ class RerankingOptions(BaseModel):
         "listwise", description="listwise: softmax cross-entropy over a row's positive and "
         "negatives; pointwise: binary cross-entropy on each (1 for the positive, 0 for each "
         "negative).")
+    activation: Literal["sigmoid", "identity", "tanh"] | None = Field(
+        None, description="How a logit becomes a score, as CrossEncoder.predict applies the "
+        "activation it saved. Unset: the model's own (config.json), else sigmoid.")
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
     x = np.asarray(x, np.float64)
     return (0.5 * (1.0 + np.tanh(0.5 * x))).astype(np.float32)   # no overflow at any logit
+
+
+SCORES = {"sigmoid": sigmoid, "identity": lambda x: np.asarray(x, np.float32),
+          "tanh": lambda x: np.tanh(np.asarray(x, np.float64)).astype(np.float32)}
+
+
+def activation_of(hf_config: dict[str, Any]) -> str:
+    """The activation a CrossEncoder saved (ACTIVATIONS; read_config_dict finds it), else
+    sigmoid; another one refused."""
+    named = (hf_config.get(sentence_layout.CROSS_KEY) or {}).get("activation_fn")
+    if named is None:
+        return "sigmoid"
+    if named not in ACTIVATIONS:
+        raise BertctlError(f"config.json: the cross-encoder's activation {named!r} is not one "
+                           f"bertctl computes ({', '.join(sorted(ACTIVATIONS))})")
+    return ACTIVATIONS[named]
 
 
 class Reranking(SequenceFamily):
@@ -145,10 +171,22 @@ class Reranking(SequenceFamily):
 
     # -- predictions
 
+    def for_model(self, spec, hf_config: dict[str, Any]):
+        """The activation left unset is the model's own (what CrossEncoder.predict applies);
+        sigmoid, the default, stays unwritten (the ids made before)."""
+        if RerankingOptions(**spec.options).activation is not None:
+            return spec
+        own = activation_of(hf_config)
+        if own == "sigmoid":
+            return spec
+        return spec.model_copy(update={"options": {**spec.options, "activation": own}})
+
     def predictions(self, outputs, features, examples, spec, calibration=None) -> np.ndarray:
-        """(B, G) scores: each candidate's logit through the sigmoid (CrossEncoder.predict)."""
+        """(B, G) scores: each candidate's logit through the model's activation
+        (CrossEncoder.predict's)."""
         logits = logits_of(outputs)
-        return sigmoid(logits.reshape(len(logits), -1))
+        activation = RerankingOptions(**spec.options).activation or "sigmoid"
+        return SCORES[activation](logits.reshape(len(logits), -1))
 
     def score(self, predictions, examples, spec, label_list) -> dict[str, Any]:
         return {**rerank_metrics(predictions), "queries": len(predictions)}
