@@ -292,7 +292,21 @@ def test_teacher_scores_are_whole_or_refused(cli, minilm_dir, tmp_path):
     plain.write_text("query\tpositive\tnegative\nq\tp\tn\nr\ts\tm\n")
     one_line_error(cli("finetune", minilm_dir, plain, "--task", "retrieval", "--loss",
                        "margin_mse", "--out", tmp_path / "o"), "the file has none")
+    # A logit-scoring teacher's 8 and 3: KL reads probabilities (clamped, they would tie);
+    # MarginMSE reads them as they are.
+    logits = tmp_path / "logits.jsonl"
+    logits.write_text("".join(json.dumps({"query": q, "positive": p, "negative": n,
+                                          "score_positive": 8.0, "score_negative": 3.0}) + "\n"
+                              for q, p, n in (("q", "p", "n"), ("r", "s", "m"))))
+    for loss in (None, "kl", "kl_infonce"):
+        one_line_error(cli("finetune", minilm_dir, logits, "--task", "retrieval",
+                           *(("--loss", loss) if loss else ()), "--out", tmp_path / "o"),
+                       "4 teacher scores outside [0, 1] (from 3 to 8)",
+                       f"--loss {loss or 'kl'} reads a sigmoid's probabilities")
     assert not (tmp_path / "o").exists()
+    r = cli("finetune", minilm_dir, logits, "--task", "retrieval", "--loss", "margin_mse",
+            "--steps", "1", "--batch-size", "2", "--out", tmp_path / "o")
+    assert r.exit_code == 0, r.stderr
 
 
 def test_a_two_label_classifier_is_no_reranker_whatever_its_config_says(cli, minilm_dir,

@@ -36,7 +36,7 @@ from bertctl.model import architectures, sentence_layout as sentence
 from bertctl.tasks.base import Family, check_options, model_roles
 from bertctl.tasks.registry import register
 from bertctl.tasks.retrieval import lexical, ranking, reader
-from bertctl.tasks.retrieval.loss import LOSSES
+from bertctl.tasks.retrieval.loss import LOSSES, default_loss
 from bertctl.tasks.retrieval.options import RetrievalOptions, options, sizes
 from bertctl.tasks.retrieval.reader import RetrievalExamples
 from bertctl.tasks.sequence import TaskFeatures, _bert_tokenizer
@@ -164,6 +164,15 @@ class Retrieval(Family):
             raise BertctlError(f"{where}: --loss {o.loss} imitates a teacher's scores of each "
                                f"row's candidates and the file has none (bertctl mine "
                                f"--teacher RERANKER writes them)")
+        taught = LOSSES[o.loss or default_loss(scored, examples.teacher is not None)]
+        if examples.teacher is not None and taught.probabilities and (
+                (examples.teacher < 0) | (examples.teacher > 1)).any():
+            bad = int(((examples.teacher < 0) | (examples.teacher > 1)).sum())
+            raise BertctlError(f"{where}: {bad:,} teacher scores outside [0, 1] (from "
+                               f"{float(examples.teacher.min()):g} to "
+                               f"{float(examples.teacher.max()):g}): --loss {taught.name} reads "
+                               f"a sigmoid's probabilities; a teacher scoring logits trains "
+                               f"--loss margin_mse")
         if wants == "scores" and not scored:
             raise BertctlError(f"{where}: --loss {o.loss} ranks pairs by their graded scores "
                                f"and the file gives none: name its score column with "

@@ -27,6 +27,10 @@ class Loss:
     # What the batch's labels are: "none" (in-batch negatives), "scores" (B,): a graded score
     # a pair, "teacher" (B, K): a teacher's score of each candidate.
     labels: Literal["none", "scores", "teacher"] = "none"
+    # The teacher's scores read as probabilities (a sigmoid's: CrossEncoder.predict's default),
+    # whose logits the loss recovers; scores outside [0, 1] (a logit-scoring teacher's) are
+    # refused, not clamped into ties.
+    probabilities: bool = False
 
     def compute(self, vectors, labels, scale: float):
         fn = self.fn
@@ -49,9 +53,9 @@ register(Loss("margin_mse", "a teacher's margins between the positive and each n
 
 register(Loss("kl", "a teacher's distribution over each row's candidates, by KL divergence "
               "(DistillKLDivLoss; the score_* columns bertctl mine --teacher writes)",
-              _HERE + "kl_loss", "teacher"))
+              _HERE + "kl_loss", "teacher", probabilities=True))
 register(Loss("kl_infonce", "a teacher's distribution plus in-batch negatives, summed",
-              _HERE + "kl_infonce_loss", "teacher"))
+              _HERE + "kl_infonce_loss", "teacher", probabilities=True))
 register(Loss("margin_mse_infonce", "a teacher's margins plus in-batch negatives, summed "
               "(the student keeps its contrast while it imitates)",
               _HERE + "margin_mse_infonce_loss", "teacher"))
