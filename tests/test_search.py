@@ -113,7 +113,10 @@ def test_what_search_cannot_answer_is_one_line(cli, index, minilm_dir, tiny_pret
     assert r.exit_code == 0, r.stderr
     empty = tmp_path / "q.txt"
     empty.write_text("a query\n\n", encoding="utf-8")
+    latin = tmp_path / "latin.txt"
+    latin.write_bytes(b"a query\ncaf\xff\n")
     for args, words in (((pooled, "--query", "x"), "not an embedding model's own vectors"),
+                        ((index, "--queries", latin), f"{latin}: line 2: not UTF-8 text"),
                         ((index, "--query", "x", "--model", tiny_pretrained),
                          "is not the model that built"),
                         ((index, "--queries", empty), "line 2: an empty query"),

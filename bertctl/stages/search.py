@@ -44,11 +44,10 @@ def read_queries(given: list[str], path: Path | None) -> list[tuple[str, str]]:
         if path.suffix == ".jsonl":
             queries += [(q, t) for _, q, t in reader._jsonl(path)]
         else:
-            with open(path, encoding="utf-8-sig") as f:
-                for n, line in enumerate(f, 1):
-                    if not line.strip():
-                        raise BertctlError(f"{path}: line {n}: an empty query")
-                    queries.append((f"{path.stem}:{n}", line.strip()))
+            for n, line in reader.text_lines(path):
+                if not line.strip():
+                    raise BertctlError(f"{path}: line {n}: an empty query")
+                queries.append((f"{path.stem}:{n}", line.strip()))
     bad = next((q for q, t in queries if not t.strip()), None)
     if bad is not None:
         raise BertctlError(f"query {bad}: empty")

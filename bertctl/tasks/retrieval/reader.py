@@ -115,22 +115,32 @@ def read_table_chunks(spec, path: Path, rows: int | None) -> Iterator[RetrievalE
                                     teacher=teacher)
 
 
+def text_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, text) of each line of a UTF-8 file (a byte-order mark dropped), decoded a
+    line at a time so that bytes that are not UTF-8 are named by their line."""
+    try:
+        with open(path, "rb") as f:
+            for n, raw in enumerate(f, 1):
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise BertctlError(f"{path}: line {n}: not UTF-8 text ({exc.reason} at "
+                                       f"byte {exc.start} of the line)") from None
+                yield n, line.removeprefix("\ufeff") if n == 1 else line
+    except OSError as exc:
+        raise BertctlError(f"{path}: cannot read: {exc.strerror or exc}") from None
+
+
 def read_text_chunks(path: Path, rows: int | None) -> Iterator[RetrievalExamples]:
     """One text a line (blank lines skipped), each its own positive."""
     texts: list[list[str]] = []
-    try:
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                line = line.strip()
-                if line:
-                    texts.append([line])
-                if rows and len(texts) >= rows:
-                    yield RetrievalExamples(str(path), "pairs", texts)
-                    texts = []
-    except UnicodeDecodeError as exc:
-        raise BertctlError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    except OSError as exc:
-        raise BertctlError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    for _, line in text_lines(path):
+        line = line.strip()
+        if line:
+            texts.append([line])
+        if rows and len(texts) >= rows:
+            yield RetrievalExamples(str(path), "pairs", texts)
+            texts = []
     if texts:
         yield RetrievalExamples(str(path), "pairs", texts)
     elif not rows or path.stat().st_size == 0:
