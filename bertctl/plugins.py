@@ -12,6 +12,7 @@ needs it then names the plug-in kind as unknown, the line above saying why).
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from importlib import metadata
 
@@ -30,12 +31,17 @@ def load() -> dict[str, str]:
         where = (f"{ep.dist.name} {ep.dist.version}" if ep.dist is not None
                  else "an unknown distribution")
         try:
-            found = ep.load()
-            if callable(found):
-                found()
-        except Exception as e:   # noqa: BLE001 (whatever a third party raises, it is skipped)
+            # What it prints goes to stderr: stdout is the command's (--json) alone.
+            with contextlib.redirect_stdout(sys.stderr):
+                found = ep.load()
+                if callable(found):
+                    found()
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:   # noqa: BLE001 (a SystemExit too: it is skipped)
+            said = " ".join(str(e).split())
             print(f"bertctl: plug-in {ep.name} ({where}: {ep.value}) not loaded: "
-                  f"{type(e).__name__}: {e}", file=sys.stderr)
+                  f"{type(e).__name__}" + (f": {said}" if said else ""), file=sys.stderr)
             continue
         _loaded[ep.name] = where
     return _loaded
