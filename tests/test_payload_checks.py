@@ -90,3 +90,20 @@ def test_compile_is_in_the_id_and_off_keeps_the_old_ids():
     assert identity_config(on)["compile"] is True
     assert compute_id("model", identity_config(off), []) != \
         compute_id("model", identity_config(on), [])
+
+
+def test_out_inside_a_beir_set_named_by_one_of_its_files_is_refused(cli, minilm_dir, tmp_path):
+    """mine --corpus BEIR/corpus.jsonl, embed BEIR/corpus.jsonl and eval MODEL
+    BEIR/qrels/test.tsv with --out inside the BEIR directory: refused before any work (the
+    artifact would change the set's id for every later eval of it)."""
+    beir = _copy(EXAMPLES / "retrieval" / "beir", tmp_path / "beir")
+    for args, out in (
+            (("mine", minilm_dir, EXAMPLES / "retrieval" / "train.tsv", "--corpus",
+              beir / "corpus.jsonl"), beir / "x"),
+            (("embed", minilm_dir, beir / "corpus.jsonl", "--text-column", "text"),
+             beir / "emb"),
+            (("eval", minilm_dir, beir / "qrels" / "test.tsv", "--task", "retrieval"),
+             beir / "qrels" / "ev")):
+        r = cli(*args, "--out", out)
+        one_line_error(r, "lies inside the input directory", str(beir))
+        assert not out.exists()

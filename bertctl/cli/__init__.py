@@ -97,11 +97,17 @@ def _command(settings: type[StageConfig], help: str, fn):
 
 
 def _directories(arguments: dict) -> tuple[Path, ...]:
-    """The directories among a command's path arguments (a corpus, task data, a BEIR set)."""
+    """The directories among a command's path arguments (a corpus, task data, a BEIR set), and
+    the BEIR set a file argument belongs to (its corpus.jsonl, a qrels file): an artifact
+    written inside one would change that set's id for every later eval of it."""
+    from bertctl.tasks.retrieval.reader import beir_root
+
     values = [v for v in arguments.values() if isinstance(v, (Path, str))]
     values += [p for v in arguments.values() if isinstance(v, (list, tuple))
                for p in v if isinstance(p, (Path, str))]
-    return tuple(Path(v) for v in values if v and Path(v).is_dir())
+    paths = [Path(v) for v in values if v]
+    return tuple([p for p in paths if p.is_dir()]
+                 + [r for r in map(beir_root, paths) if r is not None])
 
 
 def settings_of(name: str) -> type[StageConfig]:

@@ -170,6 +170,18 @@ def beir_files(data: Path) -> tuple[Path, Path]:
     return root, qrels
 
 
+def beir_root(path: Path) -> Path | None:
+    """The BEIR directory a file belongs to (its corpus.jsonl or queries.jsonl, one of its
+    qrels files), else None."""
+    if not path.is_file():
+        return None
+    for root in (path.parent, path.parent.parent):
+        if (root / CORPUS).is_file() and (root / QUERIES).is_file() and \
+                (path.parent == root or path.parent.name == QRELS):
+            return root
+    return None
+
+
 def is_beir(data: Path) -> bool:
     """A directory with any of a BEIR set's parts (the others' absence is then named), or a
     file in its qrels/."""
