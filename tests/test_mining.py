@@ -159,3 +159,36 @@ def test_the_corpus_is_streamed_in_chunks_with_the_same_result(cli, minilm_dir, 
     assert same >= 0.95 * 2 * len(whole)
     assert sorted(p.name for p in (tmp_path / "chunked").iterdir()) == [
         "artifact.json", "pairs.jsonl"]
+
+
+def test_a_copy_the_model_cannot_tell_from_the_positive_is_never_its_negative(cli, minilm_dir,
+                                                                           tmp_path):
+    """The probe's case: a corpus holding each positive upper-cased (the same text to an uncased
+    model) and as a BEIR document with a title before it: neither is mined as that row's
+    negative (before, 28-29 of 80 were), and the stats count them."""
+    rows = [line.split("\t") for line in TRAIN.read_text().splitlines()[1:41]]
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(
+        json.dumps({"_id": f"u{i}", "title": "", "text": p.upper()}) + "\n" +
+        json.dumps({"_id": f"t{i}", "title": f"Title {i}", "text": p}) + "\n"
+        for i, (_, p) in enumerate(rows)))
+    train = tmp_path / "train.tsv"
+    train.write_text("query\tpositive\n" + "".join(f"{q}\t{p}\n" for q, p in rows))
+    out = tmp_path / "mined"
+    r = cli("mine", minilm_dir, train, "--corpus", corpus, "--negatives", "2",
+            "--precision", "fp32", "--out", out)
+    assert r.exit_code == 0, r.stderr
+    mined = [json.loads(x) for x in (out / "pairs.jsonl").read_text().splitlines()]
+    assert mined
+    positives_of = {}
+    for q, p in rows:
+        positives_of.setdefault(q, set()).add(p)
+
+    def same(a: str, b: str) -> bool:
+        return a.lower() == b.lower() or any(a == f"Title {i} {b}" for i in range(len(rows)))
+
+    for row in mined:
+        for k in ("negative_1", "negative_2"):
+            assert not any(same(row[k], p) for p in positives_of[row["query"]]), row[k]
+    stats = json.loads((out / "artifact.json").read_text())["stats"]
+    assert stats["removed_by"]["copies"] > 0

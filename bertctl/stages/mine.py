@@ -83,7 +83,9 @@ def run(config: MineSettings, target: artifacts.Target, model_dir: Path, train: 
         most = max(np.unique(pairs.queries, return_counts=True)[1]) + 1
         scores, candidates = ranking.search(q, [d], min(len(d), config.range_max + most))
         banned = mining.excluded(pairs, candidates)
-        chosen, kept, counts = mining.select(scores, candidates, positive, banned, guards)
+        copied = mining.copies(pairs, candidates, banned, _normalizer(tok))
+        chosen, kept, counts = mining.select(scores, candidates, positive, banned, guards,
+                                             copied)
         if not kept.any():
             raise BertctlError(f"{train}: no row kept {guards.negatives} negatives "
                                       f"after the guards ({counts['removed_by']}): loosen "
@@ -115,3 +117,11 @@ def run(config: MineSettings, target: artifacts.Target, model_dir: Path, train: 
                 **({"teacher": str(scorer.source.path)} if scorer is not None else {})}
 
     return artifacts.produce("mined", config, inputs, target, build)
+
+
+def _normalizer(tok):
+    """A text as the model reads it: its tokenizer's normaliser (an uncased BERT's lowercasing
+    and accent stripping), white space collapsed."""
+    norm = getattr(tok, "normalizer", None)
+    return (lambda t: " ".join(norm.normalize_str(t).split())) if norm is not None else \
+        (lambda t: " ".join(t.split()))

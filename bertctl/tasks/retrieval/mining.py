@@ -132,6 +132,52 @@ def corpus_lines(path: Path) -> Iterator[str]:
         yield from (row[0] for row in part.texts)
 
 
+def _digest(text: str) -> bytes:
+    return hashlib.blake2b(text.encode(), digest_size=8).digest()
+
+
+def copy_digests(pairs: Pairs, normalize) -> tuple[np.ndarray, np.ndarray]:
+    """(documents, 2) digests of what the model reads of each document, streamed (8 bytes
+    each, never the texts): its text as `normalize` (the tokenizer's normaliser) makes it, and
+    a BEIR document's text without its title; a candidate either of which equals a row's
+    positive's is a copy the model cannot tell from it (a case variant for an uncased model,
+    the positive with its title joined before it)."""
+    out = np.zeros((pairs.size, 2), np.uint64)
+    n = 0
+    for texts in pairs.documents():
+        for t in texts:
+            out[n] = int.from_bytes(_digest(normalize(t)), "little")
+            n += 1
+    out[:, 1] = out[:, 0]
+    if pairs.path is not None and pairs.path.suffix == ".jsonl":
+        at = len(pairs.distinct)
+        for kept, (_, _, title, text) in zip(pairs.keep, reader.jsonl_fields(pairs.path)):
+            if kept:
+                if title and text:
+                    out[at, 1] = int.from_bytes(_digest(normalize(text)), "little")
+                at += 1
+    return out[:, 0], out[:, 1]
+
+
+def copies(pairs: Pairs, candidates: np.ndarray, banned: np.ndarray, normalize) -> np.ndarray:
+    """(rows, C) True where a candidate not `banned` already is a copy of one of the row's
+    query's positives (copy_digests)."""
+    whole, untitled = copy_digests(pairs, normalize)
+    own: dict[str, set[int]] = {}
+    for q, p in zip(pairs.queries, pairs.positive_index):
+        own.setdefault(q, set()).add(int(p))
+    width = max(len(s) for s in own.values())
+    table = np.zeros((len(pairs.queries), width), np.uint64)   # 0: no positive there
+    for r, q in enumerate(pairs.queries):
+        keys = [whole[i] for i in sorted(own[q])]
+        table[r, :len(keys)] = keys
+    found = np.zeros(candidates.shape, bool)
+    for d in (whole, untitled):
+        keys = d[candidates]
+        found |= ((keys[:, :, None] == table[:, None, :]) & (table[:, None, :] != 0)).any(-1)
+    return found & ~banned
+
+
 @dataclass(frozen=True)
 class Guards:
     negatives: int = 3
@@ -162,13 +208,18 @@ def excluded(pairs: Pairs, candidates: np.ndarray) -> np.ndarray:
 
 
 def select(scores: np.ndarray, candidates: np.ndarray, positive: np.ndarray,
-           banned: np.ndarray, g: Guards) -> tuple[np.ndarray, np.ndarray, dict]:
+           banned: np.ndarray, g: Guards, copied: np.ndarray | None = None
+           ) -> tuple[np.ndarray, np.ndarray, dict]:
     """(chosen (rows, negatives) corpus indices, kept (rows,) bool, counts) from each row's
-    ranked candidates (`scores`, `candidates`: (rows, C), best first), its positive's score
-    and `banned` (excluded's mask); see the module doc for the order of the guards."""
+    ranked candidates (`scores`, `candidates`: (rows, C), best first), its positive's score,
+    `banned` (excluded's mask) and `copied` (copies' mask: banned as well, counted apart); see
+    the module doc for the order of the guards."""
+    removed = Counter({"positives": int(banned.sum())})
+    if copied is not None:
+        removed["copies"] = int(copied.sum())
+        banned = banned | copied
     rank = np.cumsum(~banned, axis=1) - 1            # the rank among the allowed
     in_range = ~banned & (rank >= g.range_min) & (rank < g.range_max)
-    removed = Counter({"positives": int(banned.sum())})
     eligible = in_range.copy()
     bounds = [("max_score", g.max_score is not None and (scores > (g.max_score or 0))),
               ("min_score", g.min_score is not None and (scores < (g.min_score or 0))),
@@ -221,5 +272,5 @@ def check_corpus(pairs: Pairs, g: Guards, where: str) -> None:
                            f"a positive and --negatives {g.negatives}")
 
 
-__all__ = ["FAMILY", "Guards", "OUTPUT", "Pairs", "check_corpus", "corpus_lines", "excluded",
-           "read_pairs", "select", "write"]
+__all__ = ["FAMILY", "Guards", "OUTPUT", "Pairs", "check_corpus", "copies", "copy_digests",
+           "corpus_lines", "excluded", "read_pairs", "select", "write"]

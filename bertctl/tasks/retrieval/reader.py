@@ -202,6 +202,12 @@ def check_id(value, where: str) -> str:
 
 def _jsonl(path: Path) -> Iterator[tuple[int, str, str]]:
     """(line number, id, text) of a BEIR JSON-lines file; a title is put before its text."""
+    for n, doc_id, title, text in jsonl_fields(path):
+        yield n, doc_id, f"{title} {text}".strip() if title else text
+
+
+def jsonl_fields(path: Path) -> Iterator[tuple[int, str, str, str]]:
+    """(line number, id, title, text) of a BEIR JSON-lines file, each checked."""
     try:
         with open(path, encoding="utf-8-sig") as f:   # a byte-order mark is harmless
             for n, line in enumerate(f, 1):
@@ -219,10 +225,9 @@ def _jsonl(path: Path) -> Iterator[tuple[int, str, str]]:
                         raise BertctlError(f"{path}: line {n}: {name} must be a string, not "
                                            f"{type(value).__name__} {value!r}"[:200])
                 text, title = (text or "").strip(), (title or "").strip()
-                text = f"{title} {text}".strip() if title else text
-                if not text:
+                if not text and not title:
                     raise BertctlError(f"{path}: line {n}: document {doc_id!r} has no text")
-                yield n, doc_id, text
+                yield n, doc_id, title, text
     except UnicodeDecodeError as exc:
         raise BertctlError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 
