@@ -74,6 +74,12 @@ class StageConfig(BaseModel):
                 if value == "" or (isinstance(value, (list, tuple))
                                    and (not value or "" in value)):
                     raise ValueError(f"{key} is empty: give a value, or leave it out")
+                field = cls.model_fields.get(key)
+                # YAML's true is not 1: a yes/no given for a number is refused (pydantic's lax
+                # mode would take true as 1 and false as 0).
+                if isinstance(value, bool) and field is not None and \
+                        _numeric(field.annotation):
+                    raise ValueError(f"{key}: {str(value).lower()} is a yes/no; give a number")
         return data
 
     def __init__(self, /, **data: Any):
@@ -81,6 +87,15 @@ class StageConfig(BaseModel):
             super().__init__(**data)
         except ValidationError as exc:
             raise SettingsError(exc.errors(), f"{self.where}: ") from None
+
+
+def _numeric(annotation) -> bool:
+    """A number field (int or float, optional or not), not one that also takes a bool."""
+    import typing
+
+    args = typing.get_args(annotation) or (annotation,)
+    kinds = {a for a in args if a is not type(None)}
+    return bool(kinds) and bool not in kinds and kinds <= {int, float}
 
 
 class SettingsError(BertctlError):

@@ -12,6 +12,8 @@ count and schedule of a first one (the paper's 90% at 128 tokens, then 10% at 51
 from __future__ import annotations
 
 import torch
+
+from bertctl.errors import BertctlError
 from torch import nn
 
 from bertctl.train.optimizers import OPTIMIZERS
@@ -123,9 +125,13 @@ class Lamb(torch.optim.Optimizer):
 
 
 def warmup_steps(warmup: float, total_steps: int) -> int:
-    """`warmup` < 1 is a fraction of the schedule's total steps, otherwise a step count."""
+    """`warmup` < 1 is a fraction of the schedule's total steps, otherwise a step count, at
+    most the total: a warm-up longer than the run would never reach its rate."""
     if warmup < 1:
         return int(round(warmup * total_steps))
+    if warmup > total_steps:
+        raise BertctlError(f"--warmup {warmup:g}: more steps than the run's {total_steps:,} "
+                           f"(a fraction below 1, or a step count within the run)")
     return int(warmup)
 
 

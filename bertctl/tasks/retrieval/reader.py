@@ -236,7 +236,11 @@ def _score(text: str, where: str) -> int:
     """A judgement's integer grade; "2.0" is 2, but a fraction, an overflowing or a
     non-finite number is refused (truncated, 0.5 would count as not relevant)."""
     try:
-        return int(text)
+        value = int(text)
+        if abs(value) > 2 ** 31:
+            raise BertctlError(f"{where}: score {text!r} is not an integer grade (0 not "
+                               f"relevant, 1 or more relevant)")
+        return value
     except ValueError:
         pass
     try:

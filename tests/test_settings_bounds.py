@@ -1,0 +1,42 @@
+"""Values that parse but mean nothing are refused in one line (#82's lows): a yes/no for a
+number (YAML's true), a warm-up longer than the run, a judgement grade past any scale."""
+
+import pytest
+
+from bertctl.errors import BertctlError
+from bertctl.search_settings import MineSettings
+from bertctl.train.optim import warmup_steps
+
+from conftest import one_line_error
+
+
+@pytest.mark.parametrize("value", [True, False])
+def test_a_yes_or_no_is_no_number(value):
+    with pytest.raises(BertctlError, match=f"negatives: {str(value).lower()} is a yes/no"):
+        MineSettings(negatives=value)
+    assert MineSettings(negatives=2).negatives == 2
+
+
+def test_yaml_true_for_a_number_is_one_line(cli, minilm_dir, tmp_path):
+    config = tmp_path / "mine.yaml"
+    config.write_text("negatives: true\n")
+    train = tmp_path / "train.tsv"
+    train.write_text("query\tpositive\nq one\tdoc one\nq two\tdoc two\n")
+    r = cli("mine", minilm_dir, train, "--config", config, "--out", tmp_path / "out")
+    one_line_error(r, "negatives: true is a yes/no")
+
+
+def test_a_warmup_longer_than_the_run_is_refused():
+    assert warmup_steps(0.1, 100) == 10 and warmup_steps(40, 100) == 40
+    with pytest.raises(BertctlError, match=r"--warmup 1e\+30: more steps than the run's 100"):
+        warmup_steps(1e30, 100)
+
+
+def test_a_judgement_grade_past_any_scale_is_refused(tmp_path):
+    from bertctl.tasks.retrieval.reader import read_qrels
+
+    qrels = tmp_path / "test.tsv"
+    for grade in ("100000000000000000000", "1e20"):
+        qrels.write_text(f"query-id\tcorpus-id\tscore\nq\td\t{grade}\n")
+        with pytest.raises(BertctlError, match="is not an integer grade"):
+            read_qrels(qrels)
