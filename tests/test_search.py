@@ -223,3 +223,25 @@ def test_the_search_worked_example_runs_as_written(cli, minilm_dir, tmp_path):
     assert head["rerank/scoring"] == "maxsim"
     taught = (tmp_path / "taught" / "pairs.jsonl").read_text().splitlines()[0]
     assert "score_negative_1" in json.loads(taught)
+
+
+def test_a_reader_that_stops_early_ends_search_quietly(example_index, tmp_path):
+    """`bertctl search ... | head -1`: the pipe closed after the first line ends the command
+    with exit 0 and no BrokenPipeError on stderr."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    queries = tmp_path / "q.txt"
+    queries.write_text("".join(f"query {i} about the normans\n" for i in range(300)))
+    proc = subprocess.Popen([sys.executable, "-m", "bertctl", "search", str(example_index),
+                             "--queries", str(queries), "--top-k", "100"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT,
+                            env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+    first = proc.stdout.readline()
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=300) == 0, err
+    assert json.loads(first)["rank"] == 1
+    assert "BrokenPipe" not in err and "Traceback" not in err

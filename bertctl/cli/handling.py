@@ -3,6 +3,8 @@ anything else exit 1 with the traceback on --debug; and the line an artifact's o
 
 from __future__ import annotations
 
+import os
+import sys
 import traceback
 from contextlib import contextmanager
 
@@ -29,6 +31,12 @@ def _handled(json_mode: bool, debug: bool):
         _fail("interrupted; nothing was written", 130, json_mode, debug)
     except (typer.Exit, typer.Abort, SystemExit):
         raise
+    except BrokenPipeError:
+        # The reader of stdout went away (`bertctl search ... | head`): it had what it asked
+        # for. Nothing more reaches it, nor a traceback at exit when Python flushes stdout.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        raise typer.Exit(0) from None
     except OSError as exc:
         if not is_disk_full(exc):
             _fail(f"{type(exc).__name__}: {exc} (run with --debug for the traceback)", 1,
