@@ -69,6 +69,7 @@ def lineage_lines(ref_inputs: list[InputRef], depth: int = 1) -> list[str]:
         if ref.kind == "file":
             size = f", {ref.size:,} bytes" if ref.size is not None else ""
             lines.append(f"{pad}{ref.role}: file {ref.path} (sha256 {ref.id[:12]}{size})")
+            lines.extend(lineage_lines(ref.inputs, depth + 1))   # the artifact it is of
         else:
             lines.append(f"{pad}{ref.role}: {ref.kind} {ref.id} at {ref.path}")
             if ref.config:

@@ -107,3 +107,31 @@ def test_out_inside_a_beir_set_named_by_one_of_its_files_is_refused(cli, minilm_
         r = cli(*args, "--out", out)
         one_line_error(r, "lies inside the input directory", str(beir))
         assert not out.exists()
+
+
+def test_a_file_of_an_artifact_carries_that_artifact_as_its_lineage(cli, minilm_dir, tmp_path):
+    """finetune on a split's train.jsonl records the split artifact behind the file (the
+    lineage goes on to the pairs it was split from); the id is the file's, the same as for a
+    copy of the rows read from elsewhere."""
+    import json
+
+    split = tmp_path / "split"
+    assert cli("split", EXAMPLES / "retrieval" / "train.tsv", "--out", split).exit_code == 0
+    copy = tmp_path / "rows.jsonl"
+    shutil.copy(split / "train.jsonl", copy)
+    ids = []
+    for rows, out in ((split / "train.jsonl", tmp_path / "a"), (copy, tmp_path / "b")):
+        r = cli("finetune", minilm_dir, rows, "--task", "retrieval", "--steps", "1",
+                "--batch-size", "4", "--precision", "fp32", "--out", out)
+        assert r.exit_code == 0, r.stderr
+        manifest = json.loads((out / "artifact.json").read_text())
+        ids.append(manifest["id"])
+        train = next(i for i in manifest["inputs"] if i["role"] == "train")
+        if rows == copy:
+            assert train["inputs"] == []
+        else:
+            (parent,) = train["inputs"]
+            assert parent["kind"] == "split" and parent["inputs"][0]["path"].endswith("train.tsv")
+    assert ids[0] == ids[1]
+    shown = cli("inspect", tmp_path / "a")
+    assert "artifact: split" in shown.stdout

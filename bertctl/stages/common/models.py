@@ -116,10 +116,19 @@ def _hf_directory_ref(path: Path, role: str) -> artifacts.InputRef:
 
 
 def data_input(path: Path, role: str = "data") -> artifacts.InputRef:
-    """A data file by its content hash; a save_to_disk directory by the hashes of its files."""
+    """A data file by its content hash; a save_to_disk directory by the hashes of its files.
+    A file of an artifact (a mined pairs.jsonl, a split's train.jsonl) is checked as the
+    artifact records it and carries that artifact as its lineage (the id still hashes the
+    file alone: the same rows from elsewhere are the same input)."""
     placement.recordable(path)
     if path.is_file():
-        return artifacts.file_input(path, role)
+        ref = artifacts.file_input(path, role)
+        parent = path.parent
+        if (parent / artifacts.MANIFEST).is_file():
+            art = artifacts.read_artifact(parent)
+            art.file(path.name)
+            ref = ref.model_copy(update={"inputs": [art.as_input("artifact")]})
+        return ref
     if not path.is_dir():
         raise BertctlError(f"{path}: no such file or directory")
     digest, size = _digest(path, sorted(p for p in path.rglob("*") if p.is_file()))
