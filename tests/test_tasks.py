@@ -98,7 +98,9 @@ def test_known_rows():
 def test_quoting_must_be_off_for_glue():
     # The same MRPC file read with quoting on: train fails to parse, dev silently loses a row.
     quoted = tasks.make_task_spec("glue/mrpc", quoting=True)
-    with pytest.raises(BertctlError, match=r"MRPC/train.tsv: cannot read as TSV"):
+    # (a quote opened in row 78 swallows the next line: a field too few there)
+    with pytest.raises(BertctlError, match=r"MRPC/train.tsv: row 78 \(line 79\) has 4 fields "
+                                           r"where the header has 5"):
         read_examples(quoted, FIX / "MRPC" / "train.tsv")
     assert len(read_examples(quoted, FIX / "MRPC" / "dev.tsv")) == 99
     assert len(read("glue/mrpc", FIX / "MRPC" / "dev.tsv")) == 100
@@ -225,7 +227,8 @@ def test_empty_text_cell(tmp_path):
         read("glue/rte", p)
     assert str(e.value) == f"{p}: row 2, column 'sentence2': empty text"
     p.write_text("index\tsentence1\tsentence2\tlabel\n0\ta\tb\tentailment\n1\tc\n")   # short row
-    with pytest.raises(BertctlError, match=r"row 2, column 'sentence2': empty text"):
+    with pytest.raises(BertctlError, match=r"row 2 \(line 3\) has 2 fields where the header "
+                                           r"has 4: a field too few"):
         read("glue/rte", p)
 
 
@@ -309,6 +312,26 @@ def test_a_row_with_a_field_more_or_less_than_the_header_is_refused(tmp_path):
     cola.write_text("src\t1\t\tA sentence.\nsrc\t0\t*\tAnother.\textra\n")
     with pytest.raises(BertctlError, match=r"row 2 \(line 2\) has 5 fields where row 1 has 4"):
         read_examples(tasks.make_task_spec("glue/cola"), cola)
+
+
+def test_a_number_or_nan_in_a_json_text_column_is_named_with_its_row(tmp_path):
+    """A number became "5" and a NaN an "empty text" reported at another row: each is named
+    where it is, as JSON lines and as a JSON array."""
+    spec = tasks.make_task_spec(family="single", text_columns=["sentence"], label_column="label")
+    rows = [{"sentence": "good text", "label": 1}, {"sentence": "more", "label": 0},
+            {"sentence": 5, "label": 1}, {"sentence": float("nan"), "label": 0}]
+    lines = tmp_path / "mixed.jsonl"
+    lines.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(BertctlError, match=r"mixed.jsonl: row 3, column 'sentence': int 5, "
+                                           r"not text"):
+        read_examples(spec, lines)
+    lines.write_text("".join(json.dumps(r) + "\n" for r in rows[:2] + rows[3:]))
+    with pytest.raises(BertctlError, match=r"row 3, column 'sentence': NaN, not text"):
+        read_examples(spec, lines)
+    array = tmp_path / "rows.json"
+    array.write_text(json.dumps(rows[:2] + [{"sentence": 7.5, "label": 1}]))
+    with pytest.raises(BertctlError, match=r"row 3, column 'sentence': float 7.5, not text"):
+        read_examples(spec, array)
 
 
 def test_stages_refuse_a_shifted_table_before_any_work(cli, minilm_dir, tmp_path):

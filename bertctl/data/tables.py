@@ -191,6 +191,47 @@ def _check_json_rows(path: Path) -> None:
                                    "object per line)")
 
 
+def _text_columns(spec) -> list[str]:
+    names = [getattr(spec, "text_columns", None) or [], getattr(spec, "choice_columns", None)
+             or [], [getattr(spec, n, None) for n in ("context_column", "choice_prefix_column")]]
+    return [str(c) for group in names for c in group if c]
+
+
+def _check_json_texts(path: Path, columns: list[str]) -> None:
+    """Each of a JSON table's text columns holds text in every row that has it: a number or
+    NaN (JSON has no NaN, but Python's writer emits it) is named with its row, where the
+    reader would have made "5" of a number and an empty text of NaN, naming another row."""
+    if not columns:
+        return
+
+    def check(n: int, row) -> None:
+        for c in columns:
+            v = row.get(c) if isinstance(row, dict) else None
+            if v is not None and not isinstance(v, str):
+                what = "NaN" if isinstance(v, float) and math.isnan(v) else \
+                    f"{type(v).__name__} {json.dumps(v)[:40]}"
+                raise BertctlError(f"{path}: row {n}, column '{c}': {what}, not text")
+
+    with open(path, "rb") as f:
+        head = f.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")
+    if head[:1] == b"[":
+        rows = json.loads(path.read_text(encoding="utf-8-sig"))
+        for n, row in enumerate(rows, 1):
+            check(n, row)
+        return
+    n = 0
+    with open(path, encoding="utf-8-sig") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            n += 1
+            try:
+                row = json.loads(line)
+            except ValueError:
+                return   # one pretty-printed object, not JSON lines: the reader decides
+            check(n, row)
+
+
 def _complete_object(path: Path) -> bool:
     """Whether the file's first line alone is a JSON value (so the file is JSON lines)."""
 
@@ -220,6 +261,7 @@ def open_table(spec, path: Path, in_memory: bool = False):
     fmt = detect_format(spec, path)
     if fmt == "json" and path.is_file():
         _check_json_rows(path)
+        _check_json_texts(path, _text_columns(spec))
     with _quiet_datasets() as datasets, tempfile.TemporaryDirectory(prefix="bertctl-read-") as cache:
         table = _load(datasets, spec, path, fmt, cache, in_memory)
         if not isinstance(table, pa.Table):
