@@ -40,3 +40,36 @@ def test_a_judgement_grade_past_any_scale_is_refused(tmp_path):
         qrels.write_text(f"query-id\tcorpus-id\tscore\nq\td\t{grade}\n")
         with pytest.raises(BertctlError, match="is not an integer grade"):
             read_qrels(qrels)
+
+
+def test_an_unknown_rerank_scoring_is_named_as_such(cli, example_index):
+    """--rerank-scoring bogus said the index 'stores none' (of pieces) though it was the
+    scoring that was unknown."""
+    r = cli("search", example_index, "--query", "x", "--rerank-scoring", "bogus")
+    one_line_error(r, "--rerank-scoring bogus: must be one of cross, maxsim")
+
+
+def test_a_rerank_deeper_than_the_corpus_records_the_depth_reranked(cli, minilm_dir, tmp_path):
+    """--rerank-depth 50 over a corpus of 30 documents reranks (and records) 30."""
+    import json
+    import shutil
+
+    from conftest import EXAMPLES
+
+    beir = tmp_path / "beir"
+    shutil.copytree(EXAMPLES / "retrieval" / "beir", beir)
+    docs = (beir / "corpus.jsonl").read_text().splitlines()
+    qrels = (beir / "qrels" / "test.tsv").read_text().splitlines()
+    rows = qrels[1:21]
+    judged = {x.split("\t")[1] for x in rows}
+    ids = [json.loads(d)["_id"] for d in docs]
+    kept = [d for d, i in zip(docs, ids) if i in judged]
+    kept += [d for d, i in zip(docs, ids) if i not in judged][:30 - len(kept)]
+    (beir / "corpus.jsonl").write_text("\n".join(kept) + "\n")
+    (beir / "qrels" / "test.tsv").write_text("\n".join([qrels[0], *rows]) + "\n")
+    (beir / "qrels" / "dev.tsv").unlink()
+    r = cli("eval", minilm_dir, beir, "--task", "retrieval", "--rerank", minilm_dir,
+            "--rerank-scoring", "maxsim", "--rerank-depth", "50", "--out", tmp_path / "ev")
+    assert r.exit_code == 0, r.stderr
+    metrics = json.loads((tmp_path / "ev" / "metrics.json").read_text())
+    assert metrics["rerank/depth"] == 30

@@ -44,7 +44,8 @@ class Objective:
                     if o.head in ARCHITECTURES[architecture].heads]
             raise BertctlError(f"{where}: --objective {self.name} cannot train --architecture "
                                f"{architecture} (it has no {self.head.replace('_', ' ')} "
-                               f"model); its objectives: {', '.join(able)}")
+                               f"model)" + (f"; its objectives: {', '.join(able)}" if able
+                                            else "; no objective trains it"))
 
     def check_data(self, info, where: str) -> None:
         """BertctlError for pretraining data this objective cannot train on."""

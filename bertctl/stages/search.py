@@ -89,6 +89,9 @@ def run(index: Path, query: list[str], queries_file: Path | None, top_k: int,
         rerank_depth: int | None = None) -> None:
     if precision not in ("auto", "fp32", "bf16"):
         raise BertctlError(f"--precision {precision}: auto, fp32 or bf16")
+    if rerank_scoring not in cross.SCORINGS:
+        raise BertctlError(f"--rerank-scoring {rerank_scoring}: must be one of "
+                           f"{', '.join(cross.SCORINGS)}")
     reordering = rerank is not None or rerank_scoring != "cross"
     if rerank_depth is not None and not reordering:
         raise BertctlError("--rerank-depth: the hits a reranker reorders; give --rerank MODEL "

@@ -346,4 +346,7 @@ def candidates(data: Path, run: dict[str, list[str]], qrels, depth: int) -> Cand
         else:
             documents.update((d, row[0]) for d, row in zip(part.ids, part.texts)
                              if d in wanted)
+    # What is reranked: at most the documents a query's run holds (a corpus of 30 is reranked
+    # 30 deep, and says so, whatever the depth asked).
+    depth = min(depth, max((len(docs) for docs in run.values()), default=0))
     return Candidates(run, depth, qrels, queries, documents)
