@@ -73,3 +73,30 @@ def test_a_rerank_deeper_than_the_corpus_records_the_depth_reranked(cli, minilm_
     assert r.exit_code == 0, r.stderr
     metrics = json.loads((tmp_path / "ev" / "metrics.json").read_text())
     assert metrics["rerank/depth"] == 30
+
+
+def test_a_killed_reads_cache_is_swept_by_the_next_read(tmp_path, monkeypatch):
+    """A table read converts a text file into Arrow files in a temporary directory; a SIGKILL
+    skips its removal: the next read removes the directories of processes that are gone,
+    never a live one's."""
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    from bertctl import tasks
+    from conftest import read_examples
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True).stdout.strip()
+    stale = tmp_path / f"bertctl-read-{gone}-abc"
+    live = tmp_path / f"bertctl-read-{os.getppid()}-def"
+    for d in (stale, live):
+        d.mkdir()
+        (d / "cache.arrow").write_text("x")
+    table = tmp_path / "t.tsv"
+    table.write_text("sentence\tlabel\na\t1\nb\t0\n")
+    read_examples(tasks.make_task_spec(family="single", text_columns=["sentence"],
+                                       label_column="label"), table)
+    assert not stale.exists() and live.exists()

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import json
 import math
+import os
 import tempfile
 from pathlib import Path
 from types import SimpleNamespace
@@ -25,7 +27,6 @@ from typing import Any
 import numpy as np
 
 from bertctl.errors import BertctlError
-import json
 
 _SUFFIX_FORMATS = {".tsv": "tsv", ".csv": "csv", ".json": "json", ".jsonl": "json",
                    ".parquet": "parquet"}
@@ -262,11 +263,34 @@ def open_table(spec, path: Path, in_memory: bool = False):
     if fmt == "json" and path.is_file():
         _check_json_rows(path)
         _check_json_texts(path, _text_columns(spec))
-    with _quiet_datasets() as datasets, tempfile.TemporaryDirectory(prefix="bertctl-read-") as cache:
+    _sweep_stale_caches()
+    with _quiet_datasets() as datasets, \
+            tempfile.TemporaryDirectory(prefix=f"{_CACHE_PREFIX}{os.getpid()}-") as cache:
         table = _load(datasets, spec, path, fmt, cache, in_memory)
         if not isinstance(table, pa.Table):
             table = pa.Table.from_batches([table]) if isinstance(table, pa.RecordBatch) else table
         yield table
+
+
+_CACHE_PREFIX = "bertctl-read-"
+
+
+def _sweep_stale_caches() -> None:
+    """Remove the conversion caches of reads whose process is gone (a SIGKILL skips the
+    context's cleanup): each is named after its process's id."""
+    import shutil
+
+    root = Path(tempfile.gettempdir())
+    for d in root.glob(f"{_CACHE_PREFIX}*-*"):
+        pid = d.name[len(_CACHE_PREFIX):].split("-", 1)[0]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(d, ignore_errors=True)
+        except PermissionError:   # another user's live process
+            continue
 
 
 def _load(datasets, spec, path: Path, fmt: str, cache: str, in_memory: bool):
