@@ -100,3 +100,15 @@ def test_a_killed_reads_cache_is_swept_by_the_next_read(tmp_path, monkeypatch):
     read_examples(tasks.make_task_spec(family="single", text_columns=["sentence"],
                                        label_column="label"), table)
     assert not stale.exists() and live.exists()
+
+
+def test_an_out_ending_in_dotdot_is_refused_before_any_work(cli, tmp_path):
+    """--out X/sub/.. --force ended in a raw OSError from the rename into place."""
+    from conftest import EXAMPLES
+
+    (tmp_path / "X").mkdir()
+    (tmp_path / "X" / "keep.txt").write_text("mine")
+    r = cli("split", EXAMPLES / "retrieval" / "train.tsv", "--out", tmp_path / "X" / "sub" / "..",
+            "--force")
+    one_line_error(r, "name the directory itself")
+    assert (tmp_path / "X" / "keep.txt").read_text() == "mine"

@@ -51,6 +51,8 @@ def check_out_is_apart(out: Path, inputs: list["InputRef"], given: tuple[Path, .
     parents (`.`, `..`, `/`, or a path to them). Paths are compared resolved, links followed."""
     if not str(out).strip():
         raise BertctlError("--out is empty: name the artifact directory to write")
+    if Path(out).name == "..":   # X/sub/.. is X, whose rename into place would fail half-way
+        raise BertctlError(f"--out {out}: name the directory itself, not '..' of another")
     name_max = _name_max(Path(out).absolute().parent)
     if len(os.fsencode(Path(out).name)) + SIBLING_EXTRA > name_max:
         raise BertctlError(f"--out {out}: its name is too long (at most "
