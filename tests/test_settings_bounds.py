@@ -112,3 +112,19 @@ def test_an_out_ending_in_dotdot_is_refused_before_any_work(cli, tmp_path):
             "--force")
     one_line_error(r, "name the directory itself")
     assert (tmp_path / "X" / "keep.txt").read_text() == "mine"
+
+
+def test_a_finished_run_removes_the_checkpoints_of_other_settings_for_its_out(
+        cli, minilm_dir, tmp_path):
+    """A rerun that changed the id left the old run's .OUT.run-ID (its checkpoints) forever;
+    once an artifact is in place there, no rerun can resume into it."""
+    from conftest import EXAMPLES
+
+    stale = tmp_path / ".model.run-0123456789abcdef"
+    (stale / "checkpoints").mkdir(parents=True)
+    other = tmp_path / ".another.run-0123456789abcdef"
+    other.mkdir()
+    r = cli("finetune", minilm_dir, EXAMPLES / "retrieval" / "train.tsv", "--task", "retrieval",
+            "--steps", "1", "--batch-size", "4", "--out", tmp_path / "model")
+    assert r.exit_code == 0, r.stderr
+    assert not stale.exists() and other.exists()   # another --out's run is its own

@@ -96,6 +96,14 @@ def work_dir(out_path: Path, artifact_id: str) -> Path:
     return out_path.parent / f".{out_path.name}.run-{artifact_id}"
 
 
+def remove_other_work_dirs(out_path: Path) -> None:
+    """Once an artifact is in place at `out_path`, the checkpoints of runs of other settings
+    for the same --out (a rerun that changed the id) are stale: no rerun can resume into what
+    is there now."""
+    for d in out_path.parent.glob(f"{glob.escape(f'.{out_path.name}.run-')}*"):
+        _remove(d)
+
+
 def remove_stale_tmp(out: Path) -> None:
     """Temporary siblings left by a killed run (SIGKILL leaves no chance to clean up)."""
     prefix = f".{out.name}{TMP_MARK}"

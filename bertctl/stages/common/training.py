@@ -87,6 +87,7 @@ def _train(config, target, job: TrainingJob, planned: artifacts.Plan):
                               f"{work / 'checkpoints'}: rerun the same command to resume") from None
         raise
     shutil.rmtree(work, ignore_errors=True)
+    placement.remove_other_work_dirs(out_path)   # runs of other settings for this --out
     if getattr(config, "time_budget", None) is not None and "trained" in marks:
         _log_budget(config.time_budget, outcome.manifest.stats, marks)
     dist.barrier()
