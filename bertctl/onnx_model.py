@@ -187,6 +187,7 @@ class OnnxModel(torch.nn.Module):
                                f"{self._said(exc)}") from None
         self.inputs = [i.name for i in self.session.get_inputs()]
         self.outputs = [o.name for o in self.session.get_outputs()]
+        self.rank = len(self.session.get_inputs()[0].shape)   # 2, or 3 (multiple choice)
         if sorted(self.inputs) != sorted(INPUTS):
             raise BertctlError(f"{self.name}: inputs {self.inputs}, not the {list(INPUTS)} of "
                                f"a bertctl export")
@@ -204,6 +205,12 @@ class OnnxModel(torch.nn.Module):
                  else attention_mask,
                  "token_type_ids": torch.zeros_like(input_ids) if token_type_ids is None
                  else token_type_ids}
+        # A reranker's batch is grouped, (rows, candidates, sequence), as the PyTorch model
+        # takes it; its graph, a sequence classifier's, scores one sequence a row: each
+        # candidate alone, then grouped back.
+        group = input_ids.shape[:2] if input_ids.dim() == 3 and self.rank == 2 else None
+        if group is not None:
+            feeds = {k: v.reshape(-1, v.shape[-1]) for k, v in feeds.items()}
         try:
             arrays = self.session.run(None, {k: np.ascontiguousarray(
                 v.detach().cpu().numpy().astype(np.int64, copy=False)) for k, v in feeds.items()})
@@ -211,6 +218,9 @@ class OnnxModel(torch.nn.Module):
             raise BertctlError(f"{self.name}: onnxruntime cannot run it: "
                                f"{self._said(exc)}") from None
         out: dict[str, Any] = {n: torch.from_numpy(a) for n, a in zip(self.outputs, arrays)}
+        if group is not None:   # as the PyTorch head groups them: (B, G), or (B, G, labels)
+            out = {n: v.reshape(*group) if v.shape[1:] == (1,) else v.reshape(*group, -1)
+                   for n, v in out.items()}
         states = [out.pop(n) for n in self.outputs if n.startswith(HIDDEN)]
         if states:
             out["hidden_states"] = tuple(states)

@@ -329,3 +329,39 @@ def test_encoder_outputs_match_pytorch(tmp_path):
     for a, b in zip(got["hidden_states"], ref["hidden_states"]):
         torch.testing.assert_close(a[mask.bool()], b[mask.bool()], **MODEL_FP32)
     torch.testing.assert_close(got["pooler_output"], ref["pooler_output"], **MODEL_FP32)
+
+
+def test_a_rerankers_export_scores_as_the_reranker_everywhere(cli, minilm_dir, tmp_path):
+    """A reranker's export (its graph scores one sequence a row) takes the grouped batches
+    the reranker does: eval EXPORT ROWS, export --check and eval --rerank EXPORT score as
+    the PyTorch reranker (fp32 graph: MODEL_FP32), where each failed on the input's rank."""
+    from conftest import EXAMPLES
+
+    mined = tmp_path / "mined"
+    assert cli("mine", minilm_dir, EXAMPLES / "retrieval" / "train.tsv", "--negatives", "2",
+               "--precision", "fp32", "--out", mined).exit_code == 0
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join((mined / "pairs.jsonl").read_text().splitlines(True)[:24]))
+    rr = tmp_path / "rr"
+    assert cli("finetune", minilm_dir, rows, "--task", "reranking", "--steps", "2",
+               "--batch-size", "8", "--max-seq-length", "64", "--out", rr).exit_code == 0
+    r = cli("export", rr, "--check", rows, "--out", tmp_path / "onnx")
+    assert r.exit_code == 0, r.stderr
+    scores = {}
+    for name, model in (("pt", rr), ("onnx", tmp_path / "onnx")):
+        r = cli("eval", model, rows, "--task", "reranking", "--precision", "fp32",
+                "--out", tmp_path / f"ev-{name}")
+        assert r.exit_code == 0, r.stderr
+        scores[name] = np.loadtxt(tmp_path / f"ev-{name}" / "predictions.tsv", skiprows=1)[:, 1:]
+    assert scores["pt"].shape == scores["onnx"].shape == (24, 3)
+    np.testing.assert_allclose(scores["onnx"], scores["pt"], **MODEL_FP32)
+    beir = EXAMPLES / "retrieval" / "beir"
+    metrics = {}
+    for name, model in (("pt", rr), ("onnx", tmp_path / "onnx")):
+        r = cli("eval", minilm_dir, beir, "--task", "retrieval", "--rerank", model,
+                "--rerank-depth", "5", "--precision", "fp32", "--out", tmp_path / f"rr-{name}")
+        assert r.exit_code == 0, r.stderr
+        metrics[name] = json.loads((tmp_path / f"rr-{name}" / "metrics.json").read_text())
+    # (scores within MODEL_FP32 may swap a near tie: one query's rank, at most)
+    assert metrics["onnx"]["rerank/ndcg@10"] == pytest.approx(metrics["pt"]["rerank/ndcg@10"],
+                                                              abs=0.01)

@@ -47,7 +47,9 @@ def open_reranker(path: Path, first_family, flag: str = "--rerank",
                            f"reranked (a search's are)")
     if scoring not in SCORINGS:
         raise BertctlError(f"{flag}-scoring {scoring}: must be one of {', '.join(SCORINGS)}")
-    source = models.open_model(path, role)
+    # A cross-encoder may be an export (its graph run by onnxruntime); late interaction
+    # compares the pieces only a model's own forward gives.
+    source = models.open_model(path, role, exports=scoring == "cross")
     family = tasks.get(first_family.reranked_by if scoring == "cross" else first_family.name)
     own = (source.task or {}).get("spec", {}).get("family")
     other = {"cross": f" (to score by an embedding model's token vectors: {flag}-scoring "
