@@ -245,3 +245,21 @@ def test_a_reader_that_stops_early_ends_search_quietly(example_index, tmp_path):
     assert proc.wait(timeout=300) == 0, err
     assert json.loads(first)["rank"] == 1
     assert "BrokenPipe" not in err and "Traceback" not in err
+
+
+def test_hits_of_equal_score_are_in_evals_order(cli, minilm_dir, tmp_path):
+    """Duplicate texts score alike: search prints them as eval ranks ties (the document id,
+    descending), whatever order the index holds them in."""
+    corpus = tmp_path / "corpus.jsonl"
+    same = "The Normans were the people who gave their name to Normandy."
+    rows = [("b-2", same), ("a-9", "A recipe for bread."), ("c-1", same), ("a-1", same),
+            ("z-0", "Ships of the line.")]
+    corpus.write_text("".join(json.dumps({"_id": d, "text": t}) + "\n" for d, t in rows))
+    index = tmp_path / "index"
+    assert cli("embed", minilm_dir, corpus, "--text-column", "text", "--id-column", "_id",
+               "--precision", "fp32", "--out", index).exit_code == 0
+    r = cli("search", index, "--query", "Who were the Normans?", "--top-k", "3")
+    assert r.exit_code == 0, r.stderr
+    hits = [json.loads(x) for x in r.stdout.splitlines()]
+    assert len({h["score"] for h in hits}) == 1
+    assert [h["id"] for h in hits] == ["c-1", "b-2", "a-1"]

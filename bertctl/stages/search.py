@@ -178,9 +178,12 @@ def run(index: Path, query: list[str], queries_file: Path | None, top_k: int,
     texts = rows.values("text", shown) if "text" in rows.names else None
     out = sys.stdout
     for (qid, text), s, i in zip(asked, scores, found):
-        for rank, (score, j) in enumerate(zip(s.tolist(), i.tolist()), 1):
-            if j < 0:   # an approximate index found fewer than k
-                break
+        row = i.tolist()
+        n = row.index(-1) if -1 in row else len(row)   # an approximate index found fewer
+        hits = list(zip(row[:n], s.tolist()[:n]))
+        # Ties (duplicate texts score alike) in eval's order: the document id, descending.
+        order = ranking.rank_order([str(ids[j]) for j, _ in hits], [sc for _, sc in hits])
+        for rank, (j, score) in enumerate((hits[k] for k in order), 1):
             hit = {"query": qid, "rank": rank, "id": str(ids[j]), "score": round(score, 6)}
             if texts is not None:
                 hit["text"] = texts[j]

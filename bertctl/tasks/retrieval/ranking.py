@@ -71,7 +71,12 @@ def search(queries: np.ndarray, documents: Iterable[np.ndarray], k: int
 def rank(doc_ids: list[str], scores: list[float]) -> list[tuple[str, float]]:
     """A query's retrieved documents in trec_eval's order: score descending, then document id
     descending (its tie-break), whatever order they came in."""
-    return sorted(zip(doc_ids, scores), key=lambda p: (-p[1], _Reversed(p[0])))
+    return [(doc_ids[i], scores[i]) for i in rank_order(doc_ids, scores)]
+
+
+def rank_order(doc_ids: list[str], scores: list[float]) -> list[int]:
+    """The positions of `rank`'s order (what `search` prints its hits in, as `eval` ranks)."""
+    return sorted(range(len(doc_ids)), key=lambda i: (-scores[i], _Reversed(doc_ids[i])))
 
 
 class _Reversed(str):
