@@ -9,11 +9,11 @@ The sets (built here from the shared data; the test queries are other articles' 
 training pairs'):
 - squad-sentences: SQuAD 2.0's answerable questions against every sentence of the five
   articles, the relevant sentence the one holding the answer's start; training pairs from the
-  first three articles (473), test queries from the last two (232) over all 1,800-odd
-  sentences.
+  first three articles (473), test queries from the last two (232) over all 725 sentences.
 - wikitext-ict: the inverse cloze task (Lee et al. 2019) on WikiText-2: a sentence of a
-  paragraph as the query, the paragraph without it as the document; training pairs from the
-  validation articles, test queries from the test articles over every test paragraph.
+  paragraph as the query, the paragraph without it as the document; 700 training pairs from
+  the validation articles, 700 test queries from the test articles over every test paragraph
+  (1,514).
 
 Each variant is `make -C pipelines search` on the same TRAIN and BEIR: `dev` this code's
 pipeline (every choice on a dev split of TRAIN), `fixed` the rules before it (the search.mk of
@@ -136,15 +136,23 @@ def wikitext_ict(shared: Path, out: Path) -> dict:
     rng = random.Random(0)
     text = shared / "pretrain_text" / "wikitext-2-v1-tokens"
     pairs = [(q, d) for _, q, d in _cloze(_paragraphs(text / "valid.txt"), rng, "v")]
+    pairs = rng.sample(pairs, min(ICT_PAIRS, len(pairs)))
     corpus, queries, qrels = {}, {}, {}
-    for key, q, d in _cloze(_paragraphs(text / "test.txt"), rng, "t"):
-        corpus[f"d{key}"], queries[f"q{key}"], qrels[f"q{key}"] = d, q, f"d{key}"
+    test = list(_cloze(_paragraphs(text / "test.txt"), rng, "t"))
+    asked = set(rng.sample(range(len(test)), min(ICT_QUERIES, len(test))))
+    for n, (key, q, d) in enumerate(test):
+        corpus[f"d{key}"] = d          # every paragraph a document, a sample of them asked
+        if n in asked:
+            queries[f"q{key}"], qrels[f"q{key}"] = q, f"d{key}"
     _write_beir(out / "beir", corpus, queries, qrels)
     _write_pairs(out / "train.jsonl", pairs)
     return {"train_pairs": len(pairs), "test_queries": len(queries), "documents": len(corpus)}
 
 
 SETS = {"squad-sentences": squad_sentences, "wikitext-ict": wikitext_ict}
+# The inverse cloze set's size: 700 training pairs (of 1,350) and 700 test queries (of 1,514,
+# every test paragraph searched), so a pipeline run fits a session beside the other set's.
+ICT_PAIRS, ICT_QUERIES = 700, 700
 DEV_STEPS = ("split", "dev-rows", "dev-", "choose-")
 
 
