@@ -29,7 +29,7 @@ from bertctl import settings as settings_mod
 from bertctl import plugins
 from bertctl.contract import locks, placement, signals
 from bertctl.settings import StageConfig
-from bertctl.errors import BertctlError
+from bertctl.errors import BertctlError, DiskFull, is_disk_full
 from bertctl.contract.identity import (REVISIONS, SCHEMA_VERSIONS, compute_id,  # noqa: F401
                               lineage_problem)
 # The manifest's types, where every module that reads them takes them (re-exported: the
@@ -430,9 +430,12 @@ def publish(planned: Plan, build: Callable[[Path], dict[str, Any]]) -> Outcome:
             (tmp / MANIFEST).write_text(manifest.model_dump_json(indent=2) + "\n",
                                         encoding="utf-8")
             placement.replace(tmp, out_path)
-    except BaseException:
+    except BaseException as exc:
         with signals.deferred():
             shutil.rmtree(tmp, ignore_errors=True)
+        if not isinstance(exc, DiskFull) and is_disk_full(exc):
+            # A write's ENOSPC names no file: the artifact it was writing is named instead.
+            raise DiskFull(out_path) from None
         raise
     return Outcome(manifest=manifest, path=str(out_path), up_to_date=False)
 

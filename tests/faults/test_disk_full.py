@@ -56,8 +56,13 @@ def test_an_artifact_write_with_enospc_keeps_the_old_artifact(cli, tmp_path):
 
     def full(tmp):
         raise OSError(errno.ENOSPC, "No space left on device", str(tmp / "data.txt"))
-    with pytest.raises(OSError):
+    with pytest.raises(DiskFull, match=f"no space left on device writing {out}$"):
         artifacts.produce("eval", {"k": 2}, [], artifacts.Target(out, force=True), full)
+
+    def nameless(tmp):   # a write's ENOSPC names no file: the artifact is named
+        raise OSError(errno.ENOSPC, "No space left on device")
+    with pytest.raises(DiskFull, match=f"writing {out}$"):
+        artifacts.produce("eval", {"k": 3}, [], artifacts.Target(out, force=True), nameless)
     assert (out / "data.txt").read_text() == "one"
     assert str(DiskFull("x")) == "no space left on device writing x"
 
