@@ -365,3 +365,21 @@ def test_a_rerankers_export_scores_as_the_reranker_everywhere(cli, minilm_dir, t
     # (scores within MODEL_FP32 may swap a near tie: one query's rank, at most)
     assert metrics["onnx"]["rerank/ndcg@10"] == pytest.approx(metrics["pt"]["rerank/ndcg@10"],
                                                               abs=0.01)
+
+
+def test_a_sentence_transformers_directory_exports_its_embedding_head(cli, minilm_dir,
+                                                                     tmp_path):
+    """A plain sentence-transformers directory (no bertctl task) is an embedding model: its
+    export is the embedding head (pooling, normalisation), whose vectors `embed` reads as the
+    model's own (fp32 graph: MODEL_FP32), where it exported a bare encoder embed refused."""
+    texts = tmp_path / "t.txt"
+    texts.write_text("Who were the Normans?\nA recipe for bread, with butter.\n")
+    assert cli("export", minilm_dir, "--out", tmp_path / "onnx").exit_code == 0
+    config = json.loads((tmp_path / "onnx" / "config.json").read_text())
+    assert config["architectures"] == ["BertForEmbedding"]
+    vectors = []
+    for name, model in (("onnx", tmp_path / "onnx"), ("pt", minilm_dir)):
+        r = cli("embed", model, texts, "--precision", "fp32", "--out", tmp_path / f"e-{name}")
+        assert r.exit_code == 0, r.stderr
+        vectors.append(np.load(tmp_path / f"e-{name}" / "vectors-00000.npy"))
+    np.testing.assert_allclose(vectors[0], vectors[1], **MODEL_FP32)

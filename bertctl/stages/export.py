@@ -25,7 +25,7 @@ import torch
 from bertctl import console, evaluation, hardware, modelcard, onnx_model
 from bertctl.contract import artifacts
 from bertctl.metrics import json_safe
-from bertctl.model import architectures
+from bertctl.model import architectures, sentence_layout
 from bertctl.config import ExportSettings
 from bertctl.errors import BertctlError
 from bertctl.expectations import ExpectationsUnmet
@@ -43,7 +43,11 @@ def run(config: ExportSettings, target: artifacts.Target, model_dir: Path,
     onnx_model.require("bertctl export")   # before any work: nothing written without it
     hardware.set_threads(config.threads)
     source = models.open_model(model_dir)
-    encoder = config.encoder or source.task is None
+    # A sentence-transformers model (its layout, no bertctl task) is an embedding model: its
+    # graph is the embedding head (pooling, Dense, normalisation), what `embed` reads of it.
+    embedding = source.task is None and not config.encoder and \
+        sentence_layout.record_of(source.hf_config) is not None
+    encoder = config.encoder or (source.task is None and not embedding)
     inputs = [source.ref]
     task = None
     if check is not None:
@@ -58,13 +62,14 @@ def run(config: ExportSettings, target: artifacts.Target, model_dir: Path,
     models.check_reads_task(source, source.tokenizer()[0], models.model_length(source))
 
     def build(tmp: Path) -> dict[str, Any]:
-        model = models.load_encoder(source) if encoder else models.load_task_model(source)
+        model = models.load_encoder(source) if encoder else \
+            models.load_task_model(source, "embedding" if embedding else None)
         started = time.monotonic()
         facts = _write_graph(model, tmp, config, encoder, source)
         _runs(tmp / models.ONNX_FILE, facts, config, target)
         console.log(f"exported {facts.graph} ({facts.quantize}) in "
                     f"{time.monotonic() - started:.1f}s: {facts.bytes:,} bytes")
-        _copy_model_files(source, tmp, encoder)
+        _copy_model_files(source, tmp, encoder, type(model).__name__ if embedding else None)
         stats: dict[str, Any] = {"onnx": facts.as_stats(), "model": source.ref.path,
                                  "model_id": source.ref.id}
         if task is not None:
@@ -126,12 +131,15 @@ def _runs(path: Path, facts: ExportFacts, config: ExportSettings,
                            ) from None
 
 
-def _copy_model_files(source: models.ModelSource, tmp: Path, encoder: bool) -> None:
+def _copy_model_files(source: models.ModelSource, tmp: Path, encoder: bool,
+                      head: str | None = None) -> None:
     models.copy_tokenizer(source.path, tmp)
     hf_config = dict(source.hf_config)
     if encoder:   # the graph is the encoder whatever head the model had: eval must say so
         hf_config["architectures"] = [
             architectures.of_config(hf_config).head("encoder").__name__]
+    elif head is not None:   # the head the graph is (a sentence-transformers model's)
+        hf_config["architectures"] = [head]
     (tmp / "config.json").write_text(json.dumps(hf_config, indent=2) + "\n", encoding="utf-8")
     if not encoder and source.task is not None:
         shutil.copyfile(artifacts.checked_file(source.path, TASK_FILE),
