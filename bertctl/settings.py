@@ -10,6 +10,7 @@ the flag's spelling where it is not derived from the name.
 
 from __future__ import annotations
 
+import typing
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Optional, TypeVar
 
@@ -91,8 +92,6 @@ class StageConfig(BaseModel):
 
 def _numeric(annotation) -> bool:
     """A number field (int or float, optional or not), not one that also takes a bool."""
-    import typing
-
     args = typing.get_args(annotation) or (annotation,)
     kinds = {a for a in args if a is not type(None)}
     return bool(kinds) and bool not in kinds and kinds <= {int, float}
@@ -268,8 +267,12 @@ def plugin_option_fields(plugins, kind: str, shared_panel: str, stage: str | Non
         help_text = (info.description if len(found) == 1 else
                      " ".join(f"{p.title}: {i.description[:1].lower()}{i.description[1:]}"
                               for p, i in found))
+        # An option added later says so (hashed_if_changed): unset, it leaves the ids of the
+        # artifacts made before it existed as they were.
+        later = any(field_meta(i).get("hashed_if_changed") for _, i in found)
         fields[name] = (Optional[info.annotation], Field(  # noqa: UP007 - typer reads Optional
-            None, description=help_text, json_schema_extra=meta(panel)))
+            None, description=help_text, json_schema_extra=meta(panel,
+                                                                hashed_if_changed=later)))
     return fields
 
 

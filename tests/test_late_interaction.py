@@ -417,6 +417,18 @@ def test_stored_pieces_refuse_what_they_cannot_serve(cli, minilm_dir, example_in
     pq.write_table(table.set_column(table.schema.get_field_index("piece_start"), "piece_start",
                                     pa.array([10**9, 10**9], pa.int64())), rows)
     one_line_error(cli("search", tmp_path / "idx", "--query", "normans", "--rerank-scoring",
+                       "maxsim"), "index.parquet: changed since it was written")
+    # Past the checksum limit only its size is checked: the rows' own bounds still hold. (The
+    # manifest's entry rewritten as a file of that size would pass.)
+    import json
+
+    from bertctl.contract.artifacts import sha256_file
+
+    manifest = json.loads((tmp_path / "idx" / "artifact.json").read_text())
+    manifest["files"]["index.parquet"] = {"sha256": sha256_file(rows),
+                                          "size": rows.stat().st_size}
+    (tmp_path / "idx" / "artifact.json").write_text(json.dumps(manifest))
+    one_line_error(cli("search", tmp_path / "idx", "--query", "normans", "--rerank-scoring",
                        "maxsim"), "index.parquet: its rows' pieces", "not in the artifact's")
     (tmp_path / "idx" / "pieces-00000.npy").unlink()
     one_line_error(cli("search", tmp_path / "idx", "--query", "normans", "--rerank-scoring",

@@ -30,6 +30,7 @@ from bertctl.cli.handling import _handled, _report
 from bertctl.cli.plain import PLAIN as _PLAIN
 from bertctl.settings import StageConfig, resolve
 from bertctl.errors import Interrupted
+from bertctl.tasks.retrieval.reader import beir_root
 from bertctl.stage_settings import (distill_settings, eval_settings, finetune_settings,
                                     pretrain_settings)
 
@@ -100,8 +101,6 @@ def _directories(arguments: dict) -> tuple[Path, ...]:
     """The directories among a command's path arguments (a corpus, task data, a BEIR set), and
     the BEIR set a file argument belongs to (its corpus.jsonl, a qrels file): an artifact
     written inside one would change that set's id for every later eval of it."""
-    from bertctl.tasks.retrieval.reader import beir_root
-
     values = [v for v in arguments.values() if isinstance(v, (Path, str))]
     values += [p for v in arguments.values() if isinstance(v, (list, tuple))
                for p in v if isinstance(p, (Path, str))]

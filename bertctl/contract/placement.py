@@ -51,8 +51,6 @@ def check_out_is_apart(out: Path, inputs: list["InputRef"], given: tuple[Path, .
     parents (`.`, `..`, `/`, or a path to them). Paths are compared resolved, links followed."""
     if not str(out).strip():
         raise BertctlError("--out is empty: name the artifact directory to write")
-    if Path(out).name == "..":   # X/sub/.. is X, whose rename into place would fail half-way
-        raise BertctlError(f"--out {out}: name the directory itself, not '..' of another")
     name_max = _name_max(Path(out).absolute().parent)
     if len(os.fsencode(Path(out).name)) + SIBLING_EXTRA > name_max:
         raise BertctlError(f"--out {out}: its name is too long (at most "
@@ -62,6 +60,8 @@ def check_out_is_apart(out: Path, inputs: list["InputRef"], given: tuple[Path, .
     if _within(Path(os.path.realpath(os.getcwd())), target):
         raise BertctlError(f"--out {out}: is the working directory or one of its parents; "
                            f"name a directory of its own for the artifact")
+    if Path(out).name == "..":   # X/sub/.. is X, whose rename into place would fail half-way
+        raise BertctlError(f"--out {out}: name the directory itself, not '..' of another")
     for ref in inputs:
         source = Path(os.path.realpath(ref.path))
         what = "input file" if ref.kind == "file" else f"input {ref.kind}"

@@ -19,6 +19,7 @@ import csv
 import json
 import math
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from types import SimpleNamespace
@@ -278,8 +279,6 @@ _CACHE_PREFIX = "bertctl-read-"
 def _sweep_stale_caches() -> None:
     """Remove the conversion caches of reads whose process is gone (a SIGKILL skips the
     context's cleanup): each is named after its process's id."""
-    import shutil
-
     root = Path(tempfile.gettempdir())
     for d in root.glob(f"{_CACHE_PREFIX}*-*"):
         pid = d.name[len(_CACHE_PREFIX):].split("-", 1)[0]

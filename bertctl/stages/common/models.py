@@ -24,6 +24,7 @@ from bertctl.model import architectures, sentence_layout as sentence
 from bertctl.model.architectures import role_of
 from bertctl.settings import SEQ_LENGTH
 from bertctl.tasks.resolve import TASK_FILE
+from bertctl.tasks.retrieval import reader
 
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json",
                    "special_tokens_map.json")
@@ -142,8 +143,6 @@ def data_inputs(path: Path, role: str = "data") -> list[artifacts.InputRef]:
     """`data_input`, and for one judgements file of a BEIR directory (eval MODEL
     BEIR/qrels/test.tsv) the corpus and the queries it is read with too: the id covers every
     file read, whichever path was named."""
-    from bertctl.tasks.retrieval import reader
-
     inputs = [data_input(path, role)]
     if path.is_file() and reader.is_beir(path):
         root = path.parent.parent

@@ -48,7 +48,8 @@ class RerankingOptions(BaseModel):
         "negative).")
     activation: Literal["sigmoid", "identity", "tanh"] | None = Field(
         None, description="How a logit becomes a score, as CrossEncoder.predict applies the "
-        "activation it saved. Unset: the model's own (config.json), else sigmoid.")
+        "activation it saved. Unset: the model's own (config.json), else sigmoid.",
+        json_schema_extra={"stages": ("eval",), "hashed_if_changed": True})
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
