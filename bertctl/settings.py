@@ -267,12 +267,8 @@ def plugin_option_fields(plugins, kind: str, shared_panel: str, stage: str | Non
         help_text = (info.description if len(found) == 1 else
                      " ".join(f"{p.title}: {i.description[:1].lower()}{i.description[1:]}"
                               for p, i in found))
-        # An option added later says so (hashed_if_changed): unset, it leaves the ids of the
-        # artifacts made before it existed as they were.
-        later = any(field_meta(i).get("hashed_if_changed") for _, i in found)
         fields[name] = (Optional[info.annotation], Field(  # noqa: UP007 - typer reads Optional
-            None, description=help_text, json_schema_extra=meta(panel,
-                                                                hashed_if_changed=later)))
+            None, description=help_text, json_schema_extra=meta(panel)))
     return fields
 
 

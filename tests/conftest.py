@@ -98,6 +98,16 @@ def tiny_embedder(layers: int = 2, **kwargs):
     return build("embedding", config, **kwargs)
 
 
+def worked_example(heading: str) -> list[list[str]]:
+    """The bertctl lines of the first shell block under `heading` in docs/commands.md, split
+    as a shell splits them."""
+    import shlex
+
+    page = (ROOT / "docs" / "commands.md").read_text(encoding="utf-8")
+    block = page.split(heading)[1].split("```sh")[1].split("```")[0]
+    return [shlex.split(x) for x in block.splitlines() if x.startswith("bertctl ")]
+
+
 def one_line_error(r, *parts):
     """A refusal as the contract says: exit 2, one line on stderr, holding every part."""
     assert r.exit_code == 2, (r.exit_code, r.stderr)

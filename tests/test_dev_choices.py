@@ -8,7 +8,7 @@ import statistics
 from pathlib import Path
 
 import pytest
-from conftest import EXAMPLES, one_line_error
+from conftest import EXAMPLES, one_line_error, worked_example
 
 from bertctl.report import choices
 
@@ -253,20 +253,12 @@ def test_choose_refuses_what_it_cannot_compare(cli, dev_evals, tmp_path):
         assert not out.exists()
 
 
-def _example_lines() -> list[list[str]]:
-    import shlex
-
-    page = (EXAMPLES.parent / "docs" / "commands.md").read_text(encoding="utf-8")
-    block = page.split("### Search, round three")[1].split("```sh")[1].split("```")[0]
-    return [shlex.split(x) for x in block.splitlines() if x.startswith("bertctl ")]
-
-
 @pytest.mark.slow
 def test_the_dev_choice_worked_example_runs_as_written(cli, minilm_dir, tmp_path):
     """docs/commands.md's third retrieval example, line by line ($MODEL and runs/ put where
     this test keeps them): 50 questions held out, the choice the highest dev mean that gains
     over the original, or the original."""
-    lines = _example_lines()
+    lines = worked_example("### Search, round three")
     assert [w[1] for w in lines] == ["split", "finetune", "eval", "eval", "eval", "choose"]
     for words in lines:
         args = []

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from conftest import EXAMPLES, one_line_error, run_bertctl
+from conftest import EXAMPLES, one_line_error, run_bertctl, worked_example
 
 CORPUS = EXAMPLES / "retrieval" / "beir" / "corpus.jsonl"
 QUERIES = ["Who were the Normans?", "What is computational complexity theory?",
@@ -176,20 +176,12 @@ def test_eval_scores_bm25_and_the_hybrid_beside_the_model(cli, minilm_dir, tmp_p
     assert r.exit_code == 2 and "--bm25 scores a BEIR set" in r.stderr
 
 
-def _example_lines() -> list[list[str]]:
-    import shlex
-
-    page = (EXAMPLES.parent / "docs" / "commands.md").read_text(encoding="utf-8")
-    block = page.split("### Search, round two")[1].split("```sh")[1].split("```")[0]
-    return [shlex.split(x) for x in block.splitlines() if x.startswith("bertctl ")]
-
-
 @pytest.mark.slow
 def test_the_search_worked_example_runs_as_written(cli, minilm_dir, tmp_path):
     """docs/commands.md's second retrieval example, line by line ($MODEL and runs/ put where
     this test keeps them)."""
     pytest.importorskip("bm25s")
-    lines = _example_lines()
+    lines = worked_example("### Search, round two")
     searched = []
     assert [w[1] for w in lines] == ["mine", "finetune", "eval", "embed", "index", "search",
                                      "search", "finetune", "eval", "eval", "finetune", "eval",

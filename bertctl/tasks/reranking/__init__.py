@@ -49,7 +49,9 @@ class RerankingOptions(BaseModel):
     activation: Literal["sigmoid", "identity", "tanh"] | None = Field(
         None, description="How a logit becomes a score, as CrossEncoder.predict applies the "
         "activation it saved. Unset: the model's own (config.json), else sigmoid.",
-        json_schema_extra={"stages": ("eval",), "hashed_if_changed": True})
+        # No stage's flag: what the model saved is read (for_model), and a stage's settings
+        # record every option flag, which would change every task artifact's id.
+        json_schema_extra={"stages": ()})
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
