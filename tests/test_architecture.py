@@ -56,6 +56,15 @@ def test_the_model_core_takes_tensors_never_the_data_package(path):
     assert not bad, f"{_module(path)} imports {bad}"
 
 
+@pytest.mark.parametrize("path", sorted((PACKAGE / "train").rglob("*.py")), ids=_module)
+def test_the_training_loop_never_imports_the_model_package(path):
+    """#85: the loop trains any nn.Module; what it sets on a model (checkpointing, attention)
+    it reaches through the Encoder protocol's attributes, never by importing model/."""
+    bad = sorted(n for n in _imports(path) if n == "bertctl.model" or
+                 n.startswith("bertctl.model."))
+    assert not bad, f"{_module(path)} imports {bad}"
+
+
 def _stage_of(module: str) -> str:
     """The stage a module of bertctl/stages belongs to: a module, or a package of modules."""
     return ".".join(module.split(".")[:3])

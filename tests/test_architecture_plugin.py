@@ -18,6 +18,7 @@ from torch import nn
 
 from bertctl.errors import BertctlError
 from bertctl.model import architectures
+from bertctl.model.attention import AttentionPolicy
 from bertctl.model.roles import SequenceClassifier, masked_lm
 from bertctl.model.shared import EncoderWithHead, attention_bias, first_tokens, keep_layers
 
@@ -75,8 +76,9 @@ class ToyConfig:
 
 
 class ToyBlock(nn.Module):
-    def __init__(self, config: ToyConfig):
+    def __init__(self, config: ToyConfig, policy: AttentionPolicy):
         super().__init__()
+        self.policy = policy
         h = config.hidden_size
         self.heads = config.num_attention_heads
         self.norm1, self.norm2 = nn.LayerNorm(h, bias=False), nn.LayerNorm(h, bias=False)
@@ -88,7 +90,7 @@ class ToyBlock(nn.Module):
     def forward(self, x, mask):
         b, t, h = x.shape
         q, k, v = self.qkv(self.norm1(x)).view(b, t, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
-        a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        a = self.policy.attend(q, k, v, mask)
         x = x + self.drop(self.out(a.transpose(1, 2).reshape(b, t, h)))
         return x + self.drop(self.mlp(self.norm2(x)))
 
@@ -100,7 +102,9 @@ class ToyModel(nn.Module):
         self.tokens = nn.Embedding(config.vocab_size, config.hidden_size,
                                    padding_idx=config.pad_token_id)
         self.positions = nn.Embedding(config.max_position_embeddings, config.hidden_size)
-        self.blocks = nn.ModuleList(ToyBlock(config) for _ in range(config.num_hidden_layers))
+        self.attention_policy = AttentionPolicy()    # its own, as each architecture's
+        self.blocks = nn.ModuleList(ToyBlock(config, self.attention_policy)
+                                    for _ in range(config.num_hidden_layers))
         self.norm = nn.LayerNorm(config.hidden_size, bias=False)
         self.gradient_checkpointing = False
         self.apply(lambda m: init(m))

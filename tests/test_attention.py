@@ -1,6 +1,6 @@
 """model.attention: the written-out attention is the fused kernel's function (outputs and
-gradients, under every mask the encoders build), and `attend` takes it only where its timing
-says so."""
+gradients, under every mask the encoders build), and a model's AttentionPolicy takes it only
+where its timing says so."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from bertctl.model import attention
-from bertctl.model.attention import attend, time_both, written_attention
+from bertctl.model.attention import AttentionPolicy, time_both, written_attention
 from bertctl.model.modernbert.encoder import local_mask
 from bertctl.model.shared import attention_bias
 
@@ -116,7 +116,7 @@ def test_a_padding_mask_with_an_empty_sequence_gives_zeros_and_finite_gradients(
 
 @pytest.fixture
 def timings(monkeypatch):
-    """`attend` with fresh choices and a fake clock: set `clock[:] = [fused_s, written_s]`;
+    """A fresh policy's `attend` and a fake clock: set `clock[:] = [fused_s, written_s]`;
     `calls` counts timings and written-form calls."""
     clock = [1.0, 1.0]
     calls = {"timed": 0, "written": 0}
@@ -129,14 +129,13 @@ def timings(monkeypatch):
         calls["written"] += 1
         return written_attention(*args)
 
-    monkeypatch.setattr(attention, "_chosen", {})
     monkeypatch.setattr(attention, "time_both", fake_time_both)
     monkeypatch.setattr(attention, "written_attention", counted)
-    return clock, calls
+    return clock, calls, AttentionPolicy().attend
 
 
 def test_attend_takes_the_written_form_only_where_its_timing_clearly_wins(timings):
-    clock, calls = timings
+    clock, calls, attend = timings
     clock[:] = [1.0, 0.5]
     for _ in range(3):
         attend(*inputs(torch.bfloat16), masks()["padding"])
@@ -153,7 +152,7 @@ def test_attend_takes_the_written_form_only_where_its_timing_clearly_wins(timing
 
 
 def test_attend_does_not_time_where_the_fused_kernel_always_won(timings):
-    clock, calls = timings
+    clock, calls, attend = timings
     clock[:] = [1.0, 0.1]
     attend(*inputs(torch.float32), None)               # fp32
     with torch.no_grad():                              # evaluation
@@ -164,7 +163,7 @@ def test_attend_does_not_time_where_the_fused_kernel_always_won(timings):
 
 
 def test_attention_dropout_on_a_cpu_takes_the_written_form(timings):
-    _, calls = timings
+    _, calls, attend = timings
     q, k, v = inputs()
     torch.manual_seed(0)
     out = attend(q, k, v, None, dropout_p=0.5)
@@ -198,7 +197,7 @@ def test_a_timing_inside_a_recomputed_layer_leaves_its_gradients_alone(monkeypat
     labels = torch.where(torch.rand(2, 40) < 0.3, ids, -100)
     grads = []
     for recompute in (True, False):
-        monkeypatch.setattr(attention, "_chosen", {})
+        model.model.attention_policy.configure()     # no choice made yet
         model.model.gradient_checkpointing = recompute
         model.zero_grad()
         with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -214,8 +213,7 @@ def test_a_timing_inside_a_recomputed_layer_leaves_its_gradients_alone(monkeypat
 
 @pytest.fixture
 def policy():
-    yield attention
-    attention.configure()
+    return AttentionPolicy()
 
 
 def test_fused_and_written_are_one_form_for_every_call(policy, monkeypatch):
@@ -227,13 +225,13 @@ def test_fused_and_written_are_one_form_for_every_call(policy, monkeypatch):
     monkeypatch.setattr(attention, "written_attention",
                         lambda *a: calls.append("written") or real(*a))
     policy.configure("fused")
-    attend(*inputs(torch.bfloat16), masks()["padding"])
-    attend(*inputs(), None, dropout_p=0.5)
+    policy.attend(*inputs(torch.bfloat16), masks()["padding"])
+    policy.attend(*inputs(), None, dropout_p=0.5)
     assert calls == []
     policy.configure("written")
     q, k, v = inputs()
     with torch.no_grad():
-        out = attend(q, k, v, masks()["padding"])
+        out = policy.attend(q, k, v, masks()["padding"])
     assert calls == ["written"]
     # the same function (the first test's bound: three fp32 sums of D + T terms of up to 10)
     tol = fp32_sum(D + T, 10.0)
@@ -251,34 +249,33 @@ def test_auto_records_its_choices_and_a_recorded_choice_is_taken(policy, monkeyp
     monkeypatch.setattr(attention, "time_both", lambda *a: timed.append(1) or tuple(clock))
     policy.configure("auto")
     q, k, v = inputs(torch.bfloat16)
-    attend(q, k, v, masks()["padding"])
+    policy.attend(q, k, v, masks()["padding"])
     key = attention.bucket(q, k, masks()["padding"])
     assert policy.choices() == {key: "written"} and len(timed) == 1
     assert key == "rows<4 heads2 len<=64 dim16 self bfloat16 mask-keys"
     recorded = policy.choices()
     clock[:] = [1.0, 2.0]                # this process would now choose the fused kernel ...
     policy.configure("auto", recorded=recorded)
-    attend(*inputs(torch.bfloat16, seed=1), masks()["padding"])
+    policy.attend(*inputs(torch.bfloat16, seed=1), masks()["padding"])
     assert len(timed) == 1 and policy.choices() == recorded   # ... but takes the record
     policy.configure("auto")
-    attend(*inputs(torch.bfloat16), masks()["padding"])      # fused now, timed afresh
+    policy.attend(*inputs(torch.bfloat16), masks()["padding"])      # fused now, timed afresh
     assert policy.choices() == {key: "fused"} and len(timed) == 2
     policy.adopt(recorded)
     assert policy.choices() == recorded
     policy.configure("auto", timing=False)
-    attend(*inputs(torch.bfloat16), masks()["padding"])
+    policy.attend(*inputs(torch.bfloat16), masks()["padding"])
     assert policy.choices() == {key: "fused"} and len(timed) == 2
 
 
-def test_a_run_records_its_kernels_and_a_resumed_run_keeps_them(policy, monkeypatch,
-                                                                 tmp_path):
+def test_a_run_records_its_kernels_and_a_resumed_run_keeps_them(monkeypatch, tmp_path):
     """Through the training loop, in bf16 (timed): the checkpoint and the result hold the
     choices; the run resumed from its checkpoint in a process whose timing would now go the
     other way trains on with the recorded form (and times nothing it has recorded)."""
     from test_train_loop import RepeatedTokens, tiny_pretraining
 
     from bertctl.train import checkpoint as ckpt
-    from bertctl.train.loop import train
+    from bertctl.train.loop import attention_policies, train
     from bertctl.train.settings import TrainSettings
 
     clock = [1.0, 0.1]
@@ -292,7 +289,8 @@ def test_a_run_records_its_kernels_and_a_resumed_run_keeps_them(policy, monkeypa
     assert part.attention["mode"] == "auto" and set(written.values()) == {"written"}
     found = ckpt.find_resume_checkpoint(tmp_path, "latest")
     assert found.trainer["attention"] == written
-    assert policy.choices() == {}                  # the run's policy ended with it
+    # The run's mode ended with it: the model computes as one loaded afresh.
+    assert all(p.mode == "auto" and p.choices() == {} for p in attention_policies(model))
     clock[:] = [1.0, 2.0]
     done = train(tiny_pretraining(attention_probs_dropout_prob=0.0), data,
                  TrainSettings(**settings), tmp_path)
@@ -301,3 +299,27 @@ def test_a_run_records_its_kernels_and_a_resumed_run_keeps_them(policy, monkeypa
     fused = train(tiny_pretraining(attention_probs_dropout_prob=0.0), data,
                   TrainSettings(**settings, attention="fused"), tmp_path / "fused")
     assert fused.attention == {"mode": "fused", "chosen": {}}
+
+
+def test_each_model_keeps_its_own_policy(monkeypatch):
+    """No process state (#85): two models' policies are their own (a teacher's and its
+    student's), shared by every layer of one model, and a mode set on one leaves the other."""
+    from bertctl.model import build
+    from bertctl.model.bert import BertConfig
+
+    config = BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2,
+                        num_attention_heads=2, intermediate_size=48)
+    a, b = build("encoder", config).eval(), build("encoder", config).eval()
+    assert a.attention_policy is not b.attention_policy
+    assert {id(m.policy) for m in a.modules() if hasattr(m, "policy")} == {id(a.attention_policy)}
+    a.attention_policy.configure("written")
+    assert b.attention_policy.mode == "auto"
+    calls = []
+    real = attention.written_attention
+    monkeypatch.setattr(attention, "written_attention", lambda *x: calls.append(1) or real(*x))
+    ids = torch.randint(0, 64, (2, 8))
+    with torch.no_grad():
+        b(ids)
+        assert calls == []            # b: auto, no gradients: the fused kernel
+        a(ids)
+        assert len(calls) == 2        # a: written in both layers

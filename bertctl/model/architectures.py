@@ -19,10 +19,13 @@ from __future__ import annotations
 import importlib
 import math
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 from bertctl.errors import BertctlError
 from bertctl.registry import Registry
+
+if TYPE_CHECKING:   # (torch: not at import)
+    from bertctl.model.attention import AttentionPolicy
 
 # What an architecture's own model classes are for. The objectives train "pretraining",
 # "masked_lm" or "electra"; the task families whose heads are transformers classes fine-tune one
@@ -76,6 +79,9 @@ class Encoder(Protocol):
     config: ArchitectureConfig
     # Set by the training loop (--gradient-checkpointing): recompute each layer in backward.
     gradient_checkpointing: bool
+    # How its layers compute attention (model/attention.py), one object they share; the
+    # training loop sets its mode (--attention) and records the choices auto made.
+    attention_policy: AttentionPolicy
 
     def compile_layers(self) -> None:
         """torch.compile each layer (--compile)."""

@@ -12,12 +12,16 @@ and the written form is taken only where it clearly wins. Dropout on the attenti
 probabilities always takes the written form on a CPU: PyTorch has no fused CPU kernel with
 dropout, and its fallback upcasts bf16 to fp32.
 
-The two round differently, so the choice is the run's setting and its record (#65):
-`--attention auto|fused|written` (`configure`, called by the training loop): auto as above,
-fused and written one form for every call. The choices auto made are `choices()`, which the
-loop writes into each checkpoint and the artifact's stats; a resumed run takes the recorded
-ones, and a distributed run's ranks time nothing (each rank's batches differ, and so would
-their verdicts): auto there is the fused kernel wherever the form is not asked.
+The two round differently, so the choice is the model's and the run's record (#65, #85):
+each encoder holds one `AttentionPolicy` (its `attention_policy`, shared by its layers, as
+transformers keeps `attn_implementation` on the model's config), which the training loop sets
+from `--attention auto|fused|written`: auto as above, fused and written one form for every
+call. The choices auto made are `choices()`, which the loop writes into each checkpoint and
+the artifact's stats; a resumed run takes the recorded ones, and a distributed run's ranks
+time nothing (each rank's batches differ, and so would their verdicts): auto there is the
+fused kernel wherever the form is not asked. Nothing is process state: two models in one
+process (a teacher beside its student, a generator beside its discriminator) each keep their
+own.
 """
 
 from __future__ import annotations
@@ -36,46 +40,62 @@ WRITTEN_MAX_LENGTH = 512
 # between two runs of one command, and with it the rounding of their results.
 CLEAR_WIN = 0.8
 MODES = ("auto", "fused", "written")
-_mode = "auto"
-_timing = True
-_chosen: dict[str, bool] = {}   # shape bucket -> the written form won
 
 
-def configure(mode: str = "auto", recorded: dict[str, str] | None = None,
-              timing: bool = True) -> None:
-    """This process's policy: `mode` one of MODES; `recorded` the choices of the run being
-    continued ({bucket: "written"|"fused"}, as `choices` gives them), taken as they are;
-    `timing` False (a distributed run) leaves auto's unrecorded shapes to the fused kernel."""
-    global _mode, _timing, _chosen
-    if mode not in MODES:
-        raise ValueError(f"attention {mode!r}: one of {', '.join(MODES)}")
-    _mode, _timing = mode, timing
-    _chosen = {k: v == "written" for k, v in (recorded or {}).items()}
+class AttentionPolicy:
+    """How one model's attention is computed: the mode (one of MODES), whether auto may time
+    a shape, and the form auto took for each shape bucket."""
 
+    def __init__(self, mode: str = "auto"):
+        self.configure(mode)
 
-def adopt(recorded: dict[str, str]) -> None:
-    """Take a checkpoint's recorded choices over any made since this process started."""
-    _chosen.update({k: v == "written" for k, v in recorded.items()})
+    def configure(self, mode: str = "auto", recorded: dict[str, str] | None = None,
+                  timing: bool = True) -> None:
+        """`mode` one of MODES; `recorded` the choices of the run being continued
+        ({bucket: "written"|"fused"}, as `choices` gives them), taken as they are; `timing`
+        False (a distributed run) leaves auto's unrecorded shapes to the fused kernel."""
+        if mode not in MODES:
+            raise ValueError(f"attention {mode!r}: one of {', '.join(MODES)}")
+        self.mode, self.timing = mode, timing
+        self._chosen = {k: v == "written" for k, v in (recorded or {}).items()}
 
+    def adopt(self, recorded: dict[str, str]) -> None:
+        """Take a checkpoint's recorded choices over any made since the run started."""
+        self._chosen.update({k: v == "written" for k, v in recorded.items()})
 
-def choices() -> dict[str, str]:
-    """The choices auto has made: {shape bucket: "written" or "fused"}."""
-    return {k: "written" if v else "fused" for k, v in sorted(_chosen.items())}
+    def choices(self) -> dict[str, str]:
+        """The choices auto has made: {shape bucket: "written" or "fused"}."""
+        return {k: "written" if v else "fused" for k, v in sorted(self._chosen.items())}
 
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+               mask: torch.Tensor | None, dropout_p: float = 0.0) -> torch.Tensor:
+        """softmax(q k^T / sqrt(d) where `mask` allows) v over (B, heads, T, d) tensors; `mask`
+        is a boolean "may attend" mask that broadcasts to (B, heads, T, T), or None.
+        `dropout_p` is the training dropout on the probabilities (0 in evaluation)."""
+        if self.mode == "written" or (self.mode == "auto" and q.device.type == "cpu" and (
+                dropout_p > 0 or self._written_is_faster(q, k, v, mask))):
+            return written_attention(q, k, v, mask, dropout_p)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
 
-def mode() -> str:
-    return _mode
-
-
-def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
-           dropout_p: float = 0.0) -> torch.Tensor:
-    """softmax(q k^T / sqrt(d) where `mask` allows) v over (B, heads, T, d) tensors; `mask` is
-    a boolean "may attend" mask that broadcasts to (B, heads, T, T), or None. `dropout_p` is
-    the training dropout on the probabilities (0 in evaluation)."""
-    if _mode == "written" or (_mode == "auto" and q.device.type == "cpu" and (
-            dropout_p > 0 or _written_is_faster(q, k, v, mask))):
-        return written_attention(q, k, v, mask, dropout_p)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+    def _written_is_faster(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                           mask: torch.Tensor | None) -> bool:
+        """Whether the written form is the faster training step for this shape (timed once
+        per shape and model). Only reduced-precision training is in question: in fp32 the
+        fused kernel won everywhere measured, and without gradients (evaluation) the written
+        form gained at most 1.26x, on the shortest rows, not worth a timing per shape."""
+        T = q.size(-2)
+        if (not worth_timing(q.dtype, T) or not torch.is_grad_enabled() or not q.requires_grad
+                or torch.compiler.is_compiling() or torch.compiler.is_exporting()
+                or torch.onnx.is_in_onnx_export()):
+            return False
+        # Lengths within 64 of each other share a choice, and so do batches within a factor
+        # of two (both kernels' work grows with the batch alike): a packed batch's length and
+        # row count vary from step to step, and each timing costs a few steps' attention.
+        key = bucket(q, k, mask)
+        won = self._chosen.get(key)
+        if won is None:
+            won = self._chosen[key] = self.timing and clearly_faster(*time_both(q, k, v, mask))
+        return won
 
 
 def written_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -116,27 +136,6 @@ def written_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     if mask is not None:   # a row with nothing to attend to averaged all: zeros instead
         out = out * mask.any(-1, keepdim=True)
     return out
-
-
-def _written_is_faster(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                       mask: torch.Tensor | None) -> bool:
-    """Whether the written form is the faster training step for this shape (timed once per
-    shape and process). Only reduced-precision training is in question: in fp32 the fused kernel
-    won everywhere measured, and without gradients (evaluation) the written form gained at most
-    1.26x, on the shortest rows, not worth a timing per shape."""
-    T = q.size(-2)
-    if (not worth_timing(q.dtype, T) or not torch.is_grad_enabled() or not q.requires_grad
-            or torch.compiler.is_compiling() or torch.compiler.is_exporting()
-            or torch.onnx.is_in_onnx_export()):
-        return False
-    # Lengths within 64 of each other share a choice, and so do batches within a factor of two
-    # (both kernels' work grows with the batch alike): a packed batch's length and row count
-    # vary from step to step, and each timing costs a few steps' attention.
-    key = bucket(q, k, mask)
-    won = _chosen.get(key)
-    if won is None:
-        won = _chosen[key] = _timing and clearly_faster(*time_both(q, k, v, mask))
-    return won
 
 
 def bucket(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None) -> str:
@@ -185,5 +184,5 @@ def time_both(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
     return best[0], best[1]
 
 
-__all__ = ["MODES", "adopt", "attend", "bucket", "choices", "clearly_faster", "configure",
-           "mode", "time_both", "worth_timing", "written_attention"]
+__all__ = ["MODES", "AttentionPolicy", "bucket", "clearly_faster", "time_both", "worth_timing",
+           "written_attention"]

@@ -37,7 +37,6 @@ from bertctl import hardware
 from bertctl.contract import signals
 from bertctl.data.collate import without_full_mask
 from bertctl.errors import BertctlError
-from bertctl.model import attention
 from bertctl.train import budget
 from bertctl.train import checkpoint as ckpt
 from bertctl.train import distributed as dist
@@ -84,8 +83,21 @@ def train(model: nn.Module, train_data: DataSource, settings: TrainSettings, wor
                           step_metrics)
         trainer.resume()
         return trainer.run()
-    finally:   # the attention policy was this run's: what the process runs next starts afresh
-        attention.configure()
+    finally:   # the attention mode was this run's: the model then computes as loaded afresh
+        for policy in attention_policies(model):
+            policy.configure()
+
+
+def attention_policies(model: nn.Module) -> list[Any]:
+    """The attention policies of the encoders in `model` (architectures.Encoder's
+    attention_policy: a student's and its teacher's, a generator's and its discriminator's),
+    each once."""
+    found = {}
+    for module in model.modules():
+        policy = getattr(module, "attention_policy", None)
+        if policy is not None:
+            found[id(policy)] = policy
+    return list(found.values())
 
 
 class Trainer:
@@ -111,7 +123,9 @@ class Trainer:
         hardware.check_training_precision(s.precision, self.device)
         self.model = model.to(self.device)
         # Before the measurement steps below, which time attention too.
-        attention.configure(s.attention, timing=self.world == 1)
+        self.attention = attention_policies(self.model)
+        for policy in self.attention:
+            policy.configure(s.attention, timing=self.world == 1)
         self.batch_fit = budget.fit_to_budget(self.model, data, s, self.device, self.world,
                                               work_dir, on_log if self.info.is_main else None)
         if self.batch_fit is not None:
@@ -220,7 +234,8 @@ class Trainer:
             ckpt.set_rng_state(state["rng"][self.rank], self.device)
         else:  # another world size: exact dropout replay is impossible; stay deterministic
             ckpt.seed_everything(s.seed + 1_000_003 * found.step + self.rank)
-        attention.adopt(t.get("attention") or {})   # the kernels the run took so far
+        for policy in self.attention:               # the kernels the run took so far
+            policy.adopt(t.get("attention") or {})
         self.step = self.resumed_from = found.step
         self.interval = Interval(**t["interval"])
         best = t.get("best")
@@ -438,7 +453,7 @@ class Trainer:
             "last_eval": self.last_eval,
             "elapsed": self.elapsed,
             "run": self.work_dir.name,
-            "attention": attention.choices(),
+            "attention": self.attention_choices(),
         }
         ckpt.save_checkpoint(self.work_dir, self.step, self.model, self.optimizer,
                              self.scaler.state_dict(), rngs, trainer, s.keep_last)
@@ -456,5 +471,13 @@ class Trainer:
                            elapsed=self.elapsed, loop_started=self.loop_started,
                            batch_fit=asdict(self.batch_fit) if self.batch_fit else None,
                            memory_fit=asdict(self.memory_fit),
-                           attention={"mode": attention.mode(), "chosen": attention.choices()})
+                           attention={"mode": self.s.attention,
+                                      "chosen": self.attention_choices()})
+
+    def attention_choices(self) -> dict[str, str]:
+        """The forms auto took, by shape bucket, over every encoder of the model."""
+        chosen: dict[str, str] = {}
+        for policy in self.attention:
+            chosen.update(policy.choices())
+        return dict(sorted(chosen.items()))
 

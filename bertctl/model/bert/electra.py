@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertctl.labels import IGNORE_INDEX
+from bertctl.model.attention import AttentionPolicy
 from bertctl.model.bert.config import BertConfig
 from bertctl.model.bert.encoder import BertLayer
 from bertctl.model.bert.heads import BertWithHead
@@ -50,7 +51,10 @@ class ElectraGenerator(nn.Module):
     def __init__(self, config: BertConfig, gen: BertConfig):
         super().__init__()
         self.embeddings_project = nn.Linear(config.hidden_size, gen.hidden_size)
-        self.layer = nn.ModuleList(BertLayer(gen) for _ in range(gen.num_hidden_layers))
+        # Its own attention policy: its shapes are not the discriminator's.
+        self.attention_policy = AttentionPolicy()
+        self.layer = nn.ModuleList(BertLayer(gen, self.attention_policy)
+                                   for _ in range(gen.num_hidden_layers))
         self.dense = nn.Linear(gen.hidden_size, config.hidden_size)
         self.act = ACTIVATIONS[config.hidden_act]
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)

@@ -3,7 +3,7 @@
 Module and parameter names follow Hugging Face's `BertModel` exactly (`embeddings.LayerNorm`,
 `encoder.layer.3.attention.self.query`, ...), so a state dict moves between the two with no
 renaming and any HF BERT checkpoint is also ours. Everything else is written for speed and
-clarity: attention goes through `model.attention.attend`, position and segment embeddings
+clarity: attention goes through the model's `AttentionPolicy` (model/attention.py), position and segment embeddings
 are added without building index tensors, and there is no decoder/cache machinery.
 """
 
@@ -17,7 +17,7 @@ from torch import nn
 
 from bertctl.model.bert.config import BertConfig
 from bertctl.model.shared import ACTIVATIONS, attention_bias, first_tokens, keep_layers
-from bertctl.model.attention import attend
+from bertctl.model.attention import AttentionPolicy
 from bertctl.model.dropout import Dropout
 
 
@@ -60,8 +60,9 @@ class BertEmbeddings(nn.Module):
 class BertSelfAttention(nn.Module):
     """Multi-head scaled dot-product attention (the projections only; HF's `attention.self`)."""
 
-    def __init__(self, config: BertConfig):
+    def __init__(self, config: BertConfig, policy: AttentionPolicy):
         super().__init__()
+        self.policy = policy   # the model's (BertModel.attention_policy), shared by its layers
         self.num_heads = config.num_attention_heads
         self.query = nn.Linear(config.hidden_size, config.hidden_size)
         self.key = nn.Linear(config.hidden_size, config.hidden_size)
@@ -75,7 +76,7 @@ class BertSelfAttention(nn.Module):
             return t.view(B, T, self.num_heads, H // self.num_heads).transpose(1, 2)
 
         q, k, v = heads(self.query(x)), heads(self.key(x)), heads(self.value(x))
-        y = attend(q, k, v, mask, self.dropout_p if self.training else 0.0)
+        y = self.policy.attend(q, k, v, mask, self.dropout_p if self.training else 0.0)
         return y.transpose(1, 2).reshape(B, T, H)
 
 
@@ -97,9 +98,9 @@ class BertProjectAddNorm(nn.Module):
 
 
 class BertAttention(nn.Module):
-    def __init__(self, config: BertConfig):
+    def __init__(self, config: BertConfig, policy: AttentionPolicy):
         super().__init__()
-        self.self = BertSelfAttention(config)
+        self.self = BertSelfAttention(config, policy)
         self.output = BertProjectAddNorm(config.hidden_size, config)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
@@ -119,9 +120,9 @@ class BertIntermediate(nn.Module):
 
 
 class BertLayer(nn.Module):
-    def __init__(self, config: BertConfig):
+    def __init__(self, config: BertConfig, policy: AttentionPolicy):
         super().__init__()
-        self.attention = BertAttention(config)
+        self.attention = BertAttention(config, policy)
         self.intermediate = BertIntermediate(config)
         self.output = BertProjectAddNorm(config.intermediate_size, config)
 
@@ -131,9 +132,10 @@ class BertLayer(nn.Module):
 
 
 class BertEncoder(nn.Module):
-    def __init__(self, config: BertConfig):
+    def __init__(self, config: BertConfig, policy: AttentionPolicy):
         super().__init__()
-        self.layer = nn.ModuleList(BertLayer(config) for _ in range(config.num_hidden_layers))
+        self.layer = nn.ModuleList(BertLayer(config, policy)
+                                   for _ in range(config.num_hidden_layers))
 
 
 class BertPooler(nn.Module):
@@ -187,7 +189,9 @@ class BertModel(nn.Module):
         super().__init__()
         self.config = config
         self.embeddings = BertEmbeddings(config)
-        self.encoder = BertEncoder(config)
+        # How its attention is computed (the training loop's --attention sets it).
+        self.attention_policy = AttentionPolicy()
+        self.encoder = BertEncoder(config, self.attention_policy)
         # HF's token-classification and QA models have no pooler; matching that keeps their
         # checkpoints free of unused weights.
         self.pooler = BertPooler(config) if add_pooling_layer else None

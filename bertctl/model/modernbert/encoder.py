@@ -19,7 +19,7 @@ import torch.nn.functional as F
 import torch.utils.checkpoint
 from torch import nn
 
-from bertctl.model.attention import attend
+from bertctl.model.attention import AttentionPolicy
 from bertctl.model.dropout import Dropout
 from bertctl.model.shared import ACTIVATIONS, attention_bias, keep_layers
 from bertctl.model.modernbert.config import GLOBAL, ModernBertConfig
@@ -115,8 +115,9 @@ def blocked_local_attention(q, k, v, group: torch.Tensor | None, half: int,
 
 
 class ModernBertAttention(nn.Module):
-    def __init__(self, config: ModernBertConfig, is_global: bool):
+    def __init__(self, config: ModernBertConfig, is_global: bool, policy: AttentionPolicy):
         super().__init__()
+        self.policy = policy   # the model's (ModernBertModel.attention_policy)
         self.num_heads = config.num_attention_heads
         self.is_global = is_global
         self.half = config.half_window
@@ -136,11 +137,11 @@ class ModernBertAttention(nn.Module):
         # (`exporting` first: a comparison with T would fix the exported graph's length)
         if self.is_global or (not masks["exporting"] and T - 1 <= self.half):
             # (a window that spans the input is global)
-            y = attend(q, k, v, masks["global"], p)
+            y = self.policy.attend(q, k, v, masks["global"], p)
         elif not masks["exporting"] and T > 4 * self.half:
             y = blocked_local_attention(q, k, v, masks["group"], self.half, p)
         else:
-            y = attend(q, k, v, masks["local"], p)
+            y = self.policy.attend(q, k, v, masks["local"], p)
         return self.out_drop(self.Wo(y.transpose(1, 2).reshape(B, T, H)))
 
 
@@ -165,13 +166,13 @@ class ModernBertEncoderLayer(nn.Module):
     """Pre-norm: x + attn(norm(x)), then x + mlp(norm(x)). The first layer's input is the
     embeddings' norm already, so it has no attention norm (as transformers')."""
 
-    def __init__(self, config: ModernBertConfig, index: int):
+    def __init__(self, config: ModernBertConfig, index: int, policy: AttentionPolicy):
         super().__init__()
         self.is_global = config.layer_types[index] == GLOBAL
         self.attn_norm = (nn.Identity() if index == 0 else
                           nn.LayerNorm(config.hidden_size, eps=config.norm_eps,
                                        bias=config.norm_bias))
-        self.attn = ModernBertAttention(config, self.is_global)
+        self.attn = ModernBertAttention(config, self.is_global, policy)
         self.mlp_norm = nn.LayerNorm(config.hidden_size, eps=config.norm_eps,
                                      bias=config.norm_bias)
         self.mlp = ModernBertMLP(config)
@@ -217,7 +218,9 @@ class ModernBertModel(nn.Module):
         super().__init__()
         self.config = config
         self.embeddings = ModernBertEmbeddings(config)
-        self.layers = nn.ModuleList(ModernBertEncoderLayer(config, i)
+        # How its attention is computed (the training loop's --attention sets it).
+        self.attention_policy = AttentionPolicy()
+        self.layers = nn.ModuleList(ModernBertEncoderLayer(config, i, self.attention_policy)
                                     for i in range(config.num_hidden_layers))
         self.final_norm = nn.LayerNorm(config.hidden_size, eps=config.norm_eps,
                                        bias=config.norm_bias)
