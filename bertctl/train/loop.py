@@ -132,8 +132,8 @@ class Trainer:
             s = self.s = s.model_copy(update={"batch_size": self.batch_fit.batch_size})
 
         # The geometry: a global batch is num_micro micro-batches, dealt round-robin to ranks,
-        # each as large as the memory allows (measured without checkpointing: memory.py).
-        self._set_checkpointing(False)
+        # each as large as the memory allows (a step measured as it will run: memory.py).
+        self._set_checkpointing(s.gradient_checkpointing)
         self.memory_fit = memory.fit_to_memory(self.model, data, s, self.device, self.world,
                                                on_log if self.info.is_main else None)
         self.micro = self.memory_fit.micro_batch_size

@@ -3,11 +3,14 @@
 A CPU has no out-of-memory error to catch: a step that needs more than the machine has is
 killed by the kernel (exit 137) after minutes of silence. So the loop predicts. What a step
 needs beyond what is already resident is the gradients and the optimizer's state (known from
-the parameters) plus the activations autograd keeps for the backward pass, which grow with the
-rows of a micro-batch. Those are measured, not modelled: the model's forward runs on a few of
-the longest training rows at two sizes with a hook counting every tensor saved for backward
-(so any architecture, objective, precision and gradient checkpointing is measured as it will
-run), and the difference gives the bytes per row.
+the parameters) plus the tensors its forward and backward passes hold at their peak, which
+grow with the rows of a micro-batch. Those are measured, not modelled: one forward and
+backward runs on the longest training rows at one and two rows with every tensor an operation
+creates counted while it lives (`PeakBytes`), so any architecture, objective, precision,
+sequence length and gradient checkpointing is measured as it will run: the activations saved
+for backward, and the short-lived products beside them (attention scores, the vocabulary's
+logits and their gradient, the recomputed layer), which at long sequences are most of it.
+The difference gives the bytes per row.
 
 Where the micro-batch the settings give does not fit and the user did not choose it, the loop
 takes the largest micro-batch that does (the batch size, and so the updates, unchanged: the
@@ -19,6 +22,8 @@ micro-batch would change it), it refuses in one line with the figures and the fl
 from __future__ import annotations
 
 import os
+import weakref
+from difflib import SequenceMatcher
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,21 +33,15 @@ from torch import nn
 from bertctl import hardware
 from bertctl.data.collate import without_full_mask
 from bertctl.errors import BertctlError
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 from bertctl.train import distributed as dist
 from bertctl.train.order import check_fits
 
-# The saved tensors are not the whole peak: the backward pass holds a layer's input gradients
-# beside them, the forward pass short-lived products (attention scores, the vocabulary's
-# logits before the loss reduces them), and the allocator keeps freed blocks. Measured against
-# the peak resident memory of one step (forward, backward, AdamW) on an AVX512 CPU: BERT and
-# ModernBERT base, fp32 and bf16, micro-batches 32-64 of 128 tokens, 0.76-1.18x the saved
-# activations; mini 1.2-1.6x, which the reserve below covers (mini's activations are small).
+# The tensors counted are not the whole of the process's growth: the allocator keeps freed
+# blocks, and small tensors share pages. Measured against the peak resident memory of one step
+# (benchmarks/bench_memory_fit.py): see docs/benchmarks.md for the ratios it covers.
 ACTIVATION_MARGIN = 1.25
-# Gradient checkpointing keeps each layer's input and recomputes the layer in the backward
-# pass; the probe counts the tensors saved without it (the checkpoint's own hooks hide the
-# rest), and a checkpointed step peaked at 0.33-0.47x those (BERT base, fp32, micro-batches
-# 16-64: the recomputed layer and the allocator's blocks), planned as 0.6x.
-CHECKPOINTED_SHARE = 0.6
 # Bytes of optimizer state per byte of trained weights: AdamW and LAMB keep two moments.
 OPTIMIZER_STATES = 2
 # What the OS, the data loader and the interpreter keep besides: never plan the last of it.
@@ -59,8 +58,8 @@ class MemoryFit:
     need_bytes: int            # predicted for a step at the chosen micro-batch, per process
     available_bytes: int       # per process
     state_bytes: int           # gradients and optimizer moments
-    fixed_bytes: int           # saved activations that do not grow with the rows
-    row_bytes: int             # saved activations per row, measured
+    fixed_bytes: int           # step tensors that do not grow with the rows, at its peak
+    row_bytes: int             # step tensors per row there, measured
     parameters: int = 0
 
     def message(self) -> str:
@@ -149,24 +148,100 @@ def state_bytes(model: nn.Module) -> int:
     return trained * (1 + OPTIMIZER_STATES)
 
 
-def saved_bytes(model: nn.Module, batch: dict, device: torch.device, precision: str) -> int:
-    """Bytes of the tensors autograd saves for backward in one forward pass over `batch`
-    (each storage once; the weights themselves not: they are resident already)."""
-    weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    seen: dict[int, int] = {}
+class PeakBytes(TorchDispatchMode):
+    """While active: the bytes of the tensors every operation creates (each storage once,
+    from its creation until it is freed), their peak, and after each operation its name and
+    the bytes then held (`trace`). Tensors made before (the weights, the batch, gradients
+    already there) are not counted."""
 
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        storage = t.untyped_storage()
+    def __init__(self):
+        super().__init__()
+        self.live = self.peak = 0
+        self.ops: list[str] = []
+        self.trace: list[int] = []
+        self._held: dict[int, weakref.ref] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        given = {_storage_ptr(t) for t in tree_leaves((args, kwargs))
+                 if isinstance(t, torch.Tensor)}
+        for t in tree_leaves(out):
+            if isinstance(t, torch.Tensor) and _storage_ptr(t) not in given:
+                self._count(t.untyped_storage())   # (an in-place result is its input)
+        self.ops.append(str(func))
+        self.trace.append(self.live)
+        return out
+
+    def _count(self, storage) -> None:
         ptr = storage.data_ptr()
-        if ptr and ptr not in weights:
-            seen[ptr] = max(seen.get(ptr, 0), storage.nbytes())
-        return t
+        if not ptr or ptr in self._held:   # a view of one counted already
+            return
+        size = storage.nbytes()
 
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):   # (nothing is kept)
-        with hardware.autocast(device, precision):
-            out = model(**hardware.to_device(batch, device))
-    del out   # the graph goes with it
-    return sum(seen.values())
+        def freed(_, ptr=ptr, size=size):
+            if self._held.pop(ptr, None) is not None:
+                self.live -= size
+
+        self._held[ptr] = weakref.ref(storage, freed)
+        self.live += size
+        self.peak = max(self.peak, self.live)
+
+
+def _storage_ptr(t: torch.Tensor) -> int:
+    return 0 if t.device.type == "meta" else t.untyped_storage().data_ptr()
+
+
+def step_trace(model: nn.Module, batch: dict, device: torch.device, precision: str) -> PeakBytes:
+    """One training step's forward and backward passes over `batch` under `PeakBytes`, the
+    gradients already allocated (as from the second step on: the plan counts them in the
+    state)."""
+    batch = hardware.to_device(batch, device)
+    trained = [p for p in model.parameters() if p.requires_grad]
+    for p in trained:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    try:
+        with PeakBytes() as live:
+            with hardware.autocast(device, precision):
+                out = model(**batch)
+            out["loss"].float().backward()
+            del out   # the graph goes with it
+        return live
+    finally:
+        for p in trained:
+            p.grad = None
+
+
+def step_bytes(model: nn.Module, batch: dict, device: torch.device, precision: str) -> int:
+    """The peak bytes of the tensors one training step over `batch` creates."""
+    return step_trace(model, batch, device, precision).peak
+
+
+def envelope(small: PeakBytes, large: PeakBytes, sizes: tuple[int, int]
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """(fixed, per_row) arrays whose max(fixed + rows * per_row) is a step's peak at any
+    number of rows. The same operations at two sizes: each moment of the step grows linearly
+    with the rows, at its own rate, and the peak at many rows is a moment the small probes do
+    not peak at (the start of the backward, not the weights' gradients at its end): every
+    moment is extrapolated, the dominated ones dropped."""
+    if sizes[0] == sizes[1]:
+        return np.zeros(1), np.asarray([max(small.peak, large.peak) / sizes[0]])
+    # The moments matched by the operations' names (a step at more rows may take a few
+    # operations more or fewer, e.g. where it selects the predicted positions), and the two
+    # peaks.
+    blocks = SequenceMatcher(None, small.ops, large.ops, autojunk=False).get_matching_blocks()
+    pairs = [(i + k, j + k) for i, j, n in blocks for k in range(n)]
+    a = np.asarray([small.trace[i] for i, _ in pairs] + [small.peak], np.float64)
+    b = np.asarray([large.trace[j] for _, j in pairs] + [large.peak], np.float64)
+    per_row = np.maximum(0.0, (b - a) / (sizes[1] - sizes[0]))
+    fixed = np.maximum(0.0, a - sizes[0] * per_row)
+    order = np.lexsort((-fixed, -per_row))     # by rate, then fixed part, both descending
+    keep, best = [], -1.0
+    for i in order:                            # a moment no other moment exceeds at any rows
+        if fixed[i] > best:
+            keep.append(i)
+            best = fixed[i]
+    return fixed[keep], per_row[keep]
 
 
 def probe_rows(data, rows: int) -> list[int]:
@@ -179,14 +254,18 @@ def probe_rows(data, rows: int) -> list[int]:
     return [int(i) for i in np.argsort(-values, kind="stable")[:rows]]
 
 
-def measure(model: nn.Module, data, device: torch.device,
-            precision: str) -> tuple[int, int, int]:
-    """(bytes not per row, bytes per row, sequences per row) of a forward pass's saved
-    activations, from the longest rows at two sizes, unchunked (see `fit_to_memory`). Its
-    dropout draws do not matter: the loop seeds every RNG (or restores a checkpoint's) after
-    this, before the first step."""
-    small = 1 if len(data) < 4 else 2
-    sizes = (small, 2 * small) if len(data) >= 2 * small else (1, 1)
+def measure(model: nn.Module, data, device: torch.device, precision: str,
+            most: int = 2) -> tuple[np.ndarray, np.ndarray, int]:
+    """(fixed bytes, bytes per row, sequences per row) of a training step's tensors at each
+    moment of it (`envelope`), from the longest rows at two sizes of at most `most` rows or
+    three (two and three where the loss compares rows: so the probe needs about what a small
+    step needs), unchunked (see `fit_to_memory`). Two and three rows share the attention
+    kernels' choices (model/attention.py), so their operations are the same. Its dropout draws
+    do not matter: the loop seeds every RNG (or restores a checkpoint's) after this, before
+    the first step."""
+    least = 2 if getattr(model, "compares_rows", None) is not None or most >= 3 else 1
+    least = min(len(data), least)
+    sizes = (least, least + 1) if len(data) > least else (least, least)
     rows = probe_rows(data, sizes[-1])
     was_training, chunk = model.training, getattr(model, "cache_negatives", 0)
     model.train()
@@ -194,36 +273,39 @@ def measure(model: nn.Module, data, device: torch.device,
         if chunk:
             model.cache_negatives = 0
         batches = [without_full_mask(data.batch(rows[:n], 0)) for n in sizes]
-        counts = [saved_bytes(model, b, device, precision) for b in batches]
+        traces = [step_trace(model, b, device, precision) for b in batches]
     finally:
         model.train(was_training)
         if chunk:
             model.cache_negatives = chunk
     ids = batches[0].get("input_ids")
     per_sequence = ids.shape[1] if ids is not None and ids.dim() == 3 else 1
-    if sizes[0] == sizes[1]:
-        return 0, counts[0], per_sequence
-    per_row = max(0, (counts[1] - counts[0]) // (sizes[1] - sizes[0]))
-    return max(0, counts[0] - sizes[0] * per_row), per_row, per_sequence
+    fixed, per_row = envelope(*traces, sizes)
+    return fixed, per_row, per_sequence
 
 
-def choose(asked: int, given: bool, state: int, fixed: int, per_row: int, available: int,
+def choose(asked: int, given: bool, state: int, fixed, per_row, available: int,
            splittable: bool = True, live_rows=None, hint: str = "",
            checkpointing: bool = False, parameters: int = 0) -> MemoryFit:
     """The micro-batch to train with: `asked` where it fits; else, where the user did not
     choose it and the loss does not compare rows, the largest divisor of it that fits; else a
-    BertctlError with the figures and what to change."""
+    BertctlError with the figures and what to change. `fixed` and `per_row`: bytes, or arrays
+    of them (a step's moments, `envelope`), whose largest sum is the step's peak."""
     live = live_rows or (lambda rows: rows)
-    share = ACTIVATION_MARGIN * (CHECKPOINTED_SHARE if checkpointing else 1)
+    fixed, per_row = np.atleast_1d(fixed), np.atleast_1d(per_row)
+
+    def tensors(rows: int) -> int:   # the step's peak: its largest moment at these rows
+        return int(np.max(fixed + live(rows) * per_row))
 
     def need(rows: int) -> int:
-        return state + int(share * (fixed + live(rows) * per_row)) + RESERVE_BYTES
+        return state + int(ACTIVATION_MARGIN * tensors(rows)) + RESERVE_BYTES
 
     fitting = [d for d in range(asked, 0, -1) if asked % d == 0 and need(d) <= available]
     chosen = fitting[0] if fitting else 0
     if chosen == asked or (chosen and not given and splittable):
-        return MemoryFit(chosen, asked, need(chosen), available, state, fixed, per_row,
-                         parameters)
+        at = int(np.argmax(fixed + live(chosen) * per_row))   # the moment that peaks there
+        return MemoryFit(chosen, asked, need(chosen), available, state, int(fixed[at]),
+                         int(per_row[at]), parameters)
     if not splittable:
         way = hint or "a smaller --batch-size"
     elif chosen:
@@ -259,7 +341,7 @@ def fit_to_memory(model: nn.Module, data, settings, device: torch.device, world:
         raise BertctlError(f"--micro-batch-size {asked}: this loss compares the rows of a "
                            f"batch (in-batch negatives), which micro-batches of {asked} would "
                            f"split from the batch of {s.batch_size}; give {compares}")
-    fixed, per_row, per_sequence = measure(model, data, device, s.precision)
+    fixed, per_row, per_sequence = measure(model, data, device, s.precision, asked)
     available = available_bytes(device)
     if dist.active():   # the same rows measure the same on every rank: only this may differ
         available = min(int(a) for a in dist.all_gather_object(available))
