@@ -41,7 +41,9 @@
 #              STEPS instead of EPOCHS when set); each fine-tuning keeps its best evaluated
 #              weights by dev (finetune --dev: the dev rows below)
 #   RERANK_LR, RERANK_BATCH, RERANK_LENGTH   the reranker's (5e-5, 32 rows, 128 tokens)
-#   RERANK_EPOCHS   the reranker's epochs (3), its best epoch kept by its dev rows' nDCG@10
+#   RERANK_EPOCHS, RERANK_PATIENCE   the reranker trains until its dev rows' nDCG@10 has not
+#              improved for RERANK_PATIENCE (2) epochs, at most RERANK_EPOCHS (10), its best
+#              epoch kept
 #   DEV_NEGATIVES   negatives a dev row (9): the dev queries' rows mined by the miner over
 #              the dev corpus, what each fine-tuning's --dev reads
 #   NEGATIVES, MINE_FLAGS   mining's (3; more guards, e.g. --relative-margin 0.05)
@@ -85,7 +87,8 @@ SEED    ?= 0
 RERANK_LR ?= 5e-5
 RERANK_BATCH ?= 32
 RERANK_LENGTH ?= 128
-RERANK_EPOCHS ?= 3
+RERANK_EPOCHS ?= 10
+RERANK_PATIENCE ?= 2
 NEGATIVES ?= 3
 RERANK_NEGATIVES ?= $(NEGATIVES)
 DEV_NEGATIVES ?= 9
@@ -214,7 +217,8 @@ $(RUNS)/rerank-rows/artifact.json: $(MINER_DEPS) $(SPLIT)/artifact.json $(CORPUS
 	    --force
 $(RUNS)/reranker/artifact.json: $(RERANK_ROWS)/artifact.json $(RUNS)/dev-rows/artifact.json
 	$(BERTCTL) finetune $(MODEL) $(<D)/pairs.jsonl --task reranking --epochs $(RERANK_EPOCHS) \
-	    --batch-size $(RERANK_BATCH) --lr $(RERANK_LR) --max-seq-length $(RERANK_LENGTH) \
+	    --patience $(RERANK_PATIENCE) --batch-size $(RERANK_BATCH) --lr $(RERANK_LR) \
+	    --max-seq-length $(RERANK_LENGTH) \
 	    --seed $(SEED) $(SELECTED) $(FLAGS) --out $(@D) --force
 # Round k (2 ...): the model of round k - 1 mines with the same guards and trains on its rows.
 define round

@@ -83,18 +83,19 @@ def test_search_pipeline_trains_the_reranker_on_rows_of_its_own_when_asked(tmp_p
                                                                           minilm_dir):
     """RERANK_NEGATIVES other than NEGATIVES: the reranker's rows are mined apart (by the same
     miner, with that many negatives and the same guards); by default it trains on the mined
-    rows. Either way it trains RERANK_EPOCHS (3) and keeps its best epoch by the dev rows."""
+    rows. Either way it trains until the dev rows stop improving (RERANK_PATIENCE, 2), at most
+    RERANK_EPOCHS (10), and keeps its best epoch by them."""
     _small_search_set(EXAMPLE, tmp_path / "ret", queries=8, pairs=8)
     runs = tmp_path / "runs"
     base = {"MODEL": str(minilm_dir), "TRAIN": "ret/train.tsv", "BEIR": "ret/beir",
             "RUNS": "runs", "MINE_FLAGS": "--relative-margin 0.05", "EPOCHS": "2"}
-    for extra, rows, epochs in (({}, "mined", "3"),
+    for extra, rows, epochs in (({}, "mined", "10"),
                                 ({"RERANK_NEGATIVES": "15", "RERANK_EPOCHS": "4"},
                                  "rerank-rows", "4")):
         commands = _planned({**base, **extra}, tmp_path)
         reranker = _one(commands, f"{runs}/reranker")
         assert f"finetune {minilm_dir} {runs}/{rows}/pairs.jsonl --task reranking" in reranker
-        assert f"--epochs {epochs}" in reranker
+        assert f"--epochs {epochs} --patience 2" in reranker
         assert f"--dev {runs}/dev-rows/pairs.jsonl" in reranker
         own = [x for x in commands if f"--out {runs}/rerank-rows " in x]
         assert len(own) == (1 if extra else 0)

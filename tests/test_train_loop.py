@@ -230,8 +230,8 @@ def test_each_epoch_trains_every_batch_of_its_order_once(tmp_path):
     train(tiny_pretraining(), data, settings, tmp_path)
     order = BatchOrder(40, 8, seed=4, lengths=None)
     expected = [(e, tuple(int(i) for i in b)) for e in (0, 1) for b in order.epoch(e)]
-    # (first the memory plan's probe: the longest row, then the 2 longest, train/memory.py)
-    probe = [tuple(memory.probe_rows(data, 2)[:n]) for n in (1, 2)]
+    # (first the memory plan's probe: the 2 longest rows, then the 3, train/memory.py)
+    probe = [tuple(memory.probe_rows(data, 3)[:n]) for n in (2, 3)]
     assert data.seen == [(0, rows) for rows in probe] + expected
 
 
@@ -483,6 +483,46 @@ def test_select_returns_the_best_weights(tmp_path):
     link = ckpt.step_dir(tmp_path, 6) / "best.safetensors"
     assert link.is_file() and os.stat(link).st_ino == os.stat(tmp_path / "best" /
                                                                "model.safetensors").st_ino
+
+
+def test_patience_stops_when_the_dev_metric_stops_improving_and_keeps_the_best(tmp_path):
+    """--patience 2: the scores 0, 3, 2, 1, ... improve at step 4 (the second evaluation),
+    then not at 6 and 8: the run stops at step 8 of 20 with step 4's weights; the stop is
+    recorded, and the same command rerun on its work directory stops there again."""
+    scores = [0, 3, 2, 1, 0, -1, -2, -3, -4, -5]
+
+    def run(work, stop_after=None):
+        calls = iter(scores)
+        settings = TrainSettings(steps=20, batch_size=8, lr=1e-2, eval_every=2,
+                                 checkpoint_every=2, patience=2, stop_after=stop_after)
+        notes = []
+        result = train(tiny_pretraining(), RepeatedTokens(), settings, work,
+                       evaluate=lambda m: {"score": next(calls)}, select=("score", "max"),
+                       on_log=lambda r: notes.append(r.get("text")))
+        return result, notes
+
+    result, notes = run(tmp_path / "run")
+    assert result.step == 8 and result.best_step == 4 and not result.stopped_early
+    assert result.patience_stop == {"step": 8, "planned": 20, "best_step": 4}
+    assert result.fits()["patience_stop"] == result.patience_stop
+    assert any(n and "score has not improved for 2 evaluations: stopped at step 8 of 20" in n
+               for n in notes)
+    from safetensors.torch import load_file
+    best = load_file(str(tmp_path / "run" / "best" / "model.safetensors"))   # step 4's
+    assert all(torch.equal(best[k], v) for k, v in result.model.state_dict().items())
+    # Interrupted at the stop (its checkpoint written, the artifact not yet): the rerun
+    # trains no further.
+    part, _ = run(tmp_path / "again", stop_after=8)
+    assert part.step == 8
+    again, _ = run(tmp_path / "again")
+    assert again.step == 8 and again.best_step == 4 and again.resumed_from == 8
+    assert all(torch.equal(best[k], v) for k, v in again.model.state_dict().items())
+
+
+def test_patience_needs_a_metric_to_select_by(tmp_path):
+    with pytest.raises(BertctlError, match="--patience 2: .*give a dev set"):
+        train(tiny_pretraining(), RepeatedTokens(),
+              TrainSettings(steps=4, batch_size=8, patience=2), tmp_path)
 
 
 # ---------------------------------------------------------------------------------------------

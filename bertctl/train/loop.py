@@ -113,6 +113,10 @@ class Trainer:
         if select is not None and (evaluate is None or select[1] not in ("max", "min")):
             raise BertctlError("train: select needs an evaluate function and a mode 'max' or "
                                "'min'")
+        if s.patience is not None and select is None:
+            raise BertctlError(f"--patience {s.patience}: it stops on the dev metric the run "
+                               f"selects its best weights by, and this run has none (give a "
+                               f"dev set: --dev)")
         self.data, self.work_dir = data, work_dir
         self.evaluate_fn, self.select, self.on_log = evaluate, select, on_log
         self.step_metrics = step_metrics
@@ -167,6 +171,7 @@ class Trainer:
         self.step, self.interval, self.best = s.start_step, Interval(), Best()
         self.last_eval, self.history = None, []   # (the last validation record; every record)
         self.resumed_from: int | None = None
+        self.stopped_by_patience: dict[str, int] | None = None
         self.elapsed = 0.0   # seconds spent in the loop, by the ranks' mean clock
         self.board, self.ddp = None, self.model
 
@@ -194,6 +199,8 @@ class Trainer:
             # Different seeds per rank: dropout masks must not repeat across the ranks' slices.
             ckpt.seed_everything(s.seed + self.rank)
         self.history = read_history(metrics_path, self.step)
+        if found is not None and self.select is not None and s.patience is not None:
+            self._stop_if_patience_spent()   # the run had stopped here: stop again
         if info.is_main:
             rewrite_jsonl(metrics_path, self.history)
             if found is None:
@@ -429,6 +436,24 @@ class Trainer:
                 if self.info.is_main:
                     ckpt.write_best(self.work_dir, self.model, self.step)
         self.emit({**record, "elapsed_s": round(self.elapsed, 1)})   # the log only
+        if self.select is not None and self.s.patience is not None:
+            self._stop_if_patience_spent()
+
+    def _stop_if_patience_spent(self) -> None:
+        """End the run here when the last `patience` evaluations did not improve on the best
+        (counted from the history, which a resumed run reads back: the same stop)."""
+        since = sum(1 for r in self.history
+                    if r.get("split") == "validation" and r["step"] > self.best.step)
+        if since < self.s.patience or self.step >= self.end_step:
+            return
+        planned = self.end_step
+        self.end_step = self.last_step = self.step
+        self.stopped_by_patience = {"step": self.step, "planned": planned,
+                                    "best_step": self.best.step}
+        if self.on_log is not None and self.info.is_main:
+            self.on_log({"split": "note", "text": (
+                f"{self.select[0]} has not improved for {since} evaluations: stopped at step "
+                f"{self.step} of {planned}; the best, step {self.best.step}, kept")})
 
     def _checkpoint_due(self) -> bool:
         s = self.s
@@ -471,6 +496,7 @@ class Trainer:
                            elapsed=self.elapsed, loop_started=self.loop_started,
                            batch_fit=asdict(self.batch_fit) if self.batch_fit else None,
                            memory_fit=asdict(self.memory_fit),
+                           patience_stop=self.stopped_by_patience,
                            attention={"mode": self.s.attention,
                                       "chosen": self.attention_choices()})
 

@@ -157,6 +157,7 @@ class TrainResult:
     memory_fit: dict[str, Any] | None = None  # the micro-batch fitted to memory (memory.py)
     loop_started: float = 0.0            # time.perf_counter() when the first step began
     attention: dict[str, Any] | None = None   # the attention kernels taken (model/attention.py)
+    patience_stop: dict[str, int] | None = None   # where --patience ended the run
 
     def fits(self) -> dict[str, Any]:
         """For a manifest's stats: what the loop fitted to the machine (a micro-batch only
@@ -165,5 +166,6 @@ class TrainResult:
         memory = self.memory_fit
         changed = memory is not None and memory["micro_batch_size"] != memory["asked"]
         return {**({"batch_fit": self.batch_fit} if self.batch_fit is not None else {}),
+                **({"patience_stop": self.patience_stop} if self.patience_stop else {}),
                 **({"memory_fit": memory} if changed else {}),
                 **({"attention": self.attention} if self.attention is not None else {})}

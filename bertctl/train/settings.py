@@ -93,6 +93,11 @@ class TrainingSettings(StageConfig):
     eval_every: int | None = Field(None, ge=1, description="Steps between validation passes; "
                                    "unset: at each epoch's end and the run's end.",
                                    json_schema_extra=meta(EVALUATION, identity=False))
+    patience: int | None = Field(
+        None, ge=1, le=10**6, description="Stop when the dev metric the run selects by has not "
+        "improved for this many evaluations in a row (each epoch's end, or --eval-every); the "
+        "best evaluated weights are kept, as without it. Needs a dev set. Unset: train to the "
+        "end.", json_schema_extra=meta(EVALUATION, hashed_if_changed=True))
     checkpoint_every: int | None = Field(200, ge=1, description="Steps between resumable "
                                          "checkpoints; unset: none.",
                                          json_schema_extra=meta(CHECKPOINTS, identity=False))
