@@ -230,8 +230,8 @@ def test_each_epoch_trains_every_batch_of_its_order_once(tmp_path):
     train(tiny_pretraining(), data, settings, tmp_path)
     order = BatchOrder(40, 8, seed=4, lengths=None)
     expected = [(e, tuple(int(i) for i in b)) for e in (0, 1) for b in order.epoch(e)]
-    # (first the memory plan's probe: the longest row, then the 2 longest, train/memory.py)
-    probe = [tuple(memory.probe_rows(data, 2)[:n]) for n in (1, 2)]
+    # (first the memory plan's probe: the 2 longest rows, then the 3, train/memory.py)
+    probe = [tuple(memory.probe_rows(data, 3)[:n]) for n in (2, 3)]
     assert data.seen == [(0, rows) for rows in probe] + expected
 
 
