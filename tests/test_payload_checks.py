@@ -135,3 +135,39 @@ def test_a_file_of_an_artifact_carries_that_artifact_as_its_lineage(cli, minilm_
     assert ids[0] == ids[1]
     shown = cli("inspect", tmp_path / "a")
     assert "artifact: split" in shown.stdout
+
+
+def test_a_large_files_sample_is_checked_before_it_is_read(tmp_path):
+    """Above the checksum limit a file is checked by its sample (its size and blocks from its
+    first byte to its last): an edit in a block is one line, exit 2; a small file's entry has
+    no sample (its manifest entry as before)."""
+    import pytest
+
+    from bertctl.contract import artifacts
+    from bertctl.errors import BertctlError
+
+    size = artifacts.CHECKSUM_ON_COPY_BYTES + 12345
+    payload = np.random.default_rng(0).integers(0, 255, size, dtype=np.uint8)
+
+    def build(tmp):
+        payload.tofile(tmp / "vectors-00000.npy")
+        (tmp / "small.txt").write_text("x")
+        return {}
+
+    out = tmp_path / "art"
+    artifacts.produce("embeddings", {"seed": 1}, [], artifacts.Target(out), build)
+    art = artifacts.read_artifact(out)
+    entries = art.manifest.files
+    assert entries["vectors-00000.npy"].sample and entries["small.txt"].sample is None
+    assert '"sample"' not in (out / "artifact.json").read_text().split('"small.txt"')[1][:80]
+    art.file("vectors-00000.npy")
+    data = bytearray((out / "vectors-00000.npy").read_bytes())
+    last = len(data) - artifacts.SAMPLE_BLOCK
+    for at in (0, len(data) - 1, last * 7 // (artifacts.SAMPLE_BLOCKS - 1) + 10):   # 3 blocks
+        edited = bytearray(data)
+        edited[at] ^= 0xFF
+        (out / "vectors-00000.npy").write_bytes(bytes(edited))
+        with pytest.raises(BertctlError, match="vectors-00000.npy: changed since it was "
+                           "written \\(checksum mismatch\\)") as err:
+            art.file("vectors-00000.npy")
+        assert err.value.exit_code == 2

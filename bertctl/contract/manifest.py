@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import PurePosixPath
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, field_validator, model_serializer
 
 FORMAT = "bertctl-artifact"
 MANIFEST = "artifact.json"
@@ -18,6 +18,17 @@ class FileEntry(BaseModel):
     model_config = ConfigDict(extra="forbid")
     sha256: str
     size: int
+    # For a file too large to hash whenever it is read (a shard, weights): the hash of its size
+    # and blocks spread over it (artifacts.sample_digest), which a stage checks before reading.
+    sample: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_sample(self, handler):
+        # A small file's entry stays as it was written before samples were (no "sample": null).
+        data = handler(self)
+        if data.get("sample") is None:
+            data.pop("sample", None)
+        return data
 
 
 class InputRef(BaseModel):
