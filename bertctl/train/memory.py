@@ -257,10 +257,9 @@ def probe_rows(data, rows: int) -> list[int]:
 def measure(model: nn.Module, data, device: torch.device, precision: str,
             most: int = 2) -> tuple[np.ndarray, np.ndarray, int]:
     """(fixed bytes, bytes per row, sequences per row) of a training step's tensors at each
-    moment of it (`envelope`), from the longest rows at two sizes of at most `most` rows or
-    three (two and three where the loss compares rows: so the probe needs about what a small
-    step needs), unchunked (see `fit_to_memory`). Two and three rows share the attention
-    kernels' choices (model/attention.py), so their operations are the same. Its dropout draws
+    moment of it (`envelope`), from the longest rows at one and two rows, or two and three
+    where the micro-batch (`most`) is three or more or the loss compares rows: the probe
+    needs about what a small step needs. Unchunked (see `fit_to_memory`). Its dropout draws
     do not matter: the loop seeds every RNG (or restores a checkpoint's) after this, before
     the first step."""
     least = 2 if getattr(model, "compares_rows", None) is not None or most >= 3 else 1
