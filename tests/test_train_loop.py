@@ -519,6 +519,19 @@ def test_patience_stops_when_the_dev_metric_stops_improving_and_keeps_the_best(t
     assert all(torch.equal(best[k], v) for k, v in again.model.state_dict().items())
 
 
+def test_patience_resumes_a_run_stopped_before_its_first_evaluation(tmp_path):
+    settings = dict(steps=6, batch_size=8, lr=1e-2, eval_every=4, checkpoint_every=2,
+                    patience=1)
+    calls = iter([1.0, 0.5, 0.25])
+    score = {"evaluate": lambda m: {"score": next(calls)}, "select": ("score", "max")}
+    part = train(tiny_pretraining(), RepeatedTokens(), TrainSettings(**settings, stop_after=2),
+                 tmp_path, **score)
+    assert part.step == 2 and part.best_step is None
+    done = train(tiny_pretraining(), RepeatedTokens(), TrainSettings(**settings), tmp_path,
+                 **score)
+    assert done.resumed_from == 2 and done.step == 6 and done.best_step == 4
+
+
 def test_patience_needs_a_metric_to_select_by(tmp_path):
     with pytest.raises(BertctlError, match="--patience 2: .*give a dev set"):
         train(tiny_pretraining(), RepeatedTokens(),

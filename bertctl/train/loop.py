@@ -442,6 +442,8 @@ class Trainer:
     def _stop_if_patience_spent(self) -> None:
         """End the run here when the last `patience` evaluations did not improve on the best
         (counted from the history, which a resumed run reads back: the same stop)."""
+        if self.best.step is None:   # (a run resumed before its first evaluation)
+            return
         since = sum(1 for r in self.history
                     if r.get("split") == "validation" and r["step"] > self.best.step)
         if since < self.s.patience or self.step >= self.end_step:
