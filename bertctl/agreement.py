@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from bertctl.data.tokenizer import special_id
 from bertctl.errors import BertctlError
 from tokenizers import Tokenizer
 
@@ -42,10 +43,10 @@ def check(where: str, *, model_vocab: int, max_positions: int, pad_id: int | Non
     if model_tokenizer.get_vocab_size() != data_vocab:
         raise BertctlError(f"{where}: the model's tokenizer has {model_tokenizer.get_vocab_size()} "
                            f"tokens but the data's {data_vocab}{hint}")
-    for name, i in special.items():
-        if model_tokenizer.token_to_id(name) != i:
-            raise BertctlError(f"{where}: {name} is id {model_tokenizer.token_to_id(name)} in the "
-                               f"model's tokenizer but {i} in the data{hint}")
+    for name, i in special.items():   # by role: [CLS] is RoBERTa's <s>
+        if special_id(model_tokenizer, name) != i:
+            raise BertctlError(f"{where}: {name} is id {special_id(model_tokenizer, name)} in "
+                               f"the model's tokenizer but {i} in the data{hint}")
     if data_tokenizer is not None and Path(data_tokenizer).is_file():
         theirs = Tokenizer.from_file(str(data_tokenizer)).get_vocab(with_added_tokens=True)
         ours = model_tokenizer.get_vocab(with_added_tokens=True)

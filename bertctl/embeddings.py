@@ -55,6 +55,7 @@ from bertctl.evaluation import non_finite_rows, refuse_non_finite
 from bertctl.model.features import combine_layers
 from bertctl.npy import NpyAppender
 from bertctl.data.tables import BY_NAME, read_table
+from bertctl.data.tokenizer import PAD, UNK, special_id, special_tokens
 import pyarrow as pa
 import pyarrow.parquet as pq
 from tokenizers import Tokenizer
@@ -264,7 +265,7 @@ def _encode_words(tok, sentences: list[list[str]]) -> list:
     tokenizer turns into nothing (a control character, an odd space) becomes the unknown token,
     so that each of the file's words gets a vector, as in tagging."""
     encodings = tok.encode_batch(sentences, is_pretokenized=True)
-    unk = tok.model.unk_token if hasattr(tok.model, "unk_token") else "[UNK]"
+    unk = special_tokens(tok)[UNK]
     for r, (words, e) in enumerate(zip(sentences, encodings)):
         seen = {w for w in e.word_ids if w is not None}
         if len(seen) < len(words):
@@ -386,7 +387,7 @@ def write(model, tokenizer, chunks: Iterator[Chunk], opts: EmbedOptions, out: Pa
 
     tok = Tokenizer.from_str(tokenizer.to_str())   # a copy: truncation is set per chunk
     tok.no_padding()
-    pad_id = tok.token_to_id("[PAD]") or 0
+    pad_id = special_id(tok, PAD) or 0
     dtype = np.float16 if opts.dtype == "fp16" else np.float32
     fields = [("row", pa.int64()), ("shard", pa.int32()), ("start", pa.int64()),
               ("count", pa.int32())]

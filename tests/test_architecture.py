@@ -302,7 +302,7 @@ def test_every_registered_architecture_fulfils_the_contract(name):
     """#54: what an architecture provides is written as Protocols (model/architectures.py);
     each registered one is checked against them, its heads are EncoderWithHead models of the
     roles they claim, and its package imports only the shared module, never another
-    architecture's files."""
+    architecture's files but those of the one it declares it builds on (RoBERTa on BERT's)."""
     import torch
 
     from bertctl.model import architectures, build
@@ -327,8 +327,15 @@ def test_every_registered_architecture_fulfils_the_contract(name):
         assert cls.__name__ == arch.head_name(role)
         assert role == "encoder" or issubclass(cls, EncoderWithHead), (role, cls)
     assert architectures.of_model(encoder) is arch
-    package = PACKAGE / "model" / name
-    others = {f"bertctl.model.{n}" for n in ARCHITECTURES if n != name}
+    def room(a):   # the package its config class is declared in (xlm-roberta: roberta's)
+        return a.config_class.__module__.split(".")[2]
+
+    package = PACKAGE / "model" / room(arch)
+    assert arch.builds_on is None or arch.builds_on in ARCHITECTURES
+    allowed = {room(arch), *(room(ARCHITECTURES[arch.builds_on]) for _ in [1] if arch.builds_on)}
+    others = {f"bertctl.model.{room(a)}" for a in ARCHITECTURES.values()} - \
+        {f"bertctl.model.{r}" for r in allowed}
+    assert package.is_dir(), f"{name} has no package"
     for path in package.rglob("*.py"):
         bad = sorted(n for n in _imports(path) if n.startswith(tuple(others)))
         assert not bad, f"{_module(path)} imports {bad}"

@@ -68,6 +68,7 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
+from bertctl.data.tokenizer import check_special_tokens, special_ids, word_starts
 from bertctl.data.pretraining_pairs import pack_full, pack_pairs, truncation
 from bertctl.data.pretraining_masking import (
     KEPT, MASKED, RANDOM, MaskingRules, apply_masking, generator_uniform_at, hashed_uniform,
@@ -80,7 +81,6 @@ from bertctl.errors import BertctlError
 from bertctl.hardware import usable_cpus
 
 SPLITS = ("train", "validation")
-SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 _WHERE = "build-pretrain-data"
 _BLOCK = 4096  # instances masked at once (bounds the (instances x length) work arrays)
 
@@ -96,22 +96,15 @@ class VocabInfo:
 
     @classmethod
     def of(cls, tokenizer: Tokenizer) -> VocabInfo:
-        special = {}
-        for tok in SPECIAL_TOKENS:
-            i = tokenizer.token_to_id(tok)
-            if i is None:
-                raise BertctlError(f"tokenizer: no {tok} token in the vocabulary")
-            special[tok] = int(i)
+        check_special_tokens(tokenizer, "tokenizer")
+        special = {role: int(i) for role, i in special_ids(tokenizer).items()}
         digest = hashlib.sha256(tokenizer.to_str().encode("utf-8")).hexdigest()
         return cls(int(tokenizer.get_vocab_size(with_added_tokens=True)), special, digest)
 
 
 def masking_rules(tokenizer: Tokenizer, config: PretrainingDataSettings) -> MaskingRules:
     vocab = VocabInfo.of(tokenizer)
-    is_cont = np.zeros(vocab.vocab_size, dtype=bool)
-    for tok, i in tokenizer.get_vocab(with_added_tokens=True).items():
-        if tok.startswith("##") and i < vocab.vocab_size:
-            is_cont[i] = True
+    is_cont = ~word_starts(tokenizer)[:vocab.vocab_size]
     specials = np.array(sorted(vocab.special_ids.values()))
     replacement = np.setdiff1d(np.arange(vocab.vocab_size), specials)
     return MaskingRules(config.masked_lm_prob, config.max_predictions_per_seq,

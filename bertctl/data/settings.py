@@ -17,6 +17,20 @@ TOKENIZER = "Tokenizer"
 
 class TokenizeSettings(StageConfig):
     produces: ClassVar[str | None] = "tokenizer"
+    model: Literal["wordpiece", "bpe", "byte-level-bpe", "unigram"] = Field(
+        "wordpiece", description="The vocabulary's kind: BERT's WordPiece; BPE or Unigram "
+        "over SentencePiece's word marker (XLM-R's and DeBERTa-v3's are Unigram); GPT-2's and "
+        "RoBERTa's byte-level BPE (nothing is ever unknown).",
+        json_schema_extra=meta(TOKENIZER, hashed_if_changed=True))
+    special_tokens: Literal["bert", "roberta"] | None = Field(
+        None, description="How the special tokens are spelled: BERT's [CLS] [SEP] [PAD] "
+        "[MASK] [UNK] (bert, DeBERTa, ModernBERT, ELECTRA) or RoBERTa's <s> </s> <pad> <mask> "
+        "<unk> (roberta, xlm-roberta); unset: bert for wordpiece, roberta for the others.",
+        json_schema_extra=meta(TOKENIZER, hashed_if_changed=True))
+    unicode: Literal["nfkc", "nfc", "nfd", "nfkd", "none"] | None = Field(
+        None, description="The Unicode normal form text takes before a BPE or Unigram "
+        "vocabulary reads it; unset: nfkc (SentencePiece's). WordPiece has BERT's own "
+        "normaliser.", json_schema_extra=meta(TOKENIZER, hashed_if_changed=True))
     vocab_size: int = Field(30522, ge=1, description="Vocabulary size, special and [unused] "
                             "tokens included.", json_schema_extra=meta(TOKENIZER))
     cased: bool = Field(False, description="Keep case and accents (a cased model) instead of "

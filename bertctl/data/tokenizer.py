@@ -1,28 +1,36 @@
-"""The BERT WordPiece tokenizer: training, importing, saving and loading it.
+"""Tokenizers of every kind bertctl trains or reads (WordPiece, BPE, byte-level BPE, Unigram):
+their pipelines, special tokens, importing, saving and loading (training: tokenizer_training.py).
 
-All per-character and per-token work happens inside the `tokenizers` library or numpy. The saved directory
-is what `transformers.BertTokenizerFast.from_pretrained` expects, so a bertctl tokenizer is a
-Hugging Face tokenizer with no conversion.
+The special tokens are named by role under BERT's spelling ([PAD], [UNK], [CLS], [SEP], [MASK]:
+what manifests key their ids by); a vocabulary spells them BERT's way or RoBERTa's (<pad>, <unk>,
+<s>, </s>, <mask>), and `special_tokens` says which. All per-character and per-token work happens
+inside the `tokenizers` library or numpy. The saved directory is what transformers'
+`AutoTokenizer.from_pretrained` loads, so a bertctl tokenizer is a Hugging Face tokenizer with no
+conversion.
 """
 
 from __future__ import annotations
 
 import json
-import string
-import sys
-import unicodedata
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
 from bertctl.errors import BertctlError, DiskFull, is_disk_full
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
-SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)
+SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)   # the roles
+# How each family of vocabularies spells the roles (transformers' names for the spellings).
+SPELLINGS = {"bert": dict(zip(SPECIAL_TOKENS, SPECIAL_TOKENS)),
+             "roberta": dict(zip(SPECIAL_TOKENS, ("<pad>", "<unk>", "<s>", "</s>", "<mask>")))}
+# RoBERTa's order: <s> 0, <pad> 1, </s> 2, <unk> 3 (its padding id places its positions).
+ROBERTA_LAYOUT = (CLS, PAD, SEP, UNK, MASK)
+KINDS = ("wordpiece", "bpe", "byte-level-bpe", "unigram")
+UNICODE_FORMS = ("nfkc", "nfc", "nfd", "nfkd", "none")
 # Google's vocabularies put 99 [unused] slots between [PAD] and [UNK] (so [UNK]=100, [CLS]=101,
 # [SEP]=102, [MASK]=103) and the rest after [MASK]; we keep that layout so ids match Google's.
 _UNUSED_BEFORE_UNK = 99
@@ -56,120 +64,129 @@ def _configure(tok: Tokenizer, lowercase: bool, strip_accents: bool | None) -> T
     tok.no_truncation()
     tok.no_padding()
     tok.decoder = decoders.WordPiece(prefix="##")
-    cls_id, sep_id = tok.token_to_id(CLS), tok.token_to_id(SEP)
-    tok.post_processor = processors.TemplateProcessing(
-        single=f"{CLS}:0 $A:0 {SEP}:0",
-        pair=f"{CLS}:0 $A:0 {SEP}:0 $B:1 {SEP}:1",
-        special_tokens=[(CLS, cls_id), (SEP, sep_id)],
-    )
+    tok.post_processor = post_processor(tok)
     return tok
 
 
+def spelling(tok: Tokenizer) -> str | None:
+    """Which family's spelling of the special tokens a vocabulary has (None: neither whole)."""
+    for name, tokens in SPELLINGS.items():
+        if all(tok.token_to_id(t) is not None for t in tokens.values()):
+            return name
+    return None
+
+
+def spelling_for(kind: str, asked: str | None) -> str:
+    """The spelling a new vocabulary of `kind` takes: the one asked, else BERT's for WordPiece
+    and RoBERTa's for the others. WordPiece has only BERT's ([unused] slots sit among them)."""
+    spelling = asked or ("bert" if kind == "wordpiece" else "roberta")
+    if kind == "wordpiece" and spelling != "bert":
+        raise BertctlError(f"--special-tokens {spelling}: a WordPiece vocabulary spells them "
+                           f"BERT's way (train --model bpe, byte-level-bpe or unigram for "
+                           f"RoBERTa's)")
+    return spelling
+
+
+def special_tokens(tok: Tokenizer) -> dict[str, str]:
+    """role -> the vocabulary's token for it (BERT's spelling when it has neither whole)."""
+    return SPELLINGS[spelling(tok) or "bert"]
+
+
+def special_id(tok: Tokenizer, role: str) -> int | None:
+    """The id of a role's token ([CLS]: RoBERTa's <s>), None where the vocabulary lacks it."""
+    return tok.token_to_id(special_tokens(tok)[role])
+
+
+def special_ids(tok: Tokenizer) -> dict[str, int | None]:
+    return {role: special_id(tok, role) for role in SPECIAL_TOKENS}
+
+
+def pair_separators(tok: Tokenizer) -> int:
+    """Separators between a pair's two texts: RoBERTa's spelling doubles it (`<s> A </s></s> B
+    </s>`), as its tokenizers' pair template does."""
+    return 2 if spelling(tok) == "roberta" else 1
+
+
 def check_special_tokens(tok: Tokenizer, where: str) -> None:
-    missing = [t for t in SPECIAL_TOKENS if tok.token_to_id(t) is None]
-    if missing:
-        raise BertctlError(f"{where}: vocabulary lacks the special token(s) {', '.join(missing)}")
+    if spelling(tok) is None:
+        missing = [t for t in SPECIAL_TOKENS if tok.token_to_id(t) is None]
+        raise BertctlError(f"{where}: vocabulary lacks the special token(s) "
+                           f"{', '.join(missing)} (nor has RoBERTa's "
+                           f"{', '.join(SPELLINGS['roberta'].values())})")
 
 
-class _CharacterSurvey:
-    """The characters of a corpus as the WordPiece trainer sees them: how often each occurs in
-    words (everything but the spaces the normalizer leaves) and which ones continue a word (follow
-    a character of the same word: BertPreTokenizer ends words at spaces and punctuation)."""
-
-    def __init__(self, tok: Tokenizer):
-        self.normalizer = tok.normalizer
-        size = sys.maxunicode + 1
-        self.counts = np.zeros(size, np.int64)
-        self.continues = np.zeros(size, bool)
-        self.seen = np.zeros(size, bool)
-        self.breaks = np.zeros(size, bool)
-
-    def add(self, batch: list[str]) -> None:
-        text = self.normalizer.normalize_str("\n".join(batch))
-        cps = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
-        new = np.unique(cps[~self.seen[cps]])
-        # Only characters not met before are classified, so this loop is bounded by the corpus's
-        # alphabet, not its length. (The normalizer maps all whitespace to the space.)
-        for cp in new.tolist():
-            c = chr(cp)
-            self.breaks[cp] = c == " " or c in string.punctuation or \
-                unicodedata.category(c).startswith("P")
-        self.seen[new] = True
-        chars, counts = np.unique(cps[cps != ord(" ")], return_counts=True)
-        self.counts[chars] += counts
-        in_word = ~self.breaks[cps]
-        self.continues[cps[1:][in_word[1:] & in_word[:-1]]] = True
-
-    def alphabet(self, limit: int) -> tuple[list[str], list[str]]:
-        """The `limit` most frequent characters (ties to the lower code point), and the
-        continuation pieces (##c) of those that continue a word, both in code-point order."""
-        present = np.flatnonzero(self.counts)
-        kept = np.sort(present[np.lexsort((present, -self.counts[present]))[:limit]])
-        return ([chr(c) for c in kept.tolist()],
-                ["##" + chr(c) for c in kept[self.continues[kept]].tolist()])
+def post_processor(tok: Tokenizer) -> processors.TemplateProcessing:
+    """[CLS] A [SEP] (B [SEP], segment 1) in BERT's spelling; <s> A </s> (</s> B </s>, one
+    segment) in RoBERTa's."""
+    names = special_tokens(tok)
+    cls, sep = names[CLS], names[SEP]
+    pair = (f"{cls}:0 $A:0 {sep}:0 $B:1 {sep}:1" if spelling(tok) != "roberta"
+            else f"{cls} $A {sep} {sep} $B {sep}")
+    return processors.TemplateProcessing(
+        single=f"{cls}:0 $A:0 {sep}:0", pair=pair,
+        special_tokens=[(cls, tok.token_to_id(cls)), (sep, tok.token_to_id(sep))])
 
 
-def train(survey: Iterable[list[str]], batches: Iterable[list[str]], vocab_size: int,
-          lowercase: bool, strip_accents: bool | None = None, min_frequency: int = 2,
-          limit_alphabet: int = 1000, unused_tokens: int = _UNUSED_BEFORE_UNK) -> Tokenizer:
-    """Train WordPiece on batches of sentences; `survey` and `batches` each read the corpus once.
-    `strip_accents=None` follows `lowercase`, as Google's uncased models do.
+def text_pipeline(tok: Tokenizer, kind: str, lowercase: bool, strip_accents: bool | None,
+                  unicode: str | None) -> None:
+    """The normaliser, pre-tokenizer and decoder of a kind: WordPiece BERT's own (its
+    normaliser cleans, splits CJK characters, lowercases and strips accents as asked); byte-level
+    BPE GPT-2's bytes with a space before the first word (so every word's first piece starts
+    with Ġ); BPE and Unigram SentencePiece's Metaspace (▁ marks a word's first piece), after the
+    Unicode form asked (NFKC unset, as SentencePiece's default)."""
+    if kind == "wordpiece":
+        _normalize(tok, lowercase, strip_accents)
+        tok.decoder = decoders.WordPiece(prefix="##")
+        return
+    steps = [] if unicode == "none" else [getattr(normalizers, (unicode or "nfkc").upper())()]
+    if strip_accents if strip_accents is not None else lowercase:
+        steps += [normalizers.NFD(), normalizers.StripAccents()]
+    if lowercase:
+        steps.append(normalizers.Lowercase())
+    tok.normalizer = normalizers.Sequence(steps)
+    if kind == "byte-level-bpe":
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+        tok.decoder = decoders.ByteLevel()
+    else:
+        tok.pre_tokenizer = pre_tokenizers.Metaspace()
+        tok.decoder = decoders.Metaspace()
 
-    The same corpus and settings give the same vocabulary in every process. Left to itself the
-    trainer gives the continuation pieces (##c) ids in hash-map order, different in each process,
-    and those ids break ties between equally frequent merges (huggingface/tokenizers#1794), as
-    its alphabet limit breaks ties between equally frequent characters. So a first pass over the
-    corpus finds the alphabet and its continuation pieces, and they enter the trainer in a fixed
-    order: the alphabet as its initial one, the pieces after the special tokens.
-    """
-    reserved = reserved_layout(unused_tokens)
-    if vocab_size <= len(reserved):
-        raise BertctlError(f"vocab_size {vocab_size} leaves no room for words after the "
-                           f"{len(reserved)} special and [unused] tokens")
-    tok = Tokenizer(models.WordPiece(unk_token=UNK, continuing_subword_prefix="##",
-                                     max_input_chars_per_word=100))
-    _normalize(tok, lowercase, strip_accents)
-    chars = _CharacterSurvey(tok)
-    for batch in survey:
-        chars.add(batch)
-    alphabet, pieces = chars.alphabet(limit_alphabet)
-    trainer = trainers.WordPieceTrainer(
-        vocab_size=vocab_size, min_frequency=min_frequency, limit_alphabet=max(len(alphabet), 1),
-        initial_alphabet=alphabet, special_tokens=reserved + pieces,
-        continuing_subword_prefix="##", show_progress=False)
-    # An exception raised inside the iterator (a bad file, Ctrl-C) crosses the Rust boundary as
-    # a generic error or an early end of input; keep the original and raise it here instead.
-    failure: list[BaseException] = []
 
-    def guarded():
-        try:
-            yield from batches
-        except BaseException as exc:
-            failure.append(exc)
-            raise
+def kind_of(tok: Tokenizer) -> str:
+    """The kind of a tokenizer's model (a BPE is byte-level when its pre-tokenizer is)."""
+    spec = json.loads(tok.to_str())
+    model = (spec.get("model") or {}).get("type")
+    if model == "BPE":
+        return "byte-level-bpe" if "ByteLevel" in json.dumps(spec.get("pre_tokenizer")) else "bpe"
+    return {"WordPiece": "wordpiece", "Unigram": "unigram"}.get(model, str(model).lower())
 
-    try:
-        tok.train_from_iterator(guarded(), trainer=trainer)
-    except Exception:
-        if not failure:
-            raise
-    if failure:
-        raise failure[0]
-    if not alphabet:
-        raise EmptyCorpus("the corpus yielded no words to build a vocabulary from")
-    if tok.get_vocab_size() > vocab_size:
-        # The trainer keeps every alphabet character even past vocab_size.
-        raise BertctlError(f"vocab_size {vocab_size} is smaller than the {len(reserved)} special "
-                           f"and [unused] tokens plus the corpus alphabet ({len(alphabet)} "
-                           f"characters and {len(pieces)} continuation pieces kept); raise "
-                           f"--vocab-size or lower --limit-alphabet")
-    # The pieces entered the trainer as special tokens only to fix their ids; the tokenizer holds
-    # them as ordinary vocabulary (never matched whole in raw text).
-    trained = Tokenizer(models.WordPiece(tok.get_vocab(with_added_tokens=False), unk_token=UNK,
-                                         continuing_subword_prefix="##",
-                                         max_input_chars_per_word=100))
-    trained.add_special_tokens(reserved)
-    return _configure(trained, lowercase, strip_accents)
+
+def word_starts(tok: Tokenizer) -> np.ndarray:
+    """(vocabulary,) bool: which pieces begin a word, as the pre-tokenizer marks them: not
+    WordPiece's `##` continuations; byte-level BPE's pieces starting with Ġ (a space) or with
+    neither a letter nor a digit; Metaspace's starting with ▁; every special token. Whole-word
+    masking groups a word's pieces by it. Read off the vocabulary, it cannot see a word that
+    follows punctuation with no space between ("(word"): that word masks with its bracket."""
+    vocab = tok.get_vocab(with_added_tokens=True)
+    starts = np.zeros(tok.get_vocab_size(with_added_tokens=True), bool)
+    spec = json.loads(tok.to_str())
+    model = spec.get("model") or {}
+    prefix = model.get("continuing_subword_prefix")
+    if model.get("type") == "WordPiece" or prefix:
+        begins = (lambda t: not t.startswith(prefix or "##"))
+    elif "ByteLevel" in json.dumps(spec.get("pre_tokenizer")):
+        # GPT-2's pre-tokenizer also parts letters, digits and other characters: a piece of
+        # punctuation or an 's begins a word of its own.
+        begins = (lambda t: t[:1] == "Ġ" or not t[:1].isalnum())
+    else:
+        begins = (lambda t: t.startswith("▁"))
+    for token, i in vocab.items():
+        if i < len(starts):
+            starts[i] = begins(token)
+    for added in spec.get("added_tokens") or []:
+        if added.get("special") and added.get("id", len(starts)) < len(starts):
+            starts[added["id"]] = True
+    return starts
 
 
 def read_vocab_file(path: Path) -> dict[str, int]:
@@ -202,8 +219,10 @@ def from_vocab(path: Path, lowercase: bool, strip_accents: bool | None = None) -
 
 
 def from_hf_directory(directory: Path) -> tuple[Tokenizer, bool, bool | None]:
-    """Import a local Hugging Face BERT tokenizer directory. Returns it, whether it lowercases
-    and whether it strips accents, read from the directory rather than re-typed by the user."""
+    """Import a local Hugging Face tokenizer directory of any kind. Returns it, whether it
+    lowercases and whether it strips accents, read from the directory rather than re-typed by
+    the user. A WordPiece gets BERT's pipeline; another kind keeps its own (its post-processor
+    too, where it has one)."""
     cfg_path = directory / "tokenizer_config.json"
     cfg = {}
     if cfg_path.is_file():
@@ -214,10 +233,20 @@ def from_hf_directory(directory: Path) -> tuple[Tokenizer, bool, bool | None]:
     tok_json = directory / "tokenizer.json"
     if tok_json.is_file():
         tok = load(tok_json)
-        model = json.loads(tok.to_str())["model"]
-        if model.get("type") != "WordPiece":
-            raise BertctlError(f"{tok_json}: a {model.get('type')} tokenizer, not BERT WordPiece")
-        norm = json.loads(tok.to_str()).get("normalizer") or {}
+        spec = json.loads(tok.to_str())
+        if (spec.get("model") or {}).get("type") not in ("WordPiece", "BPE", "Unigram"):
+            raise BertctlError(f"{tok_json}: a {(spec.get('model') or {}).get('type')} "
+                               f"tokenizer (bertctl reads WordPiece, BPE and Unigram)")
+        if kind_of(tok) != "wordpiece":
+            check_special_tokens(tok, str(tok_json))
+            tok.no_truncation()
+            tok.no_padding()
+            if tok.post_processor is None:
+                tok.post_processor = post_processor(tok)
+            lowercase = "Lowercase" in json.dumps(spec.get("normalizer")) or \
+                bool(cfg.get("do_lower_case", False))
+            return tok, lowercase, None
+        norm = spec.get("normalizer") or {}
         lowercase = bool(norm.get("lowercase", cfg.get("do_lower_case", True)))
         strip = norm.get("strip_accents", cfg.get("strip_accents"))
         check_special_tokens(tok, str(tok_json))
@@ -227,7 +256,7 @@ def from_hf_directory(directory: Path) -> tuple[Tokenizer, bool, bool | None]:
         lowercase = bool(cfg.get("do_lower_case", True))
         strip = cfg.get("strip_accents")
         return from_vocab(vocab, lowercase, strip), lowercase, strip
-    raise BertctlError(f"{directory}: not a BERT tokenizer directory "
+    raise BertctlError(f"{directory}: not a tokenizer directory "
                        f"(neither tokenizer.json nor vocab.txt)")
 
 
@@ -244,16 +273,21 @@ class TokenizerInfo:
 
     vocab_size: int
     lowercase: bool
-    special_ids: dict[str, int]
+    special_ids: dict[str, int]          # by role
+    kind: str = "wordpiece"
+    spelling: str = "bert"
 
     @classmethod
     def of(cls, tok: Tokenizer, lowercase: bool) -> "TokenizerInfo":
-        return cls(tok.get_vocab_size(), lowercase,
-                   {t: tok.token_to_id(t) for t in SPECIAL_TOKENS})
+        return cls(tok.get_vocab_size(), lowercase, special_ids(tok), kind_of(tok),
+                   spelling(tok) or "bert")
 
     def as_dict(self) -> dict:
+        # A BERT WordPiece's record is what it was before the other kinds.
+        other = {} if (self.kind, self.spelling) == ("wordpiece", "bert") else {
+            "kind": self.kind, "special_tokens": SPELLINGS[self.spelling]}
         return {"vocab_size": self.vocab_size, "lowercase": self.lowercase,
-                "special_ids": dict(self.special_ids)}
+                "special_ids": dict(self.special_ids), **other}
 
 
 def check_vocab_agrees(directory: Path) -> None:
@@ -287,26 +321,30 @@ def check_vocab_agrees(directory: Path) -> None:
 
 
 def save(tok: Tokenizer, directory: Path, lowercase: bool, strip_accents: bool | None) -> None:
-    """Write tokenizer.json, vocab.txt, tokenizer_config.json and special_tokens_map.json."""
+    """Write tokenizer.json, tokenizer_config.json and special_tokens_map.json (and a
+    WordPiece's vocab.txt, which transformers' slow BertTokenizer reads)."""
     try:
         tok.save(str(directory / "tokenizer.json"))
     except Exception as exc:  # noqa: BLE001 - tokenizers raises a bare Exception for I/O errors
         if is_disk_full(exc):
             raise DiskFull(directory / "tokenizer.json") from None
         raise
-    vocab = sorted(tok.get_vocab().items(), key=lambda kv: kv[1])
-    (directory / "vocab.txt").write_text("".join(t + "\n" for t, _ in vocab), encoding="utf-8")
-    specials = {"unk_token": UNK, "sep_token": SEP, "pad_token": PAD, "cls_token": CLS,
-                "mask_token": MASK}
-    config = {
-        "tokenizer_class": "BertTokenizer",
-        "do_lower_case": lowercase,
-        "strip_accents": strip_accents,
-        "tokenize_chinese_chars": True,
-        "model_max_length": MODEL_MAX_LENGTH,
-        "clean_up_tokenization_spaces": False,
-        **specials,
-    }
+    names = special_tokens(tok)
+    specials = {"unk_token": names[UNK], "sep_token": names[SEP], "pad_token": names[PAD],
+                "cls_token": names[CLS], "mask_token": names[MASK]}
+    if kind_of(tok) == "wordpiece":
+        vocab = sorted(tok.get_vocab().items(), key=lambda kv: kv[1])
+        (directory / "vocab.txt").write_text("".join(t + "\n" for t, _ in vocab),
+                                             encoding="utf-8")
+        config = {"tokenizer_class": "BertTokenizer", "do_lower_case": lowercase,
+                  "strip_accents": strip_accents, "tokenize_chinese_chars": True}
+    else:   # transformers reads the pipeline from tokenizer.json itself
+        config = {"tokenizer_class": "PreTrainedTokenizerFast"}
+    if spelling(tok) == "roberta":   # one segment: no token_type_ids, as RoBERTa's tokenizers
+        specials |= {"bos_token": names[CLS], "eos_token": names[SEP]}
+        config["model_input_names"] = ["input_ids", "attention_mask"]
+    config = {**config, "model_max_length": MODEL_MAX_LENGTH,
+              "clean_up_tokenization_spaces": False, **specials}
     (directory / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n",
                                                       encoding="utf-8")
     (directory / "special_tokens_map.json").write_text(json.dumps(specials, indent=2) + "\n",
@@ -314,10 +352,10 @@ def save(tok: Tokenizer, directory: Path, lowercase: bool, strip_accents: bool |
 
 
 def measure(tok: Tokenizer, sentences: list[str]) -> dict[str, float]:
-    """Unknown-token rate and WordPiece pieces per word on a sample of the corpus."""
+    """Unknown-token rate and pieces per (pre-tokenizer's) word on a sample of the corpus."""
     if not sentences:
         return {"unk_rate": 0.0, "pieces_per_word": 0.0}
-    unk = tok.token_to_id(UNK)
+    unk = special_id(tok, UNK)
     encodings = tok.encode_batch(sentences, add_special_tokens=False)
     pieces = sum(len(e.ids) for e in encodings)
     unknown = sum(e.ids.count(unk) for e in encodings)

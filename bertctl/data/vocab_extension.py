@@ -73,6 +73,15 @@ def choose(base: Tokenizer, batches: Callable[[], Iterable[list[str]]], n: int) 
     return [Added(names[i], int(freq[i]), int(pieces[i])) for i in order[:n] if saving[i] > 0]
 
 
+def check_extensible(base: Tokenizer, where) -> None:
+    """Only WordPiece grows by whole words: a BPE's piece needs the merges that build it, and a
+    Unigram's a score among the others'."""
+    kind = json.loads(base.to_str())["model"].get("type")
+    if kind != "WordPiece":
+        raise BertctlError(f"{where}: a {kind} tokenizer cannot be extended: only BERT's "
+                           f"WordPiece")
+
+
 def extend(base: Tokenizer, added: list[Added]) -> Tokenizer:
     """The base tokenizer with `added` as whole-word pieces after its last id."""
     spec = json.loads(base.to_str())

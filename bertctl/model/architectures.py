@@ -46,8 +46,12 @@ class ArchitectureConfig(Protocol):
     hidden_size: int
     num_hidden_layers: int
     num_attention_heads: int
-    max_position_embeddings: int         # the longest input it reads
+    max_position_embeddings: int         # config.json's
     pad_token_id: int | None
+
+    @property
+    def longest_input(self) -> int:
+        """The most tokens an input may hold (RoBERTa's table has two rows more)."""
 
     @classmethod
     def from_preset(cls, name: str, **overrides: Any) -> ArchitectureConfig:
@@ -113,8 +117,17 @@ class Architecture:
     # --optimize); None: it has no fusions for this graph (onnxruntime's own graph
     # optimizations still run when a session loads it).
     onnx_fusions: str | None = None
-    # Said when an input is longer than the model's max_position_embeddings (after the refusal).
+    # Said when an input is longer than the model reads (after the refusal).
     positions_note: str = ""
+    # RoBERTa's positions count from the padding id + 1: its table has that many rows more
+    # than the longest input it reads.
+    positions_past_padding: bool = False
+    # The registered architecture whose blocks this one's package builds on (RoBERTa on
+    # BERT's): the one other architecture package it may import.
+    builds_on: str | None = None
+    # How the special tokens of the vocabularies it reads are spelled (data/tokenizer.py's
+    # SPELLINGS): a new model is refused a vocabulary spelled otherwise.
+    spelling: str = "bert"
 
     def roles(self) -> list[str]:
         """Every role it builds a model of: its own classes' and the registered heads'."""
@@ -142,6 +155,13 @@ class Architecture:
 
     def config_from_hf(self, hf: dict[str, Any], source: str):
         return self.config_class.from_hf_dict(hf, source=source)
+
+    def longest_input(self, hf: dict[str, Any], default: int = 512) -> int:
+        """The most tokens an input may hold, read from a parsed config.json."""
+        table = int(hf.get("max_position_embeddings", default))
+        if self.positions_past_padding:
+            return table - int(hf.get("pad_token_id") or 0) - 1
+        return table
 
 
 def _imported(found: Any) -> type:

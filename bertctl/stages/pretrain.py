@@ -72,6 +72,7 @@ def model_shape(config: PretrainSettings, init: models.ModelSource | None,
     ARCHITECTURES.get_known(config.architecture)
     if init is None and model_config is None:
         arch = ARCHITECTURES[config.architecture]
+        _check_spelling(arch, info.path / "tokenizer.json")
         new = arch.config_class.from_preset(
             config.model_size, num_hidden_layers=config.num_hidden_layers,
             hidden_size=config.hidden_size, num_attention_heads=config.num_attention_heads,
@@ -87,8 +88,24 @@ def model_shape(config: PretrainSettings, init: models.ModelSource | None,
     if init is not None:
         return arch.name, None
     new = arch.config_from_hf({**hf, "vocab_size": hf.get("vocab_size", info.vocab_size)}, where)
+    _check_spelling(arch, info.path / "tokenizer.json")
     return arch.name, new.with_special_ids(info.special_ids)
 
+
+def _check_spelling(arch, path: Path) -> None:
+    """A new model's vocabulary spells its special tokens as the architecture does: RoBERTa's
+    <s> and </s> are not a WordPiece vocabulary's [CLS] and [SEP]."""
+    if not path.is_file():
+        return
+    got = tokenizer.spelling(tokenizer.load(path)) or "bert"
+    if got != arch.spelling:
+        names = " ".join(tokenizer.SPELLINGS[got].values())
+        raise BertctlError(
+            f"{path}: spells its special tokens as {got} does ({names}); --architecture "
+            f"{arch.name} reads {arch.spelling}'s "
+            f"({' '.join(tokenizer.SPELLINGS[arch.spelling].values())}): train its vocabulary "
+            f"with bertctl tokenize "
+            f"{'--model byte-level-bpe' if arch.spelling == 'roberta' else '--special-tokens bert'}")
 
 def _read_model_config(model_config: Path) -> dict:
     try:
@@ -130,7 +147,7 @@ def _check_agreement(model, data: artifacts.Artifact, init: models.ModelSource |
                        and not grown else None)
     agreement.check(
         str(init.path if init else "model"), model_vocab=model.config.vocab_size,
-        max_positions=model.config.max_position_embeddings, pad_id=model.config.pad_token_id,
+        max_positions=model.config.longest_input, pad_id=model.config.pad_token_id,
         data_vocab=tok.get("vocab_size", 0),
         seq_length=int(data.manifest.config["max_seq_length"]),  # the recorded setting
         data_special_ids=tok.get("special_ids"), model_tokenizer=model_tokenizer,

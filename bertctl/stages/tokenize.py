@@ -7,7 +7,7 @@ from pathlib import Path
 from bertctl import console
 from bertctl.contract import artifacts
 from bertctl.config import TokenizeSettings
-from bertctl.data import corpus, tokenizer, vocab_extension
+from bertctl.data import corpus, tokenizer, tokenizer_training, vocab_extension
 from bertctl.errors import BertctlError
 
 ADDED_FILE = "added_pieces.tsv"
@@ -23,6 +23,7 @@ def run(config: TokenizeSettings, target: artifacts.Target, sources: list[str],
     if not sources and not (from_vocab or from_pretrained):
         raise BertctlError("no corpus files given (a tokenizer is trained on a corpus, or "
                            "imported with --from-vocab / --from-pretrained)")
+    _check_kind_options(config, imported=bool(from_vocab or from_pretrained))
     files = corpus.expand_sources(sources) if sources else []
     inputs = [artifacts.file_input(f, "corpus") for f in files]
     if from_vocab:
@@ -41,9 +42,10 @@ def run(config: TokenizeSettings, target: artifacts.Target, sources: list[str],
         sample: list[list[str]] = []
         lowercase = not config.cased
         trained = not (from_vocab or from_pretrained)
-        # Training reads the corpus twice (its characters, then its words); an import reads it
-        # once, to measure the vocabulary against it.
-        with console.progress("reading corpus", total=total_bytes * (2 if trained else 1),
+        # WordPiece's training reads the corpus twice (its characters, then its words); the
+        # other kinds' and an import once (an import to measure the vocabulary against it).
+        passes = 2 if trained and config.model == "wordpiece" else 1
+        with console.progress("reading corpus", total=total_bytes * passes,
                               unit="bytes") as bar:
             def batches(tally: corpus.CorpusStats):
                 for batch in corpus.iter_sentence_batches(files, config.text_column, tally):
@@ -57,11 +59,7 @@ def run(config: TokenizeSettings, target: artifacts.Target, sources: list[str],
                 tok = tokenizer.from_vocab(from_vocab, lowercase, config.strip_accents)
             else:
                 try:
-                    tok = tokenizer.train(batches(corpus.CorpusStats()),
-                                          tokenizer.sample_batches(batches(stats), sample),
-                                          config.vocab_size, lowercase, config.strip_accents,
-                                          config.min_frequency, config.limit_alphabet,
-                                          config.unused_tokens)
+                    tok = _train(config, batches, stats, sample, lowercase)
                 except tokenizer.EmptyCorpus:
                     raise BertctlError(f"{', '.join(sources)}: corpus holds no text") from None
             if files and not trained:
@@ -81,6 +79,44 @@ def run(config: TokenizeSettings, target: artifacts.Target, sources: list[str],
     return artifacts.produce("tokenizer", config, inputs, target, build)
 
 
+# The settings each kind reads: any other one given is refused, not silently ignored.
+_APPLIES = {"wordpiece": {"min_frequency", "limit_alphabet", "unused_tokens"},
+            "bpe": {"min_frequency", "limit_alphabet", "unicode"},
+            "byte-level-bpe": {"min_frequency", "unicode"},
+            "unigram": {"unicode"}}
+
+
+def _check_kind_options(config: TokenizeSettings, imported: bool) -> None:
+    given = config.model_fields_set & set().union(*_APPLIES.values())
+    if imported:
+        kind = {"model", "special_tokens"} & config.model_fields_set
+        if kind:
+            raise BertctlError(f"{', '.join('--' + k.replace('_', '-') for k in sorted(kind))}: "
+                               f"an imported vocabulary keeps its own kind and special tokens")
+        return
+    wrong = sorted(given - _APPLIES[config.model])
+    if wrong:
+        raise BertctlError(f"{', '.join('--' + w.replace('_', '-') for w in wrong)} does not "
+                           f"apply to a {config.model} vocabulary (it reads "
+                           f"{', '.join('--' + a.replace('_', '-') for a in sorted(_APPLIES[config.model]))})")
+
+
+def _train(config: TokenizeSettings, batches, stats, sample, lowercase: bool):
+    """The vocabulary of the kind asked; WordPiece reads the corpus twice (its alphabet, then
+    its words), the others once."""
+    spelling = tokenizer.spelling_for(config.model, config.special_tokens)
+    if config.model == "wordpiece":
+        return tokenizer_training.train(
+            batches(corpus.CorpusStats()), tokenizer.sample_batches(batches(stats), sample),
+            config.vocab_size, lowercase, config.strip_accents, config.min_frequency,
+            config.limit_alphabet, config.unused_tokens)
+    return tokenizer_training.train_subwords(
+        tokenizer.sample_batches(batches(stats), sample), config.model, config.vocab_size,
+        lowercase, config.strip_accents, config.unicode, spelling,
+        config.min_frequency,
+        config.limit_alphabet if "limit_alphabet" in config.model_fields_set else None)
+
+
 def _extend(config: TokenizeSettings, target: artifacts.Target, sources: list[str],
             base_dir: Path | None, from_vocab: Path | None = None,
             from_pretrained: Path | None = None) -> artifacts.Outcome:
@@ -91,7 +127,8 @@ def _extend(config: TokenizeSettings, target: artifacts.Target, sources: list[st
     # a trained vocabulary cannot apply, and taking them silently would change the id.
     unused = sorted(config.model_fields_set & {"vocab_size", "cased", "strip_accents",
                                                "min_frequency", "limit_alphabet",
-                                               "unused_tokens"})
+                                               "unused_tokens", "model", "special_tokens",
+                                               "unicode"})
     if unused or from_vocab or from_pretrained:
         given = [f"--{n.replace('_', '-')}" for n in unused] + \
             [f for f, v in (("--from-vocab", from_vocab), ("--from-pretrained", from_pretrained))
@@ -104,6 +141,7 @@ def _extend(config: TokenizeSettings, target: artifacts.Target, sources: list[st
         raise BertctlError(f"{base_dir}: not a directory (a tokenizer artifact, or a model's or "
                            f"Hugging Face directory)")
     base, lowercase, strip = tokenizer.from_hf_directory(base_dir)
+    vocab_extension.check_extensible(base, base_dir)
     files = corpus.expand_sources(sources)
     inputs = [artifacts.file_input(f, "corpus") for f in files] + [
         artifacts.file_input(base_dir / n, "extends") for n in ("tokenizer.json", "vocab.txt")

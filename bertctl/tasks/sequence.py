@@ -22,6 +22,7 @@ import numpy as np
 
 from bertctl.errors import BertctlError
 from bertctl.data import tables
+from bertctl.data.tokenizer import PAD, special_id
 from bertctl.tasks.base import Family, logits_of
 from tokenizers import Tokenizer
 from bertctl.metrics import TASK_METRICS
@@ -115,7 +116,7 @@ def encode_examples(examples: TaskExamples, tokenizer, max_seq_length: int) -> T
     offsets = np.zeros(len(encodings) + 1, dtype=np.int64)
     np.cumsum(seq_lens, out=offsets[1:])
     lengths = seq_lens.reshape(-1, num_choices).max(axis=1) if num_choices else seq_lens
-    pad_id = tok.token_to_id("[PAD]")
+    pad_id = special_id(tok, PAD)
     return TaskFeatures(input_ids=input_ids, token_type_ids=type_ids, offsets=offsets,
                         lengths=lengths, labels=examples.labels, num_choices=num_choices,
                         pad_id=0 if pad_id is None else pad_id, family=examples.spec.family,

@@ -19,6 +19,7 @@ class BertConfig:
     """
 
     architecture = "bert"   # model.architectures
+    model_type: ClassVar[str] = "bert"   # config.json's
     presets: ClassVar[dict[str, str]]   # set below from PRESETS: name -> "L/H/A"
 
     vocab_size: int = 30522
@@ -54,13 +55,18 @@ class BertConfig:
     def head_size(self) -> int:
         return self.hidden_size // self.num_attention_heads
 
+    @property
+    def longest_input(self) -> int:
+        """The most tokens an input may hold: one position embedding each."""
+        return self.max_position_embeddings
+
     def with_layers(self, layers: list[int]) -> BertConfig:
         """This config for a model of only `layers` of this one's."""
         return replace(self, num_hidden_layers=len(layers))
 
     def sized(self, preset: str) -> BertConfig:
         """A preset size that reads what this model reads (vocabulary, positions, segments)."""
-        return BertConfig.from_preset(preset, vocab_size=self.vocab_size,
+        return type(self).from_preset(preset, vocab_size=self.vocab_size,
                                       max_position_embeddings=self.max_position_embeddings,
                                       type_vocab_size=self.type_vocab_size,
                                       pad_token_id=self.pad_token_id)
@@ -73,11 +79,11 @@ class BertConfig:
 
     def to_hf_dict(self) -> dict[str, Any]:
         """The config.json content transformers' BertConfig reads (without `architectures`)."""
-        return {"model_type": "bert", **asdict(self), "position_embedding_type": "absolute",
+        return {"model_type": self.model_type, **asdict(self), "position_embedding_type": "absolute",
                 "tie_word_embeddings": True}
 
     @classmethod
-    def from_hf_dict(cls, d: dict[str, Any], source: str = "config.json") -> BertConfig:
+    def from_hf_dict(cls, d: dict[str, Any], source: str = "config.json"):
         """Build from a parsed HF config.json; unknown keys are ignored, known ones checked.
 
         The size fields must be present: HF would silently fall back to BERT-Base for a missing
@@ -85,9 +91,9 @@ class BertConfig:
         """
         if not isinstance(d, dict):
             raise BertctlError(f"{source}: expected a JSON object, got {type(d).__name__}")
-        model_type = d.get("model_type", "bert")
-        if model_type != "bert":
-            raise BertctlError(f"{source}: model_type is {model_type!r}, not 'bert'")
+        model_type = d.get("model_type", cls.model_type)
+        if model_type != cls.model_type:
+            raise BertctlError(f"{source}: model_type is {model_type!r}, not {cls.model_type!r}")
         missing = [k for k in ESSENTIAL_KEYS if k not in d]
         if missing:
             raise BertctlError(f"{source}: missing {', '.join(missing)}")
@@ -110,7 +116,7 @@ class BertConfig:
     @classmethod
     def from_preset(cls, name: str, *, num_hidden_layers: int | None = None,
                     hidden_size: int | None = None, num_attention_heads: int | None = None,
-                    intermediate_size: int | None = None, **overrides: Any) -> BertConfig:
+                    intermediate_size: int | None = None, **overrides: Any):
         """A preset from PRESETS with overrides (vocab_size, max_position_embeddings, ...).
 
         Overriding hidden_size without intermediate_size keeps the paper's 4H feed-forward.

@@ -185,10 +185,13 @@ class BertModel(nn.Module):
     pooler_output is then (number of sequences, H).
     """
 
+    # An architecture built on BERT's blocks with embeddings of its own (RoBERTa's) sets this.
+    embeddings_class: type[nn.Module] = BertEmbeddings
+
     def __init__(self, config: BertConfig, add_pooling_layer: bool = True):
         super().__init__()
         self.config = config
-        self.embeddings = BertEmbeddings(config)
+        self.embeddings = self.embeddings_class(config)
         # How its attention is computed (the training loop's --attention sets it).
         self.attention_policy = AttentionPolicy()
         self.encoder = BertEncoder(config, self.attention_policy)

@@ -28,9 +28,10 @@ class BertWithHead(EncoderWithHead):
     """BERT's encoder at `bert` plus a head."""
 
     add_pooling_layer = True
+    encoder_class: type[nn.Module] = BertModel   # an architecture on BERT's blocks sets its own
 
     def _build_encoder(self, config: BertConfig) -> nn.Module:
-        return BertModel(config, add_pooling_layer=self.add_pooling_layer)
+        return self.encoder_class(config, add_pooling_layer=self.add_pooling_layer)
 
     def _init_module(self, module: nn.Module) -> None:
         init_bert_weights(module, self.config.initializer_range)

@@ -18,6 +18,7 @@ from typing import Any
 from bertctl import agreement, console, hardware
 from bertctl.contract import artifacts, placement
 from bertctl.data import tokenizer as tokenizer_mod
+from bertctl.data.tokenizer import PAD
 from bertctl.errors import BertctlError
 from bertctl.exports import ExportFacts
 from bertctl.model import architectures, sentence_layout as sentence
@@ -255,8 +256,8 @@ def write_model(model, directory: Path, tokenizer_dir: Path, extra_config: dict 
 def model_length(source: ModelSource) -> int:
     """The longest input the model reads: its position table, at most SEQ_LENGTH's bound (a
     model trained with 128 positions cannot take 512)."""
-    longest = min(SEQ_LENGTH["le"], int(source.hf_config.get("max_position_embeddings",
-                                                             SEQ_LENGTH["le"])))
+    arch = architectures.of_config(source.hf_config, str(source.path))
+    longest = min(SEQ_LENGTH["le"], arch.longest_input(source.hf_config, SEQ_LENGTH["le"]))
     record = source.hf_config.get(sentence.KEY)
     given = record.get("max_seq_length") if isinstance(record, dict) else None
     # a sentence-transformers model truncates at its own length (all-MiniLM-L6-v2: 256 of 512)
@@ -267,11 +268,12 @@ def check_reads_task(source: ModelSource, tokenizer, max_seq_length: int) -> Non
     """The model reads ids of its own tokenizer, as long as `max_seq_length` (bertctl.agreement,
     the one data/model check)."""
     agreement.check(str(source.path), model_vocab=source.vocab_size,
-                    max_positions=int(source.hf_config.get("max_position_embeddings", 512)),
+                    max_positions=architectures.of_config(
+                        source.hf_config, str(source.path)).longest_input(source.hf_config),
                     pad_id=source.hf_config.get("pad_token_id"),
                     data_vocab=tokenizer.get_vocab_size(), seq_length=max_seq_length,
-                    data_special_ids={"[PAD]": tokenizer.token_to_id("[PAD]")}
-                    if tokenizer.token_to_id("[PAD]") is not None else None,
+                    data_special_ids={PAD: tokenizer_mod.special_id(tokenizer, PAD)}
+                    if tokenizer_mod.special_id(tokenizer, PAD) is not None else None,
                     positions_note=architectures.of_config(source.hf_config,
                                                            str(source.path)).positions_note)
 

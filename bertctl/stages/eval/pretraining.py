@@ -13,6 +13,7 @@ from bertctl.contract import artifacts
 from bertctl.metrics import json_safe
 from bertctl.config import EvalSettings
 from bertctl.errors import BertctlError, NonFiniteOutputs
+from bertctl.model import architectures
 from bertctl.stages.common.models import ModelSource
 from bertctl.data.pretraining_dataset import PretrainingDataset, read_pretraining_info
 
@@ -77,7 +78,8 @@ def check_pretraining_agreement(source: ModelSource, info) -> None:
         raise BertctlError(f"{where}: the model's vocabulary has {source.vocab_size} tokens but "
                            f"the data's {info.vocab_size}")
     agreement.check(where, model_vocab=source.vocab_size,
-                    max_positions=int(source.hf_config.get("max_position_embeddings", 512)),
+                    max_positions=architectures.of_config(
+                        source.hf_config, str(source.path)).longest_input(source.hf_config),
                     pad_id=source.hf_config.get("pad_token_id"), data_vocab=info.vocab_size,
                     seq_length=int(info.settings.get("max_seq_length", 0)),
                     data_special_ids=info.special_ids, model_tokenizer=tok,

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from bertctl.data.tokenizer import PAD, special_id
 from bertctl.errors import BertctlError
 from bertctl.metrics import pearson, spearman
 from bertctl.model import architectures, sentence_layout as sentence
@@ -139,7 +140,7 @@ class Retrieval(Family):
         np.cumsum(seq_lens, out=offsets[1:])
         ids = np.fromiter(itertools.chain.from_iterable(e.ids for e in encodings), np.int32,
                           int(offsets[-1]))
-        pad = tok.token_to_id("[PAD]")
+        pad = special_id(tok, PAD)
         return TaskFeatures(input_ids=ids, token_type_ids=np.zeros_like(ids, dtype=np.int8),
                             offsets=offsets, lengths=seq_lens.reshape(-1, k).max(axis=1),
                             labels=(examples.teacher if examples.teacher is not None

@@ -175,7 +175,7 @@ class SentenceEmbedding(sentence.SentenceHead, Head):
 
     def extra_files(self, model: Composed) -> dict[str, Any]:
         files = self.layout(model.config.hidden_size,
-                            self.max_seq_length or int(model.config.max_position_embeddings),
+                            self.max_seq_length or int(model.config.longest_input),
                             self.prompts, self.default_prompt_name)
         if self.late is not None:
             files[f"{LATE_FOLDER}/model.safetensors"] = {

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from bertctl.data.collate import pad_to_tensor
+from bertctl.data.tokenizer import CLS, PAD, SEP, pair_separators, special_id
 from bertctl.errors import BertctlError
 from bertctl.tasks.span.reader import SpanExamples
 from tokenizers import Tokenizer
@@ -67,7 +68,7 @@ class SpanWindows:
     tokens), `max_context` bool (the token's best window is this one; False off the passage).
     Per window: `example_index` (windows of one example are consecutive, examples in order),
     `lengths`, `passage_offset` (position of the first passage token in the window, i.e.
-    question length + 2), `start_positions`/`end_positions` (training only: the answer's token
+    question length + 1 + the separators), `start_positions`/`end_positions` (training only: the answer's token
     positions in the window, 0 = [CLS]) and `trainable` (False for windows of unaligned answers).
     """
 
@@ -140,7 +141,11 @@ def encode_windows(examples: SpanExamples, tokenizer, max_seq_length: int = 384,
     are counted in `stats` and their windows left out of training; all of them failing is an
     error, as is a passage that yields no tokens.
     """
-    room_min = max_seq_length - max_query_length - 3
+    # [CLS] q [SEP] p [SEP]; RoBERTa's spelling separates the two with two (<s> q </s></s> p
+    # </s>), as its tokenizers' pair template does.
+    gap = pair_separators(tokenizer)
+    specials = 2 + gap
+    room_min = max_seq_length - max_query_length - specials
     if max_query_length < 1 or doc_stride < 0 or room_min <= doc_stride:
         raise BertctlError(
             f"max_seq_length {max_seq_length} leaves {room_min} passage tokens after a "
@@ -149,7 +154,7 @@ def encode_windows(examples: SpanExamples, tokenizer, max_seq_length: int = 384,
     tok = Tokenizer.from_str(tokenizer.to_str())   # a copy: the caller's settings stay
     tok.no_truncation()
     tok.no_padding()
-    cls_id, sep_id, pad_id = (tok.token_to_id(t) for t in ("[CLS]", "[SEP]", "[PAD]"))
+    cls_id, sep_id, pad_id = (special_id(tok, t) for t in (CLS, SEP, PAD))
     if cls_id is None or sep_id is None:
         raise BertctlError("the tokenizer has no [CLS] or [SEP] token")
 
@@ -173,7 +178,7 @@ def encode_windows(examples: SpanExamples, tokenizer, max_seq_length: int = 384,
         raise BertctlError(f"{examples.path}: {examples.where[empty[0]]}: the passage has no "
                            "tokens")
     q_len = np.diff(q_off)
-    room = max_seq_length - q_len - 3
+    room = max_seq_length - q_len - specials
     step = room - doc_stride
     n_win = 1 + np.maximum(0, -(-(p_len - room) // step))   # ceil division
 
@@ -181,7 +186,7 @@ def encode_windows(examples: SpanExamples, tokenizer, max_seq_length: int = 384,
     ex, w_in_ex = _ragged_positions(n_win)
     p_start = w_in_ex * step[ex]
     p_end = np.minimum(p_start + room[ex], p_len[ex])
-    w_len = q_len[ex] + (p_end - p_start) + 3
+    w_len = q_len[ex] + (p_end - p_start) + specials
     offsets = np.zeros(len(ex) + 1, np.int64)
     np.cumsum(w_len, out=offsets[1:])
 
@@ -189,7 +194,7 @@ def encode_windows(examples: SpanExamples, tokenizer, max_seq_length: int = 384,
     win, pos = _ragged_positions(w_len)
     ql = q_len[ex][win]
     in_q = (pos >= 1) & (pos <= ql)
-    passage_pos = pos - ql - 2
+    passage_pos = pos - ql - 1 - gap
     in_p = (passage_pos >= 0) & (passage_pos < (p_end - p_start)[win])
     input_ids = np.full(len(pos), sep_id, np.int32)
     input_ids[pos == 0] = cls_id
@@ -222,7 +227,7 @@ def encode_windows(examples: SpanExamples, tokenizer, max_seq_length: int = 384,
     windows = SpanWindows(
         input_ids=input_ids, token_type_ids=token_type_ids, offsets=offsets,
         char_starts=char_starts, char_ends=char_ends, max_context=max_context,
-        example_index=ex, lengths=w_len, passage_offset=q_len[ex] + 2, start_positions=None,
+        example_index=ex, lengths=w_len, passage_offset=q_len[ex] + 1 + gap, start_positions=None,
         end_positions=None, trainable=np.ones(len(ex), bool),
         pad_id=0 if pad_id is None else pad_id, stats=stats)
     if training:

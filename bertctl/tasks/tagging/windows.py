@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from bertctl.data.collate import max_context_window, pad_to_tensor
-from bertctl.data.tokenizer import CLS, PAD, SEP, UNK
+from bertctl.data.tokenizer import CLS, PAD, SEP, UNK, special_id
 from bertctl.errors import BertctlError
 from bertctl.tasks.base import IMITATED
 from bertctl.labels import IGNORE_INDEX
@@ -141,7 +141,7 @@ def encode_tagged(examples, tokenizer, max_seq_length: int, doc_stride: int,
     tok = Tokenizer.from_str(tokenizer.to_str())   # a copy: the caller's settings stay
     tok.no_truncation()
     tok.no_padding()
-    special = {t: tok.token_to_id(t) for t in (CLS, SEP, UNK, PAD)}
+    special = {t: special_id(tok, t) for t in (CLS, SEP, UNK, PAD)}
     offsets = np.asarray(examples.offsets, dtype=np.int64)
     num_words, num_sentences = int(offsets[-1]), len(offsets) - 1
     ids, piece_word, word_start, unk_words = _word_pieces(tok, examples.words, offsets, special[UNK])

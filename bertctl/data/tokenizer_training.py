@@ -1,0 +1,177 @@
+"""Training a tokenizer of each kind on a corpus streamed in batches: WordPiece (Google's
+BERT, with its reserved [unused] slots), BPE and Unigram (SentencePiece's Metaspace), byte-level
+BPE (GPT-2's and RoBERTa's). The pipelines and special tokens are tokenizer.py's; the same corpus
+and settings give the same tokenizer.json in every process (tests/test_tokenize.py)."""
+
+from __future__ import annotations
+
+import json
+import string
+import sys
+import unicodedata
+from collections.abc import Iterable
+
+import numpy as np
+from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+from bertctl.data.tokenizer import (ROBERTA_LAYOUT, SPECIAL_TOKENS, SPELLINGS, UNK,
+                                    _UNUSED_BEFORE_UNK, EmptyCorpus, _configure, _normalize,
+                                    post_processor, reserved_layout, text_pipeline)
+from bertctl.errors import BertctlError
+
+
+def _guarded_training(tok: Tokenizer, batches: Iterable[list[str]], trainer) -> None:
+    """tok.train_from_iterator, raising what the iterator raised: an exception inside it (a
+    bad file, Ctrl-C) crosses the Rust boundary as a generic error or an early end of input."""
+    failure: list[BaseException] = []
+
+    def guarded():
+        try:
+            yield from batches
+        except BaseException as exc:
+            failure.append(exc)
+            raise
+
+    try:
+        tok.train_from_iterator(guarded(), trainer=trainer)
+    except Exception:
+        if not failure:
+            raise
+    if failure:
+        raise failure[0]
+
+
+class _CharacterSurvey:
+    """The characters of a corpus as the WordPiece trainer sees them: how often each occurs in
+    words (everything but the spaces the normalizer leaves) and which ones continue a word (follow
+    a character of the same word: BertPreTokenizer ends words at spaces and punctuation)."""
+
+    def __init__(self, tok: Tokenizer):
+        self.normalizer = tok.normalizer
+        size = sys.maxunicode + 1
+        self.counts = np.zeros(size, np.int64)
+        self.continues = np.zeros(size, bool)
+        self.seen = np.zeros(size, bool)
+        self.breaks = np.zeros(size, bool)
+
+    def add(self, batch: list[str]) -> None:
+        text = self.normalizer.normalize_str("\n".join(batch))
+        cps = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+        new = np.unique(cps[~self.seen[cps]])
+        # Only characters not met before are classified, so this loop is bounded by the corpus's
+        # alphabet, not its length. (The normalizer maps all whitespace to the space.)
+        for cp in new.tolist():
+            c = chr(cp)
+            self.breaks[cp] = c == " " or c in string.punctuation or \
+                unicodedata.category(c).startswith("P")
+        self.seen[new] = True
+        chars, counts = np.unique(cps[cps != ord(" ")], return_counts=True)
+        self.counts[chars] += counts
+        in_word = ~self.breaks[cps]
+        self.continues[cps[1:][in_word[1:] & in_word[:-1]]] = True
+
+    def alphabet(self, limit: int) -> tuple[list[str], list[str]]:
+        """The `limit` most frequent characters (ties to the lower code point), and the
+        continuation pieces (##c) of those that continue a word, both in code-point order."""
+        present = np.flatnonzero(self.counts)
+        kept = np.sort(present[np.lexsort((present, -self.counts[present]))[:limit]])
+        return ([chr(c) for c in kept.tolist()],
+                ["##" + chr(c) for c in kept[self.continues[kept]].tolist()])
+
+
+def train(survey: Iterable[list[str]], batches: Iterable[list[str]], vocab_size: int,
+          lowercase: bool, strip_accents: bool | None = None, min_frequency: int = 2,
+          limit_alphabet: int = 1000, unused_tokens: int = _UNUSED_BEFORE_UNK) -> Tokenizer:
+    """Train WordPiece on batches of sentences; `survey` and `batches` each read the corpus once.
+    `strip_accents=None` follows `lowercase`, as Google's uncased models do.
+
+    The same corpus and settings give the same vocabulary in every process. Left to itself the
+    trainer gives the continuation pieces (##c) ids in hash-map order, different in each process,
+    and those ids break ties between equally frequent merges (huggingface/tokenizers#1794), as
+    its alphabet limit breaks ties between equally frequent characters. So a first pass over the
+    corpus finds the alphabet and its continuation pieces, and they enter the trainer in a fixed
+    order: the alphabet as its initial one, the pieces after the special tokens.
+    """
+    reserved = reserved_layout(unused_tokens)
+    if vocab_size <= len(reserved):
+        raise BertctlError(f"vocab_size {vocab_size} leaves no room for words after the "
+                           f"{len(reserved)} special and [unused] tokens")
+    tok = Tokenizer(models.WordPiece(unk_token=UNK, continuing_subword_prefix="##",
+                                     max_input_chars_per_word=100))
+    _normalize(tok, lowercase, strip_accents)
+    chars = _CharacterSurvey(tok)
+    for batch in survey:
+        chars.add(batch)
+    alphabet, pieces = chars.alphabet(limit_alphabet)
+    trainer = trainers.WordPieceTrainer(
+        vocab_size=vocab_size, min_frequency=min_frequency, limit_alphabet=max(len(alphabet), 1),
+        initial_alphabet=alphabet, special_tokens=reserved + pieces,
+        continuing_subword_prefix="##", show_progress=False)
+    _guarded_training(tok, batches, trainer)
+    if not alphabet:
+        raise EmptyCorpus("the corpus yielded no words to build a vocabulary from")
+    if tok.get_vocab_size() > vocab_size:
+        # The trainer keeps every alphabet character even past vocab_size.
+        raise BertctlError(f"vocab_size {vocab_size} is smaller than the {len(reserved)} special "
+                           f"and [unused] tokens plus the corpus alphabet ({len(alphabet)} "
+                           f"characters and {len(pieces)} continuation pieces kept); raise "
+                           f"--vocab-size or lower --limit-alphabet")
+    # The pieces entered the trainer as special tokens only to fix their ids; the tokenizer holds
+    # them as ordinary vocabulary (never matched whole in raw text).
+    trained = Tokenizer(models.WordPiece(tok.get_vocab(with_added_tokens=False), unk_token=UNK,
+                                         continuing_subword_prefix="##",
+                                         max_input_chars_per_word=100))
+    trained.add_special_tokens(reserved)
+    return _configure(trained, lowercase, strip_accents)
+
+
+def train_subwords(batches: Iterable[list[str]], kind: str, vocab_size: int, lowercase: bool,
+                   strip_accents: bool | None, unicode: str | None, spelling: str,
+                   min_frequency: int = 2, limit_alphabet: int | None = None) -> Tokenizer:
+    """Train a BPE, byte-level BPE or Unigram vocabulary, its special tokens first (RoBERTa's
+    spelling in RoBERTa's order: <s> 0, <pad> 1, </s> 2, <unk> 3, <mask> 4; BERT's in its role
+    order from [PAD] 0). One pass over the corpus."""
+    names = SPELLINGS[spelling]
+    specials = [names[r] for r in (ROBERTA_LAYOUT if spelling == "roberta" else SPECIAL_TOKENS)]
+    if vocab_size <= len(specials):
+        raise BertctlError(f"vocab_size {vocab_size} leaves no room for pieces after the "
+                           f"{len(specials)} special tokens")
+    if kind == "unigram":
+        tok = Tokenizer(models.Unigram())
+        trainer = trainers.UnigramTrainer(vocab_size=vocab_size, special_tokens=specials,
+                                          unk_token=names[UNK], show_progress=False)
+    else:
+        byte_level = kind == "byte-level-bpe"
+        # Byte-level: every byte is in the alphabet, so nothing is ever unknown.
+        tok = Tokenizer(models.BPE() if byte_level else models.BPE(unk_token=names[UNK]))
+        extra = ({"initial_alphabet": pre_tokenizers.ByteLevel.alphabet()} if byte_level
+                 else {"limit_alphabet": limit_alphabet} if limit_alphabet else {})
+        trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
+                                      special_tokens=specials, show_progress=False, **extra)
+    text_pipeline(tok, kind, lowercase, strip_accents, unicode)
+    _guarded_training(tok, batches, trainer)
+    if tok.get_vocab_size() <= len(specials) + (256 if kind == "byte-level-bpe" else 0):
+        raise EmptyCorpus("the corpus yielded no words to build a vocabulary from")
+    if kind == "unigram":
+        tok = _settled_scores(tok, len(specials))
+    tok.no_truncation()
+    tok.no_padding()
+    tok.post_processor = post_processor(tok)
+    return tok
+
+
+# The Unigram trainer sums its pieces' log-probabilities in hash-map order, different in each
+# process: the same corpus gives scores that differ in their last bits (3.5e-11 seen) and so
+# pieces in another order. Rounded to this and ordered by score, then piece, they agree: a
+# thousandth of a log-probability never decides a segmentation's pieces, and a process pair
+# differs only when a score falls within 1e-11 of a rounding boundary.
+_SCORE_STEP = 1e-3
+
+
+def _settled_scores(tok: Tokenizer, specials: int) -> Tokenizer:
+    spec = json.loads(tok.to_str())
+    vocab = spec["model"]["vocab"]
+    pieces = sorted(([piece, round(score / _SCORE_STEP) * _SCORE_STEP]
+                     for piece, score in vocab[specials:]), key=lambda ps: (-ps[1], ps[0]))
+    spec["model"]["vocab"] = vocab[:specials] + pieces
+    return Tokenizer.from_str(json.dumps(spec))

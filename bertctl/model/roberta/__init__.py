@@ -1,0 +1,33 @@
+"""RoBERTa (Liu et al., 2019) and XLM-RoBERTa (Conneau et al., 2019) as bertctl architectures,
+saved as transformers' classes of the same names: BERT's blocks (model/bert) under RoBERTa's
+embeddings (positions past the padding id, one token type) and heads (`lm_head`, the
+classifier's own dense layer). config.py, model.py."""
+
+from bertctl.model.architectures import Architecture, register
+from bertctl.model.roberta.config import RobertaConfig, XLMRobertaConfig
+
+_MODEL = "bertctl.model.roberta.model:"
+
+for _name, _config, _prefix, _what in (
+        ("roberta", RobertaConfig, "Roberta", "RoBERTa's (BERT's encoder; positions past the "
+         "padding id, one token type, <s>/</s> specials), trained by --objective mlm"),
+        ("xlm-roberta", XLMRobertaConfig, "XLMRoberta", "XLM-RoBERTa's (RoBERTa's shape, a "
+         "multilingual SentencePiece vocabulary), trained by --objective mlm")):
+    register(Architecture(
+        name=_name, model_type=_name, config_class=_config, description=_what,
+        heads={"encoder": f"{_MODEL}{_prefix}Model",
+               "masked_lm": f"{_MODEL}{_prefix}ForMaskedLM",
+               "sequence_classification": f"{_MODEL}{_prefix}ForSequenceClassification",
+               "multiple_choice": f"{_MODEL}{_prefix}ForMultipleChoice",
+               "question_answering": f"{_MODEL}{_prefix}ForQuestionAnswering",
+               "token_classification": f"{_MODEL}{_prefix}ForTokenClassification"},
+        encoder_name="roberta", bare_prefixes=("embeddings.", "encoder.", "pooler."),
+        # transformers' index buffers, and the decoder, which is the word embeddings and the
+        # head's bias.
+        ignored_keys=("roberta.embeddings.position_ids", "roberta.embeddings.token_type_ids",
+                      "lm_head.decoder.weight", "lm_head.decoder.bias"),
+        onnx_fusions="bert", positions_past_padding=True, builds_on="bert", spelling="roberta",
+        positions_note=(" (RoBERTa's positions start past the padding id: its table has "
+                        "pad_token_id + 1 rows more than the longest input it reads)")))
+
+__all__ = ["RobertaConfig", "XLMRobertaConfig"]
