@@ -578,7 +578,8 @@ def test_settings_are_checked(tmp_path, tokenizer):
             PretrainingDataConfig(**bad)
     with pytest.raises(BertctlError, match="shard_index"):
         build_pretraining_data([["a b c"]], tokenizer, tmp_path, num_shards=2, shard_index=2)
-    with pytest.raises(BertctlError, match=r"tokenizer: no \[PAD\] token"):
+    with pytest.raises(BertctlError, match=r"tokenizer: vocabulary lacks the special "
+                       r"token\(s\) \[PAD\], \[CLS\], \[SEP\], \[MASK\] \(nor has RoBERTa's"):
         build_pretraining_data([["a b c"]], Tokenizer(models.WordPiece({"[UNK]": 0, "a": 1},
                                                                        unk_token="[UNK]")), tmp_path)
 

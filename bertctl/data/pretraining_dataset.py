@@ -261,6 +261,7 @@ def decode_instances(dataset: PretrainingDataset, indices: Sequence[int], epoch:
     joined, predicted positions as `[MASK→word]`, `[tok→word]` (replaced by the random token
     tok) or `[=word]` (kept), and the NSP label."""
     tok = dataset.tokenizer
+    mask = dataset.info.special_ids["[MASK]"]   # by role: RoBERTa's <mask>
     arr = dataset.arrays(indices, epoch)
     out = []
     for r, i in enumerate(np.asarray(indices).reshape(-1)):
@@ -273,7 +274,7 @@ def decode_instances(dataset: PretrainingDataset, indices: Sequence[int], epoch:
             t = tok.id_to_token(int(ids[p])) or f"<{int(ids[p])}>"
             if labels[p] != IGNORE_INDEX:
                 word = tok.id_to_token(int(labels[p]))
-                t = (f"[MASK→{word}]" if t == "[MASK]" else
+                t = (f"[MASK→{word}]" if ids[p] == mask else
                      f"[={word}]" if labels[p] == ids[p] else f"[{t}→{word}]")
             pieces.append(t)
         text_a, text_b = _join(pieces[1:b - 1]), _join(pieces[b:n - 1])

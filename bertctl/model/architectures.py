@@ -46,12 +46,8 @@ class ArchitectureConfig(Protocol):
     hidden_size: int
     num_hidden_layers: int
     num_attention_heads: int
-    max_position_embeddings: int         # config.json's
+    max_position_embeddings: int         # config.json's (`longest_input` below reads it)
     pad_token_id: int | None
-
-    @property
-    def longest_input(self) -> int:
-        """The most tokens an input may hold (RoBERTa's table has two rows more)."""
 
     @classmethod
     def from_preset(cls, name: str, **overrides: Any) -> ArchitectureConfig:
@@ -209,6 +205,14 @@ def of_config(hf: dict[str, Any], source: str = "config.json") -> Architecture:
             return arch
     known = ", ".join(a.model_type for a in ARCHITECTURES.values())
     raise BertctlError(f"{source}: model_type is {model_type!r}; bertctl reads {known}")
+
+
+def longest_input(config) -> int:
+    """The most tokens an input of a model of `config` may hold: a position embedding each,
+    counted past the padding id where the architecture's positions start there."""
+    return ARCHITECTURES[config.architecture].longest_input(
+        {"max_position_embeddings": config.max_position_embeddings,
+         "pad_token_id": config.pad_token_id})
 
 
 def of_model(model) -> Architecture:

@@ -102,7 +102,7 @@ def _write_graph(model, tmp: Path, config: ExportSettings, encoder: bool,
     path = tmp / models.ONNX_FILE
     fusions = architectures.of_model(model).onnx_fusions
     outputs = onnx_model.export(model, path, encoder=encoder, opset=config.opset,
-                                max_positions=model.config.longest_input)
+                                max_positions=architectures.longest_input(model.config))
     fused = (onnx_model.optimize(path, fusions, model.config.num_attention_heads,
                                  model.config.hidden_size)
              if config.optimize and fusions else {})

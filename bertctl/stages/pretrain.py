@@ -97,7 +97,7 @@ def _check_spelling(arch, path: Path) -> None:
     <s> and </s> are not a WordPiece vocabulary's [CLS] and [SEP]."""
     if not path.is_file():
         return
-    got = tokenizer.spelling(tokenizer.load(path)) or "bert"
+    got = tokenizer.spelling(tokenizer.load(path)) or arch.spelling   # neither: VocabInfo says
     if got != arch.spelling:
         names = " ".join(tokenizer.SPELLINGS[got].values())
         raise BertctlError(
@@ -147,7 +147,7 @@ def _check_agreement(model, data: artifacts.Artifact, init: models.ModelSource |
                        and not grown else None)
     agreement.check(
         str(init.path if init else "model"), model_vocab=model.config.vocab_size,
-        max_positions=model.config.longest_input, pad_id=model.config.pad_token_id,
+        max_positions=architectures.longest_input(model.config), pad_id=model.config.pad_token_id,
         data_vocab=tok.get("vocab_size", 0),
         seq_length=int(data.manifest.config["max_seq_length"]),  # the recorded setting
         data_special_ids=tok.get("special_ids"), model_tokenizer=model_tokenizer,

@@ -55,11 +55,6 @@ class BertConfig:
     def head_size(self) -> int:
         return self.hidden_size // self.num_attention_heads
 
-    @property
-    def longest_input(self) -> int:
-        """The most tokens an input may hold: one position embedding each."""
-        return self.max_position_embeddings
-
     def with_layers(self, layers: list[int]) -> BertConfig:
         """This config for a model of only `layers` of this one's."""
         return replace(self, num_hidden_layers=len(layers))

@@ -92,10 +92,6 @@ class ModernBertConfig:
     def head_size(self) -> int:
         return self.hidden_size // self.num_attention_heads
 
-    @property
-    def longest_input(self) -> int:
-        return self.max_position_embeddings
-
     def with_layers(self, layers: list[int]) -> ModernBertConfig:
         """This config for a model of only `layers` of this one's (each keeps its attention)."""
         return replace(self, num_hidden_layers=len(layers),

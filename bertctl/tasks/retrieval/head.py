@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from bertctl.errors import BertctlError
-from bertctl.model import sentence
+from bertctl.model import architectures, sentence
 from bertctl.model.composed import Composed, Head
 from bertctl.tasks.retrieval import late as late_interaction
 
@@ -175,7 +175,7 @@ class SentenceEmbedding(sentence.SentenceHead, Head):
 
     def extra_files(self, model: Composed) -> dict[str, Any]:
         files = self.layout(model.config.hidden_size,
-                            self.max_seq_length or int(model.config.longest_input),
+                            self.max_seq_length or architectures.longest_input(model.config),
                             self.prompts, self.default_prompt_name)
         if self.late is not None:
             files[f"{LATE_FOLDER}/model.safetensors"] = {
