@@ -1,0 +1,28 @@
+"""DeBERTa-v2 and -v3 (He et al., 2020 and 2021) as a bertctl architecture, saved as
+transformers' DebertaV2 classes: config.py, model.py (disentangled attention over log-bucketed
+relative positions, the encoder and its heads)."""
+
+from bertctl.model.architectures import Architecture, register
+from bertctl.model.deberta.config import DebertaV2Config
+
+_MODEL = "bertctl.model.deberta.model:"
+
+register(Architecture(
+    name="deberta-v2", model_type="deberta-v2", config_class=DebertaV2Config,
+    description="DeBERTa-v2's and v3's (disentangled attention over relative positions, no "
+    "absolute positions), saved as transformers' DebertaV2, trained by --objective mlm",
+    heads={"encoder": f"{_MODEL}DebertaV2Model",
+           "masked_lm": f"{_MODEL}DebertaV2ForMaskedLM",
+           "sequence_classification": f"{_MODEL}DebertaV2ForSequenceClassification",
+           "multiple_choice": f"{_MODEL}DebertaV2ForMultipleChoice",
+           "question_answering": f"{_MODEL}DebertaV2ForQuestionAnswering",
+           "token_classification": f"{_MODEL}DebertaV2ForTokenClassification"},
+    encoder_name="deberta", bare_prefixes=("embeddings.", "encoder."),
+    # transformers' index buffer and the tied decoder.
+    ignored_keys=("deberta.embeddings.position_ids", "cls.predictions.decoder.weight",
+                  "cls.predictions.decoder.bias"),
+    positions_note=(" (DeBERTa reads relative positions: max_position_embeddings only "
+                    "declares the longest input, and the buckets grow logarithmically past "
+                    "it)")))
+
+__all__ = ["DebertaV2Config"]

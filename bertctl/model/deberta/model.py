@@ -1,0 +1,425 @@
+"""DeBERTa-v2's encoder and heads under transformers' names (`deberta.encoder.layer.3.attention.
+self.query_proj`, `encoder.rel_embeddings`, `pooler.dense`, ...), so a state dict moves between
+bertctl and transformers' DebertaV2* classes unchanged.
+
+Attention is disentangled: beside content with content (q k^T), each token's content with the
+relative position of the other (c2p: q against the keys' projection of the distance's
+embedding) and the other's content with that distance (p2c), all scaled by sqrt(head size x
+the number of terms). Distances beyond half the buckets grow logarithmically (log buckets).
+The relative terms enter the fused kernel as its additive mask, so the content product keeps
+its fused form; the model's AttentionPolicy has no choice to make here.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+import torch.utils.checkpoint
+from torch import nn
+
+from bertctl.model.attention import AttentionPolicy
+from bertctl.model.deberta.config import DebertaV2Config
+from bertctl.model.dropout import Dropout, dropout
+from bertctl.model.roles import (MultipleChoice, QuestionAnswering, SequenceClassifier,
+                                 TokenClassifier, masked_lm)
+from bertctl.model.shared import (ACTIVATIONS, EncoderWithHead, attention_bias, first_tokens,
+                                  keep_layers)
+
+
+def relative_positions(length: int, buckets: int, max_distance: int,
+                       device: torch.device) -> torch.Tensor:
+    """(T, T) query - key distances, log-bucketed past half the buckets (DeBERTa-v2's
+    make_log_bucket_position): within `mid` of zero a distance is itself; past it, mid plus
+    ceil(log(|d| / mid) / log((max_distance - 1) / mid) * (mid - 1)), with its sign."""
+    ids = torch.arange(length, device=device)
+    rel = ids[:, None] - ids[None, :]
+    if buckets <= 0 or max_distance <= 0:
+        return rel
+    mid = buckets // 2
+    sign = torch.sign(rel)
+    far = torch.where((rel < mid) & (rel > -mid), torch.tensor(mid - 1, device=device),
+                      rel.abs())
+    log_pos = torch.ceil(torch.log(far / mid) / math.log((max_distance - 1) / mid)
+                         * (mid - 1)) + mid
+    return torch.where(far <= mid, rel.to(log_pos.dtype), log_pos * sign).long()
+
+
+class DebertaV2Embeddings(nn.Module):
+    """word (+ absolute position, + token type where the config has them) embeddings, the
+    projection to the hidden width where the embeddings are narrower, LayerNorm, padding
+    positions zeroed, dropout."""
+
+    def __init__(self, config: DebertaV2Config):
+        super().__init__()
+        width = config.embedding_size or config.hidden_size
+        self.word_embeddings = nn.Embedding(config.vocab_size, width,
+                                            padding_idx=config.pad_token_id)
+        self.position_embeddings = (nn.Embedding(config.max_position_embeddings, width)
+                                    if config.position_biased_input else None)
+        self.token_type_embeddings = (nn.Embedding(config.type_vocab_size, width)
+                                      if config.type_vocab_size > 0 else None)
+        self.embed_proj = (nn.Linear(width, config.hidden_size, bias=False)
+                           if width != config.hidden_size else None)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = Dropout(config.hidden_dropout_prob)
+        self.longest = config.max_position_embeddings
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None,
+                attention_mask: torch.Tensor | None,
+                position_ids: torch.Tensor | None = None) -> torch.Tensor:
+        T = input_ids.size(1)
+        if T > self.longest:
+            raise ValueError(f"sequence length {T} exceeds max_position_embeddings "
+                             f"{self.longest}")
+        x = self.word_embeddings(input_ids)
+        if self.position_embeddings is not None:
+            x = x + (self.position_embeddings.weight[:T] if position_ids is None
+                     else self.position_embeddings(position_ids))
+        if self.token_type_embeddings is not None:
+            x = x + (self.token_type_embeddings.weight[0] if token_type_ids is None
+                     else self.token_type_embeddings(token_type_ids))
+        if self.embed_proj is not None:
+            x = self.embed_proj(x)
+        x = self.LayerNorm(x)
+        if attention_mask is not None:   # a packed row's mask numbers its sequences: > 0
+            x = x * (attention_mask > 0).unsqueeze(-1).to(x.dtype)
+        return self.dropout(x)
+
+
+class DisentangledSelfAttention(nn.Module):
+    def __init__(self, config: DebertaV2Config):
+        super().__init__()
+        H = config.hidden_size
+        self.num_heads = config.num_attention_heads
+        self.query_proj = nn.Linear(H, H)
+        self.key_proj = nn.Linear(H, H)
+        self.value_proj = nn.Linear(H, H)
+        self.terms = tuple(t for t in ("c2p", "p2c") if t in config.pos_att_type) \
+            if config.relative_attention else ()
+        if config.relative_attention and not config.share_att_key:
+            if "c2p" in self.terms:
+                self.pos_key_proj = nn.Linear(H, H)
+            if "p2c" in self.terms:
+                self.pos_query_proj = nn.Linear(H, H)
+        self.share = config.share_att_key
+        self.span = config.relative_span
+        self.pos_dropout_p = config.hidden_dropout_prob
+        self.dropout_p = config.attention_probs_dropout_prob
+
+    def _heads(self, t: torch.Tensor) -> torch.Tensor:   # (..., T, H) -> (..., heads, T, d)
+        return t.unflatten(-1, (self.num_heads, -1)).transpose(-3, -2)
+
+    def forward(self, x: torch.Tensor, allowed: torch.Tensor | None,
+                relative: torch.Tensor | None, rel_embeddings: torch.Tensor | None
+                ) -> torch.Tensor:
+        B, T, H = x.shape
+        q, k, v = (self._heads(p(x)) for p in (self.query_proj, self.key_proj, self.value_proj))
+        scale = (q.size(-1) * (1 + len(self.terms))) ** -0.5
+        bias = None
+        if self.terms:
+            rel = dropout(rel_embeddings, self.pos_dropout_p, self.training)
+            bias = 0
+            index = relative.expand(B, self.num_heads, T, T)
+            if "c2p" in self.terms:
+                pos_key = self._heads((self.key_proj if self.share else self.pos_key_proj)(rel))
+                c2p = torch.matmul(q, pos_key.transpose(-1, -2))   # (B, heads, T, 2 span)
+                bias = bias + c2p.gather(-1, (index + self.span).clamp(0, 2 * self.span - 1))
+            if "p2c" in self.terms:
+                pos_query = self._heads((self.query_proj if self.share
+                                         else self.pos_query_proj)(rel))
+                p2c = torch.matmul(k, pos_query.transpose(-1, -2))
+                bias = bias + p2c.gather(-1, (self.span - index).clamp(
+                    0, 2 * self.span - 1)).transpose(-1, -2)
+            bias = bias * scale
+        if allowed is not None:
+            # The lowest finite value where a key is masked: a row of padding in a packed
+            # batch may attend to nothing, and a finite row averages instead of NaN.
+            lowest = torch.finfo(q.dtype).min
+            bias = torch.where(allowed, 0.0 if bias is None else bias, lowest)
+        if bias is not None:
+            bias = bias.to(q.dtype)
+        if torch.compiler.is_exporting():
+            # Written out for the ONNX exporter, whose decomposition of the fused kernel with
+            # a float mask gives strides its own reshape then misreads (torch 2.13).
+            scores = torch.matmul(q * scale, k.transpose(-1, -2))
+            y = (scores if bias is None else scores + bias).softmax(-1) @ v
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale,
+                                               dropout_p=self.dropout_p if self.training else 0.0)
+        return y.transpose(1, 2).reshape(B, T, H)
+
+
+class DebertaV2ProjectAddNorm(nn.Module):
+    """dense -> dropout -> add the block's input -> LayerNorm (transformers' SelfOutput after
+    attention, Output after the feed-forward)."""
+
+    def __init__(self, in_features: int, config: DebertaV2Config):
+        super().__init__()
+        self.dense = nn.Linear(in_features, config.hidden_size)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = Dropout(config.hidden_dropout_prob)
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        return self.LayerNorm(self.dropout(self.dense(x)) + residual)
+
+
+class DebertaV2Attention(nn.Module):
+    def __init__(self, config: DebertaV2Config):
+        super().__init__()
+        self.self = DisentangledSelfAttention(config)
+        self.output = DebertaV2ProjectAddNorm(config.hidden_size, config)
+
+
+class DebertaV2Intermediate(nn.Module):
+    def __init__(self, config: DebertaV2Config):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.intermediate_size)
+        self.act = ACTIVATIONS[config.hidden_act]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(self.dense(x))
+
+
+class DebertaV2Layer(nn.Module):
+    def __init__(self, config: DebertaV2Config):
+        super().__init__()
+        self.attention = DebertaV2Attention(config)
+        self.intermediate = DebertaV2Intermediate(config)
+        self.output = DebertaV2ProjectAddNorm(config.intermediate_size, config)
+
+    def forward(self, x, allowed, relative, rel_embeddings):
+        x = self.attention.output(self.attention.self(x, allowed, relative, rel_embeddings), x)
+        return self.output(self.intermediate(x), x)
+
+
+class DebertaV2Encoder(nn.Module):
+    """The layers, and the relative distances' embeddings they share (LayerNormed where the
+    config says, as v3's)."""
+
+    def __init__(self, config: DebertaV2Config):
+        super().__init__()
+        self.layer = nn.ModuleList(DebertaV2Layer(config) for _ in range(config.num_hidden_layers))
+        if config.relative_attention:
+            self.rel_embeddings = nn.Embedding(2 * config.relative_span, config.hidden_size)
+            if config.norm_rel_ebd == "layer_norm":
+                self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+
+    def relative_table(self) -> torch.Tensor | None:
+        if not hasattr(self, "rel_embeddings"):
+            return None
+        table = self.rel_embeddings.weight
+        return self.LayerNorm(table) if hasattr(self, "LayerNorm") else table
+
+
+def init_deberta_weights(module: nn.Module, std: float) -> None:
+    """N(0, std) weights, zero biases, LayerNorm 1/0, the padding row zero (transformers')."""
+    if isinstance(module, (nn.Linear, nn.Embedding)):
+        nn.init.normal_(module.weight, mean=0.0, std=std)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+        if isinstance(module, nn.Embedding) and module.padding_idx is not None:
+            with torch.no_grad():
+                module.weight[module.padding_idx].zero_()
+    elif isinstance(module, nn.LayerNorm):
+        nn.init.ones_(module.weight)
+        nn.init.zeros_(module.bias)
+
+
+class DebertaV2Model(nn.Module):
+    """forward(input_ids, token_type_ids=None, attention_mask=None, output_hidden_states=False,
+    num_layers=None, position_ids=None) -> {"last_hidden_state", "hidden_states" if asked}.
+    A packed batch (`data.collate.pack_batch`) passes its sequences' numbers as the mask:
+    relative distances within a sequence are those it has alone."""
+
+    def __init__(self, config: DebertaV2Config):
+        super().__init__()
+        self.config = config
+        self.embeddings = DebertaV2Embeddings(config)
+        self.attention_policy = AttentionPolicy()   # recorded; the bias decides the kernel
+        self.encoder = DebertaV2Encoder(config)
+        self.apply(lambda m: init_deberta_weights(m, config.initializer_range))
+        self.gradient_checkpointing = False
+
+    def compile_layers(self) -> None:
+        for layer in self.encoder.layer:
+            layer.compile()
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None,
+                output_hidden_states: bool = False, num_layers: int | None = None,
+                position_ids: torch.Tensor | None = None, **_: Any) -> dict[str, Any]:
+        allowed = attention_bias(attention_mask, packed=position_ids is not None)
+        x = self.embeddings(input_ids, token_type_ids, attention_mask, position_ids)
+        config = self.config
+        relative = (relative_positions(input_ids.size(1), config.position_buckets,
+                                       config.max_distance, input_ids.device)
+                    if config.relative_attention else None)
+        table = self.encoder.relative_table()
+        states = [x]
+        layers = self.encoder.layer if num_layers is None else self.encoder.layer[:num_layers]
+        recompute = self.gradient_checkpointing and self.training and torch.is_grad_enabled()
+        for layer in layers:
+            if recompute:
+                x = torch.utils.checkpoint.checkpoint(layer, x, allowed, relative, table,
+                                                      use_reentrant=False)
+            else:
+                x = layer(x, allowed, relative, table)
+            states.append(x)
+        return {"last_hidden_state": x,
+                **({"hidden_states": tuple(states)} if output_hidden_states else {})}
+
+    def hidden_state_modules(self) -> list[nn.Module]:
+        return [self.embeddings, *self.encoder.layer]
+
+    def layer_state(self, layers: list[int], state: dict[str, torch.Tensor] | None = None,
+                    prefix: str = "") -> dict[str, torch.Tensor]:
+        return keep_layers(self.state_dict() if state is None else state,
+                           f"{prefix}encoder.layer.", layers)
+
+    def num_parameters(self, exclude_embeddings: bool = False) -> int:
+        skip = {id(p) for p in self.embeddings.parameters()} if exclude_embeddings else set()
+        return sum(p.numel() for p in self.parameters() if id(p) not in skip)
+
+
+# ---------------------------------------------------------------------------------------------
+# Heads
+
+
+class DebertaV2WithHead(EncoderWithHead):
+    encoder_name = "deberta"
+
+    def _build_encoder(self, config: DebertaV2Config) -> nn.Module:
+        return DebertaV2Model(config)
+
+    def _init_module(self, module: nn.Module) -> None:
+        init_deberta_weights(module, self.config.initializer_range)
+
+    def _hidden(self, input_ids, token_type_ids, attention_mask, position_ids=None):
+        return self._sequence(input_ids, token_type_ids, attention_mask, position_ids)
+
+
+class ContextPooler(nn.Module):
+    """The first token's state: dropout, dense, the pooler's activation."""
+
+    def __init__(self, config: DebertaV2Config, width: int):
+        super().__init__()
+        self.dense = nn.Linear(width, config.hidden_size)
+        self.dropout = Dropout(config.pooler_dropout)
+        self.act = ACTIVATIONS[config.pooler_hidden_act]
+
+    def forward(self, first: torch.Tensor) -> torch.Tensor:
+        return self.act(self.dense(self.dropout(first)))
+
+
+class _Pooled(DebertaV2WithHead):
+    """A classifier on the pooled first token (sequence classification, multiple choice)."""
+
+    def _add_pooled_classifier(self, num_outputs: int) -> None:
+        width = self.features.width if self.features is not None else self.config.hidden_size
+        self.pooler = ContextPooler(self.config, width)
+        p = self.config.cls_dropout
+        self.dropout = Dropout(self.config.hidden_dropout_prob if p is None else p)
+        self.classifier = nn.Linear(self.config.hidden_size, num_outputs)
+        self._init_head()
+
+    def _pool(self, input_ids, token_type_ids, attention_mask, position_ids=None,
+              sequence_starts=None) -> torch.Tensor:
+        hidden = self._hidden(input_ids, token_type_ids, attention_mask, position_ids)
+        return self.pooler(first_tokens(hidden, sequence_starts))
+
+    def _classify(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.dropout(x))
+
+
+class DebertaV2ForSequenceClassification(SequenceClassifier, _Pooled):
+    def __init__(self, config: DebertaV2Config, num_labels: int | None = None,
+                 problem_type: str = "single_label_classification",
+                 features: dict[str, Any] | None = None):
+        super().__init__(config, features)
+        self._add_pooled_classifier(self._problem(num_labels, problem_type))
+
+
+class DebertaV2ForMultipleChoice(MultipleChoice, _Pooled):
+    def __init__(self, config: DebertaV2Config):
+        super().__init__(config)
+        self._add_pooled_classifier(1)
+
+
+class DebertaV2ForQuestionAnswering(QuestionAnswering, DebertaV2WithHead):
+    def __init__(self, config: DebertaV2Config):
+        super().__init__(config)
+        self.qa_outputs = nn.Linear(config.hidden_size, 2)
+        self._init_head()
+
+    def _span_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.qa_outputs(hidden)
+
+
+class DebertaV2ForTokenClassification(TokenClassifier, DebertaV2WithHead):
+    def __init__(self, config: DebertaV2Config, num_labels: int = 2,
+                 features: dict[str, Any] | None = None):
+        super().__init__(config, features)
+        self.num_labels = num_labels
+        self.dropout = Dropout(config.hidden_dropout_prob)
+        width = self.features.width if self.features is not None else config.hidden_size
+        self.classifier = nn.Linear(width, num_labels)
+        self._init_head()
+
+    def _classify(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.dropout(x))
+
+
+class DebertaV2PredictionHeadTransform(nn.Module):
+    def __init__(self, config: DebertaV2Config):
+        super().__init__()
+        width = config.embedding_size or config.hidden_size
+        self.dense = nn.Linear(config.hidden_size, width)
+        self.act = ACTIVATIONS[config.hidden_act]
+        self.LayerNorm = nn.LayerNorm(width, eps=config.layer_norm_eps)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.LayerNorm(self.act(self.dense(x)))
+
+
+class DebertaV2LMPredictionHead(nn.Module):
+    """transformers' (legacy) masked-LM head at cls.predictions: transform, then the word
+    embedding table (passed in: the tie cannot break) and the head's bias."""
+
+    def __init__(self, config: DebertaV2Config):
+        super().__init__()
+        self.transform = DebertaV2PredictionHeadTransform(config)
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+
+    def forward(self, x: torch.Tensor, word_embeddings: torch.Tensor) -> torch.Tensor:
+        return F.linear(self.transform(x), word_embeddings, self.bias)
+
+
+class DebertaV2OnlyMLMHead(nn.Module):
+    def __init__(self, config: DebertaV2Config):
+        super().__init__()
+        self.predictions = DebertaV2LMPredictionHead(config)
+
+
+class DebertaV2ForMaskedLM(DebertaV2WithHead):
+    def __init__(self, config: DebertaV2Config):
+        super().__init__(config)
+        self.cls = DebertaV2OnlyMLMHead(config)
+        self._init_head()
+
+    def _predict(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.cls.predictions(hidden, self.deberta.embeddings.word_embeddings.weight)
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None,
+                labels: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        enc = self.deberta(input_ids, token_type_ids, attention_mask)
+        out = masked_lm(self._predict, enc["last_hidden_state"], labels)
+        if labels is not None:
+            out["loss"] = out["mlm_loss"]
+        return out
+
+    def hf_config(self) -> dict[str, Any]:
+        return {"legacy": True}

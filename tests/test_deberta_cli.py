@@ -1,0 +1,98 @@
+"""`--architecture deberta-v2` through every stage, on the command line: pretrain (mlm) from a
+WordPiece vocabulary and from a Unigram one spelled BERT's way (DeBERTa-v3's kind), every
+family's finetune and eval, retrieval and reranking, the frozen encoder, embed, export (fp32 and
+int8, with --check), distill; the artifacts are transformers' DebertaV2 directories."""
+
+import json
+
+import pytest
+import torch
+
+from conftest import CORPUS, EXAMPLES, FAMILY_DATA, _made
+from tolerance import TINY_FP32  # (each tolerance's reason)
+
+TINY_DEBERTA = ["--architecture", "deberta-v2", "--model-size", "tiny", "--hidden-size", "32",
+                "--num-attention-heads", "2", "--intermediate-size", "64",
+                "--max-position-embeddings", "128"]
+
+
+@pytest.fixture(scope="module")
+def deberta(tmp_path_factory, continuous_data):
+    return _made(tmp_path_factory, "deberta", "pretrain", continuous_data, "--objective", "mlm",
+                 *TINY_DEBERTA, "--steps", "6", "--batch-size", "8", "--lr", "2e-3",
+                 "--eval-every", "3", "--eval-batches", "2")
+
+
+@pytest.fixture(scope="module")
+def deberta_tasks(tmp_path_factory, deberta):
+    return {family: _made(tmp_path_factory, f"d-{family}", "finetune", deberta, *data,
+                          "--steps", "4", "--batch-size", "8")
+            for family, (data, _) in FAMILY_DATA.items()}
+
+
+def test_pretrained_deberta_is_what_transformers_loads(deberta):
+    transformers = pytest.importorskip("transformers")
+    config = json.loads((deberta / "config.json").read_text())
+    assert config["model_type"] == "deberta-v2"
+    assert config["architectures"] == ["DebertaV2ForMaskedLM"]
+    assert config["position_buckets"] == 256 and config["relative_attention"]
+    tok = transformers.AutoTokenizer.from_pretrained(str(deberta))
+    enc = tok(["Alice was beginning to get very tired.", "Down the rabbit hole."],
+              padding=True, return_tensors="pt")
+    hf = transformers.AutoModelForMaskedLM.from_pretrained(str(deberta)).eval()
+    from bertctl.model import load_model
+
+    ours, report = load_model(deberta)
+    assert report.complete, report
+    with torch.no_grad():
+        got = ours.eval()(enc["input_ids"], None, enc["attention_mask"])["mlm_logits"]
+        ref = hf(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).logits
+    real = enc["attention_mask"].bool()
+    torch.testing.assert_close(got[real], ref[real], **TINY_FP32)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILY_DATA))
+def test_every_family_finetunes_and_evaluates_a_deberta(family, deberta_tasks, cli, tmp_path):
+    model = deberta_tasks[family]
+    assert json.loads((model / "config.json").read_text())["architectures"][0].startswith(
+        "DebertaV2For")
+    r = cli("eval", model, FAMILY_DATA[family][1], "--out", tmp_path / "eval")
+    assert r.exit_code == 0, r.stderr
+
+
+@pytest.mark.parametrize("quantize", ["none", "int8"])
+def test_export_of_a_deberta_is_checked_and_runs(quantize, deberta_tasks, cli, tmp_path):
+    r = cli("export", deberta_tasks["single"], "--quantize", quantize, "--check",
+            FAMILY_DATA["single"][1], "--out", tmp_path / "onnx")
+    assert r.exit_code == 0, r.stderr
+
+
+def test_search_embed_distill_and_a_unigram_vocabulary_take_a_deberta(deberta, deberta_tasks,
+                                                                      cli, tmp_path):
+    st = pytest.importorskip("sentence_transformers")
+    rows = EXAMPLES / "retrieval" / "train.tsv"
+    assert cli("finetune", deberta, rows, "--task", "retrieval", "--steps", "2",
+               "--batch-size", "8", "--out", tmp_path / "emb").exit_code == 0
+    assert cli("mine", tmp_path / "emb", rows, "--out", tmp_path / "mined").exit_code == 0
+    r = cli("finetune", deberta, tmp_path / "mined" / "pairs.jsonl", "--task", "reranking",
+            "--steps", "2", "--batch-size", "4", "--out", tmp_path / "rr")
+    assert r.exit_code == 0, r.stderr
+    embedder = st.SentenceTransformer(str(tmp_path / "emb"), device="cpu")
+    assert type(embedder[0].auto_model).__name__ == "DebertaV2Model"
+    assert cli("embed", deberta, CORPUS / "alice.txt", "--out", tmp_path / "e").exit_code == 0
+    data, _ = FAMILY_DATA["single"]
+    r = cli("distill", deberta_tasks["single"], *data, "--student-layers", "0", "--steps", "2",
+            "--batch-size", "8", "--out", tmp_path / "d")
+    assert r.exit_code == 0, r.stderr
+    r = cli("finetune", deberta, *data, "--freeze-encoder", "--steps", "2", "--batch-size", "8",
+            "--out", tmp_path / "f")
+    assert r.exit_code == 0, r.stderr
+    # DeBERTa-v3's kind of vocabulary: Unigram, BERT's spelling
+    assert cli("tokenize", CORPUS / "alice.txt", "--model", "unigram", "--special-tokens",
+               "bert", "--vocab-size", "1200", "--out", tmp_path / "u").exit_code == 0
+    assert cli("build-pretrain-data", tmp_path / "u", CORPUS / "alice.txt", "--max-seq-length",
+               "64", "--no-nsp", "--masking", "dynamic", "--whole-word-mask", "--workers", "1",
+               "--out", tmp_path / "ud").exit_code == 0
+    r = cli("pretrain", tmp_path / "ud", "--objective", "mlm", *TINY_DEBERTA, "--steps", "2",
+            "--batch-size", "8", "--out", tmp_path / "up")
+    assert r.exit_code == 0, r.stderr
