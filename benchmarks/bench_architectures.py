@@ -1,20 +1,21 @@
-"""Architecture speed: `modernbert` against `bert` at matched sizes, and against transformers'
-own ModernBertForMaskedLM at the same shape (#40).
+"""Architecture speed: each architecture (`--architecture`: modernbert, roberta, deberta-v2, ...)
+against `bert` at matched sizes, and against transformers' own masked LM of that architecture
+with the same weights.
 
-    .venv/bin/python benchmarks/bench_architectures.py                # mini, 128/512/2048
-    .venv/bin/python benchmarks/bench_architectures.py --preset small --seqs 128 512 --infer 8192
+    .venv/bin/python benchmarks/bench_architectures.py                # modernbert, mini
+    .venv/bin/python benchmarks/bench_architectures.py --architecture roberta deberta-v2 \
+        --seqs 128 512 --infer
 
-Three masked-LM models of one preset name (`--preset`): bertctl's BERT (BertForMaskedLM), bertctl's
-ModernBERT (ModernBertForMaskedLM, a few more layers: about the same parameters) and
-transformers' ModernBertForMaskedLM with bertctl's weights (sdpa attention, as it runs on a
-CPU). A training step is forward + backward + AdamW on a batch of --tokens tokens (batch =
-tokens / length) with 15% of the positions masked; inference is a forward pass of the encoder
-without gradients. The models are timed in alternation (who goes first rotates each repeat),
-the median of --repeats is reported as tokens/s, with the ratios: modernbert / bert (the
-architecture's cost at a matched size; the local windows should make long inputs cheaper) and
-bertctl / transformers for the same ModernBERT (the implementation's speed). Before timing, the
-two ModernBERTs' masked-LM losses on the batch are printed: they must agree. --precision bf16
-runs both under CPU autocast (where bf16 is native). The machine line is printed first.
+Masked-LM models of one preset name (`--preset`): bertctl's BERT (BertForMaskedLM), and for each
+architecture bertctl's model and transformers' (`AutoModelForMaskedLM` on the directory bertctl
+saved, sdpa attention where it has it, as it runs on a CPU). A training step is forward +
+backward + AdamW on a batch of --tokens tokens (batch = tokens / length) with 15% of the
+positions masked; inference is a forward pass of the encoder without gradients. The models are
+timed in alternation (who goes first rotates each repeat), the median of --repeats is reported
+as tokens/s, with the ratios: the architecture / bert (its cost at a matched size) and bertctl /
+transformers for the same weights (the implementation's speed). Before timing, each pair's
+masked-LM losses on one batch are printed: they must agree. --precision bf16 runs all under
+CPU autocast (where bf16 is native). The machine line is printed first.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import torch
 
 import summary
 from bertctl import hardware
-from bertctl.model import ARCHITECTURES, build, save_model
+from bertctl.model import ARCHITECTURES, architectures, build, save_model
 
 MASK = 4
 
@@ -41,20 +42,35 @@ def batch_of(tokens: int, seq: int, vocab: int, gen: torch.Generator) -> dict:
     return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}
 
 
-def models(preset: str, vocab: int, positions: int):
-    configs = {name: ARCHITECTURES[name].config_class.from_preset(
-        preset, vocab_size=vocab, max_position_embeddings=positions)
-        for name in ("bert", "modernbert")}
-    torch.manual_seed(0)
-    ours = {name: build("masked_lm", config) for name, config in configs.items()}
+def models(preset: str, vocab: int, positions: int, names: list[str]):
+    """bertctl's BERT, and each architecture's bertctl model and transformers' ("hf-NAME")."""
     import tempfile
 
     import transformers
 
-    with tempfile.TemporaryDirectory() as d:
-        save_model(ours["modernbert"], d)
-        hf = transformers.AutoModelForMaskedLM.from_pretrained(d, attn_implementation="sdpa")
-    return {"bert": ours["bert"], "modernbert": ours["modernbert"], "hf-modernbert": hf}
+    out = {}
+    for name in ["bert", *names]:
+        arch = ARCHITECTURES[name]
+        # RoBERTa's table has the padding id + 1 rows more than the longest input
+        config = arch.config_class.from_preset(preset, vocab_size=vocab,
+                                               max_position_embeddings=positions)
+        if architectures.longest_input(config) < positions:
+            config = arch.config_class.from_preset(
+                preset, vocab_size=vocab, max_position_embeddings=2 * positions
+                - architectures.longest_input(config))
+        torch.manual_seed(0)
+        out[name] = build("masked_lm", config)
+        if name == "bert":
+            continue
+        with tempfile.TemporaryDirectory() as d:
+            save_model(out[name], d)
+            try:
+                hf = transformers.AutoModelForMaskedLM.from_pretrained(
+                    d, attn_implementation="sdpa")
+            except ValueError:   # no sdpa path (DeBERTa's attention is its own)
+                hf = transformers.AutoModelForMaskedLM.from_pretrained(d)
+        out[f"hf-{name}"] = hf
+    return out
 
 
 def loss_of(name: str, model, batch: dict) -> torch.Tensor:
@@ -65,7 +81,7 @@ def loss_of(name: str, model, batch: dict) -> torch.Tensor:
 
 def encode(name: str, model, batch: dict) -> None:
     if name.startswith("hf"):
-        model.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+        model.base_model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
     else:
         getattr(model, model.encoder_name)(batch["input_ids"], None, batch["attention_mask"])
 
@@ -109,6 +125,8 @@ def measure(all_models: dict, batch: dict, repeats: int, precision: str, train: 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--preset", default="mini")
+    ap.add_argument("--architecture", nargs="+", default=["modernbert"],
+                    help="the architectures set beside bert and transformers' own")
     ap.add_argument("--seqs", nargs="+", type=int, default=[128, 512, 2048])
     ap.add_argument("--infer", nargs="*", type=int, default=[8192],
                     help="lengths timed for inference only (beside --seqs)")
@@ -128,35 +146,35 @@ def main() -> None:
           f"{transformers.__version__}; {args.precision}; {args.tokens} tokens a batch, median "
           f"of {args.repeats}")
     positions = max([*args.seqs, *args.infer, 256])
-    all_models = models(args.preset, args.vocab, positions)
+    names = args.architecture
+    all_models = models(args.preset, args.vocab, positions, names)
     sizes = {n: sum(p.numel() for p in m.parameters()) for n, m in all_models.items()}
     print("parameters: " + ", ".join(f"{n} {v / 1e6:.2f}M" for n, v in sizes.items()))
     gen = torch.Generator().manual_seed(0)
     check = batch_of(512, 256, args.vocab, gen)
-    with torch.no_grad():
-        a = loss_of("modernbert", all_models["modernbert"].eval(), check).item()
-        b = loss_of("hf-modernbert", all_models["hf-modernbert"].eval(), check).item()
-    print(f"same weights, same batch: bertctl modernbert loss {a:.6f}, transformers {b:.6f}")
-    assert abs(a - b) < 1e-4, (a, b)
+    for name in names:
+        with torch.no_grad():
+            a = loss_of(name, all_models[name].eval(), check).item()
+            b = loss_of("hf", all_models[f"hf-{name}"].eval(), check).item()
+        print(f"same weights, same batch: bertctl {name} loss {a:.6f}, transformers {b:.6f}")
+        assert abs(a - b) < 1e-4, (name, a, b)
 
     rows = []
-    print(f"{'what':<10}{'seq':>6}{'bert':>10}{'modern':>10}{'hf-modern':>11}"
-          f"{'modern/bert':>13}{'ours/hf':>9}   (tokens/s)")
+    print(f"{'what':<8}{'seq':>6}{'architecture':>14}{'bert':>9}{'ours':>9}{'hf':>9}"
+          f"{'ours/bert':>11}{'ours/hf':>9}   (tokens/s)")
     plan = [("train", s) for s in args.seqs] + [("infer", s) for s in args.seqs + args.infer]
     for what, seq in plan:
         batch = batch_of(args.tokens, seq, args.vocab, gen)
         speed = measure(all_models, batch, args.repeats, args.precision, what == "train")
-        ratio_arch = speed["modernbert"] / speed["bert"]
-        ratio_impl = speed["modernbert"] / speed["hf-modernbert"]
-        print(f"{what:<10}{seq:>6}{speed['bert']:>10.0f}{speed['modernbert']:>10.0f}"
-              f"{speed['hf-modernbert']:>11.0f}{ratio_arch:>13.2f}{ratio_impl:>9.2f}")
-        rows.append(summary.row("architectures", f"{what} {seq} tokens: modernbert vs "
-                                f"transformers' (same shape)", speed["modernbert"],
-                                speed["hf-modernbert"], "tokens/s",
-                                target=1.5 if what == "train" else None))
-        rows.append(summary.row("architectures", f"{what} {seq} tokens: modernbert vs bert "
-                                f"({args.preset})", speed["modernbert"], speed["bert"],
-                                "tokens/s"))
+        for name in names:
+            ours, hf, bert = speed[name], speed[f"hf-{name}"], speed["bert"]
+            print(f"{what:<8}{seq:>6}{name:>14}{bert:>9.0f}{ours:>9.0f}{hf:>9.0f}"
+                  f"{ours / bert:>11.2f}{ours / hf:>9.2f}")
+            rows.append(summary.row("architectures", f"{what} {seq} tokens: {name} vs "
+                                    f"transformers' (same shape)", ours, hf, "tokens/s",
+                                    target=1.0 if what == "train" else None))
+            rows.append(summary.row("architectures", f"{what} {seq} tokens: {name} vs bert "
+                                    f"({args.preset})", ours, bert, "tokens/s"))
     summary.append(args.summary_json, rows)
 
 

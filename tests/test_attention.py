@@ -63,6 +63,31 @@ def test_written_attention_is_the_fused_kernels_function_in_fp32(kind):
         torch.testing.assert_close(a, b, atol=tol, rtol=0)
 
 
+@pytest.mark.parametrize("kind", ["none", "padding", "packed"])
+def test_an_additive_bias_is_the_same_function_written_out_and_fused_in_fp32(kind):
+    """DeBERTa's relative terms: softmax(q k^T * scale + bias where allowed) v both ways, the
+    bias's gradient too."""
+    q, k, v = inputs()
+    g = torch.Generator().manual_seed(5)
+    bias = torch.randn(B, HEADS, T, T, generator=g).requires_grad_()
+    mask = masks()[kind]
+
+    def grads_of(fn):
+        out = fn(q, k, v, mask, 0.0, bias, 0.125)
+        out.pow(2).sum().backward()
+        grads = [t.grad.clone() for t in (q, k, v, bias)]
+        for t in (q, k, v, bias):
+            t.grad = None
+        return out.detach(), grads
+
+    ours, our_grads = grads_of(written_attention)
+    ref, ref_grads = grads_of(attention.fused_attention)
+    tol = fp32_sum(D + T, 10.0)   # the reason above: the same sums, the bias one term more
+    torch.testing.assert_close(ours, ref, atol=tol, rtol=0)
+    for a, b in zip(our_grads, ref_grads):
+        torch.testing.assert_close(a, b, atol=tol, rtol=0)
+
+
 @pytest.mark.parametrize("kind", ["padding", "packed"])
 def test_written_attention_in_bf16_is_as_close_to_fp64_as_bf16_allows(kind):
     q, k, v = inputs(torch.bfloat16)

@@ -68,17 +68,21 @@ class AttentionPolicy:
         return {k: "written" if v else "fused" for k, v in sorted(self._chosen.items())}
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-               mask: torch.Tensor | None, dropout_p: float = 0.0) -> torch.Tensor:
-        """softmax(q k^T / sqrt(d) where `mask` allows) v over (B, heads, T, d) tensors; `mask`
-        is a boolean "may attend" mask that broadcasts to (B, heads, T, T), or None.
-        `dropout_p` is the training dropout on the probabilities (0 in evaluation)."""
+               mask: torch.Tensor | None, dropout_p: float = 0.0,
+               bias: torch.Tensor | None = None, scale: float | None = None) -> torch.Tensor:
+        """softmax(q k^T * scale + bias where `mask` allows) v over (B, heads, T, d) tensors;
+        `mask` is a boolean "may attend" mask that broadcasts to (B, heads, T, T), or None;
+        `bias` an additive one of scores' shape (DeBERTa's relative terms), or None; `scale`
+        1 / sqrt(d) unless given. `dropout_p` is the training dropout on the probabilities (0
+        in evaluation)."""
         if self.mode == "written" or (self.mode == "auto" and q.device.type == "cpu" and (
-                dropout_p > 0 or self._written_is_faster(q, k, v, mask))):
-            return written_attention(q, k, v, mask, dropout_p)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+                dropout_p > 0 or self._written_is_faster(q, k, v, mask, bias, scale))):
+            return written_attention(q, k, v, mask, dropout_p, bias, scale)
+        return fused_attention(q, k, v, mask, dropout_p, bias, scale)
 
     def _written_is_faster(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                           mask: torch.Tensor | None) -> bool:
+                           mask: torch.Tensor | None, bias: torch.Tensor | None = None,
+                           scale: float | None = None) -> bool:
         """Whether the written form is the faster training step for this shape (timed once
         per shape and model). Only reduced-precision training is in question: in fp32 the
         fused kernel won everywhere measured, and without gradients (evaluation) the written
@@ -91,26 +95,57 @@ class AttentionPolicy:
         # Lengths within 64 of each other share a choice, and so do batches within a factor
         # of two (both kernels' work grows with the batch alike): a packed batch's length and
         # row count vary from step to step, and each timing costs a few steps' attention.
-        key = bucket(q, k, mask)
+        key = bucket(q, k, mask) + (" bias" if bias is not None else "")
         won = self._chosen.get(key)
         if won is None:
-            won = self._chosen[key] = self.timing and clearly_faster(*time_both(q, k, v, mask))
+            extra = {} if bias is None else {"bias": bias, "scale": scale}
+            won = self._chosen[key] = self.timing and clearly_faster(
+                *time_both(q, k, v, mask, **extra))
         return won
 
 
-def written_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                      mask: torch.Tensor | None, dropout_p: float = 0.0) -> torch.Tensor:
-    """The same attention as plain tensor operations. The softmax runs in the scores'
-    precision, accumulating in fp32 (PyTorch's CPU kernel does); a row that may attend to
-    nothing gives zeros, as the fused kernel's does."""
+def _lowest(q: torch.Tensor) -> float:
     # The lowest finite value rather than -inf where a key is masked: a row of -inf is NaN
     # after the softmax, and clearing NaN (nan_to_num) cost as much as the rest of the backward.
     # (Of the dtype the product runs in: under autocast an fp32 lowest would be -inf in bf16.)
     device = q.device.type
-    lowest = torch.finfo(torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device)
-                         else q.dtype).min
+    return torch.finfo(torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device)
+                       else q.dtype).min
+
+
+def fused_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                    mask: torch.Tensor | None, dropout_p: float = 0.0,
+                    bias: torch.Tensor | None = None, scale: float | None = None
+                    ) -> torch.Tensor:
+    """PyTorch's kernel; an additive `bias` enters as its float mask, the masked keys at the
+    lowest finite value (a row that may attend to nothing averages rather than NaN)."""
+    if bias is not None:
+        dtype = torch.get_autocast_dtype(q.device.type) \
+            if torch.is_autocast_enabled(q.device.type) else q.dtype
+        mask = (bias if mask is None else bias.masked_fill(~mask, _lowest(q))).to(dtype)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p,
+                                          scale=scale)
+
+
+def written_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                      mask: torch.Tensor | None, dropout_p: float = 0.0,
+                      bias: torch.Tensor | None = None, scale: float | None = None
+                      ) -> torch.Tensor:
+    """The same attention as plain tensor operations. The softmax runs in the scores'
+    precision, accumulating in fp32 (PyTorch's CPU kernel does); a row that may attend to
+    nothing gives zeros, as the fused kernel's does."""
+    lowest = _lowest(q)
     B, heads, T, d = q.shape
-    if mask is not None and mask.size(-2) == 1:
+    alpha = d ** -0.5 if scale is None else scale
+    if bias is not None:   # one pass: the scaled product added to the bias
+        S = k.size(-2)
+        scores = torch.baddbmm(bias.reshape(B * heads, T, S).to(q.dtype),
+                               q.reshape(B * heads, T, d),
+                               k.reshape(B * heads, S, d).transpose(1, 2),
+                               alpha=alpha).view(B, heads, T, S)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, lowest)
+    elif mask is not None and mask.size(-2) == 1:
         # A padding mask (each row's keys, the same for every query) is added inside the
         # product, with the scale: one pass over the (B, heads, T, T) scores, where masking
         # them made another, forward and backward (that part 2-2.4x faster at MiniLM's shape,
@@ -120,9 +155,9 @@ def written_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         scores = torch.baddbmm(bias.expand(B, heads, 1, S).reshape(B * heads, 1, S),
                                q.reshape(B * heads, T, d),
                                k.reshape(B * heads, S, d).transpose(1, 2),
-                               alpha=d ** -0.5).view(B, heads, T, S)
+                               alpha=alpha).view(B, heads, T, S)
     else:
-        scores = (q * d ** -0.5) @ k.transpose(-2, -1)
+        scores = (q * alpha) @ k.transpose(-2, -1)
         if mask is not None:
             scores = scores.masked_fill(~mask, lowest)
     # Not an fp32 softmax cast back, as up to model revision 6: the product with v reads bf16
@@ -160,19 +195,22 @@ def clearly_faster(fused_s: float, written_s: float) -> bool:
 
 
 def time_both(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
-              repeats: int = 3) -> tuple[float, float]:
+              repeats: int = 3, bias: torch.Tensor | None = None,
+              scale: float | None = None) -> tuple[float, float]:
     """Seconds of one forward and backward of the fused kernel and of the written form, on
     copies of these inputs (the best of `repeats`, after one untimed run of each)."""
     leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
     m = None if mask is None else mask.detach()
+    extra = {} if bias is None else {"bias": bias.detach().clone().requires_grad_(),
+                                     "scale": scale}
 
     def once(fn) -> float:
         t0 = time.perf_counter()
-        fn(*leaves, m).float().sum().backward()
+        fn(*leaves, m, **extra).float().sum().backward()
         return time.perf_counter() - t0
 
-    def fused(a, b, c, mm):
-        return F.scaled_dot_product_attention(a, b, c, attn_mask=mm)
+    def fused(a, b, c, mm, **more):
+        return fused_attention(a, b, c, mm, **more)
 
     best = []
     # Saved as plain tensors: inside a checkpointed layer, the recomputation's hooks would
@@ -184,5 +222,5 @@ def time_both(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
     return best[0], best[1]
 
 
-__all__ = ["MODES", "AttentionPolicy", "bucket", "clearly_faster", "time_both", "worth_timing",
-           "written_attention"]
+__all__ = ["MODES", "AttentionPolicy", "bucket", "clearly_faster", "fused_attention",
+           "time_both", "worth_timing", "written_attention"]
