@@ -223,7 +223,7 @@ class BertModel(nn.Module):
         """`num_layers`: run only the first layers (features from a lower layer need no more;
         the outputs then stop at that layer and there is no pooler output)."""
         mask = attention_bias(attention_mask, packed=position_ids is not None)
-        x = self.embeddings(input_ids, token_type_ids, position_ids)
+        x = self.embed(input_ids, token_type_ids, position_ids)
         states = [x]
         layers = self.encoder.layer if num_layers is None else self.encoder.layer[:num_layers]
         recompute = self.gradient_checkpointing and self.training and torch.is_grad_enabled()
@@ -239,6 +239,11 @@ class BertModel(nn.Module):
             "pooler_output": self.pooler(first_tokens(x, sequence_starts)) if pool else None,
             **({"hidden_states": tuple(states)} if output_hidden_states else {}),
         }
+
+    def embed(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None,
+              position_ids: torch.Tensor | None) -> torch.Tensor:
+        """Hidden state 0 (ELECTRA's projects its narrower embeddings to the width)."""
+        return self.embeddings(input_ids, token_type_ids, position_ids)
 
     def hidden_state_modules(self) -> list[nn.Module]:
         """The modules whose outputs are the hidden states 0 (the embeddings) to L."""

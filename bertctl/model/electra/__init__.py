@@ -1,0 +1,27 @@
+"""ELECTRA's discriminators (Clark et al., 2020) as encoders, saved as transformers' Electra
+classes: BERT's blocks (model/bert) under embeddings that may be narrower than the hidden
+width (projected up), and ELECTRA's heads. config.py, model.py. (bertctl's own ELECTRA
+pretraining, `--objective electra`, trains a BERT-shaped discriminator: model/bert/electra.py.)"""
+
+from bertctl.model.architectures import Architecture, register
+from bertctl.model.electra.config import ElectraConfig
+
+_MODEL = "bertctl.model.electra.model:"
+
+register(Architecture(
+    name="electra", model_type="electra", config_class=ElectraConfig,
+    description="ELECTRA's discriminator (BERT's encoder; embeddings narrower than the width, "
+    "projected), read and fine-tuned, saved as transformers' Electra",
+    heads={"encoder": f"{_MODEL}ElectraModel",
+           "masked_lm": f"{_MODEL}ElectraForMaskedLM",
+           "sequence_classification": f"{_MODEL}ElectraForSequenceClassification",
+           "multiple_choice": f"{_MODEL}ElectraForMultipleChoice",
+           "question_answering": f"{_MODEL}ElectraForQuestionAnswering",
+           "token_classification": f"{_MODEL}ElectraForTokenClassification"},
+    encoder_name="electra", bare_prefixes=("embeddings.", "embeddings_project.", "encoder."),
+    # transformers' index buffers, and the generator's decoder, which is the word embeddings.
+    ignored_keys=("electra.embeddings.position_ids", "electra.embeddings.token_type_ids",
+                  "generator_lm_head.weight"),
+    builds_on="bert"))
+
+__all__ = ["ElectraConfig"]
