@@ -12,7 +12,7 @@ elsewhere exports its own as bert/ and modernbert/ do."""
 import importlib
 
 from bertctl.model import architectures
-from bertctl.model import bert, deberta, electra, modernbert, roberta  # noqa: F401  (each registers itself)
+from bertctl.model import bert, deberta, distilbert, electra, modernbert, roberta  # noqa: F401  (each registers itself)
 from bertctl.model.architectures import ARCHITECTURES, ROLES, Architecture, build, role_of
 
 _LAZY = {

@@ -1,0 +1,24 @@
+"""DistilBERT (Sanh et al., 2019) as a bertctl architecture, saved as transformers' DistilBert
+classes: config.py (transformers' field names, dim / n_layers / n_heads, read under BERT's as
+well), model.py (BERT's post-LN blocks under DistilBERT's names, no token types, no pooler)."""
+
+from bertctl.model.architectures import Architecture, register
+from bertctl.model.distilbert.config import DistilBertConfig
+
+_MODEL = "bertctl.model.distilbert.model:"
+
+register(Architecture(
+    name="distilbert", model_type="distilbert", config_class=DistilBertConfig,
+    description="DistilBERT's (BERT's blocks, half the layers, no token types, no pooler), "
+    "saved as transformers' DistilBert",
+    heads={"encoder": f"{_MODEL}DistilBertModel",
+           "masked_lm": f"{_MODEL}DistilBertForMaskedLM",
+           "sequence_classification": f"{_MODEL}DistilBertForSequenceClassification",
+           "multiple_choice": f"{_MODEL}DistilBertForMultipleChoice",
+           "question_answering": f"{_MODEL}DistilBertForQuestionAnswering",
+           "token_classification": f"{_MODEL}DistilBertForTokenClassification"},
+    encoder_name="distilbert", bare_prefixes=("embeddings.", "transformer."),
+    # transformers' index buffer, and the decoder, which is the word embeddings.
+    ignored_keys=("distilbert.embeddings.position_ids", "vocab_projector.weight")))
+
+__all__ = ["DistilBertConfig"]

@@ -1,0 +1,280 @@
+"""DistilBERT's encoder and heads under transformers' names (`distilbert.transformer.layer.2.
+attention.q_lin`, `sa_layer_norm`, `ffn.lin1`, `pre_classifier`, `vocab_projector`, ...), so
+a state dict moves between bertctl and transformers' DistilBert* classes unchanged. The block
+is BERT's post-LN one; attention goes through the model's AttentionPolicy."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+import torch.utils.checkpoint
+from torch import nn
+
+from bertctl.model.attention import AttentionPolicy
+from bertctl.model.distilbert.config import DistilBertConfig
+from bertctl.model.dropout import Dropout
+from bertctl.model.roles import (MultipleChoice, QuestionAnswering, SequenceClassifier,
+                                 TokenClassifier, masked_lm)
+from bertctl.model.shared import (ACTIVATIONS, EncoderWithHead, attention_bias, first_tokens,
+                                  keep_layers)
+
+
+def sinusoidal_table(positions: int, dim: int) -> torch.Tensor:
+    """The fixed table of `sinusoidal_pos_embds`: sin on even columns, cos on odd ones, of
+    pos / 10000^(2 floor(j / 2) / dim) (Vaswani et al.)."""
+    pos = torch.arange(positions, dtype=torch.float64)[:, None]
+    j = torch.arange(dim, dtype=torch.float64)[None]
+    angle = pos / torch.pow(10000.0, 2 * torch.div(j, 2, rounding_mode="floor") / dim)
+    table = torch.empty(positions, dim, dtype=torch.float64)
+    table[:, 0::2] = torch.sin(angle[:, 0::2])
+    table[:, 1::2] = torch.cos(angle[:, 1::2])
+    return table.float()
+
+
+class Embeddings(nn.Module):
+    """word + position embeddings (no token types), LayerNorm, dropout."""
+
+    def __init__(self, config: DistilBertConfig):
+        super().__init__()
+        self.word_embeddings = nn.Embedding(config.vocab_size, config.dim,
+                                            padding_idx=config.pad_token_id)
+        self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.dim)
+        self.sinusoidal = config.sinusoidal_pos_embds
+        self.LayerNorm = nn.LayerNorm(config.dim, eps=config.layer_norm_eps)
+        self.dropout = Dropout(config.dropout)
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
+                position_ids: torch.Tensor | None = None) -> torch.Tensor:
+        T = input_ids.size(1)
+        if T > self.position_embeddings.num_embeddings:
+            raise ValueError(f"sequence length {T} exceeds max_position_embeddings "
+                             f"{self.position_embeddings.num_embeddings}")
+        x = self.word_embeddings(input_ids)   # DistilBERT reads no segments
+        x = x + (self.position_embeddings.weight[:T] if position_ids is None
+                 else self.position_embeddings(position_ids))
+        return self.dropout(self.LayerNorm(x))
+
+
+class MultiHeadSelfAttention(nn.Module):
+    def __init__(self, config: DistilBertConfig, policy: AttentionPolicy):
+        super().__init__()
+        self.policy = policy
+        self.n_heads = config.n_heads
+        self.q_lin, self.k_lin, self.v_lin, self.out_lin = (
+            nn.Linear(config.dim, config.dim) for _ in range(4))
+        self.dropout_p = config.attention_dropout
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        B, T, H = x.shape
+
+        def heads(t: torch.Tensor) -> torch.Tensor:
+            return t.view(B, T, self.n_heads, H // self.n_heads).transpose(1, 2)
+
+        q, k, v = heads(self.q_lin(x)), heads(self.k_lin(x)), heads(self.v_lin(x))
+        y = self.policy.attend(q, k, v, mask, self.dropout_p if self.training else 0.0)
+        return self.out_lin(y.transpose(1, 2).reshape(B, T, H))
+
+
+class FFN(nn.Module):
+    def __init__(self, config: DistilBertConfig):
+        super().__init__()
+        self.lin1 = nn.Linear(config.dim, config.hidden_dim)
+        self.lin2 = nn.Linear(config.hidden_dim, config.dim)
+        self.act = ACTIVATIONS[config.activation]
+        self.dropout = Dropout(config.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dropout(self.lin2(self.act(self.lin1(x))))
+
+
+class TransformerBlock(nn.Module):
+    def __init__(self, config: DistilBertConfig, policy: AttentionPolicy):
+        super().__init__()
+        self.attention = MultiHeadSelfAttention(config, policy)
+        self.sa_layer_norm = nn.LayerNorm(config.dim, eps=config.layer_norm_eps)
+        self.ffn = FFN(config)
+        self.output_layer_norm = nn.LayerNorm(config.dim, eps=config.layer_norm_eps)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        x = self.sa_layer_norm(self.attention(x, mask) + x)
+        return self.output_layer_norm(self.ffn(x) + x)
+
+
+class Transformer(nn.Module):
+    def __init__(self, config: DistilBertConfig, policy: AttentionPolicy):
+        super().__init__()
+        self.layer = nn.ModuleList(TransformerBlock(config, policy)
+                                   for _ in range(config.n_layers))
+
+
+def init_distilbert_weights(module: nn.Module, std: float) -> None:
+    """N(0, std) weights, zero biases, LayerNorm 1/0, the padding row zero (transformers')."""
+    if isinstance(module, (nn.Linear, nn.Embedding)):
+        nn.init.normal_(module.weight, mean=0.0, std=std)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+        if isinstance(module, nn.Embedding) and module.padding_idx is not None:
+            with torch.no_grad():
+                module.weight[module.padding_idx].zero_()
+    elif isinstance(module, nn.LayerNorm):
+        nn.init.ones_(module.weight)
+        nn.init.zeros_(module.bias)
+
+
+class DistilBertModel(nn.Module):
+    """forward(input_ids, token_type_ids=None (read by none), attention_mask=None,
+    output_hidden_states=False, num_layers=None, position_ids=None)."""
+
+    def __init__(self, config: DistilBertConfig):
+        super().__init__()
+        self.config = config
+        self.embeddings = Embeddings(config)
+        self.attention_policy = AttentionPolicy()
+        self.transformer = Transformer(config, self.attention_policy)
+        self.apply(lambda m: init_distilbert_weights(m, config.initializer_range))
+        if config.sinusoidal_pos_embds:   # fixed, as transformers keeps them
+            with torch.no_grad():
+                self.embeddings.position_embeddings.weight.copy_(
+                    sinusoidal_table(config.max_position_embeddings, config.dim))
+            self.embeddings.position_embeddings.weight.requires_grad_(False)
+        self.gradient_checkpointing = False
+
+    def compile_layers(self) -> None:
+        for layer in self.transformer.layer:
+            layer.compile()
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None,
+                output_hidden_states: bool = False, num_layers: int | None = None,
+                position_ids: torch.Tensor | None = None, **_: Any) -> dict[str, Any]:
+        mask = attention_bias(attention_mask, packed=position_ids is not None)
+        x = self.embeddings(input_ids, None, position_ids)
+        states = [x]
+        layers = self.transformer.layer if num_layers is None else \
+            self.transformer.layer[:num_layers]
+        recompute = self.gradient_checkpointing and self.training and torch.is_grad_enabled()
+        for layer in layers:
+            x = (torch.utils.checkpoint.checkpoint(layer, x, mask, use_reentrant=False)
+                 if recompute else layer(x, mask))
+            states.append(x)
+        return {"last_hidden_state": x,
+                **({"hidden_states": tuple(states)} if output_hidden_states else {})}
+
+    def hidden_state_modules(self) -> list[nn.Module]:
+        return [self.embeddings, *self.transformer.layer]
+
+    def layer_state(self, layers: list[int], state: dict[str, torch.Tensor] | None = None,
+                    prefix: str = "") -> dict[str, torch.Tensor]:
+        return keep_layers(self.state_dict() if state is None else state,
+                           f"{prefix}transformer.layer.", layers)
+
+    def num_parameters(self, exclude_embeddings: bool = False) -> int:
+        skip = {id(p) for p in self.embeddings.parameters()} if exclude_embeddings else set()
+        return sum(p.numel() for p in self.parameters() if id(p) not in skip)
+
+
+# ---------------------------------------------------------------------------------------------
+# Heads
+
+
+class DistilBertWithHead(EncoderWithHead):
+    encoder_name = "distilbert"
+
+    def _build_encoder(self, config: DistilBertConfig) -> nn.Module:
+        return DistilBertModel(config)
+
+    def _init_module(self, module: nn.Module) -> None:
+        init_distilbert_weights(module, self.config.initializer_range)
+
+
+class _PreClassified(DistilBertWithHead):
+    """pre_classifier, ReLU, dropout, classifier on the first token (sequence classification,
+    multiple choice)."""
+
+    def _add_pre_classifier(self, num_outputs: int) -> None:
+        width = self.features.width if self.features is not None else self.config.dim
+        self.pre_classifier = nn.Linear(width, self.config.dim)
+        self.classifier = nn.Linear(self.config.dim, num_outputs)
+        self.dropout = Dropout(self.config.seq_classif_dropout)
+        self._init_head()
+
+    def _pool(self, input_ids, token_type_ids, attention_mask, position_ids=None,
+              sequence_starts=None) -> torch.Tensor:
+        return first_tokens(self._sequence(input_ids, token_type_ids, attention_mask,
+                                           position_ids), sequence_starts)
+
+    def _classify(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.dropout(F.relu(self.pre_classifier(x))))
+
+
+class DistilBertForSequenceClassification(SequenceClassifier, _PreClassified):
+    def __init__(self, config: DistilBertConfig, num_labels: int | None = None,
+                 problem_type: str = "single_label_classification",
+                 features: dict[str, Any] | None = None):
+        super().__init__(config, features)
+        self._add_pre_classifier(self._problem(num_labels, problem_type))
+
+
+class DistilBertForMultipleChoice(MultipleChoice, _PreClassified):
+    def __init__(self, config: DistilBertConfig):
+        super().__init__(config)
+        self._add_pre_classifier(1)
+
+
+class DistilBertForQuestionAnswering(QuestionAnswering, DistilBertWithHead):
+    def __init__(self, config: DistilBertConfig):
+        super().__init__(config)
+        self.qa_outputs = nn.Linear(config.dim, 2)
+        self.dropout = Dropout(config.qa_dropout)
+        self._init_head()
+
+    def _span_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.qa_outputs(self.dropout(hidden))
+
+
+class DistilBertForTokenClassification(TokenClassifier, DistilBertWithHead):
+    def __init__(self, config: DistilBertConfig, num_labels: int = 2,
+                 features: dict[str, Any] | None = None):
+        super().__init__(config, features)
+        self.num_labels = num_labels
+        width = self.features.width if self.features is not None else config.dim
+        self.dropout = Dropout(config.dropout)
+        self.classifier = nn.Linear(width, num_labels)
+        self._init_head()
+
+    def _classify(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.dropout(x))
+
+
+class _TiedProjector(nn.Module):
+    """vocab_projector: the word embedding table (passed in) and its own bias."""
+
+    def __init__(self, vocab_size: int):
+        super().__init__()
+        self.bias = nn.Parameter(torch.zeros(vocab_size))
+
+
+class DistilBertForMaskedLM(DistilBertWithHead):
+    def __init__(self, config: DistilBertConfig):
+        super().__init__(config)
+        self.vocab_transform = nn.Linear(config.dim, config.dim)
+        self.act = ACTIVATIONS[config.activation]
+        self.vocab_layer_norm = nn.LayerNorm(config.dim, eps=config.layer_norm_eps)
+        self.vocab_projector = _TiedProjector(config.vocab_size)
+        self._init_head()
+
+    def _predict(self, hidden: torch.Tensor) -> torch.Tensor:
+        x = self.vocab_layer_norm(self.act(self.vocab_transform(hidden)))
+        return F.linear(x, self.distilbert.embeddings.word_embeddings.weight,
+                        self.vocab_projector.bias)
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None,
+                labels: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        enc = self.distilbert(input_ids, None, attention_mask)
+        out = masked_lm(self._predict, enc["last_hidden_state"], labels)
+        if labels is not None:
+            out["loss"] = out["mlm_loss"]
+        return out
