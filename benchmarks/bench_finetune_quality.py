@@ -15,8 +15,10 @@ gradient clipping 1.0, max length (pairs truncated longest-first) and precision:
 - `padded`: the same with `--no-pack`: random batches padded to their longest row (the default
   before packing; the saved runs labelled so ran before `--pack` existed);
 - `grouped`: `--group-by-length` (length-grouped batches; the saved runs are padded ones);
-- `plain`: a hand-written PyTorch loop over transformers' `BertForSequenceClassification`
-  (`from_pretrained`, new head after `torch.manual_seed(seed)`), `BertTokenizerFast`, batches of
+- `plain`: a hand-written PyTorch loop over transformers' `AutoModelForSequenceClassification`
+  (`from_pretrained`, new head after `torch.manual_seed(seed)`; BERT's for the default
+  checkpoint, `--model` any architecture's; a regression's fp32 head is BERT's pooler's),
+  `AutoTokenizer`, batches of
   a `torch.randperm` per epoch padded to their longest row, AdamW + linear schedule, bf16
   autocast when `--precision bf16`: what a user would write in a notebook.
 - `plain_bertctl_model`: the same plain loop with bertctl's model class instead of
@@ -62,13 +64,14 @@ def run_plain(task, data_dir, model_dir, a, bertctl_model=False):
     import numpy as np
     import torch
     import transformers
-    from transformers import BertForSequenceClassification, BertTokenizerFast
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     from bertctl.metrics import compute_metrics
 
     transformers.logging.set_verbosity_error()
     t = TASKS[task]
-    tok = BertTokenizerFast.from_pretrained(model_dir)
+    # Any architecture's own tokenizer and class (RoBERTa's reads no token types).
+    tok = AutoTokenizer.from_pretrained(model_dir)
 
     def encode(split):
         x, y, labels = hf_examples(task, data_dir / f"{split}.tsv")
@@ -77,8 +80,8 @@ def run_plain(task, data_dir, model_dir, a, bertctl_model=False):
         return enc, labels
 
     def batch(enc, labels, idx):
-        rows = [{k: enc[k][i] for k in ("input_ids", "token_type_ids", "attention_mask")}
-                for i in idx]
+        rows = [{k: enc[k][i] for k in ("input_ids", "token_type_ids", "attention_mask")
+                 if k in enc} for i in idx]
         out = tok.pad(rows, return_tensors="pt")
         dtype = torch.float32 if t["labels"] is None else torch.long
         out["labels"] = torch.tensor([labels[i] for i in idx], dtype=dtype)
@@ -94,12 +97,11 @@ def run_plain(task, data_dir, model_dir, a, bertctl_model=False):
         # head is initialised from the same distribution by other draws of the seeded
         # generator; since model revision 4 its CPU dropout masks come from another stream too
         # (the saved session-6 runs predate it: the same masks as transformers').
-        from bertctl.model import BertForSequenceClassification as Ours
         from bertctl.model.hf import load_model
 
-        model = load_model(model_dir, Ours, **kw)[0]
+        model = load_model(model_dir, role="sequence_classification", **kw)[0]
     else:
-        model = BertForSequenceClassification.from_pretrained(model_dir, **kw)
+        model = AutoModelForSequenceClassification.from_pretrained(model_dir, **kw)
     no_decay = [p for n, p in model.named_parameters() if n.endswith("bias") or "LayerNorm" in n]
     decay = [p for n, p in model.named_parameters() if not (n.endswith("bias") or "LayerNorm" in n)]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
@@ -117,7 +119,7 @@ def run_plain(task, data_dir, model_dir, a, bertctl_model=False):
         labels = inputs.pop("labels", None)
         if bertctl_model:
             with autocast:
-                out = model(inputs["input_ids"], inputs["token_type_ids"],
+                out = model(inputs["input_ids"], inputs.get("token_type_ids"),
                             inputs["attention_mask"], labels=labels)
             return out["logits"].float(), out.get("loss")
         if t["labels"] is not None:

@@ -4,6 +4,8 @@
 #
 #   make -C pipelines budget CORPUS=~/corpus BUDGET=30m GLUE=~/data/glue
 #   make -C pipelines -f budget.mk budget CORPUS=... BUDGET=...   (the same, without the top Makefile)
+#   make -C pipelines budget CORPUS=... TOKENIZE_FLAGS="--model byte-level-bpe --cased" \
+#       PRETRAIN_FLAGS="--architecture roberta"     (a RoBERTa from a byte-level BPE vocabulary)
 #
 # Artifacts, each the target `make` keeps up to date (a second `make` does nothing):
 #   RUNS/tokenizer   bertctl tokenize CORPUS (or --from-vocab VOCAB)

@@ -145,7 +145,7 @@ def test_bad_architecture_inputs_are_one_line_before_any_work(cli, continuous_da
     base = ["pretrain", continuous_data, "--out", out, "--steps", "2", "--batch-size", "4"]
     # (the flag's choices are the registry's)
     one_line_error(cli(*base, "--architecture", "modernbertz", "--objective", "mlm"),
-                   "'architecture' = 'modernbertz'", "'bert', 'modernbert', 'roberta' or 'xlm-roberta'")
+                   "'architecture' = 'modernbertz'", "'bert', 'deberta-v2', 'distilbert', 'electra', 'modernbert', 'roberta' or 'xlm-roberta'")
     one_line_error(cli(*base, "--architecture", "modernbert"),
               "--objective bert cannot train --architecture modernbert", "mlm")
     one_line_error(cli(*base, "--architecture", "modernbert", "--objective", "electra"),

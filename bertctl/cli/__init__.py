@@ -183,7 +183,7 @@ def build_pretrain_data(
                             exclude=exclude)
 
 
-@stage("pretrain", pretrain_settings, help="Pretrain a BERT or ModernBERT (--objective: MLM "
+@stage("pretrain", pretrain_settings, help="Pretrain an encoder of any --architecture (--objective: MLM "
        "+ NSP, MLM, ELECTRA) on a pretrain-data artifact into a model artifact; from a size "
        "preset, a config.json or a model; under torchrun too.")
 def pretrain(settings: PretrainSettings, target: Target,

@@ -9,8 +9,7 @@ _MODEL = "bertctl.model.deberta.model:"
 
 register(Architecture(
     name="deberta-v2", model_type="deberta-v2", config_class=DebertaV2Config,
-    description="DeBERTa-v2's and v3's (disentangled attention over relative positions, no "
-    "absolute positions), saved as transformers' DebertaV2, trained by --objective mlm",
+    description="DeBERTa-v2's and v3's",
     heads={"encoder": f"{_MODEL}DebertaV2Model",
            "masked_lm": f"{_MODEL}DebertaV2ForMaskedLM",
            "sequence_classification": f"{_MODEL}DebertaV2ForSequenceClassification",

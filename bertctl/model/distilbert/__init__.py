@@ -9,8 +9,7 @@ _MODEL = "bertctl.model.distilbert.model:"
 
 register(Architecture(
     name="distilbert", model_type="distilbert", config_class=DistilBertConfig,
-    description="DistilBERT's (BERT's blocks, half the layers, no token types, no pooler), "
-    "saved as transformers' DistilBert",
+    description="DistilBERT's",
     heads={"encoder": f"{_MODEL}DistilBertModel",
            "masked_lm": f"{_MODEL}DistilBertForMaskedLM",
            "sequence_classification": f"{_MODEL}DistilBertForSequenceClassification",

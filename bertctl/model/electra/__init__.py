@@ -10,8 +10,7 @@ _MODEL = "bertctl.model.electra.model:"
 
 register(Architecture(
     name="electra", model_type="electra", config_class=ElectraConfig,
-    description="ELECTRA's discriminator (BERT's encoder; embeddings narrower than the width, "
-    "projected), read and fine-tuned, saved as transformers' Electra",
+    description="ELECTRA's discriminator",
     heads={"encoder": f"{_MODEL}ElectraModel",
            "masked_lm": f"{_MODEL}ElectraForMaskedLM",
            "sequence_classification": f"{_MODEL}ElectraForSequenceClassification",

@@ -9,10 +9,8 @@ from bertctl.model.roberta.config import RobertaConfig, XLMRobertaConfig
 _MODEL = "bertctl.model.roberta.model:"
 
 for _name, _config, _prefix, _what in (
-        ("roberta", RobertaConfig, "Roberta", "RoBERTa's (BERT's encoder; positions past the "
-         "padding id, one token type, <s>/</s> specials), trained by --objective mlm"),
-        ("xlm-roberta", XLMRobertaConfig, "XLMRoberta", "XLM-RoBERTa's (RoBERTa's shape, a "
-         "multilingual SentencePiece vocabulary), trained by --objective mlm")):
+        ("roberta", RobertaConfig, "Roberta", "RoBERTa's"),
+        ("xlm-roberta", XLMRobertaConfig, "XLMRoberta", "XLM-RoBERTa's")):
     register(Architecture(
         name=_name, model_type=_name, config_class=_config, description=_what,
         heads={"encoder": f"{_MODEL}{_prefix}Model",
