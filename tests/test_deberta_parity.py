@@ -9,9 +9,9 @@ refused by name."""
 import pytest
 import torch
 
-from bertctl.errors import BertctlError
 from bertctl.model import build, load_model, save_model
 from bertctl.model.deberta import DebertaV2Config
+from parity import check_packed_row, shaken
 from tolerance import TINY_FP32  # (each tolerance's reason)
 
 transformers = pytest.importorskip("transformers")
@@ -26,15 +26,6 @@ V2 = dict(relative_attention=True, position_buckets=-1, max_relative_positions=2
           norm_rel_ebd="none", share_att_key=False, pos_att_type=["c2p", "p2c"],
           position_biased_input=True, type_vocab_size=2)
 KINDS = {"v3": V3, "v2": V2}
-
-
-def _shaken(model):
-    torch.manual_seed(1)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "LayerNorm" in name or name.endswith("bias"):
-                p.add_(torch.randn_like(p) * 0.2)
-    return model.eval()
 
 
 def _batch(T: int = 40, rows: int = 3, seed: int = 0):
@@ -53,7 +44,7 @@ def _close(a, b, real):
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_ours_saved_is_transformers_with_our_outputs(kind, tmp_path):
-    ours = _shaken(build("masked_lm", DebertaV2Config(**SHAPE, **KINDS[kind])))
+    ours = shaken(build("masked_lm", DebertaV2Config(**SHAPE, **KINDS[kind])))
     save_model(ours, tmp_path)
     theirs = transformers.AutoModelForMaskedLM.from_pretrained(str(tmp_path)).eval()
     assert type(theirs).__name__ == "DebertaV2ForMaskedLM"
@@ -80,7 +71,7 @@ HEADS = {"SequenceClassification": {"num_labels": 3}, "TokenClassification": {"n
 def test_transformers_heads_load_into_ours_and_agree(kind, head, tmp_path):
     torch.manual_seed(0)
     config = transformers.DebertaV2Config(**SHAPE, **KINDS[kind], **HEADS[head])
-    theirs = _shaken(getattr(transformers, f"DebertaV2For{head}")(config))
+    theirs = shaken(getattr(transformers, f"DebertaV2For{head}")(config))
     theirs.save_pretrained(str(tmp_path))
     ours, report = load_model(tmp_path)
     assert type(ours).__name__ == f"DebertaV2For{head}"
@@ -105,35 +96,5 @@ def test_transformers_heads_load_into_ours_and_agree(kind, head, tmp_path):
 
 
 def test_a_packed_row_keeps_its_sequences_apart():
-    model = _shaken(build("encoder", DebertaV2Config(**SHAPE, **V3)))
-    g = torch.Generator().manual_seed(3)
-    seqs = [torch.randint(4, 211, (n,), generator=g) for n in (9, 30, 17)]
-    T = sum(map(len, seqs)) + 4
-    ids = torch.zeros(1, T, dtype=torch.long)
-    mask = torch.zeros(1, T, dtype=torch.long)
-    positions = torch.zeros(1, T, dtype=torch.long)
-    start = 0
-    for number, seq in enumerate(seqs, 1):
-        ids[0, start:start + len(seq)] = seq
-        mask[0, start:start + len(seq)] = number
-        positions[0, start:start + len(seq)] = torch.arange(len(seq))
-        start += len(seq)
-    with torch.no_grad():
-        packed = model(ids, None, mask, position_ids=positions)["last_hidden_state"][0]
-        start = 0
-        for seq in seqs:
-            alone = model(seq[None])["last_hidden_state"][0]
-            torch.testing.assert_close(packed[start:start + len(seq)], alone, **TINY_FP32)
-            start += len(seq)
-    assert torch.isfinite(packed).all()
-
-
-@pytest.mark.parametrize("extra, says", [
-    ({"conv_kernel_size": 3}, "conv_kernel_size 3"),
-    ({"pos_att_type": ["p2p", "c2p"]}, "p2p is not"),
-    ({"attention_head_size": 8}, "attention_head_size 8"),
-    ({"model_type": "deberta"}, "model_type is 'deberta'"),
-])
-def test_what_bertctl_does_not_implement_is_named(extra, says):
-    with pytest.raises(BertctlError, match=says):
-        DebertaV2Config.from_hf_dict({"model_type": "deberta-v2", **SHAPE, **V3, **extra})
+    """Packed rows: each sequence computes what it computes alone."""
+    check_packed_row(shaken(build("encoder", DebertaV2Config(**SHAPE, **V3))), 211, 0)

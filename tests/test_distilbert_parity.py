@@ -9,21 +9,13 @@ import torch
 from bertctl.model import build, load_model, save_model
 from bertctl.model.distilbert import DistilBertConfig
 from bertctl.model.distilbert.model import sinusoidal_table
+from parity import check_packed_row, shaken
 from tolerance import TINY_FP32  # (each tolerance's reason)
 
 transformers = pytest.importorskip("transformers")
 
 SHAPE = dict(vocab_size=211, dim=64, hidden_dim=96, n_layers=3, n_heads=4,
              max_position_embeddings=64, pad_token_id=0)
-
-
-def _shaken(model):
-    torch.manual_seed(1)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "norm" in name.lower() or name.endswith("bias"):
-                p.add_(torch.randn_like(p) * 0.2)
-    return model.eval()
 
 
 def _batch(T: int = 40, rows: int = 3, seed: int = 0):
@@ -41,7 +33,7 @@ def _close(a, b, real):
 
 @pytest.mark.parametrize("sinusoidal", [False, True])
 def test_ours_saved_is_transformers_with_our_outputs(sinusoidal, tmp_path):
-    ours = _shaken(build("masked_lm", DistilBertConfig(**SHAPE, sinusoidal_pos_embds=sinusoidal)))
+    ours = shaken(build("masked_lm", DistilBertConfig(**SHAPE, sinusoidal_pos_embds=sinusoidal)))
     save_model(ours, tmp_path)
     theirs = transformers.AutoModelForMaskedLM.from_pretrained(str(tmp_path)).eval()
     assert type(theirs).__name__ == "DistilBertForMaskedLM"
@@ -75,7 +67,7 @@ HEADS = {"SequenceClassification": {"num_labels": 3}, "TokenClassification": {"n
 def test_transformers_heads_load_into_ours_and_agree(head, tmp_path):
     torch.manual_seed(0)
     config = transformers.DistilBertConfig(**SHAPE, **HEADS[head])
-    theirs = _shaken(getattr(transformers, f"DistilBertFor{head}")(config))
+    theirs = shaken(getattr(transformers, f"DistilBertFor{head}")(config))
     theirs.save_pretrained(str(tmp_path))
     ours, report = load_model(tmp_path)
     assert type(ours).__name__ == f"DistilBertFor{head}" and report.complete, report
@@ -97,23 +89,5 @@ def test_transformers_heads_load_into_ours_and_agree(head, tmp_path):
 
 
 def test_a_packed_row_keeps_its_sequences_apart():
-    model = _shaken(build("encoder", DistilBertConfig(**SHAPE)))
-    g = torch.Generator().manual_seed(3)
-    seqs = [torch.randint(4, 211, (n,), generator=g) for n in (9, 30, 17)]
-    T = sum(map(len, seqs)) + 4
-    ids = torch.zeros(1, T, dtype=torch.long)
-    mask = torch.zeros(1, T, dtype=torch.long)
-    positions = torch.zeros(1, T, dtype=torch.long)
-    start = 0
-    for number, seq in enumerate(seqs, 1):
-        ids[0, start:start + len(seq)] = seq
-        mask[0, start:start + len(seq)] = number
-        positions[0, start:start + len(seq)] = torch.arange(len(seq))
-        start += len(seq)
-    with torch.no_grad():
-        packed = model(ids, None, mask, position_ids=positions)["last_hidden_state"][0]
-        start = 0
-        for seq in seqs:
-            alone = model(seq[None])["last_hidden_state"][0]
-            torch.testing.assert_close(packed[start:start + len(seq)], alone, **TINY_FP32)
-            start += len(seq)
+    """Packed rows: each sequence computes what it computes alone."""
+    check_packed_row(shaken(build("encoder", DistilBertConfig(**SHAPE))), 211, 0)

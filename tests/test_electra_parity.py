@@ -8,6 +8,7 @@ import torch
 
 from bertctl.model import build, load_model, save_model
 from bertctl.model.electra import ElectraConfig
+from parity import shaken
 from tolerance import TINY_FP32  # (each tolerance's reason)
 
 transformers = pytest.importorskip("transformers")
@@ -15,15 +16,6 @@ transformers = pytest.importorskip("transformers")
 SHAPE = dict(vocab_size=211, hidden_size=64, intermediate_size=96, num_hidden_layers=3,
              num_attention_heads=4, max_position_embeddings=64, pad_token_id=0)
 WIDTHS = {"narrow": 32, "wide": 64}
-
-
-def _shaken(model):
-    torch.manual_seed(1)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "LayerNorm" in name or name.endswith("bias"):
-                p.add_(torch.randn_like(p) * 0.2)
-    return model.eval()
 
 
 def _batch(T: int = 40, rows: int = 3, seed: int = 0):
@@ -43,7 +35,7 @@ def _close(a, b, real):
 @pytest.mark.parametrize("width", sorted(WIDTHS))
 def test_ours_saved_is_transformers_with_our_outputs(width, tmp_path):
     config = ElectraConfig(**SHAPE, embedding_size=WIDTHS[width])
-    ours = _shaken(build("masked_lm", config))
+    ours = shaken(build("masked_lm", config))
     save_model(ours, tmp_path)
     theirs = transformers.AutoModelForMaskedLM.from_pretrained(str(tmp_path)).eval()
     assert type(theirs).__name__ == "ElectraForMaskedLM"
@@ -70,7 +62,7 @@ HEADS = {"SequenceClassification": {"num_labels": 3}, "TokenClassification": {"n
 def test_transformers_heads_load_into_ours_and_agree(width, head, tmp_path):
     torch.manual_seed(0)
     config = transformers.ElectraConfig(**SHAPE, embedding_size=WIDTHS[width], **HEADS[head])
-    theirs = _shaken(getattr(transformers, f"ElectraFor{head}")(config))
+    theirs = shaken(getattr(transformers, f"ElectraFor{head}")(config))
     theirs.save_pretrained(str(tmp_path))
     ours, report = load_model(tmp_path)
     assert type(ours).__name__ == f"ElectraFor{head}" and report.complete, report
@@ -96,7 +88,7 @@ def test_a_discriminator_checkpoint_is_an_encoder(tmp_path):
     whole; only the detection head is left out, and said."""
     torch.manual_seed(0)
     config = transformers.ElectraConfig(**SHAPE, embedding_size=32)
-    theirs = _shaken(transformers.ElectraForPreTraining(config))
+    theirs = shaken(transformers.ElectraForPreTraining(config))
     theirs.save_pretrained(str(tmp_path))
     ours, report = load_model(tmp_path, role="sequence_classification", num_labels=2)
     assert not report.missing or all(k.startswith("classifier.") for k in report.missing)

@@ -12,6 +12,7 @@ import torch
 
 from bertctl.model import build, load_model, save_model
 from bertctl.model.roberta import RobertaConfig, XLMRobertaConfig
+from parity import check_packed_row, shaken
 from tolerance import TINY_FP32  # (each tolerance's reason)
 
 transformers = pytest.importorskip("transformers")
@@ -21,16 +22,6 @@ ARCHS = {"roberta": (RobertaConfig, "Roberta", "RobertaConfig"),
 SHAPE = dict(vocab_size=211, hidden_size=64, intermediate_size=96, num_hidden_layers=3,
              num_attention_heads=4, max_position_embeddings=66, pad_token_id=1,
              bos_token_id=0, eos_token_id=2)
-
-
-def _shaken(model):
-    """Norm weights away from 1 and biases away from 0, so a misplaced one shows."""
-    torch.manual_seed(1)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "LayerNorm" in name or "layer_norm" in name or name.endswith("bias"):
-                p.add_(torch.randn_like(p) * 0.2)
-    return model.eval()
 
 
 def _batch(T: int = 40, rows: int = 3, seed: int = 0):
@@ -51,7 +42,7 @@ def _close(a, b, real):
 @pytest.mark.parametrize("arch", sorted(ARCHS))
 def test_ours_saved_is_transformers_with_our_outputs(arch, tmp_path):
     config_class, prefix, _ = ARCHS[arch]
-    ours = _shaken(build("masked_lm", config_class(**SHAPE)))
+    ours = shaken(build("masked_lm", config_class(**SHAPE)))
     save_model(ours, tmp_path)
     theirs = transformers.AutoModelForMaskedLM.from_pretrained(str(tmp_path)).eval()
     assert type(theirs).__name__ == f"{prefix}ForMaskedLM"
@@ -84,7 +75,7 @@ def test_transformers_heads_load_into_ours_and_agree(arch, head, tmp_path):
     _, prefix, config_name = ARCHS[arch]
     torch.manual_seed(0)
     hf_config = getattr(transformers, config_name)(**SHAPE, **HEADS[head])
-    theirs = _shaken(getattr(transformers, f"{prefix}For{head}")(hf_config))
+    theirs = shaken(getattr(transformers, f"{prefix}For{head}")(hf_config))
     theirs.save_pretrained(str(tmp_path))
     ours, report = load_model(tmp_path)
     assert type(ours).__name__ == f"{prefix}For{head}"
@@ -107,32 +98,12 @@ def test_transformers_heads_load_into_ours_and_agree(arch, head, tmp_path):
 
 
 def test_a_packed_row_keeps_its_sequences_apart():
-    """Packed (sequence numbers in the mask, positions restarting at 0): each sequence's
-    states are those it has alone, its positions counted from the padding id as alone."""
-    model = _shaken(build("encoder", RobertaConfig(**SHAPE)))
-    g = torch.Generator().manual_seed(3)
-    seqs = [torch.randint(4, 211, (n,), generator=g) for n in (9, 30, 17)]
-    T = sum(map(len, seqs)) + 4
-    ids = torch.ones(1, T, dtype=torch.long)
-    mask = torch.zeros(1, T, dtype=torch.long)
-    positions = torch.zeros(1, T, dtype=torch.long)
-    start = 0
-    for number, seq in enumerate(seqs, 1):
-        ids[0, start:start + len(seq)] = seq
-        mask[0, start:start + len(seq)] = number
-        positions[0, start:start + len(seq)] = torch.arange(len(seq))
-        start += len(seq)
-    with torch.no_grad():
-        packed = model(ids, None, mask, position_ids=positions)["last_hidden_state"][0]
-        start = 0
-        for seq in seqs:
-            alone = model(seq[None])["last_hidden_state"][0]
-            torch.testing.assert_close(packed[start:start + len(seq)], alone, **TINY_FP32)
-            start += len(seq)
+    """Packed rows: each sequence computes what it computes alone."""
+    check_packed_row(shaken(build("encoder", RobertaConfig(**SHAPE))), 211, 1)
 
 
 def test_one_token_type_reads_any_segment_id_as_it_and_length_is_refused():
-    model = _shaken(build("encoder", RobertaConfig(**SHAPE)))
+    model = shaken(build("encoder", RobertaConfig(**SHAPE)))
     ids, mask = _batch()
     segments = (torch.arange(ids.size(1)) > 10).long().expand_as(ids)
     with torch.no_grad():

@@ -50,6 +50,22 @@ def attention_bias(attention_mask: torch.Tensor | None, packed: bool = False
     return attention_mask.bool()[:, None, None, :]
 
 
+def init_normal(module: nn.Module, std: float) -> None:
+    """BERT's initialisation, which RoBERTa, DeBERTa, ELECTRA and DistilBERT share in
+    transformers: N(0, std) weights (truncation aside), zero biases, LayerNorm 1/0, the padding
+    row of an embedding zero."""
+    if isinstance(module, (nn.Linear, nn.Embedding)):
+        nn.init.normal_(module.weight, mean=0.0, std=std)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+        if isinstance(module, nn.Embedding) and module.padding_idx is not None:
+            with torch.no_grad():
+                module.weight[module.padding_idx].zero_()
+    elif isinstance(module, nn.LayerNorm):
+        nn.init.ones_(module.weight)
+        nn.init.zeros_(module.bias)
+
+
 def keep_layers(state: dict[str, torch.Tensor], layer: str, layers: list[int],
                 drop=lambda new, rest: False) -> dict[str, torch.Tensor]:
     """`state` with only the `layers` of the list whose keys start with `layer` (`encoder.layer.`),

@@ -16,7 +16,8 @@ import torch.utils.checkpoint
 from torch import nn
 
 from bertctl.model.bert.config import BertConfig
-from bertctl.model.shared import ACTIVATIONS, attention_bias, first_tokens, keep_layers
+from bertctl.model.shared import (ACTIVATIONS, attention_bias, first_tokens, init_normal,
+                                  keep_layers)
 from bertctl.model.attention import AttentionPolicy
 from bertctl.model.dropout import Dropout
 
@@ -156,20 +157,8 @@ class BertPooler(nn.Module):
 # The model
 
 
-def init_bert_weights(module: nn.Module, std: float) -> None:
-    """BERT's initialisation: N(0, std) weights (truncation aside), zero biases, LayerNorm 1/0."""
-    if isinstance(module, (nn.Linear, nn.Embedding)):
-        nn.init.normal_(module.weight, mean=0.0, std=std)
-        if isinstance(module, nn.Linear) and module.bias is not None:
-            nn.init.zeros_(module.bias)
-        if isinstance(module, nn.Embedding) and module.padding_idx is not None:
-            with torch.no_grad():
-                module.weight[module.padding_idx].zero_()
-    elif isinstance(module, nn.LayerNorm):
-        nn.init.ones_(module.weight)
-        nn.init.zeros_(module.bias)
-
-
+# BERT's initialisation (model/shared.py's, which the others share).
+init_bert_weights = init_normal
 
 
 class BertModel(nn.Module):

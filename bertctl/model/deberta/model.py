@@ -27,7 +27,7 @@ from bertctl.model.dropout import Dropout, dropout
 from bertctl.model.roles import (MultipleChoice, QuestionAnswering, SequenceClassifier,
                                  TokenClassifier, masked_lm)
 from bertctl.model.shared import (ACTIVATIONS, EncoderWithHead, attention_bias, first_tokens,
-                                  keep_layers)
+                                  init_normal, keep_layers)
 
 
 def relative_positions(length: int, buckets: int, max_distance: int,
@@ -212,20 +212,6 @@ class DebertaV2Encoder(nn.Module):
         return self.LayerNorm(table) if hasattr(self, "LayerNorm") else table
 
 
-def init_deberta_weights(module: nn.Module, std: float) -> None:
-    """N(0, std) weights, zero biases, LayerNorm 1/0, the padding row zero (transformers')."""
-    if isinstance(module, (nn.Linear, nn.Embedding)):
-        nn.init.normal_(module.weight, mean=0.0, std=std)
-        if isinstance(module, nn.Linear) and module.bias is not None:
-            nn.init.zeros_(module.bias)
-        if isinstance(module, nn.Embedding) and module.padding_idx is not None:
-            with torch.no_grad():
-                module.weight[module.padding_idx].zero_()
-    elif isinstance(module, nn.LayerNorm):
-        nn.init.ones_(module.weight)
-        nn.init.zeros_(module.bias)
-
-
 class DebertaV2Model(nn.Module):
     """forward(input_ids, token_type_ids=None, attention_mask=None, output_hidden_states=False,
     num_layers=None, position_ids=None) -> {"last_hidden_state", "hidden_states" if asked}.
@@ -238,7 +224,7 @@ class DebertaV2Model(nn.Module):
         self.embeddings = DebertaV2Embeddings(config)
         self.attention_policy = AttentionPolicy()   # the training loop's --attention sets it
         self.encoder = DebertaV2Encoder(config, self.attention_policy)
-        self.apply(lambda m: init_deberta_weights(m, config.initializer_range))
+        self.apply(lambda m: init_normal(m, config.initializer_range))
         self.gradient_checkpointing = False
 
     def compile_layers(self) -> None:
@@ -298,7 +284,7 @@ class DebertaV2WithHead(EncoderWithHead):
         return DebertaV2Model(config)
 
     def _init_module(self, module: nn.Module) -> None:
-        init_deberta_weights(module, self.config.initializer_range)
+        init_normal(module, self.config.initializer_range)
 
     def _hidden(self, input_ids, token_type_ids, attention_mask, position_ids=None):
         return self._sequence(input_ids, token_type_ids, attention_mask, position_ids)

@@ -18,7 +18,7 @@ from bertctl.model.dropout import Dropout
 from bertctl.model.roles import (MultipleChoice, QuestionAnswering, SequenceClassifier,
                                  TokenClassifier, masked_lm)
 from bertctl.model.shared import (ACTIVATIONS, EncoderWithHead, attention_bias, first_tokens,
-                                  keep_layers)
+                                  init_normal, keep_layers)
 
 
 def sinusoidal_table(positions: int, dim: int) -> torch.Tensor:
@@ -109,20 +109,6 @@ class Transformer(nn.Module):
                                    for _ in range(config.n_layers))
 
 
-def init_distilbert_weights(module: nn.Module, std: float) -> None:
-    """N(0, std) weights, zero biases, LayerNorm 1/0, the padding row zero (transformers')."""
-    if isinstance(module, (nn.Linear, nn.Embedding)):
-        nn.init.normal_(module.weight, mean=0.0, std=std)
-        if isinstance(module, nn.Linear) and module.bias is not None:
-            nn.init.zeros_(module.bias)
-        if isinstance(module, nn.Embedding) and module.padding_idx is not None:
-            with torch.no_grad():
-                module.weight[module.padding_idx].zero_()
-    elif isinstance(module, nn.LayerNorm):
-        nn.init.ones_(module.weight)
-        nn.init.zeros_(module.bias)
-
-
 class DistilBertModel(nn.Module):
     """forward(input_ids, token_type_ids=None (read by none), attention_mask=None,
     output_hidden_states=False, num_layers=None, position_ids=None)."""
@@ -133,7 +119,7 @@ class DistilBertModel(nn.Module):
         self.embeddings = Embeddings(config)
         self.attention_policy = AttentionPolicy()
         self.transformer = Transformer(config, self.attention_policy)
-        self.apply(lambda m: init_distilbert_weights(m, config.initializer_range))
+        self.apply(lambda m: init_normal(m, config.initializer_range))
         if config.sinusoidal_pos_embds:   # fixed, as transformers keeps them
             with torch.no_grad():
                 self.embeddings.position_embeddings.weight.copy_(
@@ -186,7 +172,7 @@ class DistilBertWithHead(EncoderWithHead):
         return DistilBertModel(config)
 
     def _init_module(self, module: nn.Module) -> None:
-        init_distilbert_weights(module, self.config.initializer_range)
+        init_normal(module, self.config.initializer_range)
 
 
 class _PreClassified(DistilBertWithHead):
