@@ -29,8 +29,6 @@ SPELLINGS = {"bert": dict(zip(SPECIAL_TOKENS, SPECIAL_TOKENS)),
              "roberta": dict(zip(SPECIAL_TOKENS, ("<pad>", "<unk>", "<s>", "</s>", "<mask>")))}
 # RoBERTa's order: <s> 0, <pad> 1, </s> 2, <unk> 3 (its padding id places its positions).
 ROBERTA_LAYOUT = (CLS, PAD, SEP, UNK, MASK)
-KINDS = ("wordpiece", "bpe", "byte-level-bpe", "unigram")
-UNICODE_FORMS = ("nfkc", "nfc", "nfd", "nfkd", "none")
 # Google's vocabularies put 99 [unused] slots between [PAD] and [UNK] (so [UNK]=100, [CLS]=101,
 # [SEP]=102, [MASK]=103) and the rest after [MASK]; we keep that layout so ids match Google's.
 _UNUSED_BEFORE_UNK = 99

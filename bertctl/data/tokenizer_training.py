@@ -20,6 +20,13 @@ from bertctl.data.tokenizer import (ROBERTA_LAYOUT, SPECIAL_TOKENS, SPELLINGS, U
 from bertctl.errors import BertctlError
 
 
+# The training settings each kind reads (TokenizeSettings' names).
+SETTINGS_OF_KIND = {"wordpiece": {"min_frequency", "limit_alphabet", "unused_tokens"},
+                    "bpe": {"min_frequency", "limit_alphabet", "unicode"},
+                    "byte-level-bpe": {"min_frequency", "unicode"},
+                    "unigram": {"unicode"}}
+
+
 def _guarded_training(tok: Tokenizer, batches: Iterable[list[str]], trainer) -> None:
     """tok.train_from_iterator, raising what the iterator raised: an exception inside it (a
     bad file, Ctrl-C) crosses the Rust boundary as a generic error or an early end of input."""

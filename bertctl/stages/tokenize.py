@@ -79,26 +79,22 @@ def run(config: TokenizeSettings, target: artifacts.Target, sources: list[str],
     return artifacts.produce("tokenizer", config, inputs, target, build)
 
 
-# The settings each kind reads: any other one given is refused, not silently ignored.
-_APPLIES = {"wordpiece": {"min_frequency", "limit_alphabet", "unused_tokens"},
-            "bpe": {"min_frequency", "limit_alphabet", "unicode"},
-            "byte-level-bpe": {"min_frequency", "unicode"},
-            "unigram": {"unicode"}}
-
-
 def _check_kind_options(config: TokenizeSettings, imported: bool) -> None:
-    given = config.model_fields_set & set().union(*_APPLIES.values())
+    """A setting the kind does not read is refused, not silently ignored."""
+    def flags(names) -> str:
+        return ", ".join("--" + n.replace("_", "-") for n in sorted(names))
+
+    reads = tokenizer_training.SETTINGS_OF_KIND
     if imported:
         kind = {"model", "special_tokens"} & config.model_fields_set
         if kind:
-            raise BertctlError(f"{', '.join('--' + k.replace('_', '-') for k in sorted(kind))}: "
-                               f"an imported vocabulary keeps its own kind and special tokens")
+            raise BertctlError(f"{flags(kind)}: an imported vocabulary keeps its own kind and "
+                               f"special tokens")
         return
-    wrong = sorted(given - _APPLIES[config.model])
+    wrong = (config.model_fields_set & set().union(*reads.values())) - reads[config.model]
     if wrong:
-        raise BertctlError(f"{', '.join('--' + w.replace('_', '-') for w in wrong)} does not "
-                           f"apply to a {config.model} vocabulary (it reads "
-                           f"{', '.join('--' + a.replace('_', '-') for a in sorted(_APPLIES[config.model]))})")
+        raise BertctlError(f"{flags(wrong)} does not apply to a {config.model} vocabulary (it "
+                           f"reads {flags(reads[config.model])})")
 
 
 def _train(config: TokenizeSettings, batches, stats, sample, lowercase: bool):
