@@ -38,7 +38,12 @@ no masked-LM head). Rows run one after another, each pinned by --threads; a resu
 row and per fine-tuning run is kept under --work, so a rerun only does what is missing, and
 `--table` prints the table from them. Variants of a row side by side: --name (its directory and
 label) with --build-args / --pretrain-args, --hf-layout blocks for the baseline, --tasks to
-fine-tune a subset (e.g. SST-2 alone, the task that separates the rows at these budgets). The
+fine-tune a subset (e.g. SST-2 alone, the task that separates the rows at these budgets),
+--tokenize-args for a row with a vocabulary of its own (trained on the same text at the same
+--vocab-size; its held-out data built from it, so its masked-LM loss is over other pieces and
+not comparable with the shared vocabulary's): `--rows mlm --recipe --name roberta-bpe
+--tokenize-args "--model byte-level-bpe --cased" --pretrain-args "--architecture roberta"`
+is a RoBERTa from byte-level BPE against the recipe's BERT from WordPiece. The
 fine-tuning lr is 1e-4 for every row (CoNLL 1e-3); --ft-lrs tries several, for every task or
 per task (TASK=LR,LR), and reports per row and task the one best on dev (a rate that suits one
 architecture can hold another back).
@@ -491,6 +496,8 @@ def main() -> None:
     ap.add_argument("--build-args", default="", help="extra build-pretrain-data flags of a "
                     "bertctl row (one string), e.g. \"--packing full-sentences\"")
     ap.add_argument("--pretrain-args", default="", help="extra pretrain flags of a bertctl row")
+    ap.add_argument("--tokenize-args", default="", help="a bertctl row's own vocabulary: "
+                    "tokenize flags (one string), e.g. \"--model byte-level-bpe --cased\"")
     ap.add_argument("--pretrain-seed", type=int, default=0, help="the pretraining seed of every "
                     "row run, the peers' too: a second run of a row (kept as ROW-seedN) is "
                     "what tells a recipe's gain from one run's luck")
@@ -533,15 +540,19 @@ def main() -> None:
     log = work / "log.txt"
     train_corpus, held_corpus = prepare_corpus(args.data.resolve(), work, args.heldout)
     glue = {t: f for t, f in prepare_glue(args.data.resolve(), work).items() if t in args.tasks}
-    tok = work / "tokenizer"
-    if not (tok / "artifact.json").exists():
-        common.sh(BERTCTL + ["tokenize", train_corpus, "--out", tok, "--vocab-size", args.vocab_size],
-           log, args.threads)
-    heldout = work / "heldout-data"
-    if not (heldout / "artifact.json").exists():
-        common.sh(BERTCTL + ["build-pretrain-data", tok, held_corpus, "--out", heldout, "--no-nsp",
-                      "--packing", "concatenated", "--max-seq-length", SEQ, "--workers", 1],
-           log, args.threads)
+    def vocabulary(where: Path, flags: list[str]) -> tuple[Path, Path]:
+        """The tokenizer trained on the training text, and the held-out data built with it."""
+        tok, heldout = where / "tokenizer", where / "heldout-data"
+        if not (tok / "artifact.json").exists():
+            common.sh(BERTCTL + ["tokenize", train_corpus, "--out", tok, "--vocab-size",
+                                 args.vocab_size, *flags], log, args.threads)
+        if not (heldout / "artifact.json").exists():
+            common.sh(BERTCTL + ["build-pretrain-data", tok, held_corpus, "--out", heldout,
+                                 "--no-nsp", "--packing", "concatenated", "--max-seq-length",
+                                 SEQ, "--workers", 1], log, args.threads)
+        return tok, heldout
+
+    tok, heldout = vocabulary(work, [])
     import torch
 
     machine = {"cpu_capability": torch.backends.cpu.get_cpu_capability(),
@@ -552,6 +563,10 @@ def main() -> None:
         rec = json.loads(rec_path.read_text()) if rec_path.exists() else None
         if rec is None:
             (work / name).mkdir(parents=True, exist_ok=True)
+            if args.tokenize_args:
+                if row in PEERS:
+                    ap.error("--tokenize-args: the peers read the shared vocabulary")
+                tok, heldout = vocabulary(work / name, args.tokenize_args.split())
             if row in PEERS:
                 model = work / name / "model"
                 rec = hf_pretrain(tok / "tokenizer.json", train_corpus, model, budget,
@@ -565,6 +580,7 @@ def main() -> None:
                        heldout_mlm_loss=heldout_loss(model, heldout, work, row, args.threads,
                                                      log, name),
                        build_args=args.build_args, pretrain_args=args.pretrain_args,
+                       tokenize_args=args.tokenize_args,
                        pretrain_seed=args.pretrain_seed)
             rec_path.write_text(json.dumps(rec, indent=1))
             print(name, json.dumps(rec), flush=True)
