@@ -18,7 +18,8 @@ eps 1e-6), gradient clipping 1.0, fp32 and max length; bertctl keeps its own bat
   These calls use the flag names of issue #12 (`--task conll2003`, `--doc-stride`); they fail
   until the tagging family is wired into the stages.
 - transformers: `AutoModelForTokenClassification.from_pretrained` on the same directory (a new
-  head after `torch.manual_seed(seed)`), `BertTokenizerFast` with `is_split_into_words=True`,
+  head after `torch.manual_seed(seed)`), `AutoTokenizer` (any vocabulary kind; a space before
+  each word, as RoBERTa's needs) with `is_split_into_words=True`,
   each word's label on its first piece (-100 on the others and on [CLS]/[SEP]), sentences
   truncated to the max length (the plain way: a word cut off gets the prediction O; the table
   counts them), a plain loop: random batches (a fresh permutation per epoch from the seed),
@@ -96,7 +97,7 @@ def training_file(data: Path, n: int | None, work: Path) -> Path:
 def run_transformers(train_path: Path, data: Path, model_dir: Path, a) -> dict:
     import numpy as np
     import torch
-    from transformers import (AutoModelForTokenClassification, BertTokenizerFast,
+    from transformers import (AutoModelForTokenClassification, AutoTokenizer,
                               get_linear_schedule_with_warmup)
 
     from bertctl.tasks.tagging.metrics import score
@@ -106,7 +107,9 @@ def run_transformers(train_path: Path, data: Path, model_dir: Path, a) -> dict:
     types = sorted({t[2:] for _, tags in train for t in tags if t != "O"})
     labels = ["O"] + [f"{p}-{t}" for t in types for p in "BI"]
     label_id = {name: i for i, name in enumerate(labels)}
-    tok = BertTokenizerFast.from_pretrained(str(model_dir))
+    # Words given one by one: a byte-level BPE marks each as a word with a space before it, as
+    # RoBERTa's tokenizers need for pre-split input.
+    tok = AutoTokenizer.from_pretrained(str(model_dir), add_prefix_space=True)
 
     def encode(sentences):
         enc = tok([w for w, _ in sentences], is_split_into_words=True, truncation=True,

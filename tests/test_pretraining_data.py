@@ -175,6 +175,7 @@ def test_long_instances_are_masked_as_short_ones_are(length, whole_word):
     likely as any (the sample's mean position at the middle); up to 512 the packing is the one
     every artifact was masked with (the same positions as before, tests above)."""
     from bertctl.data.pretraining_masking import MaskingRules, apply_masking, num_to_predict
+    from bertctl.data.tokenizer import WordMarks
 
     rows, vocab = 16, 50
     rng = np.random.default_rng(1)
@@ -183,7 +184,9 @@ def test_long_instances_are_masked_as_short_ones_are(length, whole_word):
     ids = rng.integers(5, vocab, (rows, length)).astype(np.int32)
     continuation = np.zeros(vocab, bool)
     continuation[40:] = True                       # ids 40..49 are ## pieces
-    rules = MaskingRules(0.15, length, whole_word, 4, continuation, np.arange(5, vocab))
+    classes = np.zeros(vocab, np.int8)   # WordPiece's: the ## marks alone part words
+    rules = MaskingRules(0.15, length, whole_word, 4, WordMarks(~continuation, classes, classes),
+                         np.arange(5, vocab))
     before = ids.copy()
     result = apply_masking(ids, lengths, b_starts, rules,
                            hashed_uniform_at(3, 0, np.arange(rows)))

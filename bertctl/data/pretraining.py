@@ -68,7 +68,7 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
-from bertctl.data.tokenizer import check_special_tokens, special_ids, word_starts
+from bertctl.data.tokenizer import check_special_tokens, special_ids, word_marks
 from bertctl.data.pretraining_pairs import pack_full, pack_pairs, truncation
 from bertctl.data.pretraining_masking import (
     KEPT, MASKED, RANDOM, MaskingRules, apply_masking, generator_uniform_at, hashed_uniform,
@@ -104,11 +104,11 @@ class VocabInfo:
 
 def masking_rules(tokenizer: Tokenizer, config: PretrainingDataSettings) -> MaskingRules:
     vocab = VocabInfo.of(tokenizer)
-    is_cont = ~word_starts(tokenizer)[:vocab.vocab_size]
     specials = np.array(sorted(vocab.special_ids.values()))
     replacement = np.setdiff1d(np.arange(vocab.vocab_size), specials)
     return MaskingRules(config.masked_lm_prob, config.max_predictions_per_seq,
-                        config.whole_word_mask, vocab.special_ids["[MASK]"], is_cont, replacement)
+                        config.whole_word_mask, vocab.special_ids["[MASK]"], word_marks(tokenizer),
+                        replacement)
 
 
 # ---- building one chunk (runs in a worker process, or in-process) --------------------------

@@ -12,7 +12,8 @@ counting the special tokens; the chosen candidates are a uniformly random subset
 (Google shuffles the candidates and takes the first ones; we sample without replacement, which
 draws a few numbers per prediction instead of one per position); each chosen one becomes [MASK]
 80% of the time, a random token 10% and stays itself 10%. With whole-word masking the candidates
-are words (a piece plus the `##` pieces after it), a word that would overshoot the budget is
+are words (a piece plus the pieces after it that continue its word: `##` pieces in
+WordPiece, tokenizer.WordMarks for every kind), a word that would overshoot the budget is
 skipped, and the 80/10/10 draw is made once per word. (Google's reference draws it per piece even
 with whole-word masking; we draw per word so a word is either fully hidden or not.)
 """
@@ -24,6 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from bertctl.data.tokenizer import WordMarks
+
 # What happened to each position: the codes stored in `MaskResult.action`.
 NOT_MASKED, MASKED, RANDOM, KEPT = 0, 1, 2, 3
 
@@ -34,7 +37,7 @@ class MaskingRules:
     max_predictions_per_seq: int
     whole_word_mask: bool
     mask_id: int
-    is_continuation: np.ndarray  # bool per vocabulary id: the piece starts with "##"
+    words: WordMarks             # where the vocabulary's words begin (whole-word masking)
     replacement_ids: np.ndarray  # ids a "random token" is drawn from (the vocabulary minus specials)
 
 
@@ -201,13 +204,16 @@ def _whole_word_choice(ids: np.ndarray, lengths: np.ndarray, b_starts: np.ndarra
     cand = candidate_positions(lengths, b_starts, width)
     k = np.minimum(num_to_predict(lengths, rules.masked_lm_prob,
                                   rules.max_predictions_per_seq), cand.sum(axis=1))
-    # A word starts at every candidate that is not a `##` piece directly after another
-    # candidate (so a `##` piece right after [CLS]/[SEP], left by truncation, starts a word)
+    # A word starts at every candidate that begins one after the piece before it, or follows
+    # no candidate (so a `##` piece right after [CLS]/[SEP], left by truncation, starts a word),
     # and runs over the candidates after it that do not start a word. Flat (row-major)
     # indices throughout: much cheaper than 2-D fancy indexing.
     prev_cand = np.zeros_like(cand)
     prev_cand[:, 1:] = cand[:, :-1]
-    start = cand & ~(rules.is_continuation[ids] & prev_cand)
+    prev_ids = np.empty_like(ids)
+    prev_ids[:, 1:] = ids[:, :-1]
+    prev_ids[:, 0] = ids[:, 0]
+    start = cand & (rules.words.begins(prev_ids, ids) | ~prev_cand)
     next_continues = np.zeros_like(cand)
     next_continues[:, :-1] = cand[:, 1:] & ~start[:, 1:]
     first = np.flatnonzero(start)                       # each word's first cell
