@@ -155,14 +155,6 @@ def test_an_option_that_does_not_apply_is_one_line(args, parts, cli, tmp_path):
     assert not (tmp_path / "t").exists()
 
 
-def test_extending_a_bpe_vocabulary_is_refused_in_one_line(cli, tmp_path):
-    assert cli("tokenize", CORPUS / "alice.txt", "--model", "bpe", "--vocab-size", "800",
-               "--out", tmp_path / "t").exit_code == 0
-    r = cli("tokenize", CORPUS / "alice.txt", "--extend", tmp_path / "t", "--add", "5",
-            "--out", tmp_path / "x")
-    one_line_error(r, "BPE", "WordPiece")
-
-
 @pytest.mark.parametrize("kind", ["byte-level-bpe", "unigram"])
 def test_whole_word_masking_takes_the_pre_tokenizers_words_whole(kind):
     """Every word the pre-tokenizer makes (its word ids, the reference) is predicted whole or

@@ -130,3 +130,121 @@ def test_every_architecture_grows_its_per_token_tables(architecture):
     ids = torch.tensor([[1, 120, 121, 122, 2]])
     logits = model(input_ids=ids, attention_mask=torch.ones_like(ids))["mlm_logits"]
     assert logits.shape[-1] == 123 and torch.isfinite(logits).all()
+
+
+@pytest.fixture(scope="module", params=["byte-level-bpe", "bpe", "unigram"])
+def extended_kind(request, tmp_path_factory):
+    from typer.testing import CliRunner
+
+    from bertctl.cli import app
+
+    work = tmp_path_factory.mktemp(f"ext-{request.param}")
+    run = CliRunner().invoke
+    r = run(app, ["tokenize", str(CORPUS / "alice.txt"), "--model", request.param,
+                  "--vocab-size", "700", "--out", str(work / "base")], catch_exceptions=False)
+    assert r.exit_code == 0, r.stderr
+    r = run(app, ["tokenize", *BOOKS, "--extend", str(work / "base"), "--add", "30",
+                  "--out", str(work / "tok"), "--json"], catch_exceptions=False)
+    assert r.exit_code == 0, r.stderr
+    return request.param, work, json.loads(r.stdout)
+
+
+def test_each_kind_takes_the_words_that_save_most_whole(extended_kind):
+    """BPE and Unigram grow too: base ids kept, the words chosen by the plain definition (each
+    word the base pre-tokenizer makes, its pieces what the base model makes of it), each read
+    whole by the grown model, the corpus shorter and decoded the same, and
+    transformers' AutoTokenizer reading it id for id."""
+    from tokenizers import Tokenizer
+    from transformers import AutoTokenizer
+
+    kind, work, manifest = extended_kind
+    base = Tokenizer.from_file(str(work / "base" / "tokenizer.json"))
+    grown = Tokenizer.from_file(str(work / "tok" / "tokenizer.json"))
+    assert all(grown.token_to_id(t) == i for t, i in base.get_vocab().items())
+    rows = [line.split("\t") for line in (work / "tok" / "added_pieces.tsv").read_text(
+        encoding="utf-8").splitlines()[1:]]
+    assert [int(r[0]) for r in rows] == list(range(700, grown.get_vocab_size()))
+    words = [r[1] for r in rows if int(r[2]) > 0]
+    assert len(words) == 30 == manifest["stats"]["extends"]["added"]
+    if kind == "unigram":   # a scored piece is all it takes
+        assert len(rows) == 30
+    else:                   # BPE's merges pass through pieces of their own
+        assert len(rows) > 30 and manifest["stats"]["extends"]["new_pieces"] == len(rows)
+
+    counts = collections.Counter()
+    for path in BOOKS:
+        for line in open(path, encoding="utf-8"):
+            norm = base.normalizer.normalize_str(line.rstrip("\n"))
+            counts.update(w for w, _ in base.pre_tokenizer.pre_tokenize_str(norm))
+
+    saving = {w: c * (len(base.model.tokenize(w)) - 1) for w, c in counts.items()
+              if c >= 2 and base.token_to_id(w) is None}
+    best = sorted(saving, key=lambda w: (-saving[w], -counts[w], w))[:30]
+    assert words == best
+    for word in words:
+        assert [t.id for t in grown.model.tokenize(word)] == [grown.token_to_id(word)]
+
+    lines = (CORPUS / "alice.txt").read_text(encoding="utf-8").splitlines()
+    before, after = base.encode_batch(lines), grown.encode_batch(lines)
+    assert sum(len(e.ids) for e in after) < sum(len(e.ids) for e in before)
+    assert [grown.decode(e.ids) for e in after] == [base.decode(e.ids) for e in before]
+    theirs = AutoTokenizer.from_pretrained(str(work / "tok"))
+    assert [theirs(line)["input_ids"] for line in lines[:50]] == [e.ids for e in after[:50]]
+
+
+def test_a_roberta_grows_with_its_byte_level_vocabulary(tmp_path, cli):
+    """pretrain --init-from a RoBERTa whose byte-level vocabulary the data's extends: the model's
+    tables grow, each new row the mean of the rows of the pieces its base splits the piece
+    into (merges' pieces between included)."""
+    from tokenizers import Tokenizer
+    from transformers import AutoModelForMaskedLM
+
+    def ok(*args):
+        r = cli(*args)
+        assert r.exit_code == 0, r.stderr
+        return r
+
+    ok("tokenize", CORPUS / "alice.txt", "--model", "byte-level-bpe", "--vocab-size", "700",
+       "--out", tmp_path / "base")
+    data = ("--no-nsp", "--masking", "dynamic", "--packing", "full-sentences",
+            "--max-seq-length", "64", "--workers", "1")
+    ok("build-pretrain-data", tmp_path / "base", CORPUS / "alice.txt", *data,
+       "--out", tmp_path / "d0")
+    tiny = ("--objective", "mlm", "--steps", "1", "--batch-size", "4", "--dropout", "0")
+    ok("pretrain", tmp_path / "d0", "--architecture", "roberta", "--model-size", "tiny", *tiny,
+       "--out", tmp_path / "m0")
+    ok("tokenize", *BOOKS, "--extend", tmp_path / "m0", "--add", "10", "--out", tmp_path / "tok")
+    ok("build-pretrain-data", tmp_path / "tok", CORPUS / "alice.txt", *data,
+       "--out", tmp_path / "d1")
+    r = ok("pretrain", tmp_path / "d1", "--init-from", tmp_path / "m0", *tiny, "--lr", "1e-12",
+           "--out", tmp_path / "m1", "--json")
+    size = Tokenizer.from_file(str(tmp_path / "tok" / "tokenizer.json")).get_vocab_size()
+    assert r.json()["stats"]["vocabulary_grown"] == {
+        "from": 700, "to": size, "new_pieces": size - 700,
+        "initialised": "mean of the base pieces' rows"}
+    base = AutoModelForMaskedLM.from_pretrained(tmp_path / "m0").roberta.embeddings
+    grown = AutoModelForMaskedLM.from_pretrained(tmp_path / "m1").roberta.embeddings
+    old, new = base.word_embeddings.weight.detach(), grown.word_embeddings.weight.detach()
+    torch.testing.assert_close(new[:700], old, atol=1e-6, rtol=0)
+    split = Tokenizer.from_file(str(tmp_path / "base" / "tokenizer.json")).model
+    by_id = {i: t for t, i in Tokenizer.from_file(
+        str(tmp_path / "tok" / "tokenizer.json")).get_vocab().items()}
+    for i in range(700, size):
+        ids = [t.id for t in split.tokenize(by_id[i])]
+        torch.testing.assert_close(new[i], old[ids].mean(0), atol=1e-5, rtol=0)
+
+
+def test_a_vocabulary_whose_next_ids_are_taken_is_refused_in_one_line(tmp_path, cli):
+    """Tokens added after a model's own pieces hold the ids the new pieces would take."""
+    from tokenizers import Tokenizer
+
+    assert cli("tokenize", CORPUS / "alice.txt", "--model", "unigram", "--vocab-size", "700",
+               "--out", tmp_path / "base").exit_code == 0
+    tok = Tokenizer.from_file(str(tmp_path / "base" / "tokenizer.json"))
+    tok.add_tokens(["<extra>"])
+    (tmp_path / "hf").mkdir()
+    tok.save(str(tmp_path / "hf" / "tokenizer.json"))
+    r = cli("tokenize", *BOOKS, "--extend", tmp_path / "hf", "--add", "5", "--out",
+            tmp_path / "x")
+    one_line_error(r, "hf", "tokens added after the Unigram model's own pieces")
+    assert not (tmp_path / "x").exists()

@@ -1,12 +1,16 @@
-"""Growing a WordPiece vocabulary for a domain: the words a corpus uses often and the base
-vocabulary splits into many pieces become pieces of their own, after every existing piece,
-whose ids do not move.
+"""Growing a vocabulary for a domain: the words a corpus uses often and the base vocabulary
+splits into many pieces become pieces of their own, after every existing piece, whose ids do
+not move. Each kind takes a word its own way: WordPiece as a piece (its longest-match reads it
+whole); Unigram as a piece scored just above the best split it replaces (its Viterbi search
+then prefers it); BPE, byte-level or not, through merges appended after every existing one,
+from the base's split to the word, with the pieces between added too (a BPE merge's product
+must be a piece), so every base merge still applies first.
 
 A word w seen f times that the base tokenizer splits into k pieces costs f * (k - 1) tokens more
 than it would as one piece; the N words that save most are added (ties: the more frequent, then
 the word). Counting happens in the tokenizers library: its word-level trainer finds the
 corpus's frequent words (with the base tokenizer's normaliser and pre-tokenizer, so a word is
-what the base tokenizer sees as one), a word-level encoding of the corpus counts them (numpy
+what the base tokenizer sees as one: Ġ or ▁ and all), a word-level encoding of the corpus counts them (numpy
 bincount). The candidates are the most frequent `candidates(n)` words, so the saving is exact for
 every word considered; a rare word outside them saves less than the N-th chosen one unless it
 is split into very many pieces.
@@ -30,10 +34,18 @@ def candidates(n: int) -> int:
     return max(50_000, 20 * n)
 
 
+# A Unigram piece added scores this much above the split it replaces: enough that the word is
+# read whole, little enough that it rarely outbids a split of a longer word.
+_UNIGRAM_MARGIN = 0.1
+# Rounds of merges appended for BPE words that earlier words' merges led astray (each round
+# finishes them from where they stand; two sufficed on every vocabulary tried).
+_BPE_ROUNDS = 8
+
+
 @dataclass(frozen=True)
 class Added:
     piece: str
-    count: int              # occurrences in the corpus
+    count: int              # occurrences in the corpus (0: a BPE piece a word is merged through)
     base_pieces: int        # pieces the base tokenizer splits it into
 
 
@@ -66,7 +78,14 @@ def choose(base: Tokenizer, batches: Callable[[], Iterable[list[str]]], n: int) 
     names = sorted((w for w in vocab if w != _UNKNOWN and w not in known), key=vocab.get)
     if not names:
         return []
-    pieces = np.array([len(e.ids) for e in base.encode_batch(names, add_special_tokens=False)])
+    model = base.model
+    splits = [model.tokenize(w) for w in names]
+    pieces = np.array([len(t) for t in splits])
+    # BPE merges pieces it has: a word with a character it lacks cannot be built
+    unknown = _unknown_piece(base) if isinstance(model, models.BPE) else None
+    if unknown is not None:
+        unknown = base.token_to_id(unknown)
+        pieces[[any(t.id == unknown for t in split) for split in splits]] = 1
     freq = counts[[vocab[w] for w in names]]
     saving = freq * (pieces - 1)
     order = sorted(range(len(names)), key=lambda i: (-saving[i], -freq[i], names[i]))
@@ -74,26 +93,98 @@ def choose(base: Tokenizer, batches: Callable[[], Iterable[list[str]]], n: int) 
 
 
 def check_extensible(base: Tokenizer, where) -> None:
-    """Only WordPiece grows by whole words: a BPE's piece needs the merges that build it, and a
-    Unigram's a score among the others'."""
-    kind = json.loads(base.to_str())["model"].get("type")
-    if kind != "WordPiece":
-        raise BertctlError(f"{where}: a {kind} tokenizer cannot be extended: only BERT's "
-                           f"WordPiece")
+    """New ids follow the last: refused where the model's own pieces do not run 0..n-1 up to
+    the vocabulary's size, or a BPE marks pieces with affixes its merges would have to spell."""
+    model = json.loads(base.to_str())["model"]
+    kind = model.get("type")
+    if kind not in ("WordPiece", "BPE", "Unigram"):
+        raise BertctlError(f"{where}: a {kind} tokenizer cannot be extended: only WordPiece, "
+                           f"BPE and Unigram")
+    if kind == "BPE" and (model.get("continuing_subword_prefix")
+                          or model.get("end_of_word_suffix")):
+        raise BertctlError(f"{where}: a BPE with a continuing-subword prefix or an end-of-word "
+                           f"suffix cannot be extended (its merges' products are spelled "
+                           f"otherwise)")
+    if base.get_vocab_size(with_added_tokens=False) != base.get_vocab_size():
+        raise BertctlError(f"{where}: tokens added after the {kind} model's own pieces "
+                           f"({base.get_vocab_size() - base.get_vocab_size(with_added_tokens=False)}"
+                           f") hold the ids new pieces would take")
 
 
-def extend(base: Tokenizer, added: list[Added]) -> Tokenizer:
-    """The base tokenizer with `added` as whole-word pieces after its last id."""
+def extend(base: Tokenizer, added: list[Added]) -> tuple[Tokenizer, list[Added]]:
+    """The base tokenizer with `added` as pieces after its last id, and every piece added in
+    id order (a BPE's pieces between its words' splits and the words among them)."""
     spec = json.loads(base.to_str())
     model = spec["model"]
-    if model.get("type") != "WordPiece":
-        raise BertctlError(f"a {model.get('type')} tokenizer cannot be extended: only BERT's "
-                           f"WordPiece")
-    vocab = model["vocab"]
-    size = base.get_vocab_size()
-    for i, a in enumerate(added):
-        vocab[a.piece] = size + i
+    kind = model.get("type")
+    if kind == "WordPiece":
+        vocab = model["vocab"]
+        size = base.get_vocab_size()
+        for i, a in enumerate(added):
+            vocab[a.piece] = size + i
+        return Tokenizer.from_str(json.dumps(spec)), list(added)
+    if kind == "Unigram":
+        return _extend_unigram(base, spec, added), list(added)
+    if kind == "BPE":
+        return _extend_bpe(base, spec, added)
+    raise BertctlError(f"a {kind} tokenizer cannot be extended: only WordPiece, BPE and "
+                       f"Unigram")
+
+
+def _unknown_piece(base: Tokenizer) -> str | None:
+    model = json.loads(base.to_str())["model"]
+    if model.get("type") == "Unigram":
+        return None if model.get("unk_id") is None else model["vocab"][model["unk_id"]][0]
+    return model.get("unk_token")
+
+
+def _extend_unigram(base: Tokenizer, spec: dict, added: list[Added]) -> Tokenizer:
+    """Each word scored `_UNIGRAM_MARGIN` above the score of its base split (an unknown piece
+    at the library's penalty, 10 below the lowest score): the best path through the word is
+    then the word itself."""
+    vocab = spec["model"]["vocab"]
+    model = base.model
+    unknown = spec["model"].get("unk_id")
+    penalty = min(score for _, score in vocab) - 10.0
+    for a in added:
+        split = sum(penalty if t.id == unknown else vocab[t.id][1]
+                    for t in model.tokenize(a.piece))
+        vocab.append([a.piece, round(split + _UNIGRAM_MARGIN, 6)])
     return Tokenizer.from_str(json.dumps(spec))
+
+
+def _extend_bpe(base: Tokenizer, spec: dict, added: list[Added]
+                ) -> tuple[Tokenizer, list[Added]]:
+    """Merges from each word's split to the word, after all the base's. A merge whose product
+    is already a piece is preferred (no new piece); else the leftmost pair. An earlier word's
+    merges can take a later word another way: each round tokenizes every word with the merges
+    so far and finishes those not yet whole from where they stand."""
+    model = spec["model"]
+    vocab, merges = model["vocab"], model["merges"]
+    as_pairs = not merges or isinstance(merges[0], list)
+    words = {a.piece: a for a in added}
+    new: list[Added] = []
+    current = base
+    for _ in range(_BPE_ROUNDS):
+        pending = [(w, [t.value for t in current.model.tokenize(w)]) for w in words]
+        pending = [(w, split) for w, split in pending if len(split) > 1]
+        if not pending:
+            return current, new
+        for word, split in pending:
+            while len(split) > 1:
+                joined = [split[i] + split[i + 1] for i in range(len(split) - 1)]
+                at = next((i for i, j in enumerate(joined) if j in vocab), 0)
+                left, right = split[at], split[at + 1]
+                merges.append([left, right] if as_pairs else f"{left} {right}")
+                if joined[at] not in vocab:
+                    vocab[joined[at]] = len(vocab)
+                    whole = words.get(joined[at])
+                    new.append(whole or Added(joined[at], 0, len(base.model.tokenize(
+                        joined[at]))))
+                split[at:at + 2] = [joined[at]]
+        current = Tokenizer.from_str(json.dumps(spec))
+    raise BertctlError(f"{len(pending)} words could not be merged whole in {_BPE_ROUNDS} "
+                       f"rounds (first: {pending[0][0]!r})")
 
 
 def is_extension(base: Tokenizer, extended: Tokenizer) -> bool:
@@ -107,5 +198,6 @@ def is_extension(base: Tokenizer, extended: Tokenizer) -> bool:
 def base_pieces(base: Tokenizer, extended: Tokenizer) -> list[list[int]]:
     """For each id the extension adds, in order, the ids the base tokenizer splits it into."""
     by_id = {i: t for t, i in extended.get_vocab(with_added_tokens=True).items()}
-    new = [by_id[i] for i in range(base.get_vocab_size(), extended.get_vocab_size())]
-    return [e.ids for e in _unpadded(base).encode_batch(new, add_special_tokens=False)]
+    model = base.model
+    return [[t.id for t in model.tokenize(by_id[i])]
+            for i in range(base.get_vocab_size(), extended.get_vocab_size())]

@@ -159,15 +159,17 @@ def _extend(config: TokenizeSettings, target: artifacts.Target, sources: list[st
                 pass
         if stats.sentences == 0:
             raise BertctlError(f"{', '.join(sources)}: corpus holds no text")
-        tok = vocab_extension.extend(base, added)
+        tok, pieces = vocab_extension.extend(base, added)
         tokenizer.save(tok, tmp, lowercase, strip)
         with open(tmp / ADDED_FILE, "w", encoding="utf-8") as f:
             f.write("id\tpiece\tcount\tbase_pieces\n")
-            for i, a in enumerate(added):
+            for i, a in enumerate(pieces):
                 f.write(f"{base.get_vocab_size() + i}\t{a.piece}\t{a.count}\t{a.base_pieces}\n")
         text = [s for b in sample for s in b]
         before, after = tokenizer.measure(base, text), tokenizer.measure(tok, text)
-        console.log(f"added {len(added):,} of the {config.add:,} words asked (vocabulary "
+        between = (f", with {len(pieces) - len(added):,} pieces their merges pass through"
+                   if len(pieces) > len(added) else "")
+        console.log(f"added {len(added):,} of the {config.add:,} words asked{between} (vocabulary "
                     f"{base.get_vocab_size():,} -> {tok.get_vocab_size():,}); pieces per word "
                     f"{before['pieces_per_word']:.3f} -> {after['pieces_per_word']:.3f}")
         if len(added) < config.add:
@@ -178,7 +180,8 @@ def _extend(config: TokenizeSettings, target: artifacts.Target, sources: list[st
             console.log(warning)
         return {"tokenizer": info.as_dict(), **stats.as_dict(), **after,
                 "extends": {"path": str(base_dir), "vocab_size": base.get_vocab_size(),
-                            "added": len(added), "list": ADDED_FILE,
+                            "added": len(added), "new_pieces": len(pieces),
+                            "list": ADDED_FILE,
                             "pieces_per_word_before": before["pieces_per_word"],
                             "unk_rate_before": before["unk_rate"]}}
 
