@@ -250,6 +250,15 @@ def _byte_piece_classes(piece: bytes) -> tuple[int, int]:
         return first, ANY
 
 
+def _pre_tokenizers(spec: dict | None) -> list[dict]:
+    """The steps of a pre-tokenizer's JSON, a Sequence's flattened."""
+    if not spec:
+        return []
+    if spec.get("type") == "Sequence":
+        return [p for step in spec.get("pretokenizers") or [] for p in _pre_tokenizers(step)]
+    return [spec]
+
+
 def word_marks(tok: Tokenizer) -> WordMarks:
     """Each piece's word marks, read off the vocabulary and its pre-tokenizer: WordPiece's
     `##` continuations; Metaspace's ▁; byte-level BPE's Ġ, and GPT-2's classes of characters
@@ -261,9 +270,9 @@ def word_marks(tok: Tokenizer) -> WordMarks:
     spec = json.loads(tok.to_str())
     model = spec.get("model") or {}
     prefix = model.get("continuing_subword_prefix")
-    pre = json.dumps(spec.get("pre_tokenizer"))
-    byte_level = "ByteLevel" in pre
-    classes = byte_level and '"use_regex": false' not in pre.replace('":false', '": false')
+    byte_level = [p for p in _pre_tokenizers(spec.get("pre_tokenizer"))
+                  if p.get("type") == "ByteLevel"]
+    classes = any(p.get("use_regex", True) for p in byte_level)
     chars = _byte_chars()
     for token, i in vocab.items():
         if i >= n or not token:

@@ -10,8 +10,8 @@ A word w seen f times that the base tokenizer splits into k pieces costs f * (k 
 than it would as one piece; the N words that save most are added (ties: the more frequent, then
 the word). Counting happens in the tokenizers library: its word-level trainer finds the
 corpus's frequent words (with the base tokenizer's normaliser and pre-tokenizer, so a word is
-what the base tokenizer sees as one: Ġ or ▁ and all), a word-level encoding of the corpus counts them (numpy
-bincount). The candidates are the most frequent `candidates(n)` words, so the saving is exact for
+what the base tokenizer sees as one, Ġ or ▁ and all), a word-level encoding of the corpus
+counts them (numpy bincount), and the base model splits each (its `tokenize`). The candidates are the most frequent `candidates(n)` words, so the saving is exact for
 every word considered; a rare word outside them saves less than the N-th chosen one unless it
 is split into very many pieces.
 """
@@ -82,7 +82,8 @@ def choose(base: Tokenizer, batches: Callable[[], Iterable[list[str]]], n: int) 
     splits = [model.tokenize(w) for w in names]
     pieces = np.array([len(t) for t in splits])
     # BPE merges pieces it has: a word with a character it lacks cannot be built
-    unknown = _unknown_piece(base) if isinstance(model, models.BPE) else None
+    unknown = json.loads(base.to_str())["model"].get("unk_token") \
+        if isinstance(model, models.BPE) else None
     if unknown is not None:
         unknown = base.token_to_id(unknown)
         pieces[[any(t.id == unknown for t in split) for split in splits]] = 1
@@ -129,13 +130,6 @@ def extend(base: Tokenizer, added: list[Added]) -> tuple[Tokenizer, list[Added]]
         return _extend_bpe(base, spec, added)
     raise BertctlError(f"a {kind} tokenizer cannot be extended: only WordPiece, BPE and "
                        f"Unigram")
-
-
-def _unknown_piece(base: Tokenizer) -> str | None:
-    model = json.loads(base.to_str())["model"]
-    if model.get("type") == "Unigram":
-        return None if model.get("unk_id") is None else model["vocab"][model["unk_id"]][0]
-    return model.get("unk_token")
 
 
 def _extend_unigram(base: Tokenizer, spec: dict, added: list[Added]) -> Tokenizer:

@@ -263,6 +263,22 @@ def build(role: str, config, **kwargs):
 ACTIVATION_NAMES = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "swish")
 
 
+def preset_shape(presets: dict[str, tuple[int, ...]], name: str,
+                 num_hidden_layers: int | None = None, hidden_size: int | None = None,
+                 num_attention_heads: int | None = None, intermediate_size: int | None = None,
+                 feed_forward: float = 4.0) -> tuple[int, int, int, int]:
+    """(layers, width, heads, feed-forward) of a size preset under the sizes given. A preset is
+    (layers, width, heads) with a feed-forward of `feed_forward` x the width, or names its own
+    as a fourth number; a width given without a feed-forward keeps the ratio."""
+    if name not in presets:
+        raise BertctlError(f"model size {name!r}: unknown preset (one of {', '.join(presets)})")
+    layers, hidden, heads, *inner = presets[name]
+    width = hidden_size or hidden
+    ratio = inner[0] if inner and not hidden_size else int(feed_forward * width)
+    return (num_hidden_layers or layers, width, num_attention_heads or heads,
+            intermediate_size or ratio)
+
+
 def check_config(config, positive: tuple[str, ...], rates: tuple[str, ...],
                  activations: tuple[str, ...], scales: tuple[str, ...] = (),
                  flags: tuple[str, ...] = ()) -> None:

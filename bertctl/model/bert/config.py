@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, ClassVar
 
 from bertctl.errors import BertctlError
-from bertctl.model.architectures import check_config
+from bertctl.model.architectures import check_config, preset_shape
 
 
 
@@ -116,14 +116,10 @@ class BertConfig:
 
         Overriding hidden_size without intermediate_size keeps the paper's 4H feed-forward.
         """
-        if name not in PRESETS:
-            raise BertctlError(f"model size {name!r}: unknown preset "
-                               f"(one of {', '.join(PRESETS)})")
-        layers, hidden, heads = PRESETS[name]
-        hidden = hidden_size or hidden
-        return cls(num_hidden_layers=num_hidden_layers or layers, hidden_size=hidden,
-                   num_attention_heads=num_attention_heads or heads,
-                   intermediate_size=intermediate_size or 4 * hidden, **overrides)
+        layers, hidden, heads, inner = preset_shape(
+            PRESETS, name, num_hidden_layers, hidden_size, num_attention_heads, intermediate_size)
+        return cls(num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads,
+                   intermediate_size=inner, **overrides)
 
 
 

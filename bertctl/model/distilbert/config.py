@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, ClassVar
 
 from bertctl.errors import BertctlError
-from bertctl.model.architectures import check_config
+from bertctl.model.architectures import check_config, preset_shape
 
 # BERT's name -> DistilBERT's, as transformers' attribute_map has them.
 NAMES = {"hidden_size": "dim", "num_hidden_layers": "n_layers",
@@ -91,14 +91,9 @@ class DistilBertConfig:
     def from_preset(cls, name: str, *, num_hidden_layers: int | None = None,
                     hidden_size: int | None = None, num_attention_heads: int | None = None,
                     intermediate_size: int | None = None, **overrides: Any) -> DistilBertConfig:
-        if name not in PRESETS:
-            raise BertctlError(f"model size {name!r}: unknown preset "
-                               f"(one of {', '.join(PRESETS)})")
-        layers, hidden, heads = PRESETS[name]
-        hidden = hidden_size or hidden
-        return cls(n_layers=num_hidden_layers or layers, dim=hidden,
-                   n_heads=num_attention_heads or heads,
-                   hidden_dim=intermediate_size or 4 * hidden, **overrides)
+        layers, hidden, heads, inner = preset_shape(
+            PRESETS, name, num_hidden_layers, hidden_size, num_attention_heads, intermediate_size)
+        return cls(n_layers=layers, dim=hidden, n_heads=heads, hidden_dim=inner, **overrides)
 
 
 # (layers, hidden, heads): half of BERT's depth at its widths.

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar
 
 from bertctl.errors import BertctlError
-from bertctl.model.architectures import check_config
+from bertctl.model.architectures import check_config, preset_shape
 
 GLOBAL, LOCAL = "full_attention", "sliding_attention"   # transformers' layer_types values
 
@@ -191,16 +191,11 @@ class ModernBertConfig:
                     intermediate_size: int | None = None, **overrides: Any) -> ModernBertConfig:
         """A preset with overrides; a hidden size given without intermediate_size keeps
         ModernBERT's 1.5 x hidden feed-forward."""
-        if name not in PRESETS:
-            raise BertctlError(f"model size {name!r}: unknown preset "
-                               f"(one of {', '.join(PRESETS)})")
-        layers, hidden, heads, inner = PRESETS[name]
-        if hidden_size and not intermediate_size:
-            inner = hidden_size * 3 // 2
-        return cls(num_hidden_layers=num_hidden_layers or layers,
-                   hidden_size=hidden_size or hidden,
-                   num_attention_heads=num_attention_heads or heads,
-                   intermediate_size=intermediate_size or inner, **overrides)
+        layers, hidden, heads, inner = preset_shape(
+            PRESETS, name, num_hidden_layers, hidden_size, num_attention_heads, intermediate_size,
+            feed_forward=1.5)
+        return cls(num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads,
+                   intermediate_size=inner, **overrides)
 
 
 # (layers, hidden, heads, intermediate). base and large are ModernBERT's released shapes; the
