@@ -18,6 +18,7 @@ from click.exceptions import NoArgsIsHelpError
 
 import bertctl
 from bertctl import console, plugins
+from bertctl.data import hub
 from bertctl.contract import signals
 from bertctl.contract.artifacts import Target
 from bertctl.config import (AuditSettings, BuildPretrainDataSettings, DistillSettings, EmbedSettings,
@@ -77,12 +78,13 @@ def _command(settings: type[StageConfig], help: str, fn):
 
     def command(**kwargs):
         json_mode, debug = kwargs.pop("json_output"), kwargs.pop("debug")
-        target = Target(kwargs.pop("out"), kwargs.pop("force"), kwargs.pop("wait"),
-                        given=_directories(kwargs))
+        out, force, wait = kwargs.pop("out"), kwargs.pop("force"), kwargs.pop("wait")
         config_file = kwargs.pop("config")
         overrides = {n: kwargs.pop(n) for n in settings.model_fields}
         console.set_quiet(False)
         with _handled(json_mode, debug):
+            kwargs = {k: _local(v) for k, v in kwargs.items()}
+            target = Target(out, force, wait, given=_directories(kwargs))
             resolved = resolve(settings, config_file, overrides)
             outcome = fn(settings=resolved, target=target, **kwargs)
             if outcome is not None and signals.pending():   # asked to stop as it finished
@@ -95,6 +97,15 @@ def _command(settings: type[StageConfig], help: str, fn):
     command.__doc__ = help
     command.__name__ = fn.__name__
     return command
+
+
+def _local(value):
+    """A path argument with each hub name (hf:ORG/NAME) made the local cache's snapshot."""
+    if isinstance(value, (list, tuple)):
+        return type(value)(_local(v) for v in value)
+    if isinstance(value, (Path, str)) and hub.is_hub_name(value):
+        return hub.resolve(str(value))
+    return value
 
 
 def _directories(arguments: dict) -> tuple[Path, ...]:

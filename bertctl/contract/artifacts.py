@@ -90,7 +90,8 @@ def file_input(path: str | os.PathLike, role: str) -> InputRef:
     path = Path(path)
     placement.recordable(path)
     try:
-        return InputRef(role=role, kind="file", id=sha256_file(path), path=str(path.resolve()),
+        # the name given, links kept: a hub snapshot's file names its commit, its blob does not
+        return InputRef(role=role, kind="file", id=sha256_file(path), path=os.path.abspath(path),
                         size=path.stat().st_size)
     except OSError as exc:
         raise BertctlError(f"{path}: cannot read: {exc.strerror}") from None

@@ -1,8 +1,9 @@
 """Reading pretraining corpora, streamed: memory stays flat whatever the corpus size.
 
 The unit is Google's format: one sentence per line, a blank line between documents. Plain text
-files (optionally .gz) are read as such. Tabular files (JSON lines, CSV, parquet) hold one document
-per row in `text_column`; a row's text is split into sentences at its line breaks.
+files (optionally .gz) are read as such. Tabular files (JSON lines, CSV, parquet, Arrow, and the
+directories `datasets`' save_to_disk writes, read as their Arrow files) hold one document per
+row in `text_column`; a row's text is split into sentences at its line breaks.
 
 Text is decoded as UTF-8 with universal newlines (CRLF and CR become LF) and a leading BOM dropped.
 Invalid bytes are replaced with U+FFFD and counted, never fatal: one bad byte in a 100 GB crawl
@@ -21,6 +22,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from bertctl.data.tables import is_saved_dataset, saved_dataset_files
 from bertctl.errors import BertctlError
 
 # What a directory contributes: files with these endings (optionally .gz), so that a README or
@@ -36,7 +38,7 @@ def _size(path: Path) -> int:
     except OSError:
         return 0
 TABULAR_FORMATS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".tsv": "csv",
-                   ".parquet": "parquet"}
+                   ".parquet": "parquet", ".arrow": "arrow"}
 
 
 @dataclass
@@ -99,7 +101,9 @@ def expand_sources(sources: Iterable[str | os.PathLike]) -> list[Path]:
     for source in sources:
         text = str(source)
         path = Path(text)
-        if path.is_dir():
+        if is_saved_dataset(path):
+            found.extend(saved_dataset_files(path))
+        elif path.is_dir():
             known = TEXT_SUFFIXES | set(TABULAR_FORMATS)
             files = sorted(p for p in path.rglob("*") if p.is_file()
                            and not p.name.startswith(".") and _base_suffix(p) in known)
@@ -120,8 +124,9 @@ def expand_sources(sources: Iterable[str | os.PathLike]) -> list[Path]:
             raise BertctlError(f"{text}: no such file or directory")
     if not found:
         raise BertctlError("no corpus files given")
-    unique = list(dict.fromkeys(p.resolve() for p in found))
-    return unique
+    # Absolute, links kept: a hub cache's snapshot links each file to a blob named by its hash,
+    # and the file's own name (its suffix, the commit in its path) is what says what it is.
+    return list(dict.fromkeys(Path(os.path.abspath(p)) for p in found))
 
 
 def _open_text(path: Path) -> io.TextIOBase:
@@ -161,7 +166,43 @@ def _text_file_lines(path: Path, stats: "CorpusStats | None" = None,
         raise BertctlError(f"{path}: cannot read: {exc}") from None
 
 
+def _arrow_rows(path: Path, text_column: str | None) -> Iterator[str]:
+    """The text column of an Arrow file (an IPC stream, as save_to_disk writes, or an IPC
+    file), memory-mapped and read a record batch at a time: memory flat in the file's size."""
+    import pyarrow as pa
+
+    try:
+        source = pa.memory_map(str(path))
+        try:
+            reader = pa.ipc.open_stream(source)
+        except pa.ArrowInvalid:
+            source.seek(0)
+            file = pa.ipc.open_file(source)
+            reader = (file.get_batch(i) for i in range(file.num_record_batches))
+            schema = file.schema
+        else:
+            schema = reader.schema
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise BertctlError(f"{path}: not an Arrow file ({str(exc).splitlines()[0]})") from None
+    if text_column is None or text_column not in schema.names:
+        what = "needs --text-column" if text_column is None else f"has no column {text_column!r}"
+        raise BertctlError(f"{path}: {what} (columns: {', '.join(schema.names) or 'none'})")
+    if not (pa.types.is_string(schema.field(text_column).type)
+            or pa.types.is_large_string(schema.field(text_column).type)):
+        raise BertctlError(f"{path}: column {text_column!r} holds "
+                           f"{schema.field(text_column).type}, not text")
+    try:
+        for batch in reader:
+            for value in batch.column(text_column).to_pylist():
+                yield "" if value is None else value
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise BertctlError(f"{path}: cannot read: {str(exc).splitlines()[0]}") from None
+
+
 def _tabular_rows(path: Path, fmt: str, text_column: str | None) -> Iterator[str]:
+    if fmt == "arrow":
+        yield from _arrow_rows(path, text_column)
+        return
     if text_column is None:
         raise BertctlError(f"{path}: {fmt} corpus files need --text-column")
     # Imported here: `datasets` costs a second at import and plain-text corpora never need it.

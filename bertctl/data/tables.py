@@ -41,6 +41,50 @@ SAVED_DATASET_FILES = ("dataset_info.json", "state.json", "dataset_dict.json")
 def is_saved_dataset(path: Path) -> bool:
     return path.is_dir() and any((path / n).is_file() for n in SAVED_DATASET_FILES)
 
+
+def _saved_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise BertctlError(f"{path}: missing (not a directory written by save_to_disk?)") \
+            from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BertctlError(f"{path}: cannot read: {exc}") from None
+
+
+def refuse_dataset_dict(path: Path) -> None:
+    """A DatasetDict's directory is read by split, named as the directory save_to_disk gave
+    it (DIR/train): one spelling for every stage, and a path the shell completes."""
+    if not (path / "dataset_dict.json").is_file():
+        return
+    splits = _saved_json(path / "dataset_dict.json")
+    splits = splits.get("splits") if isinstance(splits, dict) else None
+    if not isinstance(splits, list) or not splits:
+        raise BertctlError(f"{path / 'dataset_dict.json'}: no list of splits")
+    raise BertctlError(f"{path}: a DatasetDict of the splits {', '.join(map(str, splits))}; "
+                       f"give one of them, e.g. {path / str(splits[0])}")
+
+
+def saved_dataset_files(path: Path) -> list[Path]:
+    """The Arrow files of a directory save_to_disk wrote, in the dataset's row order
+    (state.json's list)."""
+    refuse_dataset_dict(path)
+    state = _saved_json(path / "state.json")
+    files = state.get("_data_files") if isinstance(state, dict) else None
+    if not isinstance(files, list) or not files or not all(
+            isinstance(f, dict) and isinstance(f.get("filename"), str) for f in files):
+        raise BertctlError(f"{path / 'state.json'}: no list of data files")
+    found = []
+    for f in files:
+        name = Path(f["filename"])
+        if name.is_absolute() or ".." in name.parts:
+            raise BertctlError(f"{path / 'state.json'}: data file {f['filename']!r} lies "
+                               f"outside the dataset's directory")
+        if not (path / name).is_file():
+            raise BertctlError(f"{path / name}: missing (listed in {path / 'state.json'})")
+        found.append(path / name)
+    return found
+
 def column_name(value: Any) -> Any:
     # Columns of a headerless file are named by their index; accept the index as an int.
     return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
@@ -74,6 +118,8 @@ def format_of(path: Path) -> str | None:
 
 
 def detect_format(spec, path: Path) -> str:
+    if path.is_dir():   # what save_to_disk wrote, whatever the task's own files are
+        return "arrow"
     if spec.format != "auto":
         return spec.format
     fmt = format_of(path)
@@ -301,8 +347,7 @@ def _load(datasets, spec, path: Path, fmt: str, cache: str, in_memory: bool):
                 raise BertctlError(f"{path}: not a directory written by save_to_disk "
                                    f"({_root_cause(exc)})") from None
             if isinstance(ds, datasets.DatasetDict):
-                raise BertctlError(f"{path}: holds the splits {', '.join(ds)}; "
-                                   f"give one of them, e.g. {path / next(iter(ds))}")
+                refuse_dataset_dict(path)
         elif fmt in ("tsv", "csv"):
             sep = "\t" if fmt == "tsv" else ","
             quoting = spec.quoting if spec.quoting is not None else fmt == "csv"

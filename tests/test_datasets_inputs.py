@@ -1,0 +1,121 @@
+"""Hugging Face datasets as inputs: a directory `save_to_disk` wrote (a Dataset, or one split
+of a DatasetDict, named by its directory DIR/SPLIT), and bare Arrow files, read where text is
+read (tokenize, build-pretrain-data, audit) and where task tables are (finetune, eval). Each
+gives what the same rows give as JSON lines; the corpus stages read the Arrow files a record
+batch at a time, and record each file as an input."""
+
+import json
+
+import pytest
+
+from conftest import CORPUS, FIXTURES, one_line_error
+
+datasets = pytest.importorskip("datasets")
+
+
+def _documents():
+    """alice.txt's documents (blank-line separated), each a row's text."""
+    text = (CORPUS / "alice.txt").read_text(encoding="utf-8")
+    return [d.strip() for d in text.split("\n\n") if d.strip()]
+
+
+@pytest.fixture(scope="module")
+def corpus_forms(tmp_path_factory):
+    """The same documents as JSON lines, as a saved Dataset in three shards, as a saved
+    DatasetDict and as one bare Arrow file."""
+    root = tmp_path_factory.mktemp("hfdata")
+    docs = _documents()
+    with open(root / "docs.jsonl", "w", encoding="utf-8") as f:
+        for d in docs:
+            f.write(json.dumps({"id": len(d), "text": d}) + "\n")
+    ds = datasets.Dataset.from_dict({"id": [len(d) for d in docs], "text": docs})
+    ds.save_to_disk(str(root / "saved"), num_shards=3)
+    datasets.DatasetDict({"train": ds, "validation": ds.select(range(3))}).save_to_disk(
+        str(root / "dict"))
+    return root
+
+
+def _tokenize(cli, source, out, *extra):
+    r = cli("tokenize", source, "--text-column", "text", "--vocab-size", "600", "--out", out,
+            "--json", *extra)
+    assert r.exit_code == 0, r.stderr
+    return r.json()
+
+
+def test_a_saved_dataset_tokenizes_as_its_rows_do(corpus_forms, cli, tmp_path):
+    ref = _tokenize(cli, corpus_forms / "docs.jsonl", tmp_path / "ref")
+    saved = _tokenize(cli, corpus_forms / "saved", tmp_path / "saved")
+    split = _tokenize(cli, corpus_forms / "dict" / "train", tmp_path / "split")
+    ours = (tmp_path / "saved" / "tokenizer.json").read_text()
+    assert ours == (tmp_path / "ref" / "tokenizer.json").read_text()
+    assert ours == (tmp_path / "split" / "tokenizer.json").read_text()
+    for m in (saved, split):
+        assert m["stats"]["documents"] == ref["stats"]["documents"] > 10
+        assert m["stats"]["sentences"] == ref["stats"]["sentences"]
+    corpus_inputs = [i for i in saved["inputs"] if i["role"] == "corpus"]
+    assert len(corpus_inputs) == 3 and all(i["path"].endswith(".arrow") for i in corpus_inputs)
+    arrow = sorted((corpus_forms / "saved").glob("*.arrow"))[0]
+    one = _tokenize(cli, arrow, tmp_path / "one")   # a bare Arrow file
+    assert one["stats"]["documents"] < ref["stats"]["documents"]
+
+
+def test_build_pretrain_data_and_audit_read_a_saved_dataset(corpus_forms, cli, tmp_path):
+    _tokenize(cli, corpus_forms / "docs.jsonl", tmp_path / "tok")
+    outs = {}
+    for name, source in (("ref", corpus_forms / "docs.jsonl"), ("saved", corpus_forms / "saved")):
+        r = cli("build-pretrain-data", tmp_path / "tok", source, "--text-column", "text",
+                "--max-seq-length", "64", "--workers", "1", "--out", tmp_path / name, "--json")
+        assert r.exit_code == 0, r.stderr
+        outs[name] = r.json()["stats"]
+    assert outs["saved"]["splits"] == outs["ref"]["splits"]
+    assert outs["saved"]["splits"]["train"]["instances"] > 0
+    dev = tmp_path / "dev.tsv"
+    sentence = _documents()[5].splitlines()[0]
+    dev.write_text(f"sentence\tlabel\n{sentence}\t1\nnothing of the kind here at all\t0\n",
+                   encoding="utf-8")
+    r = cli("audit", corpus_forms / "saved", "--text-column", "text", "--against", dev,
+            "--out", tmp_path / "audit", "--json")
+    assert r.exit_code == 0, r.stderr
+
+
+def test_a_task_reads_a_split_of_a_saved_dataset_dict(tmp_path):
+    """DIR/train reads as the TSV it came from; DIR alone is one line naming the splits."""
+    from bertctl.errors import BertctlError
+    from bertctl.tasks import make_task_spec
+    from conftest import read_examples
+
+    spec = make_task_spec("glue/sst2")
+    rows = read_examples(spec, FIXTURES / "glue" / "SST-2" / "train.tsv")
+    table = {"sentence": list(rows.text_a), "label": [int(x) for x in rows.labels]}
+    ds = datasets.Dataset.from_dict(table)
+    datasets.DatasetDict({"train": ds, "dev": ds.select(range(5))}).save_to_disk(
+        str(tmp_path / "sst2"))
+    split = read_examples(spec, tmp_path / "sst2" / "train")
+    assert list(split.text_a) == list(rows.text_a) and list(split.labels) == list(rows.labels)
+    with pytest.raises(BertctlError, match="a DatasetDict of the splits train, dev; give one "
+                                           "of them, e.g. .*sst2/train"):
+        read_examples(spec, tmp_path / "sst2")
+
+
+@pytest.mark.parametrize("case, parts", [
+    ("dict", ["a DatasetDict of the splits train, validation", "dict/train"]),
+    ("column", ["has no column 'body'", "columns: id, text"]),
+    ("not-arrow", ["not an Arrow file"]),
+    ("state", ["state.json", "no list of data files"]),
+])
+def test_bad_datasets_are_one_line(case, parts, corpus_forms, cli, tmp_path):
+    import shutil
+
+    source, extra = corpus_forms / "dict", ["--text-column", "text"]
+    if case == "column":
+        source, extra = corpus_forms / "saved", ["--text-column", "body"]
+    elif case == "not-arrow":
+        source = tmp_path / "fake.arrow"
+        source.write_text("not arrow at all\n")
+    elif case == "state":
+        source = tmp_path / "saved"
+        shutil.copytree(corpus_forms / "saved", source)
+        (source / "state.json").write_text(json.dumps({"_data_files": "x"}))
+    r = cli("tokenize", source, *extra, "--vocab-size", "600", "--out", tmp_path / "t")
+    one_line_error(r, *parts)
+    assert not (tmp_path / "t").exists()
