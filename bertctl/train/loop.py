@@ -42,7 +42,8 @@ from bertctl.train import checkpoint as ckpt
 from bertctl.train import distributed as dist
 from bertctl.train import memory
 from bertctl.train import tensorboard
-from bertctl.train.optim import lr_at, lr_at_share, make_optimizer, set_lr, warmup_steps
+from bertctl.train.optim import (decay_steps, lr_at, lr_at_share, make_optimizer, set_lr,
+                                 warmup_steps)
 from bertctl.train.order import BatchOrder, DataSource, lengths_of
 from bertctl.train.records import (METRICS_FILE, Best, Interval, StepTotals, TrainingDiverged,
                                    TrainResult, append_jsonl, count_tokens, plain,
@@ -156,6 +157,8 @@ class Trainer:
                 else f"is before this run's last step {self.end_step} (start_step "
                 f"{s.start_step} + {run_steps})"))
         self.warmup = warmup_steps(s.warmup, self.total_steps)
+        self.decay = (decay_steps(s.decay, self.total_steps, self.warmup)
+                      if s.schedule == "wsd" and self.budget is None else 1)
         self.last_step = self.end_step
 
         # The model, the optimizer and loss scaling.
@@ -271,8 +274,10 @@ class Trainer:
                 batches, tokens, examples = pending.result()
                 pending = (pool.submit(self.load_step, self.step + 2)
                            if self.step + 1 < self.last_step else None)
-                lr = (lr_at(self.step, s.lr, self.warmup, self.total_steps) if self.budget is None
-                      else lr_at_share(self.elapsed / self.budget, s.lr, s.warmup))
+                lr = (lr_at(self.step, s.lr, self.warmup, self.total_steps, s.schedule,
+                            self.decay) if self.budget is None
+                      else lr_at_share(self.elapsed / self.budget, s.lr, s.warmup, s.schedule,
+                                       s.decay))
                 set_lr(self.optimizer, lr)
                 step_tokens, step_examples = self.train_step(batches, tokens, examples, lr)
                 seen[0] += step_tokens

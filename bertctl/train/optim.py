@@ -11,6 +11,8 @@ count and schedule of a first one (the paper's 90% at 128 tokens, then 10% at 51
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from bertctl.errors import BertctlError
@@ -135,29 +137,63 @@ def warmup_steps(warmup: float, total_steps: int) -> int:
     return int(warmup)
 
 
-def lr_at(step: int, peak_lr: float, warmup: int, total_steps: int) -> float:
+WSD_DECAY = 0.1   # the share of a warm-up-stable-decay run spent decaying, unless given
+
+
+def decay_steps(decay: float | None, total_steps: int, warmup: int) -> int:
+    """--schedule wsd's decay length in steps: a fraction of the run below 1, else a step
+    count; it must fit after the warm-up."""
+    steps = int(round((WSD_DECAY if decay is None else decay) * total_steps)) \
+        if decay is None or decay < 1 else int(decay)
+    if steps + warmup > total_steps:
+        raise BertctlError(f"--decay {decay:g}: {steps:,} decay steps after {warmup:,} of "
+                           f"warm-up are more than the run's {total_steps:,}")
+    return max(steps, 1)
+
+
+def _after_warmup(schedule: str, done: float, left_share: float, decay_share: float) -> float:
+    """The share of the peak rate past the warm-up: `done` of the post-warm-up part gone
+    (0 at its start), `left_share` of the whole run left, `decay_share` the WSD decay's."""
+    if schedule == "cosine":
+        return 0.5 * (1.0 + math.cos(math.pi * done))
+    if schedule == "wsd":
+        return min(1.0, left_share / decay_share)
+    return 1.0   # constant
+
+
+def lr_at(step: int, peak_lr: float, warmup: int, total_steps: int, schedule: str = "linear",
+          decay: int = 1) -> float:
     """Learning rate of the update that takes the model from `step` to `step + 1` (0-based).
 
-    Linear warm-up (peak * (step+1)/warmup) then linear decay to zero at `total_steps`:
-    the first update already moves (unlike a schedule that starts at exactly 0) and the last one
-    uses peak/(total-warmup), the smallest positive rate, so no update is wasted at either end.
+    Linear warm-up (peak * (step+1)/warmup) then the schedule, which ends at zero at
+    `total_steps` (constant ends at its peak): the first update already moves (unlike a
+    schedule that starts at exactly 0) and the last one of a decay uses its smallest positive
+    rate (linear: peak/(total-warmup); wsd: peak/decay), so no update is wasted at either end.
     """
     if step < warmup:
         return peak_lr * (step + 1) / warmup
     if step >= total_steps:
-        return 0.0
-    return peak_lr * (total_steps - step) / max(1, total_steps - warmup)
+        return 0.0 if schedule != "constant" else peak_lr
+    after = max(1, total_steps - warmup)
+    if schedule == "linear":   # written as ever: the same rates to the last bit
+        return peak_lr * (total_steps - step) / after
+    return peak_lr * _after_warmup(schedule, (step - warmup) / after,
+                                   (total_steps - step) / total_steps, decay / total_steps)
 
 
-def lr_at_share(share: float, peak_lr: float, warmup: float) -> float:
+def lr_at_share(share: float, peak_lr: float, warmup: float, schedule: str = "linear",
+                decay: float | None = None) -> float:
     """Learning rate at `share` (elapsed / budget) of a time budget: linear warm-up over the
-    first `warmup` share, then linear decay to zero at the budget's end (the step schedule's
-    shape, laid over time as Cramming does)."""
+    first `warmup` share, then the schedule to the budget's end (the step schedule's shape,
+    laid over time as Cramming does)."""
     if share < warmup:
         return peak_lr * max(share, 1e-3 * warmup) / warmup
     if share >= 1:
-        return 0.0
-    return peak_lr * (1 - share) / (1 - warmup)
+        return 0.0 if schedule != "constant" else peak_lr
+    if schedule == "linear":
+        return peak_lr * (1 - share) / (1 - warmup)
+    return peak_lr * _after_warmup(schedule, (share - warmup) / (1 - warmup), 1 - share,
+                                   WSD_DECAY if decay is None else decay)
 
 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
@@ -165,5 +201,5 @@ def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
         group["lr"] = lr
 
 
-__all__ = ["Lamb", "lr_at", "lr_at_share", "make_optimizer", "no_decay_names", "param_groups", "set_lr",
+__all__ = ["Lamb", "decay_steps", "lr_at", "lr_at_share", "make_optimizer", "no_decay_names", "param_groups", "set_lr",
            "warmup_steps"]

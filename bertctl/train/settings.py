@@ -72,8 +72,18 @@ class TrainingSettings(StageConfig):
     weight_decay: float = Field(0.01, ge=0, description="AdamW weight decay (not on biases and "
                                 "LayerNorm).", json_schema_extra=meta(TRAINING))
     warmup: float = Field(0.1, ge=0, description="Linear warm-up: a fraction of the steps if "
-                          "below 1, else a step count; then linear decay to 0.",
+                          "below 1, else a step count; then the --schedule.",
                           json_schema_extra=meta(TRAINING))
+    schedule: Literal["linear", "cosine", "wsd", "constant"] = Field(
+        "linear", description="The learning rate after the warm-up: linear decay to 0; cosine "
+        "decay to 0 (half a cosine); wsd, warm-up-stable-decay: the peak rate until the last "
+        "--decay of the run, then linear decay to 0; constant, the peak rate to the end. Over a "
+        "--time-budget, by the elapsed share of it.",
+        json_schema_extra=meta(TRAINING, hashed_if_changed=True))
+    decay: float | None = Field(
+        None, gt=0, description="With --schedule wsd: the decay's length, a fraction of the run "
+        "(of the budget with --time-budget) if below 1, else a step count; unset: 0.1.",
+        json_schema_extra=meta(TRAINING, hashed_if_changed=True))
     max_grad_norm: float | None = Field(1.0, gt=0, description="Gradient clipping norm.",
                                         json_schema_extra=meta(TRAINING))
     precision: Literal["auto", "fp32", "bf16", "fp16"] = Field(
@@ -151,6 +161,21 @@ class TrainingSettings(StageConfig):
         if self.time_budget is not None and self.warmup >= 1:
             raise ValueError(f"with time_budget, warmup is a fraction of the budget (below 1), "
                              f"not a step count ({self.warmup:g})")
+        if self.decay is not None and self.schedule != "wsd":
+            raise ValueError(f"decay is the length of --schedule wsd's decay; the schedule is "
+                             f"{self.schedule}")
+        if self.decay is not None and self.time_budget is not None and self.decay >= 1:
+            raise ValueError(f"with time_budget, decay is a fraction of the budget (below 1), "
+                             f"not a step count ({self.decay:g})")
+        if self.decay is not None and self.decay >= 1 and self.steps is not None and \
+                self.decay + (self.warmup if self.warmup >= 1 else self.warmup * self.steps) \
+                > self.steps:
+            raise ValueError(f"decay {self.decay:g} steps and the warm-up are longer than the "
+                             f"run's {self.steps} steps")
+        if self.decay is not None and self.decay < 1 and self.warmup < 1 and \
+                self.warmup + self.decay > 1:
+            raise ValueError(f"warmup {self.warmup:g} and decay {self.decay:g} together are "
+                             f"longer than the run")
         return self
 
 

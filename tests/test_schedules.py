@@ -1,0 +1,115 @@
+"""--schedule linear|cosine|wsd|constant against their definitions: after the linear warm-up,
+linear decay to zero, half a cosine to zero (transformers' get_cosine_schedule_with_warmup,
+num_cycles 0.5, at the same progress), the peak until the decay's share then linear to zero
+(warm-up-stable-decay), the peak to the end; over steps and over a time budget; each recorded
+in the id only when set; a decay that does not fit refused in one line."""
+
+import math
+
+import pytest
+
+from bertctl.errors import BertctlError
+from bertctl.train.optim import decay_steps, lr_at, lr_at_share
+
+
+PEAK, WARM, TOTAL = 2e-4, 10, 100
+
+
+def test_linear_is_the_schedule_it_was():
+    assert [lr_at(s, PEAK, WARM, TOTAL) for s in range(TOTAL)] == \
+        [PEAK * (s + 1) / WARM if s < WARM else PEAK * (TOTAL - s) / (TOTAL - WARM)
+         for s in range(TOTAL)]
+
+
+def test_cosine_is_half_a_cosine_after_the_warmup():
+    for s in range(WARM, TOTAL):
+        progress = (s - WARM) / (TOTAL - WARM)
+        assert lr_at(s, PEAK, WARM, TOTAL, "cosine") == pytest.approx(
+            PEAK * 0.5 * (1 + math.cos(math.pi * progress)), rel=1e-12)
+    assert lr_at(WARM, PEAK, WARM, TOTAL, "cosine") == PEAK
+    assert lr_at(TOTAL, PEAK, WARM, TOTAL, "cosine") == 0.0
+
+
+def test_cosine_agrees_with_transformers_past_the_warmup():
+    transformers = pytest.importorskip("transformers")
+    import torch
+
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=PEAK)
+    sched = transformers.get_cosine_schedule_with_warmup(opt, WARM, TOTAL)
+    theirs = []
+    for _ in range(TOTAL):
+        theirs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    # the same curve; transformers' warm-up starts at 0, ours at its first step's share
+    assert [lr_at(s, PEAK, WARM, TOTAL, "cosine") for s in range(WARM, TOTAL)] == \
+        pytest.approx(theirs[WARM:], rel=1e-9)
+
+
+def test_wsd_holds_the_peak_then_decays_linearly():
+    decay = decay_steps(0.2, TOTAL, WARM)
+    assert decay == 20
+    rates = [lr_at(s, PEAK, WARM, TOTAL, "wsd", decay) for s in range(TOTAL)]
+    assert all(r == PEAK for r in rates[WARM:TOTAL - decay])
+    assert rates[TOTAL - decay:] == pytest.approx(
+        [PEAK * (TOTAL - s) / decay for s in range(TOTAL - decay, TOTAL)], rel=1e-12)
+    assert decay_steps(None, TOTAL, WARM) == 10 and decay_steps(30, TOTAL, WARM) == 30
+
+
+def test_constant_stays_at_the_peak():
+    assert [lr_at(s, PEAK, WARM, TOTAL, "constant") for s in range(WARM, TOTAL + 1)] == \
+        [PEAK] * (TOTAL - WARM + 1)
+
+
+@pytest.mark.parametrize("schedule", ["linear", "cosine", "wsd", "constant"])
+def test_a_time_budget_lays_each_schedule_over_its_share(schedule):
+    """lr_at_share at share s equals lr_at at the same progress of a long run."""
+    total = 10_000
+    for share in (0.05, 0.1, 0.3, 0.5, 0.85, 0.95, 0.999):
+        step = round(share * total)
+        assert lr_at_share(share, PEAK, 0.1, schedule, 0.2) == pytest.approx(
+            lr_at(step, PEAK, 1000, total, schedule, 2000), rel=2e-3, abs=PEAK * 2e-3)
+
+
+def test_a_decay_that_does_not_fit_is_refused():
+    with pytest.raises(BertctlError, match="decay 95: 95 decay steps after 10 of warm-up"):
+        decay_steps(95, TOTAL, WARM)
+
+
+@pytest.mark.parametrize("args, parts", [
+    (["--decay", "0.2"], ["decay is the length of --schedule wsd's decay", "linear"]),
+    (["--schedule", "wsd", "--decay", "0.95"], ["warmup 0.1 and decay 0.95"]),
+    (["--schedule", "wsd", "--decay", "50", "--time-budget", "1m"],
+     ["with time_budget, decay is a fraction"]),
+    (["--schedule", "wsd", "--decay", "500"], ["decay 500 steps and the warm-up are longer"]),
+])
+def test_schedule_options_that_do_not_apply_are_one_line(args, parts, cli, tmp_path,
+                                                         tiny_pretrained):
+    from conftest import FIXTURES, one_line_error
+
+    base = ["finetune", tiny_pretrained, FIXTURES / "glue" / "SST-2" / "train.tsv", "--task",
+            "glue/sst2", "--batch-size", "8", "--max-seq-length", "32", "--device", "cpu"]
+    steps = [] if "--time-budget" in args else ["--steps", "20"]
+    r = cli(*base, *args, *steps, "--out", tmp_path / "m")
+    one_line_error(r, *parts)
+    assert not (tmp_path / "m").exists()
+
+
+def test_a_wsd_run_is_its_own_artifact_and_ends_decayed(cli, tmp_path, tiny_pretrained):
+    import json
+
+    from conftest import FIXTURES
+
+    base = ["finetune", tiny_pretrained, FIXTURES / "glue" / "SST-2" / "train.tsv", "--task",
+            "glue/sst2", "--batch-size", "8", "--max-seq-length", "32", "--device", "cpu",
+            "--steps", "10", "--log-every", "1", "--json"]
+    linear = cli(*base, "--out", tmp_path / "linear")
+    wsd = cli(*base, "--schedule", "wsd", "--decay", "0.3", "--out", tmp_path / "wsd")
+    assert linear.exit_code == 0 and wsd.exit_code == 0, wsd.stderr
+    assert linear.json()["id"] != wsd.json()["id"]
+    assert wsd.json()["config"]["schedule"] == "wsd" and wsd.json()["config"]["decay"] == 0.3
+    rates = [json.loads(line)["lr"] for line in
+             (tmp_path / "wsd" / "metrics.jsonl").read_text().splitlines()
+             if json.loads(line).get("split") == "train"]
+    peak = max(rates)
+    assert rates.count(peak) >= 5 and rates[-1] < peak / 2
