@@ -206,12 +206,13 @@ class PretrainJob:
                                        or self.config.batch_size, next(model.parameters()).device,
                                        self.config.precision, max_batches=self.config.eval_batches)
 
-    def fit(self, work: Path):
+    def fit(self, work: Path, sink=None):
         with console.training_progress("pretraining", self.config.steps,
                                        self.settings.start_step) as on_log:
             return train(self.model, self.train_data, self.settings, work,
                          evaluate=self.evaluate if self.validation is not None else None,
-                         on_log=on_log, step_metrics=self.objective.step_metrics)
+                         on_log=training.logging_to(on_log, sink),
+                         step_metrics=self.objective.step_metrics)
 
     def write(self, result, tmp: Path) -> dict:
         models.write_model(result.model, tmp, self.data.path)

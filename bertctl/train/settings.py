@@ -74,6 +74,14 @@ class TrainingSettings(StageConfig):
     warmup: float = Field(0.1, ge=0, description="Linear warm-up: a fraction of the steps if "
                           "below 1, else a step count; then the --schedule.",
                           json_schema_extra=meta(TRAINING))
+    log_to: str | None = Field(
+        None, description="Also log the run to an experiment tracker: mlflow (where "
+        "MLFLOW_TRACKING_URI says; mlflow:URI names it, a file: store too) or wandb (project "
+        "WANDB_PROJECT; wandb:PROJECT names it; WANDB_MODE=offline writes it to disk). The run "
+        "is named by the artifact id, with the settings as parameters, every logged number at "
+        "its step, the final metrics and the lineage as tags; a resumed run continues it. "
+        "Optional extras: pip install 'bertctl[mlflow]' or 'bertctl[wandb]'.",
+        json_schema_extra=_RUN)
     schedule: Literal["linear", "cosine", "wsd", "constant"] = Field(
         "linear", description="The learning rate after the warm-up: linear decay to 0; cosine "
         "decay to 0 (half a cosine); wsd, warm-up-stable-decay: the peak rate until the last "
@@ -161,6 +169,9 @@ class TrainingSettings(StageConfig):
         if self.time_budget is not None and self.warmup >= 1:
             raise ValueError(f"with time_budget, warmup is a fraction of the budget (below 1), "
                              f"not a step count ({self.warmup:g})")
+        if self.log_to is not None and self.log_to.partition(":")[0] not in ("mlflow", "wandb"):
+            raise ValueError(f"log_to {self.log_to!r}: mlflow or wandb (optionally :URI for "
+                             f"mlflow, :PROJECT for wandb)")
         if self.decay is not None and self.schedule != "wsd":
             raise ValueError(f"decay is the length of --schedule wsd's decay; the schedule is "
                              f"{self.schedule}")

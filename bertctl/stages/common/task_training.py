@@ -23,6 +23,7 @@ from bertctl.data.collate import TaskData
 from bertctl.evaluation import evaluate_task
 from bertctl.model import architectures
 from bertctl.stages.common import models
+from bertctl.stages.common.training import logging_to
 from bertctl.train import distributed as dist
 from bertctl.train.loop import train
 from bertctl.train.settings import TrainSettings
@@ -176,7 +177,7 @@ class TaskJob:
         # per-type figures).
         return {k: v for k, v in metrics.items() if not isinstance(v, (dict, list))}
 
-    def fit(self, work: Path):
+    def fit(self, work: Path, sink=None):
         config = self.config
         module = self.family.training_module(self.model, self.spec)
         self.trained_with = module
@@ -187,7 +188,8 @@ class TaskJob:
                                        config.steps) as on_log:
             result = train(setup.model, data, TrainSettings.of(config), work,
                            evaluate=self.evaluate if self.dev_features is not None else None,
-                           select=self.select, on_log=on_log, step_metrics=setup.step_metrics)
+                           select=self.select, on_log=logging_to(on_log, sink),
+                           step_metrics=setup.step_metrics)
         # The loss module trained the model in place; the model is what is written.
         return result if module is self.model else dataclasses.replace(result,
                                                                        model=self.model)

@@ -10,6 +10,7 @@ import os
 import shutil
 import time
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from bertctl import console, hardware, modelcard
@@ -17,20 +18,32 @@ from bertctl.contract import artifacts, locks, placement
 from bertctl import settings as settings_mod
 from bertctl.errors import Interrupted
 from bertctl.train import distributed as dist
+from bertctl.train import trackers
 from bertctl.train.checkpoint import list_checkpoints
 
 
 class TrainingJob(Protocol):
     """A training stage's own part, called by `train_to_artifact` in this order on every rank:
-    `prepare()` (read the data, build the model: everything before the first step), `fit(work)`
-    (the training loop, resuming from `work`'s checkpoints), and on rank 0 `write(result, tmp)`
+    `prepare()` (read the data, build the model: everything before the first step), `fit(work,
+    sink)` (the training loop, resuming from `work`'s checkpoints; `sink` takes each record the
+    loop logs, as `on_log` does, on rank 0: `logging_to`), and on rank 0 `write(result, tmp)`
     (the model directory; returns the manifest stats)."""
 
     def prepare(self) -> None: ...
 
-    def fit(self, work: Path) -> Any: ...
+    def fit(self, work: Path, sink: Callable[[dict], None] | None = None) -> Any: ...
 
     def write(self, result: Any, tmp: Path) -> dict: ...
+
+
+def logging_to(*sinks: Callable[[dict], None] | None) -> Callable[[dict], None]:
+    """One `on_log` for the training loop that hands each record to every sink given."""
+    given = [s for s in sinks if s is not None]
+
+    def log(record: dict) -> None:
+        for sink in given:
+            sink(record)
+    return log
 
 
 def train_to_artifact(config, inputs: list[artifacts.InputRef], target: artifacts.Target,
@@ -60,6 +73,25 @@ def _train(config, target, job: TrainingJob, planned: artifacts.Plan):
         return artifacts.Outcome(manifest=existing, path=str(out_path), up_to_date=True)
     work = placement.work_dir(out_path, artifact_id)
     marks = {"start": time.perf_counter()}
+    tracker = None
+    if getattr(config, "log_to", None) and dist.is_main():   # reached before any work
+        tracker = trackers.Tracker(config.log_to, work, artifact_id,
+                                   settings_mod.as_dict(config),
+                                   [{"role": i.role, "kind": i.kind, "id": i.id} for i in inputs])
+    try:
+        outcome = _trained(config, job, planned, work, marks, tracker)
+    except BaseException:
+        if tracker is not None:
+            tracker.abandon()
+        raise
+    if tracker is not None:
+        tracker.finish(outcome.manifest.metrics if outcome is not None else None)
+    return outcome
+
+
+def _trained(config, job: TrainingJob, planned: artifacts.Plan, work: Path, marks: dict,
+             tracker):
+    artifact_id, out_path, inputs = planned.artifact_id, planned.out, planned.inputs
     job.prepare()
     if not dist.is_main():
         job.fit(work)
@@ -69,7 +101,7 @@ def _train(config, target, job: TrainingJob, planned: artifacts.Plan):
         return None
 
     def build(tmp: Path) -> dict:
-        result = job.fit(work)
+        result = job.fit(work, tracker.log if tracker is not None else None)
         marks["trained"] = time.perf_counter()
         marks["loop"] = getattr(result, "loop_started", 0.0) or marks["start"]
         stats = job.write(result, tmp)
