@@ -248,7 +248,7 @@ def test_distillation_and_the_families_targets_stay_theirs():
 # the optional extras, which may be missing.
 HEAVY = ("torch", "datasets", "pyarrow")
 EXTRAS = ("onnx", "onnxruntime", "onnxscript", "matplotlib", "tensorboardX", "transformers",
-          "bm25s", "faiss")
+          "bm25s", "faiss", "mlflow", "wandb")
 
 
 def _heavy_modules() -> set[str]:

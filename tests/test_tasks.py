@@ -175,7 +175,7 @@ def test_custom_task_in_every_format(tmp_path):
         assert ex.text_a == [r["premise"] for r in rows], name
         assert ex.text_b == [r["hypothesis"] for r in rows], name
         assert ex.label_list == ("no", "yes") and ex.labels.tolist() == [1, 0, 1], name
-    with pytest.raises(BertctlError, match=r"dict: holds the splits train, validation"):
+    with pytest.raises(BertctlError, match=r"dict: a DatasetDict of the splits train, validation"):
         read_examples(spec, tmp_path / "dict")
 
 
