@@ -143,10 +143,10 @@ WSD_DECAY = 0.1   # the share of a warm-up-stable-decay run spent decaying, unle
 def decay_steps(decay: float | None, total_steps: int, warmup: int) -> int:
     """--schedule wsd's decay length in steps: a fraction of the run below 1, else a step
     count; it must fit after the warm-up."""
-    steps = int(round((WSD_DECAY if decay is None else decay) * total_steps)) \
-        if decay is None or decay < 1 else int(decay)
+    share = WSD_DECAY if decay is None else decay
+    steps = int(share) if share >= 1 else int(round(share * total_steps))
     if steps + warmup > total_steps:
-        raise BertctlError(f"--decay {decay:g}: {steps:,} decay steps after {warmup:,} of "
+        raise BertctlError(f"--decay {share:g}: {steps:,} decay steps after {warmup:,} of "
                            f"warm-up are more than the run's {total_steps:,}")
     return max(steps, 1)
 
