@@ -27,10 +27,10 @@ from typing import Any
 
 from bertctl import console
 from bertctl.errors import BertctlError
+from bertctl.train.tensorboard import scalars   # the same names --tensorboard gives
 
 KINDS = ("mlflow", "wandb")
 _STATE = "tracker.json"
-_NOT_SCALARS = {"split", "step", "epoch"}
 
 
 def parse(spec: str) -> tuple[str, str | None]:
@@ -50,14 +50,6 @@ def require(spec: str) -> None:
     except ImportError:
         raise BertctlError(f"--log-to {kind} needs the optional package {kind}: "
                            f"pip install 'bertctl[{kind}]'") from None
-
-
-def scalars(record: dict[str, Any]) -> dict[str, float]:
-    """The numbers of one metrics.jsonl record, named `split/name` (as --tensorboard does)."""
-    split = record.get("split", "train")
-    return {f"{split}/{k}": float(v) for k, v in record.items()
-            if k not in _NOT_SCALARS and isinstance(v, (int, float)) and not isinstance(v, bool)
-            and math.isfinite(v)}
 
 
 def _flat(settings: dict[str, Any]) -> dict[str, str]:
