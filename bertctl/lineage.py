@@ -16,12 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from bertctl.contract.artifacts import InputRef, Manifest, read_manifest
+from bertctl.contract.manifest import CONTENT_KINDS
 from bertctl.errors import BertctlError
 
 
 def resolve(ref: InputRef) -> Manifest | None:
     """The manifest of an artifact parent, if it is still where it was recorded."""
-    if ref.kind in ("file", "directory", "hf-model"):
+    if ref.kind in CONTENT_KINDS:
         return None
     try:
         manifest = read_manifest(ref.path)
@@ -117,7 +118,7 @@ def _name(ref: InputRef) -> str:
 
 
 def _describe(ref: InputRef) -> str:
-    if ref.kind in ("file", "directory", "hf-model"):
+    if ref.kind in CONTENT_KINDS:
         return f"{ref.kind} {_name(ref)} (sha256 {ref.id[:12]})"
     return f"{ref.kind} {ref.id}"
 
@@ -151,7 +152,7 @@ def _pair(a: list[InputRef], b: list[InputRef]) -> tuple[list[tuple[InputRef, In
 def _node_differences(where: str, a: InputRef, b: InputRef) -> list[Difference]:
     if a.kind != b.kind:
         return [Difference(where, "kind", a.kind, b.kind)]
-    if a.kind in ("file", "directory", "hf-model"):
+    if a.kind in CONTENT_KINDS:
         out = []
         if _name(a) != _name(b):
             out.append(Difference(where, "name", _name(a), _name(b)))

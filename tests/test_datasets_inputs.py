@@ -119,3 +119,89 @@ def test_bad_datasets_are_one_line(case, parts, corpus_forms, cli, tmp_path):
     r = cli("tokenize", source, *extra, "--vocab-size", "600", "--out", tmp_path / "t")
     one_line_error(r, *parts)
     assert not (tmp_path / "t").exists()
+
+
+@pytest.fixture(scope="module")
+def sst2_shards(tmp_path_factory):
+    """SST-2's training rows as three parquet shards in a directory (as the hub keeps a split:
+    data/train-0000N-of-00003.parquet), as three JSON lines shards and as three TSV shards."""
+    from bertctl.tasks import make_task_spec
+    from conftest import read_examples
+
+    rows = read_examples(make_task_spec("glue/sst2"), FIXTURES / "glue" / "SST-2" / "train.tsv")
+    texts, labels = list(rows.text_a), [int(x) for x in rows.labels]
+    root = tmp_path_factory.mktemp("shards")
+    (root / "parquet" / "data").mkdir(parents=True)
+    ds = datasets.Dataset.from_dict({"sentence": texts, "label": labels})
+    for i in range(3):
+        part = ds.shard(3, i, contiguous=True)
+        part.to_parquet(str(root / "parquet" / "data" / f"train-{i:05d}-of-00003.parquet"))
+        part.to_json(str(root / f"train-{i}.jsonl"))
+        with open(root / f"train-{i}.tsv", "w", encoding="utf-8") as f:
+            f.write("sentence\tlabel\n")
+            f.writelines(f"{t}\t{y}\n" for t, y in zip(part["sentence"], part["label"]))
+    return root, texts, labels
+
+
+def test_a_task_reads_a_directory_or_a_glob_of_shards(sst2_shards):
+    """Shards read as one table, in name order: the rows the single file holds."""
+    from bertctl.tasks import make_task_spec
+    from conftest import read_examples
+
+    root, texts, labels = sst2_shards
+    spec = make_task_spec("glue/sst2")
+    for given in (root / "parquet", root / "parquet" / "data" / "train-*.parquet",
+                  root / "train-*.jsonl", root / "train-*.tsv"):
+        rows = read_examples(spec, given)
+        assert list(rows.text_a) == texts, given
+        assert [int(x) for x in rows.labels] == labels, given
+
+
+@pytest.mark.parametrize("case, parts", [
+    ("mixed", ["shards of one format expected, found json, tsv"]),
+    ("nothing", ["pattern matches no files"]),
+    ("header", ["train-1.tsv: its columns (text, label) are not those of", "(sentence, label)"]),
+    ("empty", ["directory holds no table files", "not written by save_to_disk"]),
+])
+def test_bad_shards_are_one_line(case, parts, sst2_shards, tiny_pretrained, cli, tmp_path):
+    import shutil
+
+    root, _, _ = sst2_shards
+    given = tmp_path / "shards"
+    given.mkdir()
+    if case == "mixed":
+        shutil.copy(root / "train-0.jsonl", given)
+        shutil.copy(root / "train-1.tsv", given)
+    elif case == "nothing":
+        given = given / "train-*.parquet"
+    elif case == "header":
+        shutil.copy(root / "train-0.tsv", given)
+        text = (root / "train-1.tsv").read_text(encoding="utf-8")
+        (given / "train-1.tsv").write_text(text.replace("sentence\t", "text\t", 1),
+                                           encoding="utf-8")
+    elif case == "empty":
+        (given / "notes.md").write_text("not a table\n")
+    r = cli("finetune", tiny_pretrained, given, "--family", "single", "--text-column",
+            "sentence", "--steps", "1", "--out", tmp_path / "m")
+    one_line_error(r, *parts)
+    assert not (tmp_path / "m").exists()
+
+
+def test_finetune_and_eval_take_shards_and_record_their_files(sst2_shards, tiny_pretrained,
+                                                               cli, tmp_path):
+    """A glob is recorded by its matches' hashes (kind "files"), a directory by its files'."""
+    root, _, _ = sst2_shards
+    fast = ["--batch-size", "8", "--max-seq-length", "32", "--device", "cpu"]
+    r = cli("finetune", tiny_pretrained, root / "parquet" / "data" / "train-*.parquet",
+            "--dev", root / "parquet", "--task", "glue/sst2", "--steps", "2", "--out",
+            tmp_path / "m", *fast, "--json")
+    assert r.exit_code == 0, r.stderr
+    m = r.json()
+    assert m["stats"]["train_examples"] == 200
+    refs = {i["role"]: i for i in m["inputs"]}
+    assert refs["train"]["kind"] == "files" and refs["train"]["path"].endswith("train-*.parquet")
+    assert refs["dev"]["kind"] == "directory"
+    r = cli("eval", tmp_path / "m", root / "train-*.jsonl", "--out", tmp_path / "e",
+            "--json", "--device", "cpu")
+    assert r.exit_code == 0, r.stderr
+    assert r.json()["stats"]["examples"] == 200

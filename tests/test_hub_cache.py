@@ -84,3 +84,26 @@ def test_a_name_not_in_the_cache_is_one_line(name, parts, hub, cli, tmp_path):
     r = cli("tokenize", name, "--text-column", "text", "--out", tmp_path / "t")
     one_line_error(r, *parts)
     assert not (tmp_path / "t").exists()
+
+
+def test_a_hub_split_kept_as_parquet_shards_reads_by_pattern(tmp_path, monkeypatch):
+    """The hub keeps a split as data/train-0000N-of-0000M.parquet: a pattern inside the
+    snapshot names them all, read as one table in order."""
+    datasets = pytest.importorskip("datasets")
+    from bertctl.cli import _local
+    from bertctl.tasks import make_task_spec
+    from conftest import read_examples
+
+    spec = make_task_spec("glue/sst2")
+    rows = read_examples(spec, FIXTURES / "glue" / "SST-2" / "train.tsv")
+    ds = datasets.Dataset.from_dict({"sentence": list(rows.text_a),
+                                     "label": [int(x) for x in rows.labels]})
+    files = {}
+    for i in range(2):
+        ds.shard(2, i, contiguous=True).to_parquet(str(tmp_path / f"{i}.parquet"))
+        files[f"data/train-{i:05d}-of-00002.parquet"] = (tmp_path / f"{i}.parquet").read_bytes()
+    _lay_out(tmp_path / "hub", "datasets", "nyu/sst2", files, COMMIT)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    path = _local("hf:datasets/nyu/sst2/data/train-*.parquet")
+    assert f"snapshots/{COMMIT}/data/train-*.parquet" in str(path)
+    assert list(read_examples(spec, path).text_a) == list(rows.text_a)

@@ -226,8 +226,9 @@ RunnableModel = Annotated[Path, typer.Argument(
 def finetune(settings: FinetuneSettings, target: Target,
              model: ModelArgument,
              train: Annotated[Path, typer.Argument(
-                 help="The training file (TSV, CSV, JSON lines, parquet or a saved dataset "
-                      "directory), or a preset task's data directory.", show_default=False)],
+                 help="The training table (TSV, CSV, JSON lines, parquet, a saved dataset "
+                      "directory, or shards: a directory or a quoted pattern), or a preset "
+                      "task's data directory.", show_default=False)],
              dev: Annotated[Optional[Path], typer.Option(
                  help="Validation file, evaluated after each epoch (default: the preset's dev "
                       "file when TRAIN is a directory).")] = None):
@@ -271,8 +272,9 @@ def distill(settings: DistillSettings, target: Target,
 def evaluate(settings: EvalSettings, target: Target,
              model: RunnableModel,
              data: Annotated[Path, typer.Argument(
-                 help="A task data file (.tsv/.csv/.jsonl/.parquet or a save_to_disk directory), "
-                      "or a pretrain-data artifact.", show_default=False)],
+                 help="A task data file (.tsv/.csv/.jsonl/.parquet, a save_to_disk directory, "
+                      "or shards: a directory or a quoted pattern), or a pretrain-data "
+                      "artifact.", show_default=False)],
              expect: Annotated[Optional[list[str]], typer.Option(
                  help="A quality gate on metrics.json, e.g. 'accuracy>=0.85' (repeatable; "
                       "dotted paths reach nested metrics). The artifact is written either way; "

@@ -31,6 +31,11 @@ class FileEntry(BaseModel):
         return data
 
 
+# The kinds of input identified by content alone (no manifest of their own): a file, a
+# directory's files, a glob pattern's matches, a plain Hugging Face model directory.
+CONTENT_KINDS = ("file", "directory", "files", "hf-model")
+
+
 class InputRef(BaseModel):
     """A parent of an artifact: another artifact (with its own lineage, so the chain survives
     the parent being moved or deleted) or a plain file identified by its content hash."""

@@ -9,6 +9,8 @@ the path it read.
 
 from __future__ import annotations
 
+import glob
+
 import os
 import re
 from pathlib import Path
@@ -87,7 +89,7 @@ def resolve(spec: str) -> Path:
         raise BertctlError(f"{spec}: the snapshot {commit} of {name} is not in the local cache "
                            f"(no {snapshot}); {fill}")
     path = snapshot.joinpath(*inside)
-    if inside and not path.exists():
+    if inside and not path.exists() and not glob.has_magic("/".join(inside)):
         raise BertctlError(f"{spec}: no {'/'.join(inside)} in the snapshot {commit} of {name} "
                            f"({snapshot})")
     return path

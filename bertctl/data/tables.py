@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import glob
 import json
 import math
 import os
@@ -85,6 +86,38 @@ def saved_dataset_files(path: Path) -> list[Path]:
         found.append(path / name)
     return found
 
+def table_files(path: Path) -> list[Path]:
+    """The files one table argument names, in row order: a file; a directory save_to_disk
+    wrote (itself: `datasets` reads it); a directory of shards (its table files, searched
+    recursively) or a glob pattern (its matches), sorted by name, all of one format. Hub
+    datasets keep their splits so (data/train-00000-of-00004.parquet, ...)."""
+    if path.is_file() or is_saved_dataset(path):
+        return [path]
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.is_file()
+                       and not any(part.startswith(".") for part in p.relative_to(path).parts)
+                       and format_of(p) is not None)
+        if not files:
+            raise BertctlError(f"{path}: directory holds no table files "
+                               f"({', '.join(sorted(_SUFFIX_FORMATS))}) and was not written "
+                               f"by save_to_disk")
+    elif glob.has_magic(str(path)):
+        files = sorted(Path(p) for p in glob.glob(str(path), recursive=True)
+                       if Path(p).is_file())
+        if not files:
+            raise BertctlError(f"{path}: pattern matches no files")
+    elif path.exists():
+        raise BertctlError(f"{path}: not a regular file")
+    else:
+        raise BertctlError(f"{path}: file not found")
+    kinds = {format_of(f) for f in files}
+    if len(kinds) != 1 or None in kinds:
+        shown = ", ".join(sorted(str(k) for k in kinds))
+        raise BertctlError(f"{path}: shards of one format expected, found {shown} "
+                           f"({', '.join(f.name for f in files[:3])}{', ...' if len(files) > 3 else ''})")
+    return files
+
+
 def column_name(value: Any) -> Any:
     # Columns of a headerless file are named by their index; accept the index as an int.
     return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
@@ -108,9 +141,15 @@ def sort_labels(keys) -> tuple[str, ...]:
 
 
 def format_of(path: Path) -> str | None:
-    """The format a path's name (or being a directory) says, or None."""
-    if path.is_dir():
+    """The format a path's name (or being a directory save_to_disk wrote) says, or None. A
+    directory of shards or a glob pattern says its files' format."""
+    if is_saved_dataset(path):
         return "arrow"
+    if path.is_dir() or (not path.exists() and glob.has_magic(str(path))):
+        try:
+            return format_of(table_files(path)[0])
+        except BertctlError:
+            return None
     for s in reversed([s.lower() for s in path.suffixes]):
         if s in _SUFFIX_FORMATS:
             return _SUFFIX_FORMATS[s]
@@ -118,7 +157,7 @@ def format_of(path: Path) -> str | None:
 
 
 def detect_format(spec, path: Path) -> str:
-    if path.is_dir():   # what save_to_disk wrote, whatever the task's own files are
+    if is_saved_dataset(path):   # whatever the task's own files are
         return "arrow"
     if spec.format != "auto":
         return spec.format
@@ -304,16 +343,18 @@ def open_table(spec, path: Path, in_memory: bool = False):
     that lives as long as the context, so a file of any size is read in bounded memory."""
     import pyarrow as pa
 
-    if not path.exists():
-        raise BertctlError(f"{path}: file not found")
-    fmt = detect_format(spec, path)
-    if fmt == "json" and path.is_file():
-        _check_json_rows(path)
-        _check_json_texts(path, _text_columns(spec))
+    files = table_files(path)
+    if hasattr(spec, "for_file"):   # a task's spec: a file plainly in another format is read
+        spec = spec.for_file(files[0])   # as what it is (the hub's parquet of a GLUE task)
+    fmt = detect_format(spec, path) if files == [path] else detect_format(spec, files[0])
+    if fmt == "json" and files[0].is_file():
+        for f in files:
+            _check_json_rows(f)
+            _check_json_texts(f, _text_columns(spec))
     _sweep_stale_caches()
     with _quiet_datasets() as datasets, \
             tempfile.TemporaryDirectory(prefix=f"{_CACHE_PREFIX}{os.getpid()}-") as cache:
-        table = _load(datasets, spec, path, fmt, cache, in_memory)
+        table = _load(datasets, spec, path, files, fmt, cache, in_memory)
         if not isinstance(table, pa.Table):
             table = pa.Table.from_batches([table]) if isinstance(table, pa.RecordBatch) else table
         yield table
@@ -338,7 +379,9 @@ def _sweep_stale_caches() -> None:
             continue
 
 
-def _load(datasets, spec, path: Path, fmt: str, cache: str, in_memory: bool):
+def _load(datasets, spec, given: Path, files: list[Path], fmt: str, cache: str,
+          in_memory: bool):
+    path = files[0]   # the file a header's message names: the only one, or the first shard
     try:
         if fmt == "arrow":
             try:
@@ -352,6 +395,11 @@ def _load(datasets, spec, path: Path, fmt: str, cache: str, in_memory: bool):
             sep = "\t" if fmt == "tsv" else ","
             quoting = spec.quoting if spec.quoting is not None else fmt == "csv"
             first = _read_delimited_header(path, sep, quoting, spec.header)
+            for other in files[1:]:   # pandas would fill or drop what a shard's header lacks
+                header = _read_delimited_header(other, sep, quoting, spec.header)
+                if header != first if spec.header else len(header) != len(first):
+                    raise BertctlError(f"{other}: its columns ({', '.join(header)}) are not "
+                                       f"those of {path} ({', '.join(first)})")
             if spec.header:
                 names = first
                 if any(not n.strip() for n in names):
@@ -375,17 +423,19 @@ def _load(datasets, spec, path: Path, fmt: str, cache: str, in_memory: bool):
                 kwargs["header"] = 0
             else:
                 kwargs.update(header=None, column_names=names)
-            ds = datasets.load_dataset("csv", data_files=str(path), split="train", cache_dir=cache,
+            ds = datasets.load_dataset("csv", data_files=[str(f) for f in files],
+                                       split="train", cache_dir=cache,
                                        keep_in_memory=in_memory, **kwargs)
         else:
-            ds = datasets.load_dataset(fmt, data_files=str(path), split="train", cache_dir=cache,
+            ds = datasets.load_dataset(fmt, data_files=[str(f) for f in files],
+                                       split="train", cache_dir=cache,
                                        keep_in_memory=in_memory)
         return ds.with_format("arrow")[:]
     except BertctlError:
         raise
     except Exception as exc:  # parse errors surface as many types from pandas/pyarrow/datasets
         where = "quoting off" if fmt == "tsv" and not spec.quoting else ""
-        raise BertctlError(f"{path}: cannot read as {fmt.upper()}"
+        raise BertctlError(f"{given}: cannot read as {fmt.upper()}"
                            f"{' (' + where + ')' if where else ''}: {_root_cause(exc)}") from None
 
 

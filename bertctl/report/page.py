@@ -23,6 +23,7 @@ from typing import Any
 
 from bertctl import lineage
 from bertctl.contract.artifacts import Artifact, InputRef
+from bertctl.contract.manifest import CONTENT_KINDS
 from bertctl.report import choices, gains, plots
 
 # Fields of metrics.jsonl records that are not curves (bookkeeping and counts).
@@ -395,7 +396,7 @@ def lineage_tree(inputs: list[InputRef]) -> str:
         return ""
     items = []
     for ref in inputs:
-        if ref.kind in ("file", "directory", "hf-model"):
+        if ref.kind in CONTENT_KINDS:
             size = f", {ref.size:,} bytes" if ref.size is not None else ""
             text = f"{ref.role}: {ref.kind} {ref.path} (sha256 {ref.id[:12]}{size})"
         else:

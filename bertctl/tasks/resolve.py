@@ -19,7 +19,7 @@ from bertctl import console
 from bertctl.errors import BertctlError
 from bertctl.model.sentence_layout import CROSS_KEY, KEY
 from bertctl.settings import DEFAULT_LENGTH
-from bertctl.data.tables import is_saved_dataset
+from bertctl.data.tables import format_of, is_saved_dataset
 from bertctl.tasks.registry import FAMILIES, get
 from bertctl.tasks.spec import TaskSpec, make_task_spec
 
@@ -136,7 +136,7 @@ def resolve_spec(config, model: TaskModel, data: Path | None = None) -> TaskSpec
 
 def task_file(spec: TaskSpec, data: Path) -> Path:
     """A preset task's data directory (GLUE's SST-2/) stands for its dev file; any other
-    directory must be one written by `datasets`' save_to_disk."""
+    directory is one table (save_to_disk's, or shards)."""
     if not data.is_dir() or is_saved_dataset(data):
         return data
     found = spec.split_files(data)
@@ -146,14 +146,21 @@ def task_file(spec: TaskSpec, data: Path) -> Path:
     if found:
         raise BertctlError(f"{data}: give one of the task's files: "
                            f"{', '.join(str(p) for p in found.values())}")
-    return data  # the family's reader explains what a saved dataset directory needs
+    return data  # the table reader explains what a directory of shards needs
+
+
+def _holds_tables(path: Path) -> bool:
+    """Some file under `path` is a table: the table reader then says what is wrong, if anything."""
+    return any(p.is_file() and format_of(p) is not None for p in path.rglob("*"))
 
 
 def training_files(spec: TaskSpec, train: Path, dev: Path | None) -> tuple[Path, Path | None]:
-    """A training file or a save_to_disk directory, or a preset's data directory holding its
-    train and dev files (finetune and distill)."""
+    """A training table (a file, a save_to_disk directory, a directory or glob of shards), or
+    a preset's data directory holding its train and dev files (finetune and distill)."""
     if train.is_dir() and not is_saved_dataset(train):
         found = spec.split_files(train)
+        if not found and (not spec.files or _holds_tables(train)):
+            return train, dev   # none of a preset's files: shards of one table
         if "train" not in found:
             raise BertctlError(f"{train}: no training file for task {spec.name} "
                                f"(expected {spec.files.get('train', 'train.*')})")

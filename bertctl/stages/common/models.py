@@ -8,8 +8,10 @@ tokenizer files) plus `artifact.json` and, after fine-tuning, the task record TA
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +19,7 @@ from typing import Any
 
 from bertctl import agreement, console, hardware
 from bertctl.contract import artifacts, placement
-from bertctl.data import tokenizer as tokenizer_mod
+from bertctl.data import tables, tokenizer as tokenizer_mod
 from bertctl.data.tokenizer import PAD
 from bertctl.errors import BertctlError
 from bertctl.exports import ExportFacts
@@ -118,7 +120,8 @@ def _hf_directory_ref(path: Path, role: str) -> artifacts.InputRef:
 
 
 def data_input(path: Path, role: str = "data") -> artifacts.InputRef:
-    """A data file by its content hash; a save_to_disk directory by the hashes of its files.
+    """A data file by its content hash; a directory (save_to_disk's, or shards) or a glob
+    pattern by the hashes of its files.
     A file of an artifact (a mined pairs.jsonl, a split's train.jsonl) is checked as the
     artifact records it and carries that artifact as its lineage (the id still hashes the
     file alone: the same rows from elsewhere are the same input)."""
@@ -131,6 +134,12 @@ def data_input(path: Path, role: str = "data") -> artifacts.InputRef:
             art.file(path.name)
             ref = ref.model_copy(update={"inputs": [art.as_input("artifact")]})
         return ref
+    if not path.is_dir() and glob.has_magic(str(path)):   # shards named by a pattern
+        root = Path(*next(([*path.parts[:i]] for i, part in enumerate(path.parts)
+                           if glob.has_magic(part))))
+        digest, size = _digest(root, tables.table_files(path))
+        return artifacts.InputRef(role=role, kind="files", id=digest,
+                                  path=os.path.abspath(path), size=size)
     if not path.is_dir():
         raise BertctlError(f"{path}: no such file or directory")
     digest, size = _digest(path, sorted(p for p in path.rglob("*") if p.is_file()))
@@ -156,7 +165,7 @@ def pretrain_data_artifact(data: str | Path) -> artifacts.Artifact | None:
     """`eval`'s DATA: a pretrain-data artifact (returned), or a task data file or directory
     (None); any other artifact is an error."""
     data = Path(data)
-    if not data.exists():
+    if not data.exists() and not glob.has_magic(str(data)):
         raise BertctlError(f"{data}: no such data file or directory")
     if not (data / artifacts.MANIFEST).is_file():
         return None
