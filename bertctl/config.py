@@ -103,7 +103,8 @@ class PretrainSettings(TrainingSettings):
                                     "paper's two phases: --steps 900000 --total-steps 1000000).",
                                     json_schema_extra=meta(TRAINING))
     continue_schedule: bool = Field(False, description="With --init-from a bertctl model "
-                                    "artifact: continue its step count and schedule (phase 2).",
+                                    "artifact: continue its step count, schedule and optimizer "
+                                    "state (phase 2; a WSD decay from a stable phase).",
                                     json_schema_extra=meta(TRAINING))
     train_only: Literal["all", "new"] = Field(
         "all", description="With --init-from: new trains only the weights the model was saved "

@@ -113,3 +113,51 @@ def test_a_wsd_run_is_its_own_artifact_and_ends_decayed(cli, tmp_path, tiny_pret
              if json.loads(line).get("split") == "train"]
     peak = max(rates)
     assert rates.count(peak) >= 5 and rates[-1] < peak / 2
+
+
+def test_a_decay_branched_from_a_stable_phase_is_the_whole_run(cli, tmp_path, pretrain_data):
+    """ModernBERT's way: the warm-up and stable phase is one artifact (it keeps its optimizer
+    state, its schedule unfinished), a decay continues it as another. Without dropout (masks
+    are static here) the branch's weights are the whole run's bit for bit: the schedule, the
+    step count, the data order and the optimizer's moments all go on. Two decays of different
+    lengths branch from one stable phase; a branch scheduled otherwise is one line."""
+    import json
+
+    from safetensors.torch import load_file
+
+    from conftest import TINY_MODEL, one_line_error
+
+    run = ["--batch-size", "8", "--log-every", "1", "--device", "cpu", "--dropout", "0",
+           "--lr", "1e-3", "--schedule", "wsd", "--json"]
+
+    def pretrain(out, *args):
+        r = cli("pretrain", pretrain_data, "--out", tmp_path / out, *run, *args)
+        assert r.exit_code == 0, r.stderr
+        return r.json()
+
+    whole = pretrain("whole", *TINY_MODEL, "--steps", "10", "--decay", "4")
+    stable = pretrain("stable", *TINY_MODEL, "--steps", "6", "--total-steps", "10", "--decay", "4")
+    assert "optimizer.pt" in stable["files"] and "optimizer.pt" not in whole["files"]
+    decay = pretrain("decay", "--init-from", tmp_path / "stable", "--continue-schedule",
+                     "--steps", "4", "--decay", "4")
+    assert decay["stats"]["optimizer_from"] == "init" and decay["stats"]["step"] == 10
+    ours, theirs = (load_file(tmp_path / d / "model.safetensors") for d in ("decay", "whole"))
+    assert all(torch_equal(ours[k], theirs[k]) for k in theirs)
+    rates = [json.loads(x)["lr"] for x in (tmp_path / "decay" / "metrics.jsonl").open()
+             if '"train"' in x]
+    assert rates == pytest.approx([1e-3, 7.5e-4, 5e-4, 2.5e-4], rel=1e-12)
+
+    short = pretrain("short", "--init-from", tmp_path / "stable", "--continue-schedule",
+                     "--steps", "2", "--total-steps", "8", "--decay", "2")
+    assert short["stats"]["step"] == 8 and short["id"] != decay["id"]
+    r = cli("pretrain", pretrain_data, "--out", tmp_path / "lin", "--init-from",
+            tmp_path / "stable", "--continue-schedule", "--steps", "4", "--device", "cpu")
+    one_line_error(r, "--continue-schedule: the run was scheduled wsd, this one linear",
+                   "give --schedule wsd")
+    assert not (tmp_path / "lin").exists()
+
+
+def torch_equal(a, b) -> bool:
+    import torch
+
+    return torch.equal(a, b)

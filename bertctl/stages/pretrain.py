@@ -158,7 +158,8 @@ def _check_agreement(model, data: artifacts.Artifact, init: models.ModelSource |
         positions_note=architectures.of_model(model).positions_note if init is not None else "")
 
 
-def _schedule(config: PretrainSettings, init: models.ModelSource | None) -> dict:
+def _schedule(config: PretrainSettings, init: models.ModelSource | None,
+              data: artifacts.Artifact) -> dict:
     """start_step/total_steps: fresh, or continuing the parent run's schedule (phase 2)."""
     if not config.continue_schedule:
         return {}
@@ -168,9 +169,30 @@ def _schedule(config: PretrainSettings, init: models.ModelSource | None) -> dict
     if init is None or init.ref.kind != "model" or not init.ref.config:
         raise BertctlError("--continue-schedule needs --init-from a bertctl model artifact")
     parent = artifacts.read_artifact(init.path, "model").manifest
+    theirs, ours = parent.config.get("schedule", "linear"), config.schedule
+    if theirs != ours:
+        raise BertctlError(f"{init.path}: --continue-schedule: the run was scheduled {theirs}, "
+                           f"this one {ours}; give --schedule {theirs}")
     start = int(parent.stats.get("step", 0))
     total = config.total_steps or parent.stats.get("total_steps")
-    return {"start_step": start, "total_steps": total}
+    # On the parent's own data its order goes on (a decay branched from a stable phase sees
+    # what the whole run would have); other data (phase 2's longer rows) starts at its start.
+    same_data = any(i.role == "data" and i.id == data.manifest.id for i in parent.inputs)
+    return {"start_step": start, "total_steps": total, "order_start": 0 if same_data else None}
+
+
+# A run that stops before its schedule's end keeps its optimizer state in the artifact, and
+# --continue-schedule starts from it: a decay branched from a stable phase (WSD), or phase 2,
+# goes on with the moment estimates, not with fresh ones that make its first updates
+# sign-sized.
+OPTIMIZER_FILE = "optimizer.pt"
+
+
+def _carried_optimizer(config: PretrainSettings, init: models.ModelSource | None) -> Path | None:
+    if not config.continue_schedule or init is None:
+        return None
+    art = artifacts.read_artifact(init.path, "model")
+    return art.file(OPTIMIZER_FILE) if OPTIMIZER_FILE in art.manifest.files else None
 
 
 class PretrainJob:
@@ -183,6 +205,7 @@ class PretrainJob:
 
     def prepare(self) -> None:
         config = self.config
+        schedule = _schedule(config, self.init, self.data)   # a refusal before any work
         self.train_data = PretrainingDataset(self.data.path, "train",
                                              mask_rate=config.mask_rate)
         # From the data's own summaries (read_pretraining_info), not the manifest's stats: a
@@ -196,7 +219,14 @@ class PretrainJob:
             console.log(line)
         self.settings = TrainSettings.of(
             config, find_unused_parameters=self.objective.unused_parameters(self.train_data),
-            **_schedule(config, self.init))
+            **schedule)
+        self.optimizer_from = _carried_optimizer(config, self.init)
+        if self.optimizer_from is not None and self.grown is not None:
+            self.optimizer_from = None   # its embedding moments are the old vocabulary's
+            console.log("the vocabulary grew: the optimizer state starts afresh")
+        elif config.continue_schedule and self.optimizer_from is None and dist.is_main():
+            console.log(f"{self.init.path}: no optimizer state kept (its run reached its "
+                        f"schedule's end, or predates it): the optimizer starts afresh")
         if self.validation is None and dist.is_main():
             console.log("no validation split in the data (build it with --validation-fraction):"
                         " training without evaluation")
@@ -212,7 +242,8 @@ class PretrainJob:
             return train(self.model, self.train_data, self.settings, work,
                          evaluate=self.evaluate if self.validation is not None else None,
                          on_log=training.logging_to(on_log, sink),
-                         step_metrics=self.objective.step_metrics)
+                         step_metrics=self.objective.step_metrics,
+                         optimizer_state=self.optimizer_from)
 
     def write(self, result, tmp: Path) -> dict:
         models.write_model(result.model, tmp, self.data.path)
@@ -229,6 +260,10 @@ class PretrainJob:
             stats["masking"] = self.train_data.masking
         if result.resumed_from is not None:
             stats["resumed_from_step"] = result.resumed_from
+        if self.optimizer_from is not None:
+            stats["optimizer_from"] = "init"
+        if result.step < stats["total_steps"]:   # a phase the next run continues
+            torch.save(result.optimizer.state_dict(), tmp / OPTIMIZER_FILE)
         if self.grown is not None:
             stats["vocabulary_grown"] = self.grown
         # What the run bought: tokens and time (over resumed runs too), and the budget.

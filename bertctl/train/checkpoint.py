@@ -268,6 +268,26 @@ class Checkpoint:
         return self._load(STATE)
 
 
+def load_optimizer_state(path: Path, optimizer: torch.optim.Optimizer) -> None:
+    """An earlier phase's optimizer state (torch.save of its state_dict, as a model artifact
+    keeps it) into `optimizer`: the same groups of the same sizes, each moment tensor the
+    shape of its parameter (torch checks the groups only; a grown vocabulary differs here)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        params = [p for g in optimizer.param_groups for p in g["params"]]
+        for index, moments in state["state"].items():
+            for name, value in moments.items():
+                if torch.is_tensor(value) and value.dim() and value.shape != params[index].shape:
+                    raise ValueError(f"{name} of parameter {index} is {tuple(value.shape)}, the "
+                                     f"parameter {tuple(params[index].shape)}")
+        optimizer.load_state_dict(state)
+    except Exception as exc:  # noqa: BLE001 - unpickling, a foreign layout, a shape
+        problem = " ".join(str(exc).split("\n")[0].split())[:200] or type(exc).__name__
+        raise BertctlError(f"{path}: not this model's optimizer state ({problem})") from None
+
+
 def verify_checkpoint(path: Path) -> str | None:
     """What is wrong with checkpoint `path` (None: every file is there and matches its sha256)."""
     sums_path = path / CHECKSUMS
@@ -354,7 +374,8 @@ def set_aside_later(work_dir: Path, step: int) -> list[Path]:
 
 
 __all__ = ["BEST", "CHECKPOINTS", "Checkpoint", "CorruptCheckpoint", "best_step_on_disk",
-           "clear_best", "find_resume_checkpoint", "list_checkpoints", "load_weights",
+           "clear_best", "find_resume_checkpoint", "list_checkpoints", "load_optimizer_state",
+           "load_weights",
            "open_checkpoint", "remove_stale_tmp", "restore_best", "rng_state", "save_checkpoint",
            "seed_everything", "set_aside_later", "set_rng_state", "step_dir", "verify_checkpoint",
            "write_best"]

@@ -57,7 +57,8 @@ StepMetrics = Callable[[dict[str, Any], dict[str, Any]], dict[str, tuple[Any, An
 def train(model: nn.Module, train_data: DataSource, settings: TrainSettings, work_dir: str | Path,
           evaluate: Evaluate | None = None, select: tuple[str, str] | None = None,
           on_log: Callable[[dict[str, Any]], None] | None = None,
-          step_metrics: StepMetrics | None = None) -> TrainResult:
+          step_metrics: StepMetrics | None = None,
+          optimizer_state: Path | None = None) -> TrainResult:
     """Train `model` on `train_data`; resumes from `work_dir`'s newest checkpoint if there is one.
 
     work_dir (shared by all ranks; rank 0 writes) receives metrics.jsonl (one JSON record per
@@ -78,10 +79,13 @@ def train(model: nn.Module, train_data: DataSource, settings: TrainSettings, wor
         micro-batch's forward (no_grad); numerators and denominators are summed over
         micro-batches, steps of the log interval and ranks, and `name` is logged as their
         ratio (e.g. MLM accuracy = (correct, predicted)). Tensors are fine (no sync needed).
+    optimizer_state: the optimizer state a fresh run starts from (an earlier phase's, saved by
+        torch.save of its state_dict): a continued schedule keeps its moment estimates.
     """
     try:
         trainer = Trainer(model, train_data, settings, Path(work_dir), evaluate, select, on_log,
                           step_metrics)
+        trainer.optimizer_state = optimizer_state
         trainer.resume()
         return trainer.run()
     finally:   # the attention mode was this run's: the model then computes as loaded afresh
@@ -150,6 +154,7 @@ class Trainer:
         run_steps = (s.steps if s.steps is not None else 10 ** 15 if self.budget is not None
                      else max(1, round(s.epochs * self.order.steps_per_epoch)))
         self.end_step = s.start_step + run_steps
+        self.order_start = s.start_step if s.order_start is None else s.order_start
         self.total_steps = s.total_steps if s.total_steps is not None else self.end_step
         if self.total_steps < self.end_step:   # (a budget's step count is open: none to name)
             raise BertctlError(f"train settings: total_steps {self.total_steps} " + (
@@ -169,6 +174,8 @@ class Trainer:
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=s.precision == "fp16")
         self.data_key = {"num_examples": len(data), "batch_size": s.batch_size, "seed": s.seed,
                          "group_by_length": s.group_by_length, "start_step": s.start_step}
+        if self.order_start != s.start_step:   # (keyed only then: older checkpoints resume)
+            self.data_key["order_start"] = self.order_start
 
         # The run's state.
         self.step, self.interval, self.best = s.start_step, Interval(), Best()
@@ -177,6 +184,7 @@ class Trainer:
         self.stopped_by_patience: dict[str, int] | None = None
         self.elapsed = 0.0   # seconds spent in the loop, by the ranks' mean clock
         self.board, self.ddp = None, self.model
+        self.optimizer_state: Path | None = None   # (train() sets it: a phase continued)
 
     def _set_checkpointing(self, on: bool, compile_layers: bool = False) -> None:
         for module in self.model.modules():   # the encoders' switches (architectures.Encoder)
@@ -201,6 +209,8 @@ class Trainer:
         else:
             # Different seeds per rank: dropout masks must not repeat across the ranks' slices.
             ckpt.seed_everything(s.seed + self.rank)
+            if self.optimizer_state is not None:
+                ckpt.load_optimizer_state(self.optimizer_state, self.optimizer)
         self.history = read_history(metrics_path, self.step)
         if found is not None and self.select is not None and s.patience is not None:
             self._stop_if_patience_spent()   # the run had stopped here: stop again
@@ -306,7 +316,7 @@ class Trainer:
     def load_step(self, global_step: int) -> tuple[list[dict[str, Any]], int, int]:
         """This rank's micro-batches of a global step (micro-batches rank, rank+W, ...), its
         non-pad tokens and examples."""
-        epoch, indices = self.order.at(global_step - 1 - self.s.start_step)  # step 1: batch 0
+        epoch, indices = self.order.at(global_step - 1 - self.order_start)  # step 1: batch 0
         batches, tokens, micro = [], 0, self.micro
         for m in range(self.rank, self.num_micro, self.world):
             b = self.data.batch(indices[m * micro:(m + 1) * micro], epoch)
@@ -392,7 +402,7 @@ class Trainer:
     # -- logging, evaluation, checkpoints
 
     def epoch_of(self, global_step: int) -> float:
-        return round((global_step - self.s.start_step) / self.order.steps_per_epoch, 4)
+        return round((global_step - self.order_start) / self.order.steps_per_epoch, 4)
 
     def emit(self, record: dict[str, Any]) -> None:
         self.history.append(record)
@@ -416,7 +426,7 @@ class Trainer:
         s = self.s
         if self.evaluate_fn is None:
             return False
-        epoch_end = (self.step - s.start_step) % self.order.steps_per_epoch == 0
+        epoch_end = (self.step - self.order_start) % self.order.steps_per_epoch == 0
         return (self.step == self.end_step
                 or (s.eval_every is not None and self.step % s.eval_every == 0)
                 or (s.eval_every is None and epoch_end))
@@ -475,7 +485,7 @@ class Trainer:
         s, best = self.s, self.best
         trainer = {
             "step": self.step, "epoch": self.epoch_of(self.step),
-            "position": (self.step - s.start_step) % self.order.steps_per_epoch,
+            "position": (self.step - self.order_start) % self.order.steps_per_epoch,
             "data": self.data_key, "world_size": self.world,
             "schedule": {"lr": s.lr, "warmup": self.warmup, "total_steps": self.total_steps},
             "interval": asdict(self.interval),
@@ -503,7 +513,7 @@ class Trainer:
                            elapsed=self.elapsed, loop_started=self.loop_started,
                            batch_fit=asdict(self.batch_fit) if self.batch_fit else None,
                            memory_fit=asdict(self.memory_fit),
-                           patience_stop=self.stopped_by_patience,
+                           patience_stop=self.stopped_by_patience, optimizer=self.optimizer,
                            attention={"mode": self.s.attention,
                                       "chosen": self.attention_choices()})
 

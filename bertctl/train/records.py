@@ -158,6 +158,7 @@ class TrainResult:
     loop_started: float = 0.0            # time.perf_counter() when the first step began
     attention: dict[str, Any] | None = None   # the attention kernels taken (model/attention.py)
     patience_stop: dict[str, int] | None = None   # where --patience ended the run
+    optimizer: Any = None                # its state, for a phase the next one continues
 
     def fits(self) -> dict[str, Any]:
         """For a manifest's stats: what the loop fitted to the machine (a micro-batch only

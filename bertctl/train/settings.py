@@ -178,11 +178,15 @@ class TrainingSettings(StageConfig):
         if self.decay is not None and self.time_budget is not None and self.decay >= 1:
             raise ValueError(f"with time_budget, decay is a fraction of the budget (below 1), "
                              f"not a step count ({self.decay:g})")
-        if self.decay is not None and self.decay >= 1 and self.steps is not None and \
-                self.decay + (self.warmup if self.warmup >= 1 else self.warmup * self.steps) \
-                > self.steps:
+        # The schedule's length: its own (pretrain's --total-steps), else the run's; a
+        # continued schedule's is its parent's, which the loop checks.
+        length = getattr(self, "total_steps", None) or self.steps
+        if self.decay is not None and self.decay >= 1 and length is not None and \
+                not getattr(self, "continue_schedule", False) and \
+                self.decay + (self.warmup if self.warmup >= 1 else self.warmup * length) \
+                > length:
             raise ValueError(f"decay {self.decay:g} steps and the warm-up are longer than the "
-                             f"run's {self.steps} steps")
+                             f"schedule's {length} steps")
         if self.decay is not None and self.decay < 1 and self.warmup < 1 and \
                 self.warmup + self.decay > 1:
             raise ValueError(f"warmup {self.warmup:g} and decay {self.decay:g} together are "
@@ -230,6 +234,9 @@ class TrainSettings(TrainingSettings):
     eps: float = Field(1e-6, gt=0)       # BERT's Adam epsilon (PyTorch's default is 1e-8)
     start_step: int = Field(0, ge=0)     # continue the step count of an earlier phase ...
     total_steps: int | None = Field(None, ge=1)  # ... and its schedule (default: its end)
+    # The step its data order counts from (default start_step): 0 goes on with an earlier
+    # phase's order on the same data.
+    order_start: int | None = Field(None, ge=0)
     stop_after: int | None = Field(None, ge=0)   # stop at this global step as if interrupted
     # DDP: set when some parameters get no gradient (the NSP head of MLM-only pretraining).
     find_unused_parameters: bool = False
