@@ -150,7 +150,7 @@ def test_a_task_reads_a_directory_or_a_glob_of_shards(sst2_shards):
 
     root, texts, labels = sst2_shards
     spec = make_task_spec("glue/sst2")
-    for given in (root / "parquet", root / "parquet" / "data" / "train-*.parquet",
+    for given in (root / "parquet" / "data", root / "parquet" / "data" / "train-*.parquet",
                   root / "train-*.jsonl", root / "train-*.tsv"):
         rows = read_examples(spec, given)
         assert list(rows.text_a) == texts, given
@@ -161,7 +161,8 @@ def test_a_task_reads_a_directory_or_a_glob_of_shards(sst2_shards):
     ("mixed", ["shards of one format expected, found json, tsv"]),
     ("nothing", ["pattern matches no files"]),
     ("header", ["train-1.tsv: its columns (text, label) are not those of", "(sentence, label)"]),
-    ("empty", ["directory holds no table files", "not written by save_to_disk"]),
+    ("empty", ["no table files in it", "not a directory written by save_to_disk"]),
+    ("deeper", ["its subdirectories hold some (data)", "data/*"]),
 ])
 def test_bad_shards_are_one_line(case, parts, sst2_shards, tiny_pretrained, cli, tmp_path):
     import shutil
@@ -179,6 +180,9 @@ def test_bad_shards_are_one_line(case, parts, sst2_shards, tiny_pretrained, cli,
         text = (root / "train-1.tsv").read_text(encoding="utf-8")
         (given / "train-1.tsv").write_text(text.replace("sentence\t", "text\t", 1),
                                            encoding="utf-8")
+    elif case == "deeper":
+        (given / "data").mkdir()
+        shutil.copy(root / "train-0.tsv", given / "data")
     elif case == "empty":
         (given / "notes.md").write_text("not a table\n")
     r = cli("finetune", tiny_pretrained, given, "--family", "single", "--text-column",
@@ -193,7 +197,7 @@ def test_finetune_and_eval_take_shards_and_record_their_files(sst2_shards, tiny_
     root, _, _ = sst2_shards
     fast = ["--batch-size", "8", "--max-seq-length", "32", "--device", "cpu"]
     r = cli("finetune", tiny_pretrained, root / "parquet" / "data" / "train-*.parquet",
-            "--dev", root / "parquet", "--task", "glue/sst2", "--steps", "2", "--out",
+            "--dev", root / "parquet" / "data", "--task", "glue/sst2", "--steps", "2", "--out",
             tmp_path / "m", *fast, "--json")
     assert r.exit_code == 0, r.stderr
     m = r.json()

@@ -88,19 +88,25 @@ def saved_dataset_files(path: Path) -> list[Path]:
 
 def table_files(path: Path) -> list[Path]:
     """The files one table argument names, in row order: a file; a directory save_to_disk
-    wrote (itself: `datasets` reads it); a directory of shards (its table files, searched
-    recursively) or a glob pattern (its matches), sorted by name, all of one format. Hub
-    datasets keep their splits so (data/train-00000-of-00004.parquet, ...)."""
+    wrote (itself: `datasets` reads it); a directory of shards (the table files directly in
+    it) or a glob pattern (its matches), sorted by name, all of one format. Hub datasets keep
+    their splits so (data/train-00000-of-00004.parquet, ...)."""
     if path.is_file() or is_saved_dataset(path):
         return [path]
     if path.is_dir():
-        files = sorted(p for p in path.rglob("*") if p.is_file()
-                       and not any(part.startswith(".") for part in p.relative_to(path).parts)
+        files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith(".")
                        and format_of(p) is not None)
         if not files:
-            raise BertctlError(f"{path}: directory holds no table files "
-                               f"({', '.join(sorted(_SUFFIX_FORMATS))}) and was not written "
-                               f"by save_to_disk")
+            # Subdirectories are not searched: a data set's root mixes its splits (data/train-*,
+            # data/test-*) and GLUE's root its tasks.
+            deeper = sorted({p.parent.relative_to(path).as_posix() for p in path.rglob("*")
+                             if p.is_file() and format_of(p) is not None})
+            hint = (f"; its subdirectories hold some ({', '.join(deeper[:3])}"
+                    f"{', ...' if len(deeper) > 3 else ''}): name one, or a pattern such as "
+                    f"'{path / deeper[0] / '*'}'" if deeper else "")
+            raise BertctlError(f"{path}: no table files in it "
+                               f"({', '.join(sorted(_SUFFIX_FORMATS))}) and not a directory "
+                               f"written by save_to_disk{hint}")
     elif glob.has_magic(str(path)):
         files = sorted(Path(p) for p in glob.glob(str(path), recursive=True)
                        if Path(p).is_file())

@@ -150,8 +150,8 @@ def task_file(spec: TaskSpec, data: Path) -> Path:
 
 
 def _holds_tables(path: Path) -> bool:
-    """Some file under `path` is a table: the table reader then says what is wrong, if anything."""
-    return any(p.is_file() and format_of(p) is not None for p in path.rglob("*"))
+    """Some file in `path` is a table: the table reader then says what is wrong, if anything."""
+    return any(p.is_file() and format_of(p) is not None for p in path.iterdir())
 
 
 def training_files(spec: TaskSpec, train: Path, dev: Path | None) -> tuple[Path, Path | None]:
