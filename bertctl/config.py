@@ -89,8 +89,14 @@ class PretrainSettings(TrainingSettings):
     max_position_embeddings: int = Field(512, ge=8, description="Position embeddings (at least "
                                          "the data's max_seq_length); modernbert has no "
                                          "position table (rotary): the longest input it "
-                                         "declares, up to 8192.",
+                                         "declares, up to 8192, which a run with --init-from "
+                                         "may raise (context extension).",
                                          json_schema_extra=meta(MODEL))
+    rope_theta: float | None = Field(None, gt=0, description="Rotary base of the layers that "
+                                     "see the whole input (modernbert; unset: the preset's or "
+                                     "the --init-from model's). ModernBERT trains at 1024 "
+                                     "tokens with 10000 and raises it to 160000 for 8192.",
+                                     json_schema_extra=meta(MODEL, hashed_if_changed=True))
     batch_size: int = Field(256, ge=1, description="Examples per optimizer step, over all "
                             "processes (the paper: 256).", json_schema_extra=meta(TRAINING))
     lr: float = Field(1e-4, gt=0, description="Peak learning rate (the paper: 1e-4).",

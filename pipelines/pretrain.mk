@@ -45,7 +45,6 @@
 ROOT     := $(abspath $(dir $(lastword $(MAKEFILE_LIST)))/..)
 VENV_BIN := $(ROOT)/.venv/bin
 BERTCTL  ?= $(if $(wildcard $(VENV_BIN)/bertctl),$(VENV_BIN)/bertctl,bertctl)
-TORCHRUN ?= $(if $(wildcard $(VENV_BIN)/torchrun),$(VENV_BIN)/torchrun,torchrun)
 RUNS     ?= $(ROOT)/runs/pretrain
 VOCAB    ?=
 VOCAB_SIZE ?= 30522
@@ -65,15 +64,9 @@ TOKENIZE_FLAGS ?=
 DATA_FLAGS ?=
 MODEL_FLAGS ?=
 PRETRAIN_FLAGS ?=
-NPROC    ?= 1
-NNODES   ?= 1
-NODE_RANK ?= 0
-RDZV_ENDPOINT ?= localhost:29500
-RDZV_ID  ?= bertctl-pretrain
-RDZV_BACKEND ?= c10d
-WAIT     ?= 86400
 
 include $(ROOT)/pipelines/paths.mk
+include $(ROOT)/pipelines/launch.mk
 $(call resolve,CORPUS VOCAB RUNS)
 
 ifeq ($(filter pretrain-clean,$(MAKECMDGOALS)),)
@@ -93,28 +86,9 @@ STEPS2 := $(shell echo $$(( $(STEPS) - $(STEPS1) )))
 # A make dependency per corpus file, directories searched as tokenize searches them.
 CORPUS_FILES := $(foreach c,$(CORPUS),$(if $(wildcard $(c)/.),$(shell find $(c) -type f),$(wildcard $(c))))
 
-DISTRIBUTED := $(filter-out 1,$(NPROC) $(NNODES))
-MULTINODE   := $(filter-out 1,$(NNODES))
-RENDEZVOUS  := $(if $(MULTINODE),--rdzv-backend=$(RDZV_BACKEND) --rdzv-endpoint=$(RDZV_ENDPOINT) \
-                 --rdzv-id=$(RDZV_ID),--standalone)
-PRETRAIN    := $(if $(DISTRIBUTED),$(TORCHRUN) --nnodes=$(NNODES) --nproc-per-node=$(NPROC) \
-                 $(RENDEZVOUS) -m bertctl pretrain,$(BERTCTL) pretrain)
 TRAIN_ARGS  := $(if $(LR),--lr $(LR)) $(if $(PRECISION),--precision $(PRECISION)) $(PRETRAIN_FLAGS)
 DATA_ARGS   := $(if $(DUPE),--dupe-factor $(DUPE)) \
                $(if $(VALIDATION),--validation-fraction $(VALIDATION)) $(DATA_FLAGS)
-
-# Wait up to WAIT seconds for the target to exist and be no older than its prerequisites
-# (node 0 touches what it builds, so an artifact bertctl found up to date counts too).
-wait_for = for i in $$(seq $(WAIT)); do \
-             if [ -f $@ ]; then ok=1; for p in $^; do [ $$p -nt $@ ] && ok=; done; \
-               [ -n "$$ok" ] && exit 0; fi; sleep 1; done; \
-           echo "pretrain.mk: timed out waiting for $@ (from node 0)" >&2; exit 1
-# After torchrun, rank 0 (on some node) has written the artifact; give a shared file system
-# the time to show it here.
-wait_shared = for i in $$(seq 600); do [ -f $@ ] && exit 0; sleep 1; done; \
-              echo "pretrain.mk: $@ did not appear" >&2; exit 1
-# On nodes other than 0, wait for what node 0 builds instead of building it.
-on_node0 = $(if $(filter-out 0,$(NODE_RANK)),$(wait_for),$(1) && touch $@)
 
 .PHONY: pretrain pretrain-data pretrain-clean
 pretrain: $(RUNS)/phase2/artifact.json

@@ -34,6 +34,14 @@ def modern_tasks(tmp_path_factory, modern):
     return made
 
 
+@pytest.fixture(scope="module")
+def long_data(tmp_path_factory, small_tokenizer):
+    """512-token rows: longer than the tiny ModernBERT declares (256)."""
+    return _made(tmp_path_factory, "mlmdata512", "build-pretrain-data", small_tokenizer,
+                 CORPUS / "alice.txt", "--max-seq-length", "512", "--no-nsp", "--masking",
+                 "dynamic", "--workers", "1")
+
+
 def test_pretrained_modernbert_is_what_transformers_loads(modern):
     transformers = pytest.importorskip("transformers")
     config = json.loads((modern / "config.json").read_text())
@@ -140,7 +148,7 @@ def test_embed_and_distill_take_a_modernbert(modern, modern_tasks, cli, tmp_path
 
 def test_bad_architecture_inputs_are_one_line_before_any_work(cli, continuous_data,
                                                               tiny_pretrained, modern, tmp_path,
-                                                              tmp_path_factory, small_tokenizer):
+                                                              long_data):
     out = tmp_path / "out"
     base = ["pretrain", continuous_data, "--out", out, "--steps", "2", "--batch-size", "4"]
     # (the flag's choices are the registry's)
@@ -163,10 +171,7 @@ def test_bad_architecture_inputs_are_one_line_before_any_work(cli, continuous_da
     one_line_error(cli("finetune", modern, *data, "--out", out, "--steps", "1",
                   "--max-seq-length", "512"), "512", "only declares the longest input")
     # continuing its pretraining on longer sequences: the same way out
-    long = _made(tmp_path_factory, "mlmdata512", "build-pretrain-data", small_tokenizer,
-                 CORPUS / "alice.txt", "--max-seq-length", "512", "--no-nsp", "--masking",
-                 "dynamic", "--workers", "1")
-    one_line_error(cli("pretrain", long, "--objective", "mlm", "--init-from", modern, "--steps",
+    one_line_error(cli("pretrain", long_data, "--objective", "mlm", "--init-from", modern, "--steps",
                        "1", "--out", out), "max_seq_length 512", "only declares the longest input")
     assert not out.exists()
 
@@ -187,6 +192,65 @@ def test_a_modernbert_reads_longer_inputs_once_its_config_declares_them(modern, 
     assert r.exit_code == 0, r.stderr
     assert json.loads((tmp_path / "ft" / "config.json").read_text())[
         "max_position_embeddings"] == 512
+
+
+def test_context_extension_is_a_step_between_the_stable_phase_and_its_decay(
+        cli, continuous_data, long_data, tiny_pretrained, tmp_path):
+    """ModernBERT's recipe: a WSD stable phase on short rows with the rotary base 10,000; the
+    context extension continues its schedule and optimizer on longer rows, declaring more
+    positions and the global layers' base raised (no weight changes shape); the decay
+    branches from it. transformers reads the extended model as bertctl does, at its new
+    length. A learned position table cannot grow; a model without rotary positions takes no
+    --rope-theta."""
+    transformers = pytest.importorskip("transformers")
+    from bertctl.model import load_model
+
+    run = ["--objective", "mlm", "--schedule", "wsd", "--device", "cpu", "--json"]
+
+    def pretrain(data, out, *args):
+        r = cli("pretrain", data, "--out", tmp_path / out, *run, *args)
+        assert r.exit_code == 0, r.stderr
+        return r.json(), json.loads((tmp_path / out / "config.json").read_text())
+
+    def thetas(config):
+        return {k: v["rope_theta"] for k, v in config["rope_parameters"].items()}
+
+    stable, config = pretrain(continuous_data, "stable", *TINY_MODERN, "--batch-size", "8",
+                              "--steps", "2", "--total-steps", "6", "--decay", "2",
+                              "--rope-theta", "10000")
+    assert thetas(config) == {"full_attention": 10000, "sliding_attention": 10000}
+    assert "optimizer.pt" in stable["files"]
+    longer, config = pretrain(long_data, "longer", "--init-from", tmp_path / "stable",
+                              "--continue-schedule", "--batch-size", "2", "--steps", "2",
+                              "--decay", "2", "--max-position-embeddings", "512",
+                              "--rope-theta", "160000")
+    assert config["max_position_embeddings"] == 512
+    assert thetas(config) == {"full_attention": 160000, "sliding_attention": 10000}
+    assert longer["stats"]["step"] == 4 and longer["stats"]["optimizer_from"] == "init"
+    assert longer["config"]["rope_theta"] == 160000 and "optimizer.pt" in longer["files"]
+    decay, config = pretrain(long_data, "decay", "--init-from", tmp_path / "longer",
+                             "--continue-schedule", "--batch-size", "2", "--steps", "2",
+                             "--decay", "2")
+    assert decay["stats"]["step"] == 6 and "optimizer.pt" not in decay["files"]
+    assert config["max_position_embeddings"] == 512 and thetas(config)["full_attention"] == 160000
+
+    ids = torch.randint(5, config["vocab_size"], (2, 400), generator=torch.Generator().manual_seed(0))
+    hf = transformers.AutoModelForMaskedLM.from_pretrained(str(tmp_path / "decay")).eval()
+    ours, report = load_model(tmp_path / "decay")
+    assert report.complete, report
+    with torch.no_grad():
+        got = ours.eval()(ids, None, torch.ones_like(ids))["mlm_logits"]
+        ref = hf(input_ids=ids, attention_mask=torch.ones_like(ids)).logits
+    torch.testing.assert_close(got, ref, **TINY_FP32)
+
+    out = tmp_path / "refused"
+    one_line_error(cli("pretrain", continuous_data, "--init-from", tiny_pretrained,
+                       "--max-position-embeddings", "1024", "--steps", "1", "--out", out),
+                   str(tiny_pretrained), "learned table", "cannot change its size")
+    one_line_error(cli("pretrain", continuous_data, "--objective", "mlm", "--rope-theta",
+                       "160000", "--steps", "1", "--out", out),
+                   "--rope-theta sets a rotary base; bert has no rotary positions")
+    assert not out.exists()
 
 
 def test_a_modernbert_reranker_is_a_crossencoder(modern, cli, tmp_path):

@@ -97,6 +97,44 @@ def test_pretrain_pipeline_two_phases_under_torchrun(pretrained):
     assert mtimes(runs) == before
 
 
+def test_modern_pipeline_extends_the_context_between_stable_and_decay(tmp_path):
+    """ModernBERT's three phases in miniature: a WSD stable phase on short rows at rotary base
+    10,000; the context extension continuing its schedule and optimizer on longer rows,
+    declaring their length with the base raised; the decay on the same rows to the
+    schedule's end."""
+    runs = tmp_path / "runs"
+    variables = {"CORPUS": str(FIXTURES / "pretrain"), "RUNS": str(runs), "MODEL_SIZE": "tiny",
+                 "MODEL_FLAGS": "--hidden-size 32 --num-attention-heads 2 --intermediate-size 48",
+                 "STEPS": "6", "EXTEND": "2", "DECAY": "2", "BATCH": "8", "SEQ1": "64",
+                 "SEQ2": "128", "VOCAB_SIZE": "2000", "LR": "2e-3", "VALIDATION": "0.1",
+                 "DATA_FLAGS": "--workers 1", "PRETRAIN_FLAGS": "--log-every 1 --device cpu"}
+    r = make("modern", variables, makefile="modern.mk")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    phases = {n: manifest(runs / n) for n in ("data1", "data2", "stable", "extended", "model")}
+    configs = {n: json.loads((runs / n / "config.json").read_text())
+               for n in ("stable", "extended", "model")}
+    stable, extended, model = phases["stable"], phases["extended"], phases["model"]
+    assert (stable["stats"]["step"], stable["stats"]["total_steps"]) == (2, 6)
+    assert {i["role"]: i["id"] for i in extended["inputs"]} == {
+        "data": phases["data2"]["id"], "init": stable["id"]}
+    assert {i["role"]: i["id"] for i in model["inputs"]} == {
+        "data": phases["data2"]["id"], "init": extended["id"]}
+    assert [p["stats"]["step"] for p in (stable, extended, model)] == [2, 4, 6]
+    assert extended["stats"]["optimizer_from"] == model["stats"]["optimizer_from"] == "init"
+    assert "optimizer.pt" in extended["files"] and "optimizer.pt" not in model["files"]
+    assert [c["max_position_embeddings"] for c in configs.values()] == [64, 128, 128]
+    assert [c["rope_parameters"]["full_attention"]["rope_theta"] for c in configs.values()] == [
+        10000, 160000, 160000]
+    rates = [[x["lr"] for x in history(runs / n) if x.get("split", "train") == "train"]
+             for n in ("stable", "extended", "model")]
+    # warm-up 6% of 6 steps is none; stable at the peak to step 4, then linear to 0 at 6
+    assert rates == [[2e-3, 2e-3], [2e-3, 2e-3], pytest.approx([2e-3, 1e-3])]
+    before = mtimes(runs)
+    again = make("modern", variables, makefile="modern.mk")
+    assert again.returncode == 0 and BERTCTL not in again.stdout
+    assert mtimes(runs) == before
+
+
 def test_pretrain_pipeline_across_nodes_dry_run(tmp_path):
     variables = {**PRETRAIN_VARS, "RUNS": str(tmp_path), "NPROC": "4", "NNODES": "2",
                  "NODE_RANK": "1", "RDZV_ENDPOINT": "node0:29400", "STEPS": "1000"}

@@ -124,6 +124,12 @@ class Architecture:
     # How the special tokens of the vocabularies it reads are spelled (data/tokenizer.py's
     # SPELLINGS): a new model is refused a vocabulary spelled otherwise.
     spelling: str = "bert"
+    # Positions without a learned table (rotary): max_position_embeddings only declares the
+    # longest input, so a model continued on longer rows may raise it (context extension).
+    position_table: bool = True
+    # The config field --rope-theta sets (the rotary base of the layers that see the whole
+    # input); None: the architecture has no rotary positions.
+    rope_base: str | None = None
 
     def roles(self) -> list[str]:
         """Every role it builds a model of: its own classes' and the registered heads'."""

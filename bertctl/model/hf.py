@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -276,6 +276,7 @@ def load_state_dict(model: nn.Module, state_dict: dict[str, torch.Tensor], sourc
 
 
 def load_model(directory: str | Path, role: str | type | None = None,
+               config_updates: dict[str, Any] | None = None,
                **head_kwargs: Any) -> tuple[nn.Module, LoadReport]:
     """Build the model of `role` (architectures.ROLES, or a model class of any architecture,
     standing for its role) of the directory's architecture from its config.json and load its
@@ -284,6 +285,8 @@ def load_model(directory: str | Path, role: str | type | None = None,
     `role=None` takes the role of the class config.json's `architectures` names (the bare
     encoder if it names none; a BertctlError if it names only classes none has). Head
     arguments not given (num_labels, problem_type) come from config.json when it has them.
+    `config_updates` change config.json's fields that hold no weight's shape (a rotary base,
+    the longest input a model without a position table reads) before the model is built.
     The returned model is in train mode on the CPU, in float32.
     """
     directory = Path(directory)
@@ -291,6 +294,8 @@ def load_model(directory: str | Path, role: str | type | None = None,
     source = str(directory / CONFIG_NAME)
     arch = architectures.of_config(hf_config, source)
     config = arch.config_from_hf(hf_config, source)
+    if config_updates:
+        config = replace(config, **config_updates)   # checked again when built
     names = hf_config.get("architectures") or []
     if isinstance(role, type):
         role = architectures.role_of(role.__name__)

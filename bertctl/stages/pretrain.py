@@ -10,6 +10,7 @@ kept in a hidden sibling of --out keyed by the artifact id.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -30,14 +31,14 @@ from bertctl.train.loop import train
 from bertctl.train.settings import TrainSettings
 
 def _build_model(config: PretrainSettings, objective, init: models.ModelSource | None,
-                 new_config):
+                 new_config, init_updates: dict):
     """The model to train (from --init-from, or new of `new_config`) and what loading it found
     (logged once it is known to fit)."""
     torch.manual_seed(config.seed)  # the initial weights are part of what --seed fixes
     kwargs = objective.model_kwargs(config)
     notes = []   # what loading --init-from found
     if init is not None:
-        model, report = init.load(objective.head, **kwargs)
+        model, report = init.load(objective.head, init_updates, **kwargs)
         notes.append(str(report))
         if config.train_only == "new":
             notes.append(_freeze_loaded(model, report.missing, init))
@@ -64,11 +65,12 @@ def _freeze_loaded(model, new: list[str], init: models.ModelSource) -> str:
 
 
 def model_shape(config: PretrainSettings, init: models.ModelSource | None,
-                model_config: Path | None, info) -> tuple[str, object | None]:
+                model_config: Path | None, info) -> tuple[str, object | None, dict]:
     """What the run trains, worked out once: the architecture (the one config.json says, with
     --init-from or --model-config, which a --architecture given must name; else
-    --architecture) and, for a new model, its config (--model-config's, else the preset's),
-    sized to the data's vocabulary and naming the data's special tokens."""
+    --architecture); for a new model, its config (--model-config's, else the preset's),
+    sized to the data's vocabulary and naming the data's special tokens; for an --init-from
+    model, the config fields this run changes."""
     ARCHITECTURES.get_known(config.architecture)
     if init is None and model_config is None:
         arch = ARCHITECTURES[config.architecture]
@@ -78,7 +80,8 @@ def model_shape(config: PretrainSettings, init: models.ModelSource | None,
             hidden_size=config.hidden_size, num_attention_heads=config.num_attention_heads,
             intermediate_size=config.intermediate_size, vocab_size=info.vocab_size,
             max_position_embeddings=config.max_position_embeddings)
-        return arch.name, new.with_special_ids(info.special_ids)
+        new = replace(new, **_config_changes(config, arch, None, f"--architecture {arch.name}"))
+        return arch.name, new.with_special_ids(info.special_ids), {}
     where = str(init.path if init is not None else model_config)
     hf = init.hf_config if init is not None else _read_model_config(model_config)
     arch = architectures.of_config(hf, where)
@@ -86,10 +89,33 @@ def model_shape(config: PretrainSettings, init: models.ModelSource | None,
         raise BertctlError(f"{where}: is a {arch.name} model; --architecture "
                            f"{config.architecture} cannot start from it")
     if init is not None:
-        return arch.name, None
+        return arch.name, None, _config_changes(config, arch, hf, where)
     new = arch.config_from_hf({**hf, "vocab_size": hf.get("vocab_size", info.vocab_size)}, where)
+    new = replace(new, **_config_changes(config, arch, None, where))
     _check_spelling(arch, info.path / "tokenizer.json")
-    return arch.name, new.with_special_ids(info.special_ids)
+    return arch.name, new.with_special_ids(info.special_ids), {}
+
+
+def _config_changes(config: PretrainSettings, arch, hf: dict | None, where: str) -> dict:
+    """The config fields this run sets that hold no weight: --rope-theta, and, continuing a
+    model without a position table (`hf`, its config.json), a --max-position-embeddings given
+    (ModernBERT's context extension: longer rows, the rotary base raised)."""
+    changes = {}
+    if config.rope_theta is not None:
+        if arch.rope_base is None:
+            raise BertctlError(f"{where}: --rope-theta sets a rotary base; {arch.name} has no "
+                               f"rotary positions")
+        changes[arch.rope_base] = config.rope_theta
+    if hf is not None and "max_position_embeddings" in config.model_fields_set:
+        has = arch.longest_input(hf)
+        if config.max_position_embeddings != has:
+            if arch.position_table:
+                raise BertctlError(
+                    f"{where}: reads {has} positions from a learned table; "
+                    f"--max-position-embeddings {config.max_position_embeddings} cannot change "
+                    f"its size (a model without a position table, as modernbert, can)")
+            changes["max_position_embeddings"] = config.max_position_embeddings
+    return changes
 
 
 def _check_spelling(arch, path: Path) -> None:
@@ -199,9 +225,9 @@ class PretrainJob:
     """What `training.train_to_artifact` calls, in order: `prepare`, `fit`, `write`."""
 
     def __init__(self, config: PretrainSettings, objective, data: artifacts.Artifact,
-                 init: models.ModelSource | None, new_config):
+                 init: models.ModelSource | None, new_config, init_updates: dict):
         self.config, self.objective, self.data = config, objective, data
-        self.init, self.new_config = init, new_config
+        self.init, self.new_config, self.init_updates = init, new_config, init_updates
 
     def prepare(self) -> None:
         config = self.config
@@ -212,7 +238,8 @@ class PretrainJob:
         # hand-edited manifest must not decide what is read.
         self.validation = (PretrainingDataset(self.data.path, "validation")
                            if self.train_data.info.stats["validation"].get("instances") else None)
-        self.model, notes = _build_model(config, self.objective, self.init, self.new_config)
+        self.model, notes = _build_model(config, self.objective, self.init,
+                                          self.new_config, self.init_updates)
         self.grown = _grow_vocabulary(self.model, self.data, self.init)
         _check_agreement(self.model, self.data, self.init, grown=self.grown is not None)
         for line in notes:   # said once the model is known to read the data: a refusal is one line
@@ -296,7 +323,7 @@ def run(config: PretrainSettings, target: artifacts.Target, data_dir: Path,
         inputs.append(init.ref)
     if model_config:
         inputs.append(artifacts.file_input(model_config, "model-config"))
-    architecture, new_config = model_shape(config, init, model_config, info)
+    architecture, new_config, init_updates = model_shape(config, init, model_config, info)
     objective.check_architecture(architecture, "pretrain")
-    job = PretrainJob(config, objective, data, init, new_config)
+    job = PretrainJob(config, objective, data, init, new_config, init_updates)
     return training.train_to_artifact(config, inputs, target, job)

@@ -18,7 +18,7 @@ register(Architecture(
            "question_answering": _HEADS + "ModernBertForQuestionAnswering",
            "token_classification": _HEADS + "ModernBertForTokenClassification"},
     encoder_name="model", bare_prefixes=("embeddings.", "layers.", "final_norm."),
-    ignored_keys=("decoder.weight",),
+    ignored_keys=("decoder.weight",), position_table=False, rope_base="global_rope_theta",
     positions_note=(" (ModernBERT has no position table: max_position_embeddings in its "
                     "config.json only declares the longest input, and raising it, up to 8192, "
                     "changes no weight; how well it reads lengths it never trained on is "

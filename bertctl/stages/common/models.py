@@ -59,14 +59,14 @@ class ModelSource:
         tok, lowercase, _ = tokenizer_mod.from_hf_directory(self.path)
         return tok, lowercase
 
-    def load(self, role: str | None = None, **head_kwargs):
+    def load(self, role: str | None = None, config_updates: dict | None = None, **head_kwargs):
         """The model of `role` (bertctl.model.ROLES; None: the one config.json names) and its
         LoadReport; for an export, its graph run by onnxruntime (which must be of `role`, when
-        given)."""
+        given). `config_updates`: hf.load_model's."""
         from bertctl.model.hf import LoadReport, load_model
 
         if self.onnx is None:
-            return load_model(self.path, role, **head_kwargs)
+            return load_model(self.path, role, config_updates, **head_kwargs)
         from bertctl.onnx_model import OnnxModel
 
         graph = self.onnx.graph
