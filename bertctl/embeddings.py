@@ -53,7 +53,7 @@ from bertctl.data.collate import length_grouped_batches, max_context_window, pad
 from bertctl.errors import BertctlError
 from bertctl.evaluation import non_finite_rows, refuse_non_finite
 from bertctl.model.features import combine_layers
-from bertctl.npy import NpyAppender
+from bertctl.data.npy import NpyAppender
 from bertctl.data.tables import BY_NAME, read_table
 from bertctl.data.tokenizer import PAD, UNK, special_id, special_tokens
 import pyarrow as pa

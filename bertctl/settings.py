@@ -202,6 +202,25 @@ def identity(config: StageConfig) -> dict[str, Any]:
     return without_unchanged_defaults(values, type(config))
 
 
+# Every stage's settings class, registered by the stages' settings package when it is imported
+# (bertctl.stages.settings.declared): the contract checks artifact ids with them and, being
+# below the stages, must not import them.
+_STAGE_SETTINGS: list[type[StageConfig]] = []
+
+
+def register_stage_settings(*classes: type[StageConfig]) -> None:
+    _STAGE_SETTINGS.extend(c for c in classes if c not in _STAGE_SETTINGS)
+
+
+def stage_settings() -> tuple[type[StageConfig], ...]:
+    """The registered stage settings classes (every entry point, the CLI and each stage,
+    imports them before any artifact is read)."""
+    if not _STAGE_SETTINGS:
+        raise RuntimeError("no stage settings registered: import bertctl.stages.settings "
+                           "before reading artifacts")
+    return tuple(_STAGE_SETTINGS)
+
+
 def without_unchanged_defaults(values: dict[str, Any], *classes) -> dict[str, Any]:
     """`values` without the `hashed_if_changed` settings of `classes` that are at their
     default."""
@@ -214,7 +233,7 @@ def without_unchanged_defaults(values: dict[str, Any], *classes) -> dict[str, An
 
 def identity_exclusions(kind: str, classes) -> set[frozenset[str]]:
     """The sets of fields `identity` may have left out of an artifact of `kind`: one per
-    settings class of `classes` writing that kind (config.STAGE_SETTINGS), and the empty set
+    settings class of `classes` writing that kind (stage_settings()), and the empty set
     (settings given as a plain dict, as `--combine` records them)."""
     found: set[frozenset[str]] = {frozenset()}
     for cls in classes:

@@ -70,12 +70,17 @@ def _stage_of(module: str) -> str:
     return ".".join(module.split(".")[:3])
 
 
+SHARED = ("bertctl.stages.common", "bertctl.stages.settings")   # every stage's helpers, settings
+
+
 @pytest.mark.parametrize("path", sorted((PACKAGE / "stages").rglob("*.py")), ids=_module)
 def test_stages_do_not_import_each_other(path):
-    """A stage imports its own modules and stages/common, never another stage."""
+    """A stage imports its own modules, stages/common and stages/settings, never another
+    stage; the shared rooms import no stage."""
     mine = _stage_of(_module(path))
+    allowed = SHARED if mine in SHARED else (mine, *SHARED)
     bad = sorted(n for n in _imports(path) if n.startswith("bertctl.stages.")
-                 and _stage_of(n) not in (mine, "bertctl.stages.common"))
+                 and _stage_of(n) not in allowed)
     assert not bad, f"{_module(path)} imports {bad}"
 
 
@@ -102,23 +107,35 @@ def test_stages_never_branch_on_a_family_name():
         assert not found, f"{path.name} names families {found}"
 
 
-def test_config_knows_no_task_family():
-    """config.py composes the stage settings from the core's; the families' options, names and
-    presets come from the task registry (stage_settings.py), never the other way round."""
-    bad = sorted(n for n in _imports(PACKAGE / "config.py") if n.startswith("bertctl.tasks"))
-    assert not bad, f"config.py imports {bad}"
+SETTINGS = PACKAGE / "stages" / "settings"
+
+
+def test_the_declared_settings_know_no_task_family():
+    """stages/settings/declared.py composes the stage settings from the core's; the families'
+    options, names and presets come from the task registry (assembled.py), never the other
+    way round."""
+    for name in ("declared.py", "search.py"):
+        bad = sorted(n for n in _imports(SETTINGS / name) if n.startswith("bertctl.tasks"))
+        assert not bad, f"{name} imports {bad}"
+
+
+def test_the_top_level_is_a_few_modules_and_rooms():
+    """#85: what belongs to a room lives in it; the top level keeps the few modules every
+    layer shares (errors, console, hardware, settings, ...) and the entry points."""
+    modules = sorted(p.name for p in PACKAGE.glob("*.py")
+                     if p.name not in ("__init__.py", "__main__.py"))
+    assert len(modules) <= 12, modules
 
 
 @pytest.mark.parametrize("path", [p for p in SOURCES if p.relative_to(PACKAGE).parts[0] in
                                   ("tasks", "objectives", "model", "train", "data")],
                          ids=_module)
 def test_settings_are_assembled_in_one_place(path):
-    """Every stage's settings are assembled in stage_settings.py from config.py's classes and
-    the registries: no plug-in or core module imports either, and no family imports the
+    """Every stage's settings are assembled in stages/settings/ from the declared classes and
+    the registries: no plug-in or core module imports them, and no family imports the
     training loop's modules (a family does not train; #65)."""
     names = _imports(path)
-    bad = sorted(n for n in names if n.split(".")[:2] in (["bertctl", "stage_settings"],
-                                                          ["bertctl", "config"]))
+    bad = sorted(n for n in names if n.startswith("bertctl.stages.settings"))
     if path.relative_to(PACKAGE).parts[0] == "tasks":
         bad += sorted(n for n in names if n.startswith("bertctl.train"))
     assert not bad, f"{_module(path)} imports {bad}"
@@ -129,7 +146,7 @@ def test_settings_are_assembled_in_one_place(path):
 def test_the_core_owns_its_settings(path):
     """The training loop's and the data builder's settings live beside them; the core never
     reaches up into the stage settings."""
-    bad = sorted(n for n in _imports(path) if n == "bertctl.config" or n.startswith("bertctl.config."))
+    bad = sorted(n for n in _imports(path) if n.startswith("bertctl.stages"))
     assert not bad, f"{_module(path)} imports {bad}"
 
 
@@ -156,8 +173,9 @@ def test_the_loop_the_stages_and_inference_name_no_objective():
     roles = {o.head for o in objectives.OBJECTIVES.values()}
     models = {arch.head_name(role) for arch in ARCHITECTURES.values()
               for role in arch.heads if role in roles}
-    for path in [*(PACKAGE / "stages").rglob("*.py"), PACKAGE / "evaluation.py",
-                 *(PACKAGE / "train").glob("*.py")]:
+    # (the declared settings name --objective's default)
+    stages = [p for p in (PACKAGE / "stages").rglob("*.py") if SETTINGS not in p.parents]
+    for path in [*stages, PACKAGE / "evaluation.py", *(PACKAGE / "train").glob("*.py")]:
         text = path.read_text(encoding="utf-8")
         found = sorted(n for n in names | models if n in text)
         assert not found, f"{path.name} names objectives {found}"
@@ -196,7 +214,7 @@ def test_every_stage_settings_class_is_declared_once_for_the_id_check():
     whatever subclasses happen to be imported: each command's class is one of them, or is
     composed from one (the families' options added) and leaves out exactly what it does."""
     from bertctl.cli import _STAGES, settings_of
-    from bertctl.config import STAGE_SETTINGS
+    from bertctl.stages.settings.declared import STAGE_SETTINGS
     from bertctl.settings import field_meta
 
     def excluded(cls):

@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from bertctl.npy import header_shape
+from bertctl.data.npy import header_shape
 
 TEXTS = ["The quick brown fox jumps over the lazy dog.",
          "BERT's hidden states, used as features: an ELMo-style ablation!",

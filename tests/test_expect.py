@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from bertctl import expectations
+from bertctl.contract import expectations
 from bertctl.errors import BertctlError
 
 from conftest import FIXTURES, run_bertctl

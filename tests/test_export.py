@@ -17,7 +17,7 @@ import torch
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")
 
-from bertctl import onnx_model  # noqa: E402
+from bertctl.model import onnx_model
 from bertctl.errors import BertctlError  # noqa: E402
 from bertctl.model import BertConfig, BertForTokenClassification, BertModel  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""bertctl glue-summary (bertctl/glue.py) on eval artifacts whose metrics and predictions the
+"""bertctl glue-summary (bertctl/tasks/glue.py) on eval artifacts whose metrics and predictions the
 tests choose, so every figure can be checked by hand: the mean +- sd per learning rate, the
 dev-selected learning rate and run, and the submission files. tests/test_pipelines.py runs it
 on real evals through the GLUE pipeline."""
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bertctl import glue
+from bertctl.tasks import glue
 from bertctl.contract import artifacts
 
 SST2_TEST = "index\tsentence\n7\ta fine film .\n9\tdull .\n\n12\tnot bad at all .\n"

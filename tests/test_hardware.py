@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from bertctl import hardware
-from bertctl.config import EvalSettings, FinetuneSettings, PretrainSettings
+from bertctl.stages.settings.declared import EvalSettings, FinetuneSettings, PretrainSettings
 from bertctl.settings import identity
 from bertctl.train.settings import TrainSettings
 

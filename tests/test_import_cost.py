@@ -1,7 +1,7 @@
 """The stages that run no model do not import torch (about 2 s and 180 MB of start-up): each is
 run in a fresh interpreter, on real inputs, and must leave `torch` out of `sys.modules`.
 
-The chain that once pulled it in: bertctl.config -> train.settings -> the train package's
+The chain that once pulled it in: bertctl.stages.settings.declared -> train.settings -> the train package's
 __init__ (the loop, DDP) -> torch; and the task families' batching code at module level.
 """
 

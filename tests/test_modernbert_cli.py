@@ -113,7 +113,7 @@ def test_export_of_a_modernbert_is_checked_and_runs(quantize, modern_tasks, cli,
 def test_exported_modernbert_encoder_equals_transformers(modern, cli, tmp_path):
     pytest.importorskip("onnxruntime")
     transformers = pytest.importorskip("transformers")
-    from bertctl.onnx_model import OnnxModel
+    from bertctl.model.onnx_model import OnnxModel
 
     r = cli("export", modern, "--out", tmp_path / "enc")
     assert r.exit_code == 0, r.stderr

@@ -161,7 +161,7 @@ def test_bert_ids_and_weights_do_not_move():
     """`--architecture bert` (the default) is left out of the id: a BERT run keeps the id
     it had before architectures existed."""
     from bertctl import settings as settings_mod
-    from bertctl.config import PretrainSettings
+    from bertctl.stages.settings.declared import PretrainSettings
 
     default = settings_mod.identity(PretrainSettings(steps=10))
     assert "architecture" not in default

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from bertctl.errors import BertctlError
-from bertctl.modelcard import tokens_trained
+from bertctl.contract.modelcard import tokens_trained
 from bertctl.objectives.scoring import pretraining_step_metrics
 from bertctl.train.loop import train
 from bertctl.train.settings import TrainSettings
@@ -105,7 +105,7 @@ def test_pretrain_with_a_budget_through_the_cli(cli, pretrain_data, tmp_path):
 
 
 def test_a_budget_is_one_setting_however_written():
-    from bertctl.config import PretrainSettings
+    from bertctl.stages.settings.declared import PretrainSettings
     from bertctl.settings import identity
 
     assert identity(PretrainSettings(time_budget="30m")) == identity(

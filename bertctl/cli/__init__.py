@@ -21,18 +21,18 @@ from bertctl import console, plugins
 from bertctl.data import hub
 from bertctl.contract import signals
 from bertctl.contract.artifacts import Target
-from bertctl.config import (AuditSettings, BuildPretrainDataSettings, DistillSettings, EmbedSettings,
+from bertctl.stages.settings.declared import (AuditSettings, BuildPretrainDataSettings, DistillSettings, EmbedSettings,
                             EvalSettings, ExportSettings, FinetuneSettings, GlueSummarySettings,
                             IndexSettings, MineSettings, PretrainSettings, ReportSettings,
                             TokenizeSettings)
-from bertctl.search_settings import ChooseSettings, SplitSettings
+from bertctl.stages.settings.search import ChooseSettings, SplitSettings
 from bertctl.cli.flags import COMMON, PanelledCommand, field_parameter
 from bertctl.cli.handling import _handled, _report
 from bertctl.cli.plain import PLAIN as _PLAIN
 from bertctl.settings import StageConfig, resolve
 from bertctl.errors import Interrupted
 from bertctl.tasks.retrieval.reader import beir_root
-from bertctl.stage_settings import (distill_settings, eval_settings, finetune_settings,
+from bertctl.stages.settings.assembled import (distill_settings, eval_settings, finetune_settings,
                                     pretrain_settings)
 
 HELP = ("BERT pretraining and fine-tuning pipelines: each command is a stage that reads and "

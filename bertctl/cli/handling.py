@@ -12,7 +12,7 @@ import typer
 
 from bertctl import console
 from bertctl.errors import BertctlError, DiskFull, is_disk_full
-from bertctl.expectations import ExpectationsUnmet
+from bertctl.contract.expectations import ExpectationsUnmet
 
 
 @contextmanager

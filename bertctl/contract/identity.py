@@ -10,7 +10,6 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from bertctl import settings as settings_mod
-from bertctl.config import STAGE_SETTINGS
 
 if TYPE_CHECKING:
     from bertctl.contract.manifest import InputRef, Manifest
@@ -68,9 +67,10 @@ def id_holds(kind: str, artifact_id: str, config: dict[str, Any],
     if kind not in SCHEMA_VERSIONS:
         return False
     revisions = [None, *range(2, REVISIONS.get(kind, 1) + 1)]
-    writers = [cls for cls in STAGE_SETTINGS if cls.produces == kind]
+    classes = settings_mod.stage_settings()
+    writers = [cls for cls in classes if cls.produces == kind]
     config = settings_mod.without_unchanged_defaults(config, *writers)
-    for excluded in settings_mod.identity_exclusions(kind, STAGE_SETTINGS):
+    for excluded in settings_mod.identity_exclusions(kind, classes):
         hashed = {k: v for k, v in config.items() if k not in excluded}
         if any(compute_id(kind, hashed, inputs, r) == artifact_id for r in revisions):
             return True

@@ -6,7 +6,7 @@ architecture that has that role has its class, written into config.json and the 
 of the model's parameters may get no gradient (DDP must be told), gives the training loop its
 per-step metrics and scores a model on a pretraining split, during training (validation) and
 for `bertctl eval MODEL PRETRAIN_DATA`. Its own settings are a pydantic model
-(`options_model`), whose fields become `pretrain` flags (stage_settings.py).
+(`options_model`), whose fields become `pretrain` flags (stages/settings/assembled.py).
 
 Objectives are imported when the CLI starts (to make pretrain's flags), so their modules import
 torch, the model and the scoring code (objectives/scoring.py) in the methods that run them.

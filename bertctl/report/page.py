@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bertctl import lineage
+from bertctl.contract import lineage
 from bertctl.contract.artifacts import Artifact, InputRef
 from bertctl.contract.manifest import CONTENT_KINDS
 from bertctl.report import choices, gains, plots

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from bertctl import console
 from bertctl.contract import artifacts
-from bertctl.config import BuildPretrainDataSettings
+from bertctl.stages.settings.declared import BuildPretrainDataSettings
 from bertctl.data.settings import PretrainingDataSettings
 from bertctl.data import corpus, pretraining, pretraining_dataset
 from bertctl.data import tokenizer as tokenizer_mod

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bertctl import console, lineage
+from bertctl import console
+
+from bertctl.contract import lineage
 from bertctl.contract import artifacts
 
 

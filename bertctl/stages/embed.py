@@ -9,7 +9,7 @@ from pathlib import Path
 
 from bertctl import console, embeddings, evaluation, hardware
 from bertctl.contract import artifacts
-from bertctl.config import EmbedSettings
+from bertctl.stages.settings.declared import EmbedSettings
 from bertctl.errors import BertctlError
 from bertctl.model import architectures, sentence_layout
 from bertctl.model.features import parse_layers

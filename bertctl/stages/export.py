@@ -1,7 +1,7 @@
 """`bertctl export MODEL --out DIR [--check DATA]`: a model as an ONNX graph in an export
 artifact: `model.onnx` (the task head's graph, or the bare encoder's), the model's config.json,
 tokenizer files and task file, so the directory is all a service needs, and `eval` and `embed`
-run it with onnxruntime (bertctl/onnx_model.py).
+run it with onnxruntime (bertctl/model/onnx_model.py).
 
 `--check DATA` scores the PyTorch model (fp32) and the export on the same task data with the
 one inference path and records in the manifest what the export changed: the largest output
@@ -22,17 +22,21 @@ from typing import Any
 import numpy as np
 import torch
 
-from bertctl import console, evaluation, hardware, modelcard, onnx_model
+from bertctl import console, evaluation, hardware
+
+from bertctl.contract import modelcard
+
+from bertctl.model import onnx_model
 from bertctl.contract import artifacts
 from bertctl.metrics import json_safe
 from bertctl.model import architectures, sentence_layout
-from bertctl.config import ExportSettings
+from bertctl.stages.settings.declared import ExportSettings
 from bertctl.errors import BertctlError
-from bertctl.expectations import ExpectationsUnmet
-from bertctl.exports import ExportFacts
+from bertctl.contract.expectations import ExpectationsUnmet
+from bertctl.contract.exports import ExportFacts
 from bertctl.stages.common import models
 from bertctl.tasks.resolve import TASK_FILE, TaskInput, open_task
-from bertctl.stage_settings import eval_settings
+from bertctl.stages.settings.assembled import eval_settings
 
 # Batch-1 requests timed for the latency the card states (the first ones warm up, untimed).
 LATENCY_REQUESTS, LATENCY_WARMUP = 100, 5

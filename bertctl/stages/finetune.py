@@ -7,13 +7,13 @@ from pathlib import Path
 
 from bertctl import tasks
 from bertctl.contract import artifacts
-from bertctl.config import FinetuneSettings
+from bertctl.stages.settings.declared import FinetuneSettings
 from bertctl.errors import BertctlError
 from bertctl.model.features import parse_layers
 from bertctl.stages.common import models, training
 from bertctl.stages.common.task_training import TaskJob
 from bertctl.tasks.resolve import training_files
-from bertctl.stage_settings import task_spec
+from bertctl.stages.settings.assembled import task_spec
 
 
 def frozen_features(config: FinetuneSettings, family, source: models.ModelSource) -> dict:

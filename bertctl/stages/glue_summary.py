@@ -1,5 +1,5 @@
 """`bertctl glue-summary EVAL... --out DIR`: a GLUE summary artifact from the eval artifacts of
-a grid of fine-tuning runs (see bertctl/glue.py): summary.json, summary.md and the benchmark's
+a grid of fine-tuning runs (see bertctl/tasks/glue.py): summary.json, summary.md and the benchmark's
 submission.zip of the dev-selected runs' test predictions."""
 
 from __future__ import annotations
@@ -7,10 +7,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bertctl import console, glue
+from bertctl import console
+
+from bertctl.tasks import glue
 from bertctl.contract import artifacts
 from bertctl.metrics import json_safe
-from bertctl.config import GlueSummarySettings
+from bertctl.stages.settings.declared import GlueSummarySettings
 from bertctl.errors import BertctlError
 
 SUMMARY = "summary.json"

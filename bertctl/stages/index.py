@@ -13,7 +13,7 @@ from pathlib import Path
 
 from bertctl import console, hardware
 from bertctl.contract import artifacts
-from bertctl.config import IndexSettings
+from bertctl.stages.settings.declared import IndexSettings
 from bertctl.stages.common import vectors
 from bertctl.tasks.retrieval import approximate
 

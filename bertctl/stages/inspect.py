@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bertctl import console, lineage
+from bertctl import console
+
+from bertctl.contract import lineage
 from bertctl.contract import artifacts
-from bertctl.config import STAGE_SETTINGS
+from bertctl.stages.settings.declared import STAGE_SETTINGS
 from bertctl.errors import IntegrityError
 from bertctl.data.pretraining_dataset import describe
 

@@ -11,10 +11,10 @@ import numpy as np
 
 from bertctl import console, hardware, tasks
 from bertctl.contract import artifacts
-from bertctl.config import MineSettings
+from bertctl.stages.settings.declared import MineSettings
 from bertctl.errors import BertctlError
 from bertctl.model import sentence_layout
-from bertctl.npy import NpyAppender
+from bertctl.data.npy import NpyAppender
 from bertctl.stages.common import cross, models, vectors
 from bertctl.tasks.retrieval import late, mining, ranking
 

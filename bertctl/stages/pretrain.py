@@ -15,9 +15,13 @@ from pathlib import Path
 
 import torch
 
-from bertctl import agreement, console, modelcard, objectives
+from bertctl import console, objectives
+
+from bertctl.stages.common import agreement
+
+from bertctl.contract import modelcard
 from bertctl.contract import artifacts
-from bertctl.config import PretrainSettings
+from bertctl.stages.settings.declared import PretrainSettings
 from bertctl.data import tokenizer, vocab_extension
 from bertctl.data.pretraining_dataset import (PretrainingDataset, check_mask_rate,
                                               read_pretraining_info)
@@ -165,7 +169,7 @@ def _grow_vocabulary(model, data: artifacts.Artifact,
 
 def _check_agreement(model, data: artifacts.Artifact, init: models.ModelSource | None,
                      grown: bool = False) -> None:
-    """Refuse a model that cannot read this data (bertctl.agreement): ids past its embeddings,
+    """Refuse a model that cannot read this data (bertctl.stages.common.agreement): ids past its embeddings,
     sequences past its positions, or, continuing from a model, another tokenizer's ids (an
     extension of its tokenizer, once grown, reads as its own)."""
     tok = data.manifest.stats.get("tokenizer", {})

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from bertctl import console
 from bertctl.contract import artifacts
-from bertctl.config import TokenizeSettings
+from bertctl.stages.settings.declared import TokenizeSettings
 from bertctl.data import corpus, tokenizer, tokenizer_training, vocab_extension
 from bertctl.errors import BertctlError
 

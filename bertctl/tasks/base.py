@@ -38,7 +38,7 @@ class Family:
     # How --help and the docs name the family (its flags' panel: "Span QA (family span)").
     title: ClassVar[str]
     # The family's own options: a pydantic model whose fields (type, checks, help text) become
-    # the finetune and eval flags of the same names (stage_settings.py) and the keys of a task
+    # the finetune and eval flags of the same names (stages/settings/assembled.py) and the keys of a task
     # spec's `options`, which `check_spec` validates with it. None: the family has none.
     options_model: ClassVar[type | None] = None
     default_metric: ClassVar[str]

@@ -23,7 +23,7 @@ OBJECTIVES = {"bert": "tiny_pretrained", "mlm": "mlm_model", "electra": "electra
 def test_every_objective_exports_an_encoder_equal_to_transformers(objective, request, cli,
                                                                    tmp_path):
     transformers = pytest.importorskip("transformers")
-    from bertctl.onnx_model import OnnxModel
+    from bertctl.model.onnx_model import OnnxModel
 
     model_dir = request.getfixturevalue(OBJECTIVES[objective])
     r = cli("export", model_dir, "--out", tmp_path / "enc")
@@ -97,7 +97,7 @@ def test_a_missing_encoder_weight_is_still_refused(tiny_pretrained, cli, tmp_pat
 def test_every_stage_refuses_a_model_smaller_than_its_tokenizer(tiny_pretrained, cli, tmp_path):
     """A Hugging Face directory whose embedding table (vocab_size) is smaller than its
     tokenizer: export wrote a graph that embed then refused; now export, embed and finetune
-    refuse it with the same one line (bertctl.agreement's), before any work."""
+    refuse it with the same one line (bertctl.stages.common.agreement's), before any work."""
     import json
 
     from safetensors.torch import load_file, save_file
@@ -136,7 +136,7 @@ def test_every_accepted_export_option_loads_and_runs_or_is_one_line(tiny_pretrai
     """Every --opset the settings accept (18-23) with and without int8: the export is published
     only if the installed onnxruntime loads it and runs a batch; otherwise one line naming the
     artifact (not the hidden temporary directory) and the options, exit 2, nothing written."""
-    from bertctl.onnx_model import OnnxModel
+    from bertctl.model.onnx_model import OnnxModel
 
     out = tmp_path / "enc"
     r = cli("export", tiny_pretrained, "--opset", opset, "--quantize", quantize, "--out", out)

@@ -16,12 +16,14 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from bertctl import config, tasks  # noqa: E402
+from bertctl import tasks  # noqa: E402
+
+from bertctl.stages.settings import declared as config
 from bertctl.contract import artifacts
 from bertctl.data import corpus  # noqa: E402
 from bertctl.errors import BertctlError  # noqa: E402
 from bertctl.settings import resolve  # noqa: E402
-from bertctl.stage_settings import finetune_settings  # noqa: E402
+from bertctl.stages.settings.assembled import finetune_settings  # noqa: E402
 from bertctl.tasks.span.reader import read_span_examples  # noqa: E402
 from bertctl.tasks.tagging.reader import read_tagged  # noqa: E402
 from conftest import read_examples  # noqa: E402

@@ -17,12 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bertctl import agreement, console, hardware
+from bertctl import console, hardware
+
+from bertctl.stages.common import agreement
 from bertctl.contract import artifacts, placement
 from bertctl.data import tables, tokenizer as tokenizer_mod
 from bertctl.data.tokenizer import PAD
 from bertctl.errors import BertctlError
-from bertctl.exports import ExportFacts
+from bertctl.contract.exports import ExportFacts
 from bertctl.model import architectures, sentence_layout as sentence
 from bertctl.model.architectures import role_of
 from bertctl.settings import SEQ_LENGTH
@@ -67,7 +69,7 @@ class ModelSource:
 
         if self.onnx is None:
             return load_model(self.path, role, config_updates, **head_kwargs)
-        from bertctl.onnx_model import OnnxModel
+        from bertctl.model.onnx_model import OnnxModel
 
         graph = self.onnx.graph
         if role is not None and role_of(graph) != role:
@@ -274,7 +276,7 @@ def model_length(source: ModelSource) -> int:
 
 
 def check_reads_task(source: ModelSource, tokenizer, max_seq_length: int) -> None:
-    """The model reads ids of its own tokenizer, as long as `max_seq_length` (bertctl.agreement,
+    """The model reads ids of its own tokenizer, as long as `max_seq_length` (bertctl.stages.common.agreement,
     the one data/model check)."""
     agreement.check(str(source.path), model_vocab=source.vocab_size,
                     max_positions=architectures.of_config(

@@ -13,7 +13,9 @@ from pathlib import Path
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from bertctl import console, hardware, modelcard
+from bertctl import console, hardware
+
+from bertctl.contract import modelcard
 from bertctl.contract import artifacts, locks, placement
 from bertctl import settings as settings_mod
 from bertctl.errors import Interrupted

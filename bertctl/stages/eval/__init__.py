@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bertctl import console, expectations
+from bertctl import console
+
+from bertctl.contract import expectations
 from bertctl.contract import artifacts
-from bertctl.config import EvalSettings
+from bertctl.stages.settings.declared import EvalSettings
 from bertctl.errors import BertctlError
-from bertctl.expectations import ExpectationsUnmet
+from bertctl.contract.expectations import ExpectationsUnmet
 from bertctl.stages.common import models
 from bertctl.stages.eval import pretraining, task
 

@@ -8,10 +8,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bertctl import agreement, console, hardware, objectives
+from bertctl import console, hardware, objectives
+
+from bertctl.stages.common import agreement
 from bertctl.contract import artifacts
 from bertctl.metrics import json_safe
-from bertctl.config import EvalSettings
+from bertctl.stages.settings.declared import EvalSettings
 from bertctl.errors import BertctlError, NonFiniteOutputs
 from bertctl.model import architectures
 from bertctl.stages.common.models import ModelSource

@@ -24,7 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bertctl import console, lineage
+from bertctl import console
+
+from bertctl.contract import lineage
 from bertctl.contract.artifacts import Artifact, InputRef, sha256_file
 from bertctl.errors import BertctlError
 from bertctl.tasks import PRESETS

@@ -4,7 +4,7 @@ metadata means: bertctl/settings.py.
 
 The fine-tuning task's fields here are the ones every family shares; each family's own options
 (span QA's --doc-stride, tagging's --tag-scheme, ...) and the list of families and presets come
-from the task registry, added by `bertctl.stage_settings`, where every stage's settings are
+from the task registry, added by `bertctl.stages.settings.assembled`, where every stage's settings are
 assembled from these and the registries, so that this module knows no family.
 """
 
@@ -17,10 +17,11 @@ from pydantic import Field, field_validator, model_validator
 from bertctl.data.settings import AuditSettings, PretrainingDataSettings, TokenizeSettings
 from bertctl.model import ARCHITECTURES
 from bertctl.objectives import OBJECTIVES
-from bertctl.search_settings import (ChooseSettings, EmbedSettings, IndexSettings, MineSettings,
+from bertctl.stages.settings.search import (ChooseSettings, EmbedSettings, IndexSettings, MineSettings,
                                      SplitSettings)
 from bertctl.settings import (DATA, DEFAULT_LENGTH, EVALUATION, MODEL, RUNTIME, SEQ_LENGTH, TASK,
-                              TRAINING, InferenceSettings, StageConfig, meta)
+                              TRAINING, InferenceSettings, StageConfig, meta,
+                              register_stage_settings)
 from bertctl.train.settings import TrainingSettings
 
 _RUN = meta(RUNTIME, identity=False)
@@ -48,7 +49,7 @@ class BuildPretrainDataSettings(PretrainingDataSettings):
 
 
 class PretrainSettings(TrainingSettings):
-    """`bertctl pretrain`; the objectives' own options are added by stage_settings.py."""
+    """`bertctl pretrain`; the objectives' own options are added by assembled.py."""
 
     produces: ClassVar[str | None] = "model"
     objective: str = Field("bert", description="The pretraining objective, from the registry "
@@ -350,7 +351,7 @@ EXPORT = "Export"
 
 
 class ExportSettings(StageConfig):
-    """`bertctl export`: a model as an ONNX graph for onnxruntime (see bertctl/onnx_model.py)."""
+    """`bertctl export`: a model as an ONNX graph for onnxruntime (see bertctl/model/onnx_model.py)."""
 
     produces: ClassVar[str | None] = "export"
 
@@ -382,11 +383,13 @@ class ExportSettings(StageConfig):
 
 
 # Every stage's settings class, declared here once: the artifact-id check reads from these which
-# fields each kind's ids leave out (settings.identity_exclusions). The task stages' classes as
-# the CLI shows them add the families' options (stage_settings.py); those options are always
-# part of the id, so these bases say all their composed classes leave out.
+# fields each kind's ids leave out (settings.identity_exclusions), registered for the contract's
+# id check. The task stages' classes as the CLI shows them add the families' options
+# (assembled.py); those options are always part of the id, so these bases say all their
+# composed classes leave out.
 STAGE_SETTINGS: tuple[type[StageConfig], ...] = (
     TokenizeSettings, BuildPretrainDataSettings, PretrainSettings, FinetuneSettings,
     DistillSettings, EvalSettings, EmbedSettings, ExportSettings, ReportSettings,
     GlueSummarySettings, AuditSettings, MineSettings, IndexSettings, SplitSettings,
     ChooseSettings)
+register_stage_settings(*STAGE_SETTINGS)

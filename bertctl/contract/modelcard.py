@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import bertctl
-from bertctl import lineage
+from bertctl.contract import lineage
 from bertctl.contract.artifacts import InputRef, Manifest
 from bertctl.contract.artifacts import FORMAT, SCHEMA_VERSIONS, environment
-from bertctl.exports import ExportFacts
+from bertctl.contract.exports import ExportFacts
 
 README = "README.md"
 

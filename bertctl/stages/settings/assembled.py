@@ -27,7 +27,7 @@ from typing import Any, Literal, Optional
 
 from pydantic import Field, create_model, model_validator
 
-from bertctl.config import (DistillSettings, EvalSettings, FinetuneSettings, PretrainSettings,
+from bertctl.stages.settings.declared import (DistillSettings, EvalSettings, FinetuneSettings, PretrainSettings,
                             TaskSettings)
 from bertctl.model import ARCHITECTURES
 from bertctl.objectives import OBJECTIVES
