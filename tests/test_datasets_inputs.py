@@ -209,3 +209,49 @@ def test_finetune_and_eval_take_shards_and_record_their_files(sst2_shards, tiny_
             "--json", "--device", "cpu")
     assert r.exit_code == 0, r.stderr
     assert r.json()["stats"]["examples"] == 200
+
+
+def test_embed_mine_and_distill_read_a_saved_dataset(minilm_dir, tiny_pretrained, cli,
+                                                     tmp_path):
+    """The stages that read a table beside a model: a saved Dataset gives what its rows as
+    JSON lines give (embed: the same vectors, mine: the same pairs), and distill trains from
+    one split of a saved DatasetDict."""
+    import numpy as np
+
+    from bertctl.tasks import make_task_spec
+    from conftest import read_examples
+
+    rows = [{"query": f"what is item {i}", "positive": f"item {i} is thing number {i}"}
+            for i in range(24)]
+    ds = datasets.Dataset.from_list(rows)
+    ds.save_to_disk(str(tmp_path / "pairs"), num_shards=2)
+    with open(tmp_path / "pairs.jsonl", "w", encoding="utf-8") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+    for name in ("pairs", "pairs.jsonl"):
+        r = cli("embed", minilm_dir, tmp_path / name, "--text-column", "query", "--out",
+                tmp_path / f"e-{name}", "--device", "cpu", "--precision", "fp32")
+        assert r.exit_code == 0, r.stderr
+        r = cli("mine", minilm_dir, tmp_path / name, "--out", tmp_path / f"m-{name}",
+                "--device", "cpu", "--precision", "fp32")
+        assert r.exit_code == 0, r.stderr
+    np.testing.assert_array_equal(np.load(tmp_path / "e-pairs" / "vectors-00000.npy"),
+                                  np.load(tmp_path / "e-pairs.jsonl" / "vectors-00000.npy"))
+    assert ((tmp_path / "m-pairs" / "pairs.jsonl").read_text()
+            == (tmp_path / "m-pairs.jsonl" / "pairs.jsonl").read_text())
+
+    spec = make_task_spec("glue/sst2")
+    sst2 = read_examples(spec, FIXTURES / "glue" / "SST-2" / "train.tsv")
+    table = datasets.Dataset.from_dict({"sentence": list(sst2.text_a),
+                                        "label": [int(x) for x in sst2.labels]})
+    datasets.DatasetDict({"train": table, "dev": table.select(range(8))}).save_to_disk(
+        str(tmp_path / "sst2"))
+    fast = ["--batch-size", "8", "--max-seq-length", "32", "--device", "cpu"]
+    r = cli("finetune", tiny_pretrained, tmp_path / "sst2" / "train", "--task", "glue/sst2",
+            "--steps", "2", "--out", tmp_path / "teacher", *fast)
+    assert r.exit_code == 0, r.stderr
+    r = cli("distill", tmp_path / "teacher", tmp_path / "sst2" / "train", "--steps", "2",
+            "--out", tmp_path / "student", "--json", *fast)
+    assert r.exit_code == 0, r.stderr
+    m = r.json()
+    assert m["stats"]["train_examples"] == len(sst2.text_a)
+    assert any(i["role"] == "train" and i["path"].endswith("sst2/train") for i in m["inputs"])
