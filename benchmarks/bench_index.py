@@ -7,7 +7,7 @@ and its size, on a million random vectors and on a real corpus.
 - random: N vectors of DIM values drawn from a standard normal, in .npy shards memory-mapped
   as an embeddings artifact's are. The hardest case there is: no clusters for IVF to use, and
   the nearest neighbours are barely nearer than the rest, so recall here is a floor. Each index
-  is built by bertctl's own code (bertctl.tasks.retrieval.approximate, what `bertctl index`
+  is built by bertctl's own code (bertctl.search.approximate, what `bertctl index`
   runs) and measured as the stage measures it: --queries of the stored vectors as queries,
   each one's own row left out, recall@10 against exact search (ranking.search, what `bertctl
   search` runs without an index), milliseconds a query over the whole batch (faiss's threads),
@@ -33,8 +33,7 @@ import numpy as np
 import common  # noqa: E402  (benchmarks/common.py)
 
 sys.path.insert(0, str(common.ROOT))
-from bertctl.tasks.retrieval import approximate, ranking  # noqa: E402
-
+from bertctl.search import approximate, ranking  # noqa: E402
 KINDS = [("ivf", "none"), ("ivf", "int8"), ("ivf", "binary"), ("hnsw", "none"), ("hnsw", "int8"),
          ("hnsw", "binary")]
 PROBES = [8, 32, 128]

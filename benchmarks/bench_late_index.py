@@ -26,7 +26,7 @@ from pathlib import Path
 import common  # noqa: E402  (benchmarks/common.py)
 
 sys.path.insert(0, str(common.ROOT))
-from bertctl.tasks.retrieval import ranking  # noqa: E402
+from bertctl.search import ranking  # noqa: E402
 
 BERTCTL = [sys.executable, "-m", "bertctl"]
 

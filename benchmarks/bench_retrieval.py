@@ -310,7 +310,7 @@ def memory(a, res: Results) -> None:
 SEARCH = r"""
 import json, resource, sys, time
 import numpy as np
-from bertctl.tasks.retrieval import ranking
+from bertctl.search import ranking
 n, dim, queries, k = map(int, sys.argv[1:5])
 rng = np.random.default_rng(0)
 # the corpus's vectors as eval keeps them (float32, in parts of 10,000 rows), and the queries

@@ -42,7 +42,7 @@ def invoke(*args):
 def reranked_eval(first, beir, tmp_path, *rerank):
     """`eval FIRST BEIR` with the `rerank` flags and without, fp32: (the reranked eval's
     directory, its metrics, the plain run), the first stage's metrics checked unchanged."""
-    from bertctl.tasks.retrieval import ranking
+    from bertctl.search import ranking
 
     out, plain = tmp_path / "ev", tmp_path / "plain"
     r = invoke("eval", first, beir, *rerank, "--precision", "fp32", "--out", out)

@@ -370,3 +370,11 @@ def test_declaring_the_architectures_imports_no_torch():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True)
     assert done.stdout.split()[-1] == "False", done.stdout
+
+
+@pytest.mark.parametrize("path", sorted((PACKAGE / "search").rglob("*.py")), ids=_module)
+def test_search_is_below_the_families(path):
+    """#85: exact and approximate search, BM25 and late interaction serve the retrieval and
+    reranking families and the search stages; they import neither."""
+    bad = sorted(n for n in _imports(path) if n.startswith(("bertctl.tasks", "bertctl.stages")))
+    assert not bad, f"{_module(path)} imports {bad}"

@@ -168,7 +168,7 @@ def test_words_of_pairs_and_empty_input_are_errors(cli, minilm_dir, tmp_path):
 
 
 def test_text_files_stream_in_bounded_chunks(tmp_path):
-    from bertctl.embeddings import read_chunks
+    from bertctl.frozen_features import read_chunks
 
     lines = [f"line {i} " + "x" * (i % 50) for i in range(1000)]
     path = tmp_path / "t.txt"

@@ -12,9 +12,7 @@ import pytest
 from conftest import EXAMPLES, one_line_error
 
 faiss = pytest.importorskip("faiss", reason="pip install 'bertctl[search]'")
-
-from bertctl.tasks.retrieval import approximate, ranking  # noqa: E402
-
+from bertctl.search import approximate, ranking  # noqa: E402
 CORPUS = EXAMPLES / "retrieval" / "beir" / "corpus.jsonl"
 QUERIES = ["--query", "Who were the Normans?", "--query", "What is computational complexity?"]
 

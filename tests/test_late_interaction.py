@@ -8,9 +8,7 @@ import json
 import numpy as np
 import pytest
 import torch
-
-from bertctl.tasks.retrieval import late, ranking
-
+from bertctl.search import late, ranking
 from conftest import (EXAMPLES, beir_texts, loss_trained_on, one_line_error, read_run,
                       reranked_eval, tiny_embedder)
 from tolerance import TINY_FP32, fp32_sum

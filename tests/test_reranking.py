@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from bertctl.tasks.reranking.loss import RankingLoss, ranking_loss
-from bertctl.tasks.retrieval import ranking
+from bertctl.search import ranking
 
 from conftest import (EXAMPLES, beir_texts, loss_trained_on, one_line_error, read_run,
                       reranked_eval)

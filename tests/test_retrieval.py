@@ -16,7 +16,7 @@ import torch
 
 from bertctl.tasks.retrieval.contrastive import ContrastiveLoss, cosent, info_nce
 from bertctl.tasks.retrieval.loss import LOSSES
-from bertctl.tasks.retrieval import ranking
+from bertctl.search import ranking
 
 from conftest import (EXAMPLES, FIXTURES, ROOT, TINY_MODEL, _made, one_line_error,
                       tiny_embedder)

@@ -65,10 +65,10 @@ def test_search_reads_only_the_row_groups_of_its_hits(cli, minilm_dir, index, tm
 
     import pyarrow.parquet as pq
 
-    from bertctl import embeddings
+    from bertctl import frozen_features
 
-    monkeypatch.setattr(embeddings, "read_chunks",
-                        functools.partial(embeddings.read_chunks, rows=16))
+    monkeypatch.setattr(frozen_features, "read_chunks",
+                        functools.partial(frozen_features.read_chunks, rows=16))
     r = cli("embed", minilm_dir, CORPUS, "--text-column", "text", "--id-column", "_id",
             "--store-text", "--store-pieces", "--shard-rows", "40", "--precision", "fp32",
             "--out", tmp_path / "idx")
@@ -125,7 +125,7 @@ def test_what_search_cannot_answer_is_one_line(cli, index, minilm_dir, tiny_pret
 
 
 def test_rank_fusion_is_its_plain_definition():
-    from bertctl.tasks.retrieval.lexical import RRF_K, fuse
+    from bertctl.search.lexical import RRF_K, fuse
 
     a = {"q": ["d1", "d2", "d3"]}
     b = {"q": ["d3", "d4", "d1"]}

@@ -128,7 +128,7 @@ def test_fine_tuning_keeps_every_module_and_the_prompts(cli, encoder, tmp_path):
 def test_a_search_runs_with_the_models_query_and_document_prompts(cli, encoder, tmp_path):
     """eval on a BEIR set embeds its queries as encode_query and its corpus as
     encode_document do: the same nDCG@10 as a search over sentence-transformers' vectors."""
-    from bertctl.tasks.retrieval import ranking
+    from bertctl.search import ranking
 
     model = _saved(encoder, tmp_path / "st", "mean", [TANH], prompts=PROMPTS)
     beir = EXAMPLES / "retrieval" / "beir"

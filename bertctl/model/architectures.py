@@ -140,10 +140,10 @@ class Architecture:
         registered head (bertctl/model/composed.py)."""
         if role in self.heads:
             return _imported(self.heads[role])
-        if role in HEADS:
-            from bertctl.model.composed import composed_class
-
-            return composed_class(self, role, _imported(HEADS[role].head))
+        if role in HEADS:   # a Head (bertctl/model/composed.py) on this encoder
+            return _imported(HEADS[role].head).composed(
+                self.head("encoder"), self.encoder_name, self.head_name(role),
+                f"The {self.name} encoder with the {role.replace('_', ' ')} head")
         raise BertctlError(f"{where}: the {self.name} architecture has no "
                            f"{role.replace('_', ' ')} model")
 

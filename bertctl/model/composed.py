@@ -21,7 +21,6 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from bertctl.model.architectures import ARCHITECTURES, Architecture, model_class
 from bertctl.model.dropout import set_training_dropout
 from bertctl.model.shared import EncoderWithHead
 
@@ -58,6 +57,13 @@ class Head(nn.Module):
     def kwargs_from_hf(cls, hf_config: dict[str, Any]) -> dict[str, Any]:
         return {}
 
+    @classmethod
+    def composed(cls, encoder_class: type, encoder_name: str, name: str,
+                 what: str) -> type[Composed]:
+        """This head on `encoder_class` (kept at `encoder_name`), as the class `name`: what
+        `Architecture.head` asks for a registered head's role (`what` says which pair)."""
+        return composed_class(name, encoder_class, encoder_name, cls, what)
+
     def extra_files(self, model: Composed) -> dict[str, Any]:
         """Files beside config.json (EncoderWithHead.extra_files)."""
         return {}
@@ -74,6 +80,8 @@ class Composed(EncoderWithHead):
     architecture's)."""
 
     head_class: ClassVar[type[Head]]
+    encoder_class: ClassVar[type]
+    composition: ClassVar[tuple]   # composed_class's arguments: how a pickle makes it again
 
     def __init__(self, config, dropout: float | None = None, **head_kwargs):
         super().__init__(config)
@@ -91,7 +99,7 @@ class Composed(EncoderWithHead):
         return getattr(self, self.head_class.attribute)
 
     def _build_encoder(self, config) -> nn.Module:
-        return ARCHITECTURES[config.architecture].head("encoder")(config)
+        return self.encoder_class(config)
 
     def sequence(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
                  attention_mask: torch.Tensor | None = None,
@@ -116,34 +124,35 @@ class Composed(EncoderWithHead):
     def extra_weights(cls, directory, hf_config: dict[str, Any]) -> dict[str, torch.Tensor]:
         return cls.head_class.extra_weights(directory, hf_config)
 
+    def __reduce_ex__(self, protocol):
+        # The class is made at run time, so a pickle names how to make it, not where it is.
+        return _instance_of, (self.composition,), self.__dict__.copy()
+
 
 # One class per (architecture, head): the same class object each time it is asked for, so a
 # model's type names its role (architectures.role_of) and isinstance holds between calls.
 _CLASSES: dict[tuple, type] = {}
 
 
-def composed_class(arch: Architecture, role: str, head_class: type[Head]) -> type[Composed]:
-    key = (arch.name, arch.encoder_name, role, head_class)
-    found = _CLASSES.get(key)
+def composed_class(name: str, encoder_class: type, encoder_name: str, head_class: type[Head],
+                   what: str) -> type[Composed]:
+    composition = (name, encoder_class, encoder_name, head_class, what)
+    found = _CLASSES.get(composition[:4])
     if found is None:
-        name = arch.head_name(role)
-        found = _CLASSES[key] = type(name, (Composed,), {
+        found = _CLASSES[composition[:4]] = type(name, (Composed,), {
             "__module__": __name__, "__qualname__": name,
-            "__doc__": f"The {arch.name} encoder with the {role.replace('_', ' ')} head "
-                       f"({head_class.__module__}.{head_class.__qualname__}).",
-            "head_class": head_class, "encoder_name": arch.encoder_name,
+            "__doc__": f"{what} ({head_class.__module__}.{head_class.__qualname__}).",
+            "head_class": head_class, "encoder_class": encoder_class,
+            "encoder_name": encoder_name, "composition": composition,
             **{k: getattr(head_class, k) for k in ("input_rank", "supports_packing",
                                                    "kwargs_from_any_config",
                                                    "weights_elsewhere")}})
     return found
 
 
-def __getattr__(name: str) -> type[Composed]:
-    """A composed class by its name, as pickle looks a class up (its module's attribute)."""
-    found = model_class(name)
-    if found is None or not issubclass(found, Composed):
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return found
+def _instance_of(composition: tuple) -> Composed:
+    cls = composed_class(*composition)
+    return cls.__new__(cls)
 
 
 __all__ = ["Composed", "Head", "composed_class"]

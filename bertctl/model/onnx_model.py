@@ -10,7 +10,7 @@
   quantization of the matrix multiplications' weights.
 - `OnnxModel` is a torch module without parameters that runs such a file: called as the
   PyTorch model is (`model(**inputs)`), it returns the same dict of tensors, so the one
-  inference path (bertctl.evaluation, bertctl.embeddings) scores an export exactly as it scores
+  inference path (bertctl.evaluation, bertctl.frozen_features) scores an export exactly as it scores
   the model it came from.
 
 onnx, onnxscript and onnxruntime are the `export` extra: `require` names the pip command.

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from bertctl.errors import BertctlError
 from bertctl.model import ARCHITECTURES
-from bertctl.objectives.registry import OBJECTIVES
+from bertctl.registry import Registry
 
 
 class Objective:
@@ -113,3 +113,7 @@ class Objective:
             raise BertctlError(f"{source.path}: the checkpoint has no weights for "
                                f"{', '.join(missing[:3])}; {self.needs}")
         return model, {}
+
+
+# Every objective by name (each registers itself when its module is imported: registry.py).
+OBJECTIVES: Registry[Objective] = Registry("pretraining objective")

@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from bertctl.model import architectures
-from bertctl.registry import Registry
+from bertctl.objectives.base import OBJECTIVES, Objective
 
-if TYPE_CHECKING:
-    from bertctl.objectives.base import Objective
-
-OBJECTIVES: Registry["Objective"] = Registry("pretraining objective")
 register = OBJECTIVES.register
 get = OBJECTIVES.get_known
 
 
-def for_checkpoint(hf_config: dict) -> "Objective":
+def for_checkpoint(hf_config: dict) -> Objective:
     """The objective that scores a checkpoint on pretraining data: the one whose model's role
     its config.json names; for any other checkpoint (a plain encoder) BERT's, which scores
     whatever masked-LM head it has, or the masked LM's where the architecture has no

@@ -1,13 +1,12 @@
 """`bertctl embed MODEL DATA --out DIR`: a frozen encoder's hidden states as vectors, in an
-embeddings artifact (layout and pooling: bertctl/embeddings.py)."""
+embeddings artifact (layout and pooling: bertctl/frozen_features.py)."""
 
 from __future__ import annotations
 
 import dataclasses
 import time
 from pathlib import Path
-
-from bertctl import console, embeddings, evaluation, hardware
+from bertctl import console, evaluation, frozen_features, hardware
 from bertctl.contract import artifacts
 from bertctl.stages.settings.declared import EmbedSettings
 from bertctl.errors import BertctlError
@@ -63,7 +62,7 @@ def run(config: EmbedSettings, target: artifacts.Target, model_dir: Path, data: 
                            f"pooled vectors only; embed with the model it was exported from")
     config = source.applied(config)
     device, precision, recorded = source.runtime(config.device, config.precision)
-    opts = embeddings.EmbedOptions(layers=layers, combine=config.combine, pool=config.pool,
+    opts = frozen_features.EmbedOptions(layers=layers, combine=config.combine, pool=config.pool,
                                    normalize=config.normalize, dtype=config.dtype,
                                    max_seq_length=max_len,
                                    stride=config.doc_stride, batch_size=config.batch_size,
@@ -80,7 +79,7 @@ def run(config: EmbedSettings, target: artifacts.Target, model_dir: Path, data: 
         started = time.monotonic()
         with console.progress("embedding", total=None, unit="rows") as bar, \
                 evaluation.inference(model, device, precision):
-            stats = embeddings.write(model, tok, embeddings.read_chunks(
+            stats = frozen_features.write(model, tok, frozen_features.read_chunks(
                 data, config.text_column, token_column=config.token_column,
                 id_column=config.id_column), opts, tmp, device, config.shard_rows,
                 progress=lambda n: bar.update(n), where=f"{source.path} on {data}",

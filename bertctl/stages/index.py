@@ -3,19 +3,18 @@ vectors, `bertctl embed ... --id-column ID`) made searchable. Below --exact-belo
 index is exact search over the embeddings as they are (nothing approximated, no file of its
 own); above it, or with --kind ivf|hnsw, a faiss index (faiss.index), whose recall@k against
 exact search and milliseconds a query, both ways, are measured on the build and recorded in
-its stats. `bertctl search INDEX` reads either kind (bertctl/tasks/retrieval/approximate.py).
+its stats. `bertctl search INDEX` reads either kind (bertctl/search/approximate.py).
 """
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
-
 from bertctl import console, hardware
 from bertctl.contract import artifacts
 from bertctl.stages.settings.declared import IndexSettings
 from bertctl.stages.common import vectors
-from bertctl.tasks.retrieval import approximate
+from bertctl.search import approximate
 
 
 def run(config: IndexSettings, target: artifacts.Target, embeddings: Path):

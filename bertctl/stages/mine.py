@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-
 from bertctl import console, hardware, tasks
 from bertctl.contract import artifacts
 from bertctl.stages.settings.declared import MineSettings
@@ -16,8 +15,8 @@ from bertctl.errors import BertctlError
 from bertctl.model import sentence_layout
 from bertctl.data.npy import NpyAppender
 from bertctl.stages.common import cross, models, vectors
-from bertctl.tasks.retrieval import late, mining, ranking
-
+from bertctl.tasks.retrieval import mining
+from bertctl.search import late, ranking
 
 def run(config: MineSettings, target: artifacts.Target, model_dir: Path, train: Path,
         corpus: Path | None = None, teacher: Path | None = None):

@@ -3,7 +3,7 @@ JSON lines on stdout (query, rank, id, score, and the text when the index keeps 
 
 The index is what `bertctl embed MODEL DOCS --id-column ID [--store-text]` wrote with an
 embedding model's own vectors, searched exactly (every document's cosine, the shards read a
-block at a time, memory-mapped, the best --top-k kept: bertctl.tasks.retrieval.ranking), or
+block at a time, memory-mapped, the best --top-k kept: bertctl.search.ranking), or
 an index artifact `bertctl index` built on it (exact below its size threshold, else faiss's
 approximate search). Each query is embedded by the model that embedded the documents (its
 query prompt before it); another model is refused: its vectors would be another space's.
@@ -24,15 +24,14 @@ import sys
 from pathlib import Path
 
 import numpy as np
-
 from bertctl import hardware, tasks
 from bertctl.contract import artifacts
-from bertctl.embeddings import INDEX
+from bertctl.frozen_features import INDEX
 from bertctl.errors import BertctlError
 from bertctl.model import sentence_layout
 from bertctl.stages.common import cross, models, vectors
-from bertctl.tasks.retrieval import approximate, late, mining, ranking, reader
-
+from bertctl.tasks.retrieval import mining, reader
+from bertctl.search import approximate, late, ranking
 
 def read_queries(given: list[str], path: Path | None) -> list[tuple[str, str]]:
     """(id, text) of each query: --query texts (numbered q1, ...), then a file's: a .txt (a

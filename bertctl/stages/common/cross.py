@@ -2,7 +2,7 @@
 `mine --teacher` scores a training file's candidates with, through the one inference path
 (bertctl.evaluation). Two kinds (`scoring`): a cross-encoder (`cross`: both texts in one
 sequence, its head's score) or an embedding model's token vectors compared by late
-interaction (`maxsim`: tasks/retrieval/late.py). The scorer is checked as its family reads it
+interaction (`maxsim`: search/late.py). The scorer is checked as its family reads it
 before any work; a model of the other kind is refused, naming the flag."""
 
 from __future__ import annotations
@@ -12,13 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
 from bertctl import console, evaluation, tasks
 from bertctl.errors import BertctlError
 from bertctl.model import sentence_layout
 from bertctl.stages.common import models, vectors
 from bertctl.tasks.resolve import tokenizer_length
-from bertctl.tasks.retrieval import late
+from bertctl.search import late
 from bertctl.tasks.sequence import TaskExamples
 
 PAIRS_PER_PART = 10_000

@@ -12,8 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
-
-from bertctl import console, embeddings, evaluation
+from bertctl import console, evaluation, frozen_features
 from bertctl.contract import artifacts
 from bertctl.errors import BertctlError
 from bertctl.tasks.retrieval.reader import RetrievalExamples
@@ -36,7 +35,7 @@ def embed_with_pieces(model, family, tok, texts: list[str], prompt: str, max_len
                       batch_size: int, device, precision: str, where: str,
                       what: str = "texts") -> tuple[np.ndarray, list[torch.Tensor]]:
     """`embed_texts`' vectors and, from the same pass, each text's pieces as late interaction
-    (tasks/retrieval/late.py) compares them: (pieces, width) float32 of unit length (the
+    (search/late.py) compares them: (pieces, width) float32 of unit length (the
     model's late-interaction head's map where it has one, else its last hidden states).
     Non-finite vectors or pieces are refused as `predict` refuses them."""
     examples = RetrievalExamples(where, "documents", [[prompt + t] for t in texts])
@@ -132,7 +131,7 @@ def index_pieces(art: artifacts.Artifact, rows: IndexRows) -> "StoredPieces | No
     --store-pieces`), memory-mapped, or None."""
     if "piece_start" not in rows.names:
         return None
-    blocks = [np.load(art.file(embeddings.PIECES.format(k)), mmap_mode="r")
+    blocks = [np.load(art.file(frozen_features.PIECES.format(k)), mmap_mode="r")
               for k in range(len(art.files(r"vectors-\d+\.npy")))]
     width = art.manifest.stats.get("piece_dim")
     if any(b.ndim != 2 or b.shape[1] != width for b in blocks):

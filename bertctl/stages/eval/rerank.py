@@ -26,12 +26,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
 from bertctl import console
 from bertctl.model import sentence_layout
 from bertctl.stages.common.cross import Reranker, score_pairs
-from bertctl.tasks.retrieval import lexical, ranking
-
+from bertctl.search import lexical, ranking
 
 def rerank(reranker: Reranker, candidates, batch_size: int, device, precision: str,
            directory: Path) -> dict[str, Any]:

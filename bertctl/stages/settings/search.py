@@ -20,7 +20,7 @@ DEV = "Dev set"
 
 
 class EmbedSettings(InferenceSettings):
-    """`bertctl embed`: a frozen encoder's hidden states as vectors (see bertctl/embeddings.py)."""
+    """`bertctl embed`: a frozen encoder's hidden states as vectors (see bertctl/frozen_features.py)."""
 
     produces: ClassVar[str | None] = "embeddings"
 
@@ -85,7 +85,7 @@ class EmbedSettings(InferenceSettings):
 class IndexSettings(StageConfig):
     """`bertctl index`: an embeddings artifact made searchable: exact search below a size,
     above it an approximate index (faiss), its recall against exact search measured on the
-    build (see bertctl/tasks/retrieval/approximate.py)."""
+    build (see bertctl/search/approximate.py)."""
 
     produces: ClassVar[str | None] = "index"
 

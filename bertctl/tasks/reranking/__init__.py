@@ -26,7 +26,8 @@ from bertctl.errors import BertctlError
 from bertctl.model import sentence_layout
 from bertctl.tasks.base import architecture_name, check_options, logits_of, model_roles
 from bertctl.tasks.registry import register
-from bertctl.tasks.retrieval import ranking, reader
+from bertctl.tasks.retrieval import reader
+from bertctl.search import ranking
 from bertctl.tasks.sequence import SequenceFamily, TaskExamples, encode_examples
 
 # config.json's note to sentence-transformers: CrossEncoder.predict applies this to the logit.

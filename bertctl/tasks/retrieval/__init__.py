@@ -36,7 +36,8 @@ from bertctl.metrics import pearson, spearman
 from bertctl.model import architectures, sentence_layout as sentence
 from bertctl.tasks.base import Family, check_options, model_roles
 from bertctl.tasks.registry import register
-from bertctl.tasks.retrieval import lexical, ranking, reader
+from bertctl.tasks.retrieval import reader
+from bertctl.search import lexical, ranking
 from bertctl.tasks.retrieval.loss import LOSSES, default_loss
 from bertctl.tasks.retrieval.options import RetrievalOptions, options, sizes
 from bertctl.tasks.retrieval.reader import RetrievalExamples
@@ -333,7 +334,7 @@ class Retrieval(Family):
                 **self._lexical(found.run, found.qrels, examples, spec)}
 
     def _lexical(self, run, qrels, examples: RetrievalExamples, spec) -> dict:
-        """BM25's metrics and the hybrid's (bertctl/tasks/retrieval/lexical.py)."""
+        """BM25's metrics and the hybrid's (bertctl/search/lexical.py)."""
         if not options(spec).bm25:
             return {}
         if examples.kind != "beir" or examples.raw is None:

@@ -34,7 +34,8 @@ from torch import nn
 
 from bertctl.errors import BertctlError
 from bertctl.model.dropout import has_dropout
-from bertctl.tasks.retrieval import cached, late
+from bertctl.tasks.retrieval import cached
+from bertctl.search import late
 from bertctl.tasks.retrieval.loss import LOSSES, Loss, default_loss
 
 

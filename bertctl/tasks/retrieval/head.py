@@ -22,7 +22,7 @@ from torch import nn
 from bertctl.errors import BertctlError
 from bertctl.model import architectures, sentence
 from bertctl.model.composed import Composed, Head
-from bertctl.tasks.retrieval import late as late_interaction
+from bertctl.search import late as late_interaction
 
 
 LATE_FOLDER = "late_projection"

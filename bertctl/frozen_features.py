@@ -24,7 +24,7 @@ chunk whatever the input's size.
   overflow) are checked.
 
 - Pieces stored (`store_pieces`, an embedding model's own vectors only): beside each text's
-  vector, its pieces as late interaction compares them (tasks/retrieval/late.py: the last
+  vector, its pieces as late interaction compares them (search/late.py: the last
   hidden states, mapped by the model's late-interaction head where it has one, each of unit
   length), from the same forward pass, so that `bertctl search` reorders its hits by them
   without embedding the documents again.

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from bertctl.errors import BertctlError
-from bertctl.tasks.retrieval import ranking
+from bertctl.search import ranking
 
 FILE = "faiss.index"
 BLOCK = 65_536
