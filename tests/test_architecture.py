@@ -378,3 +378,10 @@ def test_search_is_below_the_families(path):
     reranking families and the search stages; they import neither."""
     bad = sorted(n for n in _imports(path) if n.startswith(("bertctl.tasks", "bertctl.stages")))
     assert not bad, f"{_module(path)} imports {bad}"
+
+
+def test_the_loop_never_rewrites_its_settings():
+    """#85: what a run decides (the batch fitted to a budget, the micro-batch to memory) is a
+    plan the loop reads (train/plan.py); the settings stay what the user gave."""
+    for path in (PACKAGE / "train").rglob("*.py"):
+        assert "model_copy(" not in path.read_text(encoding="utf-8"), path.name

@@ -231,8 +231,10 @@ def test_an_embedding_model_is_refused_with_its_own_flag_and_its_chunks_are_plan
     room = state + int(memory.ACTIVATION_MARGIN * peak(fixed, per_row, 4)) + memory.RESERVE_BYTES
     monkeypatch.setenv(memory.MEMORY_ENV, str(room))
     with pytest.raises(BertctlError, match="at micro-batch 16 .*: --cache-negatives N$"):
-        memory.fit_to_memory(model, Vectors(), settings, torch.device("cpu"), 1)
+        memory.fit_to_memory(model, Vectors(), settings, settings.batch_size,
+                             torch.device("cpu"), 1)
     cached = Contrastive(cache_negatives=4)
-    fit = memory.fit_to_memory(cached, Vectors(), settings, torch.device("cpu"), 1)
+    fit = memory.fit_to_memory(cached, Vectors(), settings, settings.batch_size,
+                               torch.device("cpu"), 1)
     # the batch stays whole; the probe ran unchunked and the setting is back
     assert fit.micro_batch_size == 16 and cached.seen == [0, 0] and cached.cache_negatives == 4

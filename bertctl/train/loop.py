@@ -37,11 +37,10 @@ from bertctl import hardware
 from bertctl.contract import signals
 from bertctl.data.collate import without_full_mask
 from bertctl.errors import BertctlError
-from bertctl.train import budget
 from bertctl.train import checkpoint as ckpt
 from bertctl.train import distributed as dist
-from bertctl.train import memory
 from bertctl.train import tensorboard
+from bertctl.train.plan import plan_batch
 from bertctl.train.optim import (decay_steps, lr_at, lr_at_share, make_optimizer, set_lr,
                                  warmup_steps)
 from bertctl.train.order import BatchOrder, DataSource, lengths_of
@@ -135,19 +134,12 @@ class Trainer:
         self.attention = attention_policies(self.model)
         for policy in self.attention:
             policy.configure(s.attention, timing=self.world == 1)
-        self.batch_fit = budget.fit_to_budget(self.model, data, s, self.device, self.world,
-                                              work_dir, on_log if self.info.is_main else None)
-        if self.batch_fit is not None:
-            s = self.s = s.model_copy(update={"batch_size": self.batch_fit.batch_size})
-
-        # The geometry: a global batch is num_micro micro-batches, dealt round-robin to ranks,
-        # each as large as the memory allows (a step measured as it will run: memory.py).
+        # The geometry: a global batch of micro-batches dealt round-robin to ranks, each as
+        # large as the memory allows, measured as the run will run (plan.py).
         self._set_checkpointing(s.gradient_checkpointing)
-        self.memory_fit = memory.fit_to_memory(self.model, data, s, self.device, self.world,
-                                               on_log if self.info.is_main else None)
-        self.micro = self.memory_fit.micro_batch_size
-        self.num_micro = s.batch_size // self.micro
-        self.order = BatchOrder(len(data), s.batch_size, s.seed,
+        self.plan = plan_batch(self.model, data, s, self.device, self.world, work_dir,
+                               on_log if self.info.is_main else None)
+        self.order = BatchOrder(len(data), self.plan.batch_size, s.seed,
                                 lengths_of(data) if s.group_by_length else None)
         # A time budget ends the run when it is spent; until then the step count is open.
         self.budget = s.time_budget
@@ -172,7 +164,8 @@ class Trainer:
         self.optimizer = make_optimizer(self.model, s.lr, s.weight_decay, tuple(s.betas), s.eps,
                                         s.optimizer)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=s.precision == "fp16")
-        self.data_key = {"num_examples": len(data), "batch_size": s.batch_size, "seed": s.seed,
+        self.data_key = {"num_examples": len(data), "batch_size": self.plan.batch_size,
+                         "seed": s.seed,
                          "group_by_length": s.group_by_length, "start_step": s.start_step}
         if self.order_start != s.start_step:   # (keyed only then: older checkpoints resume)
             self.data_key["order_start"] = self.order_start
@@ -317,8 +310,8 @@ class Trainer:
         """This rank's micro-batches of a global step (micro-batches rank, rank+W, ...), its
         non-pad tokens and examples."""
         epoch, indices = self.order.at(global_step - 1 - self.order_start)  # step 1: batch 0
-        batches, tokens, micro = [], 0, self.micro
-        for m in range(self.rank, self.num_micro, self.world):
+        batches, tokens, micro = [], 0, self.plan.micro_batch_size
+        for m in range(self.rank, self.plan.num_micro, self.world):
             b = self.data.batch(indices[m * micro:(m + 1) * micro], epoch)
             tokens += count_tokens(b, micro)
             b = without_full_mask(b)
@@ -332,7 +325,7 @@ class Trainer:
         """Forward and backward over the micro-batches, one optimizer update; returns the
         step's tokens and examples over all ranks."""
         s, device = self.s, self.device
-        sync_scale = self.world / self.num_micro  # DDP averages over ranks; we want the mean
+        sync_scale = self.world / self.plan.num_micro  # DDP averages over ranks; we want the mean
         autocast = hardware.autocast(device, s.precision)
         loss_sum = torch.zeros((), dtype=torch.float64, device=device)
         sums: dict[str, list[torch.Tensor]] = {}
@@ -347,7 +340,7 @@ class Trainer:
                     out = self.ddp(**batch)
                 loss = out["loss"]
                 self.scaler.scale(loss.float() * sync_scale).backward()
-            loss_sum += loss.detach().double() / self.num_micro
+            loss_sum += loss.detach().double() / self.plan.num_micro
             if self.step_metrics is not None:
                 with torch.no_grad():
                     for name, pair in self.step_metrics(out, batch).items():
@@ -511,8 +504,8 @@ class Trainer:
                            best_step=self.best.step, model=self.model,
                            stopped_early=stopped_early, resumed_from=self.resumed_from,
                            elapsed=self.elapsed, loop_started=self.loop_started,
-                           batch_fit=asdict(self.batch_fit) if self.batch_fit else None,
-                           memory_fit=asdict(self.memory_fit),
+                           batch_fit=asdict(self.plan.budget) if self.plan.budget else None,
+                           memory_fit=asdict(self.plan.memory),
                            patience_stop=self.stopped_by_patience, optimizer=self.optimizer,
                            attention={"mode": self.s.attention,
                                       "chosen": self.attention_choices()})

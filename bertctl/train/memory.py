@@ -317,10 +317,10 @@ def choose(asked: int, given: bool, state: int, fixed, per_row, available: int,
                        f"{way}")
 
 
-def fit_to_memory(model: nn.Module, data, settings, device: torch.device, world: int,
-                  on_log=None) -> MemoryFit:
-    """The micro-batch of a run (announced through on_log). Every process measures; they
-    plan with the least memory any has, so all choose alike.
+def fit_to_memory(model: nn.Module, data, settings, batch_size: int, device: torch.device,
+                  world: int, on_log=None) -> MemoryFit:
+    """The micro-batch of a run's global batch of `batch_size` (announced through on_log).
+    Every process measures; they plan with the least memory any has, so all choose alike.
 
     Two attributes of a model change the plan. `compares_rows` (text: the flag that lowers its
     memory instead) says its loss compares the rows of a batch (in-batch negatives), which a
@@ -328,18 +328,18 @@ def fit_to_memory(model: nn.Module, data, settings, device: torch.device, world:
     sequences at a time and back-propagates a chunk at a time (GradCache): the probe runs it
     unchunked, and the plan holds one chunk's activations."""
     s = settings
-    asked = s.micro_batch_size or s.batch_size // world
-    if asked < 1 or s.batch_size % (asked * world):
-        raise BertctlError(f"train settings: batch_size {s.batch_size} is not a multiple of "
+    asked = s.micro_batch_size or batch_size // world
+    if asked < 1 or batch_size % (asked * world):
+        raise BertctlError(f"train settings: batch_size {batch_size} is not a multiple of "
                            f"micro_batch_size {asked} x {world} process(es)")
-    check_fits(len(data), s.batch_size)   # what the data and settings alone decide, first
+    check_fits(len(data), batch_size)   # what the data and settings alone decide, first
     compares = getattr(model, "compares_rows", None)
-    if compares is not None and asked * world < s.batch_size:
+    if compares is not None and asked * world < batch_size:
         # What the data and settings alone decide, before anything is measured: the loss of
         # a micro-batch would compare its rows only, not the batch's the manifest records.
         raise BertctlError(f"--micro-batch-size {asked}: this loss compares the rows of a "
                            f"batch (in-batch negatives), which micro-batches of {asked} would "
-                           f"split from the batch of {s.batch_size}; give {compares}")
+                           f"split from the batch of {batch_size}; give {compares}")
     fixed, per_row, per_sequence = measure(model, data, device, s.precision, asked)
     available = available_bytes(device)
     if dist.active():   # the same rows measure the same on every rank: only this may differ
