@@ -30,14 +30,12 @@ from bertctl.errors import NonFiniteOutputs
 
 Batches = Iterable[tuple[np.ndarray, dict[str, torch.Tensor]]]
 Progress = Callable[[int], None]  # called with the number of examples just done
-PRECISIONS = ("fp32", "bf16", "fp16")
 
 
 @contextlib.contextmanager
 def inference(model: torch.nn.Module, device: str | torch.device, precision: str) -> Iterator[None]:
-    """Eval mode, no autograd, and bf16 autocast if asked; restores the model's mode after."""
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    """Eval mode, no autograd, and the precision's autocast (hardware.autocast); restores the
+    model's mode after."""
     was_training = model.training
     model.eval()
     try:

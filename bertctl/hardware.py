@@ -197,13 +197,11 @@ def to_device(batch: dict, device) -> dict:
             for k, v in batch.items()}
 
 
-def check_training_precision(precision: str, device) -> None:
-    """The precision a training run asked for can run on `device`."""
+def check_precision(precision: str, device) -> None:
+    """The precision a stage asked for can run on `device` (training and inference alike)."""
     import torch
 
-
     if precision == "fp16" and device.type != "cuda":
-        raise BertctlError("train settings: precision fp16 needs a CUDA GPU (loss scaling); "
-                           "on CPU use bf16")
+        raise BertctlError("--precision fp16 needs a CUDA GPU; on a CPU use bf16")
     if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
-        raise BertctlError("train settings: this GPU does not support bf16; use fp16")
+        raise BertctlError("--precision bf16: this GPU does not support it; use fp16")

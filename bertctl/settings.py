@@ -195,6 +195,9 @@ def identity(config: StageConfig) -> dict[str, Any]:
     """The settings that determine the output, the part an artifact id hashes. Fields marked
     `json_schema_extra={"identity": False}` (worker counts, logging intervals) change how a
     stage runs, not what it makes, so changing them must not invalidate an artifact."""
+    if getattr(config, "precision", None) == "auto":   # (a stage resolves it first: Runtime)
+        raise RuntimeError(f"{type(config).__name__}: precision auto is unresolved; hash "
+                           f"settings.resolved()")
     values = as_dict(config)
     for name, field in type(config).model_fields.items():
         if field_meta(field).get("identity") is False:
@@ -243,20 +246,6 @@ def identity_exclusions(kind: str, classes) -> set[frozenset[str]]:
     return found
 
 
-def resolve_precision(cls, data: Any) -> Any:
-    """`auto` becomes the precision this machine runs fastest (bertctl.hardware), before the
-    settings are validated: the manifest records it, and the artifact id hashes it."""
-    if not isinstance(data, dict):
-        return data
-    precision = data.get("precision", cls.model_fields["precision"].default)
-    if precision != "auto":
-        return data
-    # Every other value is checked first: the hardware probe imports torch (2 s, 250 MB), which
-    # a typo in another setting should not cost.
-    cls.model_validate({**data, "precision": "fp32"})
-    return {**data, "precision": auto_precision(str(data.get("device") or "auto"))}
-
-
 def plugin_option_fields(plugins, kind: str, shared_panel: str, stage: str | None = None
                          ) -> dict[str, tuple[Any, Any]]:
     """name -> (annotation, FieldInfo): the options the registered `plugins` of one kind (task
@@ -291,20 +280,35 @@ def plugin_option_fields(plugins, kind: str, shared_panel: str, stage: str | Non
     return fields
 
 
-class InferenceSettings(StageConfig):
-    """How a stage that only runs the model forward runs it (eval, embed)."""
+# The precisions a model runs in; `auto` is the machine's choice, made by the stage (Runtime).
+Precision = Literal["auto", "fp32", "bf16", "fp16"]
 
-    precision: Literal["auto", "fp32", "bf16"] = Field(
-        "auto", description="auto: bf16 where the hardware runs bf16 matmuls natively, else "
-        "fp32; fp32; or bf16 autocast (CPU or GPU). Recorded resolved.",
+
+class Threads(StageConfig):
+    """The CPU threads of a stage that computes: declared once, mixed into each."""
+
+    threads: int | None = Field(
+        None, ge=1, le=4096, description="CPU threads per process; unset: OMP_NUM_THREADS if "
+        "set, else the cores this process may use (affinity and cgroup quota).",
+        json_schema_extra=meta(RUNTIME, identity=False))
+
+
+class Runtime(Threads):
+    """Where and in what precision a stage runs a model: declared once, mixed into every stage
+    that runs one. `auto` stays `auto` here; the stage resolves it first (`resolved`), so the
+    manifest records and the artifact id hashes what this machine runs."""
+
+    precision: Precision = Field(
+        "auto", description="auto: bf16 where the device runs bf16 matmuls natively (CPUs with "
+        "AMX or AVX512-BF16, GPUs that support it), else fp32; fp32; bf16 autocast; fp16 "
+        "autocast, on a CUDA GPU only (training adds a gradient scaler). Recorded resolved.",
         json_schema_extra=meta(RUNTIME))
-    threads: int | None = Field(None, ge=1, le=4096, description="CPU threads; unset: OMP_NUM_THREADS "
-                                "if set, else the cores this process may use.",
-                                json_schema_extra=meta(RUNTIME, identity=False))
-    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: cuda when "
-                                                   "available.", json_schema_extra=meta(RUNTIME, identity=False))
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="auto: cuda when available (cuda:LOCAL_RANK under torchrun).",
+        json_schema_extra=meta(RUNTIME, identity=False))
 
-    @model_validator(mode="before")
-    @classmethod
-    def _auto_precision(cls, data: Any) -> Any:
-        return resolve_precision(cls, data)
+    def resolved(self):
+        """These settings with `auto` precision made this machine's (bertctl.hardware)."""
+        if self.precision != "auto":
+            return self
+        return self.model_copy(update={"precision": auto_precision(self.device)})

@@ -77,8 +77,9 @@ def test_min_steps_needs_a_budget_and_leaves_old_ids_alone():
         TrainSettings(steps=10, min_steps=100)
     from bertctl.stages.settings.declared import PretrainSettings
 
-    assert "min_steps" not in identity(PretrainSettings(time_budget="30m"))
-    assert identity(PretrainSettings(time_budget="30m", min_steps=600))["min_steps"] == 600
+    assert "min_steps" not in identity(PretrainSettings(time_budget="30m").resolved())
+    assert identity(PretrainSettings(time_budget="30m", min_steps=600).resolved()
+                    )["min_steps"] == 600
 
 
 def test_pretrain_fits_its_batch_through_the_cli(cli, pretrain_data, tmp_path):

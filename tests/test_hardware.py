@@ -8,7 +8,7 @@ import torch
 
 from bertctl import hardware
 from bertctl.stages.settings.declared import EvalSettings, FinetuneSettings, PretrainSettings
-from bertctl.settings import identity
+from bertctl.settings import SettingsError, identity
 from bertctl.train.settings import TrainSettings
 
 
@@ -32,17 +32,19 @@ def test_auto_follows_the_cpu(cpu_probes, amx, avx512_bf16, expected):
     assert hardware.auto_precision("auto") == expected
     assert hardware.auto_precision("cpu") == expected
     for config in (FinetuneSettings(), EvalSettings(), PretrainSettings(steps=2)):
-        assert config.precision == expected  # resolved when the settings are made
+        assert config.precision == "auto"   # made without a probe of the machine ...
+        assert config.resolved().precision == expected   # ... resolved by the stage
 
 
 def test_explicit_precision_and_code_defaults_are_kept(cpu_probes):
     cpu_probes(True, True)
-    assert FinetuneSettings(precision="fp32").precision == "fp32"
-    assert EvalSettings(precision="fp32").precision == "fp32"
-    assert TrainSettings(steps=1).precision == "fp32"  # code asks for what it wants
-    assert TrainSettings(steps=1, precision="auto").precision == "bf16"
+    assert FinetuneSettings(precision="fp32").resolved().precision == "fp32"
+    assert EvalSettings(precision="fp32").resolved().precision == "fp32"
+    assert TrainSettings(steps=1).precision == "fp32"  # code says what it wants
+    with pytest.raises(SettingsError):   # and never auto: the stage resolved it
+        TrainSettings(steps=1, precision="auto")
     cpu_probes(False, False)
-    assert PretrainSettings(steps=2, precision="bf16").precision == "bf16"
+    assert PretrainSettings(steps=2, precision="bf16").resolved().precision == "bf16"
 
 
 def test_never_fp16_and_cuda_without_bf16_is_fp32(cpu_probes, monkeypatch):
@@ -57,9 +59,9 @@ def test_never_fp16_and_cuda_without_bf16_is_fp32(cpu_probes, monkeypatch):
 
 def test_the_id_hashes_the_resolved_precision(cpu_probes):
     cpu_probes(False, False)
-    fp32 = FinetuneSettings()
+    fp32 = FinetuneSettings().resolved()
     cpu_probes(False, True)
-    bf16 = FinetuneSettings()
+    bf16 = FinetuneSettings().resolved()
     assert identity(fp32)["precision"] == "fp32" and identity(bf16)["precision"] == "bf16"
     assert identity(FinetuneSettings(precision="fp32")) == identity(fp32)
     assert "threads" not in identity(fp32)  # how fast, not what

@@ -163,7 +163,8 @@ def test_bert_ids_and_weights_do_not_move():
     from bertctl import settings as settings_mod
     from bertctl.stages.settings.declared import PretrainSettings
 
-    default = settings_mod.identity(PretrainSettings(steps=10))
+    default = settings_mod.identity(PretrainSettings(steps=10).resolved())
     assert "architecture" not in default
-    modern = settings_mod.identity(PretrainSettings(steps=10, architecture="modernbert"))
+    modern = settings_mod.identity(PretrainSettings(steps=10, architecture="modernbert"
+                                                    ).resolved())
     assert modern["architecture"] == "modernbert"

@@ -85,7 +85,7 @@ def test_compile_is_in_the_id_and_off_keeps_the_old_ids():
     from bertctl.contract.identity import compute_id
     from bertctl.settings import identity as identity_config
 
-    off, on = FinetuneSettings(), FinetuneSettings(compile=True)
+    off, on = FinetuneSettings().resolved(), FinetuneSettings(compile=True).resolved()
     assert "compile" not in identity_config(off)
     assert identity_config(on)["compile"] is True
     assert compute_id("model", identity_config(off), []) != \

@@ -108,8 +108,9 @@ def test_a_budget_is_one_setting_however_written():
     from bertctl.stages.settings.declared import PretrainSettings
     from bertctl.settings import identity
 
-    assert identity(PretrainSettings(time_budget="30m")) == identity(
-        PretrainSettings(time_budget="1800")) == identity(PretrainSettings(time_budget=1800.0))
+    assert identity(PretrainSettings(time_budget="30m").resolved()) == identity(
+        PretrainSettings(time_budget="1800").resolved()) == identity(
+        PretrainSettings(time_budget=1800.0).resolved())
 
 
 def test_bad_budget_flags_are_one_line_before_any_work(cli, pretrain_data, tmp_path):

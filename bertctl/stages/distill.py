@@ -19,7 +19,7 @@ from bertctl.contract import artifacts
 from bertctl.stages.settings.declared import DistillSettings
 from bertctl.errors import BertctlError, NonFiniteOutputs
 from bertctl.model import LoadReport, build, read_config
-from bertctl.stages.common import models, training
+from bertctl.stages.common import models, runtime, training
 from bertctl.stages.common.task_training import LoopSetup, Supervision, TaskJob
 from bertctl.tasks.resolve import TASK_FILE, model_task, task_length, training_files
 from bertctl.train import distributed as dist
@@ -146,6 +146,7 @@ class Distillation(Supervision):
 def run(config: DistillSettings, target: artifacts.Target, teacher_dir: Path, train_path: Path,
         dev_path: Path | None = None, student_init: Path | None = None,
         student_config: Path | None = None):
+    config = runtime.applied(config)
     teacher = models.open_model(teacher_dir, "teacher")
     if teacher.task is None and not (config.task or config.family):
         raise BertctlError(f"{teacher.path}: has no task ({TASK_FILE}); distillation "

@@ -6,17 +6,17 @@ from __future__ import annotations
 import dataclasses
 import time
 from pathlib import Path
-from bertctl import console, evaluation, frozen_features, hardware
+from bertctl import console, evaluation, frozen_features
 from bertctl.contract import artifacts
 from bertctl.stages.settings.declared import EmbedSettings
 from bertctl.errors import BertctlError
 from bertctl.model import architectures, sentence_layout
 from bertctl.model.features import parse_layers
-from bertctl.stages.common import models
+from bertctl.stages.common import models, runtime
 
 
 def run(config: EmbedSettings, target: artifacts.Target, model_dir: Path, data: Path):
-    hardware.set_threads(config.threads)
+    config = runtime.applied(config)
     source = models.open_model(model_dir, "model", exports=True)
     tok, _ = source.tokenizer()
     max_len = config.max_seq_length or models.model_length(source)   # unset: the model's

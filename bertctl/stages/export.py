@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from bertctl import console, evaluation, hardware
+from bertctl import console, evaluation
 
 from bertctl.contract import modelcard
 
@@ -34,7 +34,7 @@ from bertctl.stages.settings.declared import ExportSettings
 from bertctl.errors import BertctlError
 from bertctl.contract.expectations import ExpectationsUnmet
 from bertctl.contract.exports import ExportFacts
-from bertctl.stages.common import models
+from bertctl.stages.common import models, runtime
 from bertctl.tasks.resolve import TASK_FILE, TaskInput, open_task
 from bertctl.stages.settings.assembled import eval_settings
 
@@ -45,7 +45,7 @@ LATENCY_REQUESTS, LATENCY_WARMUP = 100, 5
 def run(config: ExportSettings, target: artifacts.Target, model_dir: Path,
         check: Path | None = None) -> artifacts.Outcome:
     onnx_model.require("bertctl export")   # before any work: nothing written without it
-    hardware.set_threads(config.threads)
+    config = runtime.applied(config)
     source = models.open_model(model_dir)
     # A sentence-transformers model (its layout, no bertctl task) is an embedding model: its
     # graph is the embedding head (pooling, Dense, normalisation), what `embed` reads of it.

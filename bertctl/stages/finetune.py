@@ -10,7 +10,7 @@ from bertctl.contract import artifacts
 from bertctl.stages.settings.declared import FinetuneSettings
 from bertctl.errors import BertctlError
 from bertctl.model.features import parse_layers
-from bertctl.stages.common import models, training
+from bertctl.stages.common import models, runtime, training
 from bertctl.stages.common.task_training import TaskJob
 from bertctl.tasks.resolve import training_files
 from bertctl.stages.settings.assembled import task_spec
@@ -30,6 +30,7 @@ def frozen_features(config: FinetuneSettings, family, source: models.ModelSource
 
 def run(config: FinetuneSettings, target: artifacts.Target, model_dir: Path, train_path: Path,
         dev_path: Path | None = None):
+    config = runtime.applied(config)
     spec = task_spec(config)
     family = tasks.get(spec.family)
     source = models.open_model(model_dir, "model")

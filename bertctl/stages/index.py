@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from bertctl import console, hardware
+from bertctl import console
 from bertctl.contract import artifacts
 from bertctl.stages.settings.declared import IndexSettings
-from bertctl.stages.common import vectors
+from bertctl.stages.common import runtime, vectors
 from bertctl.search import approximate
 
 
 def run(config: IndexSettings, target: artifacts.Target, embeddings: Path):
-    hardware.set_threads(config.threads)
+    config = runtime.applied(config)
     art, blocks = vectors.index_vectors(embeddings)
     n, dim = sum(len(b) for b in blocks), int(blocks[0].shape[1])
     kind = config.kind

@@ -8,19 +8,19 @@ import time
 from pathlib import Path
 
 import numpy as np
-from bertctl import console, hardware, tasks
+from bertctl import console, tasks
 from bertctl.contract import artifacts
 from bertctl.stages.settings.declared import MineSettings
 from bertctl.errors import BertctlError
 from bertctl.model import sentence_layout
 from bertctl.data.npy import NpyAppender
-from bertctl.stages.common import cross, models, vectors
+from bertctl.stages.common import cross, models, runtime, vectors
 from bertctl.tasks.retrieval import mining
 from bertctl.search import late, ranking
 
 def run(config: MineSettings, target: artifacts.Target, model_dir: Path, train: Path,
         corpus: Path | None = None, teacher: Path | None = None):
-    hardware.set_threads(config.threads)
+    config = runtime.applied(config)
     if teacher is None and config.teacher_scoring != "cross":
         raise BertctlError(f"--teacher-scoring {config.teacher_scoring}: give --teacher MODEL, "
                            f"the model that scores (the miner itself, say)")

@@ -29,7 +29,7 @@ from bertctl.errors import BertctlError
 from bertctl.model import ARCHITECTURES, architectures, build
 from bertctl.model.dropout import set_training_dropout
 from bertctl.model.vocabulary import grow_vocabulary
-from bertctl.stages.common import models, training
+from bertctl.stages.common import models, runtime, training
 from bertctl.train import distributed as dist
 from bertctl.train.loop import train
 from bertctl.train.settings import TrainSettings
@@ -308,6 +308,7 @@ class PretrainJob:
 
 def run(config: PretrainSettings, target: artifacts.Target, data_dir: Path,
         init_from: Path | None = None, model_config: Path | None = None):
+    config = runtime.applied(config)
     if init_from and model_config:
         raise BertctlError("give either --init-from or --model-config, not both")
 

@@ -128,7 +128,7 @@ class Trainer:
             tensorboard.require()
         self.info = dist.init(s.device)
         self.device, self.world, self.rank = self.info.device, self.info.world_size, self.info.rank
-        hardware.check_training_precision(s.precision, self.device)
+        hardware.check_precision(s.precision, self.device)
         self.model = model.to(self.device)
         # Before the measurement steps below, which time attention too.
         self.attention = attention_policies(self.model)

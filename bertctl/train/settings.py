@@ -7,15 +7,14 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from bertctl.settings import (CHECKPOINTS, EVALUATION, RUNTIME, TRAINING, StageConfig, meta,
-                              resolve_precision)
+from bertctl.settings import CHECKPOINTS, EVALUATION, RUNTIME, TRAINING, Runtime, meta
 from bertctl.train.optimizers import OPTIMIZERS
 import re
 
 _RUN = meta(RUNTIME, identity=False)
 
 
-class TrainingSettings(StageConfig):
+class TrainingSettings(Runtime):
     """The training loop's settings, shared by pretrain and finetune (which set other defaults)."""
 
     # The bounds are beyond any real run: a typo of many digits is refused, not scheduled.
@@ -94,14 +93,6 @@ class TrainingSettings(StageConfig):
         json_schema_extra=meta(TRAINING, hashed_if_changed=True))
     max_grad_norm: float | None = Field(1.0, gt=0, description="Gradient clipping norm.",
                                         json_schema_extra=meta(TRAINING))
-    precision: Literal["auto", "fp32", "bf16", "fp16"] = Field(
-        "auto", description="auto: bf16 where the hardware runs bf16 matmuls natively (CPUs "
-        "with AMX or AVX512-BF16, GPUs that support it), else fp32; fp32; bf16 autocast; fp16 "
-        "with a gradient scaler (GPU only). Recorded resolved.", json_schema_extra=meta(RUNTIME))
-    threads: int | None = Field(None, ge=1, le=4096,
-                                description="CPU threads per process; unset: "
-                                "OMP_NUM_THREADS if set, else the cores this process may use "
-                                "(affinity and cgroup quota).", json_schema_extra=_RUN)
     seed: int = Field(0, ge=0, description="Seed for initialisation, data order and dropout.",
                       json_schema_extra=meta(TRAINING))
     group_by_length: bool = Field(False, description="Batch examples of similar length "
@@ -125,17 +116,9 @@ class TrainingSettings(StageConfig):
                              "to resume from when the same command is rerun: latest, never, or "
                              "a step (to skip a corrupted newer one).",
                              json_schema_extra=meta(CHECKPOINTS, identity=False))
-    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: cuda when "
-                                                   "available (cuda:LOCAL_RANK under torchrun).",
-                                                   json_schema_extra=_RUN)
     tensorboard: str | None = Field(None, description="Also write the logged scalars as "
                                     "TensorBoard event files to this directory (needs the "
                                     "tensorboard extra).", json_schema_extra=_RUN)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _auto_precision(cls, data: Any) -> Any:
-        return resolve_precision(cls, data)
 
     @field_validator("optimizer")
     @classmethod
@@ -228,7 +211,7 @@ class TrainSettings(TrainingSettings):
     where: ClassVar[str] = "train settings"
 
     checkpoint_every: int | None = Field(None, ge=1)
-    precision: Literal["auto", "fp32", "bf16", "fp16"] = "fp32"  # code asks for what it wants
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"   # code says what it wants
     keep_last: int | None = Field(2, ge=1)
     betas: tuple[float, float] = (0.9, 0.999)
     eps: float = Field(1e-6, gt=0)       # BERT's Adam epsilon (PyTorch's default is 1e-8)

@@ -89,7 +89,9 @@ class ModelSource:
         """(device, precision, what the manifest records as the precision) for running this
         model: an export runs its graph as written, with onnxruntime on the CPU."""
         if self.onnx is None:
-            return hardware.resolve_device(device), precision, precision
+            resolved = hardware.resolve_device(device)
+            hardware.check_precision(precision, resolved)
+            return resolved, precision, precision
         return hardware.resolve_device("cpu"), "fp32", self.onnx.runtime
 
     @property

@@ -13,7 +13,7 @@ from pathlib import Path
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from bertctl import console, hardware
+from bertctl import console
 
 from bertctl.contract import modelcard
 from bertctl.contract import artifacts, locks, placement
@@ -56,7 +56,6 @@ def train_to_artifact(config, inputs: list[artifacts.InputRef], target: artifact
     removed once the artifact is in place.
     """
     dist.init(config.device)  # under torchrun: join the group first, to know who writes
-    hardware.set_threads(config.threads)
     try:
         planned = artifacts.plan("model", config, inputs, target.out, target.given)
         # The output's lock covers the whole run, its run directory included (rank 0 holds it

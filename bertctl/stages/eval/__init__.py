@@ -13,13 +13,14 @@ from bertctl.contract import artifacts
 from bertctl.stages.settings.declared import EvalSettings
 from bertctl.errors import BertctlError
 from bertctl.contract.expectations import ExpectationsUnmet
-from bertctl.stages.common import models
+from bertctl.stages.common import models, runtime
 from bertctl.stages.eval import pretraining, task
 
 
 def run(config: EvalSettings, target: artifacts.Target, model: Path, data: Path,
         expect: list[str], rerank: Path | None = None) -> artifacts.Outcome:
     gates = [expectations.parse(e) for e in expect]  # a typo fails before any work
+    config = runtime.applied(config)
     if rerank is None and config.rerank_scoring != "cross":
         raise BertctlError(f"--rerank-scoring {config.rerank_scoring}: give --rerank MODEL, "
                            f"the model that scores (the first stage itself, say)")

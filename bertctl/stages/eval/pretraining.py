@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bertctl import console, hardware, objectives
+from bertctl import console, objectives
 
 from bertctl.stages.common import agreement
 from bertctl.contract import artifacts
@@ -28,7 +28,6 @@ _TASK_FLAGS = ("task", "family", "text_column", "label_column", "context_column"
 def run(config: EvalSettings, target: artifacts.Target, source: ModelSource,
         art: artifacts.Artifact) -> artifacts.Outcome:
 
-    hardware.set_threads(config.threads)
     given = [f"--{k.replace('_', '-')}" for k in _TASK_FLAGS if getattr(config, k) is not None]
     if given:
         raise BertctlError(f"{' '.join(given)}: task settings apply to task data files, not to "
@@ -40,7 +39,7 @@ def run(config: EvalSettings, target: artifacts.Target, source: ModelSource,
                 "rebuild it with --validation-fraction" if split == "validation" else "")
         raise BertctlError(f"{art.path}: the {split} split is empty{hint}")
     check_pretraining_agreement(source, info)
-    device = hardware.resolve_device(config.device)
+    device, precision, _ = source.runtime(config.device, config.precision)
     inputs = [source.ref, art.as_input("data")]
 
     objective = objectives.for_checkpoint(source.hf_config)
@@ -55,7 +54,7 @@ def run(config: EvalSettings, target: artifacts.Target, source: ModelSource,
         with console.progress("evaluating", total=len(dataset), unit="instances") as bar:
             try:
                 result = objective.evaluate(model, dataset, config.batch_size, device,
-                                            config.precision, progress=lambda n: bar.update(n),
+                                            precision, progress=lambda n: bar.update(n),
                                             **options)
             except NonFiniteOutputs as exc:
                 raise exc.named(f"{source.path} on {art.path}") from None

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bertctl import console, evaluation, hardware
+from bertctl import console, evaluation
 from bertctl.contract import artifacts
 from bertctl.metrics import json_safe
 from bertctl.stages.settings.declared import EvalSettings
@@ -33,7 +33,6 @@ ROWS_PER_PART = 10_000
 
 def run(config: EvalSettings, target: artifacts.Target, source: ModelSource,
         data: Path, rerank_with: Path | None = None) -> artifacts.Outcome:
-    hardware.set_threads(config.threads)
     if config.split is not None:
         raise BertctlError(f"--split applies to pretrain-data artifacts; {data} is a task data "
                            f"file (one split already)")

@@ -20,7 +20,7 @@ from bertctl.objectives import OBJECTIVES
 from bertctl.stages.settings.search import (ChooseSettings, EmbedSettings, IndexSettings, MineSettings,
                                      SplitSettings)
 from bertctl.settings import (DATA, DEFAULT_LENGTH, EVALUATION, MODEL, RUNTIME, SEQ_LENGTH, TASK,
-                              TRAINING, InferenceSettings, StageConfig, meta,
+                              TRAINING, Runtime, StageConfig, Threads, meta,
                               register_stage_settings)
 from bertctl.train.settings import TrainingSettings
 
@@ -180,7 +180,7 @@ class TaskSettings(StageConfig):
         return fields
 
 
-class EvalSettings(TaskSettings, InferenceSettings):
+class EvalSettings(TaskSettings, Runtime):
     """`bertctl eval`: the task settings (read from the model's task file unless given) plus
     how to run. The label list always comes from the model."""
 
@@ -350,7 +350,7 @@ class GlueSummarySettings(StageConfig):
 EXPORT = "Export"
 
 
-class ExportSettings(StageConfig):
+class ExportSettings(Threads):
     """`bertctl export`: a model as an ONNX graph for onnxruntime (see bertctl/model/onnx_model.py)."""
 
     produces: ClassVar[str | None] = "export"
@@ -377,9 +377,6 @@ class ExportSettings(StageConfig):
                             json_schema_extra=meta(EVALUATION))
     batch_size: int = Field(64, ge=1, description="With --check: examples per forward pass.",
                             json_schema_extra=_RUN)
-    threads: int | None = Field(None, ge=1, le=4096, description="CPU threads; unset: OMP_NUM_THREADS "
-                                "if set, else the cores this process may use.",
-                                json_schema_extra=_RUN)
 
 
 # Every stage's settings class, declared here once: the artifact-id check reads from these which

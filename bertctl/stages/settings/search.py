@@ -10,7 +10,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from bertctl.settings import DATA, RUNTIME, SEQ_LENGTH, InferenceSettings, StageConfig, meta
+from bertctl.settings import DATA, RUNTIME, SEQ_LENGTH, Runtime, StageConfig, Threads, meta
 
 _RUN = meta(RUNTIME, identity=False)
 EMBEDDINGS = "Embeddings"
@@ -19,7 +19,7 @@ INDEX = "Index"
 DEV = "Dev set"
 
 
-class EmbedSettings(InferenceSettings):
+class EmbedSettings(Runtime):
     """`bertctl embed`: a frozen encoder's hidden states as vectors (see bertctl/frozen_features.py)."""
 
     produces: ClassVar[str | None] = "embeddings"
@@ -82,7 +82,7 @@ class EmbedSettings(InferenceSettings):
                             json_schema_extra=_RUN)
 
 
-class IndexSettings(StageConfig):
+class IndexSettings(Threads):
     """`bertctl index`: an embeddings artifact made searchable: exact search below a size,
     above it an approximate index (faiss), its recall against exact search measured on the
     build (see bertctl/search/approximate.py)."""
@@ -118,9 +118,6 @@ class IndexSettings(StageConfig):
                           json_schema_extra=meta(INDEX))
     seed: int = Field(0, ge=0, description="The training sample's and the recall queries' "
                       "draw.", json_schema_extra=meta(INDEX))
-    threads: int | None = Field(None, ge=1, le=4096, description="CPU threads; unset: "
-                                "OMP_NUM_THREADS if set, else the cores this process may use.",
-                                json_schema_extra=_RUN)
 
     @model_validator(mode="after")
     def _approximate_only(self):
@@ -130,7 +127,7 @@ class IndexSettings(StageConfig):
         return self
 
 
-class MineSettings(InferenceSettings):
+class MineSettings(Runtime):
     """`bertctl mine`: each training query searched with the model over a corpus, and the
     highest-ranked documents that are not its positives written as its hard negatives, with
     sentence-transformers' mine_hard_negatives' guards against false negatives (see
