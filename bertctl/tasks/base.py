@@ -17,7 +17,7 @@ order (`evaluation.predict`).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -50,8 +50,6 @@ class Family:
     # The role of the model it fine-tunes (bertctl.model.architectures.ROLES); each
     # architecture has its class for it (config.json's "architectures" names that class).
     head: ClassVar[str]
-    # Whether `calibrate` tunes something on the dev set (finetune then predicts it once more).
-    calibrates: ClassVar[bool] = False
     # Whether the family's metrics are percentages (SQuAD's 0-100) rather than shares (0-1).
     metric_in_percent: ClassVar[bool] = False
     # max_seq_length when the user gives none (span QA: the paper's 384).
@@ -102,11 +100,6 @@ class Family:
     def encode(self, examples, tokenizer, max_seq_length: int, training: bool = False):
         raise NotImplementedError
 
-    def recognises(self, path: Path) -> bool:
-        """Whether a data path's own layout says it is this family's (a BEIR directory is a
-        search's), so a model without a task evaluates it without --task."""
-        return False
-
     def check_training(self, spec, examples, settings, dev=None) -> list[str]:
         """BertctlError for training settings (batch size, loss) that the training examples
         (and the dev examples, when given) cannot be trained or selected with, checked before
@@ -119,11 +112,6 @@ class Family:
         module around it (at `.model`) where the family's loss is the job's choice, not the
         model's (a reranker's ranking loss over a query's candidates)."""
         return model
-
-    def label_range(self, examples) -> list[float] | None:
-        """The span of a labelled file's numeric targets (regression), recorded with the model
-        so a later file on another scale is noticed; None for labels that are classes."""
-        return None
 
     def feature_stats(self, features) -> dict[str, Any]:
         """Facts about the encoding for the log and the manifest (span QA: windows per
@@ -154,11 +142,6 @@ class Family:
         """The spec as the model with this config.json reads its files: settings the flags left
         unset that the model's own files give (retrieval's prompts)."""
         return spec
-
-    def head_note(self, hf_config: dict[str, Any], spec, where: str) -> str | None:
-        """A line to log about how the model's head is read for the task (a default taken in
-        place of a setting the model lacks); None: nothing to say."""
-        return None
 
     def resolve_labels(self, spec, model_task: dict | None, hf_config: dict[str, Any],
                        given: list[str] | None, where: str) -> tuple[str, ...] | None:
@@ -201,29 +184,57 @@ class Family:
     def main_metric(self, spec) -> str:
         return main_metric(spec.metric)
 
+
+# What some families do, beyond what every family does: each a protocol a family implements
+# by defining its members, which a stage asks for with isinstance (a family without it is
+# simply not asked).
+
+@runtime_checkable
+class RecognisesData(Protocol):
+    def recognises(self, path: Path) -> bool:
+        """Whether a data path's own layout says it is this family's (a BEIR directory is a
+        search's), so a model without a task evaluates it without --task."""
+
+
+@runtime_checkable
+class NumericLabels(Protocol):
+    def label_range(self, examples) -> list[float] | None:
+        """The span of a labelled file's numeric targets (regression), recorded with the model
+        so a later file on another scale is noticed."""
+
+
+@runtime_checkable
+class NotesHead(Protocol):
+    def head_note(self, hf_config: dict[str, Any], spec, where: str) -> str | None:
+        """A line to log about how the model's head is read for the task (a default taken in
+        place of a setting the model lacks); None: nothing to say."""
+
+
+@runtime_checkable
+class Calibrates(Protocol):
+    def calibrate(self, predictions, examples, spec) -> dict[str, Any] | None:
+        """State tuned on the dev set during finetune (finetune predicts it once more) and
+        stored with the model (span QA's no-answer threshold); None: none."""
+
+
+@runtime_checkable
+class Ranks(Protocol):
+    """A family whose results are rankings: written whole once scored, and reordered by the
+    models of the family `reranked_by` (eval --rerank)."""
+
+    reranked_by: str
+
     def write_results(self, directory: Path, predictions, examples, spec) -> list[str]:
         """Files written after scoring, from the joined predictions (retrieval's run file,
         which needs every query and document); returns their names."""
-        return []
-
-    # The family whose models rerank this family's results (eval --rerank); None: nothing
-    # this family ranks is reranked.
-    reranked_by: ClassVar[str | None] = None
 
     def check_rerank(self, spec, data: Path, depth: int) -> None:
         """BertctlError, before any work, unless `depth` of each query's results on `data`
         can be reranked."""
-        raise BertctlError(f"{data}: --rerank reorders a search's results; a {self.name} "
-                           f"task has none")
 
     def candidates(self, predictions, examples, spec, data: Path, depth: int):
-        """What a reranker reorders (`reranked_by`'s models): a `Candidates` of the first
-        `depth` results of each query, with their texts."""
-        raise NotImplementedError
-
-    def calibrate(self, predictions, examples, spec) -> dict[str, Any] | None:
-        """State tuned on the dev set during finetune and stored with the model (None: none)."""
-        return None
+        """What a reranker reorders: a `Candidates` of the first `depth` results of each
+        query, with their texts."""
 
 
 def check_options(options_model, spec) -> None:

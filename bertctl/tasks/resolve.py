@@ -20,6 +20,7 @@ from bertctl.errors import BertctlError
 from bertctl.model.sentence_layout import CROSS_KEY, KEY
 from bertctl.settings import DEFAULT_LENGTH
 from bertctl.data.tables import format_of, is_saved_dataset
+from bertctl.tasks.base import NotesHead, RecognisesData
 from bertctl.tasks.registry import FAMILIES, get
 from bertctl.tasks.spec import TaskSpec, make_task_spec
 
@@ -61,7 +62,8 @@ def model_task(config, model: TaskModel, data: Path | None = None) -> ModelTask:
     label_list = family.resolve_labels(spec, model.task, model.hf_config, config.labels,
                                        str(model.path))
     family.check_head(model.hf_config, spec, label_list, str(model.path))
-    note = family.head_note(model.hf_config, spec, str(model.path))
+    note = (family.head_note(model.hf_config, spec, str(model.path))
+            if isinstance(family, NotesHead) else None)
     if note:
         console.log(note)
     return ModelTask(spec, family, label_list)
@@ -125,7 +127,8 @@ def resolve_spec(config, model: TaskModel, data: Path | None = None) -> TaskSpec
         return make_task_spec(None, **{**base, **flags})
     if "family" in flags:
         return make_task_spec(None, **flags)
-    known = next((f for f in FAMILIES.values() if data is not None and f.recognises(data)),
+    known = next((f for f in FAMILIES.values() if data is not None and isinstance(f, RecognisesData)
+                  and f.recognises(data)),
                  None)
     if known is not None:
         console.log(f"{data}: read as a {known.name} task (its layout; --task to choose)")

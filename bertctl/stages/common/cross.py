@@ -16,6 +16,7 @@ from bertctl import console, evaluation, tasks
 from bertctl.errors import BertctlError
 from bertctl.model import sentence_layout
 from bertctl.stages.common import models, vectors
+from bertctl.tasks.base import Ranks
 from bertctl.tasks.resolve import tokenizer_length
 from bertctl.search import late
 from bertctl.tasks.sequence import TaskExamples
@@ -41,7 +42,7 @@ def open_reranker(path: Path, first_family, flag: str = "--rerank",
     """What scores `first_family`'s results' pairs, checked: a cross-encoder (`cross`), or an
     embedding model of `first_family` itself compared by late interaction (`maxsim`); a model
     of the other kind is refused here, naming `flag`."""
-    if first_family.reranked_by is None:
+    if not isinstance(first_family, Ranks):
         raise BertctlError(f"{flag} {path}: a {first_family.name} task's results are not "
                            f"reranked (a search's are)")
     if scoring not in SCORINGS:

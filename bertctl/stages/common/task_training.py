@@ -24,6 +24,7 @@ from bertctl.evaluation import evaluate_task
 from bertctl.model import architectures
 from bertctl.stages.common import models
 from bertctl.stages.common.training import logging_to
+from bertctl.tasks.base import Calibrates, NumericLabels
 from bertctl.train import distributed as dist
 from bertctl.train.loop import train
 from bertctl.train.settings import TrainSettings
@@ -134,7 +135,8 @@ class TaskJob:
         self.task_record = {"spec": spec.model_dump(mode="json"),
                             "label_list": list(self.label_list) if self.label_list else None,
                             "max_seq_length": self.max_len}
-        span = family.label_range(self.train_examples) or (self.source.task or {}).get(
+        span = (family.label_range(self.train_examples)
+                if isinstance(family, NumericLabels) else None) or (self.source.task or {}).get(
             "label_range")
         if span:
             self.task_record["label_range"] = span
@@ -197,12 +199,13 @@ class TaskJob:
     def write(self, result, tmp: Path) -> dict:
         family, spec, model = self.family, self.spec, self.by.trained(result.model)
         calibration = None
-        if family.calibrates and self.dev_features is not None:  # e.g. a no-answer threshold
+        calibrates = isinstance(family, Calibrates) and self.dev_features is not None
+        if calibrates:   # e.g. a no-answer threshold
             _, predictions = self.dev_predictions(model)
             calibration = family.calibrate(predictions, self.dev_examples, spec)
         if calibration is not None:
             self.task_record["calibration"] = calibration
-        elif not (family.calibrates and self.dev_features is not None):
+        elif not calibrates:
             self.task_record.update(self.by.inherited_task(self.source))
         models.write_model(model, tmp, self.source.path,
                            extra_config=family.config_extras(spec, self.label_list),

@@ -22,6 +22,7 @@ from bertctl.errors import BertctlError
 from bertctl.stages.common import models
 from bertctl.stages.common import cross
 from bertctl.stages.eval import rerank
+from bertctl.tasks.base import Ranks
 from bertctl.tasks.resolve import open_task
 from bertctl.stages.common.models import ModelSource
 from bertctl.stages.common.task_training import label_scale
@@ -43,6 +44,9 @@ def run(config: EvalSettings, target: artifacts.Target, source: ModelSource,
     models.check_reads_task(source, tok, max_len)
     reranker = None
     if rerank_with is not None:
+        if not isinstance(family, Ranks):
+            raise BertctlError(f"{data}: --rerank reorders a search's results; a "
+                               f"{family.name} task has none")
         family.check_rerank(spec, data, config.rerank_depth)
         reranker = cross.open_reranker(rerank_with, family, scoring=config.rerank_scoring)
     config = source.applied(config)
@@ -92,7 +96,8 @@ def run(config: EvalSettings, target: artifacts.Target, source: ModelSource,
             found = family.candidates(results, examples, spec, data, config.rerank_depth)
             metrics.update(rerank.rerank(reranker, found, config.batch_size, device, precision,
                                          tmp))
-        family.write_results(tmp, results, examples, spec)
+        if isinstance(family, Ranks):
+            family.write_results(tmp, results, examples, spec)
         metrics = json_safe(metrics)
         (tmp / METRICS_FILE).write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
         return {"metrics": metrics, "examples": n, "labelled": labelled,

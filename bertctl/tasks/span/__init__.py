@@ -84,7 +84,6 @@ class Span(Family):
     head = "question_answering"
     soft_targets = {"start_logits": "positions", "end_logits": "positions"}
     targets = ("start_positions", "end_positions")
-    calibrates = True
     default_max_seq_length = 384
     metric_in_percent = True   # the official SQuAD script's exact and F1
 
