@@ -17,7 +17,8 @@ Conventions:
   writer of strict JSON must turn it into `null`.
 
 `compute_metrics(name, predictions, labels)` gives a task's metric dict by metric name and
-`main_metric(name)` the key that model selection maximises (all metrics here are higher-is-better).
+`main_metric(name)` the key that model selection maximises (all metrics here are higher-is-better);
+the names are a registry (`METRICS`) a plug-in adds to.
 
 SQuAD's exact match and F1 live with the span family (bertctl/tasks/span/metrics.py) and
 conlleval's entity-level figures with the tagging family (bertctl/tasks/tagging/metrics.py).
@@ -26,11 +27,14 @@ conlleval's entity-level figures with the tagging family (bertctl/tasks/tagging/
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from bertctl.errors import BertctlError
+from bertctl.registry import Registry
 
 
 def _pair(predictions, labels, name: str, dtype=None) -> tuple[np.ndarray, np.ndarray]:
@@ -184,34 +188,37 @@ def _macro_f1(p, y):
     return {"macro_f1": macro_f1(p, y), "accuracy": accuracy(p, y)}
 
 
-# name -> (function of (predictions, labels) -> dict, key of the main metric)
-TASK_METRICS = {
-    "accuracy": (_accuracy, "accuracy"),
-    "f1_accuracy": (_f1_accuracy, "f1"),          # MRPC, QQP: F1 of class index 1, and accuracy
-    "matthews": (_matthews, "mcc"),               # CoLA
-    "pearson_spearman": (_pearson_spearman, "spearman"),  # STS-B: the BERT paper reports Spearman
-    "macro_f1": (_macro_f1, "macro_f1"),
-}
+@dataclass(frozen=True)
+class Metric:
+    """A task's figures by name: `compute(predictions, labels)` gives them as a dict, `main`
+    the key model selection maximises (higher is better)."""
+
+    name: str
+    compute: Callable[[Any, Any], dict[str, float]]
+    main: str
 
 
-def _lookup(name: str):
-    try:
-        return TASK_METRICS[name]
-    except KeyError:
-        raise BertctlError(
-            f"unknown metric '{name}' (known: {', '.join(sorted(TASK_METRICS))})") from None
+# Every metric a task spec may name: the built-ins below; a plug-in registers its own
+# (`register(Metric(...))`) when its module is imported.
+METRICS: Registry[Metric] = Registry("metric")
+register = METRICS.register
+register(Metric("accuracy", _accuracy, "accuracy"))
+register(Metric("f1_accuracy", _f1_accuracy, "f1"))    # MRPC, QQP: F1 of class index 1, accuracy
+register(Metric("matthews", _matthews, "mcc"))         # CoLA
+register(Metric("pearson_spearman", _pearson_spearman, "spearman"))  # STS-B: the paper's Spearman
+register(Metric("macro_f1", _macro_f1, "macro_f1"))
 
 
 def compute_metrics(name: str, predictions, labels) -> dict[str, float]:
     """A task's metrics by metric name, e.g. `compute_metrics("f1_accuracy", preds, labels)` ->
     `{"f1": ..., "accuracy": ...}`. Classification predictions are class indices (argmax of the
     logits); regression predictions are the raw scores."""
-    return _lookup(name)[0](predictions, labels)
+    return METRICS.get_known(name).compute(predictions, labels)
 
 
 def main_metric(name: str) -> str:
     """The key of `compute_metrics(name, ...)` that model selection maximises."""
-    return _lookup(name)[1]
+    return METRICS.get_known(name).main
 
 
 def json_safe(value: Any) -> Any:

@@ -133,10 +133,37 @@ def test_compute_metrics_by_name():
     m = metrics.compute_metrics("pearson_spearman", s, t)
     assert m["spearman"] == pytest.approx(scipy.stats.spearmanr(s, t)[0])
     assert m["pearson"] == pytest.approx(scipy.stats.pearsonr(s, t)[0])
-    assert {name: metrics.main_metric(name) for name in metrics.TASK_METRICS} == {
+    assert {name: metrics.main_metric(name) for name in metrics.METRICS} == {
         "accuracy": "accuracy", "f1_accuracy": "f1", "matthews": "mcc",
         "pearson_spearman": "spearman", "macro_f1": "macro_f1"}
-    for name in metrics.TASK_METRICS:
+    for name in metrics.METRICS:
         assert metrics.main_metric(name) in metrics.compute_metrics(name, p, y)
     with pytest.raises(BertctlError, match="unknown metric 'bleu'"):
         metrics.compute_metrics("bleu", p, y)
+
+
+def test_a_plugin_registers_a_metric_a_task_scores_by(monkeypatch):
+    """A metric is a registry kind: a plug-in registers one, a task spec names it, and the
+    family scores and selects by it (here balanced accuracy, against scikit-learn's)."""
+    from types import SimpleNamespace
+
+    from bertctl.tasks import get, make_task_spec
+
+    def balanced(p, y):
+        p, y = np.asarray(p), np.asarray(y)
+        return {"balanced_accuracy": float(np.mean([np.mean(p[y == c] == c)
+                                                    for c in np.unique(y)]))}
+
+    monkeypatch.setitem(metrics.METRICS, "balanced_accuracy",
+                        metrics.Metric("balanced_accuracy", balanced, "balanced_accuracy"))
+    spec = make_task_spec(family="single", text_columns=["sentence"], label_column="label",
+                          metric="balanced_accuracy")
+    family = get("single")
+    rng = np.random.default_rng(5)
+    y, p = _random_classes(rng, 3, n=60)
+    scored = family.score(p, SimpleNamespace(labels=y), spec, None)
+    assert scored["balanced_accuracy"] == pytest.approx(
+        sklearn.metrics.balanced_accuracy_score(y, p))
+    assert family.main_metric(spec) == "balanced_accuracy"
+    with pytest.raises(BertctlError, match="unknown metric 'kappa'"):
+        make_task_spec(family="single", text_columns=["sentence"], metric="kappa")

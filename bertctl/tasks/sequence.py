@@ -25,8 +25,7 @@ from bertctl.data import tables
 from bertctl.data.tokenizer import PAD, special_id
 from bertctl.tasks.base import Family, logits_of
 from tokenizers import Tokenizer
-from bertctl.metrics import TASK_METRICS
-from bertctl.metrics import compute_metrics
+from bertctl.metrics import METRICS, compute_metrics
 
 
 @dataclasses.dataclass
@@ -167,9 +166,7 @@ class SequenceFamily(Family):
         return text_a, text_b, None
 
     def check_metric(self, spec) -> None:
-        if spec.metric not in TASK_METRICS:
-            raise ValueError(f"unknown metric '{spec.metric}' (known: "
-                             f"{', '.join(sorted(TASK_METRICS))})")
+        METRICS.known(spec.metric)
         if spec.options:
             raise ValueError(f"a '{self.name}' task takes no {', '.join(sorted(spec.options))} "
                              f"(another family's options)")

@@ -32,7 +32,6 @@ from bertctl.tasks.sequence import SequenceFamily, TaskExamples, encode_examples
 
 # config.json's note to sentence-transformers: CrossEncoder.predict applies this to the logit.
 SIGMOID = {"sentence_transformers": {"activation_fn": "torch.nn.modules.activation.Sigmoid"}}
-METRICS = ("ndcg@10", "mrr@10", "map")
 # The activations a CrossEncoder may have saved (config.json's sentence_transformers
 # activation_fn, or the older sbert_ce_default_activation_function the ms-marco cross-encoders
 # carry), as bertctl computes them; none saved is CrossEncoder's default for one output.
@@ -217,7 +216,7 @@ def rerank_metrics(scores: np.ndarray) -> dict[str, float]:
     run = {str(i): [d for d, _ in ranking.rank(ids, row.astype(np.float64).tolist())]
            for i, row in enumerate(scores)}
     means, _ = ranking.evaluate(run, {str(i): {"c0": 1} for i in range(len(scores))})
-    return {m: means[m] for m in METRICS}
+    return {m: means[m] for m in ranking.METRICS}
 
 
 RERANKING = register(Reranking())
