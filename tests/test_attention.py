@@ -301,7 +301,7 @@ def test_a_run_records_its_kernels_and_a_resumed_run_keeps_them(monkeypatch, tmp
 
     from bertctl.train import checkpoint as ckpt
     from bertctl.train.loop import attention_policies, train
-    from bertctl.train.settings import TrainSettings
+    from bertctl.train.settings import LoopSettings
 
     clock = [1.0, 0.1]
     monkeypatch.setattr(attention, "time_both", lambda *a: tuple(clock))
@@ -309,7 +309,7 @@ def test_a_run_records_its_kernels_and_a_resumed_run_keeps_them(monkeypatch, tmp
                     group_by_length=True)
     data = RepeatedTokens(32)
     model = tiny_pretraining(attention_probs_dropout_prob=0.0)
-    part = train(model, data, TrainSettings(**settings, stop_after=2), tmp_path)
+    part = train(model, data, LoopSettings(**settings, stop_after=2), tmp_path)
     written = dict(part.attention["chosen"])
     assert part.attention["mode"] == "auto" and set(written.values()) == {"written"}
     found = ckpt.find_resume_checkpoint(tmp_path, "latest")
@@ -318,11 +318,11 @@ def test_a_run_records_its_kernels_and_a_resumed_run_keeps_them(monkeypatch, tmp
     assert all(p.mode == "auto" and p.choices() == {} for p in attention_policies(model))
     clock[:] = [1.0, 2.0]
     done = train(tiny_pretraining(attention_probs_dropout_prob=0.0), data,
-                 TrainSettings(**settings), tmp_path)
+                 LoopSettings(**settings), tmp_path)
     assert done.resumed_from == 2
     assert {k: v for k, v in done.attention["chosen"].items() if k in written} == written
     fused = train(tiny_pretraining(attention_probs_dropout_prob=0.0), data,
-                  TrainSettings(**settings, attention="fused"), tmp_path / "fused")
+                  LoopSettings(**settings, attention="fused"), tmp_path / "fused")
     assert fused.attention == {"mode": "fused", "chosen": {}}
 
 

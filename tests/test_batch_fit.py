@@ -12,7 +12,7 @@ from bertctl.errors import BertctlError
 from bertctl.settings import identity
 from bertctl.train import budget
 from bertctl.train.loop import train
-from bertctl.train.settings import TrainSettings
+from bertctl.train.settings import LoopSettings
 
 from test_train_loop import RepeatedTokens, records, tiny_pretraining
 
@@ -35,7 +35,7 @@ def test_halving_stops_at_the_smallest_batch_and_at_the_micro_batch_unit():
 
 
 def _fitted_run(work, **overrides):
-    settings = TrainSettings(**{"time_budget": 100, "batch_size": 32, "min_steps": 5, "lr": 1e-3,
+    settings = LoopSettings(**{"time_budget": 100, "batch_size": 32, "min_steps": 5, "lr": 1e-3,
                                 "warmup": 0.2, "log_every": 1, "seed": 3, **overrides})
     return train(tiny_pretraining(), RepeatedTokens(64), settings, work)
 
@@ -74,7 +74,7 @@ def test_the_measurement_leaves_the_weights_and_gradients_alone():
 
 def test_min_steps_needs_a_budget_and_leaves_old_ids_alone():
     with pytest.raises(BertctlError, match="min_steps fits the batch size to a time budget"):
-        TrainSettings(steps=10, min_steps=100)
+        LoopSettings(steps=10, min_steps=100)
     from bertctl.stages.settings.declared import PretrainSettings
 
     assert "min_steps" not in identity(PretrainSettings(time_budget="30m").resolved())

@@ -20,7 +20,7 @@ from scipy.stats import entropy
 
 from bertctl.model import BertConfig, BertForSequenceClassification
 from bertctl.train.loop import train
-from bertctl.train.settings import TrainSettings
+from bertctl.train.settings import LoopSettings
 from bertctl.distillation import Distiller, soft_loss
 
 from conftest import FAMILY_DATA, FIXTURES, one_line_error
@@ -166,7 +166,7 @@ def test_the_teacher_is_frozen_and_not_part_of_the_trained_model(tmp_path):
                     "labels": torch.randint(0, 2, (len(idx),), generator=g)}
 
     student_before = {k: v.clone() for k, v in student.state_dict().items()}
-    train(model, Rows(), TrainSettings(steps=4, batch_size=4, lr=1e-2, device="cpu",
+    train(model, Rows(), LoopSettings(steps=4, batch_size=4, lr=1e-2, device="cpu",
                                        log_every=1), tmp_path, step_metrics=None)
     assert not teacher.training
     assert all(p.grad is None and not p.requires_grad for p in teacher.parameters())

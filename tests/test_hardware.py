@@ -9,7 +9,7 @@ import torch
 from bertctl import hardware
 from bertctl.stages.settings.declared import EvalSettings, FinetuneSettings, PretrainSettings
 from bertctl.settings import SettingsError, identity
-from bertctl.train.settings import TrainSettings
+from bertctl.train.settings import LoopSettings
 
 
 @pytest.fixture
@@ -40,9 +40,9 @@ def test_explicit_precision_and_code_defaults_are_kept(cpu_probes):
     cpu_probes(True, True)
     assert FinetuneSettings(precision="fp32").resolved().precision == "fp32"
     assert EvalSettings(precision="fp32").resolved().precision == "fp32"
-    assert TrainSettings(steps=1).precision == "fp32"  # code says what it wants
+    assert LoopSettings(steps=1).precision == "fp32"  # code says what it wants
     with pytest.raises(SettingsError):   # and never auto: the stage resolved it
-        TrainSettings(steps=1, precision="auto")
+        LoopSettings(steps=1, precision="auto")
     cpu_probes(False, False)
     assert PretrainSettings(steps=2, precision="bf16").resolved().precision == "bf16"
 

@@ -11,7 +11,7 @@ from bertctl.errors import BertctlError
 from bertctl.model import BertConfig, BertForSequenceClassification
 from bertctl.train import memory
 from bertctl.train.loop import train
-from bertctl.train.settings import TrainSettings
+from bertctl.train.settings import LoopSettings
 
 from test_train_loop import TINY, RepeatedTokens
 
@@ -162,18 +162,18 @@ def test_a_step_too_large_is_trained_in_micro_batches_with_the_same_result(tmp_p
     room = state + int(memory.ACTIVATION_MARGIN * peak(fixed, per_row, 4)) + memory.RESERVE_BYTES
     monkeypatch.setenv(memory.MEMORY_ENV, str(room))
     notes = []
-    fitted = train(_classifier(), data, TrainSettings(**base), tmp_path / "fitted",
+    fitted = train(_classifier(), data, LoopSettings(**base), tmp_path / "fitted",
                    on_log=lambda r: notes.append(r.get("text")))
     assert fitted.memory_fit["micro_batch_size"] == 4 and fitted.memory_fit["asked"] == 16
     assert fitted.fits()["memory_fit"] == fitted.memory_fit
     assert any(n and "micro-batches of 4 accumulate to the same batch" in n for n in notes)
     monkeypatch.delenv(memory.MEMORY_ENV)
-    chosen = train(_classifier(), data, TrainSettings(**base, micro_batch_size=4),
+    chosen = train(_classifier(), data, LoopSettings(**base, micro_batch_size=4),
                    tmp_path / "chosen")
     assert "memory_fit" not in chosen.fits()
     for name, p in chosen.model.state_dict().items():   # the same computation, step by step
         assert torch.equal(fitted.model.state_dict()[name], p), name
-    whole = train(_classifier(), data, TrainSettings(**base), tmp_path / "whole")
+    whole = train(_classifier(), data, LoopSettings(**base), tmp_path / "whole")
     losses = [[r["loss"] for r in res.history] for res in (fitted, whole)]
     # the same updates: a batch's mean loss over 4 micro-batches or one (fp32, 16 rows)
     np.testing.assert_allclose(losses[0], losses[1], rtol=1e-5)
@@ -185,7 +185,7 @@ def test_a_micro_batch_the_user_chose_is_refused_before_anything_is_written(tmp_
     with pytest.raises(BertctlError, match=r"memory: a training step at micro-batch 8 needs "
                        r"about .* GB and this machine has 0.0 GB available"):
         train(_classifier(), RepeatedTokens(n=32, task="classify"),
-              TrainSettings(steps=2, batch_size=8, micro_batch_size=8), tmp_path / "work")
+              LoopSettings(steps=2, batch_size=8, micro_batch_size=8), tmp_path / "work")
     assert not (tmp_path / "work").exists()
 
 
@@ -223,7 +223,7 @@ def test_an_embedding_model_is_refused_with_its_own_flag_and_its_chunks_are_plan
     from bertctl.tasks.retrieval.contrastive import ContrastiveLoss
 
     assert "--cache-negatives" in ContrastiveLoss.compares_rows
-    settings = TrainSettings(steps=1, batch_size=16)
+    settings = LoopSettings(steps=1, batch_size=16)
     model = Contrastive()
     state = memory.state_bytes(model)
     fixed, per_row, _ = memory.measure(model, Vectors(), torch.device("cpu"), "fp32")

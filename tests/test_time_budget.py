@@ -12,7 +12,7 @@ from bertctl.errors import BertctlError
 from bertctl.contract.modelcard import tokens_trained
 from bertctl.objectives.scoring import pretraining_step_metrics
 from bertctl.train.loop import train
-from bertctl.train.settings import TrainSettings
+from bertctl.train.settings import LoopSettings
 from bertctl.train.optim import lr_at_share
 from bertctl.train.settings import parse_duration
 
@@ -20,7 +20,7 @@ from test_train_loop import RepeatedTokens, records, tiny_pretraining
 
 
 def _budget_run(work, **overrides):
-    settings = TrainSettings(**{"time_budget": 100, "batch_size": 8, "lr": 1e-3, "warmup": 0.2,
+    settings = LoopSettings(**{"time_budget": 100, "batch_size": 8, "lr": 1e-3, "warmup": 0.2,
                                 "log_every": 1, "seed": 3, **overrides})
     return train(tiny_pretraining(), RepeatedTokens(64), settings, work,
                  step_metrics=pretraining_step_metrics)
@@ -80,7 +80,7 @@ def test_durations(text, seconds):
 ])
 def test_bad_budgets_are_settings_errors(settings, message):
     with pytest.raises(BertctlError, match=message):
-        TrainSettings(**settings)
+        LoopSettings(**settings)
 
 
 def test_pretrain_with_a_budget_through_the_cli(cli, pretrain_data, tmp_path):

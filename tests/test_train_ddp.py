@@ -32,7 +32,7 @@ from test_train_loop import RepeatedTokens, fixed_eval, records, tiny_pretrainin
 
 from bertctl.objectives.scoring import pretraining_step_metrics as pretraining_metrics  # noqa: E402
 from bertctl.train.loop import train  # noqa: E402
-from bertctl.train.settings import TrainSettings  # noqa: E402
+from bertctl.train.settings import LoopSettings  # noqa: E402
 from bertctl.train import checkpoint as ckpt  # noqa: E402
 from bertctl.train import distributed as dist  # noqa: E402
 
@@ -45,7 +45,7 @@ NO_DROPOUT = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
 def run(work_dir: Path, **overrides):
     data = RepeatedTokens(n=96)
     return train(tiny_pretraining(**NO_DROPOUT), data,
-                 TrainSettings(**{**SETTINGS, **overrides}),
+                 LoopSettings(**{**SETTINGS, **overrides}),
                  work_dir, evaluate=fixed_eval(data), select=("val_loss", "min"),
                  step_metrics=pretraining_metrics)
 

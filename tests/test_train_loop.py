@@ -30,7 +30,7 @@ from bertctl.train import memory
 from bertctl.train.loop import Trainer, TrainingDiverged, train
 from bertctl.train.optim import lr_at, make_optimizer, no_decay_names, param_groups, warmup_steps
 from bertctl.train.order import BatchOrder
-from bertctl.train.settings import TrainSettings
+from bertctl.train.settings import LoopSettings
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 TINY = dict(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
@@ -118,7 +118,7 @@ def fixed_eval(data: RepeatedTokens, n: int = 32):
 
 
 def test_loss_decreases_on_a_learnable_task(tmp_path):
-    settings = TrainSettings(steps=80, batch_size=16, lr=1e-2, warmup=0.1, log_every=10)
+    settings = LoopSettings(steps=80, batch_size=16, lr=1e-2, warmup=0.1, log_every=10)
     result = train(tiny_pretraining(), RepeatedTokens(), settings, tmp_path,
                    step_metrics=pretraining_metrics)
     train_records = records(tmp_path, "train")
@@ -141,7 +141,7 @@ def test_micro_batches_give_the_same_update_as_one_batch(tmp_path):
         torch.manual_seed(0)
         model = BertForSequenceClassification(BertConfig(**TINY, hidden_dropout_prob=0.0,
                                                          attention_probs_dropout_prob=0.0))
-        settings = TrainSettings(steps=3, batch_size=8, micro_batch_size=micro, lr=1e-3,
+        settings = LoopSettings(steps=3, batch_size=8, micro_batch_size=micro, lr=1e-3,
                                  warmup=0, log_every=1)
         result = train(model, data, settings, tmp_path / f"micro-{micro}")
         finals.append(result.model.state_dict())
@@ -167,8 +167,8 @@ def test_a_second_phase_continues_the_step_count_and_schedule(tmp_path):
     # schedule. Here: 6 of 10 steps, then 4 more starting at step 6.
     data = RepeatedTokens()
     common = dict(batch_size=8, lr=1e-3, warmup=0.2, total_steps=10, log_every=1)
-    one = train(tiny_pretraining(), data, TrainSettings(steps=6, **common), tmp_path / "one")
-    two = train(one.model, data, TrainSettings(steps=4, start_step=6, **common), tmp_path / "two")
+    one = train(tiny_pretraining(), data, LoopSettings(steps=6, **common), tmp_path / "one")
+    two = train(one.model, data, LoopSettings(steps=4, start_step=6, **common), tmp_path / "two")
     logged = [(r["step"], r["lr"]) for r in one.history + two.history]
     assert logged == [(t + 1, lr_at(t, 1e-3, 2, 10)) for t in range(10)]
     assert two.step == 10 and two.history[0]["epoch"] == 0.0625  # the epoch count restarts
@@ -226,7 +226,7 @@ def test_each_epoch_trains_every_batch_of_its_order_once(tmp_path):
             return super().batch(indices, epoch)
 
     data = Recording(n=40)
-    settings = TrainSettings(epochs=2, batch_size=8, lr=1e-3, log_every=5, seed=4)
+    settings = LoopSettings(epochs=2, batch_size=8, lr=1e-3, log_every=5, seed=4)
     train(tiny_pretraining(), data, settings, tmp_path)
     order = BatchOrder(40, 8, seed=4, lengths=None)
     expected = [(e, tuple(int(i) for i in b)) for e in (0, 1) for b in order.epoch(e)]
@@ -237,7 +237,7 @@ def test_each_epoch_trains_every_batch_of_its_order_once(tmp_path):
 
 def test_epochs_evaluate_at_each_epoch_end(tmp_path):
     data = RepeatedTokens(n=40)
-    settings = TrainSettings(epochs=2, batch_size=8, micro_batch_size=4, lr=1e-3, log_every=2,
+    settings = LoopSettings(epochs=2, batch_size=8, micro_batch_size=4, lr=1e-3, log_every=2,
                              group_by_length=True)
     result = train(tiny_pretraining(), data, settings, tmp_path, evaluate=fixed_eval(data))
     evals = records(tmp_path, "validation")
@@ -261,7 +261,7 @@ def test_resume_is_bit_exact_in_fp32(tmp_path, log_every):
     data = RepeatedTokens()
     evaluate = fixed_eval(data)
     select = ("val_loss", "min")
-    full = train(tiny_pretraining(), data, TrainSettings(**RESUME), tmp_path / "full",
+    full = train(tiny_pretraining(), data, LoopSettings(**RESUME), tmp_path / "full",
                  evaluate=evaluate, select=select, step_metrics=pretraining_metrics)
     assert not full.stopped_early and full.resumed_from is None
     # keep_last: only the newest two checkpoints remain
@@ -269,7 +269,7 @@ def test_resume_is_bit_exact_in_fp32(tmp_path, log_every):
 
     # Interrupted at step 6 (a checkpoint is written when stopping) ...
     work = tmp_path / "interrupted"
-    part = train(tiny_pretraining(), data, TrainSettings(**RESUME, stop_after=6), work,
+    part = train(tiny_pretraining(), data, LoopSettings(**RESUME, stop_after=6), work,
                  evaluate=evaluate, select=select, step_metrics=pretraining_metrics)
     assert part.stopped_early and part.step == 6
     assert [s for s, _ in ckpt.list_checkpoints(work)] == [4, 6]
@@ -280,7 +280,7 @@ def test_resume_is_bit_exact_in_fp32(tmp_path, log_every):
     shutil.rmtree(ckpt.step_dir(work, 6))
 
     # A fresh model (other init) resumes from step 4 and ends exactly where `full` did.
-    resumed = train(tiny_pretraining(seed=123), data, TrainSettings(**RESUME), work,
+    resumed = train(tiny_pretraining(seed=123), data, LoopSettings(**RESUME), work,
                     evaluate=evaluate, select=select, step_metrics=pretraining_metrics)
     assert resumed.resumed_from == 4 and resumed.step == 12
     assert without_timing(records(work)) == without_timing(records(tmp_path / "full"))
@@ -291,7 +291,7 @@ def test_resume_is_bit_exact_in_fp32(tmp_path, log_every):
     assert all(torch.equal(a[k], b[k]) for k in a)
 
     # A finished run re-run is a no-op returning the same result.
-    again = train(tiny_pretraining(seed=5), data, TrainSettings(**RESUME), work,
+    again = train(tiny_pretraining(seed=5), data, LoopSettings(**RESUME), work,
                   evaluate=evaluate, select=select)
     assert again.resumed_from == 12 and again.step == 12
     assert again.eval_metrics == resumed.eval_metrics
@@ -301,9 +301,9 @@ def test_resume_is_bit_exact_in_fp32(tmp_path, log_every):
 def test_resume_refuses_other_data_settings(tmp_path):
     data = RepeatedTokens()
     settings = dict(steps=4, batch_size=8, lr=1e-3, checkpoint_every=2)
-    train(tiny_pretraining(), data, TrainSettings(**settings, stop_after=2), tmp_path)
+    train(tiny_pretraining(), data, LoopSettings(**settings, stop_after=2), tmp_path)
     with pytest.raises(BertctlError, match="batch_size differ"):
-        train(tiny_pretraining(), data, TrainSettings(**{**settings, "batch_size": 4}), tmp_path)
+        train(tiny_pretraining(), data, LoopSettings(**{**settings, "batch_size": 4}), tmp_path)
 
 
 def test_resume_refuses_another_runs_checkpoints(tmp_path):
@@ -314,11 +314,11 @@ def test_resume_refuses_another_runs_checkpoints(tmp_path):
     data = RepeatedTokens()
     settings = dict(steps=4, batch_size=8, lr=1e-3, checkpoint_every=2)
     other, mine = tmp_path / ".m.run-other", tmp_path / ".m.run-mine"
-    train(tiny_pretraining(), data, TrainSettings(**{**settings, "lr": 5e-3}, stop_after=2), other)
+    train(tiny_pretraining(), data, LoopSettings(**{**settings, "lr": 5e-3}, stop_after=2), other)
     shutil.copytree(other / "checkpoints", mine / "checkpoints")
     with pytest.raises(BertctlError, match="written by another run .*'.m.run-other'"):
-        train(tiny_pretraining(), data, TrainSettings(**settings), mine)
-    result = train(tiny_pretraining(), data, TrainSettings(**{**settings, "lr": 5e-3}), other)
+        train(tiny_pretraining(), data, LoopSettings(**settings), mine)
+    result = train(tiny_pretraining(), data, LoopSettings(**{**settings, "lr": 5e-3}), other)
     assert result.resumed_from == 2
 
 
@@ -349,16 +349,16 @@ def test_a_corrupted_checkpoint_is_named_and_an_earlier_one_can_be_used(tmp_path
     data = RepeatedTokens()
     settings = dict(steps=6, batch_size=8, lr=1e-3, log_every=1, checkpoint_every=2,
                     keep_last=3)
-    train(tiny_pretraining(), data, TrainSettings(**settings, stop_after=4), tmp_path)
+    train(tiny_pretraining(), data, LoopSettings(**settings, stop_after=4), tmp_path)
     newest = ckpt.step_dir(tmp_path, 4)
     damage(newest)
     with pytest.raises(CorruptCheckpoint) as err:
-        train(tiny_pretraining(), data, TrainSettings(**settings), tmp_path)
+        train(tiny_pretraining(), data, LoopSettings(**settings), tmp_path)
     message = str(err.value)
     assert str(newest) in message and problem in message
     assert "set resume_from to 2" in message and err.value.exit_code == 2
 
-    result = train(tiny_pretraining(), data, TrainSettings(**settings, resume_from=2), tmp_path)
+    result = train(tiny_pretraining(), data, LoopSettings(**settings, resume_from=2), tmp_path)
     assert result.resumed_from == 2 and result.step == 6
     assert [s for s, _ in ckpt.list_checkpoints(tmp_path)] == [2, 4, 6]
     assert ckpt.verify_checkpoint(ckpt.step_dir(tmp_path, 4)) is None  # rewritten
@@ -369,14 +369,14 @@ def test_a_corrupted_checkpoint_is_named_and_an_earlier_one_can_be_used(tmp_path
 def test_corrupted_only_checkpoint_says_to_delete_it(tmp_path):
     data = RepeatedTokens()
     settings = dict(steps=4, batch_size=8, lr=1e-3, checkpoint_every=2)
-    train(tiny_pretraining(), data, TrainSettings(**settings, stop_after=2), tmp_path)
+    train(tiny_pretraining(), data, LoopSettings(**settings, stop_after=2), tmp_path)
     _corrupt_model(ckpt.step_dir(tmp_path, 2))
     with pytest.raises(CorruptCheckpoint, match="no earlier checkpoint: delete"):
-        train(tiny_pretraining(), data, TrainSettings(**settings), tmp_path)
+        train(tiny_pretraining(), data, LoopSettings(**settings), tmp_path)
 
 
 def test_checkpoint_files_load_without_pickle(tmp_path):
-    train(tiny_pretraining(), RepeatedTokens(), TrainSettings(
+    train(tiny_pretraining(), RepeatedTokens(), LoopSettings(
         steps=2, batch_size=8, lr=1e-3, checkpoint_every=2), tmp_path)
     path = ckpt.step_dir(tmp_path, 2)
     for name in ("optimizer.pt", "state.pt"):
@@ -408,7 +408,7 @@ class NaNFrom(torch.nn.Module):
 def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path):
     # the 7th forward call: the memory plan's two probes come before step 1
     model = NaNFrom(tiny_pretraining(), start=7)
-    settings = TrainSettings(steps=10, batch_size=8, lr=1e-3, log_every=1, checkpoint_every=2)
+    settings = LoopSettings(steps=10, batch_size=8, lr=1e-3, log_every=1, checkpoint_every=2)
     with pytest.raises(TrainingDiverged) as err:
         train(model, RepeatedTokens(), settings, tmp_path)
     assert err.value.exit_code == 1
@@ -428,7 +428,7 @@ def test_bf16_autocast_trains(tmp_path):
         dtypes.add(outputs["mlm_logits"].dtype)
         return pretraining_metrics(outputs, batch)
 
-    result = train(tiny_pretraining(), RepeatedTokens(), TrainSettings(
+    result = train(tiny_pretraining(), RepeatedTokens(), LoopSettings(
         steps=4, batch_size=8, lr=1e-3, log_every=1, precision="bf16"), tmp_path,
         step_metrics=watch)
     assert dtypes == {torch.bfloat16}
@@ -438,7 +438,7 @@ def test_bf16_autocast_trains(tmp_path):
 
 def test_fp16_on_cpu_is_refused(tmp_path):
     with pytest.raises(BertctlError, match="fp16 needs a CUDA GPU.*use bf16"):
-        train(tiny_pretraining(), RepeatedTokens(), TrainSettings(
+        train(tiny_pretraining(), RepeatedTokens(), LoopSettings(
             steps=2, batch_size=8, precision="fp16", device="cpu"), tmp_path)
 
 
@@ -455,13 +455,13 @@ def test_fp16_on_cpu_is_refused(tmp_path):
 ])
 def test_bad_settings_are_user_errors(tmp_path, settings, match):
     with pytest.raises(BertctlError, match=match) as err:
-        train(tiny_pretraining(), RepeatedTokens(), TrainSettings(**settings), tmp_path)
+        train(tiny_pretraining(), RepeatedTokens(), LoopSettings(**settings), tmp_path)
     assert err.value.exit_code == 2
 
 
 def test_select_needs_a_returned_metric(tmp_path):
     with pytest.raises(BertctlError, match="evaluate returned no 'accuracy'"):
-        train(tiny_pretraining(), RepeatedTokens(), TrainSettings(steps=2, batch_size=8),
+        train(tiny_pretraining(), RepeatedTokens(), LoopSettings(steps=2, batch_size=8),
               tmp_path, evaluate=lambda m: {"loss": 1.0}, select=("accuracy", "max"))
 
 
@@ -469,7 +469,7 @@ def test_select_returns_the_best_weights(tmp_path):
     # An evaluation that likes the earliest weights best: the model returned is step 2's.
     data = RepeatedTokens()
     calls = iter(range(100))
-    settings = TrainSettings(steps=6, batch_size=8, lr=1e-2, eval_every=2, checkpoint_every=2,
+    settings = LoopSettings(steps=6, batch_size=8, lr=1e-2, eval_every=2, checkpoint_every=2,
                              keep_last=None)
     result = train(tiny_pretraining(), data, settings, tmp_path,
                    evaluate=lambda m: {"score": -next(calls)}, select=("score", "max"))
@@ -493,7 +493,7 @@ def test_patience_stops_when_the_dev_metric_stops_improving_and_keeps_the_best(t
 
     def run(work, stop_after=None):
         calls = iter(scores)
-        settings = TrainSettings(steps=20, batch_size=8, lr=1e-2, eval_every=2,
+        settings = LoopSettings(steps=20, batch_size=8, lr=1e-2, eval_every=2,
                                  checkpoint_every=2, patience=2, stop_after=stop_after)
         notes = []
         result = train(tiny_pretraining(), RepeatedTokens(), settings, work,
@@ -524,10 +524,10 @@ def test_patience_resumes_a_run_stopped_before_its_first_evaluation(tmp_path):
                     patience=1)
     calls = iter([1.0, 0.5, 0.25])
     score = {"evaluate": lambda m: {"score": next(calls)}, "select": ("score", "max")}
-    part = train(tiny_pretraining(), RepeatedTokens(), TrainSettings(**settings, stop_after=2),
+    part = train(tiny_pretraining(), RepeatedTokens(), LoopSettings(**settings, stop_after=2),
                  tmp_path, **score)
     assert part.step == 2 and part.best_step is None
-    done = train(tiny_pretraining(), RepeatedTokens(), TrainSettings(**settings), tmp_path,
+    done = train(tiny_pretraining(), RepeatedTokens(), LoopSettings(**settings), tmp_path,
                  **score)
     assert done.resumed_from == 2 and done.step == 6 and done.best_step == 4
 
@@ -535,7 +535,7 @@ def test_patience_resumes_a_run_stopped_before_its_first_evaluation(tmp_path):
 def test_patience_needs_a_metric_to_select_by(tmp_path):
     with pytest.raises(BertctlError, match="--patience 2: .*give a dev set"):
         train(tiny_pretraining(), RepeatedTokens(),
-              TrainSettings(steps=4, batch_size=8, patience=2), tmp_path)
+              LoopSettings(steps=4, batch_size=8, patience=2), tmp_path)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -565,7 +565,7 @@ def test_trains_on_a_real_pretraining_dataset(tmp_path, small_tokenizer):
     pretraining.build_pretraining_data(docs, tokenizer, tmp_path / "data", config, workers=1)
     data = PretrainingDataset(tmp_path / "data", "train")
     model = tiny_pretraining(vocab_size=tokenizer.get_vocab_size(), max_position_embeddings=64)
-    settings = TrainSettings(steps=3, batch_size=4, micro_batch_size=2, lr=1e-3, log_every=1,
+    settings = LoopSettings(steps=3, batch_size=4, micro_batch_size=2, lr=1e-3, log_every=1,
                              group_by_length=True, checkpoint_every=3)
     result = train(model, data, settings, tmp_path / "run", step_metrics=pretraining_metrics)
     assert [r["step"] for r in result.history] == [1, 2, 3]
@@ -575,10 +575,10 @@ def test_trains_on_a_real_pretraining_dataset(tmp_path, small_tokenizer):
 def test_a_checkpoint_of_another_model_is_a_user_error(tmp_path):
     data = RepeatedTokens()
     settings = dict(steps=4, batch_size=8, lr=1e-3, checkpoint_every=2)
-    train(tiny_pretraining(), data, TrainSettings(**settings, stop_after=2), tmp_path)
+    train(tiny_pretraining(), data, LoopSettings(**settings, stop_after=2), tmp_path)
     with pytest.raises(BertctlError, match="does not fit this model"):
         train(tiny_pretraining(hidden_size=64, intermediate_size=128), data,
-              TrainSettings(**settings), tmp_path)
+              LoopSettings(**settings), tmp_path)
 
 
 def test_gradient_checkpointing_gives_the_same_gradients_and_training(tmp_path):
@@ -598,12 +598,12 @@ def test_gradient_checkpointing_gives_the_same_gradients_and_training(tmp_path):
     assert grads[0].keys() == grads[1].keys()
     assert all(torch.equal(grads[0][k], grads[1][k]) for k in grads[0])
 
-    plain = train(tiny_pretraining(), data, TrainSettings(**RESUME_BASE), tmp_path / "plain")
+    plain = train(tiny_pretraining(), data, LoopSettings(**RESUME_BASE), tmp_path / "plain")
     work = tmp_path / "recompute"
     train(tiny_pretraining(), data,
-          TrainSettings(**RESUME_BASE, gradient_checkpointing=True, stop_after=6), work)
+          LoopSettings(**RESUME_BASE, gradient_checkpointing=True, stop_after=6), work)
     resumed = train(tiny_pretraining(seed=9), data,
-                    TrainSettings(**RESUME_BASE, gradient_checkpointing=True), work)
+                    LoopSettings(**RESUME_BASE, gradient_checkpointing=True), work)
     assert resumed.resumed_from == 6
     a, b = plain.model.state_dict(), resumed.model.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
@@ -613,12 +613,12 @@ def test_gradient_checkpointing_gives_the_same_gradients_and_training(tmp_path):
 def test_lamb_trains_and_resumes_bit_exactly(tmp_path):
     data = RepeatedTokens()
     settings = {**RESUME_BASE, "optimizer": "lamb", "lr": 1e-2}
-    full = train(tiny_pretraining(), data, TrainSettings(**settings), tmp_path / "full")
+    full = train(tiny_pretraining(), data, LoopSettings(**settings), tmp_path / "full")
     losses = [r["loss"] for r in records(tmp_path / "full", "train")]
     assert losses[-1] < losses[0]
     work = tmp_path / "part"
-    train(tiny_pretraining(), data, TrainSettings(**settings, stop_after=6), work)
-    resumed = train(tiny_pretraining(seed=4), data, TrainSettings(**settings), work)
+    train(tiny_pretraining(), data, LoopSettings(**settings, stop_after=6), work)
+    resumed = train(tiny_pretraining(seed=4), data, LoopSettings(**settings), work)
     assert resumed.resumed_from == 6
     a, b = full.model.state_dict(), resumed.model.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
@@ -642,7 +642,7 @@ def test_one_host_sync_per_step(tmp_path, monkeypatch):
         monkeypatch.setattr(torch.Tensor, name, counting)
     data = RepeatedTokens()
     steps = 6
-    settings = TrainSettings(steps=steps, batch_size=8, micro_batch_size=4, lr=1e-3,
+    settings = LoopSettings(steps=steps, batch_size=8, micro_batch_size=4, lr=1e-3,
                              log_every=1000, checkpoint_every=None)
     model = tiny_pretraining()
     run = Trainer.run
@@ -683,11 +683,11 @@ def test_compile_keeps_the_model_and_resumes_exactly(tmp_path, monkeypatch):
     for k in grads[0]:
         torch.testing.assert_close(grads[1][k], grads[0][k], rtol=1e-4, atol=1e-6)
 
-    straight = train(tiny_pretraining(), data, TrainSettings(**RESUME_BASE, compile=True),
+    straight = train(tiny_pretraining(), data, LoopSettings(**RESUME_BASE, compile=True),
                      tmp_path / "straight")
     work = tmp_path / "resumed"
-    train(tiny_pretraining(), data, TrainSettings(**RESUME_BASE, compile=True, stop_after=6), work)
-    resumed = train(tiny_pretraining(seed=9), data, TrainSettings(**RESUME_BASE, compile=True),
+    train(tiny_pretraining(), data, LoopSettings(**RESUME_BASE, compile=True, stop_after=6), work)
+    resumed = train(tiny_pretraining(seed=9), data, LoopSettings(**RESUME_BASE, compile=True),
                     work)
     assert resumed.resumed_from == 6
     a, b = straight.model.state_dict(), resumed.model.state_dict()

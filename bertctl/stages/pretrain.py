@@ -32,7 +32,7 @@ from bertctl.model.vocabulary import grow_vocabulary
 from bertctl.stages.common import models, runtime, training
 from bertctl.train import distributed as dist
 from bertctl.train.loop import train
-from bertctl.train.settings import TrainSettings
+from bertctl.train.settings import LoopSettings
 
 def _build_model(config: PretrainSettings, objective, init: models.ModelSource | None,
                  new_config, init_updates: dict):
@@ -248,7 +248,7 @@ class PretrainJob:
         _check_agreement(self.model, self.data, self.init, grown=self.grown is not None)
         for line in notes:   # said once the model is known to read the data: a refusal is one line
             console.log(line)
-        self.settings = TrainSettings.of(
+        self.settings = LoopSettings.of(
             config, find_unused_parameters=self.objective.unused_parameters(self.train_data),
             **schedule)
         self.optimizer_from = _carried_optimizer(config, self.init)

@@ -1,6 +1,6 @@
 """The one training loop, shared by pretraining and fine-tuning.
 
-    result = train(model, data, TrainSettings(steps=1000, batch_size=256, lr=1e-4), work_dir)
+    result = train(model, data, LoopSettings(steps=1000, batch_size=256, lr=1e-4), work_dir)
 
 Both stages hand in a model whose forward returns {"loss": ...} when given labels, and a data
 source (see `DataSource`); they differ only in head, data and metrics. The loop owns everything
@@ -47,13 +47,13 @@ from bertctl.train.order import BatchOrder, DataSource, lengths_of
 from bertctl.train.records import (METRICS_FILE, Best, Interval, StepTotals, TrainingDiverged,
                                    TrainResult, append_jsonl, count_tokens, plain,
                                    read_history, rewrite_jsonl)
-from bertctl.train.settings import TrainSettings
+from bertctl.train.settings import LoopSettings
 
 Evaluate = Callable[[nn.Module], dict[str, Any]]
 StepMetrics = Callable[[dict[str, Any], dict[str, Any]], dict[str, tuple[Any, Any]]]
 
 
-def train(model: nn.Module, train_data: DataSource, settings: TrainSettings, work_dir: str | Path,
+def train(model: nn.Module, train_data: DataSource, settings: LoopSettings, work_dir: str | Path,
           evaluate: Evaluate | None = None, select: tuple[str, str] | None = None,
           on_log: Callable[[dict[str, Any]], None] | None = None,
           step_metrics: StepMetrics | None = None,
@@ -108,7 +108,7 @@ class Trainer:
     """One training run: its fixed geometry (set up once) and its changing state (`step`,
     `interval`, `best`, `last_eval`, `history`), which a checkpoint saves and `resume` restores."""
 
-    def __init__(self, model: nn.Module, data: DataSource, settings: TrainSettings,
+    def __init__(self, model: nn.Module, data: DataSource, settings: LoopSettings,
                  work_dir: Path, evaluate: Evaluate | None = None,
                  select: tuple[str, str] | None = None,
                  on_log: Callable[[dict[str, Any]], None] | None = None,

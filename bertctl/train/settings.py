@@ -1,5 +1,5 @@
 """The training loop's settings: those a stage shows as flags (`TrainingSettings`, which pretrain
-and finetune extend with their own defaults) and those only code sets (`TrainSettings`)."""
+and finetune extend with their own defaults) and those only code sets (`LoopSettings`)."""
 
 from __future__ import annotations
 
@@ -196,7 +196,7 @@ def parse_duration(text: str) -> float:
     return float(sum(float(n) * _UNITS[u] for n, u in parts))
 
 
-class TrainSettings(TrainingSettings):
+class LoopSettings(TrainingSettings):
     """How to train: the stages' settings (`TrainingSettings`, where each one is described and
     checked) plus those that only code sets. Checked when built: a bad value raises a
     `SettingsError` naming it. The defaults suit a call from code: no checkpoints (the stages
@@ -232,7 +232,7 @@ class TrainSettings(TrainingSettings):
         return betas
 
     @classmethod
-    def of(cls, stage: TrainingSettings, **extra: Any) -> "TrainSettings":
+    def of(cls, stage: TrainingSettings, **extra: Any) -> "LoopSettings":
         """A stage's training settings plus `extra` (the settings only code sets)."""
         own = stage.model_dump(include=set(cls.model_fields))  # e.g. pretrain's total_steps
         return cls(**{**own, **extra})

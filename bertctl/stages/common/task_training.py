@@ -27,7 +27,7 @@ from bertctl.stages.common.training import logging_to
 from bertctl.tasks.base import Calibrates, NumericLabels
 from bertctl.train import distributed as dist
 from bertctl.train.loop import train
-from bertctl.train.settings import TrainSettings
+from bertctl.train.settings import LoopSettings
 
 
 @dataclass
@@ -188,7 +188,7 @@ class TaskJob:
                         setup.extras, per_token=self.family.marks)
         with console.training_progress(f"{self.by.verb} {self.spec.name}",
                                        config.steps) as on_log:
-            result = train(setup.model, data, TrainSettings.of(config), work,
+            result = train(setup.model, data, LoopSettings.of(config), work,
                            evaluate=self.evaluate if self.dev_features is not None else None,
                            select=self.select, on_log=logging_to(on_log, sink),
                            step_metrics=setup.step_metrics)
