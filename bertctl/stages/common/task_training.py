@@ -237,8 +237,10 @@ def label_scale(family, examples, source) -> str | None:
     (its task record's label_range, widened by a tenth of its span), else None: a model that
     predicts STS-B's 0-5 read against labels scored 0-100."""
     trained = (getattr(source, "task", None) or {}).get("label_range")
+    if not trained or not isinstance(family, NumericLabels):
+        return None
     span = family.label_range(examples)
-    if not trained or not span:
+    if not span:
         return None
     lo, hi = trained
     slack = 0.1 * (hi - lo)
