@@ -177,6 +177,27 @@ def minilm_dir():
 
 
 @pytest.fixture(scope="session")
+def minilm_short_dir(tmp_path_factory, minilm_dir):
+    """all-MiniLM-L6-v2 cut to its first two layers (config.json and weights), its
+    sentence-transformers layout kept: a real embedding model for the tests that prove the
+    search recipe's plumbing, at a third of the compute (its quality is the benchmarks')."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    out = tmp_path_factory.mktemp("minilm-short") / "model"
+    shutil.copytree(minilm_dir, out)
+    config = json.loads((out / "config.json").read_text())
+    config["num_hidden_layers"] = 2
+    (out / "config.json").write_text(json.dumps(config, indent=2))
+    weights = load_file(out / "model.safetensors")
+    kept = {k: v for k, v in weights.items()
+            if ".layer." not in k or int(k.split(".layer.")[1].split(".")[0]) < 2}
+    save_file(kept, out / "model.safetensors", metadata={"format": "pt"})
+    return out
+
+
+@pytest.fixture(scope="session")
 def example_index(tmp_path_factory, minilm_dir):
     """all-MiniLM-L6-v2's own vectors of the example BEIR corpus, with ids and texts: what
     `bertctl search` and `bertctl index` read (fp32, so hits compare with numpy's)."""

@@ -62,17 +62,17 @@ def test_a_grouped_batch_scores_each_candidate_as_alone(minilm_dir):
 
 
 @pytest.fixture(scope="module")
-def reranker(tmp_path_factory, minilm_dir):
-    """A reranker fine-tuned from all-MiniLM-L6-v2 on negatives mined with it."""
+def reranker(tmp_path_factory, minilm_short_dir):
+    """A reranker fine-tuned from all-MiniLM-L6-v2's first two layers on negatives mined with it."""
     from conftest import invoke as cli
 
     root = tmp_path_factory.mktemp("rerank")
-    r = cli("mine", minilm_dir, TRAIN, "--negatives", "3", "--precision", "fp32",
+    r = cli("mine", minilm_short_dir, TRAIN, "--negatives", "3", "--precision", "fp32",
             "--out", root / "mined")
     assert r.exit_code == 0, r.stderr
     rows = (root / "mined" / "pairs.jsonl").read_text().splitlines()[:48]
     (root / "pairs.jsonl").write_text("\n".join(rows) + "\n")
-    r = cli("finetune", minilm_dir, root / "pairs.jsonl", "--task", "reranking", "--epochs", "1",
+    r = cli("finetune", minilm_short_dir, root / "pairs.jsonl", "--task", "reranking", "--epochs", "1",
             "--batch-size", "8", "--lr", "1e-4", "--max-seq-length", "64",
             "--precision", "fp32", "--out", root / "reranker")
     assert r.exit_code == 0, r.stderr
@@ -109,12 +109,13 @@ def test_crossencoder_predicts_bertctls_scores(cli, reranker, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_search_is_reranked_as_crossencoder_orders_it(cli, minilm_dir, reranker, tmp_path):
+def test_a_search_is_reranked_as_crossencoder_orders_it(cli, minilm_short_dir, reranker,
+                                                         tmp_path):
     """eval --rerank: the first stage's metrics unchanged, its first K documents a query in
     the order of CrossEncoder.predict's scores (ties as trec_eval), the rest below."""
     from sentence_transformers import CrossEncoder
 
-    out, metrics, first = reranked_eval(minilm_dir, BEIR, tmp_path, "--rerank",
+    out, metrics, first = reranked_eval(minilm_short_dir, BEIR, tmp_path, "--rerank",
                                         reranker / "reranker", "--rerank-depth", "5")
     queries, docs = beir_texts(BEIR)
     ce = CrossEncoder(str(reranker / "reranker"), device="cpu")

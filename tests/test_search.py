@@ -177,7 +177,7 @@ def test_eval_scores_bm25_and_the_hybrid_beside_the_model(cli, minilm_dir, tmp_p
 
 
 @pytest.mark.slow
-def test_the_search_worked_example_runs_as_written(cli, minilm_dir, tmp_path):
+def test_the_search_worked_example_runs_as_written(cli, minilm_short_dir, tmp_path):
     """docs/commands.md's second retrieval example, line by line ($MODEL and runs/ put where
     this test keeps them)."""
     pytest.importorskip("bm25s")
@@ -189,7 +189,7 @@ def test_the_search_worked_example_runs_as_written(cli, minilm_dir, tmp_path):
     for words in lines:
         args = []
         for w in words[1:]:
-            w = w.replace("$MODEL", str(minilm_dir))
+            w = w.replace("$MODEL", str(minilm_short_dir))
             w = str(tmp_path / w[len("runs/"):]) if w.startswith("runs/") else w
             args.append(str(EXAMPLES.parent / w) if w.startswith("examples/") else w)
         r = cli(*args)

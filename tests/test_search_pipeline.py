@@ -195,7 +195,7 @@ def _table(page: str, table_id: str) -> list[list[str]]:
             for row in table.split("<tr>")[2:]]
 
 
-def test_search_pipeline_chooses_on_dev_and_reports_each_steps_gain(tmp_path, minilm_dir):
+def test_search_pipeline_chooses_on_dev_and_reports_each_steps_gain(tmp_path, minilm_short_dir):
     """The whole recipe in miniature: every step an artifact with its lineage; the report's
     first table each step's test nDCG@10 gain with the paired standard error computed here
     from the evals' per-query files, its second every choice's candidates with their dev
@@ -205,7 +205,7 @@ def test_search_pipeline_chooses_on_dev_and_reports_each_steps_gain(tmp_path, mi
     pytest.importorskip("onnxruntime")
     pytest.importorskip("matplotlib")
     _small_search_set(EXAMPLE, tmp_path / "ret", queries=60, pairs=96)
-    variables = {"MODEL": str(minilm_dir), "TRAIN": "ret/train.tsv", "BEIR": "ret/beir",
+    variables = {"MODEL": str(minilm_short_dir), "TRAIN": "ret/train.tsv", "BEIR": "ret/beir",
                  "RUNS": "runs", "STEPS": "2", "BATCH": "8", "RERANK_BATCH": "4",
                  "RERANK_LENGTH": "64", "RERANK_EPOCHS": "1", "NEGATIVES": "1",
                  "DEV_NEGATIVES": "3", "DEV_MIN": "20", "DEPTH": "5", "RERANK_DEPTHS": "5",
