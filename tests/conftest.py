@@ -337,3 +337,16 @@ def ten_seconds_a_step(monkeypatch):
     from bertctl.train.loop import Trainer
 
     monkeypatch.setattr(Trainer, "_now", now)
+
+
+# The modules whose tests take the longest in all (docs/development.md's timings), started
+# first: xdist deals whole modules to the workers (--dist loadfile), so a long one dealt last
+# keeps one worker busy after the other has finished.
+LONGEST_FIRST = ("test_search_pipeline.py", "test_pipelines.py", "test_search.py",
+                 "test_retrieval.py", "test_late_interaction.py", "test_export.py",
+                 "test_reranking.py", "test_kill_matrix.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
