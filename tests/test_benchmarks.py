@@ -200,3 +200,26 @@ def test_bench_search_sums_a_stage_of_several_processes(tmp_path, monkeypatch, c
     table = capsys.readouterr().out
     assert "| distill | 30, 50, 700 | 60, 100, 900 | 2.00x |" in table
     assert "| the stages both ran | CPU 50 s | 100 s | 2.00x |" in table
+
+
+@pytest.mark.slow
+def test_the_gpu_check_runs_end_to_end_on_a_cpu(tmp_path):
+    """#86: bench_gpu.py is written on the code paths the CPU runs, so `--device cpu --quick`
+    runs all of it (the step tables of BERT and ModernBERT against transformers, the budget
+    pretraining and the SST-2 fine-tuning through the CLI): it is not broken when a GPU
+    comes."""
+    out = tmp_path / "rows.json"
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_gpu.py"), "--device",
+                        "cpu", "--quick", "--precision", "fp32", "--summary-json", str(out)],
+                       capture_output=True, text=True, timeout=600, cwd=ROOT / "benchmarks",
+                       env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin",
+                            "HOME": str(tmp_path), "OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    rows = json.loads(out.read_text())
+    steps = [x for x in rows if "vs transformers" in x["compared"]]
+    assert len(steps) == 4 and all(x["ours"] > 0 and x["reference"] > 0 for x in steps)
+    assert {x["compared"].split(": pretrain ")[1].split()[0] for x in steps} == {
+        "bert", "modernbert"}
+    assert any("budget pretraining" in x["compared"] and x["ours"] > 0 for x in rows)
+    assert any("SST-2" in x["compared"] and "dev accuracy" in x["note"] for x in rows)
+    assert "NVIDIA BERT-Large" in r.stdout
