@@ -78,6 +78,7 @@ def plan(quick: bool, threads: int) -> list[tuple[str, list[str]]]:
         ("embed", ["bench_embed.py", "--threads", t]),
         ("scaling", ["bench_scaling.py", "--threads", t]),
         ("grad_checkpointing", ["bench_gradient_checkpointing.py", "--threads", t]),
+        ("data_path", ["bench_data_path.py"]),
         ("gpu", ["bench_gpu.py"]),
     ]
 
