@@ -32,11 +32,10 @@ import time
 import torch
 
 import common  # noqa: E402  (benchmarks/common.py)
-from bench_pretrain_step import make_batch, matmul_peak
+from bench_pretrain_step import MATMULS, make_batch, matmul_peak
 
 CLASSES = [
-    ("matmul", r"^aten::(mm|addmm|bmm|matmul|linear|baddbmm|_addmm_activation)$|onednn|mkldnn_"
-               r"(matmul|linear)"),
+    ("matmul", MATMULS),
     ("attention", r"scaled_dot_product|flash_attention|_efficient_attention|"
                   r"^aten::_softmax$|^aten::_softmax_backward"),
     ("norm+act", r"layer_norm|gelu|tanh|softmax|glu|silu"),
