@@ -385,3 +385,16 @@ def test_the_loop_never_rewrites_its_settings():
     plan the loop reads (train/plan.py); the settings stay what the user gave."""
     for path in (PACKAGE / "train").rglob("*.py"):
         assert "model_copy(" not in path.read_text(encoding="utf-8"), path.name
+
+
+def test_stages_take_their_settings_as_settings():
+    """#85: "config" meant four things; a stage's settings are `settings` from the CLI to the
+    stage (config.json and a model's config keep the word)."""
+    for path in sorted((PACKAGE / "stages").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef):
+                for arg in node.args.args:
+                    hint = ast.unparse(arg.annotation) if arg.annotation else ""
+                    if hint.endswith("Settings"):
+                        assert arg.arg == "settings", f"{_module(path)}.{node.name}({arg.arg})"

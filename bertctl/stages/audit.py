@@ -20,18 +20,18 @@ from bertctl.stages.common import task_texts
 OVERLAPS_FILE = "overlaps.jsonl"
 
 
-def run(config: AuditSettings, target: artifacts.Target, sources: list[str],
+def run(settings: AuditSettings, target: artifacts.Target, sources: list[str],
         against: list[Path]) -> artifacts.Outcome:
     if not sources:
         raise BertctlError("no corpus files given (audit CORPUS... --against TASK_FILE...)")
     if not against:
         raise BertctlError("no task files given: name them with --against")
     files = corpus.expand_sources(sources)
-    tasks = [task_texts.read_task_file(Path(p), config.against_column) for p in against]
+    tasks = [task_texts.read_task_file(Path(p), settings.against_column) for p in against]
     inputs = ([artifacts.file_input(f, "corpus") for f in files]
               + [artifacts.file_input(t.path, "task") for t in tasks])
     texts, owner = task_texts.flatten(tasks)
-    index = overlap.TaskTexts.index(texts, config.ngram, config.min_ngram)
+    index = overlap.TaskTexts.index(texts, settings.ngram, settings.min_ngram)
     total_bytes = sum(f.stat().st_size for f in files)
 
     def build(tmp: Path) -> dict:
@@ -43,7 +43,7 @@ def run(config: AuditSettings, target: artifacts.Target, sources: list[str],
             with console.progress("auditing corpus", total=total_bytes, unit="bytes") as bar:
                 for f in files:
                     starts.append(counted[0])
-                    for batch in corpus.iter_sentence_batches([f], config.text_column, stats):
+                    for batch in corpus.iter_sentence_batches([f], settings.text_column, stats):
                         counted[0] += len(batch)
                         bar.update(sum(map(len, batch)))
                         yield batch
@@ -78,17 +78,17 @@ def run(config: AuditSettings, target: artifacts.Target, sources: list[str],
             console.log(f"{task.path}: {len(hits):,} of {len(audited_rows):,} audited examples "
                         f"overlap the corpus" + (f" ({share:.2%})" if share is not None else "")
                         + f"; {task.rows - len(audited_rows):,} too short to audit")
-            for r in hits[:config.max_listed]:
+            for r in hits[:settings.max_listed]:
                 c, m = first[(t, r)]
                 console.log(f"  row {r + 1}: \"{m.ngram}\"")
         for warning in stats.warnings():
             console.log(warning)
         console.log(f"{stats.sentences:,} corpus sentences ({total_bytes / 1e6:,.1f} MB) audited "
                     f"in {seconds:.1f}s")
-        return {"rule": {"ngram": config.ngram, "min_ngram": config.min_ngram,
+        return {"rule": {"ngram": settings.ngram, "min_ngram": settings.min_ngram,
                          "words": "lowercased, accents stripped, runs of letters and digits"},
                 "tasks": per_file, "corpus": stats.as_dict(),
                 "seconds": round(seconds, 3),
                 "mb_per_second": round(total_bytes / 1e6 / seconds, 2) if seconds else None}
 
-    return artifacts.produce("audit", config, inputs, target, build)
+    return artifacts.produce("audit", settings, inputs, target, build)

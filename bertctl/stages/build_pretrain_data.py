@@ -23,7 +23,7 @@ def _tokenizer_stats(tok_art: artifacts.Artifact) -> dict:
     return {"id": tok_art.id, **tok_art.manifest.stats.get("tokenizer", {})}
 
 
-def run(config: BuildPretrainDataSettings, target: artifacts.Target, tokenizer_dir: Path | None,
+def run(settings: BuildPretrainDataSettings, target: artifacts.Target, tokenizer_dir: Path | None,
         sources: list[str], combine: list[Path] | None = None,
         exclude: list[Path] | None = None) -> artifacts.Outcome:
     if combine:
@@ -47,18 +47,18 @@ def run(config: BuildPretrainDataSettings, target: artifacts.Target, tokenizer_d
     if excluded is not None:
         inputs += excluded.inputs
     core = PretrainingDataSettings(
-        **config.model_dump(include=set(PretrainingDataSettings.model_fields)))
+        **settings.model_dump(include=set(PretrainingDataSettings.model_fields)))
 
     def build(tmp: Path) -> dict:
         stats = corpus.CorpusStats()
-        documents = corpus.iter_documents(files, config.text_column, stats)
+        documents = corpus.iter_documents(files, settings.text_column, stats)
         if excluded is not None:
             documents = excluded.filter(documents)
         with console.progress("building instances", unit="chunks") as bar:
             summary = pretraining.build_pretraining_data(
                 documents, tok, tmp, core,
-                workers=config.workers, num_shards=config.num_shards,
-                shard_index=config.shard_index,
+                workers=settings.workers, num_shards=settings.num_shards,
+                shard_index=settings.shard_index,
                 progress=lambda p: bar.update(1, documents=p.documents, instances=p.instances))
         models.copy_tokenizer(tok_art.path, tmp)
         splits = {k: v["stats"] for k, v in summary["splits"].items()}
@@ -68,7 +68,7 @@ def run(config: BuildPretrainDataSettings, target: artifacts.Target, tokenizer_d
         return _stats(summary["settings"], splits, _tokenizer_stats(tok_art),
                       corpus=stats.as_dict(), slice=summary["slice"], **extra)
 
-    outcome = artifacts.produce("pretrain-data", config, inputs, target, build)
+    outcome = artifacts.produce("pretrain-data", settings, inputs, target, build)
     _show_sample(outcome)
     return outcome
 

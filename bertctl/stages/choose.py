@@ -16,7 +16,7 @@ from bertctl.report import choices, gains
 from bertctl.stages.settings.search import ChooseSettings
 
 
-def run(config: ChooseSettings, target: artifacts.Target, given: list[str]):
+def run(settings: ChooseSettings, target: artifacts.Target, given: list[str]):
     if len(given) < 2:
         raise BertctlError("choose: give two or more candidates (NAME=EVAL), the baseline "
                            "first")
@@ -61,7 +61,7 @@ def run(config: ChooseSettings, target: artifacts.Target, given: list[str]):
               for i, c in enumerate(candidates)]
 
     def build(tmp: Path) -> dict:
-        chosen, rows = choices.decide(candidates, config.rule, config.min_gain)
+        chosen, rows = choices.decide(candidates, settings.rule, settings.min_gain)
         pick = candidates[chosen]
         art = evals[pick.path]
         model = next((i for i in art.manifest.inputs if i.role == "model"), None)
@@ -73,7 +73,7 @@ def run(config: ChooseSettings, target: artifacts.Target, given: list[str]):
                          rerank_depth=art.manifest.config.get("rerank_depth"),
                          rerank_scoring=art.manifest.config.get("rerank_scoring"))
         (tmp / choices.CHOICE).write_text(json.dumps(
-            {"rule": config.rule, "metric": gains.METRIC, "dev": data[0][2] if data else None,
+            {"rule": settings.rule, "metric": gains.METRIC, "dev": data[0][2] if data else None,
              "chosen": taken, "candidates": rows}, indent=2) + "\n", encoding="utf-8")
         (tmp / choices.CHOSEN).write_text(pick.name + "\n", encoding="utf-8")
         (tmp / choices.MODEL).write_text(f"{taken['model']}\n", encoding="utf-8")
@@ -82,7 +82,7 @@ def run(config: ChooseSettings, target: artifacts.Target, given: list[str]):
                                                 f"{r['versus']}"
             console.log(f"{r['name']}: dev nDCG@10 {r['mean']:.4f}{gain}"
                         + (" (chosen)" if r["chosen"] else ""))
-        return {"chosen": pick.name, "rule": config.rule, "candidates": names,
+        return {"chosen": pick.name, "rule": settings.rule, "candidates": names,
                 "metrics": {f"dev/{r['name']}/{gains.METRIC}": r["mean"] for r in rows}}
 
-    return artifacts.produce("choice", config, inputs, target, build)
+    return artifacts.produce("choice", settings, inputs, target, build)

@@ -34,30 +34,30 @@ class Distillation(Supervision):
     verb = "distilling"
     require_labels = False   # a teacher labels what the file does not
 
-    def __init__(self, config: DistillSettings, teacher, family, init=None,
+    def __init__(self, settings: DistillSettings, teacher, family, init=None,
                  student_config: Path | None = None):
-        self.config, self.teacher, self.family, self.init = config, teacher, family, init
+        self.settings, self.teacher, self.family, self.init = settings, teacher, family, init
         t_config = read_config(teacher.path)
-        self.plan = distillation.plan(t_config, layers=config.student_layers,
-                                      size=config.student_size, config_file=student_config,
+        self.plan = distillation.plan(t_config, layers=settings.student_layers,
+                                      size=settings.student_size, config_file=student_config,
                                       init=read_config(init.path) if init else None,
                                       init_path=str(init.path) if init else "")
         if init is not None and init.has_tokenizer() and \
                 init.tokenizer()[0].get_vocab() != teacher.tokenizer()[0].get_vocab():
             raise BertctlError(f"{init.path}: its tokenizer differs from the teacher's; "
                                f"distillation needs the teacher's tokenizer")
-        if config.layer_map and not config.hidden_loss:
+        if settings.layer_map and not settings.hidden_loss:
             raise BertctlError("--layer-map maps hidden states for --hidden-loss: give its "
                                "weight too")
-        if config.hidden_loss and teacher.hf_config.get("bertctl_features"):
+        if settings.hidden_loss and teacher.hf_config.get("bertctl_features"):
             raise BertctlError(f"{teacher.path}: a frozen-encoder teacher's layers were not "
                                f"fine-tuned; --hidden-loss needs a fully fine-tuned teacher")
-        if config.teacher_cache == "on" and config.hidden_loss:
+        if settings.teacher_cache == "on" and settings.hidden_loss:
             raise BertctlError("--teacher-cache on keeps the teacher's outputs, not its hidden "
                                "states: --hidden-loss runs the teacher at every step")
         sizes = (self.plan.num_layers, t_config.num_hidden_layers)
-        self.layer_map = [] if not config.hidden_loss else (
-            distillation.parse_layer_map(config.layer_map, *sizes) if config.layer_map
+        self.layer_map = [] if not settings.hidden_loss else (
+            distillation.parse_layer_map(settings.layer_map, *sizes) if settings.layer_map
             else distillation.default_layer_map(*sizes))
 
     def spec_for(self, spec, path: Path):
@@ -66,7 +66,7 @@ class Distillation(Supervision):
 
     def check_label_range(self, outside: str | None) -> None:
         # The loss would mix the teacher's outputs on its scale with labels on theirs.
-        if outside and self.config.alpha > 0:
+        if outside and self.settings.alpha > 0:
             raise BertctlError(f"{outside}: distillation would mix the teacher's scale with the "
                                f"labels'; rescale the labels, or learn from the teacher alone "
                                f"(--alpha 0)")
@@ -87,7 +87,7 @@ class Distillation(Supervision):
                 LoadReport(source=self.plan.description, missing=["(every weight)"]))
 
     def wrap(self, student) -> distillation.Distiller:
-        c = self.config
+        c = self.settings
         return distillation.Distiller(student, self.teacher_model, self.family.soft_targets,
                                       c.temperature, c.alpha, c.hidden_loss, self.layer_map,
                                       where=f"the teacher {self.teacher.path}")
@@ -95,7 +95,7 @@ class Distillation(Supervision):
     def cached_outputs(self, features, work: Path) -> dict | None:
         """The teacher's outputs over the training set, computed once into the run directory,
         where the settings ask for it (see DistillSettings.teacher_cache); else None."""
-        c = self.config
+        c = self.settings
         if c.teacher_cache == "off" or c.alpha == 1 or c.hidden_loss:
             return None
         passes = c.epochs if c.epochs is not None else (
@@ -143,22 +143,22 @@ class Distillation(Supervision):
             "teacher_metrics": self.teacher_metrics}}
 
 
-def run(config: DistillSettings, target: artifacts.Target, teacher_dir: Path, train_path: Path,
+def run(settings: DistillSettings, target: artifacts.Target, teacher_dir: Path, train_path: Path,
         dev_path: Path | None = None, student_init: Path | None = None,
         student_config: Path | None = None):
-    config = runtime.applied(config)
+    settings = runtime.applied(settings)
     teacher = models.open_model(teacher_dir, "teacher")
-    if teacher.task is None and not (config.task or config.family):
+    if teacher.task is None and not (settings.task or settings.family):
         raise BertctlError(f"{teacher.path}: has no task ({TASK_FILE}); distillation "
                            f"needs a fine-tuned teacher (bertctl finetune), or --task for a "
                            f"Hugging Face model with a head")
-    task = model_task(config, teacher)
+    task = model_task(settings, teacher)
     if task.family.soft_targets is None:
         raise BertctlError(f"{teacher.path}: a '{task.family.name}' model's outputs are not "
                            f"scores a student can imitate")
     train_file, dev_file = training_files(task.spec, train_path, dev_path)
     init = models.open_model(student_init, "student-init") if student_init else None
-    distill = Distillation(config, teacher, task.family, init, student_config)
+    distill = Distillation(settings, teacher, task.family, init, student_config)
     inputs = [teacher.ref, models.data_input(train_file, "train")]
     if dev_file is not None:
         inputs.append(models.data_input(dev_file, "dev"))
@@ -166,6 +166,6 @@ def run(config: DistillSettings, target: artifacts.Target, teacher_dir: Path, tr
         inputs.append(init.ref)
     if student_config:
         inputs.append(artifacts.file_input(student_config, "student-config"))
-    job = TaskJob(config, task.spec, task.family, teacher, train_file, dev_file,
-                  task_length(config, teacher), task.label_list, by=distill)
-    return training.train_to_artifact(config, inputs, target, job)
+    job = TaskJob(settings, task.spec, task.family, teacher, train_file, dev_file,
+                  task_length(settings, teacher), task.label_list, by=distill)
+    return training.train_to_artifact(settings, inputs, target, job)

@@ -15,13 +15,13 @@ from bertctl.model.features import parse_layers
 from bertctl.stages.common import models, runtime
 
 
-def run(config: EmbedSettings, target: artifacts.Target, model_dir: Path, data: Path):
-    config = runtime.applied(config)
+def run(settings: EmbedSettings, target: artifacts.Target, model_dir: Path, data: Path):
+    settings = runtime.applied(settings)
     source = models.open_model(model_dir, "model", exports=True)
     tok, _ = source.tokenizer()
-    max_len = config.max_seq_length or models.model_length(source)   # unset: the model's
+    max_len = settings.max_seq_length or models.model_length(source)   # unset: the model's
     models.check_reads_task(source, tok, max_len)
-    layers = parse_layers(config.layers, int(source.hf_config["num_hidden_layers"]))
+    layers = parse_layers(settings.layers, int(source.hf_config["num_hidden_layers"]))
     if not data.exists():
         raise BertctlError(f"{data}: no such file or directory")
     # Unset pooling on an embedding model (bertctl's, sentence-transformers') gives the model's
@@ -29,45 +29,45 @@ def run(config: EmbedSettings, target: artifacts.Target, model_dir: Path, data: 
     # layers asked, normalised only if asked. The resolved values are recorded.
     embedder = source.hf_config.get(sentence_layout.KEY) is not None or architectures.role_of(
         (source.hf_config.get("architectures") or [""])[0]) == "embedding"
-    own = config.pool == "model" or (config.pool is None and embedder)
+    own = settings.pool == "model" or (settings.pool is None and embedder)
     if own and not embedder:
         raise BertctlError(f"--pool model: {source.path} is not an embedding model (it has no "
                            f"sentence head of its own); give --pool cls or mean")
     # (a sentence head bertctl does not compute is refused here, not for the hidden states)
     record = sentence_layout.record_of(source.hf_config) if own else None
-    prompt = _prompt(config, record, source.path) if own else ""
+    prompt = _prompt(settings, record, source.path) if own else ""
     if own:
-        if config.layers != "-1" or config.combine != "concat":
+        if settings.layers != "-1" or settings.combine != "concat":
             raise BertctlError("--layers and --combine choose hidden states for a --pool you "
                                f"give; {source.path} is an embedding model, whose own vectors "
                                f"are its sentence head's (give --pool to take hidden states)")
         unit = (record or {}).get("normalize", True)
-        if config.normalize is False and unit:
+        if settings.normalize is False and unit:
             raise BertctlError(f"--no-normalize: {source.path}'s own vectors are unit length "
                                f"(its Normalize module); give --pool to take hidden states")
-        config = config.model_copy(update={"pool": "model", "normalize": bool(
-            unit if config.normalize is None else config.normalize)})
-    elif config.store_pieces:
+        settings = settings.model_copy(update={"pool": "model", "normalize": bool(
+            unit if settings.normalize is None else settings.normalize)})
+    elif settings.store_pieces:
         raise BertctlError("--store-pieces keeps an embedding model's pieces beside its own "
                            "vectors (--pool model), for late interaction; --pool tokens writes "
                            "every piece's hidden state as the vectors")
-    elif config.prompt_name is not None or config.prompt is not None:
+    elif settings.prompt_name is not None or settings.prompt is not None:
         raise BertctlError("--prompt and --prompt-name apply to an embedding model's own "
                            "vectors (--pool model)")
     else:
-        config = config.model_copy(update={"pool": config.pool or "mean",
-                                           "normalize": bool(config.normalize)})
-    if config.store_pieces and source.onnx is not None:
+        settings = settings.model_copy(update={"pool": settings.pool or "mean",
+                                           "normalize": bool(settings.normalize)})
+    if settings.store_pieces and source.onnx is not None:
         raise BertctlError(f"--store-pieces: {source.path} is an export, whose graph gives the "
                            f"pooled vectors only; embed with the model it was exported from")
-    config = source.applied(config)
-    device, precision, recorded = source.runtime(config.device, config.precision)
-    opts = frozen_features.EmbedOptions(layers=layers, combine=config.combine, pool=config.pool,
-                                   normalize=config.normalize, dtype=config.dtype,
+    settings = source.applied(settings)
+    device, precision, recorded = source.runtime(settings.device, settings.precision)
+    opts = frozen_features.EmbedOptions(layers=layers, combine=settings.combine, pool=settings.pool,
+                                   normalize=settings.normalize, dtype=settings.dtype,
                                    max_seq_length=max_len,
-                                   stride=config.doc_stride, batch_size=config.batch_size,
-                                   own=own, prompt=prompt, store_text=config.store_text,
-                                   store_pieces=config.store_pieces)
+                                   stride=settings.doc_stride, batch_size=settings.batch_size,
+                                   own=own, prompt=prompt, store_text=settings.store_text,
+                                   store_pieces=settings.store_pieces)
     if own:   # its sentence head normalises what it should; a unit vector again is itself
         opts = dataclasses.replace(opts, normalize=False)
     inputs = [source.ref, models.data_input(data)]
@@ -80,10 +80,10 @@ def run(config: EmbedSettings, target: artifacts.Target, model_dir: Path, data: 
         with console.progress("embedding", total=None, unit="rows") as bar, \
                 evaluation.inference(model, device, precision):
             stats = frozen_features.write(model, tok, frozen_features.read_chunks(
-                data, config.text_column, token_column=config.token_column,
-                id_column=config.id_column), opts, tmp, device, config.shard_rows,
+                data, settings.text_column, token_column=settings.token_column,
+                id_column=settings.id_column), opts, tmp, device, settings.shard_rows,
                 progress=lambda n: bar.update(n), where=f"{source.path} on {data}",
-                ids=config.id_column is not None)
+                ids=settings.id_column is not None)
         seconds = time.monotonic() - started
         console.log(f"{stats['rows']:,} rows -> {stats['vectors']:,} vectors of {stats['dim']} "
                     f"in {stats['shards']} shard(s), {seconds:.1f}s")
@@ -95,21 +95,21 @@ def run(config: EmbedSettings, target: artifacts.Target, model_dir: Path, data: 
                 "seconds": round(seconds, 3),
                 "rows_per_second": round(stats["rows"] / seconds, 1) if seconds else None}
 
-    return artifacts.produce("embeddings", config, inputs, target, build)
+    return artifacts.produce("embeddings", settings, inputs, target, build)
 
 
-def _prompt(config: EmbedSettings, record: dict | None, where: Path) -> str:
+def _prompt(settings: EmbedSettings, record: dict | None, where: Path) -> str:
     """The text put before every row: --prompt, the model's prompt --prompt-name names, else
     its default prompt (as sentence-transformers' encode)."""
-    if config.prompt is not None and config.prompt_name is not None:
+    if settings.prompt is not None and settings.prompt_name is not None:
         raise BertctlError("give --prompt or --prompt-name, not both")
-    if config.prompt is not None:
-        return config.prompt
+    if settings.prompt is not None:
+        return settings.prompt
     prompts = (record or {}).get("prompts") or {}
-    if config.prompt_name is not None:
-        if config.prompt_name not in prompts:
-            raise BertctlError(f"--prompt-name {config.prompt_name}: {where} has "
+    if settings.prompt_name is not None:
+        if settings.prompt_name not in prompts:
+            raise BertctlError(f"--prompt-name {settings.prompt_name}: {where} has "
                                + (f"the prompts {', '.join(prompts)}" if prompts
                                   else "no prompts"))
-        return prompts[config.prompt_name]
+        return prompts[settings.prompt_name]
     return sentence_layout.prompt_for(record, "text")

@@ -42,22 +42,22 @@ from bertctl.stages.settings.assembled import eval_settings
 LATENCY_REQUESTS, LATENCY_WARMUP = 100, 5
 
 
-def run(config: ExportSettings, target: artifacts.Target, model_dir: Path,
+def run(settings: ExportSettings, target: artifacts.Target, model_dir: Path,
         check: Path | None = None) -> artifacts.Outcome:
     onnx_model.require("bertctl export")   # before any work: nothing written without it
-    config = runtime.applied(config)
+    settings = runtime.applied(settings)
     source = models.open_model(model_dir)
     # A sentence-transformers model (its layout, no bertctl task) is an embedding model: its
     # graph is the embedding head (pooling, Dense, normalisation), what `embed` reads of it.
-    embedding = source.task is None and not config.encoder and \
+    embedding = source.task is None and not settings.encoder and \
         sentence_layout.record_of(source.hf_config) is not None
-    encoder = config.encoder or (source.task is None and not embedding)
+    encoder = settings.encoder or (source.task is None and not embedding)
     inputs = [source.ref]
     task = None
     if check is not None:
         if encoder:
             raise BertctlError(f"--check {check}: an encoder export has no task to score"
-                               + ("" if config.encoder else f" ({model_dir} was not fine-tuned)"))
+                               + ("" if settings.encoder else f" ({model_dir} was not fine-tuned)"))
         task = _read_check(source, open_task(eval_settings()(), source, check))
         inputs += models.data_inputs(task.input.file, "check")
     models.tokenizer_files(source.path)
@@ -69,8 +69,8 @@ def run(config: ExportSettings, target: artifacts.Target, model_dir: Path,
         model = models.load_encoder(source) if encoder else \
             models.load_task_model(source, "embedding" if embedding else None)
         started = time.monotonic()
-        facts = _write_graph(model, tmp, config, encoder, source)
-        _runs(tmp / models.ONNX_FILE, facts, config, target)
+        facts = _write_graph(model, tmp, settings, encoder, source)
+        _runs(tmp / models.ONNX_FILE, facts, settings, target)
         console.log(f"exported {facts.graph} ({facts.quantize}) in "
                     f"{time.monotonic() - started:.1f}s: {facts.bytes:,} bytes")
         _copy_model_files(source, tmp, encoder, type(model).__name__ if embedding else None)
@@ -78,14 +78,14 @@ def run(config: ExportSettings, target: artifacts.Target, model_dir: Path,
                                  "model_id": source.ref.id}
         if task is not None:
             stats["check"] = _check(model, onnx_model.OnnxModel(tmp / models.ONNX_FILE),
-                                    source, task, config)
+                                    source, task, settings)
             stats["metrics"] = {"pytorch": stats["check"]["pytorch"],
                                 "export": stats["check"]["export"]}
             _log_check(stats["check"])
-        modelcard.write_export(tmp, stats, config.model_dump(mode="json"))
+        modelcard.write_export(tmp, stats, settings.model_dump(mode="json"))
         return stats
 
-    outcome = artifacts.produce("export", config, inputs, target, build)
+    outcome = artifacts.produce("export", settings, inputs, target, build)
     check_stats = outcome.manifest.stats.get("check")
     if check_stats and check_stats.get("drop_points") is None:
         # A drop that could not be computed (a metric without a value) is never a pass.
@@ -93,40 +93,40 @@ def run(config: ExportSettings, target: artifacts.Target, model_dir: Path,
             f"export check not met: {check_stats['metric']} has no value "
             f"({_shown(check_stats['pytorch_value'])} -> {_shown(check_stats['export_value'])}),"
             f" so the drop cannot be measured"])
-    if check_stats and check_stats["drop_points"] > config.max_drop:
+    if check_stats and check_stats["drop_points"] > settings.max_drop:
         raise ExpectationsUnmet(outcome, [
             f"export check not met: {check_stats['metric']} dropped "
             f"{check_stats['drop_points']:.3g} points ({check_stats['pytorch_value']:.6g} -> "
-            f"{check_stats['export_value']:.6g}), more than --max-drop {config.max_drop:g}"])
+            f"{check_stats['export_value']:.6g}), more than --max-drop {settings.max_drop:g}"])
     return outcome
 
 
-def _write_graph(model, tmp: Path, config: ExportSettings, encoder: bool,
+def _write_graph(model, tmp: Path, settings: ExportSettings, encoder: bool,
                  source: models.ModelSource) -> ExportFacts:
     path = tmp / models.ONNX_FILE
     fusions = architectures.of_model(model).onnx_fusions
-    outputs = onnx_model.export(model, path, encoder=encoder, opset=config.opset,
+    outputs = onnx_model.export(model, path, encoder=encoder, opset=settings.opset,
                                 max_positions=architectures.longest_input(model.config))
     fused = (onnx_model.optimize(path, fusions, model.config.num_attention_heads,
                                  model.config.hidden_size)
-             if config.optimize and fusions else {})
-    if config.quantize == "int8":
+             if settings.optimize and fusions else {})
+    if settings.quantize == "int8":
         quantized = tmp / "model.int8.onnx"
-        onnx_model.quantize(path, quantized, config.per_channel)
+        onnx_model.quantize(path, quantized, settings.per_channel)
         quantized.replace(path)
     return ExportFacts(graph=type(model).__name__, inputs=list(onnx_model.INPUTS),
                        outputs=outputs, input_rank=onnx_model.input_rank(model),
-                       opset=config.opset, quantize=config.quantize,
-                       per_channel=config.per_channel if config.quantize == "int8" else None,
+                       opset=settings.opset, quantize=settings.quantize,
+                       per_channel=settings.per_channel if settings.quantize == "int8" else None,
                        fused=fused, bytes=path.stat().st_size)
 
 
-def _runs(path: Path, facts: ExportFacts, config: ExportSettings,
+def _runs(path: Path, facts: ExportFacts, settings: ExportSettings,
           target: artifacts.Target) -> None:
     """The graph loads and runs one batch in the installed onnxruntime before it is published:
     an opset or a quantized operator it cannot run is one line, and nothing is written."""
     shape = (1, 2, 8) if facts.input_rank == 3 else (1, 8)
-    what = f"--opset {config.opset}" + (" --quantize int8" if config.quantize == "int8" else "")
+    what = f"--opset {settings.opset}" + (" --quantize int8" if settings.quantize == "int8" else "")
     try:
         onnx_model.OnnxModel(path, threads=1, name=str(target.out / models.ONNX_FILE))(
             torch.ones(shape, dtype=torch.long))
@@ -170,7 +170,7 @@ def _read_check(source: models.ModelSource, task: TaskInput) -> CheckData:
 
 
 def _check(model, exported, source: models.ModelSource, check: CheckData,
-           config: ExportSettings) -> dict[str, Any]:
+           settings: ExportSettings) -> dict[str, Any]:
     """Both models over the check data: outputs, predictions, metrics and batch-1 latency."""
     spec, family, label_list = check.input.spec, check.input.family, check.input.label_list
     examples, features = check.examples, check.features
@@ -180,7 +180,7 @@ def _check(model, exported, source: models.ModelSource, check: CheckData,
         with console.progress(f"checking ({name})", total=len(features),
                               unit="sequences") as bar:
             outputs = evaluation.predict(
-                m, evaluation.task_batches(features, config.batch_size, family), "cpu", "fp32",
+                m, evaluation.task_batches(features, settings.batch_size, family), "cpu", "fp32",
                 progress=lambda n: bar.update(n),
                 where=f"{source.path if name == 'pytorch' else 'its export'} on {check.input.file}")
         predictions = family.predictions(outputs, features, examples, spec, calibration)

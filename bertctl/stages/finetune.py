@@ -16,30 +16,30 @@ from bertctl.tasks.resolve import training_files
 from bertctl.stages.settings.assembled import task_spec
 
 
-def frozen_features(config: FinetuneSettings, family, source: models.ModelSource) -> dict:
+def frozen_features(settings: FinetuneSettings, family, source: models.ModelSource) -> dict:
     """The head's `features` argument for --freeze-encoder (nothing otherwise)."""
-    if not config.freeze_encoder:
+    if not settings.freeze_encoder:
         return {}
-    if config.head not in family.feature_heads:
-        raise BertctlError(f"--freeze-encoder --head {config.head}: a '{family.name}' task's "
+    if settings.head not in family.feature_heads:
+        raise BertctlError(f"--freeze-encoder --head {settings.head}: a '{family.name}' task's "
                            + (f"frozen-encoder heads are {', '.join(family.feature_heads)}"
                               if family.feature_heads else "head needs the encoder fine-tuned"))
-    layers = parse_layers(config.features, int(source.hf_config["num_hidden_layers"]))
-    return {"features": {"layers": list(layers), "combine": config.combine, "head": config.head}}
+    layers = parse_layers(settings.features, int(source.hf_config["num_hidden_layers"]))
+    return {"features": {"layers": list(layers), "combine": settings.combine, "head": settings.head}}
 
 
-def run(config: FinetuneSettings, target: artifacts.Target, model_dir: Path, train_path: Path,
+def run(settings: FinetuneSettings, target: artifacts.Target, model_dir: Path, train_path: Path,
         dev_path: Path | None = None):
-    config = runtime.applied(config)
-    spec = task_spec(config)
+    settings = runtime.applied(settings)
+    spec = task_spec(settings)
     family = tasks.get(spec.family)
     source = models.open_model(model_dir, "model")
     spec = family.for_model(spec, source.hf_config)
-    features = frozen_features(config, family, source)   # a bad --head fails before any work
+    features = frozen_features(settings, family, source)   # a bad --head fails before any work
     train_file, dev_file = training_files(spec, train_path, dev_path)
     inputs = [source.ref, models.data_input(train_file, "train")]
     if dev_file is not None:
         inputs.append(models.data_input(dev_file, "dev"))
-    job = TaskJob(config, spec, family, source, train_file, dev_file, config.max_seq_length,
+    job = TaskJob(settings, spec, family, source, train_file, dev_file, settings.max_seq_length,
                   spec.labels, features=features)
-    return training.train_to_artifact(config, inputs, target, job)
+    return training.train_to_artifact(settings, inputs, target, job)

@@ -20,7 +20,7 @@ PAGE = "summary.md"
 ZIP = "submission.zip"
 
 
-def run(config: GlueSummarySettings, target: artifacts.Target, paths: list[Path]):
+def run(settings: GlueSummarySettings, target: artifacts.Target, paths: list[Path]):
     if not paths:
         raise BertctlError("glue-summary: give the eval artifacts of the runs")
     placed = [glue.place(artifacts.read_artifact(p, "eval")) for p in paths]
@@ -52,4 +52,4 @@ def run(config: GlueSummarySettings, target: artifacts.Target, paths: list[Path]
                 "submission_files": summary["submission_files"],
                 "missing": summary["missing"], "evals": len(placed), "metrics": metrics}
 
-    return artifacts.produce("glue-summary", config, inputs, target, build)
+    return artifacts.produce("glue-summary", settings, inputs, target, build)

@@ -17,13 +17,13 @@ from bertctl.stages.common import runtime, vectors
 from bertctl.search import approximate
 
 
-def run(config: IndexSettings, target: artifacts.Target, embeddings: Path):
-    config = runtime.applied(config)
+def run(settings: IndexSettings, target: artifacts.Target, embeddings: Path):
+    settings = runtime.applied(settings)
     art, blocks = vectors.index_vectors(embeddings)
     n, dim = sum(len(b) for b in blocks), int(blocks[0].shape[1])
-    kind = config.kind
+    kind = settings.kind
     if kind == "auto":
-        kind = "exact" if n < config.exact_below else "ivf"
+        kind = "exact" if n < settings.exact_below else "ivf"
     if kind != "exact":
         approximate.require()   # the extra's absence named before any work
 
@@ -31,25 +31,25 @@ def run(config: IndexSettings, target: artifacts.Target, embeddings: Path):
         stats = {"index": kind, "vectors": n, "dim": dim, "embeddings": str(art.path)}
         if kind == "exact":
             console.log(f"{n:,} vectors: exact search (below --exact-below "
-                        f"{config.exact_below:,})" if config.kind == "auto" else
+                        f"{settings.exact_below:,})" if settings.kind == "auto" else
                         f"{n:,} vectors: exact search")
             return stats
         started = time.monotonic()
-        index = approximate.build(blocks, kind, config.quantize, lists=config.lists,
-                                  m=config.m, ef_construction=config.ef_construction,
-                                  seed=config.seed, threads=config.threads)
+        index = approximate.build(blocks, kind, settings.quantize, lists=settings.lists,
+                                  m=settings.m, ef_construction=settings.ef_construction,
+                                  seed=settings.seed, threads=settings.threads)
         built = time.monotonic() - started
-        approximate.tune(index, kind, config.probe, config.ef_search)
-        measured = approximate.recall(index, blocks, config.recall_k, config.recall_queries,
-                                      config.seed)
+        approximate.tune(index, kind, settings.probe, settings.ef_search)
+        measured = approximate.recall(index, blocks, settings.recall_k, settings.recall_queries,
+                                      settings.seed)
         approximate.write(index, tmp / approximate.FILE)
         shape = ({"lists": index.nlist, "probe": index.nprobe} if kind == "ivf"
-                 else {"m": config.m, "ef_search": config.ef_search})
-        console.log(f"{n:,} vectors -> {kind} ({config.quantize}) in {built:.1f}s; recall@"
-                    f"{config.recall_k} {measured[f'recall@{config.recall_k}']:.4f} against "
+                 else {"m": settings.m, "ef_search": settings.ef_search})
+        console.log(f"{n:,} vectors -> {kind} ({settings.quantize}) in {built:.1f}s; recall@"
+                    f"{settings.recall_k} {measured[f'recall@{settings.recall_k}']:.4f} against "
                     f"exact search, {measured['ms_per_query']} ms a query "
                     f"({measured['exact_ms_per_query']} exact)")
-        return {**stats, **shape, "quantize": config.quantize, "build_seconds": round(built, 3),
+        return {**stats, **shape, "quantize": settings.quantize, "build_seconds": round(built, 3),
                 "bytes": (tmp / approximate.FILE).stat().st_size, **measured}
 
-    return artifacts.produce("index", config, [art.as_input("embeddings")], target, build)
+    return artifacts.produce("index", settings, [art.as_input("embeddings")], target, build)

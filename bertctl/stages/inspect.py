@@ -85,11 +85,11 @@ def run(directory: Path, verify: bool = False, json_output: bool = False,
         console.log(f"verified: all {len(m.files)} files match their checksums")
 
 
-def _settings(kind: str, config: dict, show_all: bool) -> list[str]:
-    changed = None if show_all else _changed(kind, config)
+def _settings(kind: str, settings: dict, show_all: bool) -> list[str]:
+    changed = None if show_all else _changed(kind, settings)
     if changed is None:
-        return ["settings:", *_flat(config)]
+        return ["settings:", *_flat(settings)]
     if not changed:
-        return [f"settings: all {len(config)} at their defaults (shown with --all)"]
-    return [f"settings ({len(changed)} of {len(config)} differ from their defaults; all with "
+        return [f"settings: all {len(settings)} at their defaults (shown with --all)"]
+    return [f"settings ({len(changed)} of {len(settings)} differ from their defaults; all with "
             f"--all):", *_flat(changed)]

@@ -18,11 +18,11 @@ from bertctl.stages.common import cross, models, runtime, vectors
 from bertctl.tasks.retrieval import mining
 from bertctl.search import late, ranking
 
-def run(config: MineSettings, target: artifacts.Target, model_dir: Path, train: Path,
+def run(settings: MineSettings, target: artifacts.Target, model_dir: Path, train: Path,
         corpus: Path | None = None, teacher: Path | None = None):
-    config = runtime.applied(config)
-    if teacher is None and config.teacher_scoring != "cross":
-        raise BertctlError(f"--teacher-scoring {config.teacher_scoring}: give --teacher MODEL, "
+    settings = runtime.applied(settings)
+    if teacher is None and settings.teacher_scoring != "cross":
+        raise BertctlError(f"--teacher-scoring {settings.teacher_scoring}: give --teacher MODEL, "
                            f"the model that scores (the miner itself, say)")
     source = models.open_model(model_dir, "model", exports=True)
     family = tasks.get(mining.FAMILY)
@@ -37,15 +37,15 @@ def run(config: MineSettings, target: artifacts.Target, model_dir: Path, train: 
                     f"embedding layout): mine with it fine-tuned on {train.name} "
                     f"(finetune --task retrieval) for better negatives")
     tok, _ = source.tokenizer()
-    max_len = config.max_seq_length or models.model_length(source)
+    max_len = settings.max_seq_length or models.model_length(source)
     models.check_reads_task(source, tok, max_len)
-    guards = mining.Guards(**{k: getattr(config, k) for k in mining.Guards.__dataclass_fields__})
-    pairs = mining.read_pairs(train, config.text_column, corpus)
+    guards = mining.Guards(**{k: getattr(settings, k) for k in mining.Guards.__dataclass_fields__})
+    pairs = mining.read_pairs(train, settings.text_column, corpus)
     mining.check_corpus(pairs, guards, str(corpus or train))
     scorer = (cross.open_reranker(teacher, family, "--teacher", "teacher",
-                                  config.teacher_scoring) if teacher is not None else None)
-    config = source.applied(config)
-    device, precision, recorded = source.runtime(config.device, config.precision)
+                                  settings.teacher_scoring) if teacher is not None else None)
+    settings = source.applied(settings)
+    device, precision, recorded = source.runtime(settings.device, settings.precision)
     inputs = [source.ref, models.data_input(train, "train")]
     if corpus is not None:
         inputs.append(models.data_input(corpus, "corpus"))
@@ -54,7 +54,7 @@ def run(config: MineSettings, target: artifacts.Target, model_dir: Path, train: 
 
     def embed(model, texts: list[str], prompt: str, what: str) -> np.ndarray:
         return vectors.embed_texts(model, family, tok, texts, prompt, max_len,
-                                   config.batch_size, device, precision,
+                                   settings.batch_size, device, precision,
                                    f"{source.path} on {train}", what)
 
     def build(tmp: Path) -> dict:
@@ -80,7 +80,7 @@ def run(config: MineSettings, target: artifacts.Target, model_dir: Path, train: 
         positive = (ranking.unit(q) * ranking.unit(d[pairs.positive_index])).sum(-1)
         # Deep enough that range_max candidates remain after the query's own positives.
         most = max(np.unique(pairs.queries, return_counts=True)[1]) + 1
-        scores, candidates = ranking.search(q, [d], min(len(d), config.range_max + most))
+        scores, candidates = ranking.search(q, [d], min(len(d), settings.range_max + most))
         banned = mining.excluded(pairs, candidates)
         copied = mining.copies(pairs, candidates, banned, _normalizer(tok))
         chosen, kept, counts = mining.select(scores, candidates, positive, banned, guards,
@@ -101,7 +101,7 @@ def run(config: MineSettings, target: artifacts.Target, model_dir: Path, train: 
                 Path(scorer.source.path).resolve() == Path(source.path).resolve()
             teacher_scores = cross.score_pairs(
                 scorer, [pairs.queries[r] for r in rows for _ in range(docs.shape[1])],
-                [texts[j] for j in docs.reshape(-1).tolist()], config.batch_size, device,
+                [texts[j] for j in docs.reshape(-1).tolist()], settings.batch_size, device,
                 precision, model=model if same else None).reshape(docs.shape)
             if scorer.scoring == "maxsim":   # as a cross-encoder's scores are read
                 teacher_scores = late.teacher_scores(teacher_scores)
@@ -115,7 +115,7 @@ def run(config: MineSettings, target: artifacts.Target, model_dir: Path, train: 
                 "seconds": round(seconds, 3), "output": mining.OUTPUT,
                 **({"teacher": str(scorer.source.path)} if scorer is not None else {})}
 
-    return artifacts.produce("mined", config, inputs, target, build)
+    return artifacts.produce("mined", settings, inputs, target, build)
 
 
 def _normalizer(tok):

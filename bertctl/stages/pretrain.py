@@ -34,22 +34,22 @@ from bertctl.train import distributed as dist
 from bertctl.train.loop import train
 from bertctl.train.settings import LoopSettings
 
-def _build_model(config: PretrainSettings, objective, init: models.ModelSource | None,
+def _build_model(settings: PretrainSettings, objective, init: models.ModelSource | None,
                  new_config, init_updates: dict):
     """The model to train (from --init-from, or new of `new_config`) and what loading it found
     (logged once it is known to fit)."""
-    torch.manual_seed(config.seed)  # the initial weights are part of what --seed fixes
-    kwargs = objective.model_kwargs(config)
+    torch.manual_seed(settings.seed)  # the initial weights are part of what --seed fixes
+    kwargs = objective.model_kwargs(settings)
     notes = []   # what loading --init-from found
     if init is not None:
         model, report = init.load(objective.head, init_updates, **kwargs)
         notes.append(str(report))
-        if config.train_only == "new":
+        if settings.train_only == "new":
             notes.append(_freeze_loaded(model, report.missing, init))
     else:
         model = build(objective.head, new_config, **kwargs)
-    if config.dropout is not None:
-        set_training_dropout(model, config.dropout)
+    if settings.dropout is not None:
+        set_training_dropout(model, settings.dropout)
     return model, notes
 
 
@@ -68,57 +68,57 @@ def _freeze_loaded(model, new: list[str], init: models.ModelSource) -> str:
             f"({sum(params[n].numel() for n in trained):,} values): " + ", ".join(trained))
 
 
-def model_shape(config: PretrainSettings, init: models.ModelSource | None,
+def model_shape(settings: PretrainSettings, init: models.ModelSource | None,
                 model_config: Path | None, info) -> tuple[str, object | None, dict]:
     """What the run trains, worked out once: the architecture (the one config.json says, with
     --init-from or --model-config, which a --architecture given must name; else
     --architecture); for a new model, its config (--model-config's, else the preset's),
     sized to the data's vocabulary and naming the data's special tokens; for an --init-from
     model, the config fields this run changes."""
-    ARCHITECTURES.get_known(config.architecture)
+    ARCHITECTURES.get_known(settings.architecture)
     if init is None and model_config is None:
-        arch = ARCHITECTURES[config.architecture]
+        arch = ARCHITECTURES[settings.architecture]
         _check_spelling(arch, info.path / "tokenizer.json")
         new = arch.config_class.from_preset(
-            config.model_size, num_hidden_layers=config.num_hidden_layers,
-            hidden_size=config.hidden_size, num_attention_heads=config.num_attention_heads,
-            intermediate_size=config.intermediate_size, vocab_size=info.vocab_size,
-            max_position_embeddings=config.max_position_embeddings)
-        new = replace(new, **_config_changes(config, arch, None, f"--architecture {arch.name}"))
+            settings.model_size, num_hidden_layers=settings.num_hidden_layers,
+            hidden_size=settings.hidden_size, num_attention_heads=settings.num_attention_heads,
+            intermediate_size=settings.intermediate_size, vocab_size=info.vocab_size,
+            max_position_embeddings=settings.max_position_embeddings)
+        new = replace(new, **_config_changes(settings, arch, None, f"--architecture {arch.name}"))
         return arch.name, new.with_special_ids(info.special_ids), {}
     where = str(init.path if init is not None else model_config)
     hf = init.hf_config if init is not None else _read_model_config(model_config)
     arch = architectures.of_config(hf, where)
-    if "architecture" in config.model_fields_set and arch.name != config.architecture:
+    if "architecture" in settings.model_fields_set and arch.name != settings.architecture:
         raise BertctlError(f"{where}: is a {arch.name} model; --architecture "
-                           f"{config.architecture} cannot start from it")
+                           f"{settings.architecture} cannot start from it")
     if init is not None:
-        return arch.name, None, _config_changes(config, arch, hf, where)
+        return arch.name, None, _config_changes(settings, arch, hf, where)
     new = arch.config_from_hf({**hf, "vocab_size": hf.get("vocab_size", info.vocab_size)}, where)
-    new = replace(new, **_config_changes(config, arch, None, where))
+    new = replace(new, **_config_changes(settings, arch, None, where))
     _check_spelling(arch, info.path / "tokenizer.json")
     return arch.name, new.with_special_ids(info.special_ids), {}
 
 
-def _config_changes(config: PretrainSettings, arch, hf: dict | None, where: str) -> dict:
+def _config_changes(settings: PretrainSettings, arch, hf: dict | None, where: str) -> dict:
     """The config fields this run sets that hold no weight: --rope-theta, and, continuing a
     model without a position table (`hf`, its config.json), a --max-position-embeddings given
     (ModernBERT's context extension: longer rows, the rotary base raised)."""
     changes = {}
-    if config.rope_theta is not None:
+    if settings.rope_theta is not None:
         if arch.rope_base is None:
             raise BertctlError(f"{where}: --rope-theta sets a rotary base; {arch.name} has no "
                                f"rotary positions")
-        changes[arch.rope_base] = config.rope_theta
-    if hf is not None and "max_position_embeddings" in config.model_fields_set:
+        changes[arch.rope_base] = settings.rope_theta
+    if hf is not None and "max_position_embeddings" in settings.model_fields_set:
         has = arch.longest_input(hf)
-        if config.max_position_embeddings != has:
+        if settings.max_position_embeddings != has:
             if arch.position_table:
                 raise BertctlError(
                     f"{where}: reads {has} positions from a learned table; "
-                    f"--max-position-embeddings {config.max_position_embeddings} cannot change "
+                    f"--max-position-embeddings {settings.max_position_embeddings} cannot change "
                     f"its size (a model without a position table, as modernbert, can)")
-            changes["max_position_embeddings"] = config.max_position_embeddings
+            changes["max_position_embeddings"] = settings.max_position_embeddings
     return changes
 
 
@@ -188,23 +188,23 @@ def _check_agreement(model, data: artifacts.Artifact, init: models.ModelSource |
         positions_note=architectures.of_model(model).positions_note if init is not None else "")
 
 
-def _schedule(config: PretrainSettings, init: models.ModelSource | None,
+def _schedule(settings: PretrainSettings, init: models.ModelSource | None,
               data: artifacts.Artifact) -> dict:
     """start_step/total_steps: fresh, or continuing the parent run's schedule (phase 2)."""
-    if not config.continue_schedule:
+    if not settings.continue_schedule:
         return {}
-    if config.time_budget is not None:
+    if settings.time_budget is not None:
         raise BertctlError("--continue-schedule continues a step schedule; a --time-budget run "
                            "lays its own schedule over its budget")
     if init is None or init.ref.kind != "model" or not init.ref.config:
         raise BertctlError("--continue-schedule needs --init-from a bertctl model artifact")
     parent = artifacts.read_artifact(init.path, "model").manifest
-    theirs, ours = parent.config.get("schedule", "linear"), config.schedule
+    theirs, ours = parent.config.get("schedule", "linear"), settings.schedule
     if theirs != ours:
         raise BertctlError(f"{init.path}: --continue-schedule: the run was scheduled {theirs}, "
                            f"this one {ours}; give --schedule {theirs}")
     start = int(parent.stats.get("step", 0))
-    total = config.total_steps or parent.stats.get("total_steps")
+    total = settings.total_steps or parent.stats.get("total_steps")
     # On the parent's own data its order goes on (a decay branched from a stable phase sees
     # what the whole run would have); other data (phase 2's longer rows) starts at its start.
     same_data = any(i.role == "data" and i.id == data.manifest.id for i in parent.inputs)
@@ -218,8 +218,8 @@ def _schedule(config: PretrainSettings, init: models.ModelSource | None,
 OPTIMIZER_FILE = "optimizer.pt"
 
 
-def _carried_optimizer(config: PretrainSettings, init: models.ModelSource | None) -> Path | None:
-    if not config.continue_schedule or init is None:
+def _carried_optimizer(settings: PretrainSettings, init: models.ModelSource | None) -> Path | None:
+    if not settings.continue_schedule or init is None:
         return None
     art = artifacts.read_artifact(init.path, "model")
     return art.file(OPTIMIZER_FILE) if OPTIMIZER_FILE in art.manifest.files else None
@@ -228,34 +228,34 @@ def _carried_optimizer(config: PretrainSettings, init: models.ModelSource | None
 class PretrainJob:
     """What `training.train_to_artifact` calls, in order: `prepare`, `fit`, `write`."""
 
-    def __init__(self, config: PretrainSettings, objective, data: artifacts.Artifact,
+    def __init__(self, settings: PretrainSettings, objective, data: artifacts.Artifact,
                  init: models.ModelSource | None, new_config, init_updates: dict):
-        self.config, self.objective, self.data = config, objective, data
+        self.settings, self.objective, self.data = settings, objective, data
         self.init, self.new_config, self.init_updates = init, new_config, init_updates
 
     def prepare(self) -> None:
-        config = self.config
-        schedule = _schedule(config, self.init, self.data)   # a refusal before any work
+        settings = self.settings
+        schedule = _schedule(settings, self.init, self.data)   # a refusal before any work
         self.train_data = PretrainingDataset(self.data.path, "train",
-                                             mask_rate=config.mask_rate)
+                                             mask_rate=settings.mask_rate)
         # From the data's own summaries (read_pretraining_info), not the manifest's stats: a
         # hand-edited manifest must not decide what is read.
         self.validation = (PretrainingDataset(self.data.path, "validation")
                            if self.train_data.info.stats["validation"].get("instances") else None)
-        self.model, notes = _build_model(config, self.objective, self.init,
+        self.model, notes = _build_model(settings, self.objective, self.init,
                                           self.new_config, self.init_updates)
         self.grown = _grow_vocabulary(self.model, self.data, self.init)
         _check_agreement(self.model, self.data, self.init, grown=self.grown is not None)
         for line in notes:   # said once the model is known to read the data: a refusal is one line
             console.log(line)
-        self.settings = LoopSettings.of(
-            config, find_unused_parameters=self.objective.unused_parameters(self.train_data),
+        self.loop_settings = LoopSettings.of(
+            settings, find_unused_parameters=self.objective.unused_parameters(self.train_data),
             **schedule)
-        self.optimizer_from = _carried_optimizer(config, self.init)
+        self.optimizer_from = _carried_optimizer(settings, self.init)
         if self.optimizer_from is not None and self.grown is not None:
             self.optimizer_from = None   # its embedding moments are the old vocabulary's
             console.log("the vocabulary grew: the optimizer state starts afresh")
-        elif config.continue_schedule and self.optimizer_from is None and dist.is_main():
+        elif settings.continue_schedule and self.optimizer_from is None and dist.is_main():
             console.log(f"{self.init.path}: no optimizer state kept (its run reached its "
                         f"schedule's end, or predates it): the optimizer starts afresh")
         if self.validation is None and dist.is_main():
@@ -263,14 +263,14 @@ class PretrainJob:
                         " training without evaluation")
 
     def evaluate(self, model) -> dict:
-        return self.objective.evaluate(model, self.validation, self.settings.micro_batch_size
-                                       or self.config.batch_size, next(model.parameters()).device,
-                                       self.config.precision, max_batches=self.config.eval_batches)
+        return self.objective.evaluate(model, self.validation, self.loop_settings.micro_batch_size
+                                       or self.settings.batch_size, next(model.parameters()).device,
+                                       self.settings.precision, max_batches=self.settings.eval_batches)
 
     def fit(self, work: Path, sink=None):
-        with console.training_progress("pretraining", self.config.steps,
-                                       self.settings.start_step) as on_log:
-            return train(self.model, self.train_data, self.settings, work,
+        with console.training_progress("pretraining", self.settings.steps,
+                                       self.loop_settings.start_step) as on_log:
+            return train(self.model, self.train_data, self.loop_settings, work,
                          evaluate=self.evaluate if self.validation is not None else None,
                          on_log=training.logging_to(on_log, sink),
                          step_metrics=self.objective.step_metrics,
@@ -282,7 +282,7 @@ class PretrainJob:
         stats = {"architecture": architectures.of_model(result.model).name,
                  "model_class": type(result.model).__name__, "objective": self.objective.name,
                  "step": result.step,
-                 "total_steps": self.settings.total_steps or result.step,
+                 "total_steps": self.loop_settings.total_steps or result.step,
                  "epochs": round(result.epoch, 4),
                  "parameters": sum(p.numel() for p in result.model.parameters()),
                  "final_train": train_records[-1] if train_records else {},
@@ -300,27 +300,27 @@ class PretrainJob:
         # What the run bought: tokens and time (over resumed runs too), and the budget.
         stats.update(tokens=modelcard.tokens_trained(result.history),
                      elapsed_s=round(result.elapsed, 1))
-        if self.config.time_budget is not None:
-            stats["time_budget_s"] = self.config.time_budget
+        if self.settings.time_budget is not None:
+            stats["time_budget_s"] = self.settings.time_budget
         stats.update(result.fits())
         return {**stats, "metrics": result.eval_metrics or {}}
 
 
-def run(config: PretrainSettings, target: artifacts.Target, data_dir: Path,
+def run(settings: PretrainSettings, target: artifacts.Target, data_dir: Path,
         init_from: Path | None = None, model_config: Path | None = None):
-    config = runtime.applied(config)
+    settings = runtime.applied(settings)
     if init_from and model_config:
         raise BertctlError("give either --init-from or --model-config, not both")
 
-    if config.train_only == "new" and init_from is None:
+    if settings.train_only == "new" and init_from is None:
         raise BertctlError("--train-only new trains the weights an --init-from model was saved "
                            "without: give --init-from")
-    objective = objectives.get(config.objective)
+    objective = objectives.get(settings.objective)
     data = artifacts.read_artifact(data_dir, "pretrain-data")
     info = read_pretraining_info(data.path)
-    objective.check_settings(config, "pretrain")
+    objective.check_settings(settings, "pretrain")
     objective.check_data(info, str(data.path))
-    check_mask_rate(info, config.mask_rate)
+    check_mask_rate(info, settings.mask_rate)
     models.tokenizer_files(data.path)   # copied into the model at the end: checked first
     inputs = [data.as_input("data")]
     init = models.open_model(init_from, "init") if init_from else None
@@ -328,7 +328,7 @@ def run(config: PretrainSettings, target: artifacts.Target, data_dir: Path,
         inputs.append(init.ref)
     if model_config:
         inputs.append(artifacts.file_input(model_config, "model-config"))
-    architecture, new_config, init_updates = model_shape(config, init, model_config, info)
+    architecture, new_config, init_updates = model_shape(settings, init, model_config, info)
     objective.check_architecture(architecture, "pretrain")
-    job = PretrainJob(config, objective, data, init, new_config, init_updates)
-    return training.train_to_artifact(config, inputs, target, job)
+    job = PretrainJob(settings, objective, data, init, new_config, init_updates)
+    return training.train_to_artifact(settings, inputs, target, job)

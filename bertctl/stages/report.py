@@ -16,7 +16,7 @@ from bertctl.report import title as report_title
 PAGE = "report.html"
 
 
-def run(config: ReportSettings, target: artifacts.Target, paths: list[Path]):
+def run(settings: ReportSettings, target: artifacts.Target, paths: list[Path]):
     plots.require()
     if not paths:
         raise BertctlError("report: give at least one artifact")
@@ -37,7 +37,7 @@ def run(config: ReportSettings, target: artifacts.Target, paths: list[Path]):
             except (UnicodeDecodeError, json.JSONDecodeError) as exc:
                 raise BertctlError(f"{art.path / 'metrics.jsonl'}: corrupted: {exc}") from None
             runs.append(page.Run(i, art, history))
-        title = config.title or report_title.title_of(shown)
+        title = settings.title or report_title.title_of(shown)
         (tmp / PAGE).write_text(page.render(runs, title), encoding="utf-8")
         groups = page.seed_groups(runs)
         console.log(f"report of {len(runs)} artifact(s)"
@@ -46,4 +46,4 @@ def run(config: ReportSettings, target: artifacts.Target, paths: list[Path]):
         return {"page": PAGE, "artifacts": ids,
                 "seed_groups": [[r.artifact.id for r in g] for g in groups]}
 
-    return artifacts.produce("report", config, inputs, target, build)
+    return artifacts.produce("report", settings, inputs, target, build)

@@ -15,14 +15,14 @@ from bertctl.stages.common import models
 from bertctl.tasks.retrieval import split
 
 
-def run(config: SplitSettings, target: artifacts.Target, train: Path, dev: Path | None = None,
+def run(settings: SplitSettings, target: artifacts.Target, train: Path, dev: Path | None = None,
         corpus: Path | None = None):
     if dev is not None and corpus is not None:
         raise BertctlError("--corpus adds documents to a dev set held out of TRAIN; a --dev "
                            "set searches its own corpus.jsonl")
-    rows = split.read_rows(train, config.text_column)
-    held = (split.read_given(dev, rows, config.min_dev_queries) if dev is not None else
-            split.held_out(rows.queries, config.dev_share, config.min_dev_queries, config.seed,
+    rows = split.read_rows(train, settings.text_column)
+    held = (split.read_given(dev, rows, settings.min_dev_queries) if dev is not None else
+            split.held_out(rows.queries, settings.dev_share, settings.min_dev_queries, settings.seed,
                            train))
     inputs = [models.data_input(train, "train")]
     if dev is not None:
@@ -37,4 +37,4 @@ def run(config: SplitSettings, target: artifacts.Target, train: Path, dev: Path 
                     f"({counts['train_rows']:,} rows) to train on")
         return counts
 
-    return artifacts.produce("split", config, inputs, target, build)
+    return artifacts.produce("split", settings, inputs, target, build)

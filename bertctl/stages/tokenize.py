@@ -13,17 +13,17 @@ from bertctl.errors import BertctlError
 ADDED_FILE = "added_pieces.tsv"
 
 
-def run(config: TokenizeSettings, target: artifacts.Target, sources: list[str],
+def run(settings: TokenizeSettings, target: artifacts.Target, sources: list[str],
         from_vocab: Path | None = None, from_pretrained: Path | None = None,
         extend: Path | None = None) -> artifacts.Outcome:
-    if extend is not None or config.add is not None:
-        return _extend(config, target, sources, extend, from_vocab, from_pretrained)
+    if extend is not None or settings.add is not None:
+        return _extend(settings, target, sources, extend, from_vocab, from_pretrained)
     if from_vocab and from_pretrained:
         raise BertctlError("give either --from-vocab or --from-pretrained, not both")
     if not sources and not (from_vocab or from_pretrained):
         raise BertctlError("no corpus files given (a tokenizer is trained on a corpus, or "
                            "imported with --from-vocab / --from-pretrained)")
-    _check_kind_options(config, imported=bool(from_vocab or from_pretrained))
+    _check_kind_options(settings, imported=bool(from_vocab or from_pretrained))
     files = corpus.expand_sources(sources) if sources else []
     inputs = [artifacts.file_input(f, "corpus") for f in files]
     if from_vocab:
@@ -40,26 +40,26 @@ def run(config: TokenizeSettings, target: artifacts.Target, sources: list[str],
     def build(tmp: Path) -> dict:
         stats = corpus.CorpusStats()
         sample: list[list[str]] = []
-        lowercase = not config.cased
+        lowercase = not settings.cased
         trained = not (from_vocab or from_pretrained)
         # WordPiece's training reads the corpus twice (its characters, then its words); the
         # other kinds' and an import once (an import to measure the vocabulary against it).
-        passes = 2 if trained and config.model == "wordpiece" else 1
+        passes = 2 if trained and settings.model == "wordpiece" else 1
         with console.progress("reading corpus", total=total_bytes * passes,
                               unit="bytes") as bar:
             def batches(tally: corpus.CorpusStats):
-                for batch in corpus.iter_sentence_batches(files, config.text_column, tally):
+                for batch in corpus.iter_sentence_batches(files, settings.text_column, tally):
                     bar.update(sum(map(len, batch)))
                     yield batch
 
-            strip = config.strip_accents
+            strip = settings.strip_accents
             if from_pretrained:
                 tok, lowercase, strip = tokenizer.from_hf_directory(from_pretrained)
             elif from_vocab:
-                tok = tokenizer.from_vocab(from_vocab, lowercase, config.strip_accents)
+                tok = tokenizer.from_vocab(from_vocab, lowercase, settings.strip_accents)
             else:
                 try:
-                    tok = _train(config, batches, stats, sample, lowercase)
+                    tok = _train(settings, batches, stats, sample, lowercase)
                 except tokenizer.EmptyCorpus:
                     raise BertctlError(f"{', '.join(sources)}: corpus holds no text") from None
             if files and not trained:
@@ -76,52 +76,52 @@ def run(config: TokenizeSettings, target: artifacts.Target, sources: list[str],
             console.log(warning)
         return {"tokenizer": info.as_dict(), **stats.as_dict(), **measured}
 
-    return artifacts.produce("tokenizer", config, inputs, target, build)
+    return artifacts.produce("tokenizer", settings, inputs, target, build)
 
 
-def _check_kind_options(config: TokenizeSettings, imported: bool) -> None:
+def _check_kind_options(settings: TokenizeSettings, imported: bool) -> None:
     """A setting the kind does not read is refused, not silently ignored."""
     def flags(names) -> str:
         return ", ".join("--" + n.replace("_", "-") for n in sorted(names))
 
     reads = tokenizer_training.SETTINGS_OF_KIND
     if imported:
-        kind = {"model", "special_tokens"} & config.model_fields_set
+        kind = {"model", "special_tokens"} & settings.model_fields_set
         if kind:
             raise BertctlError(f"{flags(kind)}: an imported vocabulary keeps its own kind and "
                                f"special tokens")
         return
-    wrong = (config.model_fields_set & set().union(*reads.values())) - reads[config.model]
+    wrong = (settings.model_fields_set & set().union(*reads.values())) - reads[settings.model]
     if wrong:
-        raise BertctlError(f"{flags(wrong)} does not apply to a {config.model} vocabulary (it "
-                           f"reads {flags(reads[config.model])})")
+        raise BertctlError(f"{flags(wrong)} does not apply to a {settings.model} vocabulary (it "
+                           f"reads {flags(reads[settings.model])})")
 
 
-def _train(config: TokenizeSettings, batches, stats, sample, lowercase: bool):
+def _train(settings: TokenizeSettings, batches, stats, sample, lowercase: bool):
     """The vocabulary of the kind asked; WordPiece reads the corpus twice (its alphabet, then
     its words), the others once."""
-    spelling = tokenizer.spelling_for(config.model, config.special_tokens)
-    if config.model == "wordpiece":
+    spelling = tokenizer.spelling_for(settings.model, settings.special_tokens)
+    if settings.model == "wordpiece":
         return tokenizer_training.train(
             batches(corpus.CorpusStats()), tokenizer.sample_batches(batches(stats), sample),
-            config.vocab_size, lowercase, config.strip_accents, config.min_frequency,
-            config.limit_alphabet, config.unused_tokens)
+            settings.vocab_size, lowercase, settings.strip_accents, settings.min_frequency,
+            settings.limit_alphabet, settings.unused_tokens)
     return tokenizer_training.train_subwords(
-        tokenizer.sample_batches(batches(stats), sample), config.model, config.vocab_size,
-        lowercase, config.strip_accents, config.unicode, spelling,
-        config.min_frequency,
-        config.limit_alphabet if "limit_alphabet" in config.model_fields_set else None)
+        tokenizer.sample_batches(batches(stats), sample), settings.model, settings.vocab_size,
+        lowercase, settings.strip_accents, settings.unicode, spelling,
+        settings.min_frequency,
+        settings.limit_alphabet if "limit_alphabet" in settings.model_fields_set else None)
 
 
-def _extend(config: TokenizeSettings, target: artifacts.Target, sources: list[str],
+def _extend(settings: TokenizeSettings, target: artifacts.Target, sources: list[str],
             base_dir: Path | None, from_vocab: Path | None = None,
             from_pretrained: Path | None = None) -> artifacts.Outcome:
-    if base_dir is None or config.add is None:
+    if base_dir is None or settings.add is None:
         raise BertctlError("--extend TOKENIZER and --add N go together: the tokenizer to extend "
                            "and how many words to add")
     # The extended tokenizer keeps its base's case, normalisation and ids: settings that shape
     # a trained vocabulary cannot apply, and taking them silently would change the id.
-    unused = sorted(config.model_fields_set & {"vocab_size", "cased", "strip_accents",
+    unused = sorted(settings.model_fields_set & {"vocab_size", "cased", "strip_accents",
                                                "min_frequency", "limit_alphabet",
                                                "unused_tokens", "model", "special_tokens",
                                                "unicode"})
@@ -150,11 +150,11 @@ def _extend(config: TokenizeSettings, target: artifacts.Target, sources: list[st
         # Read three times: the frequent words, their counts, and a sample measured both ways.
         with console.progress("reading corpus", total=3 * total_bytes, unit="bytes") as bar:
             def batches(tally: corpus.CorpusStats | None = None):
-                for batch in corpus.iter_sentence_batches(files, config.text_column, tally):
+                for batch in corpus.iter_sentence_batches(files, settings.text_column, tally):
                     bar.update(sum(map(len, batch)))
                     yield batch
 
-            added = vocab_extension.choose(base, batches, config.add)
+            added = vocab_extension.choose(base, batches, settings.add)
             for _ in tokenizer.sample_batches(batches(stats), sample):
                 pass
         if stats.sentences == 0:
@@ -169,10 +169,10 @@ def _extend(config: TokenizeSettings, target: artifacts.Target, sources: list[st
         before, after = tokenizer.measure(base, text), tokenizer.measure(tok, text)
         between = (f", with {len(pieces) - len(added):,} pieces their merges pass through"
                    if len(pieces) > len(added) else "")
-        console.log(f"added {len(added):,} of the {config.add:,} words asked{between} (vocabulary "
+        console.log(f"added {len(added):,} of the {settings.add:,} words asked{between} (vocabulary "
                     f"{base.get_vocab_size():,} -> {tok.get_vocab_size():,}); pieces per word "
                     f"{before['pieces_per_word']:.3f} -> {after['pieces_per_word']:.3f}")
-        if len(added) < config.add:
+        if len(added) < settings.add:
             console.log(f"only {len(added):,} words of the corpus (seen twice or more) are split "
                         f"by the base vocabulary: no more shorten it")
         info = tokenizer.TokenizerInfo.of(tok, lowercase)
@@ -185,4 +185,4 @@ def _extend(config: TokenizeSettings, target: artifacts.Target, sources: list[st
                             "pieces_per_word_before": before["pieces_per_word"],
                             "unk_rate_before": before["unk_rate"]}}
 
-    return artifacts.produce("tokenizer", config, inputs, target, build)
+    return artifacts.produce("tokenizer", settings, inputs, target, build)

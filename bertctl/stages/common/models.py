@@ -78,12 +78,12 @@ class ModelSource:
                                f"of a {role.replace('_', ' ')} model{hint}")
         return OnnxModel(self.path / ONNX_FILE), LoadReport(source=str(self.path))
 
-    def applied(self, config):
+    def applied(self, settings):
         """The settings as they apply to this model: an export's graph runs as it was
         exported, so a --precision given does not apply, and must not change the id."""
-        if self.onnx is None or getattr(config, "precision", "fp32") == "fp32":
-            return config
-        return config.model_copy(update={"precision": "fp32"})
+        if self.onnx is None or getattr(settings, "precision", "fp32") == "fp32":
+            return settings
+        return settings.model_copy(update={"precision": "fp32"})
 
     def runtime(self, device: str, precision: str) -> tuple[Any, str, str]:
         """(device, precision, what the manifest records as the precision) for running this

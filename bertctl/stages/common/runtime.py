@@ -12,6 +12,6 @@ from bertctl.settings import Runtime, Threads
 S = TypeVar("S", bound=Threads)
 
 
-def applied(config: S) -> S:
-    hardware.set_threads(config.threads)
-    return config.resolved() if isinstance(config, Runtime) else config
+def applied(settings: S) -> S:
+    hardware.set_threads(settings.threads)
+    return settings.resolved() if isinstance(settings, Runtime) else settings

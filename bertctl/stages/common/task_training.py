@@ -85,11 +85,11 @@ class TaskJob:
     directory and its stats), as `training.train_to_artifact` calls them; `by` is what the head
     is trained with (unset: plain fine-tuning)."""
 
-    def __init__(self, config, spec, family, source: models.ModelSource, train_file: Path,
+    def __init__(self, settings, spec, family, source: models.ModelSource, train_file: Path,
                  dev_file: Path | None, max_seq_length: int,
                  label_list: tuple[str, ...] | None = None, features: dict | None = None,
                  by: Supervision | None = None):
-        self.config, self.spec, self.family, self.source = config, spec, family, source
+        self.settings, self.spec, self.family, self.source = settings, spec, family, source
         self.train_file, self.dev_file = train_file, dev_file
         self.max_len = max_seq_length
         self.labels = label_list   # given (the teacher's), or as the training file says
@@ -101,7 +101,7 @@ class TaskJob:
     # -- the job
 
     def prepare(self) -> None:
-        config, family, spec = self.config, self.family, self.spec
+        settings, family, spec = self.settings, self.family, self.spec
         tok, _ = self.source.tokenizer()
         models.check_reads_task(self.source, tok, self.max_len)
         by = self.by
@@ -113,7 +113,7 @@ class TaskJob:
         self.dev_examples = (family.read(by.spec_for(spec, self.dev_file), self.dev_file,
                                          label_list=self.label_list, require_labels=True)
                              if self.dev_file is not None else None)
-        warnings = family.check_training(spec, self.train_examples, config, self.dev_examples)
+        warnings = family.check_training(spec, self.train_examples, settings, self.dev_examples)
         for warning in warnings if dist.is_main() else ():
             console.log(f"warning: {warning}")
         by.check_label_range(label_scale(family, self.train_examples, self.source))
@@ -121,7 +121,7 @@ class TaskJob:
                                             training=True)
         self.dev_features = (family.encode(self.dev_examples, tok, self.max_len)
                              if self.dev_examples is not None else None)
-        torch.manual_seed(config.seed)  # the new head's initial weights are part of --seed
+        torch.manual_seed(settings.seed)  # the new head's initial weights are part of --seed
         self.model, report = by.build_model(self.source, family.head,
                                             family.head_kwargs(spec, self.label_list),
                                             self.features)
@@ -129,8 +129,8 @@ class TaskJob:
             self._log_summary(str(report))
         self._check_outputs()
         self.select = (self.metric_key, "max") if (self.dev_features is not None
-                                                   and config.keep == "best") else None
-        if self.dev_features is None and config.keep == "best" and dist.is_main():
+                                                   and settings.keep == "best") else None
+        if self.dev_features is None and settings.keep == "best" and dist.is_main():
             console.log("no --dev file: keeping the last weights")
         self.task_record = {"spec": spec.model_dump(mode="json"),
                             "label_list": list(self.label_list) if self.label_list else None,
@@ -170,8 +170,8 @@ class TaskJob:
     def dev_predictions(self, model):
         model = self.by.trained(model)
         return evaluate_task(model, self.family, self.spec, self.dev_examples, self.dev_features,
-                             self.label_list, self.config.eval_batch_size,
-                             next(model.parameters()).device, self.config.precision)
+                             self.label_list, self.settings.eval_batch_size,
+                             next(model.parameters()).device, self.settings.precision)
 
     def evaluate(self, model) -> dict:
         metrics, _ = self.dev_predictions(model)
@@ -180,15 +180,15 @@ class TaskJob:
         return {k: v for k, v in metrics.items() if not isinstance(v, (dict, list))}
 
     def fit(self, work: Path, sink=None):
-        config = self.config
+        settings = self.settings
         module = self.family.training_module(self.model, self.spec)
         self.trained_with = module
         setup = self.by.loop_setup(module, self.train_features, work)
-        data = TaskData(self.train_features, config.pack, self.max_len, setup.model.packs,
+        data = TaskData(self.train_features, settings.pack, self.max_len, setup.model.packs,
                         setup.extras, per_token=self.family.marks)
         with console.training_progress(f"{self.by.verb} {self.spec.name}",
-                                       config.steps) as on_log:
-            result = train(setup.model, data, LoopSettings.of(config), work,
+                                       settings.steps) as on_log:
+            result = train(setup.model, data, LoopSettings.of(settings), work,
                            evaluate=self.evaluate if self.dev_features is not None else None,
                            select=self.select, on_log=logging_to(on_log, sink),
                            step_metrics=setup.step_metrics)

@@ -48,26 +48,26 @@ def logging_to(*sinks: Callable[[dict], None] | None) -> Callable[[dict], None]:
     return log
 
 
-def train_to_artifact(config, inputs: list[artifacts.InputRef], target: artifacts.Target,
+def train_to_artifact(settings, inputs: list[artifacts.InputRef], target: artifacts.Target,
                       job: TrainingJob):
     """What every training stage shares. Under torchrun every rank decides "up to date" the same
     way and trains; rank 0 alone writes the artifact (the others return None). The work
     directory holds the checkpoints, so it outlives a crash (the rerun resumes from it) and is
     removed once the artifact is in place.
     """
-    dist.init(config.device)  # under torchrun: join the group first, to know who writes
+    dist.init(settings.device)  # under torchrun: join the group first, to know who writes
     try:
-        planned = artifacts.plan("model", config, inputs, target.out, target.given)
+        planned = artifacts.plan("model", settings, inputs, target.out, target.given)
         # The output's lock covers the whole run, its run directory included (rank 0 holds it
         # for a distributed run).
         with (locks.output_lock(planned.out, target.wait) if dist.is_main()
               else contextlib.nullcontext()):
-            return _train(config, target, job, planned)
+            return _train(settings, target, job, planned)
     finally:
         dist.cleanup()
 
 
-def _train(config, target, job: TrainingJob, planned: artifacts.Plan):
+def _train(settings, target, job: TrainingJob, planned: artifacts.Plan):
     artifact_id, out_path, inputs = planned.artifact_id, planned.out, planned.inputs
     existing = artifacts.check_out(out_path, "model", artifact_id, target.force)
     if existing is not None:
@@ -75,12 +75,12 @@ def _train(config, target, job: TrainingJob, planned: artifacts.Plan):
     work = placement.work_dir(out_path, artifact_id)
     marks = {"start": time.perf_counter()}
     tracker = None
-    if getattr(config, "log_to", None) and dist.is_main():   # reached before any work
-        tracker = trackers.Tracker(config.log_to, work, artifact_id,
-                                   settings_mod.as_dict(config),
+    if getattr(settings, "log_to", None) and dist.is_main():   # reached before any work
+        tracker = trackers.Tracker(settings.log_to, work, artifact_id,
+                                   settings_mod.as_dict(settings),
                                    [{"role": i.role, "kind": i.kind, "id": i.id} for i in inputs])
     try:
-        outcome = _trained(config, job, planned, work, marks, tracker)
+        outcome = _trained(settings, job, planned, work, marks, tracker)
     except BaseException:
         if tracker is not None:
             tracker.abandon()
@@ -90,7 +90,7 @@ def _train(config, target, job: TrainingJob, planned: artifacts.Plan):
     return outcome
 
 
-def _trained(config, job: TrainingJob, planned: artifacts.Plan, work: Path, marks: dict,
+def _trained(settings, job: TrainingJob, planned: artifacts.Plan, work: Path, marks: dict,
              tracker):
     artifact_id, out_path, inputs = planned.artifact_id, planned.out, planned.inputs
     job.prepare()
@@ -107,7 +107,7 @@ def _trained(config, job: TrainingJob, planned: artifacts.Plan, work: Path, mark
         marks["loop"] = getattr(result, "loop_started", 0.0) or marks["start"]
         stats = job.write(result, tmp)
         shutil.copyfile(work / "metrics.jsonl", tmp / "metrics.jsonl")
-        modelcard.write(tmp, artifact_id, out_path, settings_mod.as_dict(config), inputs, stats)
+        modelcard.write(tmp, artifact_id, out_path, settings_mod.as_dict(settings), inputs, stats)
         return stats
 
     try:
@@ -121,8 +121,8 @@ def _trained(config, job: TrainingJob, planned: artifacts.Plan, work: Path, mark
         raise
     shutil.rmtree(work, ignore_errors=True)
     placement.remove_other_work_dirs(out_path)   # runs of other settings for this --out
-    if getattr(config, "time_budget", None) is not None and "trained" in marks:
-        _log_budget(config.time_budget, outcome.manifest.stats, marks)
+    if getattr(settings, "time_budget", None) is not None and "trained" in marks:
+        _log_budget(settings.time_budget, outcome.manifest.stats, marks)
     dist.barrier()
     return outcome
 

@@ -17,15 +17,15 @@ from bertctl.stages.common import models, runtime
 from bertctl.stages.eval import pretraining, task
 
 
-def run(config: EvalSettings, target: artifacts.Target, model: Path, data: Path,
+def run(settings: EvalSettings, target: artifacts.Target, model: Path, data: Path,
         expect: list[str], rerank: Path | None = None) -> artifacts.Outcome:
     gates = [expectations.parse(e) for e in expect]  # a typo fails before any work
-    config = runtime.applied(config)
-    if rerank is None and config.rerank_scoring != "cross":
-        raise BertctlError(f"--rerank-scoring {config.rerank_scoring}: give --rerank MODEL, "
+    settings = runtime.applied(settings)
+    if rerank is None and settings.rerank_scoring != "cross":
+        raise BertctlError(f"--rerank-scoring {settings.rerank_scoring}: give --rerank MODEL, "
                            f"the model that scores (the first stage itself, say)")
-    if rerank is None and "rerank_depth" in config.model_fields_set:
-        raise BertctlError(f"--rerank-depth {config.rerank_depth}: give --rerank MODEL, the "
+    if rerank is None and "rerank_depth" in settings.model_fields_set:
+        raise BertctlError(f"--rerank-depth {settings.rerank_depth}: give --rerank MODEL, the "
                            f"model that reorders each query's first documents")
     source = models.open_model(model, exports=True)
     pretrain_data = models.pretrain_data_artifact(data)
@@ -35,9 +35,9 @@ def run(config: EvalSettings, target: artifacts.Target, model: Path, data: Path,
     if pretrain_data is not None and rerank is not None:
         raise BertctlError(f"--rerank {rerank}: reranks a search; {data} is pretrain data")
     if pretrain_data is not None:
-        outcome = pretraining.run(config, target, source, pretrain_data)
+        outcome = pretraining.run(settings, target, source, pretrain_data)
     else:
-        outcome = task.run(config, target, source, data, rerank)
+        outcome = task.run(settings, target, source, data, rerank)
     console.log_metrics(outcome.manifest.metrics)
     unmet = expectations.unmet(gates, outcome.manifest.metrics or {}, outcome.path)
     if unmet:

@@ -25,21 +25,21 @@ _TASK_FLAGS = ("task", "family", "text_column", "label_column", "context_column"
                "choice_columns", "labels", "max_seq_length", "header")
 
 
-def run(config: EvalSettings, target: artifacts.Target, source: ModelSource,
+def run(settings: EvalSettings, target: artifacts.Target, source: ModelSource,
         art: artifacts.Artifact) -> artifacts.Outcome:
 
-    given = [f"--{k.replace('_', '-')}" for k in _TASK_FLAGS if getattr(config, k) is not None]
+    given = [f"--{k.replace('_', '-')}" for k in _TASK_FLAGS if getattr(settings, k) is not None]
     if given:
         raise BertctlError(f"{' '.join(given)}: task settings apply to task data files, not to "
                            f"the pretrain-data artifact {art.path}")
-    split = config.split or "validation"
+    split = settings.split or "validation"
     info = read_pretraining_info(art.path)
     if int(info.stats.get(split, {}).get("instances", 0)) == 0:
         hint = (" (it was built with validation_fraction 0); evaluate on --split train, or "
                 "rebuild it with --validation-fraction" if split == "validation" else "")
         raise BertctlError(f"{art.path}: the {split} split is empty{hint}")
     check_pretraining_agreement(source, info)
-    device, precision, _ = source.runtime(config.device, config.precision)
+    device, precision, _ = source.runtime(settings.device, settings.precision)
     inputs = [source.ref, art.as_input("data")]
 
     objective = objectives.for_checkpoint(source.hf_config)
@@ -53,7 +53,7 @@ def run(config: EvalSettings, target: artifacts.Target, source: ModelSource,
         started = time.monotonic()
         with console.progress("evaluating", total=len(dataset), unit="instances") as bar:
             try:
-                result = objective.evaluate(model, dataset, config.batch_size, device,
+                result = objective.evaluate(model, dataset, settings.batch_size, device,
                                             precision, progress=lambda n: bar.update(n),
                                             **options)
             except NonFiniteOutputs as exc:
@@ -65,10 +65,10 @@ def run(config: EvalSettings, target: artifacts.Target, source: ModelSource,
         return {"metrics": metrics, "examples": examples, "masked_tokens": masked,
                 "model": str(source.path), "model_id": source.ref.id, "data": str(art.path),
                 "task": "pretraining", "objective": objective.name, "split": split,
-                "precision": config.precision,
+                "precision": settings.precision,
                 "device": str(device), "seconds": round(seconds, 3)}
 
-    return artifacts.produce("eval", config, inputs, target, build)
+    return artifacts.produce("eval", settings, inputs, target, build)
 
 
 def check_pretraining_agreement(source: ModelSource, info) -> None:

@@ -32,12 +32,12 @@ METRICS_FILE = artifacts.METRICS_FILE
 ROWS_PER_PART = 10_000
 
 
-def run(config: EvalSettings, target: artifacts.Target, source: ModelSource,
+def run(settings: EvalSettings, target: artifacts.Target, source: ModelSource,
         data: Path, rerank_with: Path | None = None) -> artifacts.Outcome:
-    if config.split is not None:
+    if settings.split is not None:
         raise BertctlError(f"--split applies to pretrain-data artifacts; {data} is a task data "
                            f"file (one split already)")
-    task = open_task(config, source, data)
+    task = open_task(settings, source, data)
     spec, family, label_list, data, max_len = (task.spec, task.family, task.label_list,
                                                task.file, task.max_seq_length)
     tok, _ = source.tokenizer()
@@ -47,10 +47,10 @@ def run(config: EvalSettings, target: artifacts.Target, source: ModelSource,
         if not isinstance(family, Ranks):
             raise BertctlError(f"{data}: --rerank reorders a search's results; a "
                                f"{family.name} task has none")
-        family.check_rerank(spec, data, config.rerank_depth)
-        reranker = cross.open_reranker(rerank_with, family, scoring=config.rerank_scoring)
-    config = source.applied(config)
-    device, precision, recorded = source.runtime(config.device, config.precision)
+        family.check_rerank(spec, data, settings.rerank_depth)
+        reranker = cross.open_reranker(rerank_with, family, scoring=settings.rerank_scoring)
+    settings = source.applied(settings)
+    device, precision, recorded = source.runtime(settings.device, settings.precision)
     inputs = [source.ref, *models.data_inputs(data)]
     if reranker is not None:
         inputs.append(reranker.source.ref)
@@ -68,7 +68,7 @@ def run(config: EvalSettings, target: artifacts.Target, source: ModelSource,
                 stats = stats or family.feature_stats(features)
                 started = time.monotonic()
                 outputs = evaluation.predict(
-                    model, evaluation.task_batches(features, config.batch_size, family), device,
+                    model, evaluation.task_batches(features, settings.batch_size, family), device,
                     precision, progress=lambda k: bar.update(k), where=f"{source.path} on {data}",
                     offset=sequences)
                 sequences += len(features)
@@ -93,8 +93,8 @@ def run(config: EvalSettings, target: artifacts.Target, source: ModelSource,
         results = family.results(predictions, examples, spec)
         metrics = family.score(results, examples, spec, label_list) if labelled else {}
         if reranker is not None:
-            found = family.candidates(results, examples, spec, data, config.rerank_depth)
-            metrics.update(rerank.rerank(reranker, found, config.batch_size, device, precision,
+            found = family.candidates(results, examples, spec, data, settings.rerank_depth)
+            metrics.update(rerank.rerank(reranker, found, settings.batch_size, device, precision,
                                          tmp))
         if isinstance(family, Ranks):
             family.write_results(tmp, results, examples, spec)
@@ -110,4 +110,4 @@ def run(config: EvalSettings, target: artifacts.Target, source: ModelSource,
                 "seconds": round(seconds, 3),
                 "examples_per_second": round(n / seconds, 1) if seconds else None}
 
-    return artifacts.produce("eval", config, inputs, target, build)
+    return artifacts.produce("eval", settings, inputs, target, build)
