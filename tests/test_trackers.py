@@ -7,6 +7,7 @@ run nothing; a tracker that cannot start is one line before any work."""
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -118,9 +119,10 @@ def _wandb_records(run_file: Path) -> list:
             pos += block - pos % block
             continue
         _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        if kind == 0:   # LevelDB's zero type: padding of a preallocated block, not the end
+            pos += block - pos % block
+            continue
         chunk, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
-        if kind == 0:
-            break
         partial = chunk if kind in (1, 2) else partial + chunk
         if kind in (1, 4):
             record = pb.Record()
@@ -143,7 +145,16 @@ def test_a_run_is_in_wandb_offline_as_the_artifact_records_it(cli, tmp_path, tin
     manifest = r.json()
     run_files = list((tmp_path / "wb").rglob("run-*.wandb"))
     assert len(run_files) == 1
-    records = _wandb_records(run_files[0])
+    # W&B's own process writes the file; in this process (not a CLI's, which exits) it may
+    # still be flushing when finish() returns: read until its exit record is there.
+    deadline = time.monotonic() + 60
+    while True:
+        records = _wandb_records(run_files[0])
+        kinds = [x.WhichOneof("record_type") for x in records]
+        if "exit" in kinds or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert "run" in kinds and "exit" in kinds, (kinds, run_files[0].stat().st_size)
     run = next(x.run for x in records if x.WhichOneof("record_type") == "run")
     assert run.display_name == manifest["id"] and run.project == "bertctl-test"
     config = {i.key: json.loads(i.value_json) for i in run.config.update}
