@@ -43,13 +43,14 @@ def batch_of(tokens: int, seq: int, vocab: int, gen: torch.Generator) -> dict:
 
 
 def models(preset: str, vocab: int, positions: int, names: list[str]):
-    """bertctl's BERT, and each architecture's bertctl model and transformers' ("hf-NAME")."""
+    """bertctl's BERT, and each architecture's bertctl model and transformers' ("hf-NAME");
+    BERT's own transformers twin ("hf-bert") when `names` holds "bert"."""
     import tempfile
 
     import transformers
 
     out = {}
-    for name in ["bert", *names]:
+    for name in dict.fromkeys(["bert", *names]):
         arch = ARCHITECTURES[name]
         # RoBERTa's table has the padding id + 1 rows more than the longest input
         config = arch.config_class.from_preset(preset, vocab_size=vocab,
@@ -60,7 +61,7 @@ def models(preset: str, vocab: int, positions: int, names: list[str]):
                 - architectures.longest_input(config))
         torch.manual_seed(0)
         out[name] = build("masked_lm", config)
-        if name == "bert":
+        if name == "bert" and "bert" not in names:
             continue
         with tempfile.TemporaryDirectory() as d:
             save_model(out[name], d)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 import summary
-from common import machine
+from common import machine, sh
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -37,11 +36,8 @@ GOAL = 1_000_000    # tokens/s a core: what keeps a GPU fed (see above)
 ROWS = 32
 
 
-def bertctl(*args) -> None:
-    r = subprocess.run([sys.executable, "-m", "bertctl", *map(str, args)],
-                       capture_output=True, text=True, cwd=ROOT)
-    if r.returncode != 0:
-        sys.exit(f"bertctl {args[0]} failed: {r.stderr[-2000:]}")
+def bertctl(*args, log: Path) -> None:
+    sh([sys.executable, "-m", "bertctl", *args], log)   # a failure names the log
 
 
 def rate(source, seconds: float, seed: int = 0) -> float:
@@ -111,15 +107,16 @@ def main() -> None:
     print(machine(1))
     rows = []
     with tempfile.TemporaryDirectory() as d:
-        work = Path(d)
+        work, log = Path(d), Path(d).parent / "bench_data_path.log"
+        log.unlink(missing_ok=True)
         books = sorted((EXAMPLES / "corpus").glob("*.txt"))
-        bertctl("tokenize", *books, "--vocab-size", "8000", "--out", work / "tok")
+        bertctl("tokenize", *books, "--vocab-size", "8000", "--out", work / "tok", log=log)
         kinds = {"static masks": [], "dynamic masks": ["--masking", "dynamic"],
                  "dynamic whole-word masks": ["--masking", "dynamic", "--whole-word-mask"]}
         for name, flags in kinds.items():
             bertctl("build-pretrain-data", work / "tok", *books, "--max-seq-length", "128",
                     "--dupe-factor", a.dupe_factor, "--validation-fraction", "0", *flags,
-                    "--out", work / name.replace(" ", "-"))
+                    "--out", work / name.replace(" ", "-"), log=log)
         print(f"\n{'loader (one thread)':<34}{'tokens/s':>14}{'x goal':>9}")
         from bertctl.data.pretraining_dataset import PretrainingDataset
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,7 +33,7 @@ import torch
 
 import summary
 from bench_architectures import batch_of, loss_of, models
-from common import machine
+from common import machine, measured
 from bertctl.model import BertConfig, flops_per_token
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -109,21 +108,9 @@ def steps_table(a, device, peak: float, rows: list) -> None:
     gen = torch.Generator().manual_seed(1234)
     for arch, preset in a.models:
         for seq, rows_per_batch in zip(a.seqs, a.batch):
-            pair = models(preset, a.vocab, max(512, seq), [] if arch == "bert" else [arch])
-            ours_name = "bert" if arch == "bert" else arch
-            ours = pair[ours_name].to(device)
-            if arch == "bert":   # transformers' BERT of the same weights
-                import transformers
-
-                with tempfile.TemporaryDirectory() as d:
-                    from bertctl.model import save_model
-
-                    save_model(pair["bert"], d)
-                    hf = transformers.AutoModelForMaskedLM.from_pretrained(
-                        d, attn_implementation="sdpa")
-            else:
-                hf = pair[f"hf-{arch}"]
-            hf = hf.to(device)
+            pair = models(preset, a.vocab, max(512, seq), [arch])
+            ours_name = arch
+            ours, hf = pair[arch].to(device), pair[f"hf-{arch}"].to(device)
             batch = {k: v.to(device) for k, v in
                      batch_of(rows_per_batch * seq, seq, a.vocab, gen).items()}
             t = [tokens_per_s(n, m, batch, device, a.precision, a.steps, a.warmup)
@@ -151,15 +138,10 @@ def steps_table(a, device, peak: float, rows: list) -> None:
 
 
 def bertctl(*args, log: Path) -> float:
-    """Runs one bertctl command; its wall seconds. A failure ends the check, its log shown."""
-    start = time.monotonic()
-    with open(log, "a") as f:
-        r = subprocess.run([sys.executable, "-m", "bertctl", *map(str, args)], stdout=f,
-                           stderr=subprocess.STDOUT, cwd=ROOT)
-    if r.returncode != 0:
-        tail = "".join(log.read_text().splitlines(True)[-5:])
-        sys.exit(f"bertctl {args[0]} failed (exit {r.returncode}):\n{tail}")
-    return time.monotonic() - start
+    """One bertctl command's wall seconds, its output in `log` (a failure stops the check
+    with a line naming it), on the threads this script has."""
+    return measured([sys.executable, "-m", "bertctl", *args], log,
+                    threads=torch.get_num_threads())["wall_s"]
 
 
 def manifest(path: Path) -> dict:
@@ -167,8 +149,10 @@ def manifest(path: Path) -> dict:
 
 
 def end_to_end(a, work: Path, rows: list) -> None:
-    """The budget pretraining, then SST-2 fine-tuned from its model (nothing downloaded)."""
-    log = work / "bertctl.log"
+    """The budget pretraining, then SST-2 fine-tuned from its model (nothing downloaded). The
+    commands' output goes to bench_gpu.log in the temporary directory's parent, kept."""
+    log = work.parent / "bench_gpu.log"
+    log.unlink(missing_ok=True)
     run = ["--device", a.device, "--precision", a.precision]
     print(f"\n2. budget pretraining end to end ({a.budget}, {a.preset}, the shipped books)")
     books = sorted((EXAMPLES / "corpus").glob("*.txt"))
