@@ -177,7 +177,7 @@ def minilm_dir():
 
 
 @pytest.fixture(scope="session")
-def minilm_short_dir(tmp_path_factory, minilm_dir):
+def minilm_l2(tmp_path_factory, minilm_dir):
     """all-MiniLM-L6-v2 cut to its first two layers (config.json and weights), its
     sentence-transformers layout kept: a real embedding model for the tests that prove the
     search recipe's plumbing, at a third of the compute (its quality is the benchmarks')."""
@@ -198,11 +198,11 @@ def minilm_short_dir(tmp_path_factory, minilm_dir):
 
 
 @pytest.fixture(scope="session")
-def example_index(tmp_path_factory, minilm_dir):
-    """all-MiniLM-L6-v2's own vectors of the example BEIR corpus, with ids and texts: what
+def example_index(tmp_path_factory, minilm_l2):
+    """The two-layer MiniLM's own vectors of the example BEIR corpus, with ids and texts: what
     `bertctl search` and `bertctl index` read (fp32, so hits compare with numpy's)."""
     out = tmp_path_factory.mktemp("example-index") / "index"
-    r = invoke("embed", minilm_dir, EXAMPLES / "retrieval" / "beir" / "corpus.jsonl",
+    r = invoke("embed", minilm_l2, EXAMPLES / "retrieval" / "beir" / "corpus.jsonl",
                "--text-column", "text", "--id-column", "_id", "--store-text",
                "--precision", "fp32", "--out", out)
     assert r.exit_code == 0, r.stderr

@@ -186,8 +186,8 @@ def test_chain_stops_at_the_first_step_that_does_not_gain(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def dev_evals(tmp_path_factory, minilm_dir):
-    """all-MiniLM-L6-v2's first stage on the example's dev judgements, and its search
+def dev_evals(tmp_path_factory, minilm_l2):
+    """The two-layer MiniLM's first stage on the example's dev judgements, and its search
     reordered by its own token vectors, and its first stage on the test judgements."""
     from conftest import invoke
 
@@ -197,9 +197,9 @@ def dev_evals(tmp_path_factory, minilm_dir):
     for name, data, extra in (
             ("first", beir / "qrels" / "dev.tsv", ()),
             ("late", beir / "qrels" / "dev.tsv",
-             ("--rerank", minilm_dir, "--rerank-scoring", "maxsim", "--rerank-depth", "10")),
+             ("--rerank", minilm_l2, "--rerank-scoring", "maxsim", "--rerank-depth", "10")),
             ("test", beir / "qrels" / "test.tsv", ())):
-        r = invoke("eval", minilm_dir, data, "--task", "retrieval", "--precision", "fp32",
+        r = invoke("eval", minilm_l2, data, "--task", "retrieval", "--precision", "fp32",
                    *extra, "--out", tmp / name)
         assert r.exit_code == 0, r.stderr
         made[name] = tmp / name
@@ -207,7 +207,7 @@ def dev_evals(tmp_path_factory, minilm_dir):
 
 
 def test_choose_records_the_pick_its_model_and_every_candidates_dev_figures(cli, dev_evals,
-                                                                           minilm_dir,
+                                                                           minilm_l2,
                                                                            tmp_path):
     """choice.json's figures are the per-query files' means and paired gains; chosen.txt and
     model.txt name what was taken (here the reordering, the model and its depth); another
@@ -223,7 +223,7 @@ def test_choose_records_the_pick_its_model_and_every_candidates_dev_figures(cli,
     assert [c["mean"] for c in choice["candidates"]] == pytest.approx(means)
     winner = "late" if means[1] > means[0] else "none"
     assert (out / "chosen.txt").read_text() == winner + "\n"
-    assert Path((out / "model.txt").read_text().strip()) == Path(minilm_dir).resolve()
+    assert Path((out / "model.txt").read_text().strip()) == Path(minilm_l2).resolve()
     assert choice["chosen"]["name"] == winner
     if winner == "late":
         assert choice["chosen"]["rerank_depth"] == 10
@@ -254,7 +254,7 @@ def test_choose_refuses_what_it_cannot_compare(cli, dev_evals, tmp_path):
 
 
 @pytest.mark.slow
-def test_the_dev_choice_worked_example_runs_as_written(cli, minilm_dir, tmp_path):
+def test_the_dev_choice_worked_example_runs_as_written(cli, minilm_l2, tmp_path):
     """docs/commands.md's third retrieval example, line by line ($MODEL and runs/ put where
     this test keeps them): 50 questions held out, the choice the highest dev mean that gains
     over the original, or the original."""
@@ -263,7 +263,7 @@ def test_the_dev_choice_worked_example_runs_as_written(cli, minilm_dir, tmp_path
     for words in lines:
         args = []
         for w in words[1:]:
-            w = w.replace("$MODEL", str(minilm_dir))
+            w = w.replace("$MODEL", str(minilm_l2))
             w = w.replace("=runs/", f"={tmp_path}/")
             w = str(tmp_path / w[len("runs/"):]) if w.startswith("runs/") else w
             args.append(str(EXAMPLES.parent / w) if w.startswith("examples/") else w)

@@ -331,7 +331,7 @@ def test_encoder_outputs_match_pytorch(tmp_path):
     torch.testing.assert_close(got["pooler_output"], ref["pooler_output"], **MODEL_FP32)
 
 
-def test_a_rerankers_export_scores_as_the_reranker_everywhere(cli, minilm_short_dir,
+def test_a_rerankers_export_scores_as_the_reranker_everywhere(cli, minilm_l2,
                                                                tmp_path):
     """A reranker's export (its graph scores one sequence a row) takes the grouped batches
     the reranker does: eval EXPORT ROWS, export --check and eval --rerank EXPORT score as
@@ -339,12 +339,12 @@ def test_a_rerankers_export_scores_as_the_reranker_everywhere(cli, minilm_short_
     from conftest import EXAMPLES
 
     mined = tmp_path / "mined"
-    assert cli("mine", minilm_short_dir, EXAMPLES / "retrieval" / "train.tsv", "--negatives", "2",
+    assert cli("mine", minilm_l2, EXAMPLES / "retrieval" / "train.tsv", "--negatives", "2",
                "--precision", "fp32", "--out", mined).exit_code == 0
     rows = tmp_path / "rows.jsonl"
     rows.write_text("".join((mined / "pairs.jsonl").read_text().splitlines(True)[:24]))
     rr = tmp_path / "rr"
-    assert cli("finetune", minilm_short_dir, rows, "--task", "reranking", "--steps", "2",
+    assert cli("finetune", minilm_l2, rows, "--task", "reranking", "--steps", "2",
                "--batch-size", "8", "--max-seq-length", "64", "--out", rr).exit_code == 0
     r = cli("export", rr, "--check", rows, "--out", tmp_path / "onnx")
     assert r.exit_code == 0, r.stderr
@@ -359,7 +359,7 @@ def test_a_rerankers_export_scores_as_the_reranker_everywhere(cli, minilm_short_
     beir = EXAMPLES / "retrieval" / "beir"
     metrics = {}
     for name, model in (("pt", rr), ("onnx", tmp_path / "onnx")):
-        r = cli("eval", minilm_short_dir, beir, "--task", "retrieval", "--rerank", model,
+        r = cli("eval", minilm_l2, beir, "--task", "retrieval", "--rerank", model,
                 "--rerank-depth", "5", "--precision", "fp32", "--out", tmp_path / f"rr-{name}")
         assert r.exit_code == 0, r.stderr
         metrics[name] = json.loads((tmp_path / f"rr-{name}" / "metrics.json").read_text())

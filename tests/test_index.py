@@ -134,8 +134,8 @@ def test_the_approximate_indexes_recall_on_clustered_vectors(kind, quantize):
         np.testing.assert_allclose(scores, want, atol=1e-6)   # fp32 dots of 32 unit values
 
 
-def test_bad_input_is_one_line(cli, embedded, tmp_path, minilm_dir):
-    one_line_error(cli("index", minilm_dir, "--out", tmp_path / "a"), str(minilm_dir))
+def test_bad_input_is_one_line(cli, embedded, tmp_path, minilm_l2):
+    one_line_error(cli("index", minilm_l2, "--out", tmp_path / "a"), str(minilm_l2))
     one_line_error(cli("index", embedded, "--kind", "exact", "--quantize", "int8",
                        "--out", tmp_path / "b"), "--quantize")
     assert cli("index", embedded, "--out", tmp_path / "ix").exit_code == 0

@@ -1,7 +1,7 @@
 """Late interaction (#64): a search reordered, and a bi-encoder taught, by an embedding model's
 token vectors compared by MaxSim (ColBERT's). MaxSim and the teacher's scores against their
 plain definitions; the reordered run and the written scores against ones built from
-transformers' own hidden states of all-MiniLM-L6-v2; the bad inputs."""
+transformers' own hidden states of all-MiniLM-L6-v2 cut to two layers; the bad inputs."""
 
 import json
 
@@ -133,20 +133,20 @@ def _scores(path):
 
 
 @pytest.mark.slow
-def test_a_search_is_reordered_by_its_own_token_vectors(cli, minilm_dir, tmp_path):
+def test_a_search_is_reordered_by_its_own_token_vectors(cli, minilm_l2, tmp_path):
     """eval --rerank MODEL --rerank-scoring maxsim: the first stage's metrics unchanged, its
     first K documents a query scored by MaxSim over transformers' hidden states of the same
     model and put in that order, the rest below; the scoring recorded."""
-    out, metrics, first = reranked_eval(minilm_dir, BEIR, tmp_path, "--rerank", minilm_dir,
+    out, metrics, first = reranked_eval(minilm_l2, BEIR, tmp_path, "--rerank", minilm_l2,
                                         "--rerank-scoring", "maxsim", "--rerank-depth", "5")
     assert metrics["rerank/scoring"] == "maxsim" and metrics["rerank/depth"] == 5
     queries, docs = beir_texts(BEIR)
     got, scores = read_run(out / "rerank.trec"), _scores(out / "rerank.trec")
-    pieces = _hf_pieces(minilm_dir)
+    pieces = _hf_pieces(minilm_l2)
     for q in list(first)[:40]:   # transformers one text at a time: a sample of the queries
         head = first[q][:5]
         want = late.maxsim(pieces(queries[q]), [pieces(docs[d]) for d in head]).numpy()
-        # fp32 both sides, 6-layer encoders, a mean of cosines: seen ~1e-6; the run file
+        # fp32 both sides, 2-layer encoders, a mean of cosines: seen ~1e-6; the run file
         # keeps 6 decimals
         assert np.abs(np.array([scores[q][d] for d in head]) - want).max() < 1e-5
     for q, ranked in first.items():   # each query's first 5 in its scores' order, the rest
@@ -164,7 +164,7 @@ def test_a_search_is_reordered_by_its_own_token_vectors(cli, minilm_dir, tmp_pat
 
 
 @pytest.mark.slow
-def test_a_late_head_is_fitted_and_read_by_the_reordering(cli, minilm_dir, tmp_path):
+def test_a_late_head_is_fitted_and_read_by_the_reordering(cli, minilm_l2, tmp_path):
     """finetune --late-dim fits the head alone: the encoder's weights and the model's
     vectors (sentence-transformers' encode of the directory) are the first stage's; eval
     --rerank-scoring maxsim scores MaxSim over transformers' hidden states mapped by the
@@ -173,11 +173,11 @@ def test_a_late_head_is_fitted_and_read_by_the_reordering(cli, minilm_dir, tmp_p
     from sentence_transformers import SentenceTransformer
 
     fitted = tmp_path / "late"
-    r = cli("finetune", minilm_dir, TRAIN, "--task", "retrieval", "--late-dim", "32",
+    r = cli("finetune", minilm_l2, TRAIN, "--task", "retrieval", "--late-dim", "32",
             "--steps", "3", "--batch-size", "8", "--lr", "1e-2", "--precision", "fp32",
             "--max-seq-length", "256", "--out", fitted)   # (where _hf_pieces truncates)
     assert r.exit_code == 0, r.stderr
-    before = load_file(minilm_dir / "model.safetensors")
+    before = load_file(minilm_l2 / "model.safetensors")
     after = {k.removeprefix("bert."): v
              for k, v in load_file(fitted / "model.safetensors").items()}
     assert set(after) <= set(before)   # (the original also keeps position_ids, a buffer)
@@ -186,7 +186,7 @@ def test_a_late_head_is_fitted_and_read_by_the_reordering(cli, minilm_dir, tmp_p
     assert w.shape == (32, 384) and not torch.equal(w, torch.eye(32, 384))   # it trained
     texts = ["a cat sat on the mat", "the stock market fell sharply today"]
     np.testing.assert_array_equal(SentenceTransformer(str(fitted), device="cpu").encode(texts),
-                                  SentenceTransformer(str(minilm_dir), device="cpu").encode(texts))
+                                  SentenceTransformer(str(minilm_l2), device="cpu").encode(texts))
     artifact = json.loads((fitted / "artifact.json").read_text())
     assert artifact["stats"]["loss"]["name"] == "late_infonce"
     assert json.loads((fitted / "config.json").read_text())["bertctl_embedding"]["late_dim"] == 32
@@ -196,7 +196,7 @@ def test_a_late_head_is_fitted_and_read_by_the_reordering(cli, minilm_dir, tmp_p
     assert metrics["rerank/late_dim"] == 32
     queries, docs = beir_texts(BEIR)
     scores = _scores(out / "rerank.trec")
-    pieces = _hf_pieces(minilm_dir, late=w)
+    pieces = _hf_pieces(minilm_l2, late=w)
     for q in list(first)[:20]:
         head = first[q][:5]
         want = late.maxsim(pieces(queries[q]), [pieces(docs[d]) for d in head]).numpy()
@@ -215,14 +215,14 @@ def test_a_late_head_is_fitted_and_read_by_the_reordering(cli, minilm_dir, tmp_p
     assert block.shape == want.shape and np.abs(block - want).max() < 1e-5   # as above
 
 
-def test_the_late_head_refuses_what_it_cannot_fit(cli, minilm_dir, tmp_path):
+def test_the_late_head_refuses_what_it_cannot_fit(cli, minilm_l2, tmp_path):
     """--late-dim above the hidden size; with a file of scored pairs or texts alone, a --loss,
     or --cache-negatives: one line naming the setting, nothing written."""
     scored = tmp_path / "scored.tsv"
     scored.write_text("query\tpositive\tscore\na cat\ta dog\t3.5\nthe sun\tthe moon\t1.0\n")
     texts = tmp_path / "texts.txt"
     texts.write_text("a cat sat\nthe moon rose\n")
-    base = ("finetune", minilm_dir)
+    base = ("finetune", minilm_l2)
     cases = (
         ((TRAIN, "--late-dim", "385"), "--late-dim 385: at most the model's hidden size, 384"),
         ((scored, "--label-column", "score", "--late-dim", "8"), "scored pairs"),
@@ -238,7 +238,7 @@ def test_the_late_head_refuses_what_it_cannot_fit(cli, minilm_dir, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_maxsim_teacher_teaches_the_bi_encoder(cli, minilm_dir, tmp_path, monkeypatch):
+def test_a_maxsim_teacher_teaches_the_bi_encoder(cli, minilm_l2, tmp_path, monkeypatch):
     """mine --teacher MODEL --teacher-scoring maxsim writes late.teacher_scores of MaxSim over
     transformers' hidden states of each row's candidates; finetune reads them (listwise KL).
     The miner teaching by its own vectors is loaded once."""
@@ -248,43 +248,43 @@ def test_a_maxsim_teacher_teaches_the_bi_encoder(cli, minilm_dir, tmp_path, monk
     monkeypatch.setattr(models, "load_task_model",
                         lambda *a, **k: loads.append(a[0].path) or load(*a, **k))
     out = tmp_path / "mined"
-    r = cli("mine", minilm_dir, TRAIN, "--negatives", "2", "--teacher", minilm_dir,
+    r = cli("mine", minilm_l2, TRAIN, "--negatives", "2", "--teacher", minilm_l2,
             "--teacher-scoring", "maxsim", "--precision", "fp32", "--out", out)
     assert r.exit_code == 0, r.stderr
     assert len(loads) == 1, loads
     rows = [json.loads(x) for x in (out / "pairs.jsonl").read_text().splitlines()]
     columns = ("positive", "negative_1", "negative_2")
-    pieces = _hf_pieces(minilm_dir)
+    pieces = _hf_pieces(minilm_l2)
     some = rows[:6]
     m = np.array([late.maxsim(pieces(row["query"]), [pieces(row[c]) for c in columns]).numpy()
                   for row in some], np.float64)
     got = np.array([[row[f"score_{c}"] for c in columns] for row in some])
     # fp32 MaxSim (~1e-6) times SCALE 20 through a sigmoid of slope <= 1/4, rounded to 1e-7
     assert np.abs(got - late.teacher_scores(m)).max() < 1e-5
-    assert loss_trained_on(rows, minilm_dir, tmp_path) == "kl"
+    assert loss_trained_on(rows, minilm_l2, tmp_path) == "kl"
 
 
-def test_the_wrong_kind_of_scorer_is_one_line(cli, minilm_dir, tmp_path):
+def test_the_wrong_kind_of_scorer_is_one_line(cli, minilm_l2, tmp_path):
     """A cross-encoder given for late interaction, and an embedding model given as a
     cross-encoder, are refused before any work, each naming the other setting; a scoring
     without the model that scores is refused too (else it would be silently ignored)."""
     from sentence_transformers import CrossEncoder
 
-    CrossEncoder(str(minilm_dir), num_labels=1, device="cpu").save(str(tmp_path / "ce"))
+    CrossEncoder(str(minilm_l2), num_labels=1, device="cpu").save(str(tmp_path / "ce"))
     cases = (
-        (("eval", minilm_dir, BEIR, "--task", "retrieval", "--rerank", tmp_path / "ce",
+        (("eval", minilm_l2, BEIR, "--task", "retrieval", "--rerank", tmp_path / "ce",
           "--rerank-scoring", "maxsim"), "(a cross-encoder is --rerank-scoring cross"),
-        (("eval", minilm_dir, BEIR, "--task", "retrieval", "--rerank", minilm_dir),
+        (("eval", minilm_l2, BEIR, "--task", "retrieval", "--rerank", minilm_l2),
          "--rerank-scoring maxsim)"),
-        (("mine", minilm_dir, TRAIN, "--teacher", tmp_path / "ce", "--teacher-scoring",
+        (("mine", minilm_l2, TRAIN, "--teacher", tmp_path / "ce", "--teacher-scoring",
           "maxsim"), "(a cross-encoder is --teacher-scoring cross"),
-        (("eval", minilm_dir, BEIR, "--task", "retrieval", "--rerank", minilm_dir,
+        (("eval", minilm_l2, BEIR, "--task", "retrieval", "--rerank", minilm_l2,
           "--rerank-scoring", "colbert"), "colbert"),
-        (("eval", minilm_dir, BEIR, "--task", "retrieval", "--rerank-scoring", "maxsim"),
+        (("eval", minilm_l2, BEIR, "--task", "retrieval", "--rerank-scoring", "maxsim"),
          "--rerank-scoring maxsim: give --rerank MODEL"),
-        (("mine", minilm_dir, TRAIN, "--teacher-scoring", "maxsim"),
+        (("mine", minilm_l2, TRAIN, "--teacher-scoring", "maxsim"),
          "--teacher-scoring maxsim: give --teacher MODEL"),
-        (("eval", minilm_dir, BEIR, "--task", "retrieval", "--rerank-depth", "5"),
+        (("eval", minilm_l2, BEIR, "--task", "retrieval", "--rerank-depth", "5"),
          "--rerank-depth 5: give --rerank MODEL"),
     )
     for args, words in cases:
@@ -294,7 +294,7 @@ def test_the_wrong_kind_of_scorer_is_one_line(cli, minilm_dir, tmp_path):
 
 
 @pytest.mark.slow
-def test_search_reorders_its_hits_by_the_reranker(cli, minilm_dir, example_index, tmp_path):
+def test_search_reorders_its_hits_by_the_reranker(cli, minilm_l2, example_index, tmp_path):
     """bertctl search --rerank: each query's --top-k hits (the same documents as the plain
     search's) in the order of the reranker's scores, which the hits carry: MaxSim over
     transformers' hidden states of the index's own model, or CrossEncoder.predict."""
@@ -303,14 +303,14 @@ def test_search_reorders_its_hits_by_the_reranker(cli, minilm_dir, example_index
     ask = ("search", example_index, "--query", "Who were the Normans?", "--query",
            "When was the French revolution?", "--top-k", "5", "--precision", "fp32")
     plain = [json.loads(x) for x in cli(*ask).stdout.splitlines()]
-    r = cli(*ask, "--rerank", minilm_dir, "--rerank-scoring", "maxsim")
+    r = cli(*ask, "--rerank", minilm_l2, "--rerank-scoring", "maxsim")
     assert r.exit_code == 0, r.stderr
     late_hits = [json.loads(x) for x in r.stdout.splitlines()]
-    CrossEncoder(str(minilm_dir), num_labels=1, device="cpu").save(str(tmp_path / "ce"))
+    CrossEncoder(str(minilm_l2), num_labels=1, device="cpu").save(str(tmp_path / "ce"))
     r = cli(*ask, "--rerank", tmp_path / "ce")
     assert r.exit_code == 0, r.stderr
     cross_hits = [json.loads(x) for x in r.stdout.splitlines()]
-    pieces = _hf_pieces(minilm_dir)
+    pieces = _hf_pieces(minilm_l2)
     ce = CrossEncoder(str(tmp_path / "ce"), device="cpu")
     queries = {"q1": "Who were the Normans?", "q2": "When was the French revolution?"}
     for hits, score in ((late_hits, lambda q, d: late.maxsim(pieces(q), [pieces(d)]).item()),
@@ -323,16 +323,16 @@ def test_search_reorders_its_hits_by_the_reranker(cli, minilm_dir, example_index
             shown = [h["score"] for h in mine]
             assert shown == sorted(shown, reverse=True)
             want = [score(text, h["text"]) for h in mine]
-            # fp32 both sides, 6-layer encoders: seen ~1e-6; the hits keep 6 decimals
+            # fp32 both sides, 2-layer encoders: seen ~1e-6; the hits keep 6 decimals
             assert np.abs(np.array(shown) - np.array(want)).max() < 1e-5
 
 
-def test_search_rerank_needs_the_texts_and_the_model(cli, minilm_dir, tmp_path):
-    r = cli("embed", minilm_dir, BEIR / "corpus.jsonl", "--text-column", "text", "--id-column",
+def test_search_rerank_needs_the_texts_and_the_model(cli, minilm_l2, tmp_path):
+    r = cli("embed", minilm_l2, BEIR / "corpus.jsonl", "--text-column", "text", "--id-column",
             "_id", "--precision", "fp32", "--out", tmp_path / "bare")
     assert r.exit_code == 0, r.stderr
     one_line_error(cli("search", tmp_path / "bare", "--query", "normans", "--rerank",
-                       minilm_dir, "--rerank-scoring", "maxsim"),
+                       minilm_l2, "--rerank-scoring", "maxsim"),
                    "keeps no texts for --rerank to read")
     one_line_error(cli("search", tmp_path / "bare", "--query", "normans", "--rerank-scoring",
                        "maxsim"), "--rerank-scoring maxsim without --rerank",
@@ -340,7 +340,7 @@ def test_search_rerank_needs_the_texts_and_the_model(cli, minilm_dir, tmp_path):
 
 
 @pytest.mark.slow
-def test_search_reorders_deeper_by_the_pieces_the_index_stores(cli, minilm_dir, example_index,
+def test_search_reorders_deeper_by_the_pieces_the_index_stores(cli, minilm_l2, example_index,
                                                                 tmp_path):
     """embed --store-pieces keeps each document's pieces (transformers' last hidden states of
     the text, unit length) beside its vector; search --rerank-scoring maxsim reorders each
@@ -350,19 +350,19 @@ def test_search_reorders_deeper_by_the_pieces_the_index_stores(cli, minilm_dir, 
     import pyarrow.parquet as pq
 
     stored = tmp_path / "stored"
-    r = cli("embed", minilm_dir, BEIR / "corpus.jsonl", "--text-column", "text", "--id-column",
+    r = cli("embed", minilm_l2, BEIR / "corpus.jsonl", "--text-column", "text", "--id-column",
             "_id", "--store-text", "--store-pieces", "--precision", "fp32", "--out", stored)
     assert r.exit_code == 0, r.stderr
     stats = json.loads((stored / "artifact.json").read_text())["stats"]
     rows = pq.read_table(stored / "index.parquet").to_pylist()
     assert stats["piece_dim"] == 384 and stats["pieces_stored"] == sum(
         row["piece_count"] for row in rows)
-    pieces = _hf_pieces(minilm_dir)
+    pieces = _hf_pieces(minilm_l2)
     block = np.load(stored / "pieces-00000.npy")
     for row in rows[:8]:
         want = pieces(row["text"]).numpy()
         got = block[row["piece_start"]:row["piece_start"] + row["piece_count"]]
-        # fp32 both sides, 6-layer encoders, unit vectors: seen ~1e-6
+        # fp32 both sides, 2-layer encoders, unit vectors: seen ~1e-6
         assert got.shape == want.shape and np.abs(got - want).max() < 1e-5
     ask = ("--query", "Who were the Normans?", "--query", "When was the French revolution?",
            "--precision", "fp32")
@@ -372,7 +372,7 @@ def test_search_reorders_deeper_by_the_pieces_the_index_stores(cli, minilm_dir, 
             "--rerank-depth", "8")
     assert r.exit_code == 0, r.stderr
     deep = hits(r)
-    again = hits(cli("search", example_index, *ask, "--top-k", "3", "--rerank", minilm_dir,
+    again = hits(cli("search", example_index, *ask, "--top-k", "3", "--rerank", minilm_l2,
                      "--rerank-scoring", "maxsim", "--rerank-depth", "8"))
     assert [h["id"] for h in deep] == [h["id"] for h in again]
     assert np.abs(np.array([h["score"] for h in deep])
@@ -388,11 +388,11 @@ def test_search_reorders_deeper_by_the_pieces_the_index_stores(cli, minilm_dir, 
         assert max(abs(h["score"] - scored[h["id"]]) for h in mine) < 1e-5
 
 
-def test_stored_pieces_refuse_what_they_cannot_serve(cli, minilm_dir, example_index, tmp_path):
+def test_stored_pieces_refuse_what_they_cannot_serve(cli, minilm_l2, example_index, tmp_path):
     """--store-pieces beside pooled hidden states; a reordering depth without a reordering,
     or below --top-k; an index whose rows point past its pieces, or whose pieces shard is
     gone: one line, nothing written."""
-    one_line_error(cli("embed", minilm_dir, BEIR / "corpus.jsonl", "--text-column", "text",
+    one_line_error(cli("embed", minilm_l2, BEIR / "corpus.jsonl", "--text-column", "text",
                        "--pool", "mean", "--store-pieces", "--out", tmp_path / "out"),
                    "--store-pieces keeps an embedding model's pieces")
     assert not (tmp_path / "out").exists()
@@ -404,7 +404,7 @@ def test_stored_pieces_refuse_what_they_cannot_serve(cli, minilm_dir, example_in
     docs = tmp_path / "docs.jsonl"
     docs.write_text('{"_id": "a", "text": "the normans came from normandy"}\n'
                     '{"_id": "b", "text": "a prime number has two divisors"}\n')
-    r = cli("embed", minilm_dir, docs, "--text-column", "text", "--id-column", "_id",
+    r = cli("embed", minilm_l2, docs, "--text-column", "text", "--id-column", "_id",
             "--store-pieces", "--out", tmp_path / "idx")
     assert r.exit_code == 0, r.stderr
     import pyarrow as pa

@@ -56,12 +56,12 @@ def test_the_selection_equals_its_plain_definition(guards):
     assert counts["kept"] == sum(want_kept) and counts["removed_by"]["positives"] == banned.sum()
 
 
-def test_mined_negatives_are_never_a_judged_positive_and_train(cli, minilm_dir, tmp_path):
+def test_mined_negatives_are_never_a_judged_positive_and_train(cli, minilm_l2, tmp_path):
     """The shipped pairs name several questions of one paragraph: every row's negatives are
     none of its query's positives (any row's), nor the query; finetune reads the negative
     columns as hard negatives without naming them."""
     out = tmp_path / "mined"
-    r = cli("mine", minilm_dir, TRAIN, "--negatives", "2", "--range-min", "1",
+    r = cli("mine", minilm_l2, TRAIN, "--negatives", "2", "--range-min", "1",
             "--precision", "fp32", "--out", out)
     assert r.exit_code == 0, r.stderr
     rows = [json.loads(x) for x in (out / "pairs.jsonl").read_text().splitlines()]
@@ -77,7 +77,7 @@ def test_mined_negatives_are_never_a_judged_positive_and_train(cli, minilm_dir, 
     stats = json.loads((out / "artifact.json").read_text())["stats"]
     assert stats["kept"] == len(rows) and stats["rows"] == len(TRAIN.read_text().splitlines()) - 1
     assert stats["removed_by"]["positives"] > 0
-    r = cli("finetune", minilm_dir, out / "pairs.jsonl", "--task", "retrieval", "--steps", "1",
+    r = cli("finetune", minilm_l2, out / "pairs.jsonl", "--task", "retrieval", "--steps", "1",
             "--batch-size", "4", "--max-seq-length", "32", "--out", tmp_path / "ft")
     assert r.exit_code == 0, r.stderr
     # (the features of four texts a row: query, positive and the two negatives)
@@ -100,11 +100,11 @@ def test_the_guards_leave_rows_out_and_say_so(cli, minilm_dir, tmp_path):
         assert "no row kept 3 negatives" in r.stderr and not out.exists()
 
 
-def test_a_model_not_trained_for_search_mines_with_a_warning(cli, minilm_dir, tiny_pretrained,
+def test_a_model_not_trained_for_search_mines_with_a_warning(cli, minilm_l2, tiny_pretrained,
                                                              tmp_path):
     """A pretraining checkpoint mines (its negatives are valid rows) but says to mine with
     it fine-tuned; a sentence-transformers model does not draw the warning."""
-    for model, warned in ((tiny_pretrained, True), (minilm_dir, False)):
+    for model, warned in ((tiny_pretrained, True), (minilm_l2, False)):
         out = tmp_path / f"mined-{warned}"
         r = cli("mine", model, TRAIN, "--negatives", "1", "--precision", "fp32", "--out", out)
         assert r.exit_code == 0, r.stderr
@@ -112,21 +112,21 @@ def test_a_model_not_trained_for_search_mines_with_a_warning(cli, minilm_dir, ti
         assert (out / "pairs.jsonl").read_text().strip()
 
 
-def test_bad_mining_input_is_one_line(cli, minilm_dir, tiny_pretrained, tmp_path):
+def test_bad_mining_input_is_one_line(cli, minilm_l2, tiny_pretrained, tmp_path):
     small = tmp_path / "small.tsv"
     small.write_text("query\tpositive\nq one\tdoc one\nq two\tdoc two\n", encoding="utf-8")
     for args, words in (
-            ((minilm_dir, small, "--negatives", "3"), "fewer than a positive and --negatives 3"),
-            ((minilm_dir, TRAIN, "--range-min", "5", "--range-max", "5"),
+            ((minilm_l2, small, "--negatives", "3"), "fewer than a positive and --negatives 3"),
+            ((minilm_l2, TRAIN, "--range-min", "5", "--range-max", "5"),
              "range_max 5 must be above range_min 5"),
-            ((minilm_dir, TRAIN, "--corpus", tmp_path / "none.txt"), "no such corpus file"),
-            ((minilm_dir, TRAIN, "--text-column", "query"), "give --text-column twice")):
+            ((minilm_l2, TRAIN, "--corpus", tmp_path / "none.txt"), "no such corpus file"),
+            ((minilm_l2, TRAIN, "--text-column", "query"), "give --text-column twice")):
         r = cli("mine", *args, "--out", tmp_path / "out")
         one_line_error(r, words)
         assert not (tmp_path / "out").exists()
 
 
-def test_the_corpus_is_streamed_in_chunks_with_the_same_result(cli, minilm_dir, tmp_path,
+def test_the_corpus_is_streamed_in_chunks_with_the_same_result(cli, minilm_l2, tmp_path,
                                                                monkeypatch):
     """A corpus read, embedded and looked up 7 documents at a time (its vectors in a file,
     searched memory-mapped) gives the same pairs as one pass; its duplicates, blank lines,
@@ -144,9 +144,9 @@ def test_the_corpus_is_streamed_in_chunks_with_the_same_result(cli, minilm_dir, 
         extra[0], lines[0][0], extra[5]]
     assert pairs.texts_of([0, pairs.size - 1]) == {0: pairs.distinct[0], pairs.size - 1: extra[5]}
     args = ["--negatives", "2", "--corpus", corpus, "--precision", "fp32"]
-    assert cli("mine", minilm_dir, TRAIN, *args, "--out", tmp_path / "whole").exit_code == 0
+    assert cli("mine", minilm_l2, TRAIN, *args, "--out", tmp_path / "whole").exit_code == 0
     monkeypatch.setattr(mining, "CHUNK", 7)
-    r = cli("mine", minilm_dir, TRAIN, *args, "--out", tmp_path / "chunked")
+    r = cli("mine", minilm_l2, TRAIN, *args, "--out", tmp_path / "chunked")
     assert r.exit_code == 0, r.stderr
     whole, chunked = ([json.loads(x) for x in (tmp_path / d / "pairs.jsonl").read_text()
                        .splitlines()] for d in ("whole", "chunked"))
@@ -161,7 +161,7 @@ def test_the_corpus_is_streamed_in_chunks_with_the_same_result(cli, minilm_dir, 
         "artifact.json", "pairs.jsonl"]
 
 
-def test_a_copy_the_model_cannot_tell_from_the_positive_is_never_its_negative(cli, minilm_dir,
+def test_a_copy_the_model_cannot_tell_from_the_positive_is_never_its_negative(cli, minilm_l2,
                                                                            tmp_path):
     """The probe's case: a corpus holding each positive upper-cased (the same text to an uncased
     model) and as a BEIR document with a title before it: neither is mined as that row's
@@ -175,7 +175,7 @@ def test_a_copy_the_model_cannot_tell_from_the_positive_is_never_its_negative(cl
     train = tmp_path / "train.tsv"
     train.write_text("query\tpositive\n" + "".join(f"{q}\t{p}\n" for q, p in rows))
     out = tmp_path / "mined"
-    r = cli("mine", minilm_dir, train, "--corpus", corpus, "--negatives", "2",
+    r = cli("mine", minilm_l2, train, "--corpus", corpus, "--negatives", "2",
             "--precision", "fp32", "--out", out)
     assert r.exit_code == 0, r.stderr
     mined = [json.loads(x) for x in (out / "pairs.jsonl").read_text().splitlines()]

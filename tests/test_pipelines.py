@@ -444,7 +444,7 @@ def test_adapt_pipeline_checks_its_budgets_before_the_first_stage(tmp_path, mini
     assert not runs.exists()
 
 
-def test_adapt_pipeline_from_relative_paths(tmp_path, minilm_short_dir):
+def test_adapt_pipeline_from_relative_paths(tmp_path, minilm_l2):
     """The real checkpoint continued on the fixture books (its vocabulary grown by 20 words,
     the masked-LM head it was saved without trained alone first), both it and the original
     fine-tuned with two seeds, one report comparing the two groups; the paths given relative
@@ -452,7 +452,7 @@ def test_adapt_pipeline_from_relative_paths(tmp_path, minilm_short_dir):
     work = tmp_path / "work"
     shutil.copytree(FIXTURES / "glue" / "SST-2", work / "sst2")
     shutil.copytree(FIXTURES / "pretrain", work / "books")
-    variables = {"BERTCTL": BERTCTL, "MODEL": str(minilm_short_dir), "CORPUS": "books",
+    variables = {"BERTCTL": BERTCTL, "MODEL": str(minilm_l2), "CORPUS": "books",
                  "TASK": "glue/sst2", "TRAIN": "sst2", "DEV": "sst2/dev.tsv", "BUDGET": "4s",
                  "HEAD_BUDGET": "2s", "SEEDS": "1 2", "EPOCHS": "1", "EXTEND": "20", "RUNS": "runs",
                  "DATA_FLAGS": "--workers 1 --max-seq-length 64 --validation-fraction 0.1",

@@ -38,11 +38,11 @@ def test_the_losses_equal_their_plain_definitions():
                                                                                rel=1e-6)
 
 
-def test_a_grouped_batch_scores_each_candidate_as_alone(minilm_dir):
+def test_a_grouped_batch_scores_each_candidate_as_alone(minilm_l2):
     """(B, G, T) candidates give the logits of the same B * G sequences one at a time."""
     from bertctl.model.hf import load_model
 
-    model, _ = load_model(minilm_dir, "sequence_classification", num_labels=1,
+    model, _ = load_model(minilm_l2, "sequence_classification", num_labels=1,
                           problem_type="regression")
     model.eval()
     ids = torch.randint(1000, 2000, (2, 3, 9), generator=torch.Generator().manual_seed(1))
@@ -55,24 +55,24 @@ def test_a_grouped_batch_scores_each_candidate_as_alone(minilm_dir):
         wrapped = RankingLoss(model, "listwise")(input_ids=ids, attention_mask=mask,
                                                  labels=torch.zeros(2, dtype=torch.long))
     assert grouped.shape == (2, 3)
-    # fp32 (eval pins it): a 6-layer encoder's sums over 384 values, padding masked out
+    # fp32 (eval pins it): a 2-layer encoder's sums over 384 values, padding masked out
     assert np.allclose(grouped.reshape(-1).numpy(), alone, atol=1e-5)
     assert wrapped["loss"].item() == pytest.approx(
         ranking_loss(grouped, torch.zeros(2, dtype=torch.long), "listwise").item(), rel=1e-5)
 
 
 @pytest.fixture(scope="module")
-def reranker(tmp_path_factory, minilm_short_dir):
+def reranker(tmp_path_factory, minilm_l2):
     """A reranker fine-tuned from all-MiniLM-L6-v2's first two layers on negatives mined with it."""
     from conftest import invoke as cli
 
     root = tmp_path_factory.mktemp("rerank")
-    r = cli("mine", minilm_short_dir, TRAIN, "--negatives", "3", "--precision", "fp32",
+    r = cli("mine", minilm_l2, TRAIN, "--negatives", "3", "--precision", "fp32",
             "--out", root / "mined")
     assert r.exit_code == 0, r.stderr
     rows = (root / "mined" / "pairs.jsonl").read_text().splitlines()[:48]
     (root / "pairs.jsonl").write_text("\n".join(rows) + "\n")
-    r = cli("finetune", minilm_short_dir, root / "pairs.jsonl", "--task", "reranking", "--epochs", "1",
+    r = cli("finetune", minilm_l2, root / "pairs.jsonl", "--task", "reranking", "--epochs", "1",
             "--batch-size", "8", "--lr", "1e-4", "--max-seq-length", "64",
             "--precision", "fp32", "--out", root / "reranker")
     assert r.exit_code == 0, r.stderr
@@ -98,7 +98,7 @@ def test_crossencoder_predicts_bertctls_scores(cli, reranker, tmp_path):
     assert ce.max_seq_length == 64
     theirs = ce.predict([(row["query"], row[c]) for row in rows for c in columns],
                         batch_size=16).reshape(len(rows), 4)
-    # fp32 both; a 6-layer encoder, then one sigmoid: seen ~5e-7
+    # fp32 both; a 2-layer encoder, then one sigmoid: seen ~5e-7
     assert np.abs(ours - theirs).max() < 1e-5
     metrics = json.loads((tmp_path / "ev" / "metrics.json").read_text())
     want, _ = ranking.evaluate(
@@ -109,13 +109,13 @@ def test_crossencoder_predicts_bertctls_scores(cli, reranker, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_search_is_reranked_as_crossencoder_orders_it(cli, minilm_short_dir, reranker,
+def test_a_search_is_reranked_as_crossencoder_orders_it(cli, minilm_l2, reranker,
                                                          tmp_path):
     """eval --rerank: the first stage's metrics unchanged, its first K documents a query in
     the order of CrossEncoder.predict's scores (ties as trec_eval), the rest below."""
     from sentence_transformers import CrossEncoder
 
-    out, metrics, first = reranked_eval(minilm_short_dir, BEIR, tmp_path, "--rerank",
+    out, metrics, first = reranked_eval(minilm_l2, BEIR, tmp_path, "--rerank",
                                         reranker / "reranker", "--rerank-depth", "5")
     queries, docs = beir_texts(BEIR)
     ce = CrossEncoder(str(reranker / "reranker"), device="cpu")
@@ -147,12 +147,12 @@ def test_a_search_is_reranked_as_crossencoder_orders_it(cli, minilm_short_dir, r
     assert [i["role"] for i in inputs][-1] == "reranker"
 
 
-def test_a_crossencoder_saved_by_sentence_transformers_reranks(cli, minilm_dir, tmp_path):
-    """A CrossEncoder as sentence-transformers saves one (a new head on all-MiniLM-L6-v2) is
+def test_a_crossencoder_saved_by_sentence_transformers_reranks(cli, minilm_l2, tmp_path):
+    """A CrossEncoder as sentence-transformers saves one (a new head on the two-layer MiniLM) is
     read as a reranker, with CrossEncoder's own scores."""
     from sentence_transformers import CrossEncoder
 
-    ce = CrossEncoder(str(minilm_dir), num_labels=1, max_length=48, device="cpu")
+    ce = CrossEncoder(str(minilm_l2), num_labels=1, max_length=48, device="cpu")
     ce.save(str(tmp_path / "ce"))
     pairs = tmp_path / "pairs.tsv"
     pairs.write_text("query\tpositive\tnegative\nwho wrote it\tan author wrote it\ta cat\n"
@@ -167,19 +167,19 @@ def test_a_crossencoder_saved_by_sentence_transformers_reranks(cli, minilm_dir, 
     assert np.abs(ours - theirs).max() < 1e-5   # fp32, as above
 
 
-def test_bad_reranking_input_is_one_line(cli, minilm_dir, tmp_path, reranker_stub):
+def test_bad_reranking_input_is_one_line(cli, minilm_l2, tmp_path, reranker_stub):
     no_negatives = tmp_path / "pairs.tsv"
     no_negatives.write_text("query\tpositive\nq one\tdoc one\nq two\tdoc two\n", encoding="utf-8")
     cases = (
-        (("finetune", minilm_dir, no_negatives, "--task", "reranking"),
+        (("finetune", minilm_l2, no_negatives, "--task", "reranking"),
          "the rows have none"),
         (("eval", reranker_stub, BEIR, "--task", "retrieval"),
          "a cross-encoder reranks a search: eval FIRST_STAGE"),
         (("eval", reranker_stub, BEIR, "--task", "reranking"),
          "a reranker scores (query, candidates) rows"),
-        (("eval", minilm_dir, BEIR, "--task", "retrieval", "--rerank", minilm_dir),
+        (("eval", minilm_l2, BEIR, "--task", "retrieval", "--rerank", minilm_l2),
          "a reranker is a sequence classifier with one output"),
-        (("eval", minilm_dir, BEIR, "--task", "retrieval", "--rerank", reranker_stub,
+        (("eval", minilm_l2, BEIR, "--task", "retrieval", "--rerank", reranker_stub,
           "--rerank-depth", "200"),
          "--rerank-depth 200: the search keeps 100"),
         (("eval", reranker_stub, no_negatives, "--task", "reranking", "--rerank",
@@ -193,12 +193,12 @@ def test_bad_reranking_input_is_one_line(cli, minilm_dir, tmp_path, reranker_stu
 
 
 @pytest.fixture
-def reranker_stub(tmp_path, minilm_dir):
+def reranker_stub(tmp_path, minilm_l2):
     """A reranker with an untrained head, as a CrossEncoder saves one (no training needed to
     be refused)."""
     from sentence_transformers import CrossEncoder
 
-    CrossEncoder(str(minilm_dir), num_labels=1, device="cpu").save(str(tmp_path / "stub"))
+    CrossEncoder(str(minilm_l2), num_labels=1, device="cpu").save(str(tmp_path / "stub"))
     return tmp_path / "stub"
 
 
@@ -255,14 +255,14 @@ def test_the_mixed_distillation_losses_are_the_sum_of_their_parts(name):
 
 
 @pytest.mark.slow
-def test_the_reranker_teaches_the_bi_encoder(cli, minilm_dir, reranker, tmp_path):
+def test_the_reranker_teaches_the_bi_encoder(cli, minilm_l2, reranker, tmp_path):
     """mine --teacher writes the cross-encoder's score of each row's candidates (those of
     CrossEncoder.predict); finetune --task retrieval reads them and trains on them (listwise
     KL, the default for a file with a teacher's scores)."""
     from sentence_transformers import CrossEncoder
 
     out = tmp_path / "mined"
-    r = cli("mine", minilm_dir, TRAIN, "--negatives", "2", "--teacher", reranker / "reranker",
+    r = cli("mine", minilm_l2, TRAIN, "--negatives", "2", "--teacher", reranker / "reranker",
             "--precision", "fp32", "--out", out)
     assert r.exit_code == 0, r.stderr
     rows = [json.loads(x) for x in (out / "pairs.jsonl").read_text().splitlines()]
@@ -277,21 +277,21 @@ def test_the_reranker_teaches_the_bi_encoder(cli, minilm_dir, reranker, tmp_path
     inputs = json.loads((out / "artifact.json").read_text())["inputs"]
     assert "teacher" in [i["role"] for i in inputs]
     # the labels chose it, and the artifact says so
-    assert loss_trained_on(rows, minilm_dir, tmp_path) == "kl"
+    assert loss_trained_on(rows, minilm_l2, tmp_path) == "kl"
 
 
-def test_teacher_scores_are_whole_or_refused(cli, minilm_dir, tmp_path):
+def test_teacher_scores_are_whole_or_refused(cli, minilm_l2, tmp_path):
     part = tmp_path / "part.jsonl"
     part.write_text(json.dumps({"query": "q", "positive": "p", "negative": "n",
                                 "score_positive": 0.9}) + "\n" +
                     json.dumps({"query": "r", "positive": "s", "negative": "m",
                                 "score_positive": 0.8}) + "\n")
-    one_line_error(cli("finetune", minilm_dir, part, "--task", "retrieval", "--out",
+    one_line_error(cli("finetune", minilm_l2, part, "--task", "retrieval", "--out",
                        tmp_path / "o"), "need one for every candidate column: score_positive, "
                                         "score_negative")
     plain = tmp_path / "plain.tsv"
     plain.write_text("query\tpositive\tnegative\nq\tp\tn\nr\ts\tm\n")
-    one_line_error(cli("finetune", minilm_dir, plain, "--task", "retrieval", "--loss",
+    one_line_error(cli("finetune", minilm_l2, plain, "--task", "retrieval", "--loss",
                        "margin_mse", "--out", tmp_path / "o"), "the file has none")
     # A logit-scoring teacher's 8 and 3: KL reads probabilities (clamped, they would tie);
     # MarginMSE reads them as they are.
@@ -300,17 +300,17 @@ def test_teacher_scores_are_whole_or_refused(cli, minilm_dir, tmp_path):
                                           "score_positive": 8.0, "score_negative": 3.0}) + "\n"
                               for q, p, n in (("q", "p", "n"), ("r", "s", "m"))))
     for loss in (None, "kl", "kl_infonce"):
-        one_line_error(cli("finetune", minilm_dir, logits, "--task", "retrieval",
+        one_line_error(cli("finetune", minilm_l2, logits, "--task", "retrieval",
                            *(("--loss", loss) if loss else ()), "--out", tmp_path / "o"),
                        "4 teacher scores outside [0, 1] (from 3 to 8)",
                        f"--loss {loss or 'kl'} reads a sigmoid's probabilities")
     assert not (tmp_path / "o").exists()
-    r = cli("finetune", minilm_dir, logits, "--task", "retrieval", "--loss", "margin_mse",
+    r = cli("finetune", minilm_l2, logits, "--task", "retrieval", "--loss", "margin_mse",
             "--steps", "1", "--batch-size", "2", "--out", tmp_path / "o")
     assert r.exit_code == 0, r.stderr
 
 
-def test_a_two_label_classifier_is_no_reranker_whatever_its_config_says(cli, minilm_dir,
+def test_a_two_label_classifier_is_no_reranker_whatever_its_config_says(cli, minilm_l2,
                                                                          tmp_path):
     """A two-label sequence classifier whose config.json names no label count (transformers 5
     writes neither num_labels nor id2label for two labels) is refused as a reranker and as a
@@ -321,7 +321,7 @@ def test_a_two_label_classifier_is_no_reranker_whatever_its_config_says(cli, min
     from sentence_transformers import CrossEncoder
 
     out = tmp_path / "two"
-    CrossEncoder(str(minilm_dir), num_labels=2, device="cpu").save(str(out))
+    CrossEncoder(str(minilm_l2), num_labels=2, device="cpu").save(str(out))
     config = json.loads((out / "config.json").read_text())
     for key in ("num_labels", "id2label", "label2id"):
         config.pop(key, None)
@@ -329,9 +329,9 @@ def test_a_two_label_classifier_is_no_reranker_whatever_its_config_says(cli, min
     pairs = tmp_path / "pairs.tsv"
     pairs.write_text("query\tpositive\nwho wrote it\tan author wrote it\n"
                      "where is paris\tparis is in france\n", encoding="utf-8")
-    for args in (("eval", minilm_dir, BEIR, "--task", "retrieval", "--rerank", out),
+    for args in (("eval", minilm_l2, BEIR, "--task", "retrieval", "--rerank", out),
                  ("eval", out, pairs, "--task", "reranking"),
-                 ("mine", minilm_dir, pairs, "--negatives", "1", "--teacher", out)):
+                 ("mine", minilm_l2, pairs, "--negatives", "1", "--teacher", out)):
         r = cli(*args, "--out", tmp_path / "ev")
         one_line_error(r, "a reranker has one output", "2-label classifier")
         assert not (tmp_path / "ev").exists()
@@ -340,7 +340,7 @@ def test_a_two_label_classifier_is_no_reranker_whatever_its_config_says(cli, min
 @pytest.mark.parametrize("activation,key", [
     ("Identity", "st6"), ("Tanh", "st6"), ("Identity", "st4"), ("Identity", "old")])
 def test_a_crossencoders_saved_activation_and_length_are_what_bertctl_scores_by(
-        cli, minilm_dir, tmp_path, activation, key):
+        cli, minilm_l2, tmp_path, activation, key):
     """A CrossEncoder saved with another activation than the sigmoid, wherever its version
     wrote it (config_sentence_transformers.json as sentence-transformers 5 and 6 save it,
     config.json's sentence_transformers key as 4 did, the older
@@ -354,7 +354,7 @@ def test_a_crossencoders_saved_activation_and_length_are_what_bertctl_scores_by(
 
     out = tmp_path / "ce"
     fn = getattr(torch.nn, activation)()
-    CrossEncoder(str(minilm_dir), num_labels=1, max_length=16, device="cpu",
+    CrossEncoder(str(minilm_l2), num_labels=1, max_length=16, device="cpu",
                  activation_fn=fn).save(str(out))
     name = f"{type(fn).__module__}.{type(fn).__name__}"
     if key != "st6":   # the older places, as those versions saved it

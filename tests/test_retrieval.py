@@ -228,26 +228,26 @@ def _as_written(words, model, runs):
 
 
 @pytest.fixture(scope="module")
-def minilm_search(tmp_path_factory, minilm_dir):
-    """The docs' worked example: all-MiniLM-L6-v2 fine-tuned on the example pairs, by the
+def minilm_search(tmp_path_factory, minilm_l2):
+    """The docs' worked example: the two-layer MiniLM fine-tuned on the example pairs, by the
     example's own line."""
     from conftest import invoke
 
     runs = tmp_path_factory.mktemp("runs")
     finetune = _worked_example()[0]
     assert finetune[1] == "finetune"
-    r = invoke(*_as_written(finetune, minilm_dir, runs))
+    r = invoke(*_as_written(finetune, minilm_l2, runs))
     assert r.exit_code == 0, r.stderr
     return runs / "search"
 
 
 @pytest.mark.slow
 def test_the_worked_example_trains_and_is_scored_against_trec_eval(cli, minilm_search, tmp_path,
-                                                                   minilm_dir):
+                                                                   minilm_l2):
     pytrec_eval = pytest.importorskip("pytrec_eval")
     evaluate = _worked_example()[1]
     assert evaluate[1] == "eval"
-    r = cli(*_as_written(evaluate, minilm_dir, minilm_search.parent))
+    r = cli(*_as_written(evaluate, minilm_l2, minilm_search.parent))
     assert r.exit_code == 0, r.stderr
     out = minilm_search.parent / "search-eval"
     assert (out / "metrics.json").is_file()
@@ -283,15 +283,15 @@ def _st_equals_embed(cli, model, tmp_path, atol):
 
 @pytest.mark.slow
 def test_a_fine_tuned_model_is_what_sentence_transformers_encodes(cli, minilm_search, tmp_path):
-    """Tolerance: MiniLM (6 layers) in float32 two ways (MODEL's reasoning) on unit vectors
+    """Tolerance: MiniLM (two layers) in float32 two ways (MODEL's reasoning) on unit vectors
     whose entries are about 0.05: 1e-5 absolute."""
     config = json.loads((minilm_search / "config.json").read_text())
     assert config["bertctl_embedding"] == {"pooling": "mean", "normalize": True}
     _st_equals_embed(cli, minilm_search, tmp_path, atol=1e-5)
 
 
-def test_a_sentence_transformers_model_is_read_with_its_own_pooling(cli, minilm_dir, tmp_path):
-    _st_equals_embed(cli, minilm_dir, tmp_path, atol=1e-5)
+def test_a_sentence_transformers_model_is_read_with_its_own_pooling(cli, minilm_l2, tmp_path):
+    _st_equals_embed(cli, minilm_l2, tmp_path, atol=1e-5)
 
 
 @pytest.mark.parametrize("architecture", ["bert", "modernbert"])
@@ -325,13 +325,13 @@ def _made_modern(tmp_path, data):
     return out
 
 
-def test_scored_pairs_train_cosent_and_score_like_sentence_transformers(cli, minilm_dir,
+def test_scored_pairs_train_cosent_and_score_like_sentence_transformers(cli, minilm_l2,
                                                                         tmp_path):
     st = pytest.importorskip("sentence_transformers")
     from sentence_transformers.evaluation import EmbeddingSimilarityEvaluator
 
     sts = FIXTURES / "glue" / "STS-B"
-    r = cli("eval", minilm_dir, sts / "dev.tsv", "--task", "glue/sts-b-cosine",
+    r = cli("eval", minilm_l2, sts / "dev.tsv", "--task", "glue/sts-b-cosine",
             "--out", tmp_path / "ev")
     assert r.exit_code == 0, r.stderr
     ours = json.loads((tmp_path / "ev" / "metrics.json").read_text())
@@ -340,11 +340,11 @@ def test_scored_pairs_train_cosent_and_score_like_sentence_transformers(cli, min
     cols = [head.index(c) for c in ("sentence1", "sentence2", "score")]
     a, b, s = zip(*[(x[cols[0]], x[cols[1]], float(x[cols[2]])) for x in rows[1:]])
     theirs = EmbeddingSimilarityEvaluator(list(a), list(b), list(s))(
-        st.SentenceTransformer(str(minilm_dir), device="cpu"))
+        st.SentenceTransformer(str(minilm_l2), device="cpu"))
     # correlations of float32 cosines of 100 pairs: ranks agree; Pearson to float32's
     assert ours["spearman"] == pytest.approx(theirs["spearman_cosine"], abs=1e-6)
     assert ours["pearson"] == pytest.approx(theirs["pearson_cosine"], abs=100 * EPS32)
-    r = cli("finetune", minilm_dir, sts, "--task", "glue/sts-b-cosine", "--steps", "2",
+    r = cli("finetune", minilm_l2, sts, "--task", "glue/sts-b-cosine", "--steps", "2",
             "--batch-size", "8", "--out", tmp_path / "ft")
     assert r.exit_code == 0, r.stderr
     assert json.loads((tmp_path / "ft" / "artifact.json").read_text())["config"]["task"] == \
@@ -422,7 +422,7 @@ def _rewrite(path: Path, change):
     path.write_text(change(path.read_text(encoding="utf-8")), encoding="utf-8")
 
 
-def test_a_byte_order_mark_and_trec_qrels_are_read(cli, minilm_dir, tmp_path):
+def test_a_byte_order_mark_and_trec_qrels_are_read(cli, minilm_l2, tmp_path):
     """Harmless variants are accepted: a UTF-8 BOM before the corpus and the judgements, and
     TREC's four-field qrels (query, iteration, document, score): the same metrics, every
     query and document read (a BOM left in would be a JSON error or a lost first id)."""
@@ -435,14 +435,15 @@ def test_a_byte_order_mark_and_trec_qrels_are_read(cli, minilm_dir, tmp_path):
     data = _beir(tmp_path, edit)
     figures = []
     for i, given in enumerate((data, data / "qrels" / "trec.tsv")):
-        r = cli("eval", minilm_dir, given, "--task", "retrieval", "--precision", "fp32",
-                "--expect", "ndcg@10>=0.5", "--out", tmp_path / f"ev{i}")
+        # (the two-layer model scores 0.44 here)
+        r = cli("eval", minilm_l2, given, "--task", "retrieval", "--precision", "fp32",
+                "--expect", "ndcg@10>=0.4", "--out", tmp_path / f"ev{i}")
         assert r.exit_code == 0, r.stderr
         figures.append(json.loads((tmp_path / f"ev{i}" / "metrics.json").read_text()))
     assert figures[0] == figures[1] and figures[0]["queries"] == 232   # (none lost to a BOM)
 
 
-def test_an_eval_of_a_judgements_file_records_the_corpus_and_queries_it_reads(cli, minilm_dir,
+def test_an_eval_of_a_judgements_file_records_the_corpus_and_queries_it_reads(cli, minilm_l2,
                                                                               tmp_path):
     """eval MODEL BEIR/qrels/test.tsv reads the directory's corpus and queries too: each text
     replaced (the same judgements), the rerun is not "up to date" with the old metrics and a
@@ -450,7 +451,7 @@ def test_an_eval_of_a_judgements_file_records_the_corpus_and_queries_it_reads(cl
     data = _beir(tmp_path, lambda d: None)
     qrels = data / "qrels" / "test.tsv"
     first = tmp_path / "ev"
-    r = cli("eval", minilm_dir, qrels, "--task", "retrieval", "--precision", "fp32",
+    r = cli("eval", minilm_l2, qrels, "--task", "retrieval", "--precision", "fp32",
             "--out", first)
     assert r.exit_code == 0, r.stderr
     before = json.loads((first / "artifact.json").read_text())
@@ -459,11 +460,11 @@ def test_an_eval_of_a_judgements_file_records_the_corpus_and_queries_it_reads(cl
     rows = [json.loads(x) for x in corpus.read_text().splitlines()]
     corpus.write_text("".join(json.dumps({**d, "text": "replaced " + d["text"][::-1]}) + "\n"
                               for d in rows))
-    r = cli("eval", minilm_dir, qrels, "--task", "retrieval", "--precision", "fp32",
+    r = cli("eval", minilm_l2, qrels, "--task", "retrieval", "--precision", "fp32",
             "--out", first)
     assert r.exit_code == 2 and "--force" in r.stderr, r.stderr   # another artifact now
     fresh = tmp_path / "fresh"
-    assert cli("eval", minilm_dir, qrels, "--task", "retrieval", "--precision", "fp32",
+    assert cli("eval", minilm_l2, qrels, "--task", "retrieval", "--precision", "fp32",
                "--out", fresh).exit_code == 0
     after = json.loads((fresh / "artifact.json").read_text())
     assert after["id"] != before["id"]
@@ -471,10 +472,10 @@ def test_an_eval_of_a_judgements_file_records_the_corpus_and_queries_it_reads(cl
 
 
 @pytest.mark.parametrize("case", sorted(BAD))
-def test_a_bad_beir_set_is_one_line_naming_the_file(cli, minilm_dir, tmp_path, case):
+def test_a_bad_beir_set_is_one_line_naming_the_file(cli, minilm_l2, tmp_path, case):
     edit, name, words = BAD[case]
     data = _beir(tmp_path, edit)
-    r = cli("eval", minilm_dir, data, "--task", "retrieval", "--out", tmp_path / "ev")
+    r = cli("eval", minilm_l2, data, "--task", "retrieval", "--out", tmp_path / "ev")
     # one error line (the log of the model loaded may precede it: the files are read as they
     # are embedded, a part at a time), exit 2, nothing written
     assert r.exit_code == 2, r.stderr
@@ -483,8 +484,8 @@ def test_a_bad_beir_set_is_one_line_naming_the_file(cli, minilm_dir, tmp_path, c
     assert not (tmp_path / "ev").exists()
 
 
-def test_scores_given_to_the_in_batch_loss_are_refused(cli, minilm_dir, tmp_path):
-    r = cli("finetune", minilm_dir, FIXTURES / "glue" / "STS-B", "--task", "glue/sts-b-cosine",
+def test_scores_given_to_the_in_batch_loss_are_refused(cli, minilm_l2, tmp_path):
+    r = cli("finetune", minilm_l2, FIXTURES / "glue" / "STS-B", "--task", "glue/sts-b-cosine",
             "--loss", "infonce", "--steps", "1", "--out", tmp_path / "m")
     one_line_error(r, "infonce", "CoSENT")
     assert not (tmp_path / "m").exists()
@@ -537,13 +538,13 @@ def test_a_batch_of_one_has_no_negatives_and_is_refused(cli, tiny_pretrained, tm
 
 @pytest.mark.parametrize("pooling", ["mean", "cls"])
 def test_a_model_saved_by_this_sentence_transformers_is_read_with_its_pooling(
-        cli, minilm_dir, tmp_path, pooling):
+        cli, minilm_l2, tmp_path, pooling):
     """The installed sentence-transformers' own save (6.x writes `pooling_mode`, earlier
     versions a flag per mode: all-MiniLM-L6-v2's files are the older form)."""
     st = pytest.importorskip("sentence_transformers")
     from sentence_transformers import models
 
-    model = st.SentenceTransformer(str(minilm_dir), device="cpu")
+    model = st.SentenceTransformer(str(minilm_l2), device="cpu")
     if pooling == "cls":   # its encoder with [CLS] pooling, no Normalize
         model = st.SentenceTransformer(modules=[model[0], models.Pooling(
             model[0].get_word_embedding_dimension(), pooling_mode="cls")], device="cpu")

@@ -20,7 +20,7 @@ def index(example_index):
     return example_index
 
 
-def test_the_hits_are_a_brute_force_cosine_search_over_the_index(cli, index, minilm_dir,
+def test_the_hits_are_a_brute_force_cosine_search_over_the_index(cli, index, minilm_l2,
                                                                  tmp_path):
     """The queries embedded by `embed --prompt-name`-less own vectors (the model has no
     prompts) and every document's cosine by numpy: the same ids in the same order where two
@@ -36,7 +36,7 @@ def test_the_hits_are_a_brute_force_cosine_search_over_the_index(cli, index, min
     assert len(hits) == 15 and set(hits[0]) == {"query", "rank", "id", "score", "text"}
     data = tmp_path / "q.txt"
     data.write_text("\n".join(QUERIES) + "\n", encoding="utf-8")
-    r2 = cli("embed", minilm_dir, data, "--precision", "fp32", "--out", tmp_path / "q")
+    r2 = cli("embed", minilm_l2, data, "--precision", "fp32", "--out", tmp_path / "q")
     assert r2.exit_code == 0, r2.stderr
     q = np.load(tmp_path / "q" / "vectors-00000.npy")
     d = np.load(index / "vectors-00000.npy")
@@ -53,7 +53,7 @@ def test_the_hits_are_a_brute_force_cosine_search_over_the_index(cli, index, min
     assert all(h["text"] == texts[h["id"]] for h in hits)
 
 
-def test_search_reads_only_the_row_groups_of_its_hits(cli, minilm_dir, index, tmp_path,
+def test_search_reads_only_the_row_groups_of_its_hits(cli, minilm_l2, index, tmp_path,
                                                       monkeypatch):
     """The index's ids, texts and stored pieces are read for the hits alone, from the row
     groups (one a chunk of embed's input) that hold them: a search of a large corpus never
@@ -69,7 +69,7 @@ def test_search_reads_only_the_row_groups_of_its_hits(cli, minilm_dir, index, tm
 
     monkeypatch.setattr(frozen_features, "read_chunks",
                         functools.partial(frozen_features.read_chunks, rows=16))
-    r = cli("embed", minilm_dir, CORPUS, "--text-column", "text", "--id-column", "_id",
+    r = cli("embed", minilm_l2, CORPUS, "--text-column", "text", "--id-column", "_id",
             "--store-text", "--store-pieces", "--shard-rows", "40", "--precision", "fp32",
             "--out", tmp_path / "idx")
     assert r.exit_code == 0, r.stderr
@@ -98,17 +98,17 @@ def test_search_reads_only_the_row_groups_of_its_hits(cli, minilm_dir, index, tm
            "theory?", "--top-k", "3", "--rerank-scoring", "maxsim", "--rerank-depth", "40",
            "--precision", "fp32")
     stored = [json.loads(x) for x in cli("search", tmp_path / "idx", *ask).stdout.splitlines()]
-    again = [json.loads(x) for x in cli("search", index, *ask, "--rerank", minilm_dir
+    again = [json.loads(x) for x in cli("search", index, *ask, "--rerank", minilm_l2
                                         ).stdout.splitlines()]
     assert [h["id"] for h in stored] == [h["id"] for h in again] and len(stored) == 6
     # fp32 both, the same pieces computed in other batches: seen ~1e-6; hits keep 6 decimals
     assert max(abs(a["score"] - b["score"]) for a, b in zip(stored, again)) < 1e-5
 
 
-def test_what_search_cannot_answer_is_one_line(cli, index, minilm_dir, tiny_pretrained,
+def test_what_search_cannot_answer_is_one_line(cli, index, minilm_l2, tiny_pretrained,
                                               tmp_path):
     pooled = tmp_path / "pooled"
-    r = cli("embed", minilm_dir, CORPUS, "--text-column", "text", "--pool", "mean",
+    r = cli("embed", minilm_l2, CORPUS, "--text-column", "text", "--pool", "mean",
             "--out", pooled)
     assert r.exit_code == 0, r.stderr
     empty = tmp_path / "q.txt"
@@ -142,13 +142,13 @@ def test_rank_fusion_is_its_plain_definition():
     assert fuse([one, other], 3, ties="first")[0]["q"] == ["d3", "d1", "d2"]
 
 
-def test_eval_scores_bm25_and_the_hybrid_beside_the_model(cli, minilm_dir, tmp_path):
+def test_eval_scores_bm25_and_the_hybrid_beside_the_model(cli, minilm_l2, tmp_path):
     """bm25/ is bm25s's own ranking of the BEIR texts (title and text, no prompt) scored by
     trec_eval's code (pytrec_eval): the reference, not our expectation."""
     bm25s = pytest.importorskip("bm25s")
     pytrec_eval = pytest.importorskip("pytrec_eval")
     beir = EXAMPLES / "retrieval" / "beir"
-    r = cli("eval", minilm_dir, beir, "--bm25", "--out", tmp_path / "ev")
+    r = cli("eval", minilm_l2, beir, "--bm25", "--out", tmp_path / "ev")
     assert r.exit_code == 0, r.stderr
     metrics = json.loads((tmp_path / "ev" / "metrics.json").read_text())
     docs = [json.loads(x) for x in CORPUS.read_text().splitlines()]
@@ -171,16 +171,20 @@ def test_eval_scores_bm25_and_the_hybrid_beside_the_model(cli, minilm_dir, tmp_p
     assert metrics["bm25/ndcg@10"] == pytest.approx(
         np.mean([v["ndcg_cut_10"] for v in ref.values()]), abs=1e-6)
     assert 0 < metrics["hybrid/ndcg@10"] <= 1
-    r = cli("eval", minilm_dir, EXAMPLES / "retrieval" / "train.tsv", "--task", "retrieval",
+    r = cli("eval", minilm_l2, EXAMPLES / "retrieval" / "train.tsv", "--task", "retrieval",
             "--bm25", "--out", tmp_path / "pairs")
     assert r.exit_code == 2 and "--bm25 scores a BEIR set" in r.stderr
 
 
 @pytest.mark.slow
-def test_the_search_worked_example_runs_as_written(cli, minilm_short_dir, tmp_path):
+def test_the_search_worked_example_runs_as_written(cli, minilm_l2, tmp_path):
     """docs/commands.md's second retrieval example, line by line ($MODEL and runs/ put where
-    this test keeps them)."""
+    this test keeps them, and examples/retrieval/ cut to 60 test queries and 96 pairs: the
+    lines' plumbing, at a quarter of the evaluations' cost)."""
+    from test_pipelines import _small_search_set
+
     pytest.importorskip("bm25s")
+    _small_search_set(EXAMPLES / "retrieval", tmp_path / "ret", queries=60, pairs=96)
     lines = worked_example("### Search, round two")
     searched = []
     assert [w[1] for w in lines] == ["mine", "finetune", "eval", "embed", "index", "search",
@@ -189,8 +193,10 @@ def test_the_search_worked_example_runs_as_written(cli, minilm_short_dir, tmp_pa
     for words in lines:
         args = []
         for w in words[1:]:
-            w = w.replace("$MODEL", str(minilm_short_dir))
+            w = w.replace("$MODEL", str(minilm_l2))
             w = str(tmp_path / w[len("runs/"):]) if w.startswith("runs/") else w
+            w = str(tmp_path / "ret" / w[len("examples/retrieval/"):]) if w.startswith(
+                "examples/retrieval/") else w
             args.append(str(EXAMPLES.parent / w) if w.startswith("examples/") else w)
         r = cli(*args)
         assert r.exit_code == 0, (words, r.stderr)
@@ -239,7 +245,7 @@ def test_a_reader_that_stops_early_ends_search_quietly(example_index, tmp_path):
     assert "BrokenPipe" not in err and "Traceback" not in err
 
 
-def test_hits_of_equal_score_are_in_evals_order(cli, minilm_dir, tmp_path):
+def test_hits_of_equal_score_are_in_evals_order(cli, minilm_l2, tmp_path):
     """Duplicate texts score alike: search prints them as eval ranks ties (the document id,
     descending), whatever order the index holds them in."""
     corpus = tmp_path / "corpus.jsonl"
@@ -248,7 +254,7 @@ def test_hits_of_equal_score_are_in_evals_order(cli, minilm_dir, tmp_path):
             ("z-0", "Ships of the line.")]
     corpus.write_text("".join(json.dumps({"_id": d, "text": t}) + "\n" for d, t in rows))
     index = tmp_path / "index"
-    assert cli("embed", minilm_dir, corpus, "--text-column", "text", "--id-column", "_id",
+    assert cli("embed", minilm_l2, corpus, "--text-column", "text", "--id-column", "_id",
                "--precision", "fp32", "--out", index).exit_code == 0
     r = cli("search", index, "--query", "Who were the Normans?", "--top-k", "3")
     assert r.exit_code == 0, r.stderr

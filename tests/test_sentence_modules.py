@@ -1,11 +1,12 @@
 """A sentence-transformers model is computed as sentence-transformers computes it, or refused
 (#63, class 1). Each model here is built and saved by the installed sentence-transformers on
-all-MiniLM-L6-v2's encoder: every pooling mode it has, Dense layers (with and without bias,
-each activation, residual), Normalize and prompts. `SentenceTransformer(DIR).encode` (or
-encode_query) must equal `bertctl embed`, before and after `finetune --task retrieval`, and a
-module or setting bertctl does not compute is one line naming it, exit 2, nothing written.
+all-MiniLM-L6-v2's encoder cut to two layers: every pooling mode it has, Dense layers (with
+and without bias, each activation, residual), Normalize and prompts.
+`SentenceTransformer(DIR).encode` (or encode_query) must equal `bertctl embed`, before and
+after `finetune --task retrieval`, and a module or setting bertctl does not compute is one
+line naming it, exit 2, nothing written.
 
-Tolerance: MiniLM (6 layers) in float32 two ways (tolerance.MODEL_FP32's reasoning: 3e-5 of
+Tolerance: MiniLM (two layers) in float32 two ways (tolerance.MODEL_FP32's reasoning: 3e-5 of
 activations of size about 1) through a pooling and a 384 -> 128 Dense layer, whose dot
 products over 384 terms add fp32_sum(384) = 5e-5 of values of size about 0.1; the vectors
 compared are unit length with entries about 0.09: 1e-5 absolute, as the issue asks, holds
@@ -30,8 +31,8 @@ PROMPTS = {"query": "query: ", "document": "passage: "}
 
 
 @pytest.fixture(scope="module")
-def encoder(minilm_dir):
-    return st.SentenceTransformer(str(minilm_dir), device="cpu")[0]
+def encoder(minilm_l2):
+    return st.SentenceTransformer(str(minilm_l2), device="cpu")[0]
 
 
 def _saved(encoder, directory, pooling="mean", dense=(), normalize=True, **kwargs):
@@ -207,7 +208,7 @@ def test_what_bertctl_does_not_compute_is_refused_by_every_stage_naming_it(cli, 
 
 
 def test_a_fine_tuned_model_loads_without_alarm_and_its_export_embeds_as_encode(
-        cli, minilm_dir, tmp_path):
+        cli, minilm_l2, tmp_path):
     """#63 class 8: the fine-tuned model keeps its starting checkpoint's pooler (transformers
     reported it 'newly initialized'); an export of a search model embeds (it was refused as
     'not an export of an encoder model'); eval of a BEIR directory needs no --task. The
@@ -217,7 +218,7 @@ def test_a_fine_tuned_model_loads_without_alarm_and_its_export_embeds_as_encode(
     from transformers import AutoModel
 
     out = tmp_path / "ft"
-    r = cli("finetune", minilm_dir, EXAMPLES / "retrieval" / "train.tsv", "--task",
+    r = cli("finetune", minilm_l2, EXAMPLES / "retrieval" / "train.tsv", "--task",
             "retrieval", "--steps", "1", "--batch-size", "8", "--max-seq-length", "64",
             "--out", out)
     assert r.exit_code == 0, r.stderr
@@ -226,7 +227,7 @@ def test_a_fine_tuned_model_loads_without_alarm_and_its_export_embeds_as_encode(
     assert cli("export", out, "--out", tmp_path / "onnx").exit_code == 0
     np.testing.assert_allclose(_embedded(cli, tmp_path / "onnx", tmp_path), _theirs(out),
                                atol=1e-4, rtol=0)
-    r = cli("eval", minilm_dir, EXAMPLES / "retrieval" / "beir", "--out", tmp_path / "ev")
+    r = cli("eval", minilm_l2, EXAMPLES / "retrieval" / "beir", "--out", tmp_path / "ev")
     assert r.exit_code == 0, r.stderr
     assert "read as a retrieval task" in r.stderr
 
