@@ -21,6 +21,8 @@ interpreter start-up excluded) are both shown: on a shared machine wall time is 
     python benchmarks/bench_build_pretrain_data.py                 # Gutenberg books x2 (~5 MB)
     python benchmarks/bench_build_pretrain_data.py --repeat 20 --only bertctl   # ~50 MB
     python benchmarks/bench_build_pretrain_data.py --memory-scaling # bertctl, 5 MB vs 50 MB
+    python benchmarks/bench_build_pretrain_data.py --repeat 40 --dupe-factor 1 --worker-scaling
+                                               # 2 workers against 1, ~100 MB
 
 Input books (raw Gutenberg text, paragraphs separated by blank lines) are converted once, outside
 the timings, by `book_to_documents`; pass --sentence-per-line for corpora already in Google's
