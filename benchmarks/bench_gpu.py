@@ -109,12 +109,11 @@ def steps_table(a, device, peak: float, rows: list) -> None:
     for arch, preset in a.models:
         for seq, rows_per_batch in zip(a.seqs, a.batch):
             pair = models(preset, a.vocab, max(512, seq), [arch])
-            ours_name = arch
             ours, hf = pair[arch].to(device), pair[f"hf-{arch}"].to(device)
             batch = {k: v.to(device) for k, v in
                      batch_of(rows_per_batch * seq, seq, a.vocab, gen).items()}
             t = [tokens_per_s(n, m, batch, device, a.precision, a.steps, a.warmup)
-                 for n, m in ((ours_name, ours), ("hf", hf))]
+                 for n, m in ((arch, ours), ("hf", hf))]
             config = ours.config
             per_token = (flops_per_token(config, seq, 0.15) if isinstance(config, BertConfig)
                          else modern_flops(config, seq))
@@ -124,7 +123,7 @@ def steps_table(a, device, peak: float, rows: list) -> None:
                     f"{t[0] / t[1]:>6.2f}x{mfu[0]:>10.1%}{mfu[1]:>8.1%}")
             if a.compile:   # the encoder's layers, as pretrain --compile compiles them
                 next(m for m in ours.modules() if hasattr(m, "compile_layers")).compile_layers()
-                compiled = tokens_per_s(ours_name, ours, batch, device, a.precision, a.steps,
+                compiled = tokens_per_s(arch, ours, batch, device, a.precision, a.steps,
                                         a.warmup + 3)
                 line += f"{compiled:>11,.0f}"
             print(line, flush=True)
