@@ -43,9 +43,6 @@ MFU_TARGETS = {**{(p, "fp32", k): f for p, f in (("mini", 0.65), ("small", 0.78)
                   for k in ("amx", "avx512_bf16", "avx2")},
                ("mini", "bf16", "avx512_bf16"): 0.55, ("small", "bf16", "avx512_bf16"): 0.65,
                ("mini", "bf16", "amx"): 0.40, ("small", "bf16", "amx"): 0.55}
-# The profiler's names of matmul kernels (bench_step_profile.py's "matmul" class).
-MATMULS = (r"^aten::(mm|addmm|bmm|matmul|linear|baddbmm|_addmm_activation)$|onednn|"
-           r"mkldnn_(matmul|linear)")
 
 
 def cpu_kind() -> str:
@@ -55,17 +52,42 @@ def cpu_kind() -> str:
     return "avx512_bf16" if hardware.cpu_bf16_native() else "avx2"
 
 
-def outside_matmuls(step, steps: int = 2) -> float:
-    """The share of a step's own CPU time (the profiler's self times) spent outside matmul
-    kernels: what is left to remove when the matmuls run near the peak."""
-    import re
+def matmul_calls(step) -> dict[tuple, int]:
+    """The matmuls one `step` calls, from the profiler: {(shape of a, shape of b): count}
+    for each mm, addmm, bmm and baddbmm (a linear is its addmm, `@` its mm or bmm)."""
+    from collections import Counter
 
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-        for _ in range(steps):
-            step()
-    times = [(e.key, e.self_cpu_time_total) for e in prof.key_averages()]
-    total = sum(t for _, t in times) or 1.0
-    return 1 - sum(t for k, t in times if re.search(MATMULS, k)) / total
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                record_shapes=True) as prof:
+        step()
+    calls: Counter = Counter()
+    for event in prof.events():
+        operands = {"aten::mm": slice(0, 2), "aten::bmm": slice(0, 2),
+                    "aten::addmm": slice(1, 3), "aten::baddbmm": slice(1, 3),
+                    "aten::_addmm_activation": slice(1, 3)}.get(event.name)
+        if operands is not None:
+            calls[tuple(tuple(shape) for shape in event.input_shapes[operands])] += 1
+    return dict(calls)
+
+
+def matmul_seconds(step, dtype: torch.dtype, repeats: int = 3) -> float:
+    """Seconds the matmuls of one `step` take replayed alone: each of `matmul_calls` timed on
+    fresh `dtype` operands, the best of `repeats`, times its count. Not the profiler's self
+    times: the profiler's own work per event slows the memory-bound ops around the matmuls
+    3-10x (a (30522, 256) zero fill took 22 ms under it and under 1 ms alone, AMD EPYC, 2
+    threads), so shares read from it understate what is not a matmul."""
+    total = 0.0
+    for (a, b), count in matmul_calls(step).items():
+        x, y = torch.randn(a).to(dtype), torch.randn(b).to(dtype)
+        product = torch.bmm if len(a) == 3 else torch.mm
+        product(x, y)
+        best = float("inf")
+        for _ in range(repeats):
+            t = time.perf_counter()
+            product(x, y)
+            best = min(best, time.perf_counter() - t)
+        total += best * count
+    return total
 
 
 def make_batch(batch: int, seq: int, vocab: int, mask_prob: float, gen: torch.Generator) -> dict:
@@ -173,7 +195,8 @@ def main() -> None:
           f"vocab {args.vocab}, {args.mask_prob:.0%} masked; median of {args.repeats} x "
           f"{args.steps} steps; freed memory {'held' if args.hold_memory else 'as glibc does'}")
     print("MFU: model FLOPs (MLM head at the masked positions only) / the best 2048^3 matmul "
-          "GFLOP/s measured just before that row, in the row's precision")
+          "GFLOP/s measured just before that row, in the row's precision; outside mm: 1 - the "
+          "time of bertctl's step's matmuls replayed alone / its step time")
     header = (f"{'preset':<7}{'prec':<6}{'ours tok/s':>11}{'hf tok/s':>10}{'ratio':>7}"
               f"{'ours MFU':>10}{'hf MFU':>8}{'outside mm':>11}{'peak GF/s':>10}  "
               f"{'loss ours':>10}{'loss hf':>10}")
@@ -224,7 +247,7 @@ def main() -> None:
             peak = max(peak, matmul_peak(dtype, seconds=0.5))
             t_ours, t_hf = (statistics.median(times) for _, times in entries)
             mfu = [step_flops / t / 1e9 / peak for t in (t_ours, t_hf)]
-            outside = outside_matmuls(entries[0][0])
+            outside = 1 - matmul_seconds(entries[0][0], dtype) / t_ours
             print(f"{preset:<7}{precision:<6}{tokens / t_ours:>11,.0f}{tokens / t_hf:>10,.0f}"
                   f"{t_hf / t_ours:>6.2f}x{mfu[0]:>10.1%}{mfu[1]:>8.1%}{outside:>11.1%}"
                   f"{peak:>10,.0f}  "

@@ -19,7 +19,9 @@ first class whose name pattern matches it:
 
 The table: milliseconds a step, each class's share, the step's MFU (model FLOPs, as
 bench_pretrain_step.py counts them, over the machine's measured matmul peak in that
-precision). Printed with the machine line.
+precision). Printed with the machine line. The profiler's own work per event slows the
+memory-bound ops 3-10x against the matmuls, so these shares say which ops, not how much of the
+step: `bench_pretrain_step.py`'s "outside mm" is measured without it.
 """
 
 from __future__ import annotations
@@ -32,7 +34,11 @@ import time
 import torch
 
 import common  # noqa: E402  (benchmarks/common.py)
-from bench_pretrain_step import MATMULS, make_batch, matmul_peak
+from bench_pretrain_step import make_batch, matmul_peak
+
+# The profiler's names of matmul kernels.
+MATMULS = (r"^aten::(mm|addmm|bmm|matmul|linear|baddbmm|_addmm_activation)$|onednn|"
+           r"mkldnn_(matmul|linear)")
 
 CLASSES = [
     ("matmul", MATMULS),

@@ -173,6 +173,31 @@ def test_the_machine_line_names_the_cpu_and_the_threads(monkeypatch):
         assert common.cpu().endswith("(AMX)") == (" amx_bf16" in text)
 
 
+def test_the_outside_matmul_share_replays_the_steps_own_matmuls(monkeypatch):
+    """#86: what a step spends outside matmuls is its time less its matmuls replayed alone, so
+    the replay must see each matmul the step calls, with its operands' shapes: a linear's
+    addmm, `@` as mm or bmm, an attention's baddbmm; nothing else."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import torch
+
+    import bench_pretrain_step
+
+    linear = torch.nn.Linear(8, 4)
+    x, a, b = torch.randn(3, 8), torch.randn(2, 5, 6), torch.randn(2, 6, 7)
+
+    def step():
+        linear(x).relu().sum()
+        x @ torch.randn(8, 2)
+        a @ b
+        a @ b
+        torch.baddbmm(torch.zeros(2, 5, 7), a, b)
+        (x * 2).softmax(-1)
+
+    assert bench_pretrain_step.matmul_calls(step) == {
+        ((3, 8), (8, 4)): 1, ((3, 8), (8, 2)): 1, ((2, 5, 6), (2, 6, 7)): 3}
+    assert bench_pretrain_step.matmul_seconds(step, torch.float32, repeats=1) > 0
+
+
 def test_bench_search_sums_a_stage_of_several_processes(tmp_path, monkeypatch, capsys):
     """A stage's cost per seed sums its processes' times and keeps their largest memory; a
     stage run again replaces the earlier figure, and one that found its artifact up to date
