@@ -54,7 +54,9 @@ def cpu_kind() -> str:
 
 def matmul_calls(step) -> dict[tuple, int]:
     """The matmuls one `step` calls, from the profiler: {(shape of a, shape of b): count}
-    for each mm, addmm, bmm and baddbmm (a linear is its addmm, `@` its mm or bmm)."""
+    for each mm, addmm, bmm and baddbmm (a linear is its addmm, `@` its mm or bmm). PyTorch's
+    fused attention kernel is not among them: its products are not calls of their own, so a
+    step that takes it counts its attention as outside the matmuls."""
     from collections import Counter
 
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],

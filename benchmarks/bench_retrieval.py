@@ -75,7 +75,8 @@ def bertctl_train(model: Path, pairs: Path, out: Path, a, seed: int, lr: float, 
     last = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()
             if '"train"' in x][-1]
     used = json.loads((out / "artifact.json").read_text())["config"]["precision"]
-    return {"seconds": last["elapsed_s"], "examples": steps * a.batch, "precision": used}
+    return {"seconds": last["elapsed_s"], "examples": steps * a.batch, "precision": used,
+            "tokens": last["tokens"]}
 
 
 ST_TRAIN = r"""
@@ -271,8 +272,15 @@ def speed(a, res: Results) -> None:
             res.get(f"speed/train/{t}/{precision}/{r}{tag}")["examples"]
             / res.get(f"speed/train/{t}/{precision}/{r}{tag}")["seconds"]
             for r in range(a.repeats)) for t in ("bertctl", "st")}
+        runs = [res.get(f"speed/train/bertctl/{precision}/{r}{tag}") for r in range(a.repeats)]
+        mfu = ""
+        if all("tokens" in r for r in runs):   # (rows kept from before they counted tokens)
+            per_s = statistics.median(r["tokens"] / r["seconds"] for r in runs)
+            texts_per_s = 2 * statistics.median(r["examples"] / r["seconds"] for r in runs)
+            share, peak = step_mfu(model, per_s, per_s / texts_per_s, precision)
+            mfu = f"; bertctl's MFU {share:.1%} of the one-thread peak ({peak:,.0f} GFLOP/s)"
         print(f"  {precision}: bertctl {rate['bertctl']:.1f}, sentence-transformers "
-              f"{rate['st']:.1f} ({rate['bertctl'] / rate['st']:.2f}x)")
+              f"{rate['st']:.1f} ({rate['bertctl'] / rate['st']:.2f}x){mfu}")
     if tag:
         return
     b = [res.get(f"speed/encode/{r}")["bertctl"] for r in range(a.repeats)]
@@ -282,6 +290,28 @@ def speed(a, res: Results) -> None:
           f"bertctl {statistics.median(b):.1f} texts/s, sentence-transformers "
           f"{statistics.median(s):.1f} ({statistics.median(b) / statistics.median(s):.2f}x, "
           f"medians of {a.repeats})")
+
+
+def step_mfu(model: Path, tokens_per_s: float, length: float, precision: str
+             ) -> tuple[float, float]:
+    """The MFU of a retrieval training step (#86) at `tokens_per_s` real tokens a second (a
+    query and its positive a pair): the encoder's model FLOPs a token, forward and backward
+    (`flops_per_token` at the texts' mean `length`, no masked-LM head), over the one-thread
+    matmul peak measured now in `precision`; returns it and the peak in GFLOP/s."""
+    import torch
+
+    from bench_pretrain_step import matmul_peak
+    from bertctl.model import BertConfig, flops_per_token
+
+    config = BertConfig.from_hf_dict(json.loads((model / "config.json").read_text()))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        peak = matmul_peak(torch.bfloat16 if precision == "bf16" else torch.float32)
+    finally:
+        torch.set_num_threads(threads)
+    flops = flops_per_token(config, round(length), mlm_fraction=0.0)
+    return flops * tokens_per_s / 1e9 / peak, peak
 
 
 def memory(a, res: Results) -> None:

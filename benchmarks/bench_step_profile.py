@@ -19,7 +19,8 @@ first class whose name pattern matches it:
 
 The table: milliseconds a step, each class's share, the step's MFU (model FLOPs, as
 bench_pretrain_step.py counts them, over the machine's measured matmul peak in that
-precision). Printed with the machine line. The profiler's own work per event slows the
+precision), and `outside_mm`: 1 - the step's matmuls replayed alone / its time
+(bench_pretrain_step.matmul_seconds). Printed with the machine line. The profiler's own work per event slows the
 memory-bound ops 3-10x against the matmuls, so these shares say which ops, not how much of the
 step: `bench_pretrain_step.py`'s "outside mm" is measured without it.
 """
@@ -34,7 +35,7 @@ import time
 import torch
 
 import common  # noqa: E402  (benchmarks/common.py)
-from bench_pretrain_step import make_batch, matmul_peak
+from bench_pretrain_step import make_batch, matmul_peak, matmul_seconds
 
 # The profiler's names of matmul kernels.
 MATMULS = (r"^aten::(mm|addmm|bmm|matmul|linear|baddbmm|_addmm_activation)$|onednn|"
@@ -122,10 +123,12 @@ def profile(name: str, precision: str, args) -> dict:
             others[event.key] = event.self_cpu_time_total
     total = sum(shares.values()) or 1.0
     top = sorted(others.items(), key=lambda kv: -kv[1])[:5]
-    peak = matmul_peak(torch.bfloat16 if precision == "bf16" else torch.float32)
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    peak = matmul_peak(dtype)
+    outside = 1 - matmul_seconds(step, dtype) / seconds
     return {"model": name, "precision": precision, "ms_per_step": round(1000 * seconds, 1),
             "mfu": round(step_flops(config, args.batch, args.seq) / seconds / 1e9 / peak, 3),
-            "peak_gflops": round(peak), **{k: round(v / total, 3) for k, v in
+            "peak_gflops": round(peak), "outside_mm": round(outside, 3), **{k: round(v / total, 3) for k, v in
                                            sorted(shares.items(), key=lambda kv: -kv[1])},
             "other_top": {k: round(v / total, 3) for k, v in top}}
 
