@@ -72,7 +72,7 @@ def matmul_calls(step) -> dict[tuple, int]:
     return dict(calls)
 
 
-def matmul_seconds(step, dtype: torch.dtype, repeats: int = 3) -> float:
+def matmul_seconds(step, dtype: torch.dtype, repeats: int = 5) -> float:
     """Seconds the matmuls of one `step` take replayed alone: each of `matmul_calls` timed on
     fresh `dtype` operands, the best of `repeats`, times its count. Not the profiler's self
     times: the profiler's own work per event slows the memory-bound ops around the matmuls
