@@ -20,9 +20,9 @@ first class whose name pattern matches it:
 The table: milliseconds a step, each class's share, the step's MFU (model FLOPs, as
 bench_pretrain_step.py counts them, over the machine's measured matmul peak in that
 precision), and `outside_mm`: 1 - the step's matmuls replayed alone / its time
-(bench_pretrain_step.matmul_seconds). Printed with the machine line. The profiler's own work per event slows the
-memory-bound ops 3-10x against the matmuls, so these shares say which ops, not how much of the
-step: `bench_pretrain_step.py`'s "outside mm" is measured without it.
+(bench_pretrain_step.matmul_seconds). Printed with the machine line. The profiler's own work
+per event slows the memory-bound ops 3-10x against the matmuls, so the class shares say which
+ops, not how much of the step: `outside_mm` is measured without the profiler.
 """
 
 from __future__ import annotations
@@ -128,8 +128,8 @@ def profile(name: str, precision: str, args) -> dict:
     outside = 1 - matmul_seconds(step, dtype) / seconds
     return {"model": name, "precision": precision, "ms_per_step": round(1000 * seconds, 1),
             "mfu": round(step_flops(config, args.batch, args.seq) / seconds / 1e9 / peak, 3),
-            "peak_gflops": round(peak), "outside_mm": round(outside, 3), **{k: round(v / total, 3) for k, v in
-                                           sorted(shares.items(), key=lambda kv: -kv[1])},
+            "peak_gflops": round(peak), "outside_mm": round(outside, 3),
+            **{k: round(v / total, 3) for k, v in sorted(shares.items(), key=lambda kv: -kv[1])},
             "other_top": {k: round(v / total, 3) for k, v in top}}
 
 
