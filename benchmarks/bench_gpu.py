@@ -34,7 +34,6 @@ import torch
 import summary
 from bench_architectures import batch_of, loss_of, models
 from common import machine, measured
-from bertctl.model import BertConfig, flops_per_token
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -73,17 +72,6 @@ def matmul_peak(device: torch.device, dtype: torch.dtype, n: int, reps: int) -> 
     return 2 * n ** 3 * reps / Clock(device)(lambda: a @ b, reps) / 1e9
 
 
-def modern_flops(config, seq: int, training: bool = True) -> float:
-    """Matmul FLOPs per token of a ModernBERT masked LM: fused QKV and output projections, the
-    gated MLP (its input projection twice the intermediate width), attention over the whole
-    row at every layer (an upper bound: its local layers see a window) and the decoder."""
-    H, I, L, V = (config.hidden_size, config.intermediate_size, config.num_hidden_layers,
-                  config.vocab_size)
-    per_layer = 2 * (4 * H * H + 3 * H * I) + 2 * 2 * seq * H
-    forward = L * per_layer + 2 * (H * H + H * V)
-    return forward * (3 if training else 1)
-
-
 def tokens_per_s(name: str, model, batch: dict, device, precision: str, steps: int,
                  warmup: int) -> float:
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
@@ -115,8 +103,7 @@ def steps_table(a, device, peak: float, rows: list) -> None:
             t = [tokens_per_s(n, m, batch, device, a.precision, a.steps, a.warmup)
                  for n, m in ((arch, ours), ("hf", hf))]
             config = ours.config
-            per_token = (flops_per_token(config, seq, 0.15) if isinstance(config, BertConfig)
-                         else modern_flops(config, seq))
+            per_token = config.matmul_flops(rows_per_batch, seq) / (rows_per_batch * seq)
             mfu = [x * per_token / 1e9 / peak for x in t]
             label = f"{arch} {preset}"
             line = (f"{label:<18}{seq:>5}{rows_per_batch:>6}{t[0]:>12,.0f}{t[1]:>11,.0f}"

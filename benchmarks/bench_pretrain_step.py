@@ -32,7 +32,7 @@ import torch
 import summary
 from common import machine
 from bertctl import hardware
-from bertctl.model import BertConfig, BertForPreTraining, flops_per_token
+from bertctl.model import BertConfig, BertForPreTraining
 from bertctl.model.hf import load_state_dict
 
 CLS, SEP, MASK, FIRST_WORD = 101, 102, 103, 1000  # BERT uncased vocabulary ids
@@ -210,7 +210,7 @@ def main() -> None:
         config = BertConfig.from_preset(preset, vocab_size=args.vocab)
         batch = make_batch(args.batch, args.seq, args.vocab, args.mask_prob, gen)
         tokens = args.batch * args.seq
-        step_flops = flops_per_token(config, args.seq, args.mask_prob) * tokens
+        step_flops = config.matmul_flops(args.batch, args.seq, args.mask_prob, pooler=True)
         for precision in args.precisions:
             ours, hf = build_pair(config)
             # Same weights, same batch, no dropout: the losses must match.

@@ -296,21 +296,21 @@ def step_mfu(model: Path, tokens_per_s: float, length: float, precision: str
              ) -> tuple[float, float]:
     """The MFU of a retrieval training step (#86) at `tokens_per_s` real tokens a second (a
     query and its positive a pair): the encoder's model FLOPs a token, forward and backward
-    (`flops_per_token` at the texts' mean `length`, no masked-LM head), over the one-thread
+    (`matmul_flops` of a row of the texts' mean `length`, no masked-LM head), over the one-thread
     matmul peak measured now in `precision`; returns it and the peak in GFLOP/s."""
     import torch
 
     from bench_pretrain_step import matmul_peak
-    from bertctl.model import BertConfig, flops_per_token
+    from bertctl.model.hf import read_config
 
-    config = BertConfig.from_hf_dict(json.loads((model / "config.json").read_text()))
+    config = read_config(model)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         peak = matmul_peak(torch.bfloat16 if precision == "bf16" else torch.float32)
     finally:
         torch.set_num_threads(threads)
-    flops = flops_per_token(config, round(length), mlm_fraction=0.0)
+    flops = config.matmul_flops(1, round(length), mlm_fraction=0.0) / round(length)
     return flops * tokens_per_s / 1e9 / peak, peak
 
 

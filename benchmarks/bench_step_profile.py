@@ -71,24 +71,10 @@ def build(name: str, vocab: int):
     return build_model("masked_lm", config), config, "masked_lm"
 
 
-def step_flops(config, batch: int, seq: int) -> float:
-    """Matmul FLOPs of a step (forward + backward): bench_pretrain_step's count for BERT; the
-    same terms for ModernBERT (GeGLU's input projection twice the width, no pooler)."""
-    from bertctl.model import flops_per_token
-
-    if hasattr(config, "type_vocab_size"):
-        return flops_per_token(config, seq) * batch * seq
-    H, inner, L, V = (config.hidden_size, config.intermediate_size, config.num_hidden_layers,
-                      config.vocab_size)
-    per_layer = 2 * (4 * H * H + 3 * H * inner) + 2 * 2 * seq * H
-    per_token = L * per_layer + 0.15 * 2 * (H * H + H * V)
-    return 3 * per_token * batch * seq
-
-
 def profile(name: str, precision: str, args) -> dict:
     from bertctl.train.optim import make_optimizer
 
-    model, config, _ = build(name, args.vocab)
+    model, config, role = build(name, args.vocab)
     model.train()
     gen = torch.Generator().manual_seed(0)
     batch = make_batch(args.batch, args.seq, args.vocab, 0.15, gen)
@@ -127,7 +113,8 @@ def profile(name: str, precision: str, args) -> dict:
     peak = matmul_peak(dtype)
     outside = 1 - matmul_seconds(step, dtype) / seconds
     return {"model": name, "precision": precision, "ms_per_step": round(1000 * seconds, 1),
-            "mfu": round(step_flops(config, args.batch, args.seq) / seconds / 1e9 / peak, 3),
+            "mfu": round(config.matmul_flops(args.batch, args.seq, pooler=role == "pretraining")
+                         / seconds / 1e9 / peak, 3),
             "peak_gflops": round(peak), "outside_mm": round(outside, 3),
             **{k: round(v / total, 3) for k, v in sorted(shares.items(), key=lambda kv: -kv[1])},
             "other_top": {k: round(v / total, 3) for k, v in top}}

@@ -359,6 +359,47 @@ def test_every_registered_architecture_fulfils_the_contract(name):
         assert not bad, f"{_module(path)} imports {bad}"
 
 
+@pytest.mark.parametrize("name", sorted(ARCHITECTURES))
+def test_each_architectures_model_flops_are_the_matmuls_its_forward_runs(name):
+    """#86: MFU divides `matmul_flops`, the architecture's own count. PyTorch's FlopCounterMode
+    counts the multiply-adds a forward runs (with its own formula for the CPU's fused attention,
+    which it leaves unregistered), so the two agree exactly: 2 rows of 32 tokens, the masked-LM
+    head at every 8th position, and BERT's pretraining model with its pooler and NSP head."""
+    import dataclasses
+
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
+
+    from bertctl.model import build
+
+    config = ARCHITECTURES[name].config_class.from_preset("tiny", vocab_size=64)
+    rows, seq = 2, 32
+    ids = torch.randint(5, 64, (rows, seq), generator=torch.Generator().manual_seed(0))
+    labels = torch.full_like(ids, -100)
+    labels[:, ::8] = ids[:, ::8]
+    fused = {torch.ops.aten._scaled_dot_product_flash_attention_for_cpu:
+             lambda q, k, v, *_, out_shape=None, **__: sdpa_flop_count(q, k, v)}   # shapes
+
+    def counted(model, **heads) -> int:
+        with torch.no_grad(), FlopCounterMode(display=False, custom_mapping=fused) as counter:
+            model.eval()(ids, None, torch.ones_like(ids), labels, **heads)
+        return counter.get_total_flops()
+
+    torch.manual_seed(0)
+    # ELECTRA's and DeBERTa's embeddings may be narrower than the hidden size.
+    narrow = ([dataclasses.replace(config, embedding_size=config.hidden_size // 2)]
+              if hasattr(config, "embedding_size") else [])
+    for each in [config, *narrow]:
+        assert counted(build("masked_lm", each)) == each.matmul_flops(rows, seq, 1 / 8,
+                                                                      training=False)
+    assert config.matmul_flops(rows, seq, 1 / 8) == 3 * config.matmul_flops(
+        rows, seq, 1 / 8, training=False)   # backward: twice the forward, by convention
+    if "pretraining" in ARCHITECTURES[name].heads:
+        assert counted(build("pretraining", config), next_sentence_label=torch.zeros(
+            rows, dtype=torch.long)) == config.matmul_flops(rows, seq, 1 / 8, training=False,
+                                                            pooler=True)
+
+
 def test_declaring_the_architectures_imports_no_torch():
     """`bertctl pretrain --help` lists the architectures and their sizes from the registry:
     the declarations import no model code (their classes are "module:Class" until built)."""

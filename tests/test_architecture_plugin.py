@@ -74,6 +74,13 @@ class ToyConfig:
     def with_special_ids(self, special_ids):
         return self   # it names no special token but the padding
 
+    def matmul_flops(self, rows, seq_len, mlm_fraction=0.15, training=True, pooler=False):
+        # a layer: qkv 3h², out h², the MLP 2h² twice, scores and mixing; the tied decoder
+        h, per_row = self.hidden_size, (self.hidden_size * 2 if pooler else 0.0)
+        per_token = (self.num_hidden_layers * (8 * h * h + 2 * seq_len * h)
+                     + mlm_fraction * h * self.vocab_size)
+        return architectures.batch_flops(rows, seq_len, per_token, per_row, training=training)
+
 
 class ToyBlock(nn.Module):
     def __init__(self, config: ToyConfig, policy: AttentionPolicy):

@@ -16,7 +16,6 @@ from bertctl.model import bert, deberta, distilbert, electra, modernbert, robert
 from bertctl.model.architectures import ARCHITECTURES, ROLES, Architecture, build, role_of
 
 _LAZY = {
-    "bertctl.model.bert.encoder": ("flops_per_token",),
     "bertctl.model.bert.heads": ("BertWithHead",),
     "bertctl.model.hf": ("LoadReport", "load_model", "read_config", "read_config_dict",
                          "save_model"),

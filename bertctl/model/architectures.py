@@ -71,6 +71,13 @@ class ArchitectureConfig(Protocol):
         """This config naming the tokenizer's special tokens ({"[CLS]": 2, ...}) where the
         architecture's config.json names them (ModernBERT's bos and eos) and it names none."""
 
+    def matmul_flops(self, rows: int, seq_len: int, mlm_fraction: float = 0.15,
+                     training: bool = True, pooler: bool = False) -> float:
+        """The model FLOPs of a batch of `rows` x `seq_len` tokens (`batch_flops`): the
+        encoder's matmuls, the masked-LM head at `mlm_fraction` of the positions (0: the bare
+        encoder), and with `pooler` a pooled two-way head once a row (BERT's next-sentence
+        prediction). The work the task needs, which model-FLOPs utilisation divides."""
+
 
 @runtime_checkable
 class Encoder(Protocol):
@@ -211,6 +218,36 @@ def of_config(hf: dict[str, Any], source: str = "config.json") -> Architecture:
             return arch
     known = ", ".join(a.model_type for a in ARCHITECTURES.values())
     raise BertctlError(f"{source}: model_type is {model_type!r}; bertctl reads {known}")
+
+
+def batch_flops(rows: int, seq_len: int, per_token: float, per_row: float = 0.0,
+                per_batch: float = 0.0, training: bool = True) -> float:
+    """A batch's FLOPs from a model's multiply-adds per token, per row and per batch: two FLOPs
+    a multiply-add, and a training step's backward twice its forward (PaLM's convention for
+    model-FLOPs utilisation)."""
+    forward = 2 * (rows * seq_len * per_token + rows * per_row + per_batch)
+    return forward * (3 if training else 1)
+
+
+def encoder_flops(config, rows: int, seq_len: int, mlm_fraction: float, training: bool,
+                  pooler: bool, *, ffn_inputs: int = 1, keys: list[int] | None = None,
+                  embedding_width: int | None = None, per_token: float = 0.0,
+                  per_batch: float = 0.0) -> float:
+    """`ArchitectureConfig.matmul_flops` of an encoder of BERT's form. Each layer: four
+    hidden x hidden attention projections, a feed-forward of `ffn_inputs` input projections
+    (two where gated) and one output projection, and attention scores and mixing over `keys`
+    positions (one count a layer; default the whole row: dense attention whatever the mask, as
+    PaLM counts it). An `embedding_width` narrower than the hidden size adds the embeddings'
+    projection up, and the masked-LM head projects down to it before the vocabulary. Plus the
+    architecture's own `per_token` and `per_batch` multiply-adds."""
+    H, inner, L = config.hidden_size, config.intermediate_size, config.num_hidden_layers
+    E = embedding_width or H
+    keys = keys or [seq_len] * L
+    layers = L * (4 * H * H + (ffn_inputs + 1) * H * inner) + sum(2 * k * H for k in keys)
+    token = (layers + (E * H if E != H else 0) + per_token
+             + mlm_fraction * (H * E + E * config.vocab_size))
+    return batch_flops(rows, seq_len, token, per_row=(H * H + 2 * H) if pooler else 0.0,
+                       per_batch=per_batch, training=training)
 
 
 def longest_input(config) -> int:

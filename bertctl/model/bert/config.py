@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, ClassVar
 
 from bertctl.errors import BertctlError
-from bertctl.model.architectures import check_config, preset_shape
+from bertctl.model.architectures import check_config, encoder_flops, preset_shape
 
 
 
@@ -58,6 +58,10 @@ class BertConfig:
     def with_layers(self, layers: list[int]) -> BertConfig:
         """This config for a model of only `layers` of this one's."""
         return replace(self, num_hidden_layers=len(layers))
+
+    def matmul_flops(self, rows: int, seq_len: int, mlm_fraction: float = 0.15,
+                     training: bool = True, pooler: bool = False) -> float:
+        return encoder_flops(self, rows, seq_len, mlm_fraction, training, pooler)
 
     def sized(self, preset: str) -> BertConfig:
         """A preset size that reads what this model reads (vocabulary, positions, segments)."""

@@ -250,23 +250,4 @@ class BertModel(nn.Module):
         return sum(p.numel() for p in self.parameters() if id(p) not in skip)
 
 
-
-
-def flops_per_token(config: BertConfig, seq_len: int, mlm_fraction: float = 0.15,
-                    training: bool = True) -> float:
-    """Matmul FLOPs per input token for pretraining (2 per multiply-add; backward = 2x forward).
-
-    Counts the encoder (projections, attention scores and mixing), the pooler/NSP once per
-    sequence, and the MLM transform + vocabulary projection only at the predicted fraction of
-    positions, which is all the work the model needs. Used for model-FLOPs utilisation.
-    """
-    H, I, L, V = (config.hidden_size, config.intermediate_size, config.num_hidden_layers,
-                  config.vocab_size)
-    per_layer = 2 * (4 * H * H + 2 * H * I) + 2 * 2 * seq_len * H
-    mlm = mlm_fraction * 2 * (H * H + H * V)
-    per_sequence = 2 * (H * H + 2 * H) / seq_len
-    forward = L * per_layer + mlm + per_sequence
-    return forward * (3 if training else 1)
-
-
-__all__ = ["BertModel", "flops_per_token", "init_bert_weights"]
+__all__ = ["BertModel", "init_bert_weights"]

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, ClassVar
 
 from bertctl.errors import BertctlError
-from bertctl.model.architectures import check_config, preset_shape
+from bertctl.model.architectures import check_config, encoder_flops, preset_shape
 
 ATTENTION_TYPES = ("c2p", "p2c")   # content-to-position and position-to-content
 
@@ -102,6 +102,19 @@ class DebertaV2Config:
         max_relative_positions after its default)."""
         return self.max_relative_positions if self.max_relative_positions >= 1 else \
             self.max_position_embeddings
+
+    def matmul_flops(self, rows: int, seq_len: int, mlm_fraction: float = 0.15,
+                     training: bool = True, pooler: bool = False) -> float:
+        """BERT's count, plus the disentangled attention: each of c2p and p2c scores every
+        token against the 2 x relative_span distances, whose projections run once a batch."""
+        H, L = self.hidden_size, self.num_hidden_layers
+        kinds = sum(kind in self.pos_att_type for kind in ("c2p", "p2c")) \
+            if self.relative_attention else 0
+        distances = 2 * self.relative_span
+        return encoder_flops(self, rows, seq_len, mlm_fraction, training, pooler,
+                             embedding_width=self.embedding_size,
+                             per_token=L * kinds * distances * H,
+                             per_batch=L * kinds * distances * H * H)
 
     def with_layers(self, layers: list[int]) -> DebertaV2Config:
         return replace(self, num_hidden_layers=len(layers))

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, ClassVar
 
 from bertctl.errors import BertctlError
-from bertctl.model.architectures import check_config, preset_shape
+from bertctl.model.architectures import check_config, encoder_flops, preset_shape
 
 # BERT's name -> DistilBERT's, as transformers' attribute_map has them.
 NAMES = {"hidden_size": "dim", "num_hidden_layers": "n_layers",
@@ -51,6 +51,10 @@ class DistilBertConfig:
     intermediate_size = property(lambda self: self.hidden_dim)
     hidden_dropout_prob = property(lambda self: self.dropout)
     layer_norm_eps = 1e-12   # DistilBERT's LayerNorms all have it
+
+    def matmul_flops(self, rows: int, seq_len: int, mlm_fraction: float = 0.15,
+                     training: bool = True, pooler: bool = False) -> float:
+        return encoder_flops(self, rows, seq_len, mlm_fraction, training, pooler)
 
     def with_layers(self, layers: list[int]) -> DistilBertConfig:
         return replace(self, n_layers=len(layers))

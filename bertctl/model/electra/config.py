@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from bertctl.errors import BertctlError
-from bertctl.model.architectures import ACTIVATION_NAMES
+from bertctl.model.architectures import ACTIVATION_NAMES, encoder_flops
 from bertctl.model.bert.config import BertConfig
 
 
@@ -46,6 +46,11 @@ class ElectraConfig(BertConfig):
     @property
     def embedding_width(self) -> int:
         return self.embedding_size or self.hidden_size
+
+    def matmul_flops(self, rows: int, seq_len: int, mlm_fraction: float = 0.15,
+                     training: bool = True, pooler: bool = False) -> float:
+        return encoder_flops(self, rows, seq_len, mlm_fraction, training, pooler,
+                             embedding_width=self.embedding_width)
 
     def sized(self, preset: str) -> ElectraConfig:
         return replace(super().sized(preset), embedding_size=None)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar
 
 from bertctl.errors import BertctlError
-from bertctl.model.architectures import check_config, preset_shape
+from bertctl.model.architectures import check_config, encoder_flops, preset_shape
 
 GLOBAL, LOCAL = "full_attention", "sliding_attention"   # transformers' layer_types values
 
@@ -91,6 +91,15 @@ class ModernBertConfig:
     @property
     def head_size(self) -> int:
         return self.hidden_size // self.num_attention_heads
+
+    def matmul_flops(self, rows: int, seq_len: int, mlm_fraction: float = 0.15,
+                     training: bool = True, pooler: bool = False) -> float:
+        """BERT's count with GeGLU's two input projections, and a local layer's scores over
+        its window (`local_attention` keys) once the row is longer."""
+        keys = [seq_len if kind == GLOBAL else min(seq_len, self.local_attention)
+                for kind in self.layer_types]
+        return encoder_flops(self, rows, seq_len, mlm_fraction, training, pooler,
+                             ffn_inputs=2, keys=keys)
 
     def with_layers(self, layers: list[int]) -> ModernBertConfig:
         """This config for a model of only `layers` of this one's (each keeps its attention)."""
