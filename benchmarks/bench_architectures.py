@@ -15,7 +15,14 @@ timed in alternation (who goes first rotates each repeat), the median of --repea
 as tokens/s, with the ratios: the architecture / bert (its cost at a matched size) and bertctl /
 transformers for the same weights (the implementation's speed). Before timing, each pair's
 masked-LM losses on one batch are printed: they must agree. --precision bf16 runs all under
-CPU autocast (where bf16 is native). The machine line is printed first.
+CPU autocast (where bf16 is native). The machine line is printed first, with the CPU kind.
+
+Each row also gives each model's MFU: its architecture's model FLOPs (`matmul_flops`: the
+encoder, and in training the masked-LM head at the masked positions, backward twice the
+forward) over the matmul peak measured in that precision just before the row; and for
+bertctl's training steps the share outside matmuls (1 - the step's own matmuls replayed alone
+/ its time, as bench_pretrain_step.py measures it). #86's MFU goals hold for mini and small at
+32 x 128 (`--tokens 4096 --seqs 128`), the shape of its pretraining step.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ import time
 import torch
 
 import summary
+from bench_pretrain_step import MFU_TARGETS, cpu_kind, matmul_peak, matmul_seconds
 from bertctl import hardware
 from bertctl.model import ARCHITECTURES, architectures, build, save_model
 
@@ -87,17 +95,20 @@ def encode(name: str, model, batch: dict) -> None:
         getattr(model, model.encoder_name)(batch["input_ids"], None, batch["attention_mask"])
 
 
+def autocast(precision: str):
+    return (torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bf16"
+            else torch.autocast("cpu", enabled=False))
+
+
 def timed(fn, precision: str) -> float:
-    ctx = (torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bf16"
-           else torch.autocast("cpu", enabled=False))
-    with ctx:
+    with autocast(precision):
         start = time.perf_counter()
         fn()
         return time.perf_counter() - start
 
 
-def measure(all_models: dict, batch: dict, repeats: int, precision: str, train: bool
-            ) -> dict[str, float]:
+def measure(all_models: dict, batch: dict, repeats: int, precision: str, train: bool):
+    """Each model's tokens/s (the median of `repeats`, timed in alternation), and its step."""
     optimizers = {n: torch.optim.AdamW(m.parameters(), lr=1e-4) for n, m in all_models.items()}
 
     def step(name):
@@ -120,7 +131,7 @@ def measure(all_models: dict, batch: dict, repeats: int, precision: str, train: 
         for name in names[r % len(names):] + names[:r % len(names)]:
             times[name].append(timed(lambda: step(name), precision))
     tokens = batch["input_ids"].numel()
-    return {n: tokens / statistics.median(t) for n, t in times.items()}
+    return {n: tokens / statistics.median(t) for n, t in times.items()}, step
 
 
 def main() -> None:
@@ -142,10 +153,11 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     import transformers
 
-    print(f"machine: {hardware.describe()}; cpu capability {torch.backends.cpu.get_cpu_capability()}, "
-          f"{torch.get_num_threads()} threads; torch {torch.__version__}, transformers "
-          f"{transformers.__version__}; {args.precision}; {args.tokens} tokens a batch, median "
-          f"of {args.repeats}")
+    kind = cpu_kind()
+    print(f"machine: {hardware.describe()}; kind {kind}; cpu capability "
+          f"{torch.backends.cpu.get_cpu_capability()}, {torch.get_num_threads()} threads; torch "
+          f"{torch.__version__}, transformers {transformers.__version__}; {args.precision}; "
+          f"{args.tokens} tokens a batch, median of {args.repeats}")
     positions = max([*args.seqs, *args.infer, 256])
     names = args.architecture
     all_models = models(args.preset, args.vocab, positions, names)
@@ -161,21 +173,51 @@ def main() -> None:
         assert abs(a - b) < 1e-4, (name, a, b)
 
     rows = []
+    dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
     print(f"{'what':<8}{'seq':>6}{'architecture':>14}{'bert':>9}{'ours':>9}{'hf':>9}"
-          f"{'ours/bert':>11}{'ours/hf':>9}   (tokens/s)")
+          f"{'ours/bert':>11}{'ours/hf':>9}   (tokens/s){'MFU ours':>10}{'hf':>7}{'bert':>7}"
+          f"{'outside mm':>12}")
     plan = [("train", s) for s in args.seqs] + [("infer", s) for s in args.seqs + args.infer]
     for what, seq in plan:
         batch = batch_of(args.tokens, seq, args.vocab, gen)
-        speed = measure(all_models, batch, args.repeats, args.precision, what == "train")
+        train = what == "train"
+        # Before and after the timings, the best of both (bench_pretrain_step's reason).
+        peak = matmul_peak(dtype, seconds=0.5)
+        speed, step = measure(all_models, batch, args.repeats, args.precision, train)
+        peak = max(peak, matmul_peak(dtype, seconds=0.5))
+        batch_rows, masked = batch["input_ids"].shape[0], (batch["labels"] != -100).float().mean()
+
+        def mfu(name, config):   # a transformers twin: its bertctl model's config
+            flops = config.matmul_flops(batch_rows, seq, float(masked) if train else 0.0, train)
+            return flops * speed[name] / (batch_rows * seq) / 1e9 / peak
+
         for name in names:
             ours, hf, bert = speed[name], speed[f"hf-{name}"], speed["bert"]
+            config = all_models[name].config
+            shares = [mfu(name, config), mfu(f"hf-{name}", config),
+                      mfu("bert", all_models["bert"].config)]
+            outside = (1 - matmul_seconds(lambda: timed(lambda: step(name), args.precision),
+                                          dtype) * ours / (batch_rows * seq)) if train else None
             print(f"{what:<8}{seq:>6}{name:>14}{bert:>9.0f}{ours:>9.0f}{hf:>9.0f}"
-                  f"{ours / bert:>11.2f}{ours / hf:>9.2f}")
+                  f"{ours / bert:>11.2f}{ours / hf:>9.2f}{'':>13}{shares[0]:>10.1%}"
+                  f"{shares[1]:>7.1%}{shares[2]:>7.1%}"
+                  + (f"{outside:>12.1%}" if train else ""), flush=True)
             rows.append(summary.row("architectures", f"{what} {seq} tokens: {name} vs "
                                     f"transformers' (same shape)", ours, hf, "tokens/s",
-                                    target=1.0 if what == "train" else None))
+                                    target=1.0 if train else None))
             rows.append(summary.row("architectures", f"{what} {seq} tokens: {name} vs bert "
                                     f"({args.preset})", ours, bert, "tokens/s"))
+            if train:
+                issue_shape = (batch_rows, seq) == (32, 128)
+                floor = MFU_TARGETS.get((args.preset, args.precision, kind)) \
+                    if issue_shape else None
+                rows.append(summary.row(
+                    "architectures", f"train {batch_rows}x{seq} {name} {args.preset} "
+                    f"{args.precision} MFU", round(100 * shares[0], 1), None, "% of matmul peak",
+                    target_text=f">= {floor:.0%}" if floor else "",
+                    met=None if floor is None else shares[0] >= floor,
+                    note=f"{kind}; transformers {shares[1]:.1%}; peak {peak:,.0f} GFLOP/s; "
+                         f"{outside:.0%} of the step outside matmuls"))
     summary.append(args.summary_json, rows)
 
 
