@@ -3,6 +3,7 @@
     python benchmarks/run_all.py --quick          # small inputs, ~25 minutes on 2 cores
     python benchmarks/run_all.py                  # the sizes the README quotes (hours)
     python benchmarks/run_all.py --only eval pretrain_step
+    python benchmarks/run_all.py --peak           # #86's figures: each step's MFU, ~25 minutes
     python benchmarks/run_all.py --from-json benchmarks/results/run_all_quick.json
 
 Each benchmark runs in its own process with `--summary-json`, which appends one row per
@@ -12,6 +13,12 @@ is better), the target and whether it is met. Their own full output goes to
 go to stdout and to `<out>.json` / `<out>.md`. A benchmark that fails is reported as a row and
 the others still run. Not a CI step: run it on a quiet machine (the figures are ratios measured
 side by side, but a busy machine still skews them).
+
+`--peak` runs what #86 judges each CPU kind by, side by side under one machine line: the
+BERT pretraining step (mini and small, fp32 and bf16, 32 x 128), the ModernBERT step of the
+same shapes, the retrieval step (all-MiniLM-L6-v2, 32 pairs, one thread, against
+sentence-transformers: needs the `bench` extra) and the data path; each MFU row says the goal
+for the machine's kind and whether it is met.
 
 The quality benchmarks (bench_finetune_quality.py, bench_conll.py, bench_squad.py,
 bench_feature_ablation.py) train for hours over seeds and print their own tables; they are not
@@ -23,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -34,9 +42,23 @@ sys.path.insert(0, str(HERE))
 import summary  # noqa: E402
 
 
-def plan(quick: bool, threads: int) -> list[tuple[str, list[str]]]:
-    """(name, script and arguments) of every benchmark, quick or full."""
+def plan(quick: bool, threads: int, peak: bool = False) -> list[tuple[str, list[str]]]:
+    """(name, script and arguments) of every benchmark, quick or full, or #86's (`peak`). An
+    argument "{work}" is a scratch directory of the run's own, removed after it."""
     t = str(threads)
+    if peak:
+        modern = [(f"modernbert_{size}_{precision}",
+                   ["bench_architectures.py", "--architecture", "modernbert", "--preset", size,
+                    "--seqs", "128", "--infer", "--tokens", "4096", "--vocab", "30522",
+                    "--precision", precision, "--threads", t])
+                  for size in ("mini", "small") for precision in ("fp32", "bf16")]
+        return [
+            ("pretrain_step", ["bench_pretrain_step.py", "--presets", "mini", "small",
+                               "--precisions", "fp32", "bf16", "--hold-memory", "--threads", t]),
+            *modern,
+            ("retrieval_step", ["bench_retrieval.py", "--phases", "speed", "--out", "{work}"]),
+            ("data_path", ["bench_data_path.py"]),
+        ]
     if quick:
         return [
             ("tokenize", ["bench_tokenize.py", "--repeats", "1"]),
@@ -86,10 +108,12 @@ def plan(quick: bool, threads: int) -> list[tuple[str, list[str]]]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="small inputs (about 25 minutes)")
+    p.add_argument("--peak", action="store_true",
+                   help="#86's figures: each step's MFU against its CPU kind's goal")
     p.add_argument("--only", nargs="+", default=None, help="run only these benchmarks")
     p.add_argument("--threads", type=int, default=None, help="default: the usable cores")
     p.add_argument("--out", type=Path, default=None,
-                   help="default: benchmarks/results/run_all[_quick]")
+                   help="default: benchmarks/results/run_all[_quick|_peak]")
     p.add_argument("--from-json", type=Path, default=None,
                    help="print the table of a saved run; run nothing")
     a = p.parse_args()
@@ -102,18 +126,22 @@ def main() -> None:
     from bertctl import hardware
 
     threads = a.threads or hardware.usable_cpus()
-    out = a.out or HERE / "results" / ("run_all_quick" if a.quick else "run_all")
+    suite = "peak" if a.peak else "quick" if a.quick else "full"
+    out = a.out or HERE / "results" / {"peak": "run_all_peak", "quick": "run_all_quick",
+                                       "full": "run_all"}[suite]
     out.mkdir(parents=True, exist_ok=True)
     machine = (f"machine: {hardware.describe()}; {threads} thread(s); "
-               f"{time.strftime('%Y-%m-%d')}; {'--quick' if a.quick else 'full'}")
+               f"{time.strftime('%Y-%m-%d')}; {suite}")
     print(machine, flush=True)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         filter(None, [str(HERE.parent), os.environ.get("PYTHONPATH")])),
         "HF_HUB_OFFLINE": "1"}
     rows = []
-    for name, (script, *args) in plan(a.quick, threads):
+    for name, (script, *args) in plan(a.quick, threads, a.peak):
         if a.only and name not in a.only:
             continue
+        work = Path(tempfile.mkdtemp(prefix=f"{name}-"))
+        args = [str(work) if x == "{work}" else x for x in args]
         with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
             rows_file = Path(f.name)
         t0 = time.perf_counter()
@@ -123,6 +151,7 @@ def main() -> None:
                                    str(rows_file)], stdout=logf, stderr=subprocess.STDOUT,
                                   env=env)
         took = time.perf_counter() - t0
+        shutil.rmtree(work, ignore_errors=True)
         got = json.loads(rows_file.read_text()) if rows_file.stat().st_size else []
         rows_file.unlink()
         if proc.returncode != 0:
@@ -136,7 +165,7 @@ def main() -> None:
         ran = {r["run"] for r in rows} | set(a.only)
         kept = [r for r in json.loads(saved.read_text())["rows"] if r.get("run") not in ran]
         rows = kept + rows
-        order = [name for name, _ in plan(a.quick, threads)]
+        order = [name for name, _ in plan(a.quick, threads, a.peak)]
         rows.sort(key=lambda r: order.index(r["run"]) if r.get("run") in order else len(order))
     table = summary.table(rows)
     print("\n" + table)
