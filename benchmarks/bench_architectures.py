@@ -109,7 +109,9 @@ def timed(fn, precision: str) -> float:
 
 def measure(all_models: dict, batch: dict, repeats: int, precision: str, train: bool):
     """Each model's tokens/s (the median of `repeats`, timed in alternation), and its step."""
-    optimizers = {n: torch.optim.AdamW(m.parameters(), lr=1e-4) for n, m in all_models.items()}
+    # the fused kernel, bertctl's loop's optimizer, for all alike
+    optimizers = {n: torch.optim.AdamW(m.parameters(), lr=1e-4, fused=True)
+                  for n, m in all_models.items()}
 
     def step(name):
         model = all_models[name]
@@ -147,17 +149,23 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--hold-memory", action="store_true",
+                    help="malloc as bertctl's stages set it (hardware.hold_freed_memory), for "
+                         "all models alike: the MFU of bertctl's step as its loop runs it")
     ap.add_argument("--summary-json", default=None)
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.hold_memory and not hardware.hold_freed_memory():
+        raise SystemExit("--hold-memory: not set here (not glibc, or malloc tuned already)")
     import transformers
 
     kind = cpu_kind()
     print(f"machine: {hardware.describe()}; kind {kind}; cpu capability "
           f"{torch.backends.cpu.get_cpu_capability()}, {torch.get_num_threads()} threads; torch "
           f"{torch.__version__}, transformers {transformers.__version__}; {args.precision}; "
-          f"{args.tokens} tokens a batch, median of {args.repeats}")
+          f"{args.tokens} tokens a batch, median of {args.repeats}; freed memory "
+          f"{'held' if args.hold_memory else 'as glibc does'}")
     positions = max([*args.seqs, *args.infer, 256])
     names = args.architecture
     all_models = models(args.preset, args.vocab, positions, names)

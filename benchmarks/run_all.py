@@ -50,7 +50,7 @@ def plan(quick: bool, threads: int, peak: bool = False) -> list[tuple[str, list[
         modern = [(f"modernbert_{size}_{precision}",
                    ["bench_architectures.py", "--architecture", "modernbert", "--preset", size,
                     "--seqs", "128", "--infer", "--tokens", "4096", "--vocab", "30522",
-                    "--precision", precision, "--threads", t])
+                    "--precision", precision, "--hold-memory", "--threads", t])
                   for size in ("mini", "small") for precision in ("fp32", "bf16")]
         return [
             ("pretrain_step", ["bench_pretrain_step.py", "--presets", "mini", "small",
