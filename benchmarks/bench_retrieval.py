@@ -277,7 +277,8 @@ def speed(a, res: Results) -> None:
             for r in range(a.repeats)) for t in ("bertctl", "st")}
         runs = [res.get(f"speed/train/bertctl/{precision}/{r}{tag}") for r in range(a.repeats)]
         mfu = ""
-        what = f"retrieval train step, all-MiniLM-L6-v2, {a.batch} pairs{cached}, {precision}, 1 thr"
+        what = (f"retrieval train step, all-MiniLM-L6-v2, {a.batch} pairs{cached}, {precision}, "
+                f"1 thr")
         rows.append(summary.row("retrieval", what + " vs sentence-transformers", rate["bertctl"],
                                 rate["st"], "pairs/s"))
         if all("tokens" in r for r in runs):   # (rows kept from before they counted tokens)
