@@ -34,7 +34,8 @@ import time
 import torch
 
 import summary
-from bench_pretrain_step import MFU_TARGETS, cpu_kind, matmul_peak, matmul_seconds
+from bench_pretrain_step import (MFU_TARGETS, autocast, cpu_kind, matmul_peak,
+                                 matmul_seconds)
 from bertctl import hardware
 from bertctl.model import ARCHITECTURES, architectures, build, save_model
 
@@ -93,11 +94,6 @@ def encode(name: str, model, batch: dict) -> None:
         model.base_model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
     else:
         getattr(model, model.encoder_name)(batch["input_ids"], None, batch["attention_mask"])
-
-
-def autocast(precision: str):
-    return (torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bf16"
-            else torch.autocast("cpu", enabled=False))
 
 
 def timed(fn, precision: str) -> float:
