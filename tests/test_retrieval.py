@@ -154,6 +154,69 @@ def test_cached_negatives_embed_the_last_micro_batch_once_and_free_it_first():
     assert live[0] == 0
 
 
+# ---- a column in runs of similar length -------------------------------------------------------
+
+def test_length_runs_find_the_cheapest_split():
+    """`length_runs` against every way to cut rows sorted by length into runs: the least total
+    of each run's rows times its longest row's cost, plus the overhead a run. Integer costs
+    below 2^53 are exact in float64, so the totals compare exactly."""
+    import itertools
+
+    from bertctl.data.collate import length_runs
+
+    rng = np.random.default_rng(0)
+    for _ in range(60):
+        n = int(rng.integers(1, 10))
+        cost = np.sort(rng.integers(1, 200, n)).astype(float)
+        overhead = float(rng.choice([0, 5, 60, 10_000]))
+
+        def total(runs):
+            return sum((z - a) * cost[z - 1] + overhead for a, z in runs)
+
+        cheapest = min(total(list(zip((0, *cuts), (*cuts, n))))
+                       for k in range(n) for cuts in itertools.combinations(range(1, n), k))
+        runs = length_runs(cost, overhead)
+        assert runs[0][0] == 0 and runs[-1][1] == n
+        assert all(a < z for a, z in runs) and all(runs[i][1] == runs[i + 1][0]
+                                                   for i in range(len(runs) - 1))
+        assert total(runs) == cheapest
+
+
+def test_a_column_in_runs_gives_the_loss_and_gradients_of_one_batch(monkeypatch):
+    """Queries and passages of mixed lengths: encoded in runs of similar length (on a CPU),
+    the loss and every gradient equal those of each column in one padded batch. Tolerance: the
+    same float32 products in other row blockings, tiny-model sized (TINY_FP32)."""
+    from bertctl.tasks.retrieval import head
+
+    model = ContrastiveLoss(tiny_embedder(), LOSSES["infonce"])
+    gen = torch.Generator().manual_seed(1)
+    ids = torch.randint(5, 60, (12, 2, 30), generator=gen)
+    lengths = torch.randint(2, 31, (12, 2), generator=gen)
+    lengths[:, 0] = lengths[:, 0] // 4 + 2           # short queries, long and mixed passages
+    mask = (torch.arange(30) < lengths[..., None]).long()
+    ids = ids * mask
+    calls = []
+    embed = head.SentenceEmbedding.embed
+    monkeypatch.setattr(head.SentenceEmbedding, "embed",
+                        lambda self, m, *a: calls.append(a[0].shape) or embed(self, m, *a))
+
+    def run(overhead):
+        monkeypatch.setattr(head, "RUN_OVERHEAD", overhead)
+        calls.clear()
+        model.zero_grad()
+        out = model.train()(input_ids=ids, attention_mask=mask)
+        out["loss"].backward()
+        return out["loss"].item(), len(calls), {
+            k: p.grad.clone() for k, p in model.named_parameters() if p.requires_grad}
+
+    default = head.RUN_OVERHEAD
+    whole, runs = run(10 ** 9), run(default)
+    assert whole[1] == 2 and runs[1] > 2   # one batch a column; then several runs
+    assert runs[0] == pytest.approx(whole[0], abs=TINY_TOL["atol"])
+    for name, grad in whole[2].items():
+        torch.testing.assert_close(runs[2][name], grad, **TINY_TOL, msg=name)
+
+
 # ---- ranking ---------------------------------------------------------------------------------
 
 def _random_run(seed=0):

@@ -32,13 +32,15 @@ SCHEMA_VERSIONS: dict[str, int] = {"tokenizer": 1, "pretrain-data": 1, "model": 
 # written-out attention's softmax in its scores' precision (bf16 under autocast), whose
 # backward reads the rounded probabilities (model.attention); pretrain-data 3 and model 8:
 # whole-word masking's words as the pre-tokenizer makes them (tokenizer.WordMarks: "(word" is
-# two words in a byte-level BPE), in static and in dynamic masks;
+# two words in a byte-level BPE), in static and in dynamic masks; model 9: on a CPU a
+# retrieval batch's columns encoded in runs of similar length (retrieval/head.py), the dropout
+# draws elsewhere;
 # tokenizer 2: the alphabet and continuation pieces fixed before training (#26), one vocabulary
 # where each process made its own. Not a revision: finetune's group_by_length default turning
 # off (#10), since the id hashes the resolved setting (a default run gets a new id, an artifact
 # made grouped keeps its own, still what the code makes from its settings); nor finetune's
 # `pack` (on by default), a new setting that every id made since hashes.
-REVISIONS: dict[str, int] = {"tokenizer": 2, "pretrain-data": 3, "model": 8}
+REVISIONS: dict[str, int] = {"tokenizer": 2, "pretrain-data": 3, "model": 9}
 
 
 def compute_id(kind: str, config: dict[str, Any], inputs: list[InputRef],

@@ -65,6 +65,28 @@ def length_grouped_batches(lengths: np.ndarray, batch_size: int, seed: int | Non
     return batches
 
 
+def length_runs(row_cost: np.ndarray, overhead: float) -> list[tuple[int, int]]:
+    """Rows sorted by length, shortest first, split into runs [start, stop) that are each
+    padded to their last (longest) row: the split of least total cost, where a run costs its
+    rows times `row_cost[stop - 1]` (the work of one row at the run's length) plus `overhead`
+    (what running one more batch costs). Dynamic programming over the split points, one numpy
+    pass a row: a batch of 1,024 rows plans in milliseconds."""
+    cost = np.asarray(row_cost, dtype=np.float64)
+    n = len(cost)
+    best = np.zeros(n + 1)
+    start = np.zeros(n + 1, dtype=np.int64)
+    for stop in range(1, n + 1):
+        # best[a] + (stop - a) * cost of a row at stop's length, for every start a < stop
+        total = best[:stop] + (stop - np.arange(stop)) * cost[stop - 1]
+        start[stop] = int(np.argmin(total))
+        best[stop] = total[start[stop]] + overhead
+    runs, stop = [], n
+    while stop > 0:
+        runs.append((int(start[stop]), stop))
+        stop = runs[-1][0]
+    return runs[::-1]
+
+
 def max_context_window(spans: Sequence[tuple[int, int]], positions: np.ndarray) -> np.ndarray:
     """For each position, the index of the window `[a, b)` of `spans` where it has the most
     context: Google's run_squad rule, the larger of min(left, right) + 0.01 x window length, the
