@@ -192,8 +192,14 @@ class ContrastiveLoss(nn.Module):
                 # backward pass fires them once per micro-batch.
                 raise BertctlError("--cache-negatives runs in one process (not yet under "
                                    "torchrun); each process's batch is its own negatives")
+            # Micro-batches of similar length pad less; the vectors go back to their rows.
+            order = None if flat[2] is None else torch.argsort(flat[2].sum(-1), stable=True)
+            if order is not None:
+                flat = [None if t is None else t[order] for t in flat]
             vectors = cached.cached_encoding(functools.partial(head.trimmed, self.model), flat,
                                              self.cache_negatives)
+            if order is not None:
+                vectors = vectors[torch.argsort(order)]
             vectors = vectors.reshape(shape[1], shape[0], -1).transpose(0, 1)
         else:
             vectors = self.model(input_ids, token_type_ids, attention_mask)["embeddings"]
