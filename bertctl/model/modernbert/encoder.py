@@ -57,11 +57,13 @@ class Rotary(nn.Module):
 
 
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x rotated by its positions' angles, in fp32 (bf16 angles lose the far positions)."""
+    """x rotated by its positions' angles, in fp32 (bf16 angles lose the far positions): each
+    half from the other with the angles' half (cos and sin repeat theirs), the same products
+    and sums as x * cos + (-x2, x1) * sin in fewer passes."""
     dtype, x = x.dtype, x.float()
     half = x.shape[-1] // 2
-    turned = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return (x * cos + turned * sin).to(dtype)
+    x1, x2, c, s = x[..., :half], x[..., half:], cos[..., :half], sin[..., :half]
+    return torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1).to(dtype)
 
 
 def groups(attention_mask: torch.Tensor | None, packed: bool) -> torch.Tensor | None:
