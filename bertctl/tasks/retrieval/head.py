@@ -137,14 +137,14 @@ class SentenceEmbedding(sentence.SentenceHead, Head):
     def column_vectors(self, model: Composed, input_ids: torch.Tensor,
                        token_type_ids: torch.Tensor | None = None,
                        attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """One column's vectors (N, D) (a batch's queries, or its positives; `trim`'s rows),
-        on a CPU its rows encoded in runs of similar length (`collate.length_runs`, each run's work its model
-        FLOPs): a column of 16-token queries or of passages from 40 to 128 tokens wastes a
-        fifth to a half of its work on padding in one batch. The vectors are each row's as one
-        batch gives them; the dropout draws fall elsewhere. A run costs about what 32 more
-        positions do on a CPU (`RUN_OVERHEAD`; on all-MiniLM-L6-v2, 16 and 64 ran within 2% of
-        it). On a GPU, where a batch's launches cost more than its rows, the column
-        stays one batch: splitting it there is unmeasured."""
+        """One column's vectors (N, D) (a batch's queries, or its positives; `trim`'s rows).
+        On a CPU its rows are encoded in runs of similar length (`collate.length_runs`, a
+        run's work its model FLOPs): in one batch, a column of 16-token queries or of passages
+        from 40 to 128 tokens spends a fifth to a half of its work on padding. Each row's
+        vector is what one batch gives it; the dropout draws fall elsewhere. A run costs about
+        what 32 more positions do on a CPU (`RUN_OVERHEAD`; on all-MiniLM-L6-v2, 16 and 64 ran
+        within 2% of it). On a GPU, where a batch's launches cost more than its rows, the
+        column stays one batch: splitting it there is unmeasured."""
         if attention_mask is None or input_ids.device.type != "cpu" or len(input_ids) < 2:
             return self.embed(model, input_ids, token_type_ids, attention_mask)
         lengths = attention_mask.sum(-1)
