@@ -158,9 +158,9 @@ class SentenceEmbedding(sentence.SentenceHead, Head):
             config.matmul_flops(1, RUN_OVERHEAD, mlm_fraction=0.0, training=False))
         if len(runs) == 1:
             return self.embed(model, input_ids, token_type_ids, attention_mask)
-        parts = [self.embed(model, *self.trim(*[None if t is None else t[order[a:z]]
-                                                for t in (input_ids, token_type_ids,
-                                                          attention_mask)]))
+        # Each run cut to its longest row, whose length is known: no trim's reduction again.
+        parts = [self.embed(model, *[None if t is None else t[order[a:z], :max(ordered[z - 1], 1)]
+                                     for t in (input_ids, token_type_ids, attention_mask)])
                  for a, z in runs]
         return torch.cat(parts)[torch.argsort(order)]
 
