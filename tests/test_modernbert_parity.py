@@ -171,25 +171,33 @@ def test_bert_ids_and_weights_do_not_move():
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_rotary_positions_are_their_definition_bit_for_bit(dtype):
+@pytest.mark.parametrize("packed", [False, True])
+def test_rotary_positions_are_their_definition_bit_for_bit(dtype, packed):
     """`rotate` against RoFormer's definition as transformers writes it, x * cos +
     rotate_half(x) * sin with rotate_half(x) = (-x2, x1), in fp32: the same products and sums,
     so the output and the input's gradient are equal bit for bit (no tolerance), far positions
-    and bf16 inputs included."""
+    and bf16 inputs included. The input is a view of a fused projection, as the attention
+    passes it; packed rows have positions of their own."""
     from bertctl.model.modernbert.encoder import Rotary, rotate
 
-    cos, sin = Rotary(64, 160_000.0)(torch.arange(0, 8192, 61))
     gen = torch.Generator().manual_seed(0)
-    x = torch.randn(2, 4, cos.shape[0], 64, generator=gen).to(dtype)
-    grad = torch.randn(x.shape, generator=gen).to(dtype)
+    T = 135
+    positions = (torch.randint(0, 8192, (2, T), generator=gen) if packed
+                 else torch.arange(0, 8192, 61))
+    cos, sin = Rotary(64, 160_000.0)(positions)
+    qkv = torch.randn(2, T, 3, 4, 64, generator=gen).to(dtype)
+    grad = torch.randn(2, 4, T, 64, generator=gen).to(dtype)
 
     def definition(t):
         t32 = t.float()
         turned = torch.cat((-t32[..., 32:], t32[..., :32]), dim=-1)
         return (t32 * cos + turned * sin).to(dtype)
 
-    ours, theirs = x.clone().requires_grad_(), x.clone().requires_grad_()
-    out, want = rotate(ours, cos, sin), definition(theirs)
+    ours, theirs = qkv.clone().requires_grad_(), qkv.clone().requires_grad_()
+    out = rotate(ours.permute(2, 0, 3, 1, 4)[0], cos, sin)
+    want = definition(theirs.permute(2, 0, 3, 1, 4)[0])
     out.backward(grad)
     want.backward(grad)
     assert torch.equal(out, want) and torch.equal(ours.grad, theirs.grad)
+    with torch.no_grad():   # evaluation and export take the same arithmetic without autograd
+        assert torch.equal(rotate(qkv.permute(2, 0, 3, 1, 4)[0], cos, sin), want)

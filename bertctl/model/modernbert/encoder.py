@@ -56,14 +56,41 @@ class Rotary(nn.Module):
         return angles.cos(), angles.sin()
 
 
-def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x rotated by its positions' angles, in fp32 (bf16 angles lose the far positions): each
-    half from the other with the angles' half (cos and sin repeat theirs), the same products
-    and sums as x * cos + (-x2, x1) * sin in fewer passes."""
-    dtype, x = x.dtype, x.float()
+def turn(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, sign: int = 1) -> torch.Tensor:
+    """x turned by its positions' angles (`sign` -1: turned back), in fp32 (bf16 angles lose
+    the far positions): each half from the other with the angles' half (cos and sin repeat
+    theirs), x1 * c - x2 * s and x2 * c + x1 * s, the products and sums of
+    x * cos + (-x2, x1) * sin. A bf16 x times the fp32 angles is an fp32 product, and each sum
+    is rounded once, into its half of the output: no fp32 copy of x, no concatenation."""
     half = x.shape[-1] // 2
     x1, x2, c, s = x[..., :half], x[..., half:], cos[..., :half], sin[..., :half]
-    return torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1).to(dtype)
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    first, second = (torch.sub, torch.add) if sign > 0 else (torch.add, torch.sub)
+    first(x1 * c, x2 * s, out=out[..., :half])
+    second(x2 * c, x1 * s, out=out[..., half:])
+    return out
+
+
+class _Rotate(torch.autograd.Function):
+    """`turn` with its gradient: a rotation's transpose is the rotation back, so the backward
+    is one more `turn` (the sums autograd would form from the products, in fewer passes)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(cos, sin)
+        return turn(x, cos, sin)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        cos, sin = ctx.saved_tensors
+        return turn(grad, cos, sin, -1), None, None
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x (B, heads, T, head_size) rotated by its positions' angles (`Rotary`), in x's dtype."""
+    if torch.is_grad_enabled() and x.requires_grad:
+        return _Rotate.apply(x, cos, sin)
+    return turn(x, cos, sin)
 
 
 def groups(attention_mask: torch.Tensor | None, packed: bool) -> torch.Tensor | None:
