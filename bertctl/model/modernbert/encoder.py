@@ -88,9 +88,7 @@ class _Rotate(torch.autograd.Function):
 
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """x (B, heads, T, head_size) rotated by its positions' angles (`Rotary`), in x's dtype."""
-    if torch.is_grad_enabled() and x.requires_grad:
-        return _Rotate.apply(x, cos, sin)
-    return turn(x, cos, sin)
+    return _Rotate.apply(x, cos, sin)
 
 
 def groups(attention_mask: torch.Tensor | None, packed: bool) -> torch.Tensor | None:
