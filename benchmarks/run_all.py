@@ -15,10 +15,11 @@ the others still run. Not a CI step: run it on a quiet machine (the figures are 
 side by side, but a busy machine still skews them).
 
 `--peak` runs what #86 judges each CPU kind by, side by side under one machine line: the
-BERT pretraining step (mini and small, fp32 and bf16, 32 x 128), the ModernBERT step of the
-same shapes, the retrieval step (all-MiniLM-L6-v2, 32 pairs, one thread, against
-sentence-transformers: needs the `bench` extra) and the data path; each MFU row says the goal
-for the machine's kind and whether it is met.
+BERT pretraining step (mini and small, 32 x 128), the ModernBERT step of the same shapes, the
+retrieval step (all-MiniLM-L6-v2, 32 pairs, one thread, against sentence-transformers: needs
+the `bench` extra), each in fp32 and bf16 (fp32 alone where the CPU has no native bf16
+matmuls), and the data path; each MFU row says the goal for the machine's kind and whether it
+is met.
 
 The quality benchmarks (bench_finetune_quality.py, bench_conll.py, bench_squad.py,
 bench_feature_ablation.py) train for hours over seeds and print their own tables; they are not
@@ -42,21 +43,24 @@ sys.path.insert(0, str(HERE))
 import summary  # noqa: E402
 
 
-def plan(quick: bool, threads: int, peak: bool = False) -> list[tuple[str, list[str]]]:
-    """(name, script and arguments) of every benchmark, quick or full, or #86's (`peak`). An
-    argument "{work}" is a scratch directory of the run's own, removed after it."""
+def plan(quick: bool, threads: int, peak: bool = False,
+         precisions: tuple[str, ...] = ("fp32", "bf16")) -> list[tuple[str, list[str]]]:
+    """(name, script and arguments) of every benchmark, quick or full, or #86's (`peak`, its
+    steps in `precisions`). An argument "{work}" is a scratch directory of the run's own,
+    removed after it."""
     t = str(threads)
     if peak:
         modern = [(f"modernbert_{size}_{precision}",
                    ["bench_architectures.py", "--architecture", "modernbert", "--preset", size,
                     "--seqs", "128", "--infer", "--tokens", "4096", "--vocab", "30522",
                     "--precision", precision, "--hold-memory", "--threads", t])
-                  for size in ("mini", "small") for precision in ("fp32", "bf16")]
+                  for size in ("mini", "small") for precision in precisions]
         return [
             ("pretrain_step", ["bench_pretrain_step.py", "--presets", "mini", "small",
-                               "--precisions", "fp32", "bf16", "--hold-memory", "--threads", t]),
+                               "--precisions", *precisions, "--hold-memory", "--threads", t]),
             *modern,
-            ("retrieval_step", ["bench_retrieval.py", "--phases", "speed", "--out", "{work}"]),
+            ("retrieval_step", ["bench_retrieval.py", "--phases", "speed", "--out", "{work}",
+                                "--speed-precisions", *precisions]),
             ("data_path", ["bench_data_path.py"]),
         ]
     if quick:
@@ -126,6 +130,9 @@ def main() -> None:
     from bertctl import hardware
 
     threads = a.threads or hardware.usable_cpus()
+    # Where bf16 matmuls are not native (an AVX2 CPU, or BERTCTL_CPU_BF16=0) #86 judges fp32
+    # alone, and bf16 emulated in fp32 units would only lengthen the run.
+    precisions = ("fp32", "bf16") if hardware.cpu_bf16_native() else ("fp32",)
     suite = "peak" if a.peak else "quick" if a.quick else "full"
     out = a.out or HERE / "results" / {"peak": "run_all_peak", "quick": "run_all_quick",
                                        "full": "run_all"}[suite]
@@ -137,7 +144,7 @@ def main() -> None:
         filter(None, [str(HERE.parent), os.environ.get("PYTHONPATH")])),
         "HF_HUB_OFFLINE": "1"}
     rows = []
-    for name, (script, *args) in plan(a.quick, threads, a.peak):
+    for name, (script, *args) in plan(a.quick, threads, a.peak, precisions):
         if a.only and name not in a.only:
             continue
         work = Path(tempfile.mkdtemp(prefix=f"{name}-"))
@@ -165,7 +172,7 @@ def main() -> None:
         ran = {r["run"] for r in rows} | set(a.only)
         kept = [r for r in json.loads(saved.read_text())["rows"] if r.get("run") not in ran]
         rows = kept + rows
-        order = [name for name, _ in plan(a.quick, threads, a.peak)]
+        order = [name for name, _ in plan(a.quick, threads, a.peak, precisions)]
         rows.sort(key=lambda r: order.index(r["run"]) if r.get("run") in order else len(order))
     table = summary.table(rows)
     print("\n" + table)
