@@ -72,7 +72,7 @@ from bertctl.data.tokenizer import check_special_tokens, special_ids, word_marks
 from bertctl.data.pretraining_pairs import pack_full, pack_pairs, truncation
 from bertctl.data.pretraining_masking import (
     KEPT, MASKED, RANDOM, MaskingRules, apply_masking, generator_uniform_at, hashed_uniform,
-    ranges)
+    num_to_predict, ranges)
 from bertctl.data.pretraining_shards import (
     FORMAT, FORMAT_VERSION, ShardWriter, slice_tag, token_dtype, write_json)
 from bertctl.data.workers import OrderedWorkers
@@ -226,13 +226,22 @@ class _ChunkBuilder:
         b_start = la + 2
         stats["tokens"] += int(lengths.sum())
         out = {"tokens": tokens, "lengths": lengths, "b_start": b_start}
+        stats["mask_budget"] += int(num_to_predict(lengths, self.config.masked_lm_prob,
+                                                   self.config.max_predictions_per_seq).sum())
         if self.config.masking == "static":
             res = apply_masking(tokens, lengths, b_start, self.rules, generator_uniform_at(g),
                                 row_base=np.cumsum(lengths) - lengths)
             out["n_masked"] = np.bincount(res.rows, minlength=n)
             out["mask_positions"] = res.cols
             out["mask_labels"] = res.labels
-            stats["masked"] += len(res.cols)
+        else:
+            # The loader draws the masks; a draw of its own (on a copy, from a generator of
+            # its own so the instances stay the same) measures what share they will cover.
+            res = apply_masking(tokens.copy(), lengths, b_start, self.rules,
+                                generator_uniform_at(np.random.default_rng([n_flat, n])),
+                                row_base=np.cumsum(lengths) - lengths)
+        stats["masked"] += len(res.cols)
+        if self.config.masking == "static":
             stats["masked_as_mask"] += int((res.action == MASKED).sum())
             stats["masked_as_random"] += int((res.action == RANDOM).sum())
             stats["masked_as_kept"] += int((res.action == KEPT).sum())
@@ -249,7 +258,7 @@ def validation_documents(seed: int, first_doc: int, n: int, fraction: float) -> 
 _COUNTS = ("documents", "sentences", "sentences_dropped", "source_tokens", "instances", "tokens",
            "truncated", "truncated_tokens", "single_segment", "not_next",
            "random_next_same_document", "short_targets", "single_sentence_chunks", "masked",
-           "masked_as_mask", "masked_as_random", "masked_as_kept")
+           "mask_budget", "masked_as_mask", "masked_as_random", "masked_as_kept")
 
 
 def _zero_stats() -> dict[str, int]:
@@ -267,15 +276,39 @@ def finish_stats(counts: dict[str, int], nsp: bool, static: bool) -> dict[str, A
     else:
         for k in ("not_next", "random_next_same_document"):
             s.pop(k)
+    m = s["masked"]
+    # Dynamic masks are the loader's: their share is measured on one draw, their split is
+    # the loader's to make.
+    s["masked_share"] = round(m / s["tokens"], 6) if s["tokens"] else 0.0
     if static:
-        m = s["masked"]
-        s["masked_share"] = round(m / s["tokens"], 6) if s["tokens"] else 0.0
         s["mask_split"] = {k: round(s[f"masked_as_{k}"] / m, 6) if m else 0.0
                            for k in ("mask", "random", "kept")}
     else:
-        for k in ("masked", "masked_as_mask", "masked_as_random", "masked_as_kept"):
+        for k in ("masked_as_mask", "masked_as_random", "masked_as_kept"):
             s.pop(k)
     return s
+
+
+# Data whose masks cover under this share of the predictions its rate and cap allow trains
+# on (almost) nothing: refused, where Google's builder would write it silently.
+MIN_MASK_COVERAGE = 0.25
+
+
+def check_mask_coverage(stats: dict[str, Any], config: PretrainingDataSettings,
+                        where: str = _WHERE) -> None:
+    """Refuse masks that cover (almost) nothing. Data built before the budget was counted
+    has static masks' count alone: at least one prediction per instance was due."""
+    budget, masked = stats.get("mask_budget", 0), stats.get("masked", 0)
+    if not budget and config.masking == "static":
+        budget = stats.get("instances", 0)
+    if budget and masked < MIN_MASK_COVERAGE * budget:
+        how = ("whole-word masking found too few words that fit the "
+               f"{config.max_predictions_per_seq} predictions per instance"
+               if config.whole_word_mask else "too few positions can be masked")
+        raise BertctlError(
+            f"{where}: masks cover {masked / max(stats['tokens'], 1):.2%} of the tokens, "
+            f"{masked / budget:.0%} of the {budget} predictions the rate "
+            f"{config.masked_lm_prob} allows: {how}")
 
 
 # ---- the build -------------------------------------------------------------------------------
@@ -397,6 +430,7 @@ def build_pretraining_data(documents: Iterable[Sequence[str]], tokenizer: Tokeni
         if totals["train"]["instances"] == 0:
             raise BertctlError(_no_instances_message(totals, chunks_seen, num_shards,
                                                      shard_index, config))
+        check_mask_coverage(totals["train"], config)
     except BaseException:
         for w in writers.values():
             w.close()

@@ -8,7 +8,6 @@ The directory's layout is written by `pretraining` (the builder) through `pretra
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -20,7 +19,7 @@ from tokenizers import Tokenizer
 
 from bertctl.labels import IGNORE_INDEX
 from bertctl.data.pretraining import _COUNTS, SPLITS, _zero_stats, finish_stats, masking_rules
-from bertctl.data.settings import PretrainingDataSettings
+from bertctl.data.settings import PretrainingDataSettings, predictions_for
 from bertctl.data.pretraining_masking import MaskingRules, apply_masking, hashed_uniform_at, ranges
 from bertctl.data.pretraining_shards import FORMAT, FORMAT_VERSION, ShardReader
 from bertctl.errors import BertctlError
@@ -181,8 +180,8 @@ class PretrainingDataset:
                     "max_predictions_per_seq": settings["max_predictions_per_seq"]}
         return {"mask_rate": self.mask_rate,
                 "max_predictions_per_seq": max(settings["max_predictions_per_seq"],
-                                               math.ceil(self.mask_rate
-                                                         * settings["max_seq_length"]))}
+                                               predictions_for(settings["max_seq_length"],
+                                                               self.mask_rate))}
 
     def _masking_rules(self) -> MaskingRules:
         if self._rules is None:

@@ -13,8 +13,8 @@ counting the special tokens; the chosen candidates are a uniformly random subset
 draws a few numbers per prediction instead of one per position); each chosen one becomes [MASK]
 80% of the time, a random token 10% and stays itself 10%. With whole-word masking the candidates
 are words (a piece plus the pieces after it that continue its word: `##` pieces in
-WordPiece, tokenizer.WordMarks for every kind), a word that would overshoot the budget is
-skipped, and the 80/10/10 draw is made once per word. (Google's reference draws it per piece even
+WordPiece, tokenizer.WordMarks for every kind; a word longer than the whole budget is its pieces,
+each a word), a word that would overshoot the budget is skipped, and the 80/10/10 draw is made once per word. (Google's reference draws it per piece even
 with whole-word masking; we draw per word so a word is either fully hidden or not.)
 """
 
@@ -195,6 +195,15 @@ def apply_masking(ids: np.ndarray, lengths: np.ndarray, b_starts: np.ndarray, ru
     return MaskResult(pr, pc, labels, action)
 
 
+def _words(cand: np.ndarray, start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each word's first cell (flat, row-major) and its number of pieces."""
+    next_continues = np.zeros_like(cand)
+    next_continues[:, :-1] = cand[:, 1:] & ~start[:, 1:]
+    first = np.flatnonzero(start)
+    last = np.flatnonzero(cand & ~next_continues)
+    return first, last - first + 1
+
+
 def _whole_word_choice(ids: np.ndarray, lengths: np.ndarray, b_starts: np.ndarray,
                        rules: MaskingRules, uniform_at: UniformAt) -> tuple[np.ndarray, ...]:
     """Whole-word masking's predicted (rows, cols) of a padded batch, and each one's 80/10/10
@@ -214,11 +223,14 @@ def _whole_word_choice(ids: np.ndarray, lengths: np.ndarray, b_starts: np.ndarra
     prev_ids[:, 1:] = ids[:, :-1]
     prev_ids[:, 0] = ids[:, 0]
     start = cand & (rules.words.begins(prev_ids, ids) | ~prev_cand)
-    next_continues = np.zeros_like(cand)
-    next_continues[:, :-1] = cand[:, 1:] & ~start[:, 1:]
-    first = np.flatnonzero(start)                       # each word's first cell
-    last = np.flatnonzero(cand & ~next_continues)       # each word's last cell
-    size = last - first + 1
+    first, size = _words(cand, start)
+    # A word longer than its row's budget could never be taken (Google's greedy pass skips
+    # it): such a word's pieces are words of their own, so a line the pre-tokenizer left in
+    # one piece (a script without spaces it does not know, a URL) is still masked at the rate.
+    big = size > k[first // width]
+    if big.any():
+        start.reshape(-1)[ranges(first[big], size[big])] = True
+        first, size = _words(cand, start)
     wrow = first // width
     n_words = np.bincount(wrow, minlength=n_rows)
     row_first_word = np.cumsum(n_words) - n_words

@@ -5,6 +5,8 @@ audit (`data.overlap`)."""
 
 from __future__ import annotations
 
+import math
+
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
@@ -54,6 +56,12 @@ class TokenizeSettings(StageConfig):
                             json_schema_extra=meta(TOKENIZER, hashed_if_changed=True))
 
 
+def predictions_for(length: int, rate: float) -> int:
+    """The predictions a rate asks of `length` tokens, rounded up (rounded to 6 places first,
+    so 100 x 0.2 is 20, not 21)."""
+    return max(1, math.ceil(round(length * rate, 6)))
+
+
 class PretrainingDataSettings(StageConfig):
     """The settings that determine pretraining instances: the same settings (and tokenizer and
     corpus) give the same bytes. The core builder takes these; the stage adds how to run."""
@@ -72,8 +80,10 @@ class PretrainingDataSettings(StageConfig):
                                          json_schema_extra=meta(DATA))
     masked_lm_prob: float = Field(0.15, gt=0, lt=1, description="Share of tokens predicted.",
                                   json_schema_extra=meta(DATA))
-    max_predictions_per_seq: int = Field(20, ge=1, description="Most predictions per instance.",
-                                         json_schema_extra=meta(DATA))
+    max_predictions_per_seq: int | None = Field(
+        None, ge=1, description="Most predictions per instance; unset: what the rate asks at "
+        "the full length, rounded up (Google's 20 at 128 tokens, 1,229 at 8,192).",
+        json_schema_extra=meta(DATA))
     seed: int = Field(12345, ge=0, description="Seed for pairing, truncation and masking.",
                       json_schema_extra=meta(DATA))
     whole_word_mask: bool = Field(False, description="Mask all pieces of a word together.",
@@ -106,7 +116,22 @@ class PretrainingDataSettings(StageConfig):
         if self.short_seq_prob is None and self.packing == "documents":
             # Google's default, recorded as before it could be unset (so ids do not move).
             object.__setattr__(self, "short_seq_prob", 0.1)
+        if self.max_predictions_per_seq is None:
+            # Recorded resolved: 20 at 128 tokens and 0.15, the fixed default it replaces.
+            object.__setattr__(self, "max_predictions_per_seq",
+                               predictions_for(self.max_seq_length, self.masked_lm_prob))
         return self
+
+    def capped_far_under_rate(self) -> str | None:
+        """A line when the cap on predictions holds the masks well under the rate at the full
+        length (Google's 20 at 512 tokens is 3.9%, not 15%)."""
+        full = predictions_for(self.max_seq_length, self.masked_lm_prob)
+        if self.max_predictions_per_seq < 0.5 * full:
+            return (f"--max-predictions-per-seq {self.max_predictions_per_seq} caps the masks "
+                    f"at {self.max_predictions_per_seq / self.max_seq_length:.1%} of a "
+                    f"{self.max_seq_length}-token instance, under the rate "
+                    f"{self.masked_lm_prob} ({full} predictions; unset, it follows the rate)")
+        return None
 
     @property
     def passes(self) -> int:

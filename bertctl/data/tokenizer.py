@@ -165,7 +165,22 @@ def kind_of(tok: Tokenizer) -> str:
 # continues the one before (WordPiece's ##, Metaspace's ▁ mark every word). ANY: the piece's
 # edge is inside a character whose other bytes another piece holds, so it joins its neighbour
 # (but white space). SPACE_BEFORE: a piece ends in the space GPT-2 gives the word after it.
-NO_CLASS, LETTER, DIGIT, SPACE, OTHER, ANY, SPACE_BEFORE = 0, 1, 2, 3, 4, 5, 6
+# SPACELESS: a character of a script written without spaces between words (CJK ideographs,
+# kana, Thai, Lao, Khmer, Myanmar), where a space-split "word" is a whole phrase or line; like
+# BERT's own handling of Chinese, each such character (each piece, where one holds several)
+# is a word of its own, in every kind.
+NO_CLASS, LETTER, DIGIT, SPACE, OTHER, ANY, SPACE_BEFORE, SPACELESS = 0, 1, 2, 3, 4, 5, 6, 7
+
+_SPACELESS_RANGES = (
+    (0x0E00, 0x0EFF), (0x1000, 0x109F), (0x1780, 0x17FF),   # Thai, Lao; Myanmar; Khmer
+    (0x3040, 0x30FF), (0x31F0, 0x31FF), (0xFF66, 0xFF9F),   # kana, halfwidth katakana
+    (0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xF900, 0xFAFF),   # CJK ideographs (BERT's ranges)
+    (0x20000, 0x2FA1F))
+
+
+def spaceless(c: str) -> bool:
+    code = ord(c)
+    return any(lo <= code <= hi for lo, hi in _SPACELESS_RANGES)
 
 
 @dataclass(frozen=True)
@@ -173,7 +188,8 @@ class WordMarks:
     """Where a vocabulary's words begin, per id: `marked` pieces begin a word whatever comes
     before them (no `##`; a Ġ or ▁ in front; special tokens); another piece begins one when its
     first character's class differs from the last one's of the piece before it (byte-level BPE:
-    "(word" is two words, as GPT-2's pre-tokenizer makes it). Whole-word masking groups a
+    "(word" is two words, as GPT-2's pre-tokenizer makes it); a piece at a character of a
+    script written without spaces begins one in every kind (`spaceless`). Whole-word masking groups a
     word's pieces by it, in numpy over token ids, so it needs no word ids stored with the data;
     tests/test_tokenizer_kinds.py holds it to the pre-tokenizer's own word ids on real text."""
 
@@ -186,7 +202,10 @@ class WordMarks:
         first, last = self.first[ids], self.last[prev_ids]
         joins = ((first == last) | (last == SPACE_BEFORE)
                  | (((first == ANY) | (last == ANY)) & (first != SPACE)))
-        return self.marked[ids] | ~joins
+        # (a piece of the space marker alone joins the word after it, as GPT-2's " word")
+        alone = (((first == SPACELESS) & (last != SPACE_BEFORE))
+                 | ((last == SPACELESS) & (first != ANY)))
+        return self.marked[ids] | ~joins | alone
 
 
 def _byte_chars() -> dict[str, int]:
@@ -199,6 +218,8 @@ def _byte_chars() -> dict[str, int]:
 
 
 def _char_class(c: str) -> int:
+    if spaceless(c):
+        return SPACELESS
     cat = unicodedata.category(c)
     return LETTER if cat[0] == "L" else DIGIT if cat[0] == "N" else \
         SPACE if c.isspace() else OTHER
@@ -223,7 +244,7 @@ def _prefix_class(prefix: bytes) -> int:
             pass
     if not chars:
         return ANY
-    return int(np.bincount([_char_class(c) for c in chars], minlength=OTHER + 1).argmax())
+    return int(np.bincount([_char_class(c) for c in chars], minlength=SPACELESS + 1).argmax())
 
 
 def _byte_piece_classes(piece: bytes) -> tuple[int, int]:
@@ -248,6 +269,15 @@ def _byte_piece_classes(piece: bytes) -> tuple[int, int]:
         return first, _char_class(tail.decode("utf-8"))
     except UnicodeDecodeError:
         return first, ANY
+
+
+def _spaceless_edges(text: str) -> tuple[int, int]:
+    """(first, last) class of a piece of a kind whose words the pieces' markers give: SPACELESS
+    at an edge that is such a character, else NO_CLASS (the marker decides)."""
+    if not text:
+        return NO_CLASS, NO_CLASS
+    return (SPACELESS if spaceless(text[0]) else NO_CLASS,
+            SPACELESS if spaceless(text[-1]) else NO_CLASS)
 
 
 def _pre_tokenizers(spec: dict | None) -> list[dict]:
@@ -279,6 +309,8 @@ def word_marks(tok: Tokenizer) -> WordMarks:
             continue
         if model.get("type") == "WordPiece" or prefix:
             marked[i] = not token.startswith(prefix or "##")
+            text = token[len(prefix or "##"):] if not marked[i] else token
+            first[i], last[i] = _spaceless_edges(text)
         elif byte_level:
             if any(c not in chars for c in token):
                 marked[i] = True       # an added token, not byte-level text
@@ -290,6 +322,9 @@ def word_marks(tok: Tokenizer) -> WordMarks:
                 first[i], last[i] = _byte_piece_classes(piece)
         else:
             marked[i] = token.startswith("▁")
+            first[i], last[i] = _spaceless_edges(token.lstrip("▁"))
+            if token == "▁":
+                last[i] = SPACE_BEFORE
     # An unknown piece of BPE or Unigram stands for characters inside a word (WordPiece's for
     # a whole word); the other special tokens are words of their own.
     unknown = model.get("unk_token") if model.get("type") in ("BPE", "Unigram") else None

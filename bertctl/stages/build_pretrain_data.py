@@ -50,6 +50,9 @@ def run(settings: BuildPretrainDataSettings, target: artifacts.Target, tokenizer
         **settings.model_dump(include=set(PretrainingDataSettings.model_fields)))
 
     def build(tmp: Path) -> dict:
+        capped = core.capped_far_under_rate()
+        if capped:
+            console.log(capped)
         stats = corpus.CorpusStats()
         documents = corpus.iter_documents(files, settings.text_column, stats)
         if excluded is not None:

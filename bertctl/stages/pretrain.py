@@ -23,8 +23,10 @@ from bertctl.contract import modelcard
 from bertctl.contract import artifacts
 from bertctl.stages.settings.declared import PretrainSettings
 from bertctl.data import tokenizer, vocab_extension
+from bertctl.data.pretraining import check_mask_coverage
 from bertctl.data.pretraining_dataset import (PretrainingDataset, check_mask_rate,
                                               read_pretraining_info)
+from bertctl.data.settings import PretrainingDataSettings
 from bertctl.errors import BertctlError
 from bertctl.model import ARCHITECTURES, architectures, build
 from bertctl.model.dropout import set_training_dropout
@@ -321,6 +323,9 @@ def run(settings: PretrainSettings, target: artifacts.Target, data_dir: Path,
     objective.check_settings(settings, "pretrain")
     objective.check_data(info, str(data.path))
     check_mask_rate(info, settings.mask_rate)
+    if settings.mask_rate is None:
+        check_mask_coverage(info.stats["train"], PretrainingDataSettings(**info.settings),
+                            str(data.path))
     models.tokenizer_files(data.path)   # copied into the model at the end: checked first
     inputs = [data.as_input("data")]
     init = models.open_model(init_from, "init") if init_from else None

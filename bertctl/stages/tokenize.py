@@ -99,15 +99,22 @@ def _check_kind_options(settings: TokenizeSettings, imported: bool) -> None:
 
 def _train(settings: TokenizeSettings, batches, stats, sample, lowercase: bool):
     """The vocabulary of the kind asked; WordPiece reads the corpus twice (its alphabet, then
-    its words), the others once."""
+    its words), BPE once, Unigram once and then once per round of its scores' estimate."""
     spelling = tokenizer.spelling_for(settings.model, settings.special_tokens)
     if settings.model == "wordpiece":
         return tokenizer_training.train(
             batches(corpus.CorpusStats()), tokenizer.sample_batches(batches(stats), sample),
             settings.vocab_size, lowercase, settings.strip_accents, settings.min_frequency,
             settings.limit_alphabet, settings.unused_tokens)
+    first = [True]   # the first read counts the corpus and samples it; Unigram's later do not
+
+    def reads():
+        if first.pop() if first else False:
+            return tokenizer.sample_batches(batches(stats), sample)
+        return batches(corpus.CorpusStats())
+
     return tokenizer_training.train_subwords(
-        tokenizer.sample_batches(batches(stats), sample), settings.model, settings.vocab_size,
+        reads, settings.model, settings.vocab_size,
         lowercase, settings.strip_accents, settings.unicode, spelling,
         settings.min_frequency,
         settings.limit_alphabet if "limit_alphabet" in settings.model_fields_set else None)

@@ -75,8 +75,11 @@ class Interval:
         self.tokens += tokens
 
     def record(self) -> dict[str, Any]:
-        """The interval's means: loss, grad_norm and each step metric's ratio."""
-        return {"loss": self.loss / self.steps,
+        """The interval's means: loss, grad_norm and each step metric's ratio. Steps whose
+        every metric counted nothing (a masked LM without one masked position) had nothing
+        to score: their loss is NaN, not the 0 an empty sum gives."""
+        empty = bool(self.metrics) and not any(b for _, b in self.metrics.values())
+        return {"loss": float("nan") if empty else self.loss / self.steps,
                 "grad_norm": (self.grad_norm / self.finite_norms if self.finite_norms
                               else float("nan")),
                 **{n: (a / b if b else float("nan")) for n, (a, b) in sorted(self.metrics.items())},
