@@ -38,11 +38,12 @@ SCHEMA_VERSIONS: dict[str, int] = {"tokenizer": 1, "pretrain-data": 1, "model": 
 # characters of scripts written without spaces, and a word longer than the budget masked
 # piece by piece (pretraining_masking), in static and in dynamic masks;
 # tokenizer 2: the alphabet and continuation pieces fixed before training (#26), one vocabulary
-# where each process made its own. Not a revision: finetune's group_by_length default turning
+# where each process made its own; tokenizer 3: Unigram's scores estimated again from its
+# pieces (tokenizer_training._settled_scores), one file where processes differed. Not a revision: finetune's group_by_length default turning
 # off (#10), since the id hashes the resolved setting (a default run gets a new id, an artifact
 # made grouped keeps its own, still what the code makes from its settings); nor finetune's
 # `pack` (on by default), a new setting that every id made since hashes.
-REVISIONS: dict[str, int] = {"tokenizer": 2, "pretrain-data": 4, "model": 10}
+REVISIONS: dict[str, int] = {"tokenizer": 3, "pretrain-data": 4, "model": 10}
 
 
 def compute_id(kind: str, config: dict[str, Any], inputs: list[InputRef],
