@@ -59,6 +59,26 @@ def test_a_saved_dataset_tokenizes_as_its_rows_do(corpus_forms, cli, tmp_path):
     assert one["stats"]["documents"] < ref["stats"]["documents"]
 
 
+def test_the_text_column_is_taken_by_default(corpus_forms, cli, tmp_path):
+    """As transformers' run_mlm takes them: `text`, or a table's only column (before: "needs
+    --text-column" for a saved dataset of text and id)."""
+    _tokenize(cli, corpus_forms / "saved", tmp_path / "ref")
+    r = cli("tokenize", corpus_forms / "saved", "--vocab-size", "600", "--out", tmp_path / "a")
+    assert r.exit_code == 0, r.stderr
+    one_column = tmp_path / "one.jsonl"
+    one_column.write_text("".join(json.dumps({"body": d}) + "\n" for d in _documents()),
+                          encoding="utf-8")
+    r = cli("tokenize", one_column, "--vocab-size", "600", "--out", tmp_path / "b")
+    assert r.exit_code == 0, r.stderr
+    for out in ("a", "b"):
+        assert (tmp_path / out / "tokenizer.json").read_text() == \
+            (tmp_path / "ref" / "tokenizer.json").read_text()
+    two = tmp_path / "two.jsonl"
+    two.write_text('{"body": "some text", "id": 1}\n', encoding="utf-8")
+    r = cli("tokenize", two, "--out", tmp_path / "c")
+    assert r.exit_code == 2 and "no column named text" in r.stderr and "body, id" in r.stderr
+
+
 def test_build_pretrain_data_and_audit_read_a_saved_dataset(corpus_forms, cli, tmp_path):
     _tokenize(cli, corpus_forms / "docs.jsonl", tmp_path / "tok")
     outs = {}

@@ -172,3 +172,31 @@ def test_bad_architecture_inputs_are_one_line_before_any_work(cli, continuous_da
     r = cli("finetune", other, *FAMILY_DATA["single"][0], "--out", tmp_path / "c")
     one_line_error(r, "model_type is 'funnel'", "roberta", "xlm-roberta")
     assert not any((tmp_path / n).exists() for n in "abc")
+
+
+@pytest.mark.parametrize("arch", ["roberta", "xlm-roberta"])
+def test_a_checkpoint_with_another_architectures_tokenizer_is_one_line(arch, cli, roberta,
+                                                                       small_tokenizer, tmp_path):
+    """A RoBERTa or XLM-R checkpoint beside a WordPiece tokenizer (padding at 0, a pair's
+    second text type 1) was accepted, and its pair model failed in transformers (IndexError:
+    one token type). Refused: first by its padding id, then, the id made to agree, by the
+    token type."""
+    import shutil
+
+    hf = tmp_path / "hf"
+    shutil.copytree(roberta, hf, ignore=shutil.ignore_patterns("artifact.json", "*.txt",
+                                                               "tokenizer*", "special*",
+                                                               "merges*", "vocab*"))
+    for name in ("tokenizer.json", "vocab.txt"):
+        shutil.copy(small_tokenizer / name, hf / name)
+    config = json.loads((hf / "config.json").read_text())
+    config.update(model_type=arch)
+    (hf / "config.json").write_text(json.dumps(config))
+    data, _ = FAMILY_DATA["pair"]
+    r = cli("finetune", hf, *data, "--steps", "1", "--out", tmp_path / "a")
+    one_line_error(r, str(hf), "pads with id 0", "pad_token_id is 1")
+    config.update(pad_token_id=0, max_position_embeddings=config["max_position_embeddings"] - 1)
+    (hf / "config.json").write_text(json.dumps(config))
+    r = cli("finetune", hf, *data, "--steps", "1", "--out", tmp_path / "b")
+    one_line_error(r, str(hf), "token type 1", "1 token type(s)")
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()

@@ -124,7 +124,8 @@ def _write(path, data: bytes):
     (lambda d: [_write(d / "empty.txt", b"\n\n  \n")], "corpus holds no text"),
     (lambda d: [(d / "emptydir").mkdir() or d / "emptydir"], "directory holds no corpus files"),
     (lambda d: [str(d / "*.nomatch")], "pattern matches no files"),
-    (lambda d: [_write(d / "rows.jsonl", b'{"body": "text"}\n')], "need --text-column"),
+    (lambda d: [_write(d / "rows.jsonl", b'{"body": "text", "id": 1}\n')],
+     "name one with --text-column"),
 ])
 def test_bad_corpus_is_one_line_exit_2(tmp_path, cli, setup, message):
     sources = setup(tmp_path)

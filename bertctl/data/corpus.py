@@ -184,9 +184,7 @@ def _arrow_rows(path: Path, text_column: str | None) -> Iterator[str]:
             schema = reader.schema
     except (pa.ArrowInvalid, OSError) as exc:
         raise BertctlError(f"{path}: not an Arrow file ({str(exc).splitlines()[0]})") from None
-    if text_column is None or text_column not in schema.names:
-        what = "needs --text-column" if text_column is None else f"has no column {text_column!r}"
-        raise BertctlError(f"{path}: {what} (columns: {', '.join(schema.names) or 'none'})")
+    text_column = _column(path, schema.names, text_column)
     if not (pa.types.is_string(schema.field(text_column).type)
             or pa.types.is_large_string(schema.field(text_column).type)):
         raise BertctlError(f"{path}: column {text_column!r} holds "
@@ -203,8 +201,6 @@ def _tabular_rows(path: Path, fmt: str, text_column: str | None) -> Iterator[str
     if fmt == "arrow":
         yield from _arrow_rows(path, text_column)
         return
-    if text_column is None:
-        raise BertctlError(f"{path}: {fmt} corpus files need --text-column")
     # Imported here: `datasets` costs a second at import and plain-text corpora never need it.
     import datasets
 
@@ -216,7 +212,23 @@ def _tabular_rows(path: Path, fmt: str, text_column: str | None) -> Iterator[str
         yield from _stream_column(datasets, path, fmt, text_column, cache, kwargs)
 
 
-def _stream_column(datasets, path: Path, fmt: str, text_column: str, cache: str,
+def _column(path: Path, columns: list[str], text_column: str | None) -> str:
+    """The column asked; unset, `text` or a table's only column, as transformers' run_mlm
+    takes them."""
+    if text_column is None:
+        if "text" in columns:
+            return "text"
+        if len(columns) == 1:
+            return columns[0]
+        raise BertctlError(f"{path}: no column named text: name one with --text-column "
+                           f"(columns: {', '.join(columns) or 'none'})")
+    if text_column not in columns:
+        raise BertctlError(f"{path}: no column {text_column!r} (columns: "
+                           f"{', '.join(columns) or 'none'})")
+    return text_column
+
+
+def _stream_column(datasets, path: Path, fmt: str, text_column: str | None, cache: str,
                    kwargs: dict) -> Iterator[str]:
     try:
         stream = datasets.load_dataset(fmt, data_files=str(path), split="train", streaming=True,
@@ -225,9 +237,7 @@ def _stream_column(datasets, path: Path, fmt: str, text_column: str, cache: str,
         if columns is None:  # some streaming builders only know them after the first row
             first = next(iter(stream), None)
             columns = list(first) if first else []
-        if text_column not in columns:
-            raise BertctlError(f"{path}: no column {text_column!r} (columns: "
-                               f"{', '.join(map(str, columns)) or 'none'})")
+        text_column = _column(path, [str(c) for c in columns], text_column)
         for row in stream.select_columns([text_column]):
             value = row[text_column]
             yield "" if value is None else str(value)

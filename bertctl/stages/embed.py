@@ -21,7 +21,7 @@ def run(settings: EmbedSettings, target: artifacts.Target, model_dir: Path, data
     tok, _ = source.tokenizer()
     max_len = settings.max_seq_length or models.model_length(source)   # unset: the model's
     models.check_reads_task(source, tok, max_len)
-    layers = parse_layers(settings.layers, int(source.hf_config["num_hidden_layers"]))
+    layers = parse_layers(settings.layers, source.num_layers)
     if not data.exists():
         raise BertctlError(f"{data}: no such file or directory")
     # Unset pooling on an embedding model (bertctl's, sentence-transformers') gives the model's

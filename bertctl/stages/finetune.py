@@ -24,7 +24,7 @@ def frozen_features(settings: FinetuneSettings, family, source: models.ModelSour
         raise BertctlError(f"--freeze-encoder --head {settings.head}: a '{family.name}' task's "
                            + (f"frozen-encoder heads are {', '.join(family.feature_heads)}"
                               if family.feature_heads else "head needs the encoder fine-tuned"))
-    layers = parse_layers(settings.features, int(source.hf_config["num_hidden_layers"]))
+    layers = parse_layers(settings.features, source.num_layers)
     return {"features": {"layers": list(layers), "combine": settings.combine, "head": settings.head}}
 
 

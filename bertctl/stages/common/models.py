@@ -49,6 +49,13 @@ class ModelSource:
     task: dict[str, Any] | None
     # An export artifact's facts: the model is its ONNX graph.
     onnx: ExportFacts | None = None
+    # Its architecture's config (field names differ: DistilBERT's n_layers, dim); None only
+    # where a source is made by hand.
+    config: Any = None
+
+    @property
+    def num_layers(self) -> int:
+        return int(self.config.num_hidden_layers)
 
     def has_tokenizer(self) -> bool:
         return any((self.path / n).is_file() for n in ("tokenizer.json", "vocab.txt"))
@@ -205,10 +212,11 @@ def open_model(path: str | Path, role: str = "model", exports: bool = False) -> 
         if not path.is_dir():
             raise BertctlError(f"{path}: no such model directory")
         ref = _hf_directory_ref(path, role)
-    read_config(path)  # a clear error now if this is not a BERT we can build
+    config = read_config(path)  # a clear error now if this is not a BERT we can build
     tokenizer_files(path)
     hf_config = read_config_dict(path)
     _check_lowercasing(path, hf_config)
+    _check_tokenizer_fits(path, config, architectures.of_config(hf_config, str(path)))
     task = None
     if (path / TASK_FILE).is_file():
         try:
@@ -218,7 +226,30 @@ def open_model(path: str | Path, role: str = "model", exports: bool = False) -> 
                                f"{' '.join(str(exc).split())}") from None
         if not isinstance(task, dict):
             raise BertctlError(f"{path / TASK_FILE}: the model's task file is not a JSON object")
-    return ModelSource(path, ref, hf_config, task, onnx)
+    return ModelSource(path, ref, hf_config, task, onnx, config)
+
+
+def _check_tokenizer_fits(path: Path, config, arch) -> None:
+    """The tokenizer's padding and a pair's token types must be what the model reads: a
+    RoBERTa or XLM-R checkpoint (one token type; positions counted from its padding id) beside
+    a WordPiece tokenizer (a pair's second text is type 1, padding at 0) reads past its type
+    table. (Elsewhere the padding id only names an embedding row: not checked.)"""
+    if not any((path / n).is_file() for n in ("tokenizer.json", "vocab.txt")):
+        return
+    tok, _, _ = tokenizer_mod.from_hf_directory(path)
+    pad = tokenizer_mod.special_ids(tok).get(PAD)
+    want = getattr(config, "pad_token_id", None)
+    if arch.positions_past_padding and pad is not None and want is not None and pad != want:
+        raise BertctlError(f"{path}: the tokenizer pads with id {pad}, config.json's "
+                           f"pad_token_id is {want}: they are not one model's")
+    types = getattr(config, "type_vocab_size", 0) or 0
+    if types:
+        used = max(tok.encode("a", "b").type_ids, default=0)
+        if used >= types:
+            raise BertctlError(f"{path}: the tokenizer gives a pair's second text token type "
+                               f"{used}, but the model has {types} token type(s) (config.json's "
+                               f"type_vocab_size): a {config.architecture} needs its own "
+                               f"tokenizer")
 
 
 def _check_lowercasing(path: Path, hf_config: dict[str, Any]) -> None:
