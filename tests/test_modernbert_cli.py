@@ -277,3 +277,24 @@ def test_a_modernbert_reranker_is_a_crossencoder(modern, cli, tmp_path):
                         batch_size=8).reshape(len(rows), len(columns))
     # fp32 both, a 2-layer 32-wide encoder then one sigmoid; predictions.tsv keeps 6 decimals
     assert np.abs(ours - theirs).max() < 1e-5
+
+
+def test_a_new_rotary_model_reads_the_datas_length(cli, small_tokenizer, tmp_path):
+    """`pretrain DATA-1024 --architecture modernbert` stopped at "512 position embeddings":
+    rotary positions have no table to size, so a new model reads the data's length. A learned
+    table's refusal names the flag that sizes it."""
+    data = tmp_path / "data"
+    r = cli("build-pretrain-data", small_tokenizer, CORPUS / "alice.txt", "--max-seq-length",
+            "1024", "--no-nsp", "--masking", "dynamic", "--packing", "concatenated",
+            "--workers", "1", "--out", data)
+    assert r.exit_code == 0, r.stderr
+    tiny = ["--model-size", "tiny", "--hidden-size", "32", "--num-attention-heads", "2",
+            "--intermediate-size", "64", "--steps", "1", "--batch-size", "2"]
+    r = cli("pretrain", data, "--objective", "mlm", "--architecture", "modernbert", *tiny,
+            "--out", tmp_path / "m")
+    assert r.exit_code == 0, r.stderr
+    assert json.loads((tmp_path / "m" / "config.json").read_text())[
+        "max_position_embeddings"] == 1024
+    r = cli("pretrain", data, "--objective", "mlm", *tiny, "--out", tmp_path / "b")
+    one_line_error(r, "512 position embeddings", "1024", "--max-position-embeddings")
+    assert not (tmp_path / "b").exists()

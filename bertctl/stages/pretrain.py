@@ -81,11 +81,15 @@ def model_shape(settings: PretrainSettings, init: models.ModelSource | None,
     if init is None and model_config is None:
         arch = ARCHITECTURES[settings.architecture]
         _check_spelling(arch, info.path / "tokenizer.json")
+        positions = settings.max_position_embeddings
+        if not arch.position_table and "max_position_embeddings" not in settings.model_fields_set:
+            # rotary positions have no table to size: the model reads the data's length
+            positions = max(positions, int(info.settings["max_seq_length"]))
         new = arch.config_class.from_preset(
             settings.model_size, num_hidden_layers=settings.num_hidden_layers,
             hidden_size=settings.hidden_size, num_attention_heads=settings.num_attention_heads,
             intermediate_size=settings.intermediate_size, vocab_size=info.vocab_size,
-            max_position_embeddings=settings.max_position_embeddings)
+            max_position_embeddings=positions)
         new = replace(new, **_config_changes(settings, arch, None, f"--architecture {arch.name}"))
         return arch.name, new.with_special_ids(info.special_ids), {}
     where = str(init.path if init is not None else model_config)
@@ -186,8 +190,8 @@ def _check_agreement(model, data: artifacts.Artifact, init: models.ModelSource |
         data_tokenizer=data.path / "tokenizer.json",
         hint=(f"; build the data with the model's tokenizer (bertctl tokenize "
               f"--from-pretrained {init.path})" if init is not None else ""),
-        # a new model's positions are --max-position-embeddings, which the error names
-        positions_note=architectures.of_model(model).positions_note if init is not None else "")
+        positions_note=(architectures.of_model(model).positions_note if init is not None
+                        else "; --max-position-embeddings sets a new model's"))
 
 
 def _schedule(settings: PretrainSettings, init: models.ModelSource | None,
