@@ -108,6 +108,16 @@ def worked_example(heading: str) -> list[list[str]]:
     return [shlex.split(x) for x in block.splitlines() if x.startswith("bertctl ")]
 
 
+def write_manifest(path, manifest: dict) -> None:
+    """Write an edited manifest as a hostile user who knows the format would: its digest
+    recomputed, so what is tested is the check behind it (file checksums, ids, payloads)."""
+    from bertctl.contract.manifest import Manifest
+
+    if manifest.get("digest") is not None:
+        manifest["digest"] = Manifest(**manifest).content_digest()
+    (Path(path) / "artifact.json").write_text(json.dumps(manifest))
+
+
 def one_line_error(r, *parts):
     """A refusal as the contract says: exit 2, one line on stderr, holding every part."""
     assert r.exit_code == 2, (r.exit_code, r.stderr)

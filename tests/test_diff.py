@@ -6,7 +6,7 @@ import shutil
 
 import bertctl
 
-from conftest import CORPUS
+from conftest import CORPUS, write_manifest
 
 
 def test_runs_that_differ_only_in_seed(sst2_seed_runs, cli):
@@ -34,7 +34,7 @@ def test_nested_settings_and_versions(tmp_path, sst2_seed_runs, cli, tiny_pretra
     shutil.copytree(ft0, copy)
     manifest = json.loads((copy / "artifact.json").read_text())
     manifest["bertctl_version"] = "0.0.1"
-    (copy / "artifact.json").write_text(json.dumps(manifest))
+    write_manifest(copy, manifest)
     r = cli("diff", ft0, copy)
     assert r.stdout.splitlines() == [f"bertctl_version: {bertctl.__version__} -> 0.0.1"]
     # A fine-tuned model against its base: what fine-tuning did (its settings, its data), not

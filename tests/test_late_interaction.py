@@ -10,7 +10,7 @@ import pytest
 import torch
 from bertctl.search import late, ranking
 from conftest import (EXAMPLES, beir_texts, loss_trained_on, one_line_error, read_run,
-                      reranked_eval, tiny_embedder)
+                      reranked_eval, tiny_embedder, write_manifest)
 from tolerance import TINY_FP32, fp32_sum
 
 TRAIN = EXAMPLES / "retrieval" / "train.tsv"
@@ -425,7 +425,7 @@ def test_stored_pieces_refuse_what_they_cannot_serve(cli, minilm_l2, example_ind
     manifest = json.loads((tmp_path / "idx" / "artifact.json").read_text())
     manifest["files"]["index.parquet"] = {"sha256": sha256_file(rows),
                                           "size": rows.stat().st_size}
-    (tmp_path / "idx" / "artifact.json").write_text(json.dumps(manifest))
+    write_manifest(tmp_path / "idx", manifest)
     one_line_error(cli("search", tmp_path / "idx", "--query", "normans", "--rerank-scoring",
                        "maxsim"), "index.parquet: its rows' pieces", "not in the artifact's")
     (tmp_path / "idx" / "pieces-00000.npy").unlink()

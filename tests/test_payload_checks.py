@@ -7,7 +7,7 @@ import shutil
 
 import numpy as np
 
-from conftest import EXAMPLES, one_line_error
+from conftest import EXAMPLES, one_line_error, write_manifest
 
 QUERY = ["--query", "Who were the Normans?"]
 
@@ -65,14 +65,14 @@ def test_a_models_edited_weights_are_refused_before_any_work(cli, tiny_pretraine
 
 def test_search_counts_the_vectors_it_reads_not_the_manifests_stats(cli, example_index,
                                                                    tmp_path):
-    """stats.vectors edited to 2 (the manifest's stats are in neither the id nor the files'
-    checksums): --top-k 5 still prints 5 hits."""
+    """stats.vectors edited to 2 in a crafted manifest (its digest recomputed): --top-k 5
+    still prints 5 hits."""
     import json
 
     index = _copy(example_index, tmp_path / "index")
     manifest = json.loads((index / "artifact.json").read_text())
     manifest["stats"]["vectors"] = 2
-    (index / "artifact.json").write_text(json.dumps(manifest))
+    write_manifest(index, manifest)
     r = cli("search", index, *QUERY, "--top-k", "5")
     assert r.exit_code == 0, r.stderr
     assert len(r.stdout.splitlines()) == 5

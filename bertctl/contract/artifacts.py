@@ -451,6 +451,7 @@ def publish(planned: Plan, build: Callable[[Path], dict[str, Any]]) -> Outcome:
             bertctl_version=bertctl.__version__, config=planned.recorded,
             inputs=planned.inputs, files=_hash_files(tmp), environment=environment(),
             stats=stats, metrics=metrics)
+        manifest.digest = manifest.content_digest()
         with signals.deferred():   # published whole, or not at all
             (tmp / MANIFEST).write_text(manifest.model_dump_json(indent=2) + "\n",
                                         encoding="utf-8")

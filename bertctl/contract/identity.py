@@ -88,6 +88,9 @@ def lineage_problem(manifest: Manifest) -> str | None:
     if not id_holds(manifest.kind, manifest.id, manifest.config, manifest.inputs):
         return (f"its id {manifest.id} is not the hash of its recorded settings and inputs "
                 f"(the manifest was edited)")
+    if manifest.digest is not None and manifest.digest != manifest.content_digest():
+        return ("its contents are not what was written (a field outside the id, such as its "
+                "stats or metrics, was edited)")
     stack = list(manifest.inputs)
     while stack:
         ref = stack.pop()

@@ -34,9 +34,11 @@ def candidates(n: int) -> int:
     return max(50_000, 20 * n)
 
 
-# A Unigram piece added scores this much above the split it replaces: enough that the word is
-# read whole, little enough that it rarely outbids a split of a longer word.
-_UNIGRAM_MARGIN = 0.1
+# A Unigram piece added scores this much times its length squared above the split it replaces.
+# Squared, so a word beats every other path through its characters, those through other added
+# words too (a word's base split is at least theirs joined, and (a + b)^2 > a^2 + b^2): with one
+# margin for all, "alice" + "s" tied "alices". Small, so it rarely outbids a longer word's split.
+_UNIGRAM_MARGIN = 0.005
 # Rounds of merges appended for BPE words that earlier words' merges led astray (each round
 # finishes them from where they stand; two sufficed on every vocabulary tried).
 _BPE_ROUNDS = 8
@@ -133,9 +135,9 @@ def extend(base: Tokenizer, added: list[Added]) -> tuple[Tokenizer, list[Added]]
 
 
 def _extend_unigram(base: Tokenizer, spec: dict, added: list[Added]) -> Tokenizer:
-    """Each word scored `_UNIGRAM_MARGIN` above the score of its base split (an unknown piece
-    at the library's penalty, 10 below the lowest score): the best path through the word is
-    then the word itself."""
+    """Each word scored `_UNIGRAM_MARGIN` x its length squared above the score of its base
+    split (an unknown piece at the library's penalty, 10 below the lowest score): the best path
+    through the word is then the word itself."""
     vocab = spec["model"]["vocab"]
     model = base.model
     unknown = spec["model"].get("unk_id")
@@ -143,7 +145,7 @@ def _extend_unigram(base: Tokenizer, spec: dict, added: list[Added]) -> Tokenize
     for a in added:
         split = sum(penalty if t.id == unknown else vocab[t.id][1]
                     for t in model.tokenize(a.piece))
-        vocab.append([a.piece, round(split + _UNIGRAM_MARGIN, 6)])
+        vocab.append([a.piece, round(split + _UNIGRAM_MARGIN * len(a.piece) ** 2, 6)])
     return Tokenizer.from_str(json.dumps(spec))
 
 

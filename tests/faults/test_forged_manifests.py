@@ -1,7 +1,8 @@
-"""A manifest is plain JSON, so its id is checked against what it records (#26 item 5): a
-setting, an input id or an ancestor's recorded settings edited after the artifact was written
-(the id left as it was) is noticed by `inspect --verify`, by every stage reading the artifact,
-by `diff`, and by a rerun that would otherwise call it up to date."""
+"""A manifest is plain JSON, so its id is checked against what it records (#26 item 5) and its
+digest against everything else it holds (#103): a setting, an input id, an ancestor's recorded
+settings, a stat or any other field edited after the artifact was written (the id left as it
+was) is noticed by `inspect --verify`, by every stage reading the artifact, by `diff`, and by a
+rerun that would otherwise call it up to date."""
 
 import json
 import shutil
@@ -32,8 +33,18 @@ def _set_ancestor_setting(m):
     tok["config"]["vocab_size"] += 1
 
 
+def _set_stat(m):
+    # what the model card says it trained on; no id covers it (#103: the card said 5)
+    m["stats"]["step"] = 5
+
+
+def _set_version(m):
+    m["bertctl_version"] = "0.0.1"
+
+
 EDITS = {"a setting": _set_seed, "an input's id": _set_input_id,
-         "an ancestor's setting": _set_ancestor_setting}
+         "an ancestor's setting": _set_ancestor_setting, "a stat": _set_stat,
+         "the version": _set_version}
 
 
 @pytest.fixture
@@ -59,6 +70,29 @@ def test_verify_and_every_reader_notice(forged, cli, tmp_path):
         lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
         assert len(lines) == 1 and "artifact.json" in lines[0] and "edited" in lines[0], lines
     assert not (tmp_path / "ex").exists() and not (tmp_path / "emb").exists()
+
+
+def test_edited_stats_of_data_and_tokenizers_are_refused(pretrain_data, small_tokenizer, cli,
+                                                       tmp_path):
+    """The probe's cases: a pretraining-data artifact's train instances set to 5 (the model
+    card said "train instances 5"; true: 741) and a tokenizer's stats, each read by the next
+    stage under its unchanged id."""
+    data, tok = tmp_path / "data", tmp_path / "tok"
+    shutil.copytree(pretrain_data, data)
+    shutil.copytree(small_tokenizer, tok)
+    _edit(data, lambda m: m["stats"]["splits"]["train"].update(instances=5))
+    _edit(tok, lambda m: m["stats"].update(documents=1))
+    for args in (("pretrain", data, "--model-size", "tiny", "--steps", "1",
+                  "--out", tmp_path / "m"),
+                 ("build-pretrain-data", tok, tmp_path / "t.txt", "--out", tmp_path / "d")):
+        (tmp_path / "t.txt").write_text("one line.\nanother line.\n")
+        r = cli(*args)
+        assert r.exit_code == 2, (args, r.stderr)
+        assert "artifact.json" in r.stderr and "stats or metrics" in r.stderr
+    assert not (tmp_path / "m").exists() and not (tmp_path / "d").exists()
+    for art in (data, tok):
+        r = cli("inspect", art, "--verify")
+        assert r.exit_code != 0 and "was edited" in r.stderr
 
 
 def test_the_unedited_artifacts_verify(tiny_pretrained, pretrain_data, small_tokenizer, cli):

@@ -5,7 +5,7 @@ import shutil
 
 import pytest
 
-from conftest import TINY_MODEL
+from conftest import TINY_MODEL, write_manifest
 
 
 @pytest.fixture
@@ -54,7 +54,7 @@ def _swap_vocab_lines_and_resign(artifact):
     entry = manifest["files"]["vocab.txt"]
     entry["sha256"] = hashlib.sha256(vocab.read_bytes()).hexdigest()
     entry["size"] = vocab.stat().st_size
-    (artifact / "artifact.json").write_text(json.dumps(manifest))
+    write_manifest(artifact, manifest)
     return lines[200].strip()
 
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from conftest import FAMILY_DATA, FIXTURES, invoke
+from conftest import FAMILY_DATA, FIXTURES, invoke, write_manifest
 
 # Finite weights whose products overflow float32 (max 3.4e38): the last layer's output
 # projection at 3e38 makes every hidden state inf - inf = NaN after its LayerNorm, so every
@@ -179,7 +179,7 @@ def test_glue_summary_over_a_nan_metric_says_so_and_ranks_it_last(cli, sst2_seed
     shutil.copytree(ev, nan_eval)
     manifest = json.loads((nan_eval / "artifact.json").read_text())
     manifest["metrics"]["accuracy"] = float("nan")
-    (nan_eval / "artifact.json").write_text(json.dumps(manifest))
+    write_manifest(nan_eval, manifest)
     r = cli("glue-summary", nan_eval, "--out", tmp_path / "sum")
     assert r.exit_code == 0, r.stderr
     assert "accuracy is nan (no value)" in r.stderr

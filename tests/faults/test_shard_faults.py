@@ -9,7 +9,7 @@ import pytest
 from bertctl.data.pretraining_dataset import PretrainingDataset
 from bertctl.errors import BertctlError
 
-from conftest import TINY_MODEL
+from conftest import TINY_MODEL, write_manifest
 
 SHARD = "train-00000of00001-00000"
 
@@ -68,7 +68,7 @@ def test_a_manifest_without_stats_does_not_decide_what_is_read(data, cli, tmp_pa
 
     manifest = json.loads((data / "artifact.json").read_text())
     manifest.pop("stats")
-    (data / "artifact.json").write_text(json.dumps(manifest))
+    write_manifest(data, manifest)
     r = cli("pretrain", data, "--out", tmp_path / "m", "--steps", "1", "--batch-size", "4",
             *TINY_MODEL)
     assert r.exit_code == 0, r.stderr
