@@ -137,10 +137,11 @@ def test_a_file_of_an_artifact_carries_that_artifact_as_its_lineage(cli, minilm_
     assert "artifact: split" in shown.stdout
 
 
-def test_a_large_files_sample_is_checked_before_it_is_read(tmp_path):
-    """Above the checksum limit a file is checked by its sample (its size and blocks from its
-    first byte to its last): an edit in a block is one line, exit 2; a small file's entry has
-    no sample (its manifest entry as before)."""
+def test_every_byte_of_a_large_file_is_checked_before_it_is_read(tmp_path):
+    """Above the checksum limit a file has a sample too (its size and blocks from its first
+    byte to its last), and every byte is hashed as well: an edit in a block or between the
+    blocks (#103: 6 MB of MiniLM's embeddings multiplied by -5 passed) is one line, exit 2; a
+    small file's entry has no sample (its manifest entry as before)."""
     import pytest
 
     from bertctl.contract import artifacts
@@ -163,7 +164,11 @@ def test_a_large_files_sample_is_checked_before_it_is_read(tmp_path):
     art.file("vectors-00000.npy")
     data = bytearray((out / "vectors-00000.npy").read_bytes())
     last = len(data) - artifacts.SAMPLE_BLOCK
-    for at in (0, len(data) - 1, last * 7 // (artifacts.SAMPLE_BLOCKS - 1) + 10):   # 3 blocks
+    between = last // (artifacts.SAMPLE_BLOCKS - 1) + artifacts.SAMPLE_BLOCK + 100
+    assert artifacts.sample_digest(out / "vectors-00000.npy") == \
+        entries["vectors-00000.npy"].sample
+    for at in (0, len(data) - 1, last * 7 // (artifacts.SAMPLE_BLOCKS - 1) + 10,   # 3 blocks
+               between):                                                        # none
         edited = bytearray(data)
         edited[at] ^= 0xFF
         (out / "vectors-00000.npy").write_bytes(bytes(edited))

@@ -20,8 +20,8 @@ class FileEntry(BaseModel):
     model_config = ConfigDict(extra="forbid")
     sha256: str
     size: int
-    # For a file too large to hash whenever it is read (a shard, weights): the hash of its size
-    # and blocks spread over it (artifacts.sample_digest), which a stage checks before reading.
+    # For a large file (a shard, weights): the hash of its size and blocks spread over it
+    # (artifacts.sample_digest), which a stage checks before it hashes every byte.
     sample: str | None = None
 
     @model_serializer(mode="wrap")
