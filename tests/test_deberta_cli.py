@@ -67,6 +67,46 @@ def test_export_of_a_deberta_is_checked_and_runs(quantize, deberta_tasks, cli, t
     assert r.exit_code == 0, r.stderr
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("attention, projections", [
+    ({"pos_att_type": ["c2p"], "share_att_key": True}, 1),            # the shared key's
+    ({"pos_att_type": ["p2c", "c2p"], "share_att_key": False}, 2)])   # its own key's and query's
+def test_int8_export_of_each_relative_attention_runs(attention, projections, cli,
+                                                     small_tokenizer, tmp_path):
+    """The probe's configurations (#103: onnxruntime refused the DynamicQuantizeMatMul of
+    `pos_att_type ["c2p"]` or `share_att_key: false`). Their position projections are products
+    of constants: they stay fp32, the layers' matrices int8."""
+    transformers = pytest.importorskip("transformers")
+    import collections
+    import shutil
+
+    import onnx
+
+    from bertctl.model.onnx_model import constant_products
+
+    config = transformers.DebertaV2Config(
+        vocab_size=4000, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=64, max_position_embeddings=128, relative_attention=True,
+        position_buckets=32, max_relative_positions=64, norm_rel_ebd="layer_norm",
+        type_vocab_size=0, pad_token_id=0, **attention)
+    hf = tmp_path / "hf"
+    transformers.DebertaV2ForMaskedLM(config).save_pretrained(hf)
+    for name in ("tokenizer.json", "vocab.txt"):
+        shutil.copy(small_tokenizer / name, hf / name)
+    data, dev = FAMILY_DATA["single"]
+    r = cli("finetune", hf, *data, "--steps", "1", "--batch-size", "8", "--out", tmp_path / "m")
+    assert r.exit_code == 0, r.stderr
+    for quantize in ("none", "int8"):
+        r = cli("export", tmp_path / "m", "--quantize", quantize, "--check", dev,
+                "--out", tmp_path / quantize)
+        assert r.exit_code == 0, r.stderr
+    constants = constant_products(tmp_path / "none" / "model.onnx")
+    assert len(constants) == 2 * projections * 2   # per layer, each named as Gemm and MatMul
+    ops = collections.Counter(n.op_type for n in onnx.load(
+        str(tmp_path / "int8" / "model.onnx")).graph.node)
+    assert ops["MatMulInteger"] == 2 * 6 + 2   # q, k, v, out, two feed-forward; the head's
+
+
 def test_search_embed_distill_and_a_unigram_vocabulary_take_a_deberta(deberta, deberta_tasks,
                                                                       cli, tmp_path):
     st = pytest.importorskip("sentence_transformers")

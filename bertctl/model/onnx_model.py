@@ -155,12 +155,33 @@ def optimize(path: Path, model_type: str, num_heads: int, hidden_size: int) -> d
 
 def quantize(source: Path, target: Path, per_channel: bool) -> None:
     """Dynamic int8: weights of the matrix multiplications stored in int8, activations
-    quantized per batch at run time (what suits BERT on CPUs: no calibration data needed)."""
+    quantized per batch at run time (what suits BERT on CPUs: no calibration data needed).
+    A product of constants alone (DeBERTa's relative position embeddings through their key and
+    query projections) stays in fp32: it is the same every batch, and quantizing "activations"
+    that are weights made a DynamicQuantizeMatMul that onnxruntime refused to run."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     with _quiet():
         quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8,
-                         per_channel=per_channel)
+                         per_channel=per_channel, nodes_to_exclude=constant_products(source))
+
+
+def constant_products(path: Path) -> list[str]:
+    """The names of the graph's matrix products whose input is computed from its initializers
+    alone."""
+    import onnx
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    constant = {i.name for i in graph.initializer}
+    products = []
+    for node in graph.node:   # nodes are in topological order
+        if node.op_type == "Constant" or (node.input and all(not i or i in constant
+                                                               for i in node.input)):
+            constant.update(node.output)
+        if node.op_type in ("MatMul", "Gemm") and node.input and node.input[0] in constant:
+            # the quantizer splits a Gemm into NAME_MatMul and an Add first
+            products += [node.name, f"{node.name}_MatMul"]
+    return products
 
 
 class OnnxModel(torch.nn.Module):

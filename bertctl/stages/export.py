@@ -70,15 +70,17 @@ def run(settings: ExportSettings, target: artifacts.Target, model_dir: Path,
             models.load_task_model(source, "embedding" if embedding else None)
         started = time.monotonic()
         facts = _write_graph(model, tmp, settings, encoder, source)
-        _runs(tmp / models.ONNX_FILE, facts, settings, target)
+        _runs(tmp / models.ONNX_FILE, facts, settings, target,
+              architectures.longest_input(model.config))
         console.log(f"exported {facts.graph} ({facts.quantize}) in "
                     f"{time.monotonic() - started:.1f}s: {facts.bytes:,} bytes")
         _copy_model_files(source, tmp, encoder, type(model).__name__ if embedding else None)
         stats: dict[str, Any] = {"onnx": facts.as_stats(), "model": source.ref.path,
                                  "model_id": source.ref.id}
         if task is not None:
-            stats["check"] = _check(model, onnx_model.OnnxModel(tmp / models.ONNX_FILE),
-                                    source, task, settings)
+            graph = onnx_model.OnnxModel(tmp / models.ONNX_FILE,
+                                         name=str(target.out / models.ONNX_FILE))
+            stats["check"] = _check(model, graph, source, task, settings)
             stats["metrics"] = {"pytorch": stats["check"]["pytorch"],
                                 "export": stats["check"]["export"]}
             _log_check(stats["check"])
@@ -122,14 +124,16 @@ def _write_graph(model, tmp: Path, settings: ExportSettings, encoder: bool,
 
 
 def _runs(path: Path, facts: ExportFacts, settings: ExportSettings,
-          target: artifacts.Target) -> None:
+          target: artifacts.Target, longest: int) -> None:
     """The graph loads and runs one batch in the installed onnxruntime before it is published:
     an opset or a quantized operator it cannot run is one line, and nothing is written."""
-    shape = (1, 2, 8) if facts.input_rank == 3 else (1, 8)
     what = f"--opset {settings.opset}" + (" --quantize int8" if settings.quantize == "int8" else "")
     try:
-        onnx_model.OnnxModel(path, threads=1, name=str(target.out / models.ONNX_FILE))(
-            torch.ones(shape, dtype=torch.long))
+        graph = onnx_model.OnnxModel(path, threads=1, name=str(target.out / models.ONNX_FILE))
+        # a short batch, and one past the relative positions' buckets (DeBERTa's 256)
+        for length in sorted({min(8, longest), min(300, longest)}):
+            shape = (1, 2, length) if facts.input_rank == 3 else (1, length)
+            graph(torch.ones(shape, dtype=torch.long))
     except BertctlError as exc:
         raise BertctlError(f"{exc} (exported with {what}; opset 18 is what bertctl tests)"
                            ) from None
