@@ -143,7 +143,7 @@ def test_sequences_longer_than_the_models_positions_are_refused(cli, tiny_pretra
     r = cli("finetune", tiny_pretrained, FIXTURES / "glue" / "SST-2", "--task", "glue/sst2",
             "--max-seq-length", str(positions + 8), "--steps", "1", "--out", tmp_path / "m")
     assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1
-    assert f"{positions} position embeddings are fewer than the data's max_seq_length" in r.stderr
+    assert f"read at most {positions} tokens, fewer than the data's max_seq_length" in r.stderr
     assert not (tmp_path / "m").exists()
 
 

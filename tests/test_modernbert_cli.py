@@ -280,7 +280,7 @@ def test_a_modernbert_reranker_is_a_crossencoder(modern, cli, tmp_path):
 
 
 def test_a_new_rotary_model_reads_the_datas_length(cli, small_tokenizer, tmp_path):
-    """`pretrain DATA-1024 --architecture modernbert` stopped at "512 position embeddings":
+    """`pretrain DATA-1024 --architecture modernbert` stopped at "512 position embeddings are fewer":
     rotary positions have no table to size, so a new model reads the data's length. A learned
     table's refusal names the flag that sizes it."""
     data = tmp_path / "data"
@@ -296,5 +296,5 @@ def test_a_new_rotary_model_reads_the_datas_length(cli, small_tokenizer, tmp_pat
     assert json.loads((tmp_path / "m" / "config.json").read_text())[
         "max_position_embeddings"] == 1024
     r = cli("pretrain", data, "--objective", "mlm", *tiny, "--out", tmp_path / "b")
-    one_line_error(r, "512 position embeddings", "1024", "--max-position-embeddings")
+    one_line_error(r, "read at most 512 tokens", "1024", "--max-position-embeddings")
     assert not (tmp_path / "b").exists()

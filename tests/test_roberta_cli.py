@@ -200,3 +200,22 @@ def test_a_checkpoint_with_another_architectures_tokenizer_is_one_line(arch, cli
     r = cli("finetune", hf, *data, "--steps", "1", "--out", tmp_path / "b")
     one_line_error(r, str(hf), "token type 1", "1 token type(s)")
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_a_roberta_of_128_positions_fine_tunes_at_its_own_length(cli, roberta_data, tmp_path):
+    """Its table of 128 rows reads 126 tokens (positions start past the padding id): an unset
+    --max-seq-length takes the model's 126, where every fine-tune at the default 128 was
+    refused with "126 position embeddings"; 128 asked is refused with the reason."""
+    model = tmp_path / "r128"
+    args = [a if a != "130" else "128" for a in TINY_ROBERTA]
+    r = cli("pretrain", roberta_data, "--objective", "mlm", *args, "--steps", "1",
+            "--batch-size", "8", "--out", model)
+    assert r.exit_code == 0, r.stderr
+    data, _ = FAMILY_DATA["single"]
+    r = cli("finetune", model, *data, "--steps", "1", "--batch-size", "8",
+            "--out", tmp_path / "ft", "--json")
+    assert r.exit_code == 0, r.stderr
+    assert r.json()["config"]["max_seq_length"] == 126
+    r = cli("finetune", model, *data, "--max-seq-length", "128", "--steps", "1",
+            "--out", tmp_path / "ft128")
+    one_line_error(r, "read at most 126 tokens", "max_seq_length 128", "padding id")

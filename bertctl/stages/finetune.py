@@ -34,6 +34,12 @@ def run(settings: FinetuneSettings, target: artifacts.Target, model_dir: Path, t
     spec = task_spec(settings)
     family = tasks.get(spec.family)
     source = models.open_model(model_dir, "model")
+    if "max_seq_length" not in settings.model_fields_set:
+        # unset: the default, or the model's own length where it reads fewer (a RoBERTa of a
+        # 128-row table reads 126), as transformers' scripts cap it at model_max_length
+        longest = models.model_length(source)
+        if longest < settings.max_seq_length:
+            settings = settings.model_copy(update={"max_seq_length": longest})
     spec = family.for_model(spec, source.hf_config)
     features = frozen_features(settings, family, source)   # a bad --head fails before any work
     train_file, dev_file = training_files(spec, train_path, dev_path)

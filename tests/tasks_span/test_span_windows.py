@@ -176,6 +176,20 @@ def test_question_truncation_and_settings(tok, v2):
         encode_windows(v2, tok, max_seq_length=192, doc_stride=128, max_query_length=64)
 
 
+def test_the_length_message_counts_each_spellings_special_tokens(tok, v2):
+    """RoBERTa's pair has four (<s> q </s></s> p </s>): the message said [CLS]/[SEP]/[SEP]."""
+    from bertctl.data import tokenizer_training
+
+    lines = [" ".join(q.split()) for q in v2.questions + v2.contexts]
+    roberta = tokenizer_training.train_subwords(lambda: iter([lines]), "byte-level-bpe", 600,
+                                                False, False, None, "roberta")
+    with pytest.raises(BertctlError, match=r"leaves -3 passage tokens after a 63-token question "
+                       r"and 4 special tokens \(<s>/</s>/</s>/</s>\)"):
+        encode_windows(v2, roberta, max_seq_length=64, doc_stride=0, max_query_length=63)
+    with pytest.raises(BertctlError, match=r"3 special tokens \(\[CLS\]/\[SEP\]/\[SEP\]\)"):
+        encode_windows(v2, tok, max_seq_length=64, doc_stride=0, max_query_length=63)
+
+
 def test_passage_without_tokens(tok, v2):
     ex = copy.deepcopy(v2)
     ex.contexts[3] = "\u200b\u200b"          # zero-width spaces: text, but no tokens

@@ -32,8 +32,9 @@ def check(where: str, *, model_vocab: int, max_positions: int, pad_id: int | Non
                            f"than the data's ({data_vocab}); ids past the model's embedding "
                            f"table would crash")
     if seq_length > max_positions:
-        raise BertctlError(f"{where}: {max_positions} position embeddings are fewer than the "
-                           f"data's max_seq_length {seq_length}{positions_note}")
+        raise BertctlError(f"{where}: its position embeddings read at most {max_positions} "
+                           f"tokens, fewer than the data's max_seq_length "
+                           f"{seq_length}{positions_note}")
     special = data_special_ids or {}
     if pad_id is not None and "[PAD]" in special and int(pad_id) != special["[PAD]"]:
         raise BertctlError(f"{where}: the model's pad_token_id is {pad_id} but the data's "

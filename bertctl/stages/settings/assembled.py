@@ -51,7 +51,9 @@ def _family_length(cls, data: Any) -> Any:
     task, family = data.get("task"), data.get("family")
     family = family or (PRESETS[task].family if task in PRESETS else None)
     length = getattr(FAMILIES.get(family), "default_max_seq_length", None)
-    return {**data, "max_seq_length": length} if length else data
+    if not length or length == cls.model_fields["max_seq_length"].default:
+        return data   # left unset: finetune caps it at what the model reads
+    return {**data, "max_seq_length": length}
 
 
 def with_family_options(base: type[TaskSettings], stage: str) -> type[TaskSettings]:

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from bertctl.data.collate import pad_to_tensor
-from bertctl.data.tokenizer import CLS, PAD, SEP, pair_separators, special_id
+from bertctl.data.tokenizer import CLS, PAD, SEP, pair_separators, special_id, special_tokens
 from bertctl.errors import BertctlError
 from bertctl.tasks.span.reader import SpanExamples
 from tokenizers import Tokenizer
@@ -147,10 +147,12 @@ def encode_windows(examples: SpanExamples, tokenizer, max_seq_length: int = 384,
     specials = 2 + gap
     room_min = max_seq_length - max_query_length - specials
     if max_query_length < 1 or doc_stride < 0 or room_min <= doc_stride:
+        names = special_tokens(tokenizer)
+        marks = "/".join([names[CLS]] + [names[SEP]] * (1 + gap))
         raise BertctlError(
             f"max_seq_length {max_seq_length} leaves {room_min} passage tokens after a "
-            f"{max_query_length}-token question and [CLS]/[SEP]/[SEP]; it must exceed doc_stride "
-            f"{doc_stride} (lower --max-query-length or --doc-stride)")
+            f"{max_query_length}-token question and {specials} special tokens ({marks}); it "
+            f"must exceed doc_stride {doc_stride} (lower --max-query-length or --doc-stride)")
     tok = Tokenizer.from_str(tokenizer.to_str())   # a copy: the caller's settings stay
     tok.no_truncation()
     tok.no_padding()
