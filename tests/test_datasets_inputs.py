@@ -79,6 +79,18 @@ def test_the_text_column_is_taken_by_default(corpus_forms, cli, tmp_path):
     assert r.exit_code == 2 and "no column named text" in r.stderr and "body, id" in r.stderr
 
 
+def test_a_split_the_dataset_dict_lacks_lists_its_splits(corpus_forms, cli, tmp_path,
+                                                        tiny_pretrained):
+    """Before: "no such file or directory", the splits unnamed."""
+    missing = corpus_forms / "dict" / "test"
+    for args in (("tokenize", missing), ("embed", tiny_pretrained, missing),
+                 ("finetune", tiny_pretrained, missing, "--family", "single",
+                  "--text-column", "text")):
+        r = cli(*args, "--out", tmp_path / "o")
+        one_line_error(r, str(missing), "has no split 'test'", "its splits: train, validation")
+    assert not (tmp_path / "o").exists()
+
+
 def test_build_pretrain_data_and_audit_read_a_saved_dataset(corpus_forms, cli, tmp_path):
     _tokenize(cli, corpus_forms / "docs.jsonl", tmp_path / "tok")
     outs = {}

@@ -82,6 +82,9 @@ def test_a_decay_that_does_not_fit_is_refused():
     (["--schedule", "wsd", "--decay", "50", "--time-budget", "1m"],
      ["with time_budget, decay is a fraction"]),
     (["--schedule", "wsd", "--decay", "500"], ["decay 500 steps and the warm-up are longer"]),
+    # #103: 1.0 was read as a one-step decay, 2.5 as a fractional step count
+    (["--schedule", "wsd", "--decay", "1.0"], ["decay 1 is neither a fraction", "whole number"]),
+    (["--schedule", "wsd", "--decay", "2.5"], ["decay 2.5 is neither a fraction"]),
 ])
 def test_schedule_options_that_do_not_apply_are_one_line(args, parts, cli, tmp_path,
                                                          tiny_pretrained):

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from bertctl.data.tables import is_saved_dataset, saved_dataset_files
+from bertctl.data.tables import is_saved_dataset, no_such_path, saved_dataset_files
 from bertctl.errors import BertctlError
 
 # What a directory contributes: files with these endings (optionally .gz), so that a README or
@@ -121,7 +121,7 @@ def expand_sources(sources: Iterable[str | os.PathLike]) -> list[Path]:
         elif path.exists():
             raise BertctlError(f"{text}: not a regular file")
         else:
-            raise BertctlError(f"{text}: no such file or directory")
+            raise no_such_path(path)
     if not found:
         raise BertctlError("no corpus files given")
     # Absolute, links kept: a hub cache's snapshot links each file to a blob named by its hash,

@@ -66,6 +66,22 @@ def refuse_dataset_dict(path: Path) -> None:
                        f"give one of them, e.g. {path / str(splits[0])}")
 
 
+def no_such_path(path: Path) -> BertctlError:
+    """The error for a path that does not exist: a split a DatasetDict lacks lists its
+    splits."""
+    path = Path(path)
+    if (path.parent / "dataset_dict.json").is_file():
+        try:
+            splits = json.loads((path.parent / "dataset_dict.json").read_text(encoding="utf-8"))
+            splits = [str(s) for s in splits.get("splits") or []]
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+            splits = []
+        if splits:
+            return BertctlError(f"{path}: the DatasetDict {path.parent} has no split "
+                                f"{path.name!r} (its splits: {', '.join(splits)})")
+    return BertctlError(f"{path}: no such file or directory")
+
+
 def saved_dataset_files(path: Path) -> list[Path]:
     """The Arrow files of a directory save_to_disk wrote, in the dataset's row order
     (state.json's list)."""

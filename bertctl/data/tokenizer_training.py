@@ -181,6 +181,12 @@ def train_subwords(batches: Callable[[], Iterable[list[str]]], kind: str, vocab_
 _EM_ROUNDS = 4
 
 
+def corpus_reads(kind: str) -> int:
+    """How often training a vocabulary of `kind` reads the corpus: WordPiece twice (its
+    characters, then its words), BPE once, Unigram once and once per round of its scores."""
+    return {"wordpiece": 2, "unigram": 1 + _EM_ROUNDS}.get(kind, 1)
+
+
 def _settled_scores(tok: Tokenizer, specials: int,
                     batches: Callable[[], Iterable[list[str]]]) -> Tokenizer:
     spec = json.loads(tok.to_str())

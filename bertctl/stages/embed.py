@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from bertctl import console, evaluation, frozen_features
 from bertctl.contract import artifacts
+from bertctl.data import tables
 from bertctl.stages.settings.declared import EmbedSettings
 from bertctl.errors import BertctlError
 from bertctl.model import architectures, sentence_layout
@@ -23,7 +24,7 @@ def run(settings: EmbedSettings, target: artifacts.Target, model_dir: Path, data
     models.check_reads_task(source, tok, max_len)
     layers = parse_layers(settings.layers, source.num_layers)
     if not data.exists():
-        raise BertctlError(f"{data}: no such file or directory")
+        raise tables.no_such_path(data)
     # Unset pooling on an embedding model (bertctl's, sentence-transformers') gives the model's
     # own vectors, as it was trained to give them; a pooling given is the user's, over the
     # layers asked, normalised only if asked. The resolved values are recorded.

@@ -42,14 +42,13 @@ def run(settings: TokenizeSettings, target: artifacts.Target, sources: list[str]
         sample: list[list[str]] = []
         lowercase = not settings.cased
         trained = not (from_vocab or from_pretrained)
-        # WordPiece's training reads the corpus twice (its characters, then its words); the
-        # other kinds' and an import once (an import to measure the vocabulary against it).
-        passes = 2 if trained and settings.model == "wordpiece" else 1
+        # an import reads it once, to measure the vocabulary against it
+        passes = tokenizer_training.corpus_reads(settings.model) if trained else 1
         with console.progress("reading corpus", total=total_bytes * passes,
                               unit="bytes") as bar:
             def batches(tally: corpus.CorpusStats):
                 for batch in corpus.iter_sentence_batches(files, settings.text_column, tally):
-                    bar.update(sum(map(len, batch)))
+                    bar.update(sum(len(line.encode("utf-8")) for line in batch))
                     yield batch
 
             strip = settings.strip_accents
@@ -158,7 +157,7 @@ def _extend(settings: TokenizeSettings, target: artifacts.Target, sources: list[
         with console.progress("reading corpus", total=3 * total_bytes, unit="bytes") as bar:
             def batches(tally: corpus.CorpusStats | None = None):
                 for batch in corpus.iter_sentence_batches(files, settings.text_column, tally):
-                    bar.update(sum(map(len, batch)))
+                    bar.update(sum(len(line.encode("utf-8")) for line in batch))
                     yield batch
 
             added = vocab_extension.choose(base, batches, settings.add)

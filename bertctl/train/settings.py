@@ -89,7 +89,8 @@ class TrainingSettings(Runtime):
         json_schema_extra=meta(TRAINING, hashed_if_changed=True))
     decay: float | None = Field(
         None, gt=0, description="With --schedule wsd: the decay's length, a fraction of the run "
-        "(of the budget with --time-budget) if below 1, else a step count; unset: 0.1.",
+        "(of the budget with --time-budget) if below 1, else a whole number of steps (2 or "
+        "more); unset: 0.1.",
         json_schema_extra=meta(TRAINING, hashed_if_changed=True))
     max_grad_norm: float | None = Field(1.0, gt=0, description="Gradient clipping norm.",
                                         json_schema_extra=meta(TRAINING))
@@ -155,6 +156,11 @@ class TrainingSettings(Runtime):
         if self.log_to is not None and self.log_to.partition(":")[0] not in ("mlflow", "wandb"):
             raise ValueError(f"log_to {self.log_to!r}: mlflow or wandb (optionally :URI for "
                              f"mlflow, :PROJECT for wandb)")
+        if self.decay is not None and self.decay >= 1 and \
+                (self.decay != int(self.decay) or self.decay == 1):
+            # 1 reads as the whole run and as one step; 2.5 is neither a share nor a count
+            raise ValueError(f"decay {self.decay:g} is neither a fraction of the run (below 1) "
+                             f"nor a whole number of steps (2 or more)")
         if self.decay is not None and self.schedule != "wsd":
             raise ValueError(f"decay is the length of --schedule wsd's decay; the schedule is "
                              f"{self.schedule}")

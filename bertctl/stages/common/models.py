@@ -152,7 +152,7 @@ def data_input(path: Path, role: str = "data") -> artifacts.InputRef:
         return artifacts.InputRef(role=role, kind="files", id=digest,
                                   path=os.path.abspath(path), size=size)
     if not path.is_dir():
-        raise BertctlError(f"{path}: no such file or directory")
+        raise tables.no_such_path(path)
     digest, size = _digest(path, sorted(p for p in path.rglob("*") if p.is_file()))
     if size == 0 and not any(path.iterdir()):
         raise BertctlError(f"{path}: empty directory")
