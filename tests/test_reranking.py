@@ -337,6 +337,25 @@ def test_a_two_label_classifier_is_no_reranker_whatever_its_config_says(cli, min
         assert not (tmp_path / "ev").exists()
 
 
+def test_a_one_output_reranker_whose_config_lists_two_labels_reranks(cli, minilm_l2,
+                                                                     tmp_path):
+    """The weights decide: one output is a reranker, whatever labels its config lists
+    (before: refused as a 2-label classifier)."""
+    from sentence_transformers import CrossEncoder
+
+    out = tmp_path / "one"
+    CrossEncoder(str(minilm_l2), num_labels=1, device="cpu").save(str(out))
+    config = json.loads((out / "config.json").read_text())
+    config.pop("num_labels", None)
+    config.update(id2label={"0": "LABEL_0", "1": "LABEL_1"}, label2id={"LABEL_0": 0,
+                                                                       "LABEL_1": 1})
+    (out / "config.json").write_text(json.dumps(config))
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("query\tpositive\nwho wrote it\tan author wrote it\n", encoding="utf-8")
+    r = cli("eval", out, pairs, "--task", "reranking", "--out", tmp_path / "ev2")
+    assert r.exit_code == 0, r.stderr
+
+
 @pytest.mark.parametrize("activation,key", [
     ("Identity", "st6"), ("Tanh", "st6"), ("Identity", "st4"), ("Identity", "old")])
 def test_a_crossencoders_saved_activation_and_length_are_what_bertctl_scores_by(

@@ -313,6 +313,13 @@ def load_model(directory: str | Path, role: str | type | None = None,
             head_class.__name__ in names or getattr(head_class, "kwargs_from_any_config", False)):
         # A checkpoint of this very head type knows its label count; another head's does not.
         head_kwargs = {**head_class.kwargs_from_hf(hf_config), **head_kwargs}
+        outputs = head_outputs(directory) if "num_labels" in head_kwargs else None
+        if outputs is not None and outputs != head_kwargs["num_labels"]:
+            # the head's weights are what the checkpoint is: a one-output reranker whose
+            # config lists two labels scores with one
+            head_kwargs["num_labels"] = outputs
+            if outputs == 1 and hf_config.get("problem_type") is None:
+                head_kwargs["problem_type"] = "regression"
     model = head_class(config, **head_kwargs)
     tensors = read_safetensors(directory)
     if issubclass(head_class, EncoderWithHead):

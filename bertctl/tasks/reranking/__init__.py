@@ -164,9 +164,10 @@ class Reranking(SequenceFamily):
                     "--task reranking)")
             raise BertctlError(f"{where}: a reranker is a sequence classifier with one output; "
                                f"the model is {architecture_name(arch)}{hint}")
-        if n in (None, 1) and Path(where).is_dir():
+        if Path(where).is_dir():
             from bertctl.model.hf import head_outputs   # (torch: not at declaration)
 
+            # the head's weights decide: a config may list two labels beside one output
             n = head_outputs(where) or n
         if n not in (None, 1):
             raise BertctlError(f"{where}: a reranker has one output; the model is a "
