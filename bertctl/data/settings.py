@@ -49,7 +49,8 @@ class TokenizeSettings(StageConfig):
                                "adding domain words later (Google's layout: [UNK]=100 with 99).",
                                json_schema_extra=meta(TOKENIZER))
     text_column: str | None = Field(None, description="Column holding the text in JSON lines, "
-                                    "CSV or parquet corpus files.", json_schema_extra=meta(DATA))
+                                    "CSV, parquet or Arrow corpus files; unset: text, or a "
+                                    "table's only column.", json_schema_extra=meta(DATA))
     add: int | None = Field(None, ge=1, le=1_000_000, description="With --extend: the number of "
                             "words to add as pieces (those that shorten the corpus's "
                             "tokenization most).",
@@ -169,7 +170,8 @@ class AuditSettings(StageConfig):
                                              "median cell has at least 4 words.",
                                              json_schema_extra=meta(DATA))
     text_column: str | None = Field(None, description="Column holding the text in JSON lines, "
-                                    "CSV or parquet corpus files.", json_schema_extra=meta(DATA))
+                                    "CSV, parquet or Arrow corpus files; unset: text, or a "
+                                    "table's only column.", json_schema_extra=meta(DATA))
     max_listed: int = Field(20, ge=0, description="Overlapping examples shown per task file in "
                             "the log (all are in overlaps.jsonl).",
                             json_schema_extra=meta(RUNTIME, identity=False))

@@ -38,7 +38,8 @@ class BuildPretrainDataSettings(PretrainingDataSettings):
     workers: int | None = Field(None, ge=1, description="Worker processes; unset: all cores. "
                                 "The output does not depend on it.", json_schema_extra=_RUN)
     text_column: str | None = Field(None, description="Column holding the text in JSON lines, "
-                                    "CSV or parquet corpus files.", json_schema_extra=meta(DATA))
+                                    "CSV, parquet or Arrow corpus files; unset: text, or a "
+                                    "table's only column.", json_schema_extra=meta(DATA))
 
     @model_validator(mode="after")
     def _slice(self):
