@@ -91,7 +91,8 @@ class PretrainSettings(TrainingSettings):
     max_position_embeddings: int = Field(512, ge=8, description="Position embeddings (at least "
                                          "the data's max_seq_length); modernbert has no "
                                          "position table (rotary): the longest input it "
-                                         "declares, up to 8192, which a run with --init-from "
+                                         "declares, up to 8192 (unset: 512, or the data's "
+                                         "length if longer), which a run with --init-from "
                                          "may raise (context extension).",
                                          json_schema_extra=meta(MODEL))
     rope_theta: float | None = Field(None, gt=0, description="Rotary base of the layers that "
