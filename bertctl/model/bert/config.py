@@ -3,16 +3,16 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
 from bertctl.errors import BertctlError
-from bertctl.model.architectures import check_config, encoder_flops, preset_shape
-
+from bertctl.model.architectures import check_config
+from bertctl.model.config_base import ConfigBase
 
 
 @dataclass
-class BertConfig:
+class BertConfig(ConfigBase):
     """Hyper-parameters under Hugging Face's field names, so config.json maps one to one.
 
     The defaults are BERT-Base with the uncased English vocabulary.
@@ -20,7 +20,8 @@ class BertConfig:
 
     architecture = "bert"   # model.architectures
     model_type: ClassVar[str] = "bert"   # config.json's
-    presets: ClassVar[dict[str, str]]   # set below from PRESETS: name -> "L/H/A"
+    KEPT_WHEN_SIZED = ("vocab_size", "max_position_embeddings", "type_vocab_size",
+                       "pad_token_id")
 
     vocab_size: int = 30522
     hidden_size: int = 768
@@ -38,9 +39,6 @@ class BertConfig:
     # HF's optional override of the dropout before sequence/token classifiers (None: hidden's).
     classifier_dropout: float | None = None
 
-    def __post_init__(self) -> None:
-        self.validate()
-
     def validate(self) -> None:
         """Raise BertctlError for settings no BERT can be built from."""
         check_config(self, ("vocab_size", "hidden_size", "num_hidden_layers",
@@ -54,25 +52,6 @@ class BertConfig:
     @property
     def head_size(self) -> int:
         return self.hidden_size // self.num_attention_heads
-
-    def with_layers(self, layers: list[int]) -> BertConfig:
-        """This config for a model of only `layers` of this one's."""
-        return replace(self, num_hidden_layers=len(layers))
-
-    def matmul_flops(self, rows: int, seq_len: int, mlm_fraction: float = 0.15,
-                     training: bool = True, pooler: bool = False) -> float:
-        return encoder_flops(self, rows, seq_len, mlm_fraction, training, pooler)
-
-    def sized(self, preset: str) -> BertConfig:
-        """A preset size that reads what this model reads (vocabulary, positions, segments)."""
-        return type(self).from_preset(preset, vocab_size=self.vocab_size,
-                                      max_position_embeddings=self.max_position_embeddings,
-                                      type_vocab_size=self.type_vocab_size,
-                                      pad_token_id=self.pad_token_id)
-
-    def with_special_ids(self, special_ids: dict[str, int]) -> BertConfig:
-        """BERT's config names no special token but the padding (checked against the data's)."""
-        return self
 
     # -- Hugging Face config.json --------------------------------------------------------------
 
@@ -102,30 +81,7 @@ class BertConfig:
                                f"{d['position_embedding_type']!r} is not supported (only 'absolute')")
         if d.get("is_decoder") or d.get("add_cross_attention"):
             raise BertctlError(f"{source}: decoder/cross-attention BERT is not supported")
-        known = {f.name for f in fields(cls)}
-        try:
-            return cls(**{k: v for k, v in d.items() if k in known})
-        except BertctlError as exc:  # say which file holds the bad value
-            raise BertctlError(str(exc).replace("model config:", f"{source}:", 1)) from None
-        except TypeError as exc:  # e.g. a string where a number belongs
-            raise BertctlError(f"{source}: {exc}") from None
-
-    # -- size presets --------------------------------------------------------------------------
-
-    @classmethod
-    def from_preset(cls, name: str, *, num_hidden_layers: int | None = None,
-                    hidden_size: int | None = None, num_attention_heads: int | None = None,
-                    intermediate_size: int | None = None, **overrides: Any):
-        """A preset from PRESETS with overrides (vocab_size, max_position_embeddings, ...).
-
-        Overriding hidden_size without intermediate_size keeps the paper's 4H feed-forward.
-        """
-        layers, hidden, heads, inner = preset_shape(
-            PRESETS, name, num_hidden_layers, hidden_size, num_attention_heads, intermediate_size)
-        return cls(num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads,
-                   intermediate_size=inner, **overrides)
-
-
+        return cls._from_values(d, source)
 
 
 # (layers, hidden, heads): Google's released sizes; the feed-forward is always 4 * hidden.
@@ -140,5 +96,4 @@ PRESETS: dict[str, tuple[int, int, int]] = {
 
 ESSENTIAL_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads")
 
-BertConfig.presets = {name: f"{layers}/{hidden}/{heads}"
-                      for name, (layers, hidden, heads) in PRESETS.items()}
+BertConfig.use_presets(PRESETS)

@@ -3,24 +3,26 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, ClassVar
 
 from bertctl.errors import BertctlError
-from bertctl.model.architectures import check_config, encoder_flops, preset_shape
+from bertctl.model.architectures import check_config, encoder_flops
+from bertctl.model.config_base import ConfigBase
 
 ATTENTION_TYPES = ("c2p", "p2c")   # content-to-position and position-to-content
 
 
 @dataclass
-class DebertaV2Config:
+class DebertaV2Config(ConfigBase):
     """The defaults are DeBERTa-v3's (He et al., 2021): relative attention over 256 log
     buckets, both disentangled terms with the content projections shared, no absolute
     positions, no token types, its 128k SentencePiece vocabulary; the base size."""
 
     architecture = "deberta-v2"
     model_type: ClassVar[str] = "deberta-v2"
-    presets: ClassVar[dict[str, str]]   # set below from PRESETS: name -> "L/H/A"
+    KEPT_WHEN_SIZED = ("vocab_size", "max_position_embeddings", "type_vocab_size",
+                       "pad_token_id")
 
     vocab_size: int = 128100
     hidden_size: int = 768
@@ -48,9 +50,6 @@ class DebertaV2Config:
     cls_dropout: float | None = None
     legacy: bool = True                   # the masked LM's head at cls.predictions
     pad_token_id: int | None = 0
-
-    def __post_init__(self) -> None:
-        self.validate()
 
     def validate(self) -> None:
         check_config(self, ("vocab_size", "hidden_size", "num_hidden_layers",
@@ -116,18 +115,6 @@ class DebertaV2Config:
                              per_token=L * kinds * distances * H,
                              per_batch=L * kinds * distances * H * H)
 
-    def with_layers(self, layers: list[int]) -> DebertaV2Config:
-        return replace(self, num_hidden_layers=len(layers))
-
-    def sized(self, preset: str) -> DebertaV2Config:
-        return DebertaV2Config.from_preset(
-            preset, vocab_size=self.vocab_size,
-            max_position_embeddings=self.max_position_embeddings,
-            type_vocab_size=self.type_vocab_size, pad_token_id=self.pad_token_id)
-
-    def with_special_ids(self, special_ids: dict[str, int]) -> DebertaV2Config:
-        return self
-
     # -- transformers' config.json -------------------------------------------------------------
 
     def to_hf_dict(self) -> dict[str, Any]:
@@ -168,23 +155,7 @@ class DebertaV2Config:
             else "none"
         if values.get("embedding_size") == d["hidden_size"]:
             values["embedding_size"] = None
-        try:
-            return cls(**values)
-        except BertctlError as exc:
-            raise BertctlError(str(exc).replace("model config:", f"{source}:", 1)) from None
-        except TypeError as exc:
-            raise BertctlError(f"{source}: {exc}") from None
-
-    # -- size presets --------------------------------------------------------------------------
-
-    @classmethod
-    def from_preset(cls, name: str, *, num_hidden_layers: int | None = None,
-                    hidden_size: int | None = None, num_attention_heads: int | None = None,
-                    intermediate_size: int | None = None, **overrides: Any) -> DebertaV2Config:
-        layers, hidden, heads, inner = preset_shape(
-            PRESETS, name, num_hidden_layers, hidden_size, num_attention_heads, intermediate_size)
-        return cls(num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads,
-                   intermediate_size=inner, **overrides)
+        return cls._from_values(values, source)
 
 
 # (layers, hidden, heads): BERT's sizes and DeBERTa-v3's xsmall and small.
@@ -197,5 +168,4 @@ PRESETS: dict[str, tuple[int, int, int]] = {
     "large": (24, 1024, 16),
 }
 
-DebertaV2Config.presets = {name: f"{layers}/{hidden}/{heads}"
-                           for name, (layers, hidden, heads) in PRESETS.items()}
+DebertaV2Config.use_presets(PRESETS)

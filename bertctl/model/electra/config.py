@@ -71,5 +71,3 @@ class ElectraConfig(BertConfig):
                 d["embedding_size"] = None
         return super().from_hf_dict(d, source)
 
-
-ElectraConfig.presets = BertConfig.presets

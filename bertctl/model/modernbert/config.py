@@ -5,20 +5,23 @@ presets (`PRESETS`): what config.json holds for a `model_type: modernbert` direc
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, ClassVar
+from typing import Any
 
 from bertctl.errors import BertctlError
-from bertctl.model.architectures import check_config, encoder_flops, preset_shape
+from bertctl.model.architectures import check_config, encoder_flops
+from bertctl.model.config_base import ConfigBase
 
 GLOBAL, LOCAL = "full_attention", "sliding_attention"   # transformers' layer_types values
 
 
 @dataclass
-class ModernBertConfig:
+class ModernBertConfig(ConfigBase):
     """The defaults are ModernBERT-base's shape (Warner et al., 2024) on BERT's vocabulary."""
 
     architecture = "modernbert"
-    presets: ClassVar[dict[str, str]]   # set below from PRESETS: name -> "L/H/A"
+    FEED_FORWARD = 1.5   # its GeGLU's, as a multiple of the width
+    KEPT_WHEN_SIZED = ("vocab_size", "max_position_embeddings", "pad_token_id", "cls_token_id",
+                       "sep_token_id")
 
     vocab_size: int = 30522
     hidden_size: int = 768
@@ -106,14 +109,6 @@ class ModernBertConfig:
         return replace(self, num_hidden_layers=len(layers),
                        layer_types=[self.layer_types[i] for i in layers])
 
-    def sized(self, preset: str) -> ModernBertConfig:
-        """A preset size that reads what this model reads (vocabulary, positions, specials)."""
-        return ModernBertConfig.from_preset(
-            preset, vocab_size=self.vocab_size,
-            max_position_embeddings=self.max_position_embeddings,
-            pad_token_id=self.pad_token_id, cls_token_id=self.cls_token_id,
-            sep_token_id=self.sep_token_id)
-
     def with_special_ids(self, special_ids: dict[str, int]) -> ModernBertConfig:
         """This config naming the tokenizer's [CLS] and [SEP] where it names none (config.json's
         bos and eos tokens, as transformers' ModernBERT writes them)."""
@@ -185,26 +180,7 @@ class ModernBertConfig:
                                f"supported")
         if values.get("cls_token_id") is None and d.get("bos_token_id") is not None:
             values["cls_token_id"] = d["bos_token_id"]
-        try:
-            return cls(**values)
-        except BertctlError as exc:
-            raise BertctlError(str(exc).replace("model config:", f"{source}:", 1)) from None
-        except TypeError as exc:
-            raise BertctlError(f"{source}: {exc}") from None
-
-    # -- size presets --------------------------------------------------------------------------
-
-    @classmethod
-    def from_preset(cls, name: str, *, num_hidden_layers: int | None = None,
-                    hidden_size: int | None = None, num_attention_heads: int | None = None,
-                    intermediate_size: int | None = None, **overrides: Any) -> ModernBertConfig:
-        """A preset with overrides; a hidden size given without intermediate_size keeps
-        ModernBERT's 1.5 x hidden feed-forward."""
-        layers, hidden, heads, inner = preset_shape(
-            PRESETS, name, num_hidden_layers, hidden_size, num_attention_heads, intermediate_size,
-            feed_forward=1.5)
-        return cls(num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads,
-                   intermediate_size=inner, **overrides)
+        return cls._from_values(values, source)
 
 
 # (layers, hidden, heads, intermediate). base and large are ModernBERT's released shapes; the
@@ -220,5 +196,4 @@ PRESETS: dict[str, tuple[int, int, int, int]] = {
     "large": (28, 1024, 16, 2624),
 }
 
-ModernBertConfig.presets = {name: f"{layers}/{hidden}/{heads}"
-                            for name, (layers, hidden, heads, _) in PRESETS.items()}
+ModernBertConfig.use_presets(PRESETS)

@@ -58,6 +58,3 @@ class XLMRobertaConfig(RobertaConfig):
 
     vocab_size: int = 250002
 
-
-for _cls in (RobertaConfig, XLMRobertaConfig):
-    _cls.presets = BertConfig.presets
