@@ -10,10 +10,15 @@ this package, read from the registry and imported when first named, so an archit
 elsewhere exports its own as bert/ and modernbert/ do."""
 
 import importlib
+import pkgutil
 
 from bertctl.model import architectures
-from bertctl.model import bert, deberta, distilbert, electra, modernbert, roberta  # noqa: F401  (each registers itself)
 from bertctl.model.architectures import ARCHITECTURES, ROLES, Architecture, build, role_of
+
+# Each architecture is a package here that registers itself when imported: found, not listed
+# (in name order, so the registry's order, the flags' choices, is the same everywhere).
+for _package in sorted(m.name for m in pkgutil.iter_modules(__path__) if m.ispkg):
+    importlib.import_module(f"{__name__}.{_package}")
 
 _LAZY = {
     "bertctl.model.bert.heads": ("BertWithHead",),

@@ -137,6 +137,9 @@ class Architecture:
     # The config field --rope-theta sets (the rotary base of the layers that see the whole
     # input); None: the architecture has no rotary positions.
     rope_base: str | None = None
+    # config.json keys only this architecture's config has: a file without model_type that
+    # holds one is this architecture's with its model_type lost, not an old BERT file.
+    own_config_keys: tuple[str, ...] = ()
 
     def roles(self) -> list[str]:
         """Every role it builds a model of: its own classes' and the registered heads'."""
@@ -198,16 +201,10 @@ HEADS: Registry[HeadSpec] = Registry("model head")
 register_head = HEADS.register
 
 
-# Keys only a ModernBERT config has: a config.json without model_type that holds them is a
-# ModernBERT whose model_type was lost, not an old BERT file.
-_NOT_BERT = ("layer_types", "global_rope_theta", "rope_parameters", "norm_eps",
-             "local_attention", "hidden_activation")
-
-
 def of_config(hf: dict[str, Any], source: str = "config.json") -> Architecture:
     """The architecture of a parsed config.json (by model_type; none: BERT, as old files)."""
     if isinstance(hf, dict) and "model_type" not in hf:
-        other = [k for k in _NOT_BERT if k in hf]
+        other = [k for a in ARCHITECTURES.values() for k in a.own_config_keys if k in hf]
         if other:
             raise BertctlError(f"{source}: no model_type, and keys BERT does not have "
                                f"({', '.join(other)}): add \"model_type\" (one of "

@@ -19,6 +19,8 @@ register(Architecture(
            "token_classification": _HEADS + "ModernBertForTokenClassification"},
     encoder_name="model", bare_prefixes=("embeddings.", "layers.", "final_norm."),
     ignored_keys=("decoder.weight",), position_table=False, rope_base="global_rope_theta",
+    own_config_keys=("layer_types", "global_rope_theta", "rope_parameters", "norm_eps",
+                     "local_attention", "hidden_activation"),
     positions_note=(" (ModernBERT has no position table: max_position_embeddings in its "
                     "config.json only declares the longest input, and raising it, up to 8192, "
                     "changes no weight; how well it reads lengths it never trained on is "
