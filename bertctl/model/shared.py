@@ -97,6 +97,16 @@ def first_tokens(hidden: torch.Tensor, sequence_starts: torch.Tensor | None) -> 
 _LOSS_CHUNK_BYTES = 1 << 21
 
 
+class TiedOutputBias(nn.Module):
+    """A masked LM's output layer whose weight is the word embedding table (passed in where
+    it is used): only its bias is its own, at `NAME.bias` as transformers' checkpoints hold it
+    (ELECTRA's generator_lm_head, DistilBERT's vocab_projector)."""
+
+    def __init__(self, vocab_size: int):
+        super().__init__()
+        self.bias = nn.Parameter(torch.zeros(vocab_size))
+
+
 class _VocabularyCrossEntropy(torch.autograd.Function):
     """Mean cross-entropy of (N, V) logits of any float dtype, computed in fp32 a slice of rows
     at a time: the gradient softmax - one-hot is written straight into the logits' dtype.

@@ -17,8 +17,8 @@ from bertctl.model.distilbert.config import DistilBertConfig
 from bertctl.model.dropout import Dropout
 from bertctl.model.roles import (MultipleChoice, QuestionAnswering, SequenceClassifier,
                                  TokenClassifier, masked_lm)
-from bertctl.model.shared import (ACTIVATIONS, EncoderWithHead, attention_bias, first_tokens,
-                                  init_normal, keep_layers)
+from bertctl.model.shared import (ACTIVATIONS, EncoderWithHead, TiedOutputBias, attention_bias,
+                                  first_tokens, init_normal, keep_layers)
 
 
 def sinusoidal_table(positions: int, dim: int) -> torch.Tensor:
@@ -234,21 +234,13 @@ class DistilBertForTokenClassification(TokenClassifier, DistilBertWithHead):
         return self.classifier(self.dropout(x))
 
 
-class _TiedProjector(nn.Module):
-    """vocab_projector: the word embedding table (passed in) and its own bias."""
-
-    def __init__(self, vocab_size: int):
-        super().__init__()
-        self.bias = nn.Parameter(torch.zeros(vocab_size))
-
-
 class DistilBertForMaskedLM(DistilBertWithHead):
     def __init__(self, config: DistilBertConfig):
         super().__init__(config)
         self.vocab_transform = nn.Linear(config.dim, config.dim)
         self.act = ACTIVATIONS[config.activation]
         self.vocab_layer_norm = nn.LayerNorm(config.dim, eps=config.layer_norm_eps)
-        self.vocab_projector = _TiedProjector(config.vocab_size)
+        self.vocab_projector = TiedOutputBias(config.vocab_size)
         self._init_head()
 
     def _predict(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -19,7 +19,7 @@ from bertctl.model.dropout import Dropout
 from bertctl.model.electra.config import ElectraConfig
 from bertctl.model.roles import (MultipleChoice, QuestionAnswering, SequenceClassifier,
                                  TokenClassifier, masked_lm)
-from bertctl.model.shared import ACTIVATIONS, first_tokens
+from bertctl.model.shared import ACTIVATIONS, TiedOutputBias, first_tokens
 
 
 class ElectraEmbeddings(BertEmbeddings):
@@ -150,21 +150,13 @@ class ElectraGeneratorPredictions(nn.Module):
         return self.LayerNorm(F.gelu(self.dense(x)))
 
 
-class _TiedDecoder(nn.Module):
-    """The generator's output layer: the word embedding table (passed in) and its own bias."""
-
-    def __init__(self, vocab_size: int):
-        super().__init__()
-        self.bias = nn.Parameter(torch.zeros(vocab_size))
-
-
 class ElectraForMaskedLM(ElectraWithHead):
     """An ELECTRA generator's masked LM (transformers' ElectraForMaskedLM)."""
 
     def __init__(self, config: ElectraConfig):
         super().__init__(config)
         self.generator_predictions = ElectraGeneratorPredictions(config)
-        self.generator_lm_head = _TiedDecoder(config.vocab_size)
+        self.generator_lm_head = TiedOutputBias(config.vocab_size)
         self._init_head()
 
     def _predict(self, hidden: torch.Tensor) -> torch.Tensor:
