@@ -312,8 +312,9 @@ def load_model(directory: str | Path, role: str | type | None = None,
     if issubclass(head_class, EncoderWithHead) and (
             head_class.__name__ in names or getattr(head_class, "kwargs_from_any_config", False)):
         # A checkpoint of this very head type knows its label count; another head's does not.
+        given = "num_labels" in head_kwargs   # the caller's count wins (a new head)
         head_kwargs = {**head_class.kwargs_from_hf(hf_config), **head_kwargs}
-        outputs = head_outputs(directory) if "num_labels" in head_kwargs else None
+        outputs = head_outputs(directory) if "num_labels" in head_kwargs and not given else None
         if outputs is not None and outputs != head_kwargs["num_labels"]:
             # the head's weights are what the checkpoint is: a one-output reranker whose
             # config lists two labels scores with one

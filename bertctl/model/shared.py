@@ -9,6 +9,7 @@ from functools import partial
 from typing import Any, ClassVar
 
 import torch
+import torch.utils.checkpoint
 import torch.nn.functional as F
 from torch import nn
 
@@ -95,6 +96,69 @@ def first_tokens(hidden: torch.Tensor, sequence_starts: torch.Tensor | None) -> 
 # Rows of logits converted to fp32 at a time: about 2 MB, so each slice stays in the cache
 # between its conversion and its use.
 _LOSS_CHUNK_BYTES = 1 << 21
+
+
+class EncoderBase(nn.Module):
+    """What every architecture's bare encoder does alike around its stack of layers (at
+    `LAYERS`, its path in the module and in the state dict): run it (all of it or its first
+    layers, recomputing each layer in the backward pass with `gradient_checkpointing`: dropout
+    draws the same masks the second time, as checkpoint restores the RNG), compile each layer
+    in place, name the modules whose outputs are the hidden states, keep some layers' weights,
+    count its parameters. A subclass builds `embeddings` and the stack and says how a layer is
+    called (`run_layers`' arguments)."""
+
+    LAYERS: ClassVar[str] = "encoder.layer"
+    gradient_checkpointing = False
+
+    @property
+    def stack(self) -> nn.ModuleList:
+        module: nn.Module = self
+        for name in self.LAYERS.split("."):
+            module = getattr(module, name)
+        return module
+
+    def run_layers(self, x: torch.Tensor, num_layers: int | None, *args: Any
+                   ) -> list[torch.Tensor]:
+        """The hidden states: `x`, then each layer's output (the first `num_layers` only)."""
+        layers = self.stack if num_layers is None else self.stack[:num_layers]
+        recompute = self.gradient_checkpointing and self.training and torch.is_grad_enabled()
+        states = [x]
+        for layer in layers:
+            if recompute:
+                x = torch.utils.checkpoint.checkpoint(layer, x, *args, use_reentrant=False)
+            else:
+                x = layer(x, *args)
+            states.append(x)
+        return states
+
+    def compile_layers(self) -> None:
+        """torch.compile each layer in place (the training loop's --compile). Regional: the
+        layers share one compiled graph, so compiling costs one layer's time, parameter names
+        do not change (checkpoints and artifacts stay as they are), and it composes with DDP
+        and gradient checkpointing. Sequence lengths vary from batch to batch: torch marks
+        them dynamic after the first recompile."""
+        for layer in self.stack:
+            layer.compile()
+
+    def hidden_state_modules(self) -> list[nn.Module]:
+        """The modules whose outputs are the hidden states 0 (the embeddings) to L."""
+        return [self.embeddings, *self.stack]
+
+    def layer_state(self, layers: list[int], state: dict[str, torch.Tensor] | None = None,
+                    prefix: str = "") -> dict[str, torch.Tensor]:
+        """`state` (this model's by default; keys under `prefix`) with only `layers` of the
+        stack, renumbered from 0."""
+        return keep_layers(self.state_dict() if state is None else state,
+                           f"{prefix}{self.LAYERS}.", layers, drop=self._dropped_when_moved)
+
+    @staticmethod
+    def _dropped_when_moved(new: int, rest: str) -> bool:
+        """Whether a layer's weight `rest` has no place at its new index `new`."""
+        return False
+
+    def num_parameters(self, exclude_embeddings: bool = False) -> int:
+        skip = {id(p) for p in self.embeddings.parameters()} if exclude_embeddings else set()
+        return sum(p.numel() for p in self.parameters() if id(p) not in skip)
 
 
 class TiedOutputBias(nn.Module):

@@ -12,12 +12,11 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.utils.checkpoint
 from torch import nn
 
 from bertctl.model.bert.config import BertConfig
-from bertctl.model.shared import (ACTIVATIONS, attention_bias, first_tokens, init_normal,
-                                  keep_layers)
+from bertctl.model.shared import (ACTIVATIONS, EncoderBase, attention_bias, first_tokens,
+                                  init_normal)
 from bertctl.model.attention import AttentionPolicy
 from bertctl.model.dropout import Dropout
 
@@ -161,7 +160,7 @@ class BertPooler(nn.Module):
 init_bert_weights = init_normal
 
 
-class BertModel(nn.Module):
+class BertModel(EncoderBase):
     """Embeddings, `num_hidden_layers` post-LN encoder blocks and (optionally) the pooler.
 
     forward(input_ids, token_type_ids=None, attention_mask=None, output_hidden_states=False)
@@ -188,20 +187,6 @@ class BertModel(nn.Module):
         # checkpoints free of unused weights.
         self.pooler = BertPooler(config) if add_pooling_layer else None
         self.apply(lambda m: init_bert_weights(m, config.initializer_range))
-        # Activation recomputation: keep only each layer's input for the backward pass and run
-        # the layer again there (the training loop's --gradient-checkpointing). Dropout draws
-        # the same masks the second time (checkpoint restores the RNG), so gradients are the
-        # ones computed without it.
-        self.gradient_checkpointing = False
-
-    def compile_layers(self) -> None:
-        """torch.compile each encoder layer in place (the training loop's --compile). Regional:
-        the layers share one compiled graph, so compiling costs one layer's time, parameter
-        names do not change (checkpoints and artifacts stay as they are), and it composes with
-        DDP and gradient checkpointing. Sequence lengths vary from batch to batch: torch marks
-        them dynamic after the first recompile."""
-        for layer in self.encoder.layer:
-            layer.compile()
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None,
@@ -212,16 +197,9 @@ class BertModel(nn.Module):
         """`num_layers`: run only the first layers (features from a lower layer need no more;
         the outputs then stop at that layer and there is no pooler output)."""
         mask = attention_bias(attention_mask, packed=position_ids is not None)
-        x = self.embed(input_ids, token_type_ids, position_ids)
-        states = [x]
-        layers = self.encoder.layer if num_layers is None else self.encoder.layer[:num_layers]
-        recompute = self.gradient_checkpointing and self.training and torch.is_grad_enabled()
-        for layer in layers:
-            if recompute:
-                x = torch.utils.checkpoint.checkpoint(layer, x, mask, use_reentrant=False)
-            else:
-                x = layer(x, mask)
-            states.append(x)
+        states = self.run_layers(self.embed(input_ids, token_type_ids, position_ids), num_layers,
+                                 mask)
+        x = states[-1]
         pool = self.pooler is not None and num_layers is None
         return {
             "last_hidden_state": x,
@@ -233,21 +211,6 @@ class BertModel(nn.Module):
               position_ids: torch.Tensor | None) -> torch.Tensor:
         """Hidden state 0 (ELECTRA's projects its narrower embeddings to the width)."""
         return self.embeddings(input_ids, token_type_ids, position_ids)
-
-    def hidden_state_modules(self) -> list[nn.Module]:
-        """The modules whose outputs are the hidden states 0 (the embeddings) to L."""
-        return [self.embeddings, *self.encoder.layer]
-
-    def layer_state(self, layers: list[int], state: dict[str, torch.Tensor] | None = None,
-                    prefix: str = "") -> dict[str, torch.Tensor]:
-        """`state` (this model's by default; keys under `prefix`) with only `layers` of the
-        encoder, renumbered from 0."""
-        return keep_layers(self.state_dict() if state is None else state,
-                           f"{prefix}encoder.layer.", layers)
-
-    def num_parameters(self, exclude_embeddings: bool = False) -> int:
-        skip = {id(p) for p in self.embeddings.parameters()} if exclude_embeddings else set()
-        return sum(p.numel() for p in self.parameters() if id(p) not in skip)
 
 
 __all__ = ["BertModel", "init_bert_weights"]

@@ -18,7 +18,6 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-import torch.utils.checkpoint
 from torch import nn
 
 from bertctl.model.attention import AttentionPolicy, written_attention
@@ -26,8 +25,8 @@ from bertctl.model.deberta.config import DebertaV2Config
 from bertctl.model.dropout import Dropout, dropout
 from bertctl.model.roles import (MultipleChoice, QuestionAnswering, SequenceClassifier,
                                  TokenClassifier, masked_lm)
-from bertctl.model.shared import (ACTIVATIONS, EncoderWithHead, attention_bias, first_tokens,
-                                  init_normal, keep_layers)
+from bertctl.model.shared import (ACTIVATIONS, EncoderBase, EncoderWithHead, attention_bias,
+                                  first_tokens, init_normal)
 
 
 def relative_positions(length: int, buckets: int, max_distance: int,
@@ -212,7 +211,7 @@ class DebertaV2Encoder(nn.Module):
         return self.LayerNorm(table) if hasattr(self, "LayerNorm") else table
 
 
-class DebertaV2Model(nn.Module):
+class DebertaV2Model(EncoderBase):
     """forward(input_ids, token_type_ids=None, attention_mask=None, output_hidden_states=False,
     num_layers=None, position_ids=None) -> {"last_hidden_state", "hidden_states" if asked}.
     A packed batch (`data.collate.pack_batch`) passes its sequences' numbers as the mask:
@@ -225,11 +224,6 @@ class DebertaV2Model(nn.Module):
         self.attention_policy = AttentionPolicy()   # the training loop's --attention sets it
         self.encoder = DebertaV2Encoder(config, self.attention_policy)
         self.apply(lambda m: init_normal(m, config.initializer_range))
-        self.gradient_checkpointing = False
-
-    def compile_layers(self) -> None:
-        for layer in self.encoder.layer:
-            layer.compile()
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None,
@@ -246,32 +240,9 @@ class DebertaV2Model(nn.Module):
             span = config.relative_span
             relative = ((distance + span).clamp(0, 2 * span - 1),
                         (span - distance).clamp(0, 2 * span - 1))
-        table = self.encoder.relative_table()
-        states = [x]
-        layers = self.encoder.layer if num_layers is None else self.encoder.layer[:num_layers]
-        recompute = self.gradient_checkpointing and self.training and torch.is_grad_enabled()
-        for layer in layers:
-            if recompute:
-                x = torch.utils.checkpoint.checkpoint(layer, x, allowed, relative, table,
-                                                      use_reentrant=False)
-            else:
-                x = layer(x, allowed, relative, table)
-            states.append(x)
-        return {"last_hidden_state": x,
+        states = self.run_layers(x, num_layers, allowed, relative, self.encoder.relative_table())
+        return {"last_hidden_state": states[-1],
                 **({"hidden_states": tuple(states)} if output_hidden_states else {})}
-
-    def hidden_state_modules(self) -> list[nn.Module]:
-        return [self.embeddings, *self.encoder.layer]
-
-    def layer_state(self, layers: list[int], state: dict[str, torch.Tensor] | None = None,
-                    prefix: str = "") -> dict[str, torch.Tensor]:
-        return keep_layers(self.state_dict() if state is None else state,
-                           f"{prefix}encoder.layer.", layers)
-
-    def num_parameters(self, exclude_embeddings: bool = False) -> int:
-        skip = {id(p) for p in self.embeddings.parameters()} if exclude_embeddings else set()
-        return sum(p.numel() for p in self.parameters() if id(p) not in skip)
-
 
 # ---------------------------------------------------------------------------------------------
 # Heads

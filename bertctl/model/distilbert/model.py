@@ -9,7 +9,6 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-import torch.utils.checkpoint
 from torch import nn
 
 from bertctl.model.attention import AttentionPolicy
@@ -17,8 +16,8 @@ from bertctl.model.distilbert.config import DistilBertConfig
 from bertctl.model.dropout import Dropout
 from bertctl.model.roles import (MultipleChoice, QuestionAnswering, SequenceClassifier,
                                  TokenClassifier, masked_lm)
-from bertctl.model.shared import (ACTIVATIONS, EncoderWithHead, TiedOutputBias, attention_bias,
-                                  first_tokens, init_normal, keep_layers)
+from bertctl.model.shared import (ACTIVATIONS, EncoderBase, EncoderWithHead, TiedOutputBias,
+                                  attention_bias, first_tokens, init_normal)
 
 
 def sinusoidal_table(positions: int, dim: int) -> torch.Tensor:
@@ -109,9 +108,11 @@ class Transformer(nn.Module):
                                    for _ in range(config.n_layers))
 
 
-class DistilBertModel(nn.Module):
+class DistilBertModel(EncoderBase):
     """forward(input_ids, token_type_ids=None (read by none), attention_mask=None,
     output_hidden_states=False, num_layers=None, position_ids=None)."""
+
+    LAYERS = "transformer.layer"
 
     def __init__(self, config: DistilBertConfig):
         super().__init__()
@@ -125,41 +126,15 @@ class DistilBertModel(nn.Module):
                 self.embeddings.position_embeddings.weight.copy_(
                     sinusoidal_table(config.max_position_embeddings, config.dim))
             self.embeddings.position_embeddings.weight.requires_grad_(False)
-        self.gradient_checkpointing = False
-
-    def compile_layers(self) -> None:
-        for layer in self.transformer.layer:
-            layer.compile()
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None,
                 output_hidden_states: bool = False, num_layers: int | None = None,
                 position_ids: torch.Tensor | None = None, **_: Any) -> dict[str, Any]:
         mask = attention_bias(attention_mask, packed=position_ids is not None)
-        x = self.embeddings(input_ids, None, position_ids)
-        states = [x]
-        layers = self.transformer.layer if num_layers is None else \
-            self.transformer.layer[:num_layers]
-        recompute = self.gradient_checkpointing and self.training and torch.is_grad_enabled()
-        for layer in layers:
-            x = (torch.utils.checkpoint.checkpoint(layer, x, mask, use_reentrant=False)
-                 if recompute else layer(x, mask))
-            states.append(x)
-        return {"last_hidden_state": x,
+        states = self.run_layers(self.embeddings(input_ids, None, position_ids), num_layers, mask)
+        return {"last_hidden_state": states[-1],
                 **({"hidden_states": tuple(states)} if output_hidden_states else {})}
-
-    def hidden_state_modules(self) -> list[nn.Module]:
-        return [self.embeddings, *self.transformer.layer]
-
-    def layer_state(self, layers: list[int], state: dict[str, torch.Tensor] | None = None,
-                    prefix: str = "") -> dict[str, torch.Tensor]:
-        return keep_layers(self.state_dict() if state is None else state,
-                           f"{prefix}transformer.layer.", layers)
-
-    def num_parameters(self, exclude_embeddings: bool = False) -> int:
-        skip = {id(p) for p in self.embeddings.parameters()} if exclude_embeddings else set()
-        return sum(p.numel() for p in self.parameters() if id(p) not in skip)
-
 
 # ---------------------------------------------------------------------------------------------
 # Heads

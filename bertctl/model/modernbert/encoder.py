@@ -16,12 +16,11 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-import torch.utils.checkpoint
 from torch import nn
 
 from bertctl.model.attention import AttentionPolicy
 from bertctl.model.dropout import Dropout
-from bertctl.model.shared import ACTIVATIONS, attention_bias, keep_layers
+from bertctl.model.shared import ACTIVATIONS, EncoderBase, attention_bias
 from bertctl.model.modernbert.config import GLOBAL, ModernBertConfig
 
 
@@ -233,13 +232,15 @@ def init_modernbert_weights(model: nn.Module, config: ModernBertConfig) -> None:
                 nn.init.zeros_(module.bias)
 
 
-class ModernBertModel(nn.Module):
+class ModernBertModel(EncoderBase):
     """forward(input_ids, token_type_ids=None, attention_mask=None, output_hidden_states=False,
     num_layers=None, position_ids=None, sequence_starts=None), as `bert.encoder.BertModel`'s:
     token_type_ids are taken and not read (ModernBERT has no segments; a pair is told apart by
     its [SEP]). "hidden_states" are the embeddings' output, each layer's, and the last after
     the final norm (as transformers gives them). There is no pooler ("pooler_output" is
     None): the heads pool (`classifier_pooling`)."""
+
+    LAYERS = "layers"   # (hidden state L is the last layer's output, before the final norm)
 
     def __init__(self, config: ModernBertConfig):
         super().__init__()
@@ -255,12 +256,6 @@ class ModernBertModel(nn.Module):
         self.global_rotary = Rotary(config.head_size, config.global_rope_theta)
         self.local_rotary = Rotary(config.head_size, config.local_rope_theta)
         init_modernbert_weights(self, config)
-        self.gradient_checkpointing = False
-
-    def compile_layers(self) -> None:
-        """torch.compile each layer in place (see `bert.encoder.BertModel.compile_layers`)."""
-        for layer in self.layers:
-            layer.compile()
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None,
@@ -283,18 +278,9 @@ class ModernBertModel(nn.Module):
             masks["local"] = local_mask(group, T, half, input_ids.device)
         positions = position_ids if packed else torch.arange(T, device=input_ids.device)
         rotary = {True: self.global_rotary(positions), False: self.local_rotary(positions)}
-        x = self.embeddings(input_ids)
-        states = [x]
-        layers = self.layers if num_layers is None else self.layers[:num_layers]
-        recompute = self.gradient_checkpointing and self.training and torch.is_grad_enabled()
-        for layer in layers:
-            if recompute:
-                x = torch.utils.checkpoint.checkpoint(layer, x, masks, rotary,
-                                                      use_reentrant=False)
-            else:
-                x = layer(x, masks, rotary)
-            states.append(x)
-        if len(layers) == len(self.layers):
+        states = self.run_layers(self.embeddings(input_ids), num_layers, masks, rotary)
+        x = states[-1]
+        if len(states) - 1 == len(self.layers):
             x = states[-1] = self.final_norm(x)
         return {
             "last_hidden_state": x,
@@ -302,17 +288,7 @@ class ModernBertModel(nn.Module):
             **({"hidden_states": tuple(states)} if output_hidden_states else {}),
         }
 
-    def hidden_state_modules(self) -> list[nn.Module]:
-        """The modules whose outputs are the hidden states 0 to L (the last before the final
-        norm)."""
-        return [self.embeddings, *self.layers]
-
-    def layer_state(self, layers: list[int], state: dict[str, torch.Tensor] | None = None,
-                    prefix: str = "") -> dict[str, torch.Tensor]:
-        """`state` with only `layers`, renumbered from 0 (see `bert.encoder.BertModel.layer_state`).
-        A layer moved to position 0 drops its attention norm (the first layer has none)."""
-        def first_has_no_norm(new: int, rest: str) -> bool:
-            return new == 0 and rest.startswith("attn_norm.")
-
-        return keep_layers(self.state_dict() if state is None else state, f"{prefix}layers.",
-                           layers, drop=first_has_no_norm)
+    @staticmethod
+    def _dropped_when_moved(new: int, rest: str) -> bool:
+        """A layer moved to position 0 drops its attention norm (the first layer has none)."""
+        return new == 0 and rest.startswith("attn_norm.")
