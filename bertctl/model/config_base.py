@@ -73,6 +73,20 @@ class ConfigBase:
         return encoder_flops(self, rows, seq_len, mlm_fraction, training, pooler)
 
     @classmethod
+    def _check_file(cls, d: Any, source: str, required: tuple[str, ...] = ()) -> None:
+        """config.json's content, before it is read: a JSON object, of this model_type (none:
+        an old file, taken as this one's), with the `required` size fields (transformers would
+        fall back to its defaults for a missing one, and fail later on a shape)."""
+        if not isinstance(d, dict):
+            raise BertctlError(f"{source}: expected a JSON object, got {type(d).__name__}")
+        if d.get("model_type", cls.model_type) != cls.model_type:
+            raise BertctlError(f"{source}: model_type is {d.get('model_type')!r}, not "
+                               f"{cls.model_type!r}")
+        missing = [k for k in required if k not in d]
+        if missing:
+            raise BertctlError(f"{source}: missing {', '.join(missing)}")
+
+    @classmethod
     def _from_values(cls, values: dict[str, Any], source: str):
         """The config of config.json's `values` (those this class has), an error naming
         `source`."""

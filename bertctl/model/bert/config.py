@@ -67,14 +67,7 @@ class BertConfig(ConfigBase):
         The size fields must be present: HF would silently fall back to BERT-Base for a missing
         one, which then fails later with a confusing shape error.
         """
-        if not isinstance(d, dict):
-            raise BertctlError(f"{source}: expected a JSON object, got {type(d).__name__}")
-        model_type = d.get("model_type", cls.model_type)
-        if model_type != cls.model_type:
-            raise BertctlError(f"{source}: model_type is {model_type!r}, not {cls.model_type!r}")
-        missing = [k for k in ESSENTIAL_KEYS if k not in d]
-        if missing:
-            raise BertctlError(f"{source}: missing {', '.join(missing)}")
+        cls._check_file(d, source, ESSENTIAL_KEYS)
         # Variants this encoder does not implement must fail here, not load wrong weights quietly.
         if d.get("position_embedding_type", "absolute") != "absolute":
             raise BertctlError(f"{source}: position_embedding_type "

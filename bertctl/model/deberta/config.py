@@ -125,15 +125,8 @@ class DebertaV2Config(ConfigBase):
     def from_hf_dict(cls, d: dict[str, Any], source: str = "config.json") -> DebertaV2Config:
         """From transformers' config.json; what bertctl does not implement (a convolution
         after the first layer, heads of another width, p2p attention) is named, not ignored."""
-        if not isinstance(d, dict):
-            raise BertctlError(f"{source}: expected a JSON object, got {type(d).__name__}")
-        if d.get("model_type", cls.model_type) != cls.model_type:
-            raise BertctlError(f"{source}: model_type is {d.get('model_type')!r}, not "
-                               f"{cls.model_type!r}")
-        missing = [k for k in ("vocab_size", "hidden_size", "num_hidden_layers",
-                               "num_attention_heads") if k not in d]
-        if missing:
-            raise BertctlError(f"{source}: missing {', '.join(missing)}")
+        cls._check_file(d, source, ("vocab_size", "hidden_size", "num_hidden_layers",
+                                    "num_attention_heads"))
         if (d.get("conv_kernel_size") or 0) > 0:
             raise BertctlError(f"{source}: conv_kernel_size {d['conv_kernel_size']} (DeBERTa-v2 "
                                f"xlarge's convolution after the first layer) is not supported")

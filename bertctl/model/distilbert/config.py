@@ -58,15 +58,9 @@ class DistilBertConfig(ConfigBase):
 
     @classmethod
     def from_hf_dict(cls, d: dict[str, Any], source: str = "config.json") -> DistilBertConfig:
-        if not isinstance(d, dict):
-            raise BertctlError(f"{source}: expected a JSON object, got {type(d).__name__}")
-        if d.get("model_type", cls.model_type) != cls.model_type:
-            raise BertctlError(f"{source}: model_type is {d.get('model_type')!r}, not "
-                               f"{cls.model_type!r}")
+        cls._check_file(d, source)
         values = {NAMES.get(k, k): v for k, v in d.items()}
-        missing = [k for k in ("vocab_size", "dim", "n_layers", "n_heads") if k not in values]
-        if missing:
-            raise BertctlError(f"{source}: missing {', '.join(missing)}")
+        cls._check_file(values, source, ("vocab_size", "dim", "n_layers", "n_heads"))
         if d.get("tie_weights_") is False:
             raise BertctlError(f"{source}: an untied decoder (tie_weights_ false) is not "
                                f"supported")

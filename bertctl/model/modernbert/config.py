@@ -5,7 +5,7 @@ presets (`PRESETS`): what config.json holds for a `model_type: modernbert` direc
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from typing import Any, ClassVar
 
 from bertctl.errors import BertctlError
 from bertctl.model.architectures import check_config, encoder_flops
@@ -19,6 +19,7 @@ class ModernBertConfig(ConfigBase):
     """The defaults are ModernBERT-base's shape (Warner et al., 2024) on BERT's vocabulary."""
 
     architecture = "modernbert"
+    model_type: ClassVar[str] = "modernbert"
     FEED_FORWARD = 1.5   # its GeGLU's, as a multiple of the width
     KEPT_WHEN_SIZED = ("vocab_size", "max_position_embeddings", "pad_token_id", "cls_token_id",
                        "sep_token_id")
@@ -138,7 +139,7 @@ class ModernBertConfig(ConfigBase):
             LOCAL: {"rope_theta": self.local_rope_theta, "rope_type": "default"}}
         ids = {k: getattr(self, k) for k in ("cls_token_id", "sep_token_id")}
         # transformers' defaults are ModernBERT's own vocabulary's ids: say ours.
-        return {"model_type": "modernbert", **d, "bos_token_id": ids["cls_token_id"],
+        return {"model_type": self.model_type, **d, "bos_token_id": ids["cls_token_id"],
                 "eos_token_id": ids["sep_token_id"], "tie_word_embeddings": True,
                 "sparse_prediction": False, "sparse_pred_ignore_index": -100,
                 "deterministic_flash_attn": False}
@@ -148,12 +149,8 @@ class ModernBertConfig(ConfigBase):
         """From transformers' config.json (current `rope_parameters` and `layer_types`, or the
         older `global_rope_theta`/`global_attn_every_n_layers`); what bertctl does not
         implement is named, not ignored."""
-        if not isinstance(d, dict):
-            raise BertctlError(f"{source}: expected a JSON object, got {type(d).__name__}")
-        missing = [k for k in ("vocab_size", "hidden_size", "num_hidden_layers",
-                               "num_attention_heads", "intermediate_size") if k not in d]
-        if missing:
-            raise BertctlError(f"{source}: missing {', '.join(missing)}")
+        cls._check_file(d, source, ("vocab_size", "hidden_size", "num_hidden_layers",
+                                    "num_attention_heads", "intermediate_size"))
         values = {k: v for k, v in d.items() if k in {f.name for f in fields(cls)}}
         rope = d.get("rope_parameters") or {}
         if not isinstance(rope, dict):
