@@ -35,8 +35,13 @@ def test_every_family_and_every_stage_take_it(pretrained, cli, tmp_path):
         r = cli("eval", out, dev, "--out", tmp_path / f"eval-{family}")
         assert r.exit_code == 0, (family, r.stderr)
     single, dev = tmp_path / "single", FAMILY_DATA["single"][1]
-    r = cli("export", single, "--quantize", "int8", "--check", dev, "--out", tmp_path / "x")
+    # The check runs and is recorded; its gate is not this test's: a model 3 steps from random
+    # scores every example near 0.5, where int8's rounding flips some (4 points on AVX2
+    # kernels for ELECTRA here).
+    r = cli("export", single, "--quantize", "int8", "--check", dev, "--max-drop", "100",
+            "--out", tmp_path / "x")
     assert r.exit_code == 0, r.stderr
+    assert "check" in json.loads((tmp_path / "x" / "artifact.json").read_text())["stats"]
     r = cli("distill", single, *FAMILY_DATA["single"][0], "--student-layers", "0", "--steps",
             "2", "--batch-size", "8", "--out", tmp_path / "d")
     assert r.exit_code == 0, r.stderr

@@ -223,7 +223,7 @@ def _column(path: Path, columns: list[str], text_column: str | None) -> str:
         raise BertctlError(f"{path}: no column named text: name one with --text-column "
                            f"(columns: {', '.join(columns) or 'none'})")
     if text_column not in columns:
-        raise BertctlError(f"{path}: no column {text_column!r} (columns: "
+        raise BertctlError(f"{path}: has no column {text_column!r} (columns: "
                            f"{', '.join(columns) or 'none'})")
     return text_column
 
