@@ -400,6 +400,25 @@ def test_each_architectures_model_flops_are_the_matmuls_its_forward_runs(name):
                                                             pooler=True)
 
 
+def test_every_architecture_package_has_one_shape():
+    """One layout for every architecture: `config.py` holds its config, `modeling.py` its
+    encoder and the heads of the roles transformers has classes for, `__init__.py` its
+    `register` call. An objective's own model (ELECTRA's generator and discriminator) may
+    live in a module of its own beside them."""
+    shipped = {name: arch for name, arch in ARCHITECTURES.items()
+               if arch.config_class.__module__.startswith("bertctl.model.")}
+    for name, arch in shipped.items():
+        package = arch.config_class.__module__.rsplit(".", 1)[0]
+        folder = PACKAGE / "model" / package.rsplit(".", 1)[1]
+        assert {"__init__.py", "config.py", "modeling.py"} <= {
+            p.name for p in folder.glob("*.py")}, folder
+        assert arch.config_class.__module__ == f"{package}.config", name
+        for role, where in arch.heads.items():
+            module = where.split(":")[0] if isinstance(where, str) else where.__module__
+            if role != "electra":
+                assert module.endswith(".modeling"), (name, role, module)
+
+
 def test_declaring_the_architectures_imports_no_torch():
     """`bertctl pretrain --help` lists the architectures and their sizes from the registry:
     the declarations import no model code (their classes are "module:Class" until built)."""

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from bertctl.model import attention
 from bertctl.model.attention import AttentionPolicy, time_both, written_attention
-from bertctl.model.modernbert.encoder import local_mask
+from bertctl.model.modernbert.modeling import local_mask
 from bertctl.model.shared import attention_bias
 
 from tolerance import fp32_sum  # noqa: E402

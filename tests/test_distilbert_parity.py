@@ -4,7 +4,7 @@ test_parity.py): the fixed sinusoidal position table is transformers'."""
 import pytest
 import torch
 
-from bertctl.model.distilbert.model import sinusoidal_table
+from bertctl.model.distilbert.modeling import sinusoidal_table
 
 transformers = pytest.importorskip("transformers")
 

@@ -12,7 +12,7 @@ import torch
 
 from bertctl.data.pretraining_dataset import PretrainingDataset
 from bertctl.model import BertConfig, BertForElectraPreTraining
-from bertctl.model.bert.electra import generator_config, replace_masked
+from bertctl.model.electra.pretraining import generator_config, replace_masked
 
 from conftest import TINY_MODEL
 from tolerance import MODEL_FP32  # (each tolerance's reason)

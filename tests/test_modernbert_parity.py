@@ -69,7 +69,7 @@ def test_rotary_positions_are_their_definition_bit_for_bit(dtype, packed):
     so the output and the input's gradient are equal bit for bit (no tolerance), far positions
     and bf16 inputs included. The input is a view of a fused projection, as the attention
     passes it; packed rows have positions of their own."""
-    from bertctl.model.modernbert.encoder import Rotary, rotate
+    from bertctl.model.modernbert.modeling import Rotary, rotate
 
     gen = torch.Generator().manual_seed(0)
     T = 135

@@ -21,7 +21,7 @@ for _package in sorted(m.name for m in pkgutil.iter_modules(__path__) if m.ispkg
     importlib.import_module(f"{__name__}.{_package}")
 
 _LAZY = {
-    "bertctl.model.bert.heads": ("BertWithHead",),
+    "bertctl.model.bert.modeling": ("BertWithHead",),
     "bertctl.model.hf": ("LoadReport", "load_model", "read_config", "read_config_dict",
                          "save_model"),
     "bertctl.model.shared": ("EncoderWithHead",),

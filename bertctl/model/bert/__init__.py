@@ -1,19 +1,20 @@
 """BERT (Devlin et al., 2018) as a bertctl architecture, saved as transformers' BERT:
-config.py (the config and Google's size presets), encoder.py, heads.py (pretraining and the
-fine-tuning heads), electra.py (ELECTRA's generator and discriminator on this encoder)."""
+config.py (the config and Google's size presets), modeling.py (the encoder, pretraining and the
+fine-tuning heads). Its `electra` role, ELECTRA's generator and discriminator on this encoder,
+is model/electra/pretraining.py."""
 
 from bertctl.model.architectures import Architecture, register
 from bertctl.model.bert.config import BertConfig
 
-_HEADS = "bertctl.model.bert.heads:"
+_HEADS = "bertctl.model.bert.modeling:"
 
 register(Architecture(
     name="bert", model_type="bert", config_class=BertConfig,
     description="the paper's",
-    heads={"encoder": "bertctl.model.bert.encoder:BertModel",
+    heads={"encoder": "bertctl.model.bert.modeling:BertModel",
            "pretraining": _HEADS + "BertForPreTraining",
            "masked_lm": _HEADS + "BertForMaskedLM",
-           "electra": "bertctl.model.bert.electra:BertForElectraPreTraining",
+           "electra": "bertctl.model.electra.pretraining:BertForElectraPreTraining",
            "sequence_classification": _HEADS + "BertForSequenceClassification",
            "multiple_choice": _HEADS + "BertForMultipleChoice",
            "question_answering": _HEADS + "BertForQuestionAnswering",

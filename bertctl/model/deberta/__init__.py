@@ -1,11 +1,11 @@
 """DeBERTa-v2 and -v3 (He et al., 2020 and 2021) as a bertctl architecture, saved as
-transformers' DebertaV2 classes: config.py, model.py (disentangled attention over log-bucketed
+transformers' DebertaV2 classes: config.py, modeling.py (disentangled attention over log-bucketed
 relative positions, the encoder and its heads)."""
 
 from bertctl.model.architectures import Architecture, register
 from bertctl.model.deberta.config import DebertaV2Config
 
-_MODEL = "bertctl.model.deberta.model:"
+_MODEL = "bertctl.model.deberta.modeling:"
 
 register(Architecture(
     name="deberta-v2", model_type="deberta-v2", config_class=DebertaV2Config,

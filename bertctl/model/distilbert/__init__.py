@@ -1,11 +1,11 @@
 """DistilBERT (Sanh et al., 2019) as a bertctl architecture, saved as transformers' DistilBert
 classes: config.py (transformers' field names, dim / n_layers / n_heads, read under BERT's as
-well), model.py (BERT's post-LN blocks under DistilBERT's names, no token types, no pooler)."""
+well), modeling.py (BERT's post-LN blocks under DistilBERT's names, no token types, no pooler)."""
 
 from bertctl.model.architectures import Architecture, register
 from bertctl.model.distilbert.config import DistilBertConfig
 
-_MODEL = "bertctl.model.distilbert.model:"
+_MODEL = "bertctl.model.distilbert.modeling:"
 
 register(Architecture(
     name="distilbert", model_type="distilbert", config_class=DistilBertConfig,

@@ -1,12 +1,13 @@
 """ELECTRA's discriminators (Clark et al., 2020) as encoders, saved as transformers' Electra
 classes: BERT's blocks (model/bert) under embeddings that may be narrower than the hidden
-width (projected up), and ELECTRA's heads. config.py, model.py. (bertctl's own ELECTRA
-pretraining, `--objective electra`, trains a BERT-shaped discriminator: model/bert/electra.py.)"""
+width (projected up), and ELECTRA's heads: config.py, modeling.py. pretraining.py is
+bertctl's own ELECTRA pretraining (`--objective electra`), which trains a BERT-shaped
+discriminator and saves it as a BERT."""
 
 from bertctl.model.architectures import Architecture, register
 from bertctl.model.electra.config import ElectraConfig
 
-_MODEL = "bertctl.model.electra.model:"
+_MODEL = "bertctl.model.electra.modeling:"
 
 register(Architecture(
     name="electra", model_type="electra", config_class=ElectraConfig,

@@ -1,17 +1,17 @@
 """ModernBERT (Warner et al., 2024) as a bertctl architecture, saved as transformers'
-ModernBERT: config.py (the config and presets), encoder.py, heads.py."""
+ModernBERT: config.py (the config and presets), modeling.py (the encoder and its heads)."""
 
 from bertctl.model.architectures import Architecture, register
 from bertctl.model.modernbert.config import ModernBertConfig
 
-_HEADS = "bertctl.model.modernbert.heads:"
+_HEADS = "bertctl.model.modernbert.modeling:"
 
 register(Architecture(
     name="modernbert", model_type="modernbert", config_class=ModernBertConfig,
     description="ModernBERT's (pre-norm, GeGLU, rotary positions, no biases, local "
     "attention), saved as transformers' ModernBERT, trained by --objective mlm",
     # No next-sentence head and no ELECTRA discriminator: ModernBERT pretrains by masked LM.
-    heads={"encoder": "bertctl.model.modernbert.encoder:ModernBertModel",
+    heads={"encoder": "bertctl.model.modernbert.modeling:ModernBertModel",
            "masked_lm": _HEADS + "ModernBertForMaskedLM",
            "sequence_classification": _HEADS + "ModernBertForSequenceClassification",
            "multiple_choice": _HEADS + "ModernBertForMultipleChoice",

@@ -1,12 +1,12 @@
 """RoBERTa (Liu et al., 2019) and XLM-RoBERTa (Conneau et al., 2019) as bertctl architectures,
 saved as transformers' classes of the same names: BERT's blocks (model/bert) under RoBERTa's
 embeddings (positions past the padding id, one token type) and heads (`lm_head`, the
-classifier's own dense layer). config.py, model.py."""
+classifier's own dense layer). config.py, modeling.py."""
 
 from bertctl.model.architectures import Architecture, register
 from bertctl.model.roberta.config import RobertaConfig, XLMRobertaConfig
 
-_MODEL = "bertctl.model.roberta.model:"
+_MODEL = "bertctl.model.roberta.modeling:"
 
 for _name, _config, _prefix, _what in (
         ("roberta", RobertaConfig, "Roberta", "RoBERTa's"),

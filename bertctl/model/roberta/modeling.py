@@ -12,8 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertctl.model.bert.encoder import BertModel
-from bertctl.model.bert.heads import BertWithHead
+from bertctl.model.bert.modeling import BertModel
+from bertctl.model.bert.modeling import BertWithHead
 from bertctl.model.dropout import Dropout
 from bertctl.model.roberta.config import RobertaConfig
 from bertctl.model.roles import (MultipleChoice, QuestionAnswering, SequenceClassifier,

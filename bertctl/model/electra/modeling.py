@@ -13,8 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertctl.model.bert.encoder import BertEmbeddings, BertModel, init_bert_weights
-from bertctl.model.bert.heads import BertWithHead
+from bertctl.model.bert.modeling import BertEmbeddings, BertModel, init_bert_weights
+from bertctl.model.bert.modeling import BertWithHead
 from bertctl.model.dropout import Dropout
 from bertctl.model.electra.config import ElectraConfig
 from bertctl.model.roles import (MultipleChoice, QuestionAnswering, SequenceClassifier,
