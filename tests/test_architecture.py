@@ -194,7 +194,8 @@ def test_only_the_model_core_names_an_architecture():
                  PACKAGE / "evaluation.py", PACKAGE / "distillation.py"]:
         code = "\n".join(line for line in path.read_text(encoding="utf-8").splitlines()
                          if not line.lstrip().startswith("#"))
-        found = sorted(n for n in classes | names if n in _code_only(code))
+        code = _code_only(code)
+        found = sorted(n for n in classes | names if n in code)
         assert not found, f"{_module(path)} names {found}"
 
 

@@ -1,0 +1,176 @@
+"""A fork server for the tests that run bertctl through `make` (test_pipelines.py,
+test_search_pipeline.py).
+
+A recipe runs bertctl dozens of times, and each process spends about 4 s of CPU importing
+torch before a second of work: most of those tests' time. The server imports the heavy
+libraries once and forks a child per command; the child takes the caller's argv, working
+directory, environment and standard streams, and runs `python -m bertctl` as a fresh process
+would.
+
+`python forkserver.py ARGS...` is the client make runs as $(BERTCTL): without the server's
+socket in $BERTCTL_FORKSERVER it becomes `python -m bertctl ARGS...` itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import struct
+import sys
+
+SOCKET_VARIABLE = "BERTCTL_FORKSERVER"
+# Imported once by the server: the libraries that cost the time, and bertctl's command tree
+# and stages. The server runs in the environment the tests give make, which differs between
+# commands only in PWD, so nothing read at import goes stale.
+PRELOAD = ("numpy", "torch", "torch.nn.functional", "safetensors.torch", "tokenizers",
+           "pyarrow", "pyarrow.parquet", "matplotlib", "bertctl.cli")
+
+
+def _send(conn: socket.socket, payload: bytes, fds: list[int] = ()) -> None:
+    header = struct.pack("!I", len(payload))
+    if fds:
+        socket.send_fds(conn, [header], list(fds))
+    else:
+        conn.sendall(header)
+    conn.sendall(payload)
+
+
+def _receive(conn: socket.socket, fds: int = 0) -> tuple[bytes, list[int]]:
+    if fds:
+        header, got, _, _ = socket.recv_fds(conn, 4, fds)
+    else:
+        header, got = conn.recv(4), []
+    size = struct.unpack("!I", header)[0]
+    data = b""
+    while len(data) < size:
+        chunk = conn.recv(size - len(data))
+        if not chunk:
+            raise EOFError("the client went away")
+        data += chunk
+    return data, list(got)
+
+
+def _run_command(request: dict, fds: list[int]) -> int:
+    """In the forked child: become the caller's `python -m bertctl ARGS`."""
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    # `python -m` puts the working directory first, then $PYTHONPATH.
+    sys.path[:] = [request["cwd"],
+                   *(p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p),
+                   *(p for p in sys.path[1:])]
+    sys.argv = [sys.executable, *request["argv"]]
+    import atexit
+    import runpy
+
+    code = 0
+    try:
+        runpy.run_module("bertctl", run_name="__main__", alter_sys=True)
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+        if not isinstance(stop.code, (int, type(None))):
+            print(stop.code, file=sys.stderr)
+    except BaseException:   # what an uncaught exception does to a fresh interpreter
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    return code
+
+
+def serve(path: str) -> None:
+    import importlib
+    import signal
+
+    import pkgutil
+
+    for module in PRELOAD:
+        importlib.import_module(module)
+    import bertctl.stages
+
+    for found in pkgutil.walk_packages(bertctl.stages.__path__, "bertctl.stages."):
+        importlib.import_module(found.name)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)   # the waiters are reaped by the kernel
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(64)
+    while True:
+        conn, _ = server.accept()
+        try:
+            data, fds = _receive(conn, fds=3)
+        except (EOFError, OSError):
+            conn.close()
+            continue
+        if os.fork() == 0:   # the waiter: runs the command in a child and reports its status
+            server.close()
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            child = os.fork()
+            if child == 0:
+                conn.close()
+                os._exit(_run_command(json.loads(data), fds))
+            for fd in fds:
+                os.close(fd)
+            _, status = os.waitpid(child, 0)
+            code = (128 + os.WTERMSIG(status) if os.WIFSIGNALED(status)
+                    else os.WEXITSTATUS(status))
+            try:
+                conn.sendall(struct.pack("!i", code))
+            finally:
+                os._exit(0)
+        for fd in fds:
+            os.close(fd)
+        conn.close()
+
+
+def start(env: dict[str, str], folder: str) -> str:
+    """Start a server for this process (stopped when it exits); returns the socket's path,
+    which the client reads from $BERTCTL_FORKSERVER."""
+    import atexit
+    import subprocess
+    import time
+
+    path = os.path.join(folder, "bertctl.sock")
+    server = subprocess.Popen([sys.executable, __file__, "--serve", path], env=env,
+                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    atexit.register(server.kill)
+    deadline = time.monotonic() + 120
+    while not os.path.exists(path):
+        if server.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the fork server did not start (exit {server.poll()})")
+        time.sleep(0.05)
+    return path
+
+
+def client(argv: list[str]) -> int:
+    path = os.environ.get(SOCKET_VARIABLE)
+    if not path or not os.path.exists(path):
+        os.execv(sys.executable, [sys.executable, "-m", "bertctl", *argv])
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn.connect(path)
+    request = {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ)}
+    _send(conn, json.dumps(request).encode(), fds=[0, 1, 2])
+    status = b""
+    while len(status) < 4:
+        chunk = conn.recv(4 - len(status))
+        if not chunk:
+            print("forkserver: the command's process went away", file=sys.stderr)
+            return 1
+        status += chunk
+    return struct.unpack("!i", status)[0]
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--serve"]:
+        serve(sys.argv[2])
+    else:
+        sys.exit(client(sys.argv[1:]))
