@@ -2,7 +2,7 @@
 written here (prototype classification: each class a learned point, a text's scores its
 negative squared distances to them; no architecture has such a model), registered once with
 `register_head`, and a family that fine-tunes it. It runs finetune -> eval -> export through
-BERT, ModernBERT and the toy architecture of test_architecture_plugin.py, which know nothing
+BERT, ModernBERT and the toy architecture of tests/toy_architecture, which know nothing
 of it: one `build` pairs the head with each encoder, and the model class config.json names
 comes from the mapping (the encoder's prefix + the head's suffix)."""
 
@@ -21,7 +21,7 @@ from bertctl.tasks.classification import model_labels
 from bertctl.tasks.sequence import SequenceFamily
 
 from conftest import EXAMPLES, make_app
-from test_architecture_plugin import TOY
+from toy_architecture import TOY
 
 SST2 = EXAMPLES / "glue" / "SST-2"
 WIDTH = 8   # the space the prototypes live in
