@@ -5,6 +5,7 @@ model/modernbert/) imports from here, never from another architecture's."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 from typing import Any, ClassVar
 
@@ -13,6 +14,7 @@ import torch.utils.checkpoint
 import torch.nn.functional as F
 from torch import nn
 
+from bertctl.model.dropout import Dropout
 from bertctl.model.features import FrozenFeatures
 
 # HF's names for the activations BERT checkpoints use. "gelu" is the exact erf form, as in the
@@ -159,6 +161,23 @@ class EncoderBase(nn.Module):
     def num_parameters(self, exclude_embeddings: bool = False) -> int:
         skip = {id(p) for p in self.embeddings.parameters()} if exclude_embeddings else set()
         return sum(p.numel() for p in self.parameters() if id(p) not in skip)
+
+
+class DenseClassificationHead(nn.Module):
+    """A classifier with a dense layer of its own (RoBERTa's and ELECTRA's, where BERT's reads
+    the pooler): on the first token, dropout, dense, `activation`, dropout, out_proj."""
+
+    def __init__(self, config, width: int, num_labels: int,
+                 activation: Callable[[torch.Tensor], torch.Tensor]):
+        super().__init__()
+        p = config.classifier_dropout
+        self.dropout = Dropout(config.hidden_dropout_prob if p is None else p)
+        self.dense = nn.Linear(width, config.hidden_size)
+        self.out_proj = nn.Linear(config.hidden_size, num_labels)
+        self.activation = activation
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out_proj(self.dropout(self.activation(self.dense(self.dropout(x)))))
 
 
 class TiedOutputBias(nn.Module):

@@ -13,13 +13,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertctl.model.bert.modeling import BertEmbeddings, BertModel, init_bert_weights
-from bertctl.model.bert.modeling import BertWithHead
+from bertctl.model.bert.modeling import (BertEmbeddings, BertModel, BertWithHead,
+                                         init_bert_weights)
 from bertctl.model.dropout import Dropout
 from bertctl.model.electra.config import ElectraConfig
 from bertctl.model.roles import (MultipleChoice, QuestionAnswering, SequenceClassifier,
                                  TokenClassifier, masked_lm)
-from bertctl.model.shared import ACTIVATIONS, TiedOutputBias, first_tokens
+from bertctl.model.shared import (ACTIVATIONS, DenseClassificationHead, TiedOutputBias,
+                                  first_tokens)
 
 
 class ElectraEmbeddings(BertEmbeddings):
@@ -58,29 +59,15 @@ class ElectraWithHead(BertWithHead):
     add_pooling_layer = False
 
 
-class ElectraClassificationHead(nn.Module):
-    """On the first token: dropout, dense, GELU (where BERT's pooler has tanh), dropout,
-    out_proj."""
-
-    def __init__(self, config: ElectraConfig, width: int, num_labels: int):
-        super().__init__()
-        p = config.classifier_dropout
-        self.dropout = Dropout(config.hidden_dropout_prob if p is None else p)
-        self.dense = nn.Linear(width, config.hidden_size)
-        self.out_proj = nn.Linear(config.hidden_size, num_labels)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.out_proj(self.dropout(F.gelu(self.dense(self.dropout(x)))))
-
-
 class ElectraForSequenceClassification(SequenceClassifier, ElectraWithHead):
     def __init__(self, config: ElectraConfig, num_labels: int | None = None,
                  problem_type: str = "single_label_classification",
                  features: dict[str, Any] | None = None):
         super().__init__(config, features)
         width = self.features.width if self.features is not None else config.hidden_size
-        self.classifier = ElectraClassificationHead(
-            config, width, self._problem(num_labels, problem_type))
+        # GELU where BERT's pooler has tanh
+        self.classifier = DenseClassificationHead(
+            config, width, self._problem(num_labels, problem_type), F.gelu)
         self._init_head()
 
     def _pool(self, input_ids, token_type_ids, attention_mask, position_ids=None,

@@ -26,8 +26,7 @@ from torch import nn
 from bertctl.labels import IGNORE_INDEX
 from bertctl.model.attention import AttentionPolicy
 from bertctl.model.bert.config import BertConfig
-from bertctl.model.bert.modeling import BertLayer
-from bertctl.model.bert.modeling import BertWithHead
+from bertctl.model.bert.modeling import BertLayer, BertWithHead
 from bertctl.model.roles import masked_lm
 from bertctl.model.shared import ACTIVATIONS, attention_bias
 

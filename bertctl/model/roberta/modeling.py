@@ -12,13 +12,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertctl.model.bert.modeling import BertModel
-from bertctl.model.bert.modeling import BertWithHead
+from bertctl.model.bert.modeling import BertModel, BertWithHead
 from bertctl.model.dropout import Dropout
 from bertctl.model.roberta.config import RobertaConfig
 from bertctl.model.roles import (MultipleChoice, QuestionAnswering, SequenceClassifier,
                                  TokenClassifier, masked_lm)
-from bertctl.model.shared import first_tokens
+from bertctl.model.shared import DenseClassificationHead, first_tokens
 
 
 class RobertaEmbeddings(nn.Module):
@@ -107,21 +106,6 @@ class RobertaForMaskedLM(RobertaWithHead):
         return out
 
 
-class RobertaClassificationHead(nn.Module):
-    """On the <s> vector: dropout, dense, tanh, dropout, out_proj (RoBERTa has no pooler in its
-    classifier: this dense layer is the classifier's own)."""
-
-    def __init__(self, config: RobertaConfig, width: int, num_labels: int):
-        super().__init__()
-        p = config.classifier_dropout
-        self.dropout = Dropout(config.hidden_dropout_prob if p is None else p)
-        self.dense = nn.Linear(width, config.hidden_size)
-        self.out_proj = nn.Linear(config.hidden_size, num_labels)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.out_proj(self.dropout(torch.tanh(self.dense(self.dropout(x)))))
-
-
 class RobertaForSequenceClassification(SequenceClassifier, RobertaWithHead):
     add_pooling_layer = False
 
@@ -130,8 +114,9 @@ class RobertaForSequenceClassification(SequenceClassifier, RobertaWithHead):
                  features: dict[str, Any] | None = None):
         super().__init__(config, features)
         width = self.features.width if self.features is not None else config.hidden_size
-        self.classifier = RobertaClassificationHead(
-            config, width, self._problem(num_labels, problem_type))
+        # RoBERTa has no pooler in its classifier: the dense layer is the classifier's own
+        self.classifier = DenseClassificationHead(
+            config, width, self._problem(num_labels, problem_type), torch.tanh)
         self._init_head()
 
     def _pool(self, input_ids, token_type_ids, attention_mask, position_ids=None,
