@@ -163,6 +163,34 @@ class EncoderBase(nn.Module):
         return sum(p.numel() for p in self.parameters() if id(p) not in skip)
 
 
+class ProjectAddNorm(nn.Module):
+    """dense -> dropout -> add the block's input -> LayerNorm: the post-LN sub-layer output of
+    BERT's layer and of the layers built like it (DeBERTa's). transformers names it SelfOutput
+    after attention and Output after the feed-forward; the two differ only in the input width."""
+
+    def __init__(self, in_features: int, config):
+        super().__init__()
+        self.dense = nn.Linear(in_features, config.hidden_size)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = Dropout(config.hidden_dropout_prob)
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        return self.LayerNorm(self.dropout(self.dense(x)) + residual)
+
+
+class Intermediate(nn.Module):
+    """The feed-forward's expansion to intermediate_size and its activation (transformers'
+    Intermediate, at `intermediate`)."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.intermediate_size)
+        self.act = ACTIVATIONS[config.hidden_act]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(self.dense(x))
+
+
 class DenseClassificationHead(nn.Module):
     """A classifier with a dense layer of its own (RoBERTa's and ELECTRA's, where BERT's reads
     the pooler): on the first token, dropout, dense, `activation`, dropout, out_proj."""

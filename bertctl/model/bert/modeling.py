@@ -24,8 +24,8 @@ from bertctl.model.bert.config import BertConfig
 from bertctl.model.dropout import Dropout
 from bertctl.model.roles import (MultipleChoice, QuestionAnswering, SequenceClassifier,
                                  TokenClassifier, masked_lm)
-from bertctl.model.shared import (ACTIVATIONS, EncoderBase, EncoderWithHead, attention_bias,
-                                  first_tokens, init_normal)
+from bertctl.model.shared import (ACTIVATIONS, EncoderBase, EncoderWithHead, Intermediate,
+                                  ProjectAddNorm, attention_bias, first_tokens, init_normal)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -87,51 +87,22 @@ class BertSelfAttention(nn.Module):
         return y.transpose(1, 2).reshape(B, T, H)
 
 
-class BertProjectAddNorm(nn.Module):
-    """dense -> dropout -> add the block's input -> LayerNorm: BERT's post-LN sub-layer output.
-
-    HF names it BertSelfOutput after attention and BertOutput after the feed-forward; the two
-    differ only in the input width.
-    """
-
-    def __init__(self, in_features: int, config: BertConfig):
-        super().__init__()
-        self.dense = nn.Linear(in_features, config.hidden_size)
-        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = Dropout(config.hidden_dropout_prob)
-
-    def forward(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
-        return self.LayerNorm(self.dropout(self.dense(x)) + residual)
-
-
 class BertAttention(nn.Module):
     def __init__(self, config: BertConfig, policy: AttentionPolicy):
         super().__init__()
         self.self = BertSelfAttention(config, policy)
-        self.output = BertProjectAddNorm(config.hidden_size, config)
+        self.output = ProjectAddNorm(config.hidden_size, config)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         return self.output(self.self(x, mask), x)
-
-
-class BertIntermediate(nn.Module):
-    """The feed-forward's expansion to intermediate_size and its activation."""
-
-    def __init__(self, config: BertConfig):
-        super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.intermediate_size)
-        self.act = ACTIVATIONS[config.hidden_act]
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.act(self.dense(x))
 
 
 class BertLayer(nn.Module):
     def __init__(self, config: BertConfig, policy: AttentionPolicy):
         super().__init__()
         self.attention = BertAttention(config, policy)
-        self.intermediate = BertIntermediate(config)
-        self.output = BertProjectAddNorm(config.intermediate_size, config)
+        self.intermediate = Intermediate(config)
+        self.output = ProjectAddNorm(config.intermediate_size, config)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         x = self.attention(x, mask)

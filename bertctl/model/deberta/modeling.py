@@ -25,8 +25,8 @@ from bertctl.model.deberta.config import DebertaV2Config
 from bertctl.model.dropout import Dropout, dropout
 from bertctl.model.roles import (MultipleChoice, QuestionAnswering, SequenceClassifier,
                                  TokenClassifier, masked_lm)
-from bertctl.model.shared import (ACTIVATIONS, EncoderBase, EncoderWithHead, attention_bias,
-                                  first_tokens, init_normal)
+from bertctl.model.shared import (ACTIVATIONS, EncoderBase, EncoderWithHead, Intermediate,
+                                  ProjectAddNorm, attention_bias, first_tokens, init_normal)
 
 
 def relative_positions(length: int, buckets: int, max_distance: int,
@@ -148,43 +148,19 @@ class DisentangledSelfAttention(nn.Module):
         return y.transpose(1, 2).reshape(B, T, H)
 
 
-class DebertaV2ProjectAddNorm(nn.Module):
-    """dense -> dropout -> add the block's input -> LayerNorm (transformers' SelfOutput after
-    attention, Output after the feed-forward)."""
-
-    def __init__(self, in_features: int, config: DebertaV2Config):
-        super().__init__()
-        self.dense = nn.Linear(in_features, config.hidden_size)
-        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = Dropout(config.hidden_dropout_prob)
-
-    def forward(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
-        return self.LayerNorm(self.dropout(self.dense(x)) + residual)
-
-
 class DebertaV2Attention(nn.Module):
     def __init__(self, config: DebertaV2Config, policy: AttentionPolicy):
         super().__init__()
         self.self = DisentangledSelfAttention(config, policy)
-        self.output = DebertaV2ProjectAddNorm(config.hidden_size, config)
-
-
-class DebertaV2Intermediate(nn.Module):
-    def __init__(self, config: DebertaV2Config):
-        super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.intermediate_size)
-        self.act = ACTIVATIONS[config.hidden_act]
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.act(self.dense(x))
+        self.output = ProjectAddNorm(config.hidden_size, config)
 
 
 class DebertaV2Layer(nn.Module):
     def __init__(self, config: DebertaV2Config, policy: AttentionPolicy):
         super().__init__()
         self.attention = DebertaV2Attention(config, policy)
-        self.intermediate = DebertaV2Intermediate(config)
-        self.output = DebertaV2ProjectAddNorm(config.intermediate_size, config)
+        self.intermediate = Intermediate(config)
+        self.output = ProjectAddNorm(config.intermediate_size, config)
 
     def forward(self, x, allowed, relative, rel_embeddings):
         x = self.attention.output(self.attention.self(x, allowed, relative, rel_embeddings), x)
