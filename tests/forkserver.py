@@ -1,14 +1,16 @@
-"""A fork server for the tests that run bertctl through `make` (test_pipelines.py,
-test_search_pipeline.py).
+"""A fork server for the tests that run bertctl as many separate processes: the recipes
+through `make` (test_pipelines.py, test_search_pipeline.py) and the fault matrix's kills
+(faults/test_kill_matrix.py).
 
-A recipe runs bertctl dozens of times, and each process spends about 4 s of CPU importing
-torch before a second of work: most of those tests' time. The server imports the heavy
-libraries once and forks a child per command; the child takes the caller's argv, working
-directory, environment and standard streams, and runs `python -m bertctl` as a fresh process
-would.
+Each bertctl process spends about 4 s of CPU importing torch before a second of work: most of
+those tests' time. The server imports the heavy libraries and bertctl's stages once and forks a
+child per command; the child takes the caller's argv, working directory, environment and
+standard streams, and runs as `python ARGS...` would. A child that dies of a signal makes the
+client die of the same signal, so a caller sees what it would see of a fresh process.
 
-`python forkserver.py ARGS...` is the client make runs as $(BERTCTL): without the server's
-socket in $BERTCTL_FORKSERVER it becomes `python -m bertctl ARGS...` itself.
+`python forkserver.py ARGS...` is the client (`-m bertctl ...` or `SCRIPT ...`, as python
+takes them): without the server's socket in $BERTCTL_FORKSERVER it execs `python ARGS...`.
+`environment(env)` starts a server for the calling process on first use.
 """
 
 from __future__ import annotations
@@ -52,24 +54,31 @@ def _receive(conn: socket.socket, fds: int = 0) -> tuple[bytes, list[int]]:
 
 
 def _run_command(request: dict, fds: list[int]) -> int:
-    """In the forked child: become the caller's `python -m bertctl ARGS`."""
+    """In the forked child: become the caller's `python ARGS...`."""
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
         os.close(fd)
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
-    # `python -m` puts the working directory first, then $PYTHONPATH.
-    sys.path[:] = [request["cwd"],
+    argv = request["argv"]
+    module = argv[1] if argv[0] == "-m" else None
+    # `python -m` puts the working directory first, `python SCRIPT` the script's folder; then
+    # $PYTHONPATH.
+    first = request["cwd"] if module else os.path.dirname(os.path.abspath(argv[0]))
+    sys.path[:] = [first,
                    *(p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p),
                    *(p for p in sys.path[1:])]
-    sys.argv = [sys.executable, *request["argv"]]
+    sys.argv = [sys.executable, *argv[2:]] if module else list(argv)
     import atexit
     import runpy
 
     code = 0
     try:
-        runpy.run_module("bertctl", run_name="__main__", alter_sys=True)
+        if module:
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+        else:
+            runpy.run_path(argv[0], run_name="__main__")
     except SystemExit as stop:
         code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
         if not isinstance(stop.code, (int, type(None))):
@@ -121,7 +130,7 @@ def serve(path: str) -> None:
             for fd in fds:
                 os.close(fd)
             _, status = os.waitpid(child, 0)
-            code = (128 + os.WTERMSIG(status) if os.WIFSIGNALED(status)
+            code = (-os.WTERMSIG(status) if os.WIFSIGNALED(status)
                     else os.WEXITSTATUS(status))
             try:
                 conn.sendall(struct.pack("!i", code))
@@ -132,29 +141,43 @@ def serve(path: str) -> None:
         conn.close()
 
 
-def start(env: dict[str, str], folder: str) -> str:
-    """Start a server for this process (stopped when it exits); returns the socket's path,
-    which the client reads from $BERTCTL_FORKSERVER."""
+_SERVERS: dict[tuple, str] = {}
+
+
+def environment(env: dict[str, str]) -> dict[str, str]:
+    """`env` with the socket of a server started in `env` (one per process and environment:
+    a command's environment is applied in its child, but what a preloaded library read at
+    import, such as OpenMP's thread count, stays the server's), stopped when the process
+    exits."""
     import atexit
     import subprocess
+    import tempfile
     import time
 
-    path = os.path.join(folder, "bertctl.sock")
-    server = subprocess.Popen([sys.executable, __file__, "--serve", path], env=env,
-                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
-    atexit.register(server.kill)
-    deadline = time.monotonic() + 120
-    while not os.path.exists(path):
-        if server.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"the fork server did not start (exit {server.poll()})")
-        time.sleep(0.05)
-    return path
+    key = (os.getpid(), *sorted(env.items()))
+    if key not in _SERVERS:
+        path = os.path.join(tempfile.mkdtemp(prefix="bertctl-fork-"), "bertctl.sock")
+        server = subprocess.Popen([sys.executable, __file__, "--serve", path], env=env,
+                                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        atexit.register(server.kill)
+        deadline = time.monotonic() + 120
+        while not os.path.exists(path):
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the fork server did not start (exit {server.poll()})")
+            time.sleep(0.05)
+        _SERVERS[key] = path
+    return {**env, SOCKET_VARIABLE: _SERVERS[key]}
+
+
+def command(*args: str) -> list[str]:
+    """The client's command line for `python ARGS...`."""
+    return [sys.executable, os.path.abspath(__file__), *args]
 
 
 def client(argv: list[str]) -> int:
     path = os.environ.get(SOCKET_VARIABLE)
     if not path or not os.path.exists(path):
-        os.execv(sys.executable, [sys.executable, "-m", "bertctl", *argv])
+        os.execv(sys.executable, [sys.executable, *argv])
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.connect(path)
     request = {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ)}
@@ -166,7 +189,13 @@ def client(argv: list[str]) -> int:
             print("forkserver: the command's process went away", file=sys.stderr)
             return 1
         status += chunk
-    return struct.unpack("!i", status)[0]
+    code = struct.unpack("!i", status)[0]
+    if code < 0:   # it died of signal -code: so does this process
+        import signal
+
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    return code
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import zipfile
 from pathlib import Path
 
@@ -27,7 +26,7 @@ pytestmark = [pytest.mark.slow,
 PIPELINES = ROOT / "pipelines"
 # bertctl through the fork server's client (tests/forkserver.py): the same command, without
 # its 4 s of imports each time.
-BERTCTL = f"{sys.executable} {ROOT / 'tests' / 'forkserver.py'}"
+BERTCTL = " ".join(forkserver.command("-m", "bertctl"))
 TORCHRUN = f"{sys.executable} -m torch.distributed.run"
 TINY = "--hidden-size 32 --num-attention-heads 2 --intermediate-size 64 --max-position-embeddings 128"
 PRETRAIN_VARS = {"CORPUS": str(FIXTURES / "pretrain"), "MODEL_SIZE": "tiny", "MODEL_FLAGS": TINY,
@@ -43,15 +42,9 @@ FORMATS = {"CoLA.tsv": BINARY, "SST-2.tsv": BINARY, "MRPC.tsv": BINARY, "WNLI.ts
            "STS-B.tsv": None}
 
 
-_SERVER: list[str] = []
-
-
 def _environment() -> dict[str, str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
-           "PYTHONUNBUFFERED": "1"}
-    if not _SERVER:
-        _SERVER.append(forkserver.start(env, tempfile.mkdtemp(prefix="bertctl-fork-")))
-    return {**env, forkserver.SOCKET_VARIABLE: _SERVER[0]}
+    return forkserver.environment({**os.environ, "PYTHONPATH": str(ROOT),
+                                   "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
 
 
 def make(target, variables, *flags, makefile, start=None):

@@ -15,11 +15,11 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+import forkserver
 from conftest import CORPUS, FIXTURES, TINY_MODEL
 
 pytestmark = pytest.mark.slow
@@ -43,12 +43,14 @@ def _env():
 
 
 def run(args, point=None, sig="KILL"):
-    prefix = [sys.executable, "-m", "bertctl"]
+    """bertctl ARGS as its own process, through the fork server (tests/forkserver.py: the same
+    process less its imports), killed by itself at `point` when given."""
+    prefix = ["-m", "bertctl"]
     if point is not None:
         target, n, when = point
-        prefix = [sys.executable, str(KILLPOINT), target, str(n), when, sig, "--"]
-    return subprocess.run(prefix + [str(a) for a in args], capture_output=True, text=True,
-                          timeout=600, env=_env())
+        prefix = [str(KILLPOINT), target, str(n), when, sig, "--"]
+    return subprocess.run(forkserver.command(*prefix, *map(str, args)), capture_output=True,
+                          text=True, timeout=600, env=forkserver.environment(_env()))
 
 
 def manifest(out: Path) -> dict:
