@@ -193,7 +193,8 @@ def client(argv: list[str]) -> int:
     if code < 0:   # it died of signal -code: so does this process
         import signal
 
-        signal.signal(-code, signal.SIG_DFL)
+        if -code not in (signal.SIGKILL, signal.SIGSTOP):   # the two no handler can catch
+            signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
     return code
 
