@@ -1,7 +1,7 @@
 """Every stage's settings as the command shows them, assembled in this one place: the classes
-`config.py` declares (the fields each stage and the core own) plus what the registries hold
+`declared.py` declares (the fields each stage and the core own) plus what the registries hold
 now, so that a plug-in's names and options reach the flags, `--config` and docs/cli.md without
-touching a stage, the CLI or `config.py`:
+touching a stage, the CLI or `declared.py`:
 
 - finetune, eval, distill: each registered task family's own options, one flag per option in a
   help panel of the family's, with the family names, the presets and the families' default

@@ -68,7 +68,7 @@ class PretrainSettings(TrainingSettings):
                                     "the data's raises its --max-predictions-per-seq to what the "
                                     "rate needs (stats.masking in the manifest says both).",
                                     json_schema_extra=meta(TRAINING))
-    # Their choices and help are the registry's (stage_settings.py: architecture_fields).
+    # Their choices and help are the registry's (assembled.py: architecture_fields).
     architecture: str = Field("bert", description="The encoder, from the registry.",
                               json_schema_extra=meta(MODEL, hashed_if_changed=True))
     model_size: str = Field("base", description="The architecture's size preset.",

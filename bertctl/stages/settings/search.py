@@ -1,7 +1,7 @@
 """The settings of the search stages: `embed` (vectors of texts), `index` (an approximate
 index of them), `mine` (hard negatives for a retrieval training file), `split` (a dev set
 held out of one) and `choose` (a choice among evals of that dev set), each a pydantic model
-whose fields are the command's flags (see bertctl/settings.py); config.py lists them with the
+whose fields are the command's flags (see bertctl/settings.py); declared.py lists them with the
 other stages'."""
 
 from __future__ import annotations
