@@ -150,15 +150,18 @@ def environment(env: dict[str, str]) -> dict[str, str]:
     import, such as OpenMP's thread count, stays the server's), stopped when the process
     exits."""
     import atexit
+    import shutil
     import subprocess
     import tempfile
     import time
 
     key = (os.getpid(), *sorted(env.items()))
     if key not in _SERVERS:
-        path = os.path.join(tempfile.mkdtemp(prefix="bertctl-fork-"), "bertctl.sock")
+        folder = tempfile.mkdtemp(prefix="bertctl-fork-")
+        path = os.path.join(folder, "bertctl.sock")
         server = subprocess.Popen([sys.executable, __file__, "--serve", path], env=env,
                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        atexit.register(shutil.rmtree, folder, True)   # runs after the kill (last in, first out)
         atexit.register(server.kill)
         deadline = time.monotonic() + 120
         while not os.path.exists(path):
