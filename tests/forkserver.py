@@ -23,26 +23,20 @@ import sys
 
 SOCKET_VARIABLE = "BERTCTL_FORKSERVER"
 # Imported once by the server: the libraries that cost the time, and bertctl's command tree
-# and stages. The server runs in the environment the tests give make, which differs between
-# commands only in PWD, so nothing read at import goes stale.
+# and stages. A server serves one environment (`environment`), so nothing read at import goes
+# stale.
 PRELOAD = ("numpy", "torch", "torch.nn.functional", "safetensors.torch", "tokenizers",
            "pyarrow", "pyarrow.parquet", "matplotlib", "bertctl.cli")
 
 
-def _send(conn: socket.socket, payload: bytes, fds: list[int] = ()) -> None:
-    header = struct.pack("!I", len(payload))
-    if fds:
-        socket.send_fds(conn, [header], list(fds))
-    else:
-        conn.sendall(header)
+def _send(conn: socket.socket, payload: bytes, fds: list[int]) -> None:
+    """The payload's length with the file descriptors, then the payload."""
+    socket.send_fds(conn, [struct.pack("!I", len(payload))], fds)
     conn.sendall(payload)
 
 
-def _receive(conn: socket.socket, fds: int = 0) -> tuple[bytes, list[int]]:
-    if fds:
-        header, got, _, _ = socket.recv_fds(conn, 4, fds)
-    else:
-        header, got = conn.recv(4), []
+def _receive(conn: socket.socket, fds: int) -> tuple[bytes, list[int]]:
+    header, got, _, _ = socket.recv_fds(conn, 4, fds)
     size = struct.unpack("!I", header)[0]
     data = b""
     while len(data) < size:
@@ -99,9 +93,8 @@ def _run_command(request: dict, fds: list[int]) -> int:
 
 def serve(path: str) -> None:
     import importlib
-    import signal
-
     import pkgutil
+    import signal
 
     for module in PRELOAD:
         importlib.import_module(module)
@@ -116,7 +109,7 @@ def serve(path: str) -> None:
     while True:
         conn, _ = server.accept()
         try:
-            data, fds = _receive(conn, fds=3)
+            data, fds = _receive(conn, 3)
         except (EOFError, OSError):
             conn.close()
             continue

@@ -191,8 +191,6 @@ class BertModel(EncoderBase):
         return self.embeddings(input_ids, token_type_ids, position_ids)
 
 
-__all__ = ["BertModel", "init_bert_weights"]
-
 
 class BertWithHead(EncoderWithHead):
     """BERT's encoder at `bert` plus a head."""
