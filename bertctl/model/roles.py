@@ -2,7 +2,8 @@
 (`masked_lm`) and the fine-tuning roles transformers has classes for (`SequenceClassifier`,
 `MultipleChoice`, `QuestionAnswering`, `TokenClassifier`). A family's head of its own is not a
 role of the architectures but a `bertctl.model.composed.Head` in the family's folder. An architecture's head class mixes a role in and says
-how it pools (`_pool`), how its classifier reads a vector (`_classify`) and how it scores spans
+how it pools (`_pool`, where it does not read the first token as `EncoderWithHead`'s
+default does), how its classifier reads a vector (`_classify`) and how it scores spans
 (`_span_logits`); its encoder is at `encoder`.
 """
 

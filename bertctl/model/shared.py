@@ -1,6 +1,8 @@
 """What every architecture's model files share: the activations config.json names (their
-functions; the names are the contract's, architectures.ACTIVATION_NAMES), attention masks, layer selection, [CLS] gathering, and `EncoderWithHead`,
-the base of every headed model. An architecture's own package (model/bert/,
+functions; the names are the contract's, architectures.ACTIVATION_NAMES), attention masks,
+layer selection, [CLS] gathering, the pieces of post-LN layers and classifiers that several
+architectures name alike, `EncoderBase` (the layer stack) and `EncoderWithHead`, the base of
+every headed model. An architecture's own package (model/bert/,
 model/modernbert/) imports from here, never from another architecture's."""
 
 from __future__ import annotations
@@ -328,6 +330,14 @@ class EncoderWithHead(nn.Module):
                                  position_ids)
         return self.encoder(input_ids, token_type_ids, attention_mask,
                             position_ids=position_ids)["last_hidden_state"]
+
+    def _pool(self, input_ids, token_type_ids, attention_mask, position_ids=None,
+              sequence_starts=None) -> torch.Tensor:
+        """The vector a sentence-level head reads: the first token's last hidden state (each
+        packed sequence's own, `sequence_starts`). A head whose architecture pools otherwise
+        (BERT's pooler, DeBERTa's, ModernBERT's mean) says how."""
+        return first_tokens(self._sequence(input_ids, token_type_ids, attention_mask,
+                                           position_ids), sequence_starts)
 
     def _feature_config(self) -> dict[str, Any]:
         # Not a transformers key: transformers would load such a checkpoint's classifier onto

@@ -17,7 +17,7 @@ from bertctl.model.dropout import Dropout
 from bertctl.model.roles import (MultipleChoice, QuestionAnswering, SequenceClassifier,
                                  TokenClassifier, masked_lm)
 from bertctl.model.shared import (ACTIVATIONS, EncoderBase, EncoderWithHead, TiedOutputBias,
-                                  attention_bias, first_tokens, init_normal)
+                                  attention_bias, init_normal)
 
 
 def sinusoidal_table(positions: int, dim: int) -> torch.Tensor:
@@ -160,11 +160,6 @@ class _PreClassified(DistilBertWithHead):
         self.classifier = nn.Linear(self.config.dim, num_outputs)
         self.dropout = Dropout(self.config.seq_classif_dropout)
         self._init_head()
-
-    def _pool(self, input_ids, token_type_ids, attention_mask, position_ids=None,
-              sequence_starts=None) -> torch.Tensor:
-        return first_tokens(self._sequence(input_ids, token_type_ids, attention_mask,
-                                           position_ids), sequence_starts)
 
     def _classify(self, x: torch.Tensor) -> torch.Tensor:
         return self.classifier(self.dropout(F.relu(self.pre_classifier(x))))

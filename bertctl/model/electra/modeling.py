@@ -19,8 +19,7 @@ from bertctl.model.dropout import Dropout
 from bertctl.model.electra.config import ElectraConfig
 from bertctl.model.roles import (MultipleChoice, QuestionAnswering, SequenceClassifier,
                                  TokenClassifier, masked_lm)
-from bertctl.model.shared import (ACTIVATIONS, DenseClassificationHead, TiedOutputBias,
-                                  first_tokens)
+from bertctl.model.shared import ACTIVATIONS, DenseClassificationHead, TiedOutputBias
 
 
 class ElectraEmbeddings(BertEmbeddings):
@@ -69,11 +68,6 @@ class ElectraForSequenceClassification(SequenceClassifier, ElectraWithHead):
         self.classifier = DenseClassificationHead(
             config, width, self._problem(num_labels, problem_type), F.gelu)
         self._init_head()
-
-    def _pool(self, input_ids, token_type_ids, attention_mask, position_ids=None,
-              sequence_starts=None) -> torch.Tensor:
-        return first_tokens(self._sequence(input_ids, token_type_ids, attention_mask,
-                                           position_ids), sequence_starts)
 
     def _classify(self, x: torch.Tensor) -> torch.Tensor:
         return self.classifier(x)

@@ -17,7 +17,7 @@ from bertctl.model.dropout import Dropout
 from bertctl.model.roberta.config import RobertaConfig
 from bertctl.model.roles import (MultipleChoice, QuestionAnswering, SequenceClassifier,
                                  TokenClassifier, masked_lm)
-from bertctl.model.shared import DenseClassificationHead, first_tokens
+from bertctl.model.shared import DenseClassificationHead
 
 
 class RobertaEmbeddings(nn.Module):
@@ -118,11 +118,6 @@ class RobertaForSequenceClassification(SequenceClassifier, RobertaWithHead):
         self.classifier = DenseClassificationHead(
             config, width, self._problem(num_labels, problem_type), torch.tanh)
         self._init_head()
-
-    def _pool(self, input_ids, token_type_ids, attention_mask, position_ids=None,
-              sequence_starts=None) -> torch.Tensor:
-        return first_tokens(self._sequence(input_ids, token_type_ids, attention_mask,
-                                           position_ids), sequence_starts)
 
     def _classify(self, x: torch.Tensor) -> torch.Tensor:
         return self.classifier(x)
