@@ -19,6 +19,29 @@ import contextlib
 # load torch.
 
 
+# The oldest torch whose APIs the code calls: torch.compiler.is_exporting (2.6), nn.RMSNorm
+# and the device-type autocast queries (2.4). pyproject.toml declares the same floor.
+TORCH_FLOOR = (2, 6)
+
+
+def check_torch(version: str | None = None) -> None:
+    """One line for a torch older than the floor, read from the installed package's metadata
+    (importing torch would cost every command a second)."""
+    import importlib.metadata
+    import re
+
+    if version is None:
+        try:
+            version = importlib.metadata.version("torch")
+        except importlib.metadata.PackageNotFoundError:
+            raise BertctlError("torch is not installed: pip install torch (bertctl needs "
+                               f"{'.'.join(map(str, TORCH_FLOOR))} or newer)") from None
+    found = re.match(r"(\d+)\.(\d+)", version)
+    if found and (int(found[1]), int(found[2])) < TORCH_FLOOR:
+        raise BertctlError(f"torch {version} is older than bertctl needs "
+                           f"({'.'.join(map(str, TORCH_FLOOR))} or newer): pip install -U torch")
+
+
 def cuda_wanted(device: str) -> bool:
     """Whether a `--device` setting (auto, cpu, cuda) runs on CUDA here."""
     import torch

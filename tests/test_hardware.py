@@ -1,12 +1,15 @@
 """`--precision auto` and the default thread count (bertctl.hardware)."""
 
 import json
+import re
+from pathlib import Path
 import os
 
 import pytest
 import torch
 
 from bertctl import hardware
+from bertctl.errors import BertctlError
 from bertctl.stages.settings.declared import EvalSettings, FinetuneSettings, PretrainSettings
 from bertctl.settings import SettingsError, identity
 from bertctl.train.settings import LoopSettings
@@ -101,6 +104,7 @@ def test_set_threads(monkeypatch):
 HOLD_PROBE = """
 import ctypes, sys, torch
 from bertctl import hardware
+from bertctl.errors import BertctlError
 class Info(ctypes.Structure):
     _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd",
                                                 "usmblks", "fsmblks", "uordblks", "fordblks",
@@ -155,3 +159,20 @@ def test_threads_are_bounded_by_the_usable_cores():
     assert done.returncode == 0, (done.returncode, done.stderr[-500:])
     n, usable, in_force = map(int, done.stdout.split())
     assert n == usable == in_force
+
+
+@pytest.mark.parametrize("version", ["2.5.1", "2.3.0+cu121", "1.13.1"])
+def test_a_torch_older_than_the_floor_is_one_line(version):
+    with pytest.raises(BertctlError, match=rf"torch {re.escape(version)} is older than bertctl "
+                                           r"needs \(2\.6 or newer\)"):
+        hardware.check_torch(version)
+
+
+@pytest.mark.parametrize("version", ["2.6.0", "2.13.0+cpu", "3.0.0.dev20270101"])
+def test_the_floor_and_newer_pass(version):
+    hardware.check_torch(version)
+
+
+def test_the_floor_is_the_one_pyproject_declares():
+    text = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
+    assert f'"torch>={".".join(map(str, hardware.TORCH_FLOOR))}"' in text

@@ -18,7 +18,7 @@ from bertctl.data.pretraining import build_pretraining_data, check_mask_coverage
 from bertctl.data.settings import PretrainingDataSettings
 from bertctl.errors import BertctlError
 from bertctl.settings import SettingsError
-from bertctl.train.records import Interval
+from bertctl.train.records import Interval, Totals
 
 
 def _documents(script: str, n_docs: int = 60) -> list[list[str]]:
@@ -104,9 +104,9 @@ def test_pretrain_refuses_data_whose_masks_cover_too_little(cli, pretrain_data, 
 
 def test_an_interval_without_targets_has_no_loss():
     interval = Interval()
-    interval.add(0.0, 1.0, 100, {"mlm_accuracy": (0.0, 0.0)})
+    interval.add(Totals([(1, 1e-3, 0.0, 1.0)], 100, 8, 0.0, {"mlm_accuracy": (0.0, 0.0)}))
     assert np.isnan(interval.record()["loss"]) and np.isnan(interval.record()["mlm_accuracy"])
-    interval.add(2.0, 1.0, 100, {"mlm_accuracy": (3.0, 4.0)})
+    interval.add(Totals([(2, 1e-3, 2.0, 1.0)], 100, 8, 0.0, {"mlm_accuracy": (3.0, 4.0)}))
     assert interval.record()["loss"] == 1.0
     assert Interval(steps=1, loss=0.5).record()["loss"] == 0.5   # no step metrics: fine-tuning
 

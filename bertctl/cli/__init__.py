@@ -17,7 +17,8 @@ import typer
 from click.exceptions import NoArgsIsHelpError
 
 import bertctl
-from bertctl import console, plugins
+from bertctl import console, hardware, plugins
+from bertctl.errors import BertctlError
 from bertctl.data import hub
 from bertctl.contract import signals
 from bertctl.contract.artifacts import Target
@@ -420,6 +421,11 @@ app = make_app()
 def main() -> None:
     # SIGTERM (a kill, a CI timeout) unwinds like Ctrl-C so temporary directories are removed.
     signals.install()
+    try:
+        hardware.check_torch()
+    except BertctlError as exc:
+        print(f"bertctl: {exc}", file=sys.stderr)
+        sys.exit(2)
     try:
         code = app(prog_name="bertctl", standalone_mode=False)
     except typer.Abort:

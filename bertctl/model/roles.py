@@ -16,24 +16,31 @@ import torch
 import torch.nn.functional as F
 
 from bertctl.labels import IGNORE_INDEX
-from bertctl.model.shared import vocabulary_cross_entropy
+from bertctl.model.shared import token_mean, vocabulary_cross_entropy
+from bertctl.step_scope import scope_for
 
 
 def masked_lm(predict: Callable[[torch.Tensor], torch.Tensor], hidden: torch.Tensor,
               labels: torch.Tensor | None) -> dict[str, torch.Tensor]:
     """The masked-LM outputs of the head `predict` (hidden states -> vocabulary logits): with
-    `labels` ((B, T), IGNORE_INDEX where nothing is predicted) the hidden states of the labelled positions are gathered *before* the head (only ~15% of
-    positions pay for the vocabulary projection, which for small models costs more than the
-    whole encoder), and the loss over them."""
+    `labels` ((B, T), IGNORE_INDEX where nothing is predicted) the hidden states of the
+    labelled positions are gathered *before* the head (only ~15% of positions pay for the
+    vocabulary projection, which for small models costs more than the whole encoder), and the
+    loss over them: their mean, or in the training loop's scope the step's (`token_mean`),
+    gathered at the positions the loop found on the host."""
     out: dict[str, torch.Tensor] = {}
+    scope = scope_for(labels)
     if labels is not None:
         flat = labels.reshape(-1)
-        where = (flat != IGNORE_INDEX).nonzero().squeeze(1)
+        where = (scope.positions if scope is not None and scope.positions is not None
+                 else (flat != IGNORE_INDEX).nonzero().squeeze(1))
         hidden = hidden.reshape(-1, hidden.size(-1)).index_select(0, where)
         out["mlm_targets"] = flat.index_select(0, where)
     out["mlm_logits"] = predict(hidden)
     if labels is not None:
-        out["mlm_loss"] = vocabulary_cross_entropy(out["mlm_logits"], out["mlm_targets"])
+        targets = out["mlm_targets"]
+        out["mlm_loss"] = token_mean(vocabulary_cross_entropy(out["mlm_logits"], targets),
+                                     targets.numel(), scope)
     return out
 
 
@@ -166,8 +173,10 @@ class TokenClassifier:
         logits = self._classify(hidden)
         out = {"logits": logits}
         if labels is not None:
-            out["loss"] = F.cross_entropy(logits.float().reshape(-1, self.num_labels),
-                                          labels.reshape(-1), ignore_index=IGNORE_INDEX)
+            flat = labels.reshape(-1)
+            total = F.cross_entropy(logits.float().reshape(-1, self.num_labels), flat,
+                                    ignore_index=IGNORE_INDEX, reduction="sum")
+            out["loss"] = token_mean(total, (flat != IGNORE_INDEX).sum(), scope_for(labels))
         return out
 
     def hf_config(self) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from torch import nn
 
 from bertctl.model.dropout import Dropout
 from bertctl.model.features import FrozenFeatures
+from bertctl.step_scope import StepTargets
 
 # HF's names for the activations BERT checkpoints use. "gelu" is the exact erf form, as in the
 # original TF code; the tanh approximation is a different function and gives different outputs.
@@ -221,10 +222,10 @@ class TiedOutputBias(nn.Module):
 
 
 class _VocabularyCrossEntropy(torch.autograd.Function):
-    """Mean cross-entropy of (N, V) logits of any float dtype, computed in fp32 a slice of rows
-    at a time: the gradient softmax - one-hot is written straight into the logits' dtype.
+    """Cross-entropy of (N, V) logits of any float dtype summed over the rows, computed in fp32
+    a slice of rows at a time: the gradient softmax - one-hot is written straight into the logits' dtype.
 
-    Why not `F.cross_entropy(logits.float(), targets)`: over a 30k vocabulary that makes a
+    Why not `F.cross_entropy(logits.float(), targets)` on a CPU: over a 30k vocabulary that makes a
     fp32 copy of the logits, their log-softmax, a zero-filled gradient and its conversion
     back, each a fresh (N, V) tensor too large to reuse freed memory (70 MB at 579 x 30,522
     in fp32, each one paid in page faults). With bf16 logits of that size, forward and backward
@@ -243,14 +244,14 @@ class _VocabularyCrossEntropy(torch.autograd.Function):
         picked = logits.gather(1, targets[:, None]).squeeze(1).float()
         ctx.save_for_backward(logits, targets, lse)
         ctx.rows = rows
-        return (lse - picked).mean()
+        return (lse - picked).sum()
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         logits, targets, lse = ctx.saved_tensors
         n, rows = logits.size(0), ctx.rows
         out = torch.empty_like(logits)
-        scale = grad.float() / n
+        scale = grad.float()
         for i in range(0, n, rows):
             # Out of place: for fp32 logits .float() is the saved tensor itself.
             p = torch.sub(logits[i:i + rows].float(), lse[i:i + rows, None]).exp_()
@@ -260,12 +261,28 @@ class _VocabularyCrossEntropy(torch.autograd.Function):
 
 
 def vocabulary_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """The masked LM's loss: mean cross-entropy over the predicted positions, in fp32 whatever
-    the logits' dtype (`_VocabularyCrossEntropy`); zero, still reaching every parameter, when
-    nothing is predicted."""
+    """The masked LM's loss summed over the predicted positions, in fp32 whatever the logits'
+    dtype: on CUDA one fused cross-entropy, elsewhere `_VocabularyCrossEntropy`'s slices, which
+    pay on a CPU's cache (its docstring) and would only add kernels on a GPU. Zero, still
+    reaching every parameter, when nothing is predicted (a shape: known on the host)."""
     if not targets.numel():
         return logits.sum() * 0.0
+    if logits.device.type == "cuda":
+        return F.cross_entropy(logits.float(), targets, reduction="sum")
     return _VocabularyCrossEntropy.apply(logits, targets)
+
+
+def token_mean(total: torch.Tensor, count: torch.Tensor | int, scope: StepTargets | None,
+               kind: str = "targets") -> torch.Tensor:
+    """`total` (a loss summed over `count` tokens) as a mean: over this batch's tokens, or in
+    the loop's scope over the step's (`StepTargets`: `kind` "targets", predicted labels, or
+    "tokens", real tokens)."""
+    denominator = getattr(scope, kind) if scope is not None else None
+    if denominator is None:
+        if isinstance(count, torch.Tensor):
+            return total / count.clamp(min=1)
+        return total / max(count, 1)
+    return total / denominator
 
 
 class EncoderWithHead(nn.Module):

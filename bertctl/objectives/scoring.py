@@ -96,9 +96,10 @@ def validation_batches(dataset, batch_size: int, max_batches: int | None
     return subset, batches[dist.rank()::dist.world_size()]
 
 
-def _accuracy(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    return (logits.argmax(-1) == targets).sum(), torch.tensor(targets.numel(),
-                                                              device=targets.device)
+def _accuracy(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, int]:
+    # The count is a shape, known on the host: a device tensor made of it is a copy the host
+    # waits for.
+    return (logits.argmax(-1) == targets).sum(), targets.numel()
 
 
 def pretraining_step_metrics(outputs: dict[str, Any], batch: dict[str, Any]) -> dict[str, tuple]:
@@ -129,8 +130,7 @@ def disc_counts(out) -> tuple[torch.Tensor, ...]:
 def electra_step_metrics(outputs: dict[str, Any], batch: dict[str, Any]) -> dict[str, tuple]:
     right, real, replaced = disc_counts(outputs)
     targets = outputs["mlm_targets"]
-    return {"mlm_accuracy": ((outputs["mlm_logits"].argmax(-1) == targets).sum(),
-                             torch.tensor(targets.numel(), device=targets.device)),
+    return {"mlm_accuracy": _accuracy(outputs["mlm_logits"], targets),
             "disc_accuracy": (right, real), "replaced_share": (replaced, real)}
 
 

@@ -88,6 +88,22 @@ def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
+def average_gradients(model: nn.Module) -> None:
+    """The mean of the ranks' gradients, in place: what DDP does, for a model whose backward
+    DDP cannot follow (one that runs its encoder again: cached negatives). One collective over
+    the gradients flattened together."""
+    if not active():
+        return
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    if not grads:
+        return
+    flat = torch._utils._flatten_dense_tensors(grads)
+    dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+    flat /= world_size()
+    for g, averaged in zip(grads, torch._utils._unflatten_dense_tensors(flat, grads)):
+        g.copy_(averaged)
+
+
 def all_gather_object(obj: object) -> list[object]:
     """Every rank's `obj` (a list in rank order). Used for the per-rank RNG states that rank 0
     stores in a checkpoint; the objects travel between our own processes only."""
@@ -111,6 +127,6 @@ def cleanup() -> None:
         dist.destroy_process_group()
 
 
-__all__ = ["DistInfo", "active", "all_gather_object", "all_reduce_sum", "barrier", "cleanup",
+__all__ = ["DistInfo", "active", "all_gather_object", "average_gradients", "all_reduce_sum", "barrier", "cleanup",
            "init", "is_main", "launched_by_torchrun", "rank", "resolve_device",
            "world_size", "wrap"]

@@ -37,6 +37,7 @@ from bertctl import hardware
 from bertctl.contract import signals
 from bertctl.data.collate import without_full_mask
 from bertctl.errors import BertctlError
+from bertctl.step_scope import StepTargets, step_targets
 from bertctl.train import checkpoint as ckpt
 from bertctl.train import distributed as dist
 from bertctl.train import tensorboard
@@ -44,9 +45,9 @@ from bertctl.train.plan import plan_batch
 from bertctl.train.optim import (decay_steps, lr_at, lr_at_share, make_optimizer, set_lr,
                                  warmup_steps)
 from bertctl.train.order import BatchOrder, DataSource, lengths_of
-from bertctl.train.records import (METRICS_FILE, Best, Interval, StepTotals, TrainingDiverged,
-                                   TrainResult, append_jsonl, count_tokens, plain,
-                                   read_history, rewrite_jsonl)
+from bertctl.train.records import (METRICS_FILE, Best, Interval, Loaded, TrainingDiverged,
+                                   TrainResult, Unread, append_jsonl, count_tokens, plain,
+                                   read_history, rewrite_jsonl, target_positions)
 from bertctl.train.settings import LoopSettings
 
 Evaluate = Callable[[nn.Module], dict[str, Any]]
@@ -172,6 +173,7 @@ class Trainer:
 
         # The run's state.
         self.step, self.interval, self.best = s.start_step, Interval(), Best()
+        self.unread = Unread()   # the steps since the last read of the device
         self.last_eval, self.history = None, []   # (the last validation record; every record)
         self.resumed_from: int | None = None
         self.stopped_by_patience: dict[str, int] | None = None
@@ -274,7 +276,7 @@ class Trainer:
         self.started = self._now() - self.elapsed   # a resumed run continues the budget's clock
         try:
             while self.step < self.last_step:
-                batches, tokens, examples = pending.result()
+                loaded = pending.result()
                 pending = (pool.submit(self.load_step, self.step + 2)
                            if self.step + 1 < self.last_step else None)
                 lr = (lr_at(self.step, s.lr, self.warmup, self.total_steps, s.schedule,
@@ -282,60 +284,92 @@ class Trainer:
                       else lr_at_share(self.elapsed / self.budget, s.lr, s.warmup, s.schedule,
                                        s.decay))
                 set_lr(self.optimizer, lr)
-                step_tokens, step_examples = self.train_step(batches, tokens, examples, lr)
-                seen[0] += step_tokens
-                seen[1] += step_examples
+                self.train_step(loaded, lr)
                 if self.budget is not None and self.elapsed >= self.budget:
                     self.end_step = self.last_step = self.step   # the budget is spent
                 # Log, evaluate, checkpoint: in this order, so a checkpoint includes the
                 # evaluation of its own step. Throughput excludes evaluation and checkpoints.
+                # Each reads the device first: nothing is kept after a step that diverged.
                 if self.step % s.log_every == 0 or self.step == self.end_step:
+                    tokens, examples = self.read()
+                    seen[0] += tokens
+                    seen[1] += examples
                     self.log(lr, seen, max(time.perf_counter() - clock, 1e-9))
                     seen = [0, 0]
                     clock = time.perf_counter()
-                paused = time.perf_counter()
-                if self._evaluation_due():
-                    self.evaluate()
-                if self._checkpoint_due():
-                    self.save()
-                clock += time.perf_counter() - paused
+                evaluating, saving = self._evaluation_due(), self._checkpoint_due()
+                if evaluating or saving:
+                    tokens, examples = self.read()
+                    seen[0] += tokens
+                    seen[1] += examples
+                    paused = time.perf_counter()
+                    if evaluating:
+                        self.evaluate()
+                    if saving:
+                        self.save()
+                    clock += time.perf_counter() - paused
                 signals.raise_pending()   # a SIGTERM that came during a checkpoint write
+            self.read()   # (steps a stop left unlogged: their checks and the interval's sums)
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
             if self.board is not None:
                 self.board.close()
         return self._result()
 
-    def load_step(self, global_step: int) -> tuple[list[dict[str, Any]], int, int]:
-        """This rank's micro-batches of a global step (micro-batches rank, rank+W, ...), its
-        non-pad tokens and examples."""
+    def load_step(self, global_step: int) -> Loaded:
+        """This rank's micro-batches of a global step (micro-batches rank, rank+W, ...) and what
+        the step needs to know of them before it runs, counted here on the host (`Loaded`)."""
         epoch, indices = self.order.at(global_step - 1 - self.order_start)  # step 1: batch 0
-        batches, tokens, micro = [], 0, self.plan.micro_batch_size
+        micro = self.plan.micro_batch_size
+        loaded = Loaded()
+        targets = 0
         for m in range(self.rank, self.plan.num_micro, self.world):
             b = self.data.batch(indices[m * micro:(m + 1) * micro], epoch)
-            tokens += count_tokens(b, micro)
+            tokens = count_tokens(b, micro)
+            positions = target_positions(b.get("labels"))
+            targets += 0 if positions is None else len(positions)
+            loaded.tokens += tokens
             b = without_full_mask(b)
-            if self.device.type == "cuda":
-                b = {k: v.pin_memory() if isinstance(v, torch.Tensor) else v for k, v in b.items()}
-            batches.append(b)
-        return batches, tokens, len(batches) * micro
+            if self.device.type == "cuda":   # pinned: the copies to the GPU do not wait
+                b = {k: v.pin_memory() if isinstance(v, torch.Tensor) else v
+                     for k, v in b.items()}
+                positions = None if positions is None else positions.pin_memory()
+            loaded.batches.append(b)
+            loaded.positions.append(positions)
+        loaded.examples = len(loaded.batches) * micro
+        loaded.counts = torch.tensor([targets, loaded.tokens], dtype=torch.float64)
+        if self.device.type == "cuda":
+            loaded.counts = loaded.counts.pin_memory()
+        return loaded
 
-    def train_step(self, batches: list[dict[str, Any]], tokens: int, examples: int,
-                   lr: float) -> tuple[int, int]:
-        """Forward and backward over the micro-batches, one optimizer update; returns the
-        step's tokens and examples over all ranks."""
+    def train_step(self, loaded: Loaded, lr: float) -> None:
+        """Forward and backward over the micro-batches, one optimizer update, without reading
+        anything back from the device: the step's loss, gradient norm and metrics wait on the
+        device (`Unread`) for the next read (`read`). An update whose gradients are not
+        finite is skipped on the device (AdamW's fused kernel, or fp16's loss scaler); the
+        read stops the run there, before anything after it is kept."""
         s, device = self.s, self.device
         sync_scale = self.world / self.plan.num_micro  # DDP averages over ranks; we want the mean
         autocast = hardware.autocast(device, s.precision)
+        # The step's predicted labels and real tokens over every rank, a mean per micro-batch
+        # (model.shared.StepTargets): one collective, read by the losses on the device.
+        counts = dist.all_reduce_sum(loaded.counts.to(device, non_blocking=True))
+        per_micro = counts.clamp(min=1) / self.plan.num_micro
         loss_sum = torch.zeros((), dtype=torch.float64, device=device)
-        sums: dict[str, list[torch.Tensor]] = {}
-        for i, cpu_batch in enumerate(batches):
+        replays = self.ddp is not self.model and getattr(self.model, "backward_replays", False)
+        for i, (cpu_batch, positions) in enumerate(zip(loaded.batches, loaded.positions)):
             batch = hardware.to_device(cpu_batch, device)
-            # Gradients are all-reduced on the last micro-step only.
-            last = i == len(batches) - 1
-            no_sync = (self.ddp.no_sync() if self.ddp is not self.model and not last
-                       else contextlib.nullcontext())
-            with no_sync:
+            scope = StepTargets(
+                batch, cpu_batch,
+                positions=None if positions is None else positions.to(device, non_blocking=True),
+                targets=per_micro[0], tokens=per_micro[1])
+            # Gradients are all-reduced on the last micro-step only, or after the last by
+            # `average_gradients` (a backward that replays the encoder fires DDP's hooks once
+            # a replay).
+            last = i == len(loaded.batches) - 1
+            no_sync = (self.ddp.no_sync() if self.ddp is not self.model
+                       and (replays or not last) else contextlib.nullcontext())
+            with no_sync, step_targets(scope):
                 with autocast:
                     out = self.ddp(**batch)
                 loss = out["loss"]
@@ -343,53 +377,62 @@ class Trainer:
             loss_sum += loss.detach().double() / self.plan.num_micro
             if self.step_metrics is not None:
                 with torch.no_grad():
-                    for name, pair in self.step_metrics(out, batch).items():
-                        num, den = (torch.as_tensor(x, dtype=torch.float64, device=device)
-                                    for x in pair)
-                        acc = sums.get(name)
-                        sums[name] = [num, den] if acc is None else [acc[0] + num, acc[1] + den]
+                    self.unread.add_metrics(self.step_metrics(out, batch), device)
 
+        if replays:
+            dist.average_gradients(self.model)
         self.scaler.unscale_(self.optimizer)
         norm = torch.nn.utils.clip_grad_norm_(
             self.model.parameters(), s.max_grad_norm if s.max_grad_norm is not None else math.inf)
-        totals = self._step_totals(loss_sum, sums, tokens, examples, norm, device)
-        self.elapsed = totals.elapsed
-        self._stop_if_diverged(totals.loss, totals.grad_norm, lr)
+        skip = self.s.precision != "fp16" and getattr(self.optimizer, "defaults", {}).get("fused")
+        if skip:   # the fused kernel skips its update (and its step count) where this is 1
+            self.optimizer.found_inf = (~torch.isfinite(norm)).float()
         self.scaler.step(self.optimizer)
+        if skip:
+            del self.optimizer.found_inf
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
-        self.interval.add(totals.loss, totals.grad_norm, totals.tokens, totals.metrics)
-        return totals.tokens, totals.examples
+        self.unread.add_step(self.step, lr, loss_sum, norm.detach(), loaded.tokens,
+                             loaded.examples)
+        if self.budget is not None:   # the budget's clock decides every step (see read)
+            self.elapsed = self._clock()
 
-    def _step_totals(self, loss_sum, sums: dict, tokens: int, examples: int, norm,
-                     device) -> StepTotals:
-        """One collective and one host sync per step: the global loss and gradient norm (needed
-        every step to stop on NaN before the update), the step metrics and the throughput
-        counts. (The norm is already global: clipping reduced it.) The clock rides along:
-        every rank takes the mean, so all decide alike when a time budget is spent and what
-        rate the next step gets."""
-        names = sorted(sums)
-        scalars = (tokens, examples, self._now() - self.started)
-        packed = torch.stack([loss_sum] + [x.double() for n in names for x in sums[n]]
-                             + [torch.tensor(float(v), dtype=torch.float64, device=device)
-                                for v in scalars])
-        reduced = dist.all_reduce_sum(packed)
-        values = torch.cat([reduced, norm.detach().double().reshape(1).to(reduced.device)
-                            ]).tolist()
-        metrics = {n: (values[1 + 2 * j], values[2 + 2 * j]) for j, n in enumerate(names)}
-        total_tokens, total_examples, clock, grad_norm = values[-4:]
-        return StepTotals(loss=values[0], grad_norm=grad_norm, tokens=int(total_tokens),
-                          examples=int(total_examples), elapsed=clock / self.world,
-                          metrics=metrics)
+    def _clock(self) -> float:
+        """The run's time so far: the mean of the ranks' clocks, so that all decide alike
+        when a time budget is spent and what rate the next step gets. Under torchrun with a
+        time budget, a host read every step; otherwise each read of the device carries it."""
+        now = self._now() - self.started
+        if self.world == 1:
+            return now
+        clock = torch.tensor([now], dtype=torch.float64, device=self.device)
+        return dist.all_reduce_sum(clock).item() / self.world
+
+    def read(self) -> tuple[int, int]:
+        """The one read of the device: the unread steps' losses, gradient norms, metrics and
+        counts over every rank, added to the log interval; the run stops at the first step
+        whose loss or gradient norm was not finite. Returns their tokens and examples over
+        every rank (the throughput)."""
+        unread, self.unread = self.unread, Unread()
+        if not unread.steps:
+            return 0, 0
+        # (with a budget, the clock read each step: `_clock`)
+        clock = self.elapsed if self.budget is not None else self._now() - self.started
+        totals = unread.totals(self.device, self.world, clock)
+        if self.budget is None:
+            self.elapsed = totals.elapsed
+        for step, lr, loss, grad_norm in totals.steps:
+            self._stop_if_diverged(step, loss, grad_norm, lr)
+        self.interval.add(totals)
+        return totals.tokens, totals.examples
 
     def _now(self) -> float:
         """The clock of the time budget (read once at the start and once per step)."""
         return time.perf_counter()
 
-    def _stop_if_diverged(self, loss: float, grad_norm: float, lr: float) -> None:
+    def _stop_if_diverged(self, step: int, loss: float, grad_norm: float, lr: float) -> None:
         if not (math.isfinite(loss) and (self.s.precision == "fp16" or math.isfinite(grad_norm))):
-            raise TrainingDiverged.at(self.step + 1, loss, grad_norm, lr,
+            raise TrainingDiverged.at(step, loss, grad_norm, lr,
                                       ckpt.list_checkpoints(self.work_dir))
 
     # -- logging, evaluation, checkpoints

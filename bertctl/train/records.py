@@ -15,12 +15,15 @@ import torch
 from torch import nn
 
 from bertctl.errors import BertctlError
+from bertctl.labels import IGNORE_INDEX
+from bertctl.train import distributed as dist
 
 METRICS_FILE = "metrics.jsonl"
 
 
 class TrainingDiverged(BertctlError):
-    """The loss or the gradient became NaN/inf; the run stops before updating the weights."""
+    """The loss or the gradient became NaN/inf; the run stops at the next read of the device,
+    before it keeps anything (a log record, an evaluation, a checkpoint) after that step."""
 
     exit_code = 1
 
@@ -30,23 +33,104 @@ class TrainingDiverged(BertctlError):
         what, value = ("loss", loss) if not math.isfinite(loss) else ("gradient norm", grad_norm)
         keep = (f"the last good checkpoint is {checkpoints[-1][1]}" if checkpoints
                 else "no checkpoint was written")
-        return cls(f"training diverged at step {step}: {what} is {value} (lr {lr:.3g}); the "
-                   f"weights were not updated and {keep}. Try a lower lr, more warmup or "
+        return cls(f"training diverged at step {step}: {what} is {value} (lr {lr:.3g}); "
+                   f"nothing after it was kept and {keep}. Try a lower lr, more warmup or "
                    f"max_grad_norm, or bf16/fp32 instead of fp16")
 
 
-@dataclass
-class StepTotals:
-    """One optimizer step over every process: the mean loss, the global gradient norm, the
-    tokens and examples it read, the run's time so far (the mean of the ranks' clocks) and each
-    step metric's (numerator, denominator) sums."""
+def target_positions(labels: Any) -> torch.Tensor | None:
+    """The flat indices of a batch's token labels other than IGNORE_INDEX (integer labels of
+    two or more dimensions: a masked LM's, a tagger's), found on the host; None for others."""
+    if (not isinstance(labels, torch.Tensor) or labels.dim() < 2
+            or labels.dtype.is_floating_point):
+        return None
+    return (labels.reshape(-1) != IGNORE_INDEX).nonzero().squeeze(1)
 
-    loss: float
-    grad_norm: float
+
+@dataclass
+class Loaded:
+    """A step's micro-batches on this rank, as the loader thread made them on the host, with
+    what the step needs to know of them before it runs: each one's label positions
+    (`target_positions`), this rank's [predicted labels, real tokens] (`counts`, a tensor
+    for the step's one collective), its tokens and examples."""
+
+    batches: list[dict[str, Any]] = field(default_factory=list)
+    positions: list[torch.Tensor | None] = field(default_factory=list)
+    counts: torch.Tensor | None = None
+    tokens: int = 0
+    examples: int = 0
+
+
+@dataclass
+class Totals:
+    """The steps since the last read, over every rank: each step's (step, lr, mean loss,
+    global gradient norm), their tokens and examples, each step metric's (numerator,
+    denominator) sums, and the run's time (the mean of the ranks' clocks)."""
+
+    steps: list[tuple[int, float, float, float]]
     tokens: int
     examples: int
     elapsed: float
     metrics: dict[str, tuple[float, float]]
+
+
+class Unread:
+    """What the steps since the last read left on the device (losses, norms, metric sums) and
+    on the host (this rank's counts and numeric metric parts): nothing is read back until
+    `totals`, so a GPU step never waits for the host."""
+
+    def __init__(self):
+        self.steps: list[tuple[int, float]] = []
+        self.losses: list[torch.Tensor] = []
+        self.norms: list[torch.Tensor] = []
+        self.tokens = self.examples = 0
+        self.device_metrics: dict[str, list[torch.Tensor]] = {}
+        self.host_metrics: dict[str, list[float]] = {}
+
+    def add_step(self, step: int, lr: float, loss: torch.Tensor, norm: torch.Tensor,
+                 tokens: int, examples: int) -> None:
+        self.steps.append((step, lr))
+        self.losses.append(loss)
+        self.norms.append(norm)
+        self.tokens += tokens
+        self.examples += examples
+
+    def add_metrics(self, metrics: dict[str, tuple[Any, Any]], device) -> None:
+        """A micro-batch's step metrics: tensor parts summed on the device, numbers on the
+        host (a number made into a device tensor is a copy the host waits for)."""
+        for name, pair in metrics.items():
+            acc = self.device_metrics.setdefault(
+                name, [torch.zeros((), dtype=torch.float64, device=device)] * 2)
+            for j, x in enumerate(pair):
+                if isinstance(x, torch.Tensor):
+                    acc[j] = acc[j] + x.double()
+                else:
+                    self.host_metrics.setdefault(name, [0.0, 0.0])[j] += float(x)
+
+    def totals(self, device, world: int, clock: float) -> Totals:
+        """One collective and one read: the losses, metrics and counts summed over ranks (each
+        rank's loss is its share of the step's mean), the norms as they are (clipping made
+        them global already); `clock` this rank's time, averaged over ranks."""
+        names = sorted(self.device_metrics)
+        host = [float(self.tokens), float(self.examples), clock]
+        host += [v for n in names for v in self.host_metrics.get(n, [0.0, 0.0])]
+        parts = [torch.stack(self.losses)]
+        parts += [torch.stack(self.device_metrics[n]) for n in names]
+        parts.append(torch.tensor(host, dtype=torch.float64).to(device))
+        reduced = dist.all_reduce_sum(torch.cat(parts))
+        values = torch.cat([reduced, torch.stack(self.norms).double().to(reduced.device)]
+                           ).tolist()
+        k, m = len(self.steps), 2 * len(names)
+        losses, on_device = values[:k], values[k:k + m]
+        tokens, examples, clock = values[k + m:k + m + 3]
+        on_host = values[k + m + 3:k + 2 * m + 3]
+        norms = values[k + 2 * m + 3:]
+        metrics = {n: (on_device[2 * j] + on_host[2 * j],
+                       on_device[2 * j + 1] + on_host[2 * j + 1]) for j, n in enumerate(names)}
+        return Totals(steps=[(step, lr, loss, norm) for (step, lr), loss, norm
+                             in zip(self.steps, losses, norms)],
+                      tokens=int(tokens), examples=int(examples), elapsed=clock / world,
+                      metrics=metrics)
 
 
 @dataclass
@@ -61,18 +145,18 @@ class Interval:
     tokens: int = 0        # non-pad tokens trained on (all ranks): the model card's total
     metrics: dict[str, list[float]] = field(default_factory=dict)  # name -> [numerator, denom]
 
-    def add(self, loss: float, grad_norm: float, tokens: int,
-            metrics: dict[str, tuple[float, float]]) -> None:
-        self.steps += 1
-        self.loss += loss
-        if math.isfinite(grad_norm):
-            self.grad_norm += grad_norm
-            self.finite_norms += 1
-        for name, (num, den) in metrics.items():
+    def add(self, totals: Totals) -> None:
+        for _, _, loss, grad_norm in totals.steps:
+            self.steps += 1
+            self.loss += loss
+            if math.isfinite(grad_norm):
+                self.grad_norm += grad_norm
+                self.finite_norms += 1
+        for name, (num, den) in totals.metrics.items():
             acc = self.metrics.setdefault(name, [0.0, 0.0])
             acc[0] += num
             acc[1] += den
-        self.tokens += tokens
+        self.tokens += totals.tokens
 
     def record(self) -> dict[str, Any]:
         """The interval's means: loss, grad_norm and each step metric's ratio. Steps whose

@@ -40,8 +40,7 @@ def relative_positions(length: int, buckets: int, max_distance: int,
         return rel
     mid = buckets // 2
     sign = torch.sign(rel)
-    far = torch.where((rel < mid) & (rel > -mid), torch.tensor(mid - 1, device=device),
-                      rel.abs())
+    far = torch.where((rel < mid) & (rel > -mid), mid - 1, rel.abs())
     log_pos = torch.ceil(torch.log(far / mid) / math.log((max_distance - 1) / mid)
                          * (mid - 1)) + mid
     return torch.where(far <= mid, rel.to(log_pos.dtype), log_pos * sign).long()

@@ -28,7 +28,8 @@ from bertctl.model.attention import AttentionPolicy
 from bertctl.model.bert.config import BertConfig
 from bertctl.model.bert.modeling import BertLayer, BertWithHead
 from bertctl.model.roles import masked_lm
-from bertctl.model.shared import ACTIVATIONS, attention_bias
+from bertctl.model.shared import ACTIVATIONS, attention_bias, token_mean
+from bertctl.step_scope import scope_for
 
 GENERATOR_SIZE = 0.25      # the paper's best generator: 1/4 to 1/2 of the discriminator
 DISCRIMINATOR_WEIGHT = 50.0
@@ -82,15 +83,20 @@ class ElectraDiscriminatorHead(nn.Module):
         return self.dense_prediction(self.act(self.dense(hidden))).squeeze(-1)
 
 
-def replace_masked(input_ids: torch.Tensor, labels: torch.Tensor, samples: torch.Tensor
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
+def replace_masked(input_ids: torch.Tensor, labels: torch.Tensor, samples: torch.Tensor,
+                   positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(the discriminator's input, its target): the original tokens with the masked positions
-    (labels != IGNORE_INDEX, in row-major order) set to the samples; target 1 where a token
-    differs from the original. The original is read from the labels, never from the
-    generator's (masked) input, so no [MASK] reaches the discriminator."""
+    (labels != IGNORE_INDEX, in row-major order; `positions`, their flat indices, where the
+    loop found them on the host) set to the samples; target 1 where a token differs from the
+    original. The original is read from the labels, never from the generator's (masked)
+    input, so no [MASK] reaches the discriminator."""
     masked = labels != IGNORE_INDEX
     original = torch.where(masked, labels, input_ids)
-    corrupted = original.masked_scatter(masked, samples.to(original.dtype))
+    if positions is None:
+        corrupted = original.masked_scatter(masked, samples.to(original.dtype))
+    else:
+        corrupted = original.reshape(-1).index_copy(
+            0, positions, samples.to(original.dtype)).view_as(original)
     return corrupted, corrupted != original
 
 
@@ -136,16 +142,20 @@ class BertForElectraPreTraining(BertWithHead):
         logits, targets = out["mlm_logits"], out["mlm_targets"]
         with torch.no_grad():
             probs = torch.softmax(logits.float(), dim=-1)
-            samples = (torch.multinomial(probs, 1, generator=sample_generator).squeeze(1)
-                       if targets.numel() else targets)
-        corrupted, replaced = replace_masked(input_ids, labels, samples)
+            # torch.multinomial's own draw for one sample, without its check of the
+            # probabilities, which reads them back to the host: the same samples.
+            draws = torch.empty_like(probs).exponential_(1, generator=sample_generator)
+            samples = (probs / draws).argmax(-1) if targets.numel() else targets
+        scope = scope_for(labels)
+        corrupted, replaced = replace_masked(input_ids, labels, samples,
+                                             scope.positions if scope else None)
         disc = self.discriminator_predictions(
             self.bert(corrupted, token_type_ids, attention_mask)["last_hidden_state"])
         real = (attention_mask.bool() if attention_mask is not None
                 else torch.ones_like(replaced))
         per_token = F.binary_cross_entropy_with_logits(disc.float(), replaced.float(),
                                                        reduction="none")
-        out["disc_loss"] = (per_token * real).sum() / real.sum().clamp(min=1)
+        out["disc_loss"] = token_mean((per_token * real).sum(), real.sum(), scope, "tokens")
         out.update(disc_logits=disc, replaced=replaced, real=real, corrupted=corrupted)
         out["loss"] = out["mlm_loss"] + self.discriminator_weight * out["disc_loss"]
         return out

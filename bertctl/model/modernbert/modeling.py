@@ -143,9 +143,16 @@ def blocked_local_attention(q, k, v, group: torch.Tensor | None, half: int,
     allowed = ((qg[..., :, None] == kg[..., None, :]) | (qg[..., :, None] == 0))
     allowed = allowed & (kg[..., None, :] > 0) & band
     allowed = allowed | (s == r + c)                           # each token sees itself
-    y = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=allowed[:, None],
+
+    def blocks(t: torch.Tensor) -> torch.Tensor:   # (B, h, nb, n, d) -> (B * nb, h, n, d)
+        return t.transpose(1, 2).reshape(B * nb, heads, t.shape[-2], d)
+
+    # The blocks as a batch of their own: PyTorch's fused kernels take 4-D inputs only (a
+    # 5-D call runs the math kernel).
+    y = F.scaled_dot_product_attention(blocks(qb), blocks(kb), blocks(vb),
+                                       attn_mask=allowed.reshape(B * nb, 1, c, 3 * c),
                                        dropout_p=dropout_p)
-    return y.reshape(B, heads, nb * c, d)[:, :, :T]
+    return y.view(B, nb, heads, c, d).transpose(1, 2).reshape(B, heads, nb * c, d)[:, :, :T]
 
 
 class ModernBertAttention(nn.Module):

@@ -27,13 +27,16 @@ queries, or a pair's first texts), its labels and the scale.
 from __future__ import annotations
 
 import functools
+import math
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
 from bertctl.errors import BertctlError
 from bertctl.model.dropout import has_dropout
+from bertctl.step_scope import host_twin
 from bertctl.tasks.retrieval import cached
 from bertctl.search import late
 from bertctl.tasks.retrieval.loss import LOSSES, Loss, default_loss
@@ -62,7 +65,9 @@ def cosent(a: torch.Tensor, b: torch.Tensor, gold: torch.Tensor, scale: float) -
     cos = F.cosine_similarity(a.float(), b.float(), dim=-1) * scale
     diff = cos[None, :] - cos[:, None]                         # [i, j] = cos_j - cos_i
     wrong = gold.float()[:, None] > gold.float()[None, :]      # i should be above j
-    diff = diff[wrong]
+    # The other pairs at -inf add nothing to the sum (selecting the wrong ones would give a
+    # tensor whose size the host must read from the device).
+    diff = diff.masked_fill(~wrong, -math.inf).reshape(-1)
     zero = torch.zeros(1, dtype=diff.dtype, device=diff.device)
     return torch.logsumexp(torch.cat([zero, diff]), dim=0)
 
@@ -150,6 +155,37 @@ def margin_mse_infonce_loss(e: torch.Tensor, teacher: torch.Tensor, scale: float
     return margin_mse(e[:, 0], e[:, 1:], teacher) + info_nce(e[:, 0], e[:, 1:], scale)
 
 
+class _GatherRows(torch.autograd.Function):
+    """Every rank's rows, in rank order, with this rank's own carrying the gradient: every rank
+    takes the same loss over the gathered rows, so the gradient of its own rows is the loss's
+    whole gradient there; times the world size, since DDP averages the ranks' gradients."""
+
+    @staticmethod
+    def forward(ctx, rows: torch.Tensor) -> torch.Tensor:
+        ctx.rank, ctx.world, ctx.n = dist.get_rank(), dist.get_world_size(), rows.shape[0]
+        return _gathered(rows)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        return grad[ctx.rank * ctx.n:(ctx.rank + 1) * ctx.n] * ctx.world
+
+
+def _gathered(rows: torch.Tensor) -> torch.Tensor:
+    parts = [torch.empty_like(rows) for _ in range(dist.get_world_size())]
+    dist.all_gather(parts, rows.contiguous())
+    return torch.cat(parts)
+
+
+def across_ranks(vectors: torch.Tensor, labels: torch.Tensor | None
+                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The global batch's vectors and labels under torchrun (each rank's rows: the loss sees
+    every rank's documents as negatives, as one process on the global batch would); in one
+    process, as they are."""
+    if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+        return vectors, labels
+    return _GatherRows.apply(vectors), None if labels is None else _gathered(labels)
+
+
 class ContrastiveLoss(nn.Module):
     """The embedding model trained on a contrastive loss. In training, a (B, K, T) batch is
     embedded (all of it, or `cache_negatives` sequences at a time) and `loss` taken over the
@@ -172,6 +208,13 @@ class ContrastiveLoss(nn.Module):
         self.scale, self.cache_negatives = float(scale), int(cache_negatives)
         self.late_only = late_only
 
+    @property
+    def backward_replays(self) -> bool:
+        """Whether its backward runs the encoder again (cached negatives): DDP's gradient
+        hooks would fire once a replay, so the training loop averages the ranks' gradients
+        itself."""
+        return self.cache_negatives > 0
+
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None,
                 labels: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
@@ -185,13 +228,12 @@ class ContrastiveLoss(nn.Module):
         head = self.model.own_head
         flat = head.columns(input_ids, token_type_ids, attention_mask)
         if self.late_only:
-            return self._late_head(flat, shape[0])
+            if dist.is_initialized() and dist.get_world_size() > 1:
+                raise BertctlError("--late-dim trains the late-interaction head in one process "
+                                   "(not under torchrun): each process's batch would be its "
+                                   "own negatives")
+            return self._late_head(flat, shape[0], head.host_lengths(attention_mask))
         if 0 < self.cache_negatives < flat[0].shape[0]:
-            if torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
-                # DDP's gradient hooks fire once per parameter and step; the replay in the
-                # backward pass fires them once per micro-batch.
-                raise BertctlError("--cache-negatives runs in one process (not yet under "
-                                   "torchrun); each process's batch is its own negatives")
             # Micro-batches of similar length pad less; the vectors go back to their rows.
             order = None if flat[2] is None else torch.argsort(flat[2].sum(-1), stable=True)
             if order is not None:
@@ -203,19 +245,23 @@ class ContrastiveLoss(nn.Module):
             vectors = vectors.reshape(shape[1], shape[0], -1).transpose(0, 1)
         else:
             vectors = self.model(input_ids, token_type_ids, attention_mask)["embeddings"]
-        if shape[1] == 2 and labels is None and \
-                torch.equal(input_ids[:, 0], input_ids[:, 1]) and not has_dropout(self.model):
+        ids = host_twin(input_ids)   # (the host's copy in training: the device's waits)
+        ids = input_ids if ids is None else ids
+        if shape[1] == 2 and labels is None and not has_dropout(self.model) and \
+                torch.equal(ids[:, 0], ids[:, 1]):
             raise BertctlError("texts alone (SimCSE) are their own positives under dropout, "
                                "and this model has none (ModernBERT's default): give "
                                "--dropout, e.g. 0.1")
-        if shape[0] == 1 and (self.loss.labels == "scores"
+        vectors, labels = across_ranks(vectors, labels)
+        if vectors.shape[0] == 1 and (self.loss.labels == "scores"
                               or (self.loss.labels == "none" and shape[1] == 2)):
             raise BertctlError("--batch-size 1: a contrastive loss compares the examples of "
                                "a batch (a query's negatives are the others' positives; "
                                "CoSENT ranks pairs against each other): use 2 or more")
         return {"embeddings": vectors, "loss": self.total(vectors, labels)}
 
-    def _late_head(self, flat: list, b: int) -> dict[str, torch.Tensor]:
+    def _late_head(self, flat: list, b: int, lengths: torch.Tensor | None
+                   ) -> dict[str, torch.Tensor]:
         """The late-interaction head's step: the encoder's states of (K * B, T) rows, column
         by column (each cut to its longest), without graphs or dropout (frozen, as
         --freeze-encoder's), mapped by the head, and `late_info_nce` over them."""
@@ -225,7 +271,7 @@ class ContrastiveLoss(nn.Module):
         was = self.model.training
         self.model.eval()
         try:
-            for ids, types, m in head.column_batches([flat[0], flat[1], mask], b):
+            for ids, types, m, _ in head.column_batches([flat[0], flat[1], mask], b, lengths):
                 with torch.no_grad():
                     v, hidden = head.embed_with_states(self.model, ids, types, m)
                 vectors.append(v)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -23,6 +24,7 @@ from bertctl.data import collate
 from bertctl.errors import BertctlError
 from bertctl.model import architectures, sentence
 from bertctl.model.composed import Composed, Head
+from bertctl.step_scope import host_twin
 from bertctl.search import late as late_interaction
 
 
@@ -108,10 +110,14 @@ class SentenceEmbedding(sentence.SentenceHead, Head):
         return vectors, late_interaction.unit_pieces(self.token_vectors(hidden), attention_mask)
 
     @staticmethod
-    def trim(input_ids, token_type_ids=None, attention_mask=None) -> tuple:
-        """Rows cut to their longest real sequence (padding changes no vector)."""
+    def trim(input_ids, token_type_ids=None, attention_mask=None,
+             lengths: np.ndarray | None = None) -> tuple:
+        """Rows cut to their longest real sequence (padding changes no vector); `lengths`,
+        the rows' lengths on the host where the loop has them (`host_lengths`): a length
+        read from the device waits for it."""
         if attention_mask is not None:
-            width = max(int(attention_mask.sum(-1).max()), 1)
+            longest = attention_mask.sum(-1).max() if lengths is None else lengths.max()
+            width = max(int(longest), 1)
             input_ids, attention_mask = input_ids[:, :width], attention_mask[:, :width]
             token_type_ids = None if token_type_ids is None else token_type_ids[:, :width]
         return input_ids, token_type_ids, attention_mask
@@ -128,15 +134,31 @@ class SentenceEmbedding(sentence.SentenceHead, Head):
         return [None if t is None else t.transpose(0, 1).reshape(-1, t.shape[-1])
                 if t.dim() == 3 else t for t in inputs]
 
-    def column_batches(self, flat: list[torch.Tensor | None], step: int):
+    def column_batches(self, flat: list[torch.Tensor | None], step: int,
+                       lengths: np.ndarray | None = None):
         """`columns`' (K * B, T) rows a column (`step` rows) at a time, each cut to its own
-        longest sequence: a batch pads its short queries to its long passages otherwise."""
+        longest sequence: a batch pads its short queries to its long passages otherwise.
+        Yields (ids, types, mask, the rows' lengths on the host or None)."""
         for i in range(0, flat[0].shape[0], step):
-            yield self.trim(*[None if t is None else t[i:i + step] for t in flat])
+            part = None if lengths is None else lengths[i:i + step]
+            yield (*self.trim(*[None if t is None else t[i:i + step] for t in flat],
+                              lengths=part), part)
+
+    @staticmethod
+    def host_lengths(attention_mask: torch.Tensor | None) -> np.ndarray | None:
+        """The (K * B) rows' lengths, as `columns` orders them, from the host's copy of a
+        training batch's mask (model.shared.host_twin), in numpy: nothing of the step's
+        tensors is read. None without one."""
+        host = host_twin(attention_mask)
+        if host is None:
+            return None
+        lengths = host.numpy().sum(-1)
+        return lengths.T.reshape(-1) if lengths.ndim == 2 else lengths
 
     def column_vectors(self, model: Composed, input_ids: torch.Tensor,
                        token_type_ids: torch.Tensor | None = None,
-                       attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+                       attention_mask: torch.Tensor | None = None,
+                       lengths: np.ndarray | None = None) -> torch.Tensor:
         """One column's vectors (N, D) (a batch's queries, or its positives; `trim`'s rows).
         On a CPU its rows are encoded in runs of similar length (`collate.length_runs`, a
         run's work its model FLOPs): in one batch, a column of 16-token queries or of passages
@@ -147,9 +169,11 @@ class SentenceEmbedding(sentence.SentenceHead, Head):
         column stays one batch: splitting it there is unmeasured."""
         if attention_mask is None or input_ids.device.type != "cpu" or len(input_ids) < 2:
             return self.embed(model, input_ids, token_type_ids, attention_mask)
-        lengths = attention_mask.sum(-1)
-        order = torch.argsort(lengths, stable=True)
-        ordered = lengths[order].tolist()
+        if lengths is None:
+            lengths = attention_mask.sum(-1).numpy()
+        order_np = np.argsort(lengths, kind="stable")
+        ordered = lengths[order_np].tolist()
+        order = torch.from_numpy(order_np)
         config = model.config
         per_length = {n: config.matmul_flops(1, max(n, 1), mlm_fraction=0.0, training=False)
                       for n in set(ordered)}
@@ -162,7 +186,7 @@ class SentenceEmbedding(sentence.SentenceHead, Head):
         parts = [self.embed(model, *[None if t is None else t[order[a:z], :max(ordered[z - 1], 1)]
                                      for t in (input_ids, token_type_ids, attention_mask)])
                  for a, z in runs]
-        return torch.cat(parts)[torch.argsort(order)]
+        return torch.cat(parts)[torch.from_numpy(np.argsort(order_np))]
 
     def forward(self, model: Composed, input_ids: torch.Tensor,
                 token_type_ids: torch.Tensor | None = None,
@@ -174,8 +198,9 @@ class SentenceEmbedding(sentence.SentenceHead, Head):
         if len(shape) == 2:   # one text a row (inference, an export's graph): as given
             return {"embeddings": self.embed(model, input_ids, token_type_ids, attention_mask)}
         flat = self.columns(input_ids, token_type_ids, attention_mask)
+        lengths = self.host_lengths(attention_mask)
         vectors = torch.cat([self.column_vectors(model, *rows)
-                             for rows in self.column_batches(flat, shape[0])])
+                             for rows in self.column_batches(flat, shape[0], lengths)])
         return {"embeddings": vectors.reshape(shape[1], shape[0], -1).transpose(0, 1)}
 
     def hf_config(self) -> dict[str, Any]:
