@@ -86,7 +86,7 @@ def models(preset: str, vocab: int, positions: int, names: list[str]):
 def loss_of(name: str, model, batch: dict) -> torch.Tensor:
     if name.startswith("hf"):
         return model(**batch).loss
-    return model(batch["input_ids"], None, batch["attention_mask"], batch["labels"])["loss"]
+    return model(batch["input_ids"], None, batch.get("attention_mask"), batch["labels"])["loss"]
 
 
 def encode(name: str, model, batch: dict) -> None:

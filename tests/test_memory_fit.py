@@ -238,3 +238,28 @@ def test_an_embedding_model_is_refused_with_its_own_flag_and_its_chunks_are_plan
                                torch.device("cpu"), 1)
     # the batch stays whole; the probe ran unchunked and the setting is back
     assert fit.micro_batch_size == 16 and cached.seen == [0, 0] and cached.cache_negatives == 4
+
+
+def test_lambs_temporaries_are_planned():
+    """LAMB's step holds a denominator and an update the size of the weights (optim.Lamb);
+    AdamW's fused kernel holds none."""
+    model = torch.nn.Linear(8, 3)
+    weights = (8 * 3 + 3) * 4
+    assert memory.state_bytes(model, "adamw") == weights * 3
+    assert memory.state_bytes(model, "lamb") == weights * 5
+
+
+def test_a_gpus_free_memory_is_read_after_the_cache_is_returned(monkeypatch):
+    """The caching allocator's unused blocks are free to this run: they are returned before
+    the free memory is read, and a share of the card is left to its fragmentation."""
+    calls = []
+    monkeypatch.delenv(memory.MEMORY_ENV, raising=False)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append("empty"))
+
+    def info(device):
+        calls.append("info")
+        return 30 * 2**30, 80 * 2**30
+    monkeypatch.setattr(torch.cuda, "mem_get_info", info)
+    got = memory.available_bytes(torch.device("cuda", 0))
+    assert calls == ["empty", "info"]
+    assert got == 30 * 2**30 - int(memory.CUDA_FRAGMENTATION * 80 * 2**30)

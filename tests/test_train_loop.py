@@ -659,3 +659,52 @@ def test_compile_keeps_the_model_and_resumes_exactly(tmp_path, monkeypatch):
     assert a.keys() == tiny_pretraining().state_dict().keys() == b.keys()
     for k in a:
         torch.testing.assert_close(b[k], a[k], rtol=1e-5, atol=1e-6)
+
+
+class OutOfMemoryAbove(torch.nn.Module):
+    """A model that runs out of memory (as a GPU does: torch.OutOfMemoryError) on batches of
+    more than `rows` rows, from step 2 on (after the memory plan's probes and one step)."""
+
+    def __init__(self, inner: torch.nn.Module, rows: int):
+        super().__init__()
+        self.inner, self.rows, self.calls = inner, rows, 0
+
+    def forward(self, **batch):
+        self.calls += 1
+        if self.calls > 4 and batch["input_ids"].shape[0] > self.rows:
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return self.inner(**batch)
+
+
+def test_out_of_memory_mid_run_halves_the_micro_batch_and_keeps_the_global_batch(tmp_path):
+    """The run goes on in micro-batches of half the rows and computes what a run with them from
+    the start computes (no dropout; token-weighted losses: the same global means). Tolerance:
+    the same fp32 sums in another order."""
+    no_dropout = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    base = dict(steps=4, batch_size=8, lr=1e-3, log_every=1, checkpoint_every=None)
+    notes = []
+    model = OutOfMemoryAbove(tiny_pretraining(**no_dropout), rows=2)
+    result = train(model, RepeatedTokens(), LoopSettings(**base, micro_batch_size=4),
+                   tmp_path / "oom", on_log=notes.append)
+    steady = train(tiny_pretraining(**no_dropout), RepeatedTokens(),
+                   LoopSettings(**base, micro_batch_size=2), tmp_path / "two")
+    assert result.memory_fit["micro_batch_size"] == 2
+    assert result.memory_fit["out_of_memory"] == [{"step": 2, "from": 4, "to": 2}]
+    assert result.fits()["memory_fit"]["out_of_memory"]
+    assert any("out of memory at step 2 with micro-batches of 4 rows: micro-batches of 2"
+               in n.get("text", "") for n in notes)
+    got = [r["loss"] for r in records(tmp_path / "oom", "train")]
+    want = [r["loss"] for r in records(tmp_path / "two", "train")]
+    assert got == pytest.approx(want, rel=1e-5)
+    for name, p in steady.model.state_dict().items():
+        torch.testing.assert_close(result.model.inner.state_dict()[name], p, rtol=1e-5,
+                                   atol=1e-6)
+
+
+def test_out_of_memory_with_nothing_to_halve_is_one_line(tmp_path):
+    model = OutOfMemoryAbove(tiny_pretraining(), rows=0)
+    with pytest.raises(BertctlError, match="out of memory at step 2 with micro-batches of 1 "
+                                           "rows: give a shorter --max-seq-length"):
+        train(model, RepeatedTokens(), LoopSettings(steps=3, batch_size=2, micro_batch_size=1,
+                                                    lr=1e-3, checkpoint_every=None),
+              tmp_path / "w")

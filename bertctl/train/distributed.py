@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -17,6 +18,12 @@ from torch import nn
 
 from bertctl import hardware
 from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+# How long a rank waits in a collective before the run fails: the other ranks wait at a
+# barrier while rank 0 writes a checkpoint (a large model's weights and optimizer state to a
+# network disk take minutes; NCCL's default gives up after 10).
+COLLECTIVE_TIMEOUT = timedelta(hours=1)
 
 
 @dataclass(frozen=True)
@@ -56,7 +63,8 @@ def init(device: str = "auto") -> DistInfo:
     if world > 1 and not dist.is_initialized():
         backend = "nccl" if dev.type == "cuda" else "gloo"
         kwargs = {"device_id": dev} if dev.type == "cuda" else {}
-        dist.init_process_group(backend=backend, rank=rank, world_size=world, **kwargs)
+        dist.init_process_group(backend=backend, rank=rank, world_size=world,
+                                timeout=COLLECTIVE_TIMEOUT, **kwargs)
     return DistInfo(rank, world, local_rank, dev)
 
 
@@ -119,7 +127,9 @@ def wrap(model: nn.Module, info: DistInfo, find_unused_parameters: bool = False)
     if not active():
         return model
     ids = [info.device.index] if info.device.type == "cuda" else None
-    return DDP(model, device_ids=ids, find_unused_parameters=find_unused_parameters)
+    # Gradients as views of DDP's buckets: one copy of them, not two (memory.state_bytes).
+    return DDP(model, device_ids=ids, find_unused_parameters=find_unused_parameters,
+               gradient_as_bucket_view=True)
 
 
 def cleanup() -> None:

@@ -26,7 +26,7 @@ import math
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -174,6 +174,8 @@ class Trainer:
         # The run's state.
         self.step, self.interval, self.best = s.start_step, Interval(), Best()
         self.unread = Unread()   # the steps since the last read of the device
+        self.updating = False    # in a step's update (past its backward)
+        self.halvings: list[dict[str, int]] = []   # micro-batches halved after out of memory
         self.last_eval, self.history = None, []   # (the last validation record; every record)
         self.resumed_from: int | None = None
         self.stopped_by_patience: dict[str, int] | None = None
@@ -279,12 +281,18 @@ class Trainer:
                 loaded = pending.result()
                 pending = (pool.submit(self.load_step, self.step + 2)
                            if self.step + 1 < self.last_step else None)
+                if loaded.micro != self.plan.micro_batch_size:   # loaded before a halving
+                    loaded = self.load_step(self.step + 1)
                 lr = (lr_at(self.step, s.lr, self.warmup, self.total_steps, s.schedule,
                             self.decay) if self.budget is None
                       else lr_at_share(self.elapsed / self.budget, s.lr, s.warmup, s.schedule,
                                        s.decay))
                 set_lr(self.optimizer, lr)
-                self.train_step(loaded, lr)
+                try:
+                    self.train_step(loaded, lr)
+                except torch.OutOfMemoryError:
+                    pending = self._halve_micro_batch(pending, pool)
+                    continue   # the step again, in micro-batches of half the rows
                 if self.budget is not None and self.elapsed >= self.budget:
                     self.end_step = self.last_step = self.step   # the budget is spent
                 # Log, evaluate, checkpoint: in this order, so a checkpoint includes the
@@ -337,6 +345,7 @@ class Trainer:
             loaded.batches.append(b)
             loaded.positions.append(positions)
         loaded.examples = len(loaded.batches) * micro
+        loaded.micro = micro
         loaded.counts = torch.tensor([targets, loaded.tokens], dtype=torch.float64)
         if self.device.type == "cuda":
             loaded.counts = loaded.counts.pin_memory()
@@ -356,6 +365,8 @@ class Trainer:
         counts = dist.all_reduce_sum(loaded.counts.to(device, non_blocking=True))
         per_micro = counts.clamp(min=1) / self.plan.num_micro
         loss_sum = torch.zeros((), dtype=torch.float64, device=device)
+        metrics: list[dict[str, tuple[Any, Any]]] = []
+        self.updating = False
         replays = self.ddp is not self.model and getattr(self.model, "backward_replays", False)
         for i, (cpu_batch, positions) in enumerate(zip(loaded.batches, loaded.positions)):
             batch = hardware.to_device(cpu_batch, device)
@@ -377,8 +388,12 @@ class Trainer:
             loss_sum += loss.detach().double() / self.plan.num_micro
             if self.step_metrics is not None:
                 with torch.no_grad():
-                    self.unread.add_metrics(self.step_metrics(out, batch), device)
+                    metrics.append(self.step_metrics(out, batch))
+            del out   # (its graph is freed: a step that runs out of memory is taken again)
 
+        self.updating = True   # (from here on, an out-of-memory error is not taken again)
+        for m in metrics:
+            self.unread.add_metrics(m, device)
         if replays:
             dist.average_gradients(self.model)
         self.scaler.unscale_(self.optimizer)
@@ -397,6 +412,36 @@ class Trainer:
                              loaded.examples)
         if self.budget is not None:   # the budget's clock decides every step (see read)
             self.elapsed = self._clock()
+
+    def _halve_micro_batch(self, pending, pool):
+        """After a GPU ran out of memory in a step's forward or backward: the step's
+        gradients dropped, micro-batches of half the rows from this step on (accumulation
+        keeps the global batch, so the run computes what it would have), said and recorded;
+        the step is loaded again (returned: the loader's future for it). One line where
+        nothing is left to halve, under torchrun (the ranks would have to agree), or past the
+        backward (the optimizer's state may be half-made)."""
+        micro = self.plan.micro_batch_size
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        where = (f"out of memory at step {self.step + 1} with micro-batches of {micro} "
+                 f"rows")
+        if micro == 1 or self.world > 1 or self.updating:
+            raise BertctlError(
+                f"{where}: " + ("give a shorter --max-seq-length, --gradient-checkpointing or "
+                                "a smaller model" if micro == 1 else
+                                f"give --micro-batch-size {micro // 2}" + (
+                                    " (under torchrun the processes would have to agree on "
+                                    "a new one)" if self.world > 1 else "")))
+        if pending is not None:
+            pending.cancel() or pending.result()
+        memory = replace(self.plan.memory, micro_batch_size=micro // 2)
+        self.plan = replace(self.plan, micro_batch_size=micro // 2, memory=memory)
+        self.halvings.append({"step": self.step + 1, "from": micro, "to": micro // 2})
+        if self.info.is_main and self.on_log is not None:
+            self.on_log({"split": "note", "text": f"{where}: micro-batches of {micro // 2} "
+                         f"accumulate to the same batch from here on"})
+        return pool.submit(self.load_step, self.step + 1)
 
     def _clock(self) -> float:
         """The run's time so far: the mean of the ranks' clocks, so that all decide alike
@@ -548,7 +593,8 @@ class Trainer:
                            stopped_early=stopped_early, resumed_from=self.resumed_from,
                            elapsed=self.elapsed, loop_started=self.loop_started,
                            batch_fit=asdict(self.plan.budget) if self.plan.budget else None,
-                           memory_fit=asdict(self.plan.memory),
+                           memory_fit={**asdict(self.plan.memory), **(
+                               {"out_of_memory": self.halvings} if self.halvings else {})},
                            patience_stop=self.stopped_by_patience, optimizer=self.optimizer,
                            attention={"mode": self.s.attention,
                                       "chosen": self.attention_choices()})

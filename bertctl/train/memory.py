@@ -46,6 +46,13 @@ ACTIVATION_MARGIN = 1.25
 OPTIMIZER_STATES = 2
 # What the OS, the data loader and the interpreter keep besides: never plan the last of it.
 RESERVE_BYTES = 512 * 2**20
+# A GPU's share left to its caching allocator's fragmentation (not calibrated on a GPU yet:
+# PyTorch's allocator rounds blocks up to 512 bytes and 2 MB segments; 5% of an 80 GB card is
+# 4 GB).
+CUDA_FRAGMENTATION = 0.05
+# Bytes of an optimizer's temporaries during its step, per byte of trained weights: AdamW's
+# fused kernel makes none; LAMB's foreach ops hold the denominator and the update (optim.Lamb).
+OPTIMIZER_TEMPORARIES = {"adamw": 0, "lamb": 2}
 # Overrides the detection (bytes, or with a unit: 8GB, 512MB): for a machine shared with other
 # jobs, whose free memory now is not what this run may take.
 MEMORY_ENV = "BERTCTL_MEMORY"
@@ -97,7 +104,12 @@ def available_bytes(device: torch.device) -> int:
     if forced:
         return parse_size(forced)
     if device.type == "cuda":
-        return int(torch.cuda.mem_get_info(device)[0])
+        # What the caching allocator holds but no tensor uses is free to this process, not
+        # to mem_get_info: return it first. A share of the card stays unplanned for the
+        # allocator's fragmentation (blocks of one size that a step of another cannot reuse).
+        torch.cuda.empty_cache()
+        free, total = torch.cuda.mem_get_info(device)
+        return max(0, int(free) - int(CUDA_FRAGMENTATION * total))
     free = [v for v in (_meminfo_available(), _cgroup_free()) if v is not None]
     if not free:
         return 1 << 62   # nothing to read (not Linux): do not refuse on a guess
@@ -142,10 +154,13 @@ def _cgroup_free() -> int | None:
     return None
 
 
-def state_bytes(model: nn.Module) -> int:
-    """Gradients and optimizer moments of the trained weights."""
+def state_bytes(model: nn.Module, optimizer: str = "adamw") -> int:
+    """Gradients (under torchrun, DDP's buckets: the gradients are views of them), optimizer
+    moments and the optimizer step's temporaries, of the trained weights. (The temporaries
+    come after the backward's activations are freed; counted beside them, the plan errs on
+    the side of fitting.)"""
     trained = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
-    return trained * (1 + OPTIMIZER_STATES)
+    return trained * (1 + OPTIMIZER_STATES + OPTIMIZER_TEMPORARIES.get(optimizer, 2))
 
 
 class PeakBytes(TorchDispatchMode):
@@ -345,8 +360,8 @@ def fit_to_memory(model: nn.Module, data, settings, batch_size: int, device: tor
     if dist.active():   # the same rows measure the same on every rank: only this may differ
         available = min(int(a) for a in dist.all_gather_object(available))
     chunk = getattr(model, "cache_negatives", 0)
-    fit = choose(asked, s.micro_batch_size is not None, state_bytes(model), fixed, per_row,
-                 available, splittable=compares is None,
+    fit = choose(asked, s.micro_batch_size is not None, state_bytes(model, s.optimizer), fixed,
+                 per_row, available, splittable=compares is None,
                  live_rows=(lambda r: min(r, chunk / per_sequence)) if chunk else None,
                  hint=compares or "", checkpointing=s.gradient_checkpointing,
                  parameters=sum(p.numel() for p in model.parameters()))

@@ -59,6 +59,7 @@ class Loaded:
     counts: torch.Tensor | None = None
     tokens: int = 0
     examples: int = 0
+    micro: int = 0   # the micro-batch size they were made with
 
 
 @dataclass
