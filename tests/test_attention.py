@@ -300,7 +300,8 @@ def test_a_run_records_its_kernels_and_a_resumed_run_keeps_them(monkeypatch, tmp
     from test_train_loop import RepeatedTokens, tiny_pretraining
 
     from bertctl.train import checkpoint as ckpt
-    from bertctl.train.loop import attention_policies, train
+    from bertctl.train.encoders import attention_policies
+    from bertctl.train.loop import train
     from bertctl.train.settings import LoopSettings
 
     clock = [1.0, 0.1]

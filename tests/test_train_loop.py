@@ -708,3 +708,72 @@ def test_out_of_memory_with_nothing_to_halve_is_one_line(tmp_path):
         train(model, RepeatedTokens(), LoopSettings(steps=3, batch_size=2, micro_batch_size=1,
                                                     lr=1e-3, checkpoint_every=None),
               tmp_path / "w")
+
+
+class FakeCompile:
+    """torch.compile replaced by a switch, and the trial's clock by given times: each
+    encoder's layers 'compiled' or not, and the seconds at each of the trial's marks."""
+
+    def __init__(self, monkeypatch, marks: list[float]):
+        from bertctl.model.shared import EncoderBase
+        from bertctl.train import compiling
+
+        self.calls: list[bool] = []
+        self.marks = iter(marks)
+        monkeypatch.setattr(EncoderBase, "compile_layers",
+                            lambda encoder, on=True: self.calls.append(on))
+        monkeypatch.setattr(compiling.CompileChoice, "_mark",
+                            lambda choice: choice.marks.append(next(self.marks)))
+        monkeypatch.setattr(compiling, "compiler_missing", lambda device: None)
+
+
+def test_compile_auto_leaves_a_short_run_eager(tmp_path, monkeypatch):
+    fake = FakeCompile(monkeypatch, [0.0, 0.3])   # 0.1 s a step: 15 steps left repay nothing
+    result = train(tiny_pretraining(), RepeatedTokens(), LoopSettings(**RESUME_BASE), tmp_path)
+    assert fake.calls == []
+    assert result.compile == {"mode": "auto", "eager_step_s": 0.1, "chosen": "eager",
+                              "reason": "too few steps left to repay a compile"}
+    assert result.fits()["compile"] == result.compile
+
+
+@pytest.mark.parametrize("compiled_s, kept", [(50.0, True), (99.0, False)])
+def test_compile_auto_keeps_the_faster_and_a_resumed_run_takes_its_choice(
+        tmp_path, monkeypatch, compiled_s, kept):
+    """Eager 100 s a step with 15 steps left: a compile that gains 10% repays a minute, so
+    it is tried; kept where the compiled steps are faster, undone where they are not."""
+    marks = [0.0, 300.0, 300.0 + 80 + compiled_s, 300.0 + 80 + 4 * compiled_s]
+    fake = FakeCompile(monkeypatch, marks)
+    work = tmp_path / "run"
+    settings = {**RESUME_BASE, "checkpoint_every": 4}
+    result = train(tiny_pretraining(), RepeatedTokens(), LoopSettings(**settings, stop_after=12),
+                   work)
+    assert fake.calls == ([True] if kept else [True, False])
+    assert result.compile == {"mode": "auto", "eager_step_s": 100.0,
+                              "compiled_step_s": compiled_s, "compile_s": 80.0,
+                              "chosen": "compiled" if kept else "eager"}
+    fake.calls.clear()
+    resumed = train(tiny_pretraining(), RepeatedTokens(), LoopSettings(**settings), work)
+    assert resumed.resumed_from == 12
+    assert fake.calls == [kept] and resumed.compile == result.compile   # no trial again
+
+
+def test_compile_on_and_off_are_as_given(tmp_path, monkeypatch):
+    fake = FakeCompile(monkeypatch, [])
+    on = train(tiny_pretraining(), RepeatedTokens(), LoopSettings(**RESUME_BASE, compile=True),
+               tmp_path / "on")
+    off = train(tiny_pretraining(), RepeatedTokens(),
+                LoopSettings(**RESUME_BASE, compile=False), tmp_path / "off")
+    assert fake.calls == [True]
+    assert on.compile == {"mode": "on", "chosen": "compiled"}
+    assert off.compile == {"mode": "off", "chosen": "eager"}
+
+
+def test_compile_without_a_compiler_is_one_line(tmp_path, monkeypatch):
+    from bertctl.train import compiling
+
+    monkeypatch.setattr(compiling.shutil, "which", lambda name: None)
+    with pytest.raises(BertctlError, match=r"--compile: no C\+\+ compiler \(torch.compile "
+                                           r"builds its CPU kernels with one\); install one"):
+        train(tiny_pretraining(), RepeatedTokens(), LoopSettings(**RESUME_BASE, compile=True),
+              tmp_path / "w")
+    assert not (tmp_path / "w").exists()   # nothing written

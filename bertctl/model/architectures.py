@@ -90,8 +90,8 @@ class Encoder(Protocol):
     # training loop sets its mode (--attention) and records the choices auto made.
     attention_policy: AttentionPolicy
 
-    def compile_layers(self) -> None:
-        """torch.compile each layer (--compile)."""
+    def compile_layers(self, on: bool = True) -> None:
+        """torch.compile each layer (--compile); `on` False: eager again."""
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None,
                 output_hidden_states: bool = False, position_ids=None,

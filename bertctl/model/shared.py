@@ -136,14 +136,17 @@ class EncoderBase(nn.Module):
             states.append(x)
         return states
 
-    def compile_layers(self) -> None:
-        """torch.compile each layer in place (the training loop's --compile). Regional: the
-        layers share one compiled graph, so compiling costs one layer's time, parameter names
-        do not change (checkpoints and artifacts stay as they are), and it composes with DDP
-        and gradient checkpointing. Sequence lengths vary from batch to batch: torch marks
-        them dynamic after the first recompile."""
+    def compile_layers(self, on: bool = True) -> None:
+        """torch.compile each layer in place (the training loop's --compile), or (`on` False)
+        run them eager again. Regional: the layers share one compiled graph, so compiling
+        costs one layer's time, parameter names do not change (checkpoints and artifacts stay
+        as they are), and it composes with DDP and gradient checkpointing. Sequence lengths
+        vary from batch to batch: torch marks them dynamic after the first recompile."""
         for layer in self.stack:
-            layer.compile()
+            if on:
+                layer.compile()
+            else:   # what nn.Module.compile set, unset
+                layer._compiled_call_impl = None
 
     def hidden_state_modules(self) -> list[nn.Module]:
         """The modules whose outputs are the hidden states 0 (the embeddings) to L."""

@@ -26,7 +26,7 @@ import math
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -39,9 +39,11 @@ from bertctl.data.collate import without_full_mask
 from bertctl.errors import BertctlError
 from bertctl.step_scope import StepTargets, step_targets
 from bertctl.train import checkpoint as ckpt
+from bertctl.train.compiling import CompileChoice
+from bertctl.train.encoders import attention_policies, set_checkpointing
 from bertctl.train import distributed as dist
 from bertctl.train import tensorboard
-from bertctl.train.plan import plan_batch
+from bertctl.train.plan import halved, plan_batch
 from bertctl.train.optim import (decay_steps, lr_at, lr_at_share, make_optimizer, set_lr,
                                  warmup_steps)
 from bertctl.train.order import BatchOrder, DataSource, lengths_of
@@ -93,18 +95,6 @@ def train(model: nn.Module, train_data: DataSource, settings: LoopSettings, work
             policy.configure()
 
 
-def attention_policies(model: nn.Module) -> list[Any]:
-    """The attention policies of the encoders in `model` (architectures.Encoder's
-    attention_policy: a student's and its teacher's, a generator's and its discriminator's),
-    each once."""
-    found = {}
-    for module in model.modules():
-        policy = getattr(module, "attention_policy", None)
-        if policy is not None:
-            found[id(policy)] = policy
-    return list(found.values())
-
-
 class Trainer:
     """One training run: its fixed geometry (set up once) and its changing state (`step`,
     `interval`, `best`, `last_eval`, `history`), which a checkpoint saves and `resume` restores."""
@@ -137,7 +127,7 @@ class Trainer:
             policy.configure(s.attention, timing=self.world == 1)
         # The geometry: a global batch of micro-batches dealt round-robin to ranks, each as
         # large as the memory allows, measured as the run will run (plan.py).
-        self._set_checkpointing(s.gradient_checkpointing)
+        set_checkpointing(self.model, s.gradient_checkpointing)
         self.plan = plan_batch(self.model, data, s, self.device, self.world, work_dir,
                                on_log if self.info.is_main else None)
         self.order = BatchOrder(len(data), self.plan.batch_size, s.seed,
@@ -161,7 +151,8 @@ class Trainer:
 
         # The model, the optimizer and loss scaling.
         self.model.train()
-        self._set_checkpointing(s.gradient_checkpointing, compile_layers=s.compile)
+        set_checkpointing(self.model, s.gradient_checkpointing)
+        self.compiler = CompileChoice(s.compile, self.model, self.device)
         self.optimizer = make_optimizer(self.model, s.lr, s.weight_decay, tuple(s.betas), s.eps,
                                         s.optimizer)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=s.precision == "fp16")
@@ -182,13 +173,6 @@ class Trainer:
         self.elapsed = 0.0   # seconds spent in the loop, by the ranks' mean clock
         self.board, self.ddp = None, self.model
         self.optimizer_state: Path | None = None   # (train() sets it: a phase continued)
-
-    def _set_checkpointing(self, on: bool, compile_layers: bool = False) -> None:
-        for module in self.model.modules():   # the encoders' switches (architectures.Encoder)
-            if hasattr(module, "gradient_checkpointing"):
-                module.gradient_checkpointing = on
-                if compile_layers:
-                    module.compile_layers()
 
     # -- setup and resume
 
@@ -253,6 +237,7 @@ class Trainer:
             ckpt.seed_everything(s.seed + 1_000_003 * found.step + self.rank)
         for policy in self.attention:               # the kernels the run took so far
             policy.adopt(t.get("attention") or {})
+        self.compiler.adopt(t.get("compile"))
         self.step = self.resumed_from = found.step
         self.interval = Interval(**t["interval"])
         best = t.get("best")
@@ -274,6 +259,7 @@ class Trainer:
         pool = ThreadPoolExecutor(max_workers=1)  # loads the next step's batches during this one
         pending = pool.submit(self.load_step, self.step + 1) if self.step < self.last_step else None
         seen = [0, 0]  # tokens and examples since the last log record, for the throughput
+        first_step = self.step
         clock = self.loop_started = time.perf_counter()   # start-up ends here
         self.started = self._now() - self.elapsed   # a resumed run continues the budget's clock
         try:
@@ -295,6 +281,7 @@ class Trainer:
                     continue   # the step again, in micro-batches of half the rows
                 if self.budget is not None and self.elapsed >= self.budget:
                     self.end_step = self.last_step = self.step   # the budget is spent
+                self.compiler.after_step(self.step - first_step, self._steps_left())
                 # Log, evaluate, checkpoint: in this order, so a checkpoint includes the
                 # evaluation of its own step. Throughput excludes evaluation and checkpoints.
                 # Each reads the device first: nothing is kept after a step that diverged.
@@ -414,34 +401,30 @@ class Trainer:
             self.elapsed = self._clock()
 
     def _halve_micro_batch(self, pending, pool):
-        """After a GPU ran out of memory in a step's forward or backward: the step's
-        gradients dropped, micro-batches of half the rows from this step on (accumulation
-        keeps the global batch, so the run computes what it would have), said and recorded;
-        the step is loaded again (returned: the loader's future for it). One line where
-        nothing is left to halve, under torchrun (the ranks would have to agree), or past the
-        backward (the optimizer's state may be half-made)."""
-        micro = self.plan.micro_batch_size
+        """After the device ran out of memory in a step: its gradients dropped, the plan's
+        micro-batches halved (`plan.halved`: said, recorded, or one line), the step loaded
+        again (returned: the loader's future for it)."""
         self.optimizer.zero_grad(set_to_none=True)
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
-        where = (f"out of memory at step {self.step + 1} with micro-batches of {micro} "
-                 f"rows")
-        if micro == 1 or self.world > 1 or self.updating:
-            raise BertctlError(
-                f"{where}: " + ("give a shorter --max-seq-length, --gradient-checkpointing or "
-                                "a smaller model" if micro == 1 else
-                                f"give --micro-batch-size {micro // 2}" + (
-                                    " (under torchrun the processes would have to agree on "
-                                    "a new one)" if self.world > 1 else "")))
+        micro = self.plan.micro_batch_size
+        self.plan = halved(self.plan, self.step + 1, self.world, self.updating)
         if pending is not None:
             pending.cancel() or pending.result()
-        memory = replace(self.plan.memory, micro_batch_size=micro // 2)
-        self.plan = replace(self.plan, micro_batch_size=micro // 2, memory=memory)
         self.halvings.append({"step": self.step + 1, "from": micro, "to": micro // 2})
         if self.info.is_main and self.on_log is not None:
-            self.on_log({"split": "note", "text": f"{where}: micro-batches of {micro // 2} "
+            self.on_log({"split": "note", "text": f"out of memory at step {self.step + 1} with "
+                         f"micro-batches of {micro} rows: micro-batches of {micro // 2} "
                          f"accumulate to the same batch from here on"})
         return pool.submit(self.load_step, self.step + 1)
+
+    def _steps_left(self) -> float:
+        """The steps this run expects still to take (a time budget: its time left over the
+        mean step's so far)."""
+        if self.budget is None:
+            return self.end_step - self.step
+        done = max(self.step - self.s.start_step, 1)
+        return max(0.0, self.budget - self.elapsed) / max(self.elapsed / done, 1e-9)
 
     def _clock(self) -> float:
         """The run's time so far: the mean of the ranks' clocks, so that all decide alike
@@ -577,6 +560,7 @@ class Trainer:
             "elapsed": self.elapsed,
             "run": self.work_dir.name,
             "attention": self.attention_choices(),
+            "compile": self.compiler.record,
         }
         ckpt.save_checkpoint(self.work_dir, self.step, self.model, self.optimizer,
                              self.scaler.state_dict(), rngs, trainer, s.keep_last)
@@ -597,7 +581,8 @@ class Trainer:
                                {"out_of_memory": self.halvings} if self.halvings else {})},
                            patience_stop=self.stopped_by_patience, optimizer=self.optimizer,
                            attention={"mode": self.s.attention,
-                                      "chosen": self.attention_choices()})
+                                      "chosen": self.attention_choices()},
+                           compile=self.compiler.finish())
 
     def attention_choices(self) -> dict[str, str]:
         """The forms auto took, by shape bucket, over every encoder of the model."""

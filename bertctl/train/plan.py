@@ -7,11 +7,13 @@ the user gave them; the plan is what the loop, its checkpoints and the run's rec
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 from torch import nn
+
+from bertctl.errors import BertctlError
 
 from bertctl.train import budget, memory
 from bertctl.train.budget import BatchFit
@@ -40,3 +42,22 @@ def plan_batch(model: nn.Module, data: DataSource, settings, device: torch.devic
     batch_size = fitted.batch_size if fitted is not None else settings.batch_size
     fit = memory.fit_to_memory(model, data, settings, batch_size, device, world, on_log)
     return BatchPlan(batch_size, fit.micro_batch_size, fitted, fit)
+
+
+def halved(plan: BatchPlan, step: int, world: int, updating: bool) -> BatchPlan:
+    """The plan with micro-batches of half the rows, after the device ran out of memory at
+    `step` (accumulation keeps the global batch, so the run computes what it would have). A
+    BertctlError where nothing is left to halve, under torchrun (the ranks would have to
+    agree on a new one), or past the step's backward (`updating`: the optimizer's state may
+    be half-made)."""
+    micro = plan.micro_batch_size
+    where = f"out of memory at step {step} with micro-batches of {micro} rows"
+    if micro == 1:
+        raise BertctlError(f"{where}: give a shorter --max-seq-length, "
+                           f"--gradient-checkpointing or a smaller model")
+    if world > 1 or updating:
+        raise BertctlError(f"{where}: give --micro-batch-size {micro // 2}" + (
+            " (under torchrun the processes would have to agree on a new one)"
+            if world > 1 else ""))
+    return replace(plan, micro_batch_size=micro // 2,
+                   memory=replace(plan.memory, micro_batch_size=micro // 2))

@@ -245,6 +245,7 @@ class TrainResult:
     memory_fit: dict[str, Any] | None = None  # the micro-batch fitted to memory (memory.py)
     loop_started: float = 0.0            # time.perf_counter() when the first step began
     attention: dict[str, Any] | None = None   # the attention kernels taken (model/attention.py)
+    compile: dict[str, Any] | None = None     # --compile's choice and figures (compiling.py)
     patience_stop: dict[str, int] | None = None   # where --patience ended the run
     optimizer: Any = None                # its state, for a phase the next one continues
 
@@ -257,4 +258,5 @@ class TrainResult:
         return {**({"batch_fit": self.batch_fit} if self.batch_fit is not None else {}),
                 **({"patience_stop": self.patience_stop} if self.patience_stop else {}),
                 **({"memory_fit": memory} if changed else {}),
-                **({"attention": self.attention} if self.attention is not None else {})}
+                **({"attention": self.attention} if self.attention is not None else {}),
+                **({"compile": self.compile} if self.compile is not None else {})}

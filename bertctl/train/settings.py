@@ -52,14 +52,16 @@ class TrainingSettings(Runtime):
                                          "input and recompute the layer in the backward pass: "
                                          "much less activation memory for about a third more "
                                          "compute; the same gradients.", json_schema_extra=_RUN)
-    # Off by default: on CPU it did not pay (benchmarks/bench_compile.py; figures in
-    # docs/benchmarks.md); on CUDA it fuses the layers' elementwise work into the matmuls.
-    compile: bool = Field(False, description="torch.compile each encoder layer (first steps "
-                          "slower while it compiles; needs a C++ compiler on CPU). See "
-                          "docs/benchmarks.md for when it pays.",
-                          # In the id: compiled kernels round differently (6.3e-4 in the weights
-                          # after 12 steps), as the attention choice does; off keeps old ids.
-                          json_schema_extra=meta(RUNTIME, hashed_if_changed=True))
+    compile: bool | None = Field(
+        None, description="torch.compile each encoder layer (its first step is slower while "
+        "it compiles; a CPU needs a C++ compiler). Unset: where it pays, measured on the run's "
+        "own steps: a run with enough steps left times a few eager steps, compiles, times a "
+        "few compiled ones and keeps the faster; short runs never compile. The choice and its "
+        "figures are recorded in the checkpoints and the artifact (stats.compile); a resumed "
+        "run takes them.",
+        # In the id where given: compiled kernels round differently (6.3e-4 in the weights
+        # after 12 steps); unset is auto, like --attention's auto (its choice in the stats).
+        json_schema_extra=meta(RUNTIME, hashed_if_changed=True))
     attention: Literal["auto", "fused", "written"] = Field(
         "auto", description="Attention's kernel (the two round differently): fused "
         "(PyTorch's scaled_dot_product_attention), written (the product as plain tensor "
