@@ -10,7 +10,9 @@ GPUs fp16 needs loss scaling, which a user should choose knowingly.
 from __future__ import annotations
 
 import ctypes
+import importlib.metadata
 import os
+import re
 from pathlib import Path
 from bertctl.errors import BertctlError
 import contextlib
@@ -27,9 +29,6 @@ TORCH_FLOOR = (2, 6)
 def check_torch(version: str | None = None) -> None:
     """One line for a torch older than the floor, read from the installed package's metadata
     (importing torch would cost every command a second)."""
-    import importlib.metadata
-    import re
-
     if version is None:
         try:
             version = importlib.metadata.version("torch")
