@@ -180,3 +180,33 @@ def test_a_packed_row_keeps_its_sequences_apart(name):
     states are those it has alone."""
     case = CASES[name]
     check_packed_row(_ours(case, "encoder"), VOCAB, case.pad)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_the_variable_length_path_computes_what_the_masked_one_does(name):
+    """#105: `--attention varlen` (here its one-sequence-at-a-time reference, whose index
+    arithmetic the GPU's flash kernel shares) gives the masked model's outputs at every real
+    token, in padded batches (ModernBERT's local windows too, at 300 tokens) and packed rows.
+    DeBERTa's relative attention cannot take it: one line. Tolerance: TINY_FP32 (the same
+    products over the same tokens, summed in another order)."""
+    from bertctl.errors import BertctlError
+
+    case = CASES[name]
+    ours = _ours(case, "masked_lm")
+    policy = ours.encoder.attention_policy
+    if case.architecture == "deberta-v2":
+        with pytest.raises(BertctlError, match="--attention varlen: this architecture's "
+                                               "attention adds a bias to every score"):
+            policy.configure("varlen")
+        return
+    for T in case.lengths:
+        inputs = _inputs(case, T)
+        with torch.no_grad():
+            policy.configure("fused")
+            masked = _call(ours, inputs)["mlm_logits"]
+            policy.configure("varlen")
+            unpadded = _call(ours, inputs)["mlm_logits"]
+        close_where(unpadded, masked, inputs["attention_mask"].bool())
+    encoder = _ours(case, "encoder")
+    encoder.attention_policy.configure("varlen")
+    check_packed_row(encoder, VOCAB, case.pad)

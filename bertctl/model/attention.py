@@ -31,6 +31,8 @@ import time
 import torch
 import torch.nn.functional as F
 
+from bertctl.errors import BertctlError
+from bertctl.model import varlen
 from bertctl.model.dropout import dropout
 
 # Past this length the fused kernel won at every setting measured, and the written form's
@@ -39,14 +41,17 @@ WRITTEN_MAX_LENGTH = 512
 # The written form must be this much faster to be taken: near a tie the choice could differ
 # between two runs of one command, and with it the rounding of their results.
 CLEAR_WIN = 0.8
-MODES = ("auto", "fused", "written")
+MODES = ("auto", "fused", "written", "varlen")
+VARLEN = "varlen"   # the key under which `choices` records that auto took it
 
 
 class AttentionPolicy:
     """How one model's attention is computed: the mode (one of MODES), whether auto may time
-    a shape, and the form auto took for each shape bucket."""
+    a shape, and the form auto took for each shape bucket. `varlen` False: the architecture's
+    attention cannot take the variable-length kernel (DeBERTa's additive bias)."""
 
-    def __init__(self, mode: str = "auto"):
+    def __init__(self, mode: str = "auto", varlen: bool = True):
+        self.varlen_allowed = varlen
         self.configure(mode)
 
     def configure(self, mode: str = "auto", recorded: dict[str, str] | None = None,
@@ -56,25 +61,59 @@ class AttentionPolicy:
         False (a distributed run) leaves auto's unrecorded shapes to the fused kernel."""
         if mode not in MODES:
             raise ValueError(f"attention {mode!r}: one of {', '.join(MODES)}")
+        if mode == "varlen" and not self.varlen_allowed:
+            raise BertctlError("--attention varlen: this architecture's attention adds a bias "
+                               "to every score (DeBERTa's relative positions), which the "
+                               "variable-length kernel does not take; give fused or written")
         self.mode, self.timing = mode, timing
-        self._chosen = {k: v == "written" for k, v in (recorded or {}).items()}
+        self.varlen_taken = False
+        self._chosen = {k: v == "written" for k, v in (recorded or {}).items() if k != VARLEN}
 
     def adopt(self, recorded: dict[str, str]) -> None:
         """Take a checkpoint's recorded choices over any made since the run started."""
-        self._chosen.update({k: v == "written" for k, v in recorded.items()})
+        self._chosen.update({k: v == "written" for k, v in recorded.items() if k != VARLEN})
 
     def choices(self) -> dict[str, str]:
-        """The choices auto has made: {shape bucket: "written" or "fused"}."""
-        return {k: "written" if v else "fused" for k, v in sorted(self._chosen.items())}
+        """The choices auto has made: {shape bucket: "written" or "fused"}, and "varlen":
+        "taken" where it took the variable-length kernel."""
+        chosen = {k: "written" if v else "fused" for k, v in sorted(self._chosen.items())}
+        return {**chosen, **({VARLEN: "taken"} if self.varlen_taken else {})}
+
+    def wants_sequences(self, device: torch.device) -> bool:
+        """Whether an encoder should find its batch's sequences (varlen.Sequences) for this
+        policy: only where the variable-length path may run."""
+        return self.varlen_allowed and (self.mode == "varlen" or (
+            self.mode == "auto" and device.type == "cuda"))
+
+    def takes_varlen(self, q: torch.Tensor, dropout_p: float, bias=None) -> bool:
+        """Whether these queries take the variable-length path (auto: where PyTorch's kernel
+        runs them; varlen: always, or one line where the attention has dropout)."""
+        if self.mode == "varlen":
+            if dropout_p > 0 or bias is not None:
+                raise BertctlError("--attention varlen: the variable-length kernel has no "
+                                   "dropout on the attention probabilities; set the model's "
+                                   "attention dropout to 0")
+            return True
+        taken = (self.mode == "auto" and dropout_p == 0 and bias is None and varlen.supported(q)
+                 and not torch.compiler.is_exporting())
+        self.varlen_taken |= taken
+        return taken
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-               mask: torch.Tensor | None, dropout_p: float = 0.0,
-               bias: torch.Tensor | None = None, scale: float | None = None) -> torch.Tensor:
+               mask: torch.Tensor | varlen.Masked | None, dropout_p: float = 0.0,
+               bias: torch.Tensor | None = None, scale: float | None = None,
+               window: int | None = None) -> torch.Tensor:
         """softmax(q k^T * scale + bias where `mask` allows) v over (B, heads, T, d) tensors;
-        `mask` is a boolean "may attend" mask that broadcasts to (B, heads, T, T), or None;
-        `bias` an additive one of scores' shape (DeBERTa's relative terms), or None; `scale`
-        1 / sqrt(d) unless given. `dropout_p` is the training dropout on the probabilities (0
-        in evaluation)."""
+        `mask` is a boolean "may attend" mask that broadcasts to (B, heads, T, T), or None,
+        or `varlen.Masked` (that mask with the batch's sequences: the variable-length path
+        where it may run, within `window` positions each side where given); `bias` an
+        additive one of scores' shape (DeBERTa's relative terms), or None; `scale` 1 /
+        sqrt(d) unless given. `dropout_p` is the training dropout on the probabilities (0 in
+        evaluation)."""
+        if isinstance(mask, varlen.Masked):
+            if mask.sequences is not None and self.takes_varlen(q, dropout_p, bias):
+                return varlen.attend(q, k, v, mask.sequences, scale, window)
+            mask = mask.dense
         if self.mode == "written" or (self.mode == "auto" and q.device.type == "cpu" and (
                 dropout_p > 0 or self._written_is_faster(q, k, v, mask, bias, scale))):
             return written_attention(q, k, v, mask, dropout_p, bias, scale)

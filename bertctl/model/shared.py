@@ -16,6 +16,7 @@ import torch.utils.checkpoint
 import torch.nn.functional as F
 from torch import nn
 
+from bertctl.model import varlen
 from bertctl.model.dropout import Dropout
 from bertctl.model.features import FrozenFeatures
 from bertctl.step_scope import StepTargets
@@ -30,6 +31,18 @@ ACTIVATIONS = {
     "silu": F.silu,
     "swish": F.silu,
 }
+
+
+def layer_mask(policy, attention_mask: torch.Tensor | None, packed: bool,
+               input_ids: torch.Tensor) -> torch.Tensor | varlen.Masked | None:
+    """What an encoder hands its layers for attention: `attention_bias`'s boolean mask, with
+    the batch's sequences beside it (varlen.Masked) where its attention `policy` may take the
+    variable-length path. A batch without padding needs none: flash takes it as it is."""
+    dense = attention_bias(attention_mask, packed)
+    if attention_mask is None or not policy.wants_sequences(input_ids.device):
+        return dense
+    return varlen.Masked(dense, varlen.Sequences.of(attention_mask, packed, *input_ids.shape[:2],
+                                                    input_ids.device))
 
 
 def attention_bias(attention_mask: torch.Tensor | None, packed: bool = False

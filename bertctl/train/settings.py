@@ -62,10 +62,13 @@ class TrainingSettings(Runtime):
         # In the id where given: compiled kernels round differently (6.3e-4 in the weights
         # after 12 steps); unset is auto, like --attention's auto (its choice in the stats).
         json_schema_extra=meta(RUNTIME, hashed_if_changed=True))
-    attention: Literal["auto", "fused", "written"] = Field(
-        "auto", description="Attention's kernel (the two round differently): fused "
+    attention: Literal["auto", "fused", "written", "varlen"] = Field(
+        "auto", description="Attention's kernel (they round differently): fused "
         "(PyTorch's scaled_dot_product_attention), written (the product as plain tensor "
-        "operations), or auto: on a CPU in reduced precision the one timed faster for each "
+        "operations), varlen (each sequence of a padded or packed batch over its own tokens, "
+        "no mask: PyTorch's variable-length flash kernel on a GPU in bf16/fp16, one sequence "
+        "at a time elsewhere; no attention dropout, not DeBERTa), or auto: on a GPU varlen "
+        "wherever it runs, on a CPU in reduced precision the one timed faster for each "
         "shape on its first step, written wherever attention has dropout on a CPU, else fused. "
         "Auto's choices are recorded in the checkpoints and the artifact (stats.attention); a "
         "resumed run takes them, and a distributed run's ranks time nothing (fused).",

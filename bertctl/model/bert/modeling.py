@@ -25,7 +25,7 @@ from bertctl.model.dropout import Dropout
 from bertctl.model.roles import (MultipleChoice, QuestionAnswering, SequenceClassifier,
                                  TokenClassifier, masked_lm)
 from bertctl.model.shared import (ACTIVATIONS, EncoderBase, EncoderWithHead, Intermediate,
-                                  ProjectAddNorm, attention_bias, first_tokens, init_normal)
+                                  ProjectAddNorm, first_tokens, init_normal, layer_mask)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -174,7 +174,8 @@ class BertModel(EncoderBase):
                 sequence_starts: torch.Tensor | None = None) -> dict[str, Any]:
         """`num_layers`: run only the first layers (features from a lower layer need no more;
         the outputs then stop at that layer and there is no pooler output)."""
-        mask = attention_bias(attention_mask, packed=position_ids is not None)
+        mask = layer_mask(self.attention_policy, attention_mask, position_ids is not None,
+                          input_ids)
         states = self.run_layers(self.embed(input_ids, token_type_ids, position_ids), num_layers,
                                  mask)
         x = states[-1]

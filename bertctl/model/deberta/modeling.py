@@ -196,7 +196,8 @@ class DebertaV2Model(EncoderBase):
         super().__init__()
         self.config = config
         self.embeddings = DebertaV2Embeddings(config)
-        self.attention_policy = AttentionPolicy()   # the training loop's --attention sets it
+        # The training loop's --attention sets it; its additive bias rules varlen out.
+        self.attention_policy = AttentionPolicy(varlen=False)
         self.encoder = DebertaV2Encoder(config, self.attention_policy)
         self.apply(lambda m: init_normal(m, config.initializer_range))
 

@@ -17,7 +17,7 @@ from bertctl.model.dropout import Dropout
 from bertctl.model.roles import (MultipleChoice, QuestionAnswering, SequenceClassifier,
                                  TokenClassifier, masked_lm)
 from bertctl.model.shared import (ACTIVATIONS, EncoderBase, EncoderWithHead, TiedOutputBias,
-                                  attention_bias, init_normal)
+                                  init_normal, layer_mask)
 
 
 def sinusoidal_table(positions: int, dim: int) -> torch.Tensor:
@@ -131,7 +131,8 @@ class DistilBertModel(EncoderBase):
                 attention_mask: torch.Tensor | None = None,
                 output_hidden_states: bool = False, num_layers: int | None = None,
                 position_ids: torch.Tensor | None = None, **_: Any) -> dict[str, Any]:
-        mask = attention_bias(attention_mask, packed=position_ids is not None)
+        mask = layer_mask(self.attention_policy, attention_mask, position_ids is not None,
+                          input_ids)
         states = self.run_layers(self.embeddings(input_ids, None, position_ids), num_layers, mask)
         return {"last_hidden_state": states[-1],
                 **({"hidden_states": tuple(states)} if output_hidden_states else {})}

@@ -28,7 +28,7 @@ from bertctl.model.attention import AttentionPolicy
 from bertctl.model.bert.config import BertConfig
 from bertctl.model.bert.modeling import BertLayer, BertWithHead
 from bertctl.model.roles import masked_lm
-from bertctl.model.shared import ACTIVATIONS, attention_bias, token_mean
+from bertctl.model.shared import ACTIVATIONS, layer_mask, token_mean
 from bertctl.step_scope import scope_for
 
 GENERATOR_SIZE = 0.25      # the paper's best generator: 1/4 to 1/2 of the discriminator
@@ -134,7 +134,7 @@ class BertForElectraPreTraining(BertWithHead):
         seeds the sampling (validation draws the same samples every time)."""
         if labels is None:
             raise ValueError("ELECTRA pretraining needs the masked positions (labels)")
-        mask = attention_bias(attention_mask)
+        mask = layer_mask(self.generator.attention_policy, attention_mask, False, input_ids)
         embedded = self.bert.embeddings(input_ids, token_type_ids)
         hidden = self.generator(embedded, mask)
         table = self.bert.embeddings.word_embeddings.weight

@@ -28,8 +28,9 @@ from bertctl.model.modernbert.config import GLOBAL, ModernBertConfig
 from bertctl.model.roles import (MultipleChoice, QuestionAnswering, SequenceClassifier,
                                  TokenClassifier, masked_lm)
 from bertctl.model.sentence import mean_pool
-from bertctl.model.shared import (ACTIVATIONS, EncoderBase, EncoderWithHead, attention_bias,
-                                  first_tokens)
+from bertctl.model import varlen
+from bertctl.model.shared import (ACTIVATIONS, EncoderBase, EncoderWithHead, first_tokens,
+                                  layer_mask)
 
 
 class ModernBertEmbeddings(nn.Module):
@@ -179,6 +180,9 @@ class ModernBertAttention(nn.Module):
         if self.is_global or (not masks["exporting"] and T - 1 <= self.half):
             # (a window that spans the input is global)
             y = self.policy.attend(q, k, v, masks["global"], p)
+        elif masks["sequences"] is not None and self.policy.takes_varlen(q, p):
+            y = self.policy.attend(q, k, v, varlen.Masked(None, masks["sequences"]), p,
+                                   window=self.half)
         elif not masks["exporting"] and T > 4 * self.half:
             y = blocked_local_attention(q, k, v, masks["group"], self.half, p)
         else:
@@ -286,8 +290,13 @@ class ModernBertModel(EncoderBase):
         group, half = groups(attention_mask, packed), self.config.half_window
         # An exported graph takes any length: one path, the full local mask, whatever T.
         exporting = torch.compiler.is_exporting() or torch.onnx.is_in_onnx_export()
-        masks: dict[str, Any] = {"global": attention_bias(attention_mask, packed),
-                                 "group": group, "local": None, "exporting": exporting}
+        every = layer_mask(self.attention_policy, attention_mask, packed, input_ids)
+        sequences = every.sequences if isinstance(every, varlen.Masked) else None
+        if sequences is None and self.attention_policy.wants_sequences(input_ids.device) \
+                and not exporting:   # full rows: the local layers' windows still take it
+            sequences = varlen.Sequences.of(None, packed, *input_ids.shape, input_ids.device)
+        masks: dict[str, Any] = {"global": every, "group": group, "local": None,
+                                 "exporting": exporting, "sequences": sequences}
         if (exporting or half < T - 1 <= 4 * half - 1) and \
                 not all(layer.is_global for layer in self.layers):
             masks["local"] = local_mask(group, T, half, input_ids.device)
