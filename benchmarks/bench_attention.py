@@ -2,7 +2,7 @@
 
     python benchmarks/bench_attention.py [--lengths 128 256 512 1024] [--precisions bf16 fp32]
         [--batch-tokens 2048] [--mask packed|padding] [--heads 4] [--head-dim 64] [--repeats 5]
-        [--threads 1]
+        [--threads 1] [--varlen]
 
 One layer's attention at each length, the batch holding about --batch-tokens tokens (16 x 128
 by default, the budget recipe's batch), each row packed with sequences of random lengths (a
@@ -27,24 +27,38 @@ import torch.nn.functional as F
 import common
 import summary
 from bertctl.model.attention import clearly_faster, time_both, worth_timing, written_attention
+from bertctl.model import varlen
 from bertctl.model.shared import attention_bias
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
 
 def row_mask(kind: str, batch: int, length: int, gen: torch.Generator) -> torch.Tensor:
-    """The attention mask of a batch of `batch` rows of `length` positions (model.shared's)."""
+    """The (batch, length) attention mask of a batch: 1 = token, or a packed row's sequence
+    numbers (0 = padding)."""
     if kind == "padding":
         lengths = torch.randint(length // 2, length + 1, (batch,), generator=gen)
         lengths[0] = length
-        return attention_bias((torch.arange(length)[None] < lengths[:, None]).long())
+        return (torch.arange(length)[None] < lengths[:, None]).long()
     # Each row: sequences of 8 to length/2 positions back to back, numbered 1, 2, ...; the
     # last few positions padding (0), as a packer leaves them.
     sizes = torch.randint(8, max(9, length // 2), (batch, length), generator=gen)
     ends = sizes.cumsum(1)
     seq = (torch.arange(length)[None, :, None] >= ends[:, None, :]).sum(-1) + 1
     seq[:, length - length // 16:] = 0
-    return attention_bias(seq, packed=True)
+    return seq
+
+
+def varlen_seconds(q, k, v, sequences, repeats: int) -> float:
+    """Forward and backward of the variable-length path (model.varlen: on a CPU its
+    one-sequence-at-a-time form), the median of `repeats`."""
+    q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+    times = []
+    for _ in range(repeats + 1):
+        t = time.perf_counter()
+        varlen.attend(q, k, v, sequences).sum().backward()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times[1:])
 
 
 def inference_times(q, k, v, mask, repeats: int) -> tuple[float, float]:
@@ -77,6 +91,8 @@ def main() -> None:
     ap.add_argument("--head-dim", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--varlen", action="store_true",
+                    help="also time the variable-length path's CPU form (model.varlen)")
     ap.add_argument("--summary-json", help="append the comparison rows to this JSON list")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
@@ -88,7 +104,10 @@ def main() -> None:
     rows = []
     for length in a.lengths:
         batch = max(1, a.batch_tokens // length)
-        mask = row_mask(a.mask, batch, length, gen)
+        raw = row_mask(a.mask, batch, length, gen)
+        mask = attention_bias(raw, packed=a.mask == "packed")
+        sequences = varlen.Sequences.of(raw, a.mask == "packed", batch, length,
+                                        torch.device("cpu")) if a.varlen else None
         for precision in a.precisions:
             q, k, v = (torch.randn(batch, a.heads, length, a.head_dim, generator=gen)
                        .to(DTYPES[precision]) for _ in range(3))
@@ -97,9 +116,16 @@ def main() -> None:
             inf_f, inf_w = inference_times(q, k, v, mask, a.repeats)
             takes = ("written" if worth_timing(q.dtype, length) and clearly_faster(tf, tw)
                      else "fused")
+            tv = varlen_seconds(q, k, v, sequences, a.repeats) if a.varlen else None
             print(f"{length:>7}{batch:>6}  {precision:<5}{tf * 1e3:>12.1f}{tw * 1e3:>9.1f}"
                   f"{tf / tw:>6.2f}x{inf_f * 1e3:>13.1f}{inf_w * 1e3:>9.1f}{inf_f / inf_w:>6.2f}x"
-                  f"  {takes}", flush=True)
+                  f"  {takes}" + (f"  varlen {tv * 1e3:.1f} ms, fused/varlen {tf / tv:.2f}x"
+                                  if a.varlen else ""), flush=True)
+            if a.varlen:
+                rows.append(summary.row(
+                    "attention", f"variable-length attention (CPU form): training "
+                    f"{batch}x{length} {precision} {a.mask} vs fused", tv, tf, "s",
+                    higher_is_better=False))
             rows.append(summary.row(
                 "attention", f"written-out attention: training {batch}x{length} {precision}, "
                 f"{torch.get_num_threads()} thr vs fused", tw, tf, "s", higher_is_better=False,

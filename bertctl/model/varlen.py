@@ -22,6 +22,11 @@ import torch.nn.functional as F
 
 from bertctl.step_scope import host_twin
 
+try:   # (PyTorch 2.9 on; before it the GPU takes the masked path)
+    from torch.nn.attention.varlen import varlen_attn
+except ImportError:
+    varlen_attn = None
+
 
 @dataclass(frozen=True)
 class Sequences:
@@ -73,8 +78,8 @@ class Masked:
 
 def supported(q: torch.Tensor) -> bool:
     """Whether PyTorch's variable-length kernel runs these queries (flash: a CUDA GPU, fp16 or
-    bf16 under autocast or not)."""
-    if q.device.type != "cuda":
+    bf16 under autocast or not, PyTorch 2.9 or later)."""
+    if q.device.type != "cuda" or varlen_attn is None:
         return False
     dtype = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else q.dtype
     return dtype in (torch.float16, torch.bfloat16)
@@ -98,8 +103,6 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sequences: Sequenc
 
 def _flash(q, k, v, cu: torch.Tensor, longest: int, scale: float | None,
            window: int | None) -> torch.Tensor:
-    from torch.nn.attention.varlen import varlen_attn
-
     dtype = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else q.dtype
     q, k, v = (t.to(dtype) for t in (q, k, v))
     return varlen_attn(q, k, v, cu, cu, longest, longest, scale=scale,
