@@ -276,14 +276,16 @@ class _VocabularyCrossEntropy(torch.autograd.Function):
         return out, None
 
 
-def vocabulary_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+def vocabulary_cross_entropy(logits: torch.Tensor, targets: torch.Tensor,
+                             fused: bool | None = None) -> torch.Tensor:
     """The masked LM's loss summed over the predicted positions, in fp32 whatever the logits'
-    dtype: on CUDA one fused cross-entropy, elsewhere `_VocabularyCrossEntropy`'s slices, which
-    pay on a CPU's cache (its docstring) and would only add kernels on a GPU. Zero, still
-    reaching every parameter, when nothing is predicted (a shape: known on the host)."""
+    dtype: `fused` (on CUDA unless given) one cross-entropy, else `_VocabularyCrossEntropy`'s
+    slices, which pay on a CPU's cache (its docstring) and would only add kernels on a GPU.
+    Zero, still reaching every parameter, when nothing is predicted (a shape: known on the
+    host)."""
     if not targets.numel():
         return logits.sum() * 0.0
-    if logits.device.type == "cuda":
+    if logits.device.type == "cuda" if fused is None else fused:
         return F.cross_entropy(logits.float(), targets, reduction="sum")
     return _VocabularyCrossEntropy.apply(logits, targets)
 
