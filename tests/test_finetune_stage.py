@@ -166,3 +166,16 @@ def test_random_batches_by_default_grouping_on_request(tmp_path, tiny_pretrained
     assert grouped["config"]["group_by_length"] is True and grouped["id"] != default["id"]
     assert all(torch.equal(w_default[k], w_off[k]) for k in w_default)
     assert not all(torch.equal(w_default[k], w_grouped[k]) for k in w_default)
+
+
+def test_layer_wise_decay_is_a_setting_recorded_in_the_artifact(tmp_path, tiny_pretrained, cli):
+    r = cli("finetune", tiny_pretrained, GLUE / "SST-2", "--task", "glue/sst2", "--steps", "2",
+            "--batch-size", "8", "--layer-decay", "0.8", "--out", tmp_path / "m")
+    assert r.exit_code == 0, r.stderr
+    manifest = json.loads((tmp_path / "m" / "artifact.json").read_text())
+    assert manifest["config"]["layer_decay"] == 0.8
+    for bad in ("0", "1.5"):
+        r = cli("finetune", tiny_pretrained, GLUE / "SST-2", "--task", "glue/sst2", "--steps",
+                "2", "--layer-decay", bad, "--out", tmp_path / "bad")
+        assert r.exit_code == 2 and "layer_decay" in r.stderr, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "bad").exists()

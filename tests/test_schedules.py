@@ -5,11 +5,12 @@ num_cycles 0.5, at the same progress), the peak until the decay's share then lin
 in the id only when set; a decay that does not fit refused in one line."""
 
 import math
+import re
 
 import pytest
 
 from bertctl.errors import BertctlError
-from bertctl.train.optim import decay_steps, lr_at, lr_at_share
+from bertctl.train.optim import decay_steps, lr_at, lr_at_share, set_lr
 
 
 PEAK, WARM, TOTAL = 2e-4, 10, 100
@@ -164,3 +165,47 @@ def torch_equal(a, b) -> bool:
     import torch
 
     return torch.equal(a, b)
+
+
+LAYER_NAME = re.compile(r"\.layers?\.(\d+)\.")
+
+
+@pytest.mark.parametrize("arch", ["bert", "roberta", "electra", "distilbert", "modernbert"])
+def test_layer_wise_decay_gives_each_layer_its_rate(arch):
+    """The definition: the head (and a pooler or final norm above the last layer) at the
+    rate, layer i of L at rate * decay ** (L - i), the embeddings at rate * decay ** (L + 1);
+    read here from the parameters' names, as transformers' checkpoints number the layers."""
+    from bertctl.model import ARCHITECTURES, build
+    from bertctl.train.optim import make_optimizer
+
+    config = ARCHITECTURES[arch].config_class.from_preset("tiny", vocab_size=120)
+    model = build("sequence_classification", config, num_labels=3)
+    layers = 1 + max(int(LAYER_NAME.search(n)[1]) for n, _ in model.named_parameters()
+                     if LAYER_NAME.search(n))
+    optimizer = make_optimizer(model, 1.0, layer_decay=0.5)
+    rate = {id(p): g["lr"] for g in optimizer.param_groups for p in g["params"]}
+    for name, p in model.named_parameters():
+        found = LAYER_NAME.search(name)
+        if found:
+            want = 0.5 ** (layers - int(found[1]))
+        elif "embeddings" in name:
+            want = 0.5 ** (layers + 1)
+        else:
+            want = 1.0
+        assert rate[id(p)] == pytest.approx(want), name
+    # and the schedule's rate is scaled alike at every step
+    set_lr(optimizer, 0.1)
+    assert sorted({round(g["lr"] / 0.1, 9) for g in optimizer.param_groups}) == sorted(
+        {round(0.5 ** k, 9) for k in range(layers + 2)})
+
+
+def test_without_layer_decay_the_groups_are_as_before():
+    """Two groups (decayed, not), one rate: checkpoints written before resume into them."""
+    from bertctl.model import BertConfig, build
+    from bertctl.train.optim import make_optimizer
+
+    model = build("sequence_classification", BertConfig.from_preset("tiny", vocab_size=120),
+                  num_labels=2)
+    optimizer = make_optimizer(model, 0.3)
+    assert len(optimizer.param_groups) == 2
+    assert all(g["lr"] == 0.3 and "lr_scale" not in g for g in optimizer.param_groups)

@@ -93,6 +93,10 @@ class Encoder(Protocol):
     def compile_layers(self, on: bool = True) -> None:
         """torch.compile each layer (--compile); `on` False: eager again."""
 
+    def hidden_state_modules(self) -> list[Any]:
+        """The modules whose outputs are the hidden states 0 (the embeddings) to L (the
+        training loop's layer-wise learning rates)."""
+
     def forward(self, input_ids, token_type_ids=None, attention_mask=None,
                 output_hidden_states: bool = False, position_ids=None,
                 num_layers: int | None = None, **kwargs) -> dict[str, Any]:

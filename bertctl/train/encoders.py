@@ -25,6 +25,18 @@ def attention_policies(model: nn.Module) -> list[Any]:
     return list(found.values())
 
 
+def layer_depths(model: nn.Module) -> dict[int, int]:
+    """id(parameter) -> its depth in its encoder: 0 the embeddings, i the i-th layer (the
+    modules whose outputs are the hidden states: EncoderBase.hidden_state_modules). Weights
+    outside them (the head, a pooler, a final norm) are not in it."""
+    depths: dict[int, int] = {}
+    for encoder in encoders(model):
+        for depth, module in enumerate(encoder.hidden_state_modules()):
+            for p in module.parameters():
+                depths.setdefault(id(p), depth)
+    return depths
+
+
 def set_checkpointing(model: nn.Module, on: bool) -> None:
     """--gradient-checkpointing: each encoder recomputes its layers in the backward pass."""
     for module in model.modules():
@@ -32,4 +44,4 @@ def set_checkpointing(model: nn.Module, on: bool) -> None:
             module.gradient_checkpointing = on
 
 
-__all__ = ["attention_policies", "encoders", "set_checkpointing"]
+__all__ = ["attention_policies", "encoders", "layer_depths", "set_checkpointing"]

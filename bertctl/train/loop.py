@@ -154,7 +154,7 @@ class Trainer:
         set_checkpointing(self.model, s.gradient_checkpointing)
         self.compiler = CompileChoice(s.compile, self.model, self.device)
         self.optimizer = make_optimizer(self.model, s.lr, s.weight_decay, tuple(s.betas), s.eps,
-                                        s.optimizer)
+                                        s.optimizer, s.layer_decay)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=s.precision == "fp16")
         self.data_key = {"num_examples": len(data), "batch_size": self.plan.batch_size,
                          "seed": s.seed,

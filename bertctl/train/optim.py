@@ -18,26 +18,41 @@ import torch
 from bertctl.errors import BertctlError
 from torch import nn
 
+from bertctl.train.encoders import layer_depths
 from bertctl.train.optimizers import OPTIMIZERS
 
 
-def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+def param_groups(model: nn.Module, weight_decay: float,
+                 layer_decay: float | None = None) -> list[dict]:
     """Two AdamW groups: decayed weights, and biases + LayerNorm weights without decay.
 
     Decided by module type rather than by name, so it holds for any head; each parameter appears
-    once even when a module is reachable twice.
+    once even when a module is reachable twice. With `layer_decay` (ELECTRA's and DeBERTa's
+    fine-tuning recipes), each pair of groups is split by depth: the head (and what sits above
+    the last layer) at the full rate, each layer below at the one above's times `layer_decay`,
+    the embeddings lowest (`lr_scale`, which `set_lr` applies).
     """
     no_decay: set[int] = set()
     for module in model.modules():
         for name, p in module.named_parameters(recurse=False):
             if name == "bias" or isinstance(module, (nn.LayerNorm, nn.RMSNorm)):
                 no_decay.add(id(p))
-    decay, rest = [], []
-    for p in model.parameters():  # deduplicated by nn.Module, in a stable order
+    if layer_decay is None:
+        decay, rest = [], []
+        for p in model.parameters():  # deduplicated by nn.Module, in a stable order
+            if p.requires_grad:
+                (rest if id(p) in no_decay else decay).append(p)
+        return [{"params": decay, "weight_decay": weight_decay},
+                {"params": rest, "weight_decay": 0.0}]
+    depths = layer_depths(model)
+    top = max(depths.values(), default=-1) + 1
+    groups: dict[tuple[int, bool], list] = {}
+    for p in model.parameters():
         if p.requires_grad:
-            (rest if id(p) in no_decay else decay).append(p)
-    return [{"params": decay, "weight_decay": weight_decay},
-            {"params": rest, "weight_decay": 0.0}]
+            groups.setdefault((depths.get(id(p), top), id(p) in no_decay), []).append(p)
+    return [{"params": ps, "weight_decay": 0.0 if excluded else weight_decay,
+             "lr_scale": layer_decay ** (top - depth)}
+            for (depth, excluded), ps in sorted(groups.items())]
 
 
 def no_decay_names(model: nn.Module) -> list[str]:
@@ -48,10 +63,14 @@ def no_decay_names(model: nn.Module) -> list[str]:
 
 def make_optimizer(model: nn.Module, lr: float, weight_decay: float = 0.01,
                    betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-6,
-                   name: str = "adamw") -> torch.optim.Optimizer:
+                   name: str = "adamw", layer_decay: float | None = None
+                   ) -> torch.optim.Optimizer:
     """The registered optimizer `name` (train/optimizers.py) over `param_groups`. eps 1e-6 is
     BERT's (PyTorch defaults to 1e-8)."""
-    return OPTIMIZERS.get_known(name).build(param_groups(model, weight_decay), lr, betas, eps)
+    optimizer = OPTIMIZERS.get_known(name).build(param_groups(model, weight_decay, layer_decay),
+                                                 lr, betas, eps)
+    set_lr(optimizer, lr)   # (each group's scale from the start)
+    return optimizer
 
 
 def adamw(groups: list[dict], lr: float, betas: tuple[float, float], eps: float):
@@ -197,8 +216,9 @@ def lr_at_share(share: float, peak_lr: float, warmup: float, schedule: str = "li
 
 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    """The schedule's rate, scaled per group where layer-wise decay set a scale."""
     for group in optimizer.param_groups:
-        group["lr"] = lr
+        group["lr"] = lr * group.get("lr_scale", 1.0)
 
 
 __all__ = ["Lamb", "decay_steps", "lr_at", "lr_at_share", "make_optimizer", "no_decay_names", "param_groups", "set_lr",

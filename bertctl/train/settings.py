@@ -75,6 +75,11 @@ class TrainingSettings(Runtime):
         json_schema_extra=meta(TRAINING, hashed_if_changed=True))
     weight_decay: float = Field(0.01, ge=0, description="AdamW weight decay (not on biases and "
                                 "LayerNorm).", json_schema_extra=meta(TRAINING))
+    layer_decay: float | None = Field(
+        None, gt=0, le=1, description="Layer-wise learning-rate decay (ELECTRA's and "
+        "DeBERTa's fine-tuning recipes): the head at the full rate, each encoder layer at the "
+        "one above's times this, the embeddings lowest. Unset: one rate for every weight.",
+        json_schema_extra=meta(TRAINING, hashed_if_changed=True))
     warmup: float = Field(0.1, ge=0, description="Linear warm-up: a fraction of the steps if "
                           "below 1, else a step count; then the --schedule.",
                           json_schema_extra=meta(TRAINING))
