@@ -348,7 +348,7 @@ class Trainer:
         sync_scale = self.world / self.plan.num_micro  # DDP averages over ranks; we want the mean
         autocast = hardware.autocast(device, s.precision)
         # The step's predicted labels and real tokens over every rank, a mean per micro-batch
-        # (model.shared.StepTargets): one collective, read by the losses on the device.
+        # (step_scope.StepTargets): one collective, read by the losses on the device.
         counts = dist.all_reduce_sum(loaded.counts.to(device, non_blocking=True))
         per_micro = counts.clamp(min=1) / self.plan.num_micro
         loss_sum = torch.zeros((), dtype=torch.float64, device=device)
