@@ -98,7 +98,7 @@ class CompileChoice:
 
     def after_step(self, steps_done: int, steps_left: float) -> None:
         """Called after each step: `steps_done` since this run started, `steps_left` the
-        steps it expects (a time budget: its seconds left over the last step's)."""
+        steps it expects (a time budget: its seconds left over the mean step's so far)."""
         if self.phase == "decided":
             return
         if self.phase == "warmup" and steps_done == WARMUP:
