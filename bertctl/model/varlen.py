@@ -45,8 +45,9 @@ class Sequences:
         packed batch's sequences (its mask numbers them in each row, 0 = padding); without a
         mask, each row whole. Computed from the host's copy of the mask where there is one."""
         mask = host_twin(attention_mask)
-        if mask is None:
-            mask = attention_mask
+        if mask is None and attention_mask is not None:
+            # Outside the training step (evaluation, inference): one read of the mask.
+            mask = attention_mask.cpu()
         if mask is None:
             lengths = torch.full((rows,), length, dtype=torch.int64)
             index = torch.arange(rows * length)
