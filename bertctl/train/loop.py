@@ -350,7 +350,7 @@ class Trainer:
         # The step's predicted labels and real tokens over every rank, a mean per micro-batch
         # (step_scope.StepTargets): one collective, read by the losses on the device.
         counts = dist.all_reduce_sum(loaded.counts.to(device, non_blocking=True))
-        per_micro = counts.clamp(min=1) / self.plan.num_micro
+        per_micro = (counts.clamp(min=1) / self.plan.num_micro).float()   # (the losses stay fp32)
         loss_sum = torch.zeros((), dtype=torch.float64, device=device)
         metrics: list[dict[str, tuple[Any, Any]]] = []
         self.updating = False
