@@ -40,6 +40,7 @@ import torch
 import summary
 from bench_architectures import batch_of, loss_of, models
 from common import machine
+from bertctl.train.waits import HostWaits
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -135,21 +136,6 @@ def steps_table(a, device, rows: list) -> None:
                 torch.cuda.empty_cache()
 
 
-class Waits(torch.utils._python_dispatch.TorchDispatchMode):
-    """On a CPU, the ops that would make a GPU's host wait (tests/test_host_syncs.py's list)."""
-
-    OPS = {"_local_scalar_dense", "nonzero", "masked_select", "is_nonzero", "equal",
-           "_unique2", "unique_consecutive", "masked_scatter", "repeat_interleave"}
-
-    def __init__(self):
-        super().__init__()
-        self.count = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.count += func.overloadpacket.__name__ in self.OPS
-        return func(*args, **(kwargs or {}))
-
-
 def bertctl(*args) -> None:
     """One bertctl command in this process (part 2 watches its steps); a failure stops the
     check with the command named."""
@@ -184,9 +170,9 @@ def the_loop(a, device, work: Path, rows: list) -> Path:
             seen["syncs"] += sum("synchroniz" in str(w.message) for w in caught)
             seen["peak"] = max(seen["peak"], torch.cuda.max_memory_allocated(device))
         else:
-            with Waits() as waits:
+            with HostWaits() as waits:
                 out = original(self, *args, **kwargs)
-            seen["syncs"] += waits.count
+            seen["syncs"] += len(waits.found)
         seen["steps"] += 1
         return out
 

@@ -12,56 +12,18 @@ interval (`Trainer.read`), outside the step.
 from __future__ import annotations
 
 import threading
-import traceback
-from pathlib import Path
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from conftest import EXAMPLES, FAMILY_DATA, FIXTURES, TINY_MODEL, _made
 from test_stage_matrix import ROBERTA_SPELLED, TINY, bpe_data  # noqa: F401 (a fixture)
 from bertctl import step_scope
 from bertctl.model import ARCHITECTURES
 from bertctl.train import loop
+from bertctl.train.waits import HostWaits, caller
 
-# Ops whose output the host must see before it can go on: reads of a value, and ops whose
-# output's size depends on the data. Not seen on a CPU: a tensor made on a GPU from Python
-# data (a copy from pageable memory, which waits too); the step makes none (its constants are
-# Python numbers, its counts tensors the loader pins).
-WAITING_OPS = {"_local_scalar_dense", "nonzero", "masked_select", "is_nonzero", "equal",
-               "_unique2", "unique_dim", "unique_consecutive", "masked_scatter", "argwhere",
-               "repeat_interleave"}
 READS = ("item", "tolist", "numpy", "__bool__", "__float__", "__int__", "__index__")
-
-
-def _boolean_index(func, args) -> bool:
-    name = func.overloadpacket.__name__
-    if name not in ("index", "index_put", "index_put_"):
-        return False
-    indices = args[1] if len(args) > 1 else ()
-    return any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in indices)
-
-
-class HostWaits(TorchDispatchMode):
-    """Records the ops that make the host wait for the device (`WAITING_OPS`, boolean
-    indexing), each with the line of bertctl that called it."""
-
-    def __init__(self):
-        super().__init__()
-        self.found: list[tuple[str, str]] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        name = func.overloadpacket.__name__
-        if name in WAITING_OPS or _boolean_index(func, args):
-            self.found.append((name, _caller()))
-        return func(*args, **(kwargs or {}))
-
-
-def _caller() -> str:
-    frames = [f for f in traceback.extract_stack() if "/bertctl/" in f.filename]
-    f = frames[-1] if frames else traceback.extract_stack()[-3]
-    return f"{Path(f.filename).parent.name}/{Path(f.filename).name}:{f.lineno}"
 
 
 def _on_the_host(tensor) -> bool:
@@ -83,7 +45,7 @@ def watched(monkeypatch):
 
         def counting(self, *args, _original=original, _name=name, **kwargs):
             if getattr(inside, "step", False) and not _on_the_host(self):
-                seen["waits"].append((_name, _caller()))
+                seen["waits"].append((_name, caller()))
             return _original(self, *args, **kwargs)
         monkeypatch.setattr(torch.Tensor, name, counting)
 
