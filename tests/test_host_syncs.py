@@ -27,7 +27,7 @@ READS = ("item", "tolist", "numpy", "__bool__", "__float__", "__int__", "__index
 
 
 def _on_the_host(tensor) -> bool:
-    """One of the loader's host tensors of the step's micro-batch (model.shared.host_twin's):
+    """One of the loader's host tensors of the step's micro-batch (step_scope.host_twin's):
     reading it waits for nothing."""
     scope = step_scope._STEP.get()
     return scope is not None and any(tensor is t for t in scope.host.values())

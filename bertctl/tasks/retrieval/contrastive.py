@@ -29,6 +29,7 @@ from __future__ import annotations
 import functools
 import math
 
+import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -260,7 +261,7 @@ class ContrastiveLoss(nn.Module):
                                "CoSENT ranks pairs against each other): use 2 or more")
         return {"embeddings": vectors, "loss": self.total(vectors, labels)}
 
-    def _late_head(self, flat: list, b: int, lengths: torch.Tensor | None
+    def _late_head(self, flat: list, b: int, lengths: np.ndarray | None
                    ) -> dict[str, torch.Tensor]:
         """The late-interaction head's step: the encoder's states of (K * B, T) rows, column
         by column (each cut to its longest), without graphs or dropout (frozen, as

@@ -147,7 +147,7 @@ class SentenceEmbedding(sentence.SentenceHead, Head):
     @staticmethod
     def host_lengths(attention_mask: torch.Tensor | None) -> np.ndarray | None:
         """The (K * B) rows' lengths, as `columns` orders them, from the host's copy of a
-        training batch's mask (model.shared.host_twin), in numpy: nothing of the step's
+        training batch's mask (step_scope.host_twin), in numpy: nothing of the step's
         tensors is read. None without one."""
         host = host_twin(attention_mask)
         if host is None:
