@@ -205,7 +205,7 @@ def run_one(args) -> dict:
         from tokenizers import Tokenizer
 
         from bertctl.data.corpus import iter_documents
-        from bertctl.data.pretraining import PretrainingDataSettings, build_pretraining_data
+        from bertctl.data.pretraining.build import PretrainingDataSettings, build_pretraining_data
         summary = build_pretraining_data(
             iter_documents([corpus]), Tokenizer.from_file(str(tok_path)), out,
             PretrainingDataSettings(max_seq_length=args.max_seq_length, dupe_factor=args.dupe_factor,

@@ -56,7 +56,7 @@ def rate(source, seconds: float, seed: int = 0) -> float:
 
 
 def _pretraining_rate(path: str, seconds: float, seed: int, out) -> None:
-    from bertctl.data.pretraining_dataset import PretrainingDataset
+    from bertctl.data.pretraining.dataset import PretrainingDataset
 
     out.put(rate(PretrainingDataset(path, "train"), seconds, seed))
 
@@ -118,7 +118,7 @@ def main() -> None:
                     "--dupe-factor", a.dupe_factor, "--validation-fraction", "0", *flags,
                     "--out", work / name.replace(" ", "-"), log=log)
         print(f"\n{'loader (one thread)':<34}{'tokens/s':>14}{'x goal':>9}")
-        from bertctl.data.pretraining_dataset import PretrainingDataset
+        from bertctl.data.pretraining.dataset import PretrainingDataset
 
         for name in kinds:
             r = rate(PretrainingDataset(work / name.replace(" ", "-"), "train"), a.seconds)

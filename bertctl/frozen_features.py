@@ -55,7 +55,7 @@ from bertctl.evaluation import non_finite_rows, refuse_non_finite
 from bertctl.model.features import combine_layers
 from bertctl.data.npy import NpyAppender
 from bertctl.data.tables import BY_NAME, read_table
-from bertctl.data.tokenizer import PAD, UNK, special_id, special_tokens
+from bertctl.data.tokenizer.specials import PAD, UNK, special_id, special_tokens
 import pyarrow as pa
 import pyarrow.parquet as pq
 from tokenizers import Tokenizer

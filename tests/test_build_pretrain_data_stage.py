@@ -73,7 +73,7 @@ def test_slices_combine_into_the_whole(tmp_path, small_tokenizer, cli, built):
     assert r.exit_code == 0, r.stderr
     assert r.json()["stats"]["splits"] == whole.json()["stats"]["splits"]
     assert [i["role"] for i in r.json()["inputs"]] == ["slice"] * 3
-    from bertctl.data.pretraining_dataset import PretrainingDataset
+    from bertctl.data.pretraining.dataset import PretrainingDataset
 
     a, b = PretrainingDataset(tmp_path / "all"), PretrainingDataset(tmp_path / "whole")
     assert len(a) == len(b)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from bertctl.data.pretraining_dataset import PretrainingDataset
+from bertctl.data.pretraining.dataset import PretrainingDataset
 from bertctl.model import BertConfig, BertForElectraPreTraining
 from bertctl.model.electra.pretraining import generator_config, replace_masked
 

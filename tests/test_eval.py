@@ -493,10 +493,10 @@ def test_evaluate_task_scores_and_json_safe():
 
 @pytest.fixture(scope="module")
 def pretrain_data(tmp_path_factory, minilm_dir):
-    from bertctl.data import pretraining
+    from bertctl.data.pretraining import build as pretraining
     from bertctl.data.settings import PretrainingDataSettings
     from bertctl.data.corpus import iter_documents
-    from bertctl.data.tokenizer import from_hf_directory
+    from bertctl.data.tokenizer.files import from_hf_directory
     from bertctl.stages.common.models import copy_tokenizer
 
     tok, _, _ = from_hf_directory(minilm_dir)
@@ -524,7 +524,7 @@ def pretrain_data(tmp_path_factory, minilm_dir):
 
 def test_pretraining_metrics_equal_transformers(cli, pretrain_data, tmp_path):
     transformers = pytest.importorskip("transformers")
-    from bertctl.data.pretraining_dataset import PretrainingDataset
+    from bertctl.data.pretraining.dataset import PretrainingDataset
 
     out = tmp_path / "eval"
     r = cli("eval", pretrain_data["model"], pretrain_data["data"], "--out", out,

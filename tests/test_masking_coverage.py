@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 
 from conftest import one_line_error
-from bertctl.data import tokenizer_training
-from bertctl.data.pretraining import build_pretraining_data, check_mask_coverage
+from bertctl.data.tokenizer import training as tokenizer_training
+from bertctl.data.tokenizer.specials import ROBERTA
+from bertctl.data.pretraining.build import build_pretraining_data, check_mask_coverage
 from bertctl.data.settings import PretrainingDataSettings
 from bertctl.errors import BertctlError
 from bertctl.settings import SettingsError
@@ -57,7 +58,7 @@ def _tokenizer(kind: str, docs):
         return tokenizer_training.train(iter(batches), iter(batches), 1500, lowercase=False)
     return tokenizer_training.train_subwords(lambda: iter(batches), kind, vocab_size=1500,
                                             lowercase=False, strip_accents=False, unicode=None,
-                                            spelling="roberta")
+                                            spelling=ROBERTA)
 
 
 @pytest.mark.parametrize("script", ["chinese", "japanese", "latin"])
@@ -93,7 +94,7 @@ def test_pretrain_refuses_data_whose_masks_cover_too_little(cli, pretrain_data, 
                                                            monkeypatch):
     """Such data gave `loss=0 mlm_accuracy=nan` and exit 0: now one line and exit 2. (The
     fixture's masks cover their budget; a bar above it makes them too few.)"""
-    from bertctl.data import pretraining
+    from bertctl.data.pretraining import build as pretraining
 
     monkeypatch.setattr(pretraining, "MIN_MASK_COVERAGE", 1.5)
     r = cli("pretrain", pretrain_data, "--model-size", "tiny", "--steps", "1",

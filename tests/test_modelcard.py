@@ -75,7 +75,7 @@ def test_pretrained_model_card(tiny_pretrained, pretrain_data):
     assert _number(pre["batch_size"]) == model["config"]["batch_size"]
     assert _number(pre["parameters"]) == model["stats"]["parameters"]
     # tokens trained on: recounted here from the batches the loop's data order gives
-    from bertctl.data.pretraining_dataset import PretrainingDataset
+    from bertctl.data.pretraining.dataset import PretrainingDataset
     from bertctl.train.order import BatchOrder
 
     dataset = PretrainingDataset(pretrain_data, "train")

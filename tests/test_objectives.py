@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from bertctl.data.pretraining_dataset import PretrainingDataset
+from bertctl.data.pretraining.dataset import PretrainingDataset
 
 from conftest import CORPUS, FIXTURES, TINY_MODEL
 from tolerance import MODEL_FP32, TINY_FP32  # (each tolerance's reason)

@@ -24,7 +24,7 @@ def test_pretrained_artifact_loads_in_transformers(tiny_pretrained, pretrain_dat
     transformers = pytest.importorskip("transformers")
     import torch
 
-    from bertctl.data.pretraining_dataset import PretrainingDataset
+    from bertctl.data.pretraining.dataset import PretrainingDataset
     from bertctl.model import BertForPreTraining, load_model
 
     m = cli("inspect", tiny_pretrained, "--json").json()
@@ -142,7 +142,7 @@ def test_validation_is_shared_between_ranks(tiny_pretrained, pretrain_data, monk
     rank 0's result after the reduction equals one process scoring everything."""
     import torch
 
-    from bertctl.data.pretraining_dataset import PretrainingDataset
+    from bertctl.data.pretraining.dataset import PretrainingDataset
     from bertctl.model.hf import load_model
     from bertctl.objectives import scoring as evaluation
     from bertctl.objectives.scoring import evaluate_pretraining

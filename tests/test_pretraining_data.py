@@ -12,10 +12,10 @@ import pytest
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 from bertctl.data.settings import PretrainingDataSettings as PretrainingDataConfig
-from bertctl.data.pretraining import build_pretraining_data, validation_documents
-from bertctl.data.pretraining_dataset import (PretrainingDataset, decode_instances,
+from bertctl.data.pretraining.build import build_pretraining_data, validation_documents
+from bertctl.data.pretraining.dataset import (PretrainingDataset, decode_instances,
                                               read_pretraining_info)
-from bertctl.data.pretraining_masking import (
+from bertctl.data.pretraining.masking import (
     _sample_without_replacement, generator_uniform_at, hashed_uniform_at, num_to_predict)
 from bertctl.errors import BertctlError
 
@@ -174,8 +174,8 @@ def test_long_instances_are_masked_as_short_ones_are(length, whole_word):
     candidate positions only (never [CLS] or a [SEP]), whole words whole, every position as
     likely as any (the sample's mean position at the middle); up to 512 the packing is the one
     every artifact was masked with (the same positions as before, tests above)."""
-    from bertctl.data.pretraining_masking import MaskingRules, apply_masking, num_to_predict
-    from bertctl.data.tokenizer import WordMarks
+    from bertctl.data.pretraining.masking import MaskingRules, apply_masking, num_to_predict
+    from bertctl.data.tokenizer.words import WordMarks
 
     rows, vocab = 16, 50
     rng = np.random.default_rng(1)
@@ -600,7 +600,7 @@ def test_settings_are_checked(tmp_path, tokenizer):
 def test_core_does_not_import_cli_libraries():
     import subprocess
     import sys
-    code = ("import sys, bertctl.data.pretraining_dataset as p; p.PretrainingDataset; "
+    code = ("import sys, bertctl.data.pretraining.dataset as p; p.PretrainingDataset; "
             "print(any(m in sys.modules for m in ('typer', 'rich', 'torch')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -82,7 +82,7 @@ def test_a_squad_window_is_robertas_pair(roberta, bpe_tokenizer):
     """<s> question </s></s> passage </s>: the pair template RoBERTa's tokenizers write."""
     import numpy as np
 
-    from bertctl.data.tokenizer import load
+    from bertctl.data.tokenizer.files import load
     from bertctl.tasks.span.reader import SpanExamples
     from bertctl.tasks.span.windows import encode_windows
 

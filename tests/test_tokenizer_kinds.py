@@ -12,8 +12,10 @@ import numpy as np
 import pytest
 
 from conftest import CORPUS, one_line_error
-from bertctl.data import tokenizer as tokmod
-from bertctl.data import tokenizer_training
+from bertctl.data.tokenizer import files as tokenizer_files
+from bertctl.data.tokenizer import specials
+from bertctl.data.tokenizer import words as word_pieces
+from bertctl.data.tokenizer import training as tokenizer_training
 
 LINES = [line for line in (CORPUS / "alice.txt").read_text(encoding="utf-8").splitlines()
          if line.strip()]
@@ -26,7 +28,7 @@ def _batches():
 
 def _ours(kind, **kw):
     args = dict(vocab_size=1500, lowercase=False, strip_accents=False, unicode=None,
-                spelling="roberta")
+                spelling=specials.ROBERTA)
     return tokenizer_training.train_subwords(_batches, kind, **{**args, **kw})
 
 
@@ -73,7 +75,7 @@ def test_unigram_scores_do_not_depend_on_the_trainers_last_digits():
     from tokenizers import Tokenizer, models, trainers
 
     tok = Tokenizer(models.Unigram())
-    tokmod.text_pipeline(tok, "unigram", False, False, None)
+    tokenizer_training.text_pipeline(tok, "unigram", False, False, None)
     specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
     tok.train_from_iterator(_batches(), trainers.UnigramTrainer(
         vocab_size=1500, special_tokens=specials, unk_token="<unk>", show_progress=False))
@@ -122,7 +124,7 @@ def test_an_artifact_of_each_kind_is_what_transformers_reads(kind, cli, tmp_path
                                                  "[SEP]": 2, "[MASK]": 4}
     assert stats["pieces_per_word"] > 1 and 0 <= stats["unk_rate"] < 0.01
     assert not (tmp_path / "t" / "vocab.txt").exists()
-    ours = tokmod.load(tmp_path / "t" / "tokenizer.json")
+    ours = tokenizer_files.load(tmp_path / "t" / "tokenizer.json")
     theirs = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "t"))
     pair = theirs(TEXT, "Down the rabbit hole.")
     assert pair["input_ids"] == ours.encode(TEXT, "Down the rabbit hole.").ids
@@ -141,8 +143,8 @@ def _boundaries(tok, lines):
     reference (the pre-tokenizer's own word ids, and, as BERT's BasicTokenizer splits CJK, at
     every character of a script written without spaces, where a piece begins or ends at one),
     whether WordMarks says so, and the piece before it."""
-    marks = tokmod.word_marks(tok)
-    unk = tokmod.special_tokens(tok)[tokmod.UNK]
+    marks = word_pieces.word_marks(tok)
+    unk = specials.special_tokens(tok)[specials.UNK]
     ref, got, before = [], [], []
     for line, enc in zip(lines, tok.encode_batch(lines, add_special_tokens=False)):
         ids, words = np.array(enc.ids), np.array(enc.word_ids)
@@ -153,9 +155,9 @@ def _boundaries(tok, lines):
         # (a piece that is the space marker alone stays with the word after it; an unknown
         # piece's characters cannot be read off its id, so it joins its neighbours)
         alone = np.array([unk not in enc.tokens[i - 1:i + 1] and (
-                          bool(spans[i]) and tokmod.spaceless(spans[i][0])
+                          bool(spans[i]) and word_pieces.spaceless(spans[i][0])
                           and enc.tokens[i - 1] not in ("Ġ", "▁")
-                          or bool(spans[i - 1]) and tokmod.spaceless(spans[i - 1][-1]))
+                          or bool(spans[i - 1]) and word_pieces.spaceless(spans[i - 1][-1]))
                           for i in range(1, len(ids))], bool)
         ref.append((words[1:] != words[:-1]) | (alone & new_char))
         got.append(marks.begins(ids[:-1], ids[1:]))
@@ -180,12 +182,12 @@ def test_word_marks_are_the_pre_tokenizers_words(kind):
     if kind != "byte-level-bpe":
         assert not len(differ), [before[i] for i in differ]
     else:
-        chars = tokmod._byte_chars()
+        chars = word_pieces._byte_chars()
         assert len(differ) < 0.05 * len(ref)
         assert all(chars[before[i][0]] & 0xC0 == 0x80 and all(
             chars[c] & 0xC0 == 0x80 for c in before[i]) for i in differ)
-    marks = tokmod.word_marks(tok)
-    assert marks.marked[tok.token_to_id(tokmod.special_tokens(tok)[tokmod.MASK])]
+    marks = word_pieces.word_marks(tok)
+    assert marks.marked[tok.token_to_id(specials.special_tokens(tok)[specials.MASK])]
     if kind == "byte-level-bpe":   # "(word": two words, as GPT-2's pre-tokenizer parts them
         enc = tok.encode("(rabbit-holes", add_special_tokens=False)
         assert enc.tokens[0] == "Ġ(" and enc.tokens[1].startswith("r")
@@ -193,15 +195,15 @@ def test_word_marks_are_the_pre_tokenizers_words(kind):
 
 
 def test_wordpiece_words_begin_at_every_piece_but_continuations(small_tokenizer):
-    tok = tokmod.load(small_tokenizer / "tokenizer.json")
-    marks = tokmod.word_marks(tok)
+    tok = tokenizer_files.load(small_tokenizer / "tokenizer.json")
+    marks = word_pieces.word_marks(tok)
     vocab = tok.get_vocab()
     assert all(marks.marked[i] != t.startswith("##") for t, i in vocab.items())
     # the only classes a WordPiece has: a piece's edge at a character written without spaces
     for t, i in vocab.items():
         text = t[2:] if t.startswith("##") else t
-        assert marks.first[i] == (tokmod.SPACELESS if tokmod.spaceless(text[0]) else 0), t
-        assert marks.last[i] == (tokmod.SPACELESS if tokmod.spaceless(text[-1]) else 0), t
+        assert marks.first[i] == (word_pieces.SPACELESS if word_pieces.spaceless(text[0]) else 0), t
+        assert marks.last[i] == (word_pieces.SPACELESS if word_pieces.spaceless(text[-1]) else 0), t
     assert marks.first.any()   # the vocabulary holds CJK characters (BERT's normaliser)
 
 
@@ -222,21 +224,21 @@ def test_an_option_that_does_not_apply_is_one_line(args, parts, cli, tmp_path):
 def test_whole_word_masking_takes_the_pre_tokenizers_words_whole(kind):
     """Every word the pre-tokenizer makes (its word ids, the reference) is predicted whole or
     not at all: "(word" and "word," are two words each."""
-    from bertctl.data.pretraining_masking import (MaskingRules, apply_masking, hashed_uniform_at,
+    from bertctl.data.pretraining.masking import (MaskingRules, apply_masking, hashed_uniform_at,
                                                   num_to_predict)
 
     tok = _ours(kind)
-    sp = tokmod.special_ids(tok)
+    sp = specials.special_ids(tok)
     encs = tok.encode_batch(LINES[:300], add_special_tokens=False)
     width = 2 + max(len(e.ids) for e in encs)
-    ids = np.full((len(encs), width), sp[tokmod.PAD], np.int32)
+    ids = np.full((len(encs), width), sp[specials.PAD], np.int32)
     words = np.full((len(encs), width), -1)
     for r, e in enumerate(encs):
         ids[r, 0], ids[r, 1:len(e.ids) + 1], ids[r, len(e.ids) + 1] = \
-            sp[tokmod.CLS], e.ids, sp[tokmod.SEP]
+            sp[specials.CLS], e.ids, sp[specials.SEP]
         words[r, 1:len(e.ids) + 1] = e.word_ids
     lengths = np.array([len(e.ids) + 2 for e in encs])
-    rules = MaskingRules(0.15, 80, True, sp[tokmod.MASK], tokmod.word_marks(tok),
+    rules = MaskingRules(0.15, 80, True, sp[specials.MASK], word_pieces.word_marks(tok),
                          np.arange(5, tok.get_vocab_size()))
     res = apply_masking(ids, lengths, lengths, rules, hashed_uniform_at(0, 0, np.arange(len(encs))))
     chosen = np.zeros(ids.shape, bool)

@@ -552,11 +552,11 @@ def _documents(path: Path) -> list[list[str]]:
 
 
 def test_trains_on_a_real_pretraining_dataset(tmp_path, small_tokenizer):
-    from bertctl.data import pretraining
+    from bertctl.data.pretraining import build as pretraining
     from tokenizers import Tokenizer
 
     from bertctl.data.settings import PretrainingDataSettings
-    from bertctl.data.pretraining_dataset import PretrainingDataset
+    from bertctl.data.pretraining.dataset import PretrainingDataset
     tokenizer = Tokenizer.from_file(str(small_tokenizer / "tokenizer.json"))
     docs = _documents(FIXTURES / "pretrain" / "bert_sample_text.txt")
     config = PretrainingDataSettings(max_seq_length=64, dupe_factor=1, masking="dynamic")

@@ -36,14 +36,14 @@ SCHEMA_VERSIONS: dict[str, int] = {"tokenizer": 1, "pretrain-data": 1, "model": 
 # retrieval batch's columns encoded in runs of similar length (retrieval/head.py), the dropout
 # draws elsewhere; pretrain-data 4 and model 10: whole-word masking's words split at
 # characters of scripts written without spaces, and a word longer than the budget masked
-# piece by piece (pretraining_masking), in static and in dynamic masks;
+# piece by piece (data/pretraining/masking.py), in static and in dynamic masks;
 # model 11: every loss the global batch's under micro-batches and torchrun (a mean over
 # tokens divides by the step's count: step_scope.StepTargets; in-batch negatives
 # gathered across ranks: retrieval/contrastive.across_ranks);
 # export 2: products of constants (DeBERTa's position projections) kept fp32 in int8 graphs;
 # tokenizer 2: the alphabet and continuation pieces fixed before training (#26), one vocabulary
 # where each process made its own; tokenizer 3: Unigram's scores estimated again from its
-# pieces (tokenizer_training._settled_scores), one file where processes differed. Not a revision: finetune's group_by_length default turning
+# pieces (data/tokenizer/training.py's _settled_scores), one file where processes differed. Not a revision: finetune's group_by_length default turning
 # off (#10), since the id hashes the resolved setting (a default run gets a new id, an artifact
 # made grouped keeps its own, still what the code makes from its settings); nor finetune's
 # `pack` (on by default), a new setting that every id made since hashes.

@@ -1,6 +1,6 @@
 """The settings that determine pretraining instances, owned by the builder that reads them
-(`data.pretraining`) and the loader that re-draws dynamic masks (`data.pretraining_dataset`);
-and those of the tokenizer (`data.tokenizer`, `data.vocab_extension`) and of the contamination
+(`data.pretraining.build`) and the loader that re-draws dynamic masks (`data.pretraining.dataset`);
+and those of the tokenizer (`data.tokenizer.training`, `data.tokenizer.extension`) and of the contamination
 audit (`data.overlap`)."""
 
 from __future__ import annotations

@@ -132,7 +132,7 @@ class Architecture:
     # The registered architecture whose blocks this one's package builds on (RoBERTa on
     # BERT's): the one other architecture package it may import.
     builds_on: str | None = None
-    # How the special tokens of the vocabularies it reads are spelled (data/tokenizer.py's
+    # How the special tokens of the vocabularies it reads are spelled (data/tokenizer/specials.py's
     # SPELLINGS): a new model is refused a vocabulary spelled otherwise.
     spelling: str = "bert"
     # Positions without a learned table (rotary): max_position_embeddings only declares the

@@ -11,8 +11,10 @@ from bertctl import console
 from bertctl.contract import artifacts
 from bertctl.stages.settings.declared import BuildPretrainDataSettings
 from bertctl.data.settings import PretrainingDataSettings
-from bertctl.data import corpus, pretraining, pretraining_dataset
-from bertctl.data import tokenizer as tokenizer_mod
+from bertctl.data import corpus
+from bertctl.data.pretraining.build import build_pretraining_data
+from bertctl.data.pretraining.dataset import describe, read_pretraining_info
+from bertctl.data.tokenizer.files import load as load_tokenizer
 from bertctl.errors import BertctlError
 from bertctl.stages.common import models
 from bertctl.stages.common.task_texts import Exclusion
@@ -35,7 +37,7 @@ def run(settings: BuildPretrainDataSettings, target: artifacts.Target, tokenizer
         raise BertctlError("missing the tokenizer artifact (first argument)")
     tok_art = artifacts.read_artifact(tokenizer_dir, "tokenizer")
     models.tokenizer_files(tok_art.path)   # copied into the data at the end: checked first
-    tok = tokenizer_mod.load(tok_art.file("tokenizer.json"))
+    tok = load_tokenizer(tok_art.file("tokenizer.json"))
     if not sources:
         raise BertctlError("no corpus files given")
     files = corpus.expand_sources(sources)
@@ -58,7 +60,7 @@ def run(settings: BuildPretrainDataSettings, target: artifacts.Target, tokenizer
         if excluded is not None:
             documents = excluded.filter(documents)
         with console.progress("building instances", unit="chunks") as bar:
-            summary = pretraining.build_pretraining_data(
+            summary = build_pretraining_data(
                 documents, tok, tmp, core,
                 workers=settings.workers, num_shards=settings.num_shards,
                 shard_index=settings.shard_index,
@@ -85,7 +87,7 @@ def _show_sample(outcome: artifacts.Outcome) -> None:
     """One decoded instance, so a person sees what the model will see."""
     if outcome.up_to_date:
         return
-    for line in pretraining_dataset.describe(Path(outcome.path), count=1):
+    for line in describe(Path(outcome.path), count=1):
         console.log(line)
 
 
@@ -132,7 +134,7 @@ def _combine(slices: list[Path], target: artifacts.Target) -> artifacts.Outcome:
             for k, v in art.manifest.stats.get("corpus", {}).items():
                 corpus_stats[k] = (v if isinstance(v, list)   # (names of files: the same in each)
                                    else max(corpus_stats.get(k, 0), v))  # every slice read it all
-        info = pretraining_dataset.read_pretraining_info(tmp)  # checks that the slices form a whole
+        info = read_pretraining_info(tmp)  # checks that the slices form a whole
         return _stats(info.settings, info.stats, first.stats.get("tokenizer", {}),
                       corpus=corpus_stats, slice={"index": None, "count": common["num_shards"]})
 

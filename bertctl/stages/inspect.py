@@ -11,7 +11,7 @@ from bertctl.contract import lineage
 from bertctl.contract import artifacts
 from bertctl.stages.settings.declared import STAGE_SETTINGS
 from bertctl.errors import IntegrityError
-from bertctl.data.pretraining_dataset import describe
+from bertctl.data.pretraining.dataset import describe
 
 
 def _samples(artifact: artifacts.Artifact) -> list[str]:

@@ -22,9 +22,11 @@ from bertctl.stages.common import agreement
 from bertctl.contract import modelcard
 from bertctl.contract import artifacts
 from bertctl.stages.settings.declared import PretrainSettings
-from bertctl.data import tokenizer, vocab_extension
-from bertctl.data.pretraining import check_mask_coverage
-from bertctl.data.pretraining_dataset import (PretrainingDataset, check_mask_rate,
+from bertctl.data.tokenizer import extension
+from bertctl.data.tokenizer.files import load as load_tokenizer
+from bertctl.data.tokenizer.specials import SPELLINGS, spelling
+from bertctl.data.pretraining.build import check_mask_coverage
+from bertctl.data.pretraining.dataset import (PretrainingDataset, check_mask_rate,
                                               read_pretraining_info)
 from bertctl.data.settings import PretrainingDataSettings
 from bertctl.errors import BertctlError
@@ -133,15 +135,13 @@ def _check_spelling(arch, path: Path) -> None:
     <s> and </s> are not a WordPiece vocabulary's [CLS] and [SEP]."""
     if not path.is_file():
         return
-    got = tokenizer.spelling(tokenizer.load(path)) or arch.spelling   # neither: VocabInfo says
-    if got != arch.spelling:
-        names = " ".join(tokenizer.SPELLINGS[got].values())
+    wanted = SPELLINGS[arch.spelling]
+    got = spelling(load_tokenizer(path)) or wanted   # neither: VocabInfo says
+    if got is not wanted:
         raise BertctlError(
-            f"{path}: spells its special tokens as {got} does ({names}); --architecture "
-            f"{arch.name} reads {arch.spelling}'s "
-            f"({' '.join(tokenizer.SPELLINGS[arch.spelling].values())}): train its vocabulary "
-            f"with bertctl tokenize "
-            f"{'--model byte-level-bpe' if arch.spelling == 'roberta' else '--special-tokens bert'}")
+            f"{path}: spells its special tokens as {got.name} does ({got.words()}); "
+            f"--architecture {arch.name} reads {wanted.name}'s ({wanted.words()}): train its "
+            f"vocabulary with bertctl tokenize {wanted.trained_by}")
 
 def _read_model_config(model_config: Path) -> dict:
     try:
@@ -161,12 +161,12 @@ def _grow_vocabulary(model, data: artifacts.Artifact,
     if init is None or not init.has_tokenizer():
         return None
     base = init.tokenizer()[0]
-    extended = tokenizer.load(data.path / "tokenizer.json")
-    if not vocab_extension.is_extension(base, extended):
+    extended = load_tokenizer(data.path / "tokenizer.json")
+    if not extension.is_extension(base, extended):
         return None
     before = int(model.config.vocab_size)
     after = grow_vocabulary(model, base.get_vocab_size(),
-                            vocab_extension.base_pieces(base, extended))
+                            extension.base_pieces(base, extended))
     console.log(f"vocabulary grown from {before:,} to {after:,}: each new piece starts from the "
                 f"mean of the embeddings of the pieces {init.path} splits it into")
     return {"from": before, "to": after, "new_pieces": extended.get_vocab_size()

@@ -7,7 +7,9 @@ from pathlib import Path
 from bertctl import console
 from bertctl.contract import artifacts
 from bertctl.stages.settings.declared import TokenizeSettings
-from bertctl.data import corpus, tokenizer, tokenizer_training, vocab_extension
+from bertctl.data import corpus
+from bertctl.data.tokenizer import extension, specials, training
+from bertctl.data.tokenizer import files as tokenizer_files
 from bertctl.errors import BertctlError
 
 ADDED_FILE = "added_pieces.tsv"
@@ -43,7 +45,7 @@ def run(settings: TokenizeSettings, target: artifacts.Target, sources: list[str]
         lowercase = not settings.cased
         trained = not (from_vocab or from_pretrained)
         # an import reads it once, to measure the vocabulary against it
-        passes = tokenizer_training.corpus_reads(settings.model) if trained else 1
+        passes = training.corpus_reads(settings.model) if trained else 1
         with console.progress("reading corpus", total=total_bytes * passes,
                               unit="bytes") as bar:
             def batches(tally: corpus.CorpusStats):
@@ -53,22 +55,22 @@ def run(settings: TokenizeSettings, target: artifacts.Target, sources: list[str]
 
             strip = settings.strip_accents
             if from_pretrained:
-                tok, lowercase, strip = tokenizer.from_hf_directory(from_pretrained)
+                tok, lowercase, strip = tokenizer_files.from_hf_directory(from_pretrained)
             elif from_vocab:
-                tok = tokenizer.from_vocab(from_vocab, lowercase, settings.strip_accents)
+                tok = tokenizer_files.from_vocab(from_vocab, lowercase, settings.strip_accents)
             else:
                 try:
                     tok = _train(settings, batches, stats, sample, lowercase)
-                except tokenizer.EmptyCorpus:
+                except training.EmptyCorpus:
                     raise BertctlError(f"{', '.join(sources)}: corpus holds no text") from None
             if files and not trained:
-                for _ in tokenizer.sample_batches(batches(stats), sample):
+                for _ in training.sample_batches(batches(stats), sample):
                     pass
         if files and stats.sentences == 0:
             raise BertctlError(f"{', '.join(sources)}: corpus holds no text")
-        tokenizer.save(tok, tmp, lowercase, strip)
-        info = tokenizer.TokenizerInfo.of(tok, lowercase)
-        measured = tokenizer.measure(tok, [s for b in sample for s in b])
+        tokenizer_files.save(tok, tmp, lowercase, strip)
+        info = tokenizer_files.TokenizerInfo.of(tok, lowercase)
+        measured = training.measure(tok, [s for b in sample for s in b])
         console.log(f"vocabulary of {info.vocab_size:,} tokens; unknown-token rate "
                     f"{measured['unk_rate']:.4%}, {measured['pieces_per_word']:.2f} pieces/word")
         for warning in stats.warnings():
@@ -83,7 +85,7 @@ def _check_kind_options(settings: TokenizeSettings, imported: bool) -> None:
     def flags(names) -> str:
         return ", ".join("--" + n.replace("_", "-") for n in sorted(names))
 
-    reads = tokenizer_training.SETTINGS_OF_KIND
+    reads = training.SETTINGS_OF_KIND
     if imported:
         kind = {"model", "special_tokens"} & settings.model_fields_set
         if kind:
@@ -99,20 +101,20 @@ def _check_kind_options(settings: TokenizeSettings, imported: bool) -> None:
 def _train(settings: TokenizeSettings, batches, stats, sample, lowercase: bool):
     """The vocabulary of the kind asked; WordPiece reads the corpus twice (its alphabet, then
     its words), BPE once, Unigram once and then once per round of its scores' estimate."""
-    spelling = tokenizer.spelling_for(settings.model, settings.special_tokens)
+    spelling = specials.spelling_for(settings.model, settings.special_tokens)
     if settings.model == "wordpiece":
-        return tokenizer_training.train(
-            batches(corpus.CorpusStats()), tokenizer.sample_batches(batches(stats), sample),
+        return training.train(
+            batches(corpus.CorpusStats()), training.sample_batches(batches(stats), sample),
             settings.vocab_size, lowercase, settings.strip_accents, settings.min_frequency,
             settings.limit_alphabet, settings.unused_tokens)
     first = [True]   # the first read counts the corpus and samples it; Unigram's later do not
 
     def reads():
         if first.pop() if first else False:
-            return tokenizer.sample_batches(batches(stats), sample)
+            return training.sample_batches(batches(stats), sample)
         return batches(corpus.CorpusStats())
 
-    return tokenizer_training.train_subwords(
+    return training.train_subwords(
         reads, settings.model, settings.vocab_size,
         lowercase, settings.strip_accents, settings.unicode, spelling,
         settings.min_frequency,
@@ -142,8 +144,8 @@ def _extend(settings: TokenizeSettings, target: artifacts.Target, sources: list[
     if not base_dir.is_dir():
         raise BertctlError(f"{base_dir}: not a directory (a tokenizer artifact, or a model's or "
                            f"Hugging Face directory)")
-    base, lowercase, strip = tokenizer.from_hf_directory(base_dir)
-    vocab_extension.check_extensible(base, base_dir)
+    base, lowercase, strip = tokenizer_files.from_hf_directory(base_dir)
+    extension.check_extensible(base, base_dir)
     files = corpus.expand_sources(sources)
     inputs = [artifacts.file_input(f, "corpus") for f in files] + [
         artifacts.file_input(base_dir / n, "extends") for n in ("tokenizer.json", "vocab.txt")
@@ -160,19 +162,19 @@ def _extend(settings: TokenizeSettings, target: artifacts.Target, sources: list[
                     bar.update(sum(len(line.encode("utf-8")) for line in batch))
                     yield batch
 
-            added = vocab_extension.choose(base, batches, settings.add)
-            for _ in tokenizer.sample_batches(batches(stats), sample):
+            added = extension.choose(base, batches, settings.add)
+            for _ in training.sample_batches(batches(stats), sample):
                 pass
         if stats.sentences == 0:
             raise BertctlError(f"{', '.join(sources)}: corpus holds no text")
-        tok, pieces = vocab_extension.extend(base, added)
-        tokenizer.save(tok, tmp, lowercase, strip)
+        tok, pieces = extension.extend(base, added)
+        tokenizer_files.save(tok, tmp, lowercase, strip)
         with open(tmp / ADDED_FILE, "w", encoding="utf-8") as f:
             f.write("id\tpiece\tcount\tbase_pieces\n")
             for i, a in enumerate(pieces):
                 f.write(f"{base.get_vocab_size() + i}\t{a.piece}\t{a.count}\t{a.base_pieces}\n")
         text = [s for b in sample for s in b]
-        before, after = tokenizer.measure(base, text), tokenizer.measure(tok, text)
+        before, after = training.measure(base, text), training.measure(tok, text)
         between = (f", with {len(pieces) - len(added):,} pieces their merges pass through"
                    if len(pieces) > len(added) else "")
         console.log(f"added {len(added):,} of the {settings.add:,} words asked{between} (vocabulary "
@@ -181,7 +183,7 @@ def _extend(settings: TokenizeSettings, target: artifacts.Target, sources: list[
         if len(added) < settings.add:
             console.log(f"only {len(added):,} words of the corpus (seen twice or more) are split "
                         f"by the base vocabulary: no more shorten it")
-        info = tokenizer.TokenizerInfo.of(tok, lowercase)
+        info = tokenizer_files.TokenizerInfo.of(tok, lowercase)
         for warning in stats.warnings():
             console.log(warning)
         return {"tokenizer": info.as_dict(), **stats.as_dict(), **after,

@@ -22,7 +22,7 @@ import numpy as np
 
 from bertctl.errors import BertctlError
 from bertctl.data import tables
-from bertctl.data.tokenizer import PAD, special_id
+from bertctl.data.tokenizer.specials import PAD, special_id
 from bertctl.tasks.base import Family, logits_of
 from tokenizers import Tokenizer
 from bertctl.metrics import METRICS, compute_metrics

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bertctl.data import pretraining
+from bertctl.data.pretraining import build as pretraining
 from bertctl.data.corpus import iter_documents
 from bertctl.data.workers import OrderedWorkers
 from bertctl.errors import BertctlError
@@ -65,7 +65,7 @@ def _build(tokenizer, out, point, sig, timeout=120):
 def test_a_killed_worker_is_an_error_naming_it_not_a_hang(tmp_path, small_tokenizer):
     # Every worker SIGKILLs itself on its first chunk (the wrapper is inherited through fork).
     code, err, left = _build(small_tokenizer, tmp_path / "out",
-                             ("bertctl.data.pretraining:_ChunkBuilder.build", 1, "before"), "KILL")
+                             ("bertctl.data.pretraining.build:_ChunkBuilder.build", 1, "before"), "KILL")
     assert code == 1, err
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
@@ -78,7 +78,7 @@ def test_a_killed_worker_is_an_error_naming_it_not_a_hang(tmp_path, small_tokeni
 def test_sigterm_stops_the_workers_with_the_build(tmp_path, small_tokenizer):
     # The parent is stopped after it wrote its first chunk's instances, workers busy.
     code, err, left = _build(small_tokenizer, tmp_path / "out",
-                             ("bertctl.data.pretraining_shards:ShardWriter.append", 1, "after"),
+                             ("bertctl.data.pretraining.shards:ShardWriter.append", 1, "after"),
                              "TERM")
     assert code == 130, err
     assert len(err.strip().splitlines()) == 1, err

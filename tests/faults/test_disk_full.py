@@ -72,7 +72,7 @@ def test_the_rust_writers_full_disk_is_one_line(where, cli, tmp_path, monkeypatc
                                                 tiny_pretrained):
     """tokenizers and safetensors report ENOSPC as their own exception types, with the OS
     message inside: one line naming the file, exit 1, nothing written (#26 item 10)."""
-    from bertctl.data import tokenizer
+    from bertctl.data.tokenizer import files as tokenizer
     from bertctl.model import hf
 
     if where == "tokenizer":

@@ -31,7 +31,7 @@ TIMED = {"metrics.jsonl", "README.md"}
 
 BEFORE_PUBLISH = ("bertctl.contract.placement:replace", 1, "before")     # all written, not yet renamed
 BUILT = ("bertctl.contract.artifacts:_hash_files", 1, "before")          # the stage's files written
-FIRST_SHARD = ("bertctl.data.pretraining_shards:ShardWriter._close", 1, "after")
+FIRST_SHARD = ("bertctl.data.pretraining.shards:ShardWriter._close", 1, "after")
 FIRST_CHECKPOINT = ("bertctl.train.checkpoint:save_checkpoint", 1, "after")
 SECOND_CHECKPOINT = ("bertctl.train.checkpoint:save_checkpoint", 2, "before")
 

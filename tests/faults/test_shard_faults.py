@@ -6,7 +6,7 @@ import shutil
 import numpy as np
 import pytest
 
-from bertctl.data.pretraining_dataset import PretrainingDataset
+from bertctl.data.pretraining.dataset import PretrainingDataset
 from bertctl.errors import BertctlError
 
 from conftest import TINY_MODEL, write_manifest

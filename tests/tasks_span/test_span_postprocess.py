@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bertctl.data import tokenizer as tokenizer_mod
+from bertctl.data.tokenizer.files import from_hf_directory
 from bertctl.tasks.span.metrics import squad_v1_metrics, squad_v2_metrics
 from bertctl.tasks.span.outputs import write_span_outputs
 from bertctl.tasks.span.postprocess import NO_SPAN_ODDS, postprocess
@@ -21,7 +21,7 @@ SMALL = dict(max_seq_length=24, doc_stride=6, max_query_length=8)
 
 @pytest.fixture(scope="module")
 def tok(minilm_dir):
-    return tokenizer_mod.from_hf_directory(minilm_dir)[0]
+    return from_hf_directory(minilm_dir)[0]
 
 
 def _examples(tmp_path, version_2=True):

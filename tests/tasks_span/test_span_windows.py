@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bertctl.data import tokenizer as tokenizer_mod
+from bertctl.data.tokenizer.files import from_hf_directory
 from bertctl.errors import BertctlError
 from bertctl.tasks.span.reader import read_span_examples
 from bertctl.tasks.span.windows import encode_windows
@@ -19,7 +19,7 @@ SMALL = dict(max_seq_length=96, doc_stride=31, max_query_length=24)
 
 @pytest.fixture(scope="module")
 def tok(minilm_dir):
-    return tokenizer_mod.from_hf_directory(minilm_dir)[0]
+    return from_hf_directory(minilm_dir)[0]
 
 
 @pytest.fixture(scope="module")
@@ -178,11 +178,12 @@ def test_question_truncation_and_settings(tok, v2):
 
 def test_the_length_message_counts_each_spellings_special_tokens(tok, v2):
     """RoBERTa's pair has four (<s> q </s></s> p </s>): the message said [CLS]/[SEP]/[SEP]."""
-    from bertctl.data import tokenizer_training
+    from bertctl.data.tokenizer import training as tokenizer_training
+    from bertctl.data.tokenizer.specials import ROBERTA
 
     lines = [" ".join(q.split()) for q in v2.questions + v2.contexts]
     roberta = tokenizer_training.train_subwords(lambda: iter([lines]), "byte-level-bpe", 600,
-                                                False, False, None, "roberta")
+                                                False, False, None, ROBERTA)
     with pytest.raises(BertctlError, match=r"leaves -3 passage tokens after a 63-token question "
                        r"and 4 special tokens \(<s>/</s>/</s>/</s>\)"):
         encode_windows(v2, roberta, max_seq_length=64, doc_stride=0, max_query_length=63)

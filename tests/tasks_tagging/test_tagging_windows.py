@@ -4,7 +4,7 @@ every word is labelled and predicted exactly once, on its first piece, long sent
 import numpy as np
 import pytest
 
-from bertctl.data.tokenizer import from_hf_directory
+from bertctl.data.tokenizer.files import from_hf_directory
 from bertctl.labels import IGNORE_INDEX
 from bertctl.tasks.tagging import schemes
 from bertctl.tasks.tagging.metrics import score, score_lines

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bertctl.data.tokenizer import special_id
+from bertctl.data.tokenizer.specials import special_id
 from bertctl.errors import BertctlError
 from tokenizers import Tokenizer
 

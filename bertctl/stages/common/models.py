@@ -21,8 +21,9 @@ from bertctl import console, hardware
 
 from bertctl.stages.common import agreement
 from bertctl.contract import artifacts, placement
-from bertctl.data import tables, tokenizer as tokenizer_mod
-from bertctl.data.tokenizer import PAD
+from bertctl.data import tables
+from bertctl.data.tokenizer.files import check_vocab_agrees, from_hf_directory
+from bertctl.data.tokenizer.specials import PAD, special_id, special_ids
 from bertctl.errors import BertctlError
 from bertctl.contract.exports import ExportFacts
 from bertctl.model import architectures, sentence_layout as sentence
@@ -65,7 +66,7 @@ class ModelSource:
         if not self.has_tokenizer():
             raise BertctlError(f"{self.path}: model directory has no tokenizer "
                                f"(tokenizer.json or vocab.txt)")
-        tok, lowercase, _ = tokenizer_mod.from_hf_directory(self.path)
+        tok, lowercase, _ = from_hf_directory(self.path)
         return tok, lowercase
 
     def load(self, role: str | None = None, config_updates: dict | None = None, **head_kwargs):
@@ -236,8 +237,8 @@ def _check_tokenizer_fits(path: Path, config, arch) -> None:
     table. (Elsewhere the padding id only names an embedding row: not checked.)"""
     if not any((path / n).is_file() for n in ("tokenizer.json", "vocab.txt")):
         return
-    tok, _, _ = tokenizer_mod.from_hf_directory(path)
-    pad = tokenizer_mod.special_ids(tok).get(PAD)
+    tok, _, _ = from_hf_directory(path)
+    pad = special_ids(tok).get(PAD)
     want = getattr(config, "pad_token_id", None)
     if arch.positions_past_padding and pad is not None and want is not None and pad != want:
         raise BertctlError(f"{path}: the tokenizer pads with id {pad}, config.json's "
@@ -259,7 +260,7 @@ def _check_lowercasing(path: Path, hf_config: dict[str, Any]) -> None:
     record = hf_config.get(sentence.KEY)
     if isinstance(record, dict) and record.get("do_lower_case") and \
             any((path / n).is_file() for n in ("tokenizer.json", "vocab.txt")):
-        _, lowercase, _ = tokenizer_mod.from_hf_directory(path)
+        _, lowercase, _ = from_hf_directory(path)
         if not lowercase:
             raise BertctlError(f"{path / 'sentence_bert_config.json'}: do_lower_case with a "
                                f"tokenizer that keeps case is not computed by bertctl")
@@ -270,7 +271,7 @@ def tokenizer_files(source: Path) -> list[Path]:
     work): an artifact's own, unchanged files, no link to a file elsewhere."""
     files = [artifacts.checked_file(source, name) for name in TOKENIZER_FILES
              if (source / name).is_file() or (source / name).is_symlink()]
-    tokenizer_mod.check_vocab_agrees(Path(source))
+    check_vocab_agrees(Path(source))
     return files
 
 
@@ -316,8 +317,8 @@ def check_reads_task(source: ModelSource, tokenizer, max_seq_length: int) -> Non
                         source.hf_config, str(source.path)).longest_input(source.hf_config),
                     pad_id=source.hf_config.get("pad_token_id"),
                     data_vocab=tokenizer.get_vocab_size(), seq_length=max_seq_length,
-                    data_special_ids={PAD: tokenizer_mod.special_id(tokenizer, PAD)}
-                    if tokenizer_mod.special_id(tokenizer, PAD) is not None else None,
+                    data_special_ids={PAD: special_id(tokenizer, PAD)}
+                    if special_id(tokenizer, PAD) is not None else None,
                     positions_note=architectures.of_config(source.hf_config,
                                                            str(source.path)).positions_note)
 

@@ -17,7 +17,7 @@ from bertctl.stages.settings.declared import EvalSettings
 from bertctl.errors import BertctlError, NonFiniteOutputs
 from bertctl.model import architectures
 from bertctl.stages.common.models import ModelSource
-from bertctl.data.pretraining_dataset import PretrainingDataset, read_pretraining_info
+from bertctl.data.pretraining.dataset import PretrainingDataset, read_pretraining_info
 
 METRICS_FILE = artifacts.METRICS_FILE
 

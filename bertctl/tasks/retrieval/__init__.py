@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from bertctl.data.tokenizer import PAD, special_id
+from bertctl.data.tokenizer.specials import PAD, special_id
 from bertctl.errors import BertctlError
 from bertctl.metrics import pearson, spearman
 from bertctl.model import architectures, sentence_layout as sentence

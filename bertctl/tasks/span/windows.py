@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from bertctl.data.collate import pad_to_tensor
-from bertctl.data.tokenizer import CLS, PAD, SEP, pair_separators, special_id, special_tokens
+from bertctl.data.tokenizer.specials import CLS, PAD, SEP, pair_separators, special_id, special_tokens
 from bertctl.errors import BertctlError
 from bertctl.tasks.span.reader import SpanExamples
 from tokenizers import Tokenizer

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from bertctl.data.collate import max_context_window, pad_to_tensor
-from bertctl.data.tokenizer import CLS, PAD, SEP, UNK, special_id
+from bertctl.data.tokenizer.specials import CLS, PAD, SEP, UNK, special_id
 from bertctl.errors import BertctlError
 from bertctl.tasks.base import IMITATED
 from bertctl.labels import IGNORE_INDEX

@@ -1,11 +1,11 @@
 """Google's sentence-pair packing (create_instances_from_document) and pair truncation, as
-array code over all documents of a window at once; `data.pretraining` calls them per chunk."""
+array code over all documents of a window at once; `build` calls them per chunk."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from bertctl.data.pretraining_masking import ranges
+from bertctl.data.pretraining.masking import ranges
 
 
 def pack_pairs(g: np.random.Generator, cum: np.ndarray, lo: np.ndarray, hi: np.ndarray, passes: int,

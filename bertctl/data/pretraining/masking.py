@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bertctl.data.tokenizer import WordMarks
+from bertctl.data.tokenizer.words import WordMarks
 
 # What happened to each position: the codes stored in `MaskResult.action`.
 NOT_MASKED, MASKED, RANDOM, KEPT = 0, 1, 2, 3

@@ -2,7 +2,7 @@
 access to its instances for training and evaluation (`PretrainingDataset`, with dynamic masks
 drawn per epoch), and decoding instances for people (`decode_instances`, `describe`).
 
-The directory's layout is written by `pretraining` (the builder) through `pretraining_shards`.
+The directory's layout is written by `build` (the builder) through `shards`.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from bertctl.labels import IGNORE_INDEX
-from bertctl.data.pretraining import _COUNTS, SPLITS, _zero_stats, finish_stats, masking_rules
+from bertctl.data.pretraining.build import _COUNTS, SPLITS, _zero_stats, finish_stats, masking_rules
 from bertctl.data.settings import PretrainingDataSettings, predictions_for
-from bertctl.data.pretraining_masking import MaskingRules, apply_masking, hashed_uniform_at, ranges
-from bertctl.data.pretraining_shards import FORMAT, FORMAT_VERSION, ShardReader
+from bertctl.data.pretraining.masking import MaskingRules, apply_masking, hashed_uniform_at, ranges
+from bertctl.data.pretraining.shards import FORMAT, FORMAT_VERSION, ShardReader
 from bertctl.errors import BertctlError
 
 if TYPE_CHECKING:  # pragma: no cover

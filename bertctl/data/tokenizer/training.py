@@ -1,7 +1,8 @@
 """Training a tokenizer of each kind on a corpus streamed in batches: WordPiece (Google's
 BERT, with its reserved [unused] slots), BPE and Unigram (SentencePiece's Metaspace), byte-level
-BPE (GPT-2's and RoBERTa's). The pipelines and special tokens are tokenizer.py's; the same corpus
-and settings give the same tokenizer.json in every process (tests/test_tokenize.py)."""
+BPE (GPT-2's and RoBERTa's), each with its text pipeline; what a trained vocabulary measures on
+its corpus. The special tokens are specials.py's; the same corpus and settings give the same
+tokenizer.json in every process (tests/test_tokenize.py)."""
 
 from __future__ import annotations
 
@@ -9,15 +10,15 @@ import json
 import string
 import sys
 import unicodedata
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from itertools import chain
 
 import numpy as np
-from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
-from bertctl.data.tokenizer import (ROBERTA_LAYOUT, SPECIAL_TOKENS, SPELLINGS, UNK,
-                                    _UNUSED_BEFORE_UNK, EmptyCorpus, _configure, _normalize,
-                                    post_processor, reserved_layout, text_pipeline)
+from bertctl.data.tokenizer.files import bert_normalizer, wordpiece_pipeline
+from bertctl.data.tokenizer.specials import (UNK, UNUSED_BEFORE_UNK, Spelling, post_processor,
+                                             reserved_layout, special_id)
 from bertctl.errors import BertctlError
 
 
@@ -26,6 +27,35 @@ SETTINGS_OF_KIND = {"wordpiece": {"min_frequency", "limit_alphabet", "unused_tok
                     "bpe": {"min_frequency", "limit_alphabet", "unicode"},
                     "byte-level-bpe": {"min_frequency", "unicode"},
                     "unigram": {"unicode"}}
+
+
+class EmptyCorpus(BertctlError):
+    pass
+
+
+def text_pipeline(tok: Tokenizer, kind: str, lowercase: bool, strip_accents: bool | None,
+                  unicode: str | None) -> None:
+    """The normaliser, pre-tokenizer and decoder of a kind: WordPiece BERT's own (its
+    normaliser cleans, splits CJK characters, lowercases and strips accents as asked); byte-level
+    BPE GPT-2's bytes with a space before the first word (so every word's first piece starts
+    with Ġ); BPE and Unigram SentencePiece's Metaspace (▁ marks a word's first piece), after the
+    Unicode form asked (NFKC unset, as SentencePiece's default)."""
+    if kind == "wordpiece":
+        bert_normalizer(tok, lowercase, strip_accents)
+        tok.decoder = decoders.WordPiece(prefix="##")
+        return
+    steps = [] if unicode == "none" else [getattr(normalizers, (unicode or "nfkc").upper())()]
+    if strip_accents if strip_accents is not None else lowercase:
+        steps += [normalizers.NFD(), normalizers.StripAccents()]
+    if lowercase:
+        steps.append(normalizers.Lowercase())
+    tok.normalizer = normalizers.Sequence(steps)
+    if kind == "byte-level-bpe":
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+        tok.decoder = decoders.ByteLevel()
+    else:
+        tok.pre_tokenizer = pre_tokenizers.Metaspace()
+        tok.decoder = decoders.Metaspace()
 
 
 def _guarded_training(tok: Tokenizer, batches: Iterable[list[str]], trainer) -> None:
@@ -89,7 +119,7 @@ class _CharacterSurvey:
 
 def train(survey: Iterable[list[str]], batches: Iterable[list[str]], vocab_size: int,
           lowercase: bool, strip_accents: bool | None = None, min_frequency: int = 2,
-          limit_alphabet: int = 1000, unused_tokens: int = _UNUSED_BEFORE_UNK) -> Tokenizer:
+          limit_alphabet: int = 1000, unused_tokens: int = UNUSED_BEFORE_UNK) -> Tokenizer:
     """Train WordPiece on batches of sentences; `survey` and `batches` each read the corpus once.
     `strip_accents=None` follows `lowercase`, as Google's uncased models do.
 
@@ -106,7 +136,7 @@ def train(survey: Iterable[list[str]], batches: Iterable[list[str]], vocab_size:
                            f"{len(reserved)} special and [unused] tokens")
     tok = Tokenizer(models.WordPiece(unk_token=UNK, continuing_subword_prefix="##",
                                      max_input_chars_per_word=100))
-    _normalize(tok, lowercase, strip_accents)
+    bert_normalizer(tok, lowercase, strip_accents)
     chars = _CharacterSurvey(tok)
     for batch in survey:
         chars.add(batch)
@@ -130,19 +160,19 @@ def train(survey: Iterable[list[str]], batches: Iterable[list[str]], vocab_size:
                                          continuing_subword_prefix="##",
                                          max_input_chars_per_word=100))
     trained.add_special_tokens(reserved)
-    return _configure(trained, lowercase, strip_accents)
+    return wordpiece_pipeline(trained, lowercase, strip_accents)
 
 
 def train_subwords(batches: Callable[[], Iterable[list[str]]], kind: str, vocab_size: int,
                    lowercase: bool, strip_accents: bool | None, unicode: str | None,
-                   spelling: str, min_frequency: int = 2,
+                   spelling: Spelling, min_frequency: int = 2,
                    limit_alphabet: int | None = None) -> Tokenizer:
     """Train a BPE, byte-level BPE or Unigram vocabulary, its special tokens first (RoBERTa's
     spelling in RoBERTa's order: <s> 0, <pad> 1, </s> 2, <unk> 3, <mask> 4; BERT's in its role
     order from [PAD] 0). `batches()` gives the corpus's batches of lines: read once, and by
     Unigram a few times more (`_settled_scores`)."""
-    names = SPELLINGS[spelling]
-    specials = [names[r] for r in (ROBERTA_LAYOUT if spelling == "roberta" else SPECIAL_TOKENS)]
+    names = spelling.tokens
+    specials = [names[r] for r in spelling.order]
     if vocab_size <= len(specials):
         raise BertctlError(f"vocab_size {vocab_size} leaves no room for pieces after the "
                            f"{len(specials)} special tokens")
@@ -210,3 +240,32 @@ def _settled_scores(tok: Tokenizer, specials: int,
     order = sorted(range(len(pieces)), key=lambda i: (-scores[i], pieces[i]))
     spec["model"]["vocab"] = vocab[:specials] + [[pieces[i], float(scores[i])] for i in order]
     return Tokenizer.from_str(json.dumps(spec))
+
+
+def measure(tok: Tokenizer, sentences: list[str]) -> dict[str, float]:
+    """Unknown-token rate and pieces per (pre-tokenizer's) word on a sample of the corpus."""
+    if not sentences:
+        return {"unk_rate": 0.0, "pieces_per_word": 0.0}
+    unk = special_id(tok, UNK)
+    encodings = tok.encode_batch(sentences, add_special_tokens=False)
+    pieces = sum(len(e.ids) for e in encodings)
+    unknown = sum(e.ids.count(unk) for e in encodings)
+    # Word ids run 0..n-1 within a sentence, so the last one counts its words.
+    words = sum(e.word_ids[-1] + 1 for e in encodings if e.word_ids)
+    return {"unk_rate": round(unknown / max(pieces, 1), 6),
+            "pieces_per_word": round(pieces / max(words, 1), 4)}
+
+
+def sample_batches(batches: Iterable[list[str]], keep: list[list[str]], every: int = 7,
+                   limit: int = 4, per_batch: int = 500) -> Iterator[list[str]]:
+    """Pass batches through while keeping a bounded sample spread over the whole corpus for
+    `measure`: the head of every `every`-th batch, thinned by half (and `every` doubled) each
+    time more than `limit` are kept. About 2,000 sentences estimate the rates well enough, and
+    encoding more would add measurably to a small corpus's run."""
+    for i, batch in enumerate(batches):
+        if i % every == 0:
+            keep.append(batch[:per_batch])
+            if len(keep) > limit:
+                del keep[1::2]
+                every *= 2
+        yield batch

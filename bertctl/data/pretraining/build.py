@@ -10,7 +10,7 @@ The instance builder follows Google's `create_pretraining_data.py` (google-resea
   not used as A are then put back and start the next instance;
 - the longer of A and B loses one token at a time, from the front or the back at random, until
   the pair fits; `[CLS] A [SEP] B [SEP]`, token_type 0 for `[CLS] A [SEP]`, 1 for `B [SEP]`;
-- masking per `pretraining_masking` (static: drawn here, `dupe_factor` passes over the corpus
+- masking per `masking` (static: drawn here, `dupe_factor` passes over the corpus
   give different packings and masks; dynamic: drawn by the loader per epoch).
 
 Where we differ, and why:
@@ -35,7 +35,7 @@ Where we differ, and why:
   chunk is a single sentence (`[CLS] A [SEP]`); no next_sentence_label is stored.
 - packing "full-sentences" (RoBERTa) and "concatenated" (run_mlm.py), both with no_nsp, replace
   Google's per-document instances: continuous text fills each instance to max_seq_length - 2
-  across document boundaries (`pretraining_pairs.pack_full`), so a corpus of short documents
+  across document boundaries (`pairs.pack_full`), so a corpus of short documents
   (books with a blank line between paragraphs) no longer trains on half-empty sequences.
 - validation_fraction holds out whole documents (chosen by a hash of (seed, document number)),
   whose instances go to the "validation" split and draw their random B only from other held-out
@@ -51,7 +51,7 @@ slices' files into one directory and `PretrainingDataset` reads them as one data
 all K slices are there and were built with the same settings and tokenizer); the combined instances
 are exactly those of a single build with num_shards=1, in a different file order.
 
-Reading what was built (the dataset over the shards, decoding) is `pretraining_dataset`.
+Reading what was built (the dataset over the shards, decoding) is `dataset`.
 """
 
 from __future__ import annotations
@@ -68,12 +68,14 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
-from bertctl.data.tokenizer import check_special_tokens, special_ids, word_marks
-from bertctl.data.pretraining_pairs import pack_full, pack_pairs, truncation
-from bertctl.data.pretraining_masking import (
+from bertctl.data.tokenizer.specials import check_special_tokens, special_ids
+
+from bertctl.data.tokenizer.words import word_marks
+from bertctl.data.pretraining.pairs import pack_full, pack_pairs, truncation
+from bertctl.data.pretraining.masking import (
     KEPT, MASKED, RANDOM, MaskingRules, apply_masking, generator_uniform_at, hashed_uniform,
     num_to_predict, ranges)
-from bertctl.data.pretraining_shards import (
+from bertctl.data.pretraining.shards import (
     FORMAT, FORMAT_VERSION, ShardWriter, slice_tag, token_dtype, write_json)
 from bertctl.data.workers import OrderedWorkers
 from bertctl.data.settings import PretrainingDataSettings
