@@ -8,7 +8,7 @@ For each case (architecture : size : micro-batch : precision : length [: ckpt]) 
 builds the masked-LM model (BERT's 30,522-piece vocabulary), runs one real step (forward,
 backward, AdamW) on `micro` rows of `length` random tokens (15% of them predicted), reading
 the peak resident memory of that step (the kernel's high-water mark, reset before it:
-/proc/self/clear_refs), and then takes the plan's measurement (`memory.measure`: every moment
+/proc/self/clear_refs), and then takes the plan's measurement (`memory.step_envelope`: every moment
 of a step at two sizes of a few rows, each extrapolated to the micro-batch). The table sets
 what the plan predicts beyond the resident weights (the gradients and optimizer state, and
 ACTIVATION_MARGIN times the measured step tensors) against what the step took, and their
@@ -75,7 +75,7 @@ opt.step()
 step = rss("VmHWM:") - before
 opt.zero_grad(set_to_none=True)
 del opt
-fixed, per_row, _ = memory.measure(model, data, torch.device("cpu"), precision, micro)
+fixed, per_row, _ = memory.step_envelope(model, data, torch.device("cpu"), precision, micro)
 print(json.dumps({"state": memory.state_bytes(model),
                   "tensors": float((fixed + micro * per_row).max()),
                   "step": step}))

@@ -19,19 +19,19 @@ from test_train_loop import RepeatedTokens, records, tiny_pretraining
 
 def test_the_largest_batch_whose_steps_fit_the_budget():
     # 50 ms an example: 64 a step buys 375 steps of 1,200 s, 32 buys 750
-    fit = budget.choose(64, 1, 600, 1200.0, 0.05, 1)
+    fit = budget.largest_batch_in_budget(64, 1, 600, 1200.0, 0.05, 1)
     assert (fit.batch_size, fit.expected_steps) == (32, 750)
-    assert budget.choose(64, 1, 300, 1200.0, 0.05, 1).batch_size == 64   # already enough
+    assert budget.largest_batch_in_budget(64, 1, 300, 1200.0, 0.05, 1).batch_size == 64   # already enough
     # two processes each do half of a step's examples
-    assert budget.choose(64, 2, 600, 1200.0, 0.05, 2).batch_size == 64
+    assert budget.largest_batch_in_budget(64, 2, 600, 1200.0, 0.05, 2).batch_size == 64
 
 
 def test_halving_stops_at_the_smallest_batch_and_at_the_micro_batch_unit():
-    fit = budget.choose(64, 1, 10 ** 6, 1200.0, 0.05, 1)
+    fit = budget.largest_batch_in_budget(64, 1, 10 ** 6, 1200.0, 0.05, 1)
     assert fit.batch_size == budget.SMALLEST_BATCH == 16 and fit.expected_steps == 1500
     assert "fewer than the 1000000 asked even at 16" in fit.message()
-    assert budget.choose(96, 48, 10 ** 6, 1200.0, 0.05, 1).batch_size == 48  # micro-batch 48
-    assert budget.choose(8, 1, 10 ** 6, 1200.0, 0.05, 1).batch_size == 8   # never raised
+    assert budget.largest_batch_in_budget(96, 48, 10 ** 6, 1200.0, 0.05, 1).batch_size == 48  # micro-batch 48
+    assert budget.largest_batch_in_budget(8, 1, 10 ** 6, 1200.0, 0.05, 1).batch_size == 8   # never raised
 
 
 def _fitted_run(work, **overrides):
@@ -43,7 +43,7 @@ def _fitted_run(work, **overrides):
 def test_the_loop_trains_with_the_fitted_batch_and_a_resumed_run_keeps_it(
         tmp_path, monkeypatch, ten_seconds_a_step):
     # 1 s an example: 32 a step buys 3 steps of the 100 s, 16 buys 6 (>= min_steps 5)
-    monkeypatch.setattr(budget, "measure", lambda *a, **k: 1.0)
+    monkeypatch.setattr(budget, "seconds_per_example", lambda *a, **k: 1.0)
     whole = _fitted_run(tmp_path / "whole")
     assert whole.batch_fit == {"batch_size": 16, "asked": 32, "min_steps": 5, "budget_s": 100.0,
                                "seconds_per_example": 1.0, "expected_steps": 6}
@@ -56,7 +56,7 @@ def test_the_loop_trains_with_the_fitted_batch_and_a_resumed_run_keeps_it(
 
     def measured_again(*a, **k):
         raise AssertionError("a resumed run measured again")
-    monkeypatch.setattr(budget, "measure", measured_again)
+    monkeypatch.setattr(budget, "seconds_per_example", measured_again)
     resumed = _fitted_run(tmp_path / "run", checkpoint_every=3)
     assert resumed.resumed_from == 4 and resumed.batch_fit == whole.batch_fit
     for (name, a), b in zip(whole.model.state_dict().items(), resumed.model.state_dict().values()):
@@ -66,7 +66,7 @@ def test_the_loop_trains_with_the_fitted_batch_and_a_resumed_run_keeps_it(
 def test_the_measurement_leaves_the_weights_and_gradients_alone():
     model = tiny_pretraining()
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    seconds = budget.measure(model, RepeatedTokens(64), 4, torch.device("cpu"), "fp32")
+    seconds = budget.seconds_per_example(model, RepeatedTokens(64), 4, torch.device("cpu"), "fp32")
     assert 0 < seconds < 10
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     assert all(p.grad is None for p in model.parameters())

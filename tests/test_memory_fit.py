@@ -19,7 +19,7 @@ GB = 2**30
 
 
 def peak(fixed, per_row, rows: int) -> int:
-    """A step's planned peak at `rows` (memory.choose's)."""
+    """A step's planned peak at `rows` (memory.micro_batch_that_fits's)."""
     return int(np.max(fixed + rows * np.asarray(per_row)))
 
 
@@ -71,7 +71,7 @@ def test_a_step_is_measured_over_its_forward_and_backward():
     # gradient; at most everything the step makes, each once (a few small tensors more)
     assert 3 * 15 * 4 <= most <= 16 * 15 * 4 + 2 * (8 * 3 + 3) * 4
     assert all(p.grad is None for p in model.parameters())     # the probe leaves none
-    fixed, per_row, per_sequence = memory.measure(model, Vectors(), torch.device("cpu"), "fp32")
+    fixed, per_row, per_sequence = memory.step_envelope(model, Vectors(), torch.device("cpu"), "fp32")
     assert peak(fixed, per_row, 8) > peak(fixed, per_row, 1) and per_sequence == 1
     assert memory.state_bytes(model) == (8 * 3 + 3) * 4 * 3   # gradient + two moments
 
@@ -84,7 +84,7 @@ def test_a_bert_step_is_measured_per_row_from_its_longest_rows():
     assert [len(data.seqs[i]) for i in longest] == sorted(map(len, data.seqs))[::-1][:8]
     # rows of one length: the peak of a step of 8 rows is on the two-point line
     data.seqs = [np.concatenate([s[:1], np.full(22, s[1]), s[-1:]]) for s in data.seqs]
-    fixed, per_row, _ = memory.measure(model, data, torch.device("cpu"), "fp32")
+    fixed, per_row, _ = memory.step_envelope(model, data, torch.device("cpu"), "fp32")
     eight = memory.step_bytes(model, data.batch(list(range(8)), 0), torch.device("cpu"),
                               "fp32")
     # Not exactly on it: a step's peak is where its largest transient meets the activations
@@ -98,9 +98,9 @@ def test_gradient_checkpointing_is_measured_as_it_runs():
     torch.manual_seed(0)
     model = BertForSequenceClassification(BertConfig(**{**TINY, "num_hidden_layers": 4}))
     data = RepeatedTokens(n=32, task="classify")
-    plain = memory.measure(model, data, torch.device("cpu"), "fp32")
+    plain = memory.step_envelope(model, data, torch.device("cpu"), "fp32")
     model.bert.gradient_checkpointing = True
-    recomputed = memory.measure(model, data, torch.device("cpu"), "fp32")
+    recomputed = memory.step_envelope(model, data, torch.device("cpu"), "fp32")
     assert peak(*recomputed[:2], 16) < peak(*plain[:2], 16)
 
 
@@ -115,7 +115,7 @@ def test_the_micro_batch_is_the_largest_that_fits_or_a_refusal_names_the_flag(
     state, fixed, per_row = GB, 0, GB // 16    # 1 GB of state, 64 MB a row
     # room for 16 rows' activations with the margin and the reserve, not for 32
     room = (state + int(memory.ACTIVATION_MARGIN * 16 * per_row) + memory.RESERVE_BYTES)
-    got = lambda: memory.choose(64, given, state, fixed, per_row, available or room)  # noqa: E731
+    got = lambda: memory.micro_batch_that_fits(64, given, state, fixed, per_row, available or room)  # noqa: E731
     if isinstance(expect, int):
         fit = got()
         assert fit.micro_batch_size == expect and fit.need_bytes <= fit.available_bytes
@@ -128,10 +128,10 @@ def test_a_loss_that_compares_rows_is_never_split_and_cached_rows_count_as_one_c
     state, per_row = GB, GB // 16
     room = state + int(memory.ACTIVATION_MARGIN * 16 * per_row) + memory.RESERVE_BYTES
     with pytest.raises(BertctlError, match="--cache-negatives N"):
-        memory.choose(64, False, state, 0, per_row, room, splittable=False,
+        memory.micro_batch_that_fits(64, False, state, 0, per_row, room, splittable=False,
                       hint="--cache-negatives N")
     # embedding 8 of 2-sequence rows at a time holds 4 rows' activations
-    fit = memory.choose(64, False, state, 0, per_row, room, splittable=False,
+    fit = memory.micro_batch_that_fits(64, False, state, 0, per_row, room, splittable=False,
                         live_rows=lambda r: min(r, 8 / 2))
     assert fit.micro_batch_size == 64
 
@@ -156,7 +156,7 @@ def test_a_step_too_large_is_trained_in_micro_batches_with_the_same_result(tmp_p
     data = RepeatedTokens(n=64, task="classify")
     base = dict(steps=3, batch_size=16, lr=1e-3, warmup=0, log_every=1, seed=1)
     model = _classifier()
-    fixed, per_row, _ = memory.measure(model, data, torch.device("cpu"), "fp32")
+    fixed, per_row, _ = memory.step_envelope(model, data, torch.device("cpu"), "fp32")
     state = memory.state_bytes(model)
     # memory for 4 rows a micro-batch, not 8
     room = state + int(memory.ACTIVATION_MARGIN * peak(fixed, per_row, 4)) + memory.RESERVE_BYTES
@@ -226,7 +226,7 @@ def test_an_embedding_model_is_refused_with_its_own_flag_and_its_chunks_are_plan
     settings = LoopSettings(steps=1, batch_size=16)
     model = Contrastive()
     state = memory.state_bytes(model)
-    fixed, per_row, _ = memory.measure(model, Vectors(), torch.device("cpu"), "fp32")
+    fixed, per_row, _ = memory.step_envelope(model, Vectors(), torch.device("cpu"), "fp32")
     # room for a step of 4 rows beside the state and the reserve
     room = state + int(memory.ACTIVATION_MARGIN * peak(fixed, per_row, 4)) + memory.RESERVE_BYTES
     monkeypatch.setenv(memory.MEMORY_ENV, str(room))

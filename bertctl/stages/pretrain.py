@@ -273,14 +273,14 @@ class PretrainJob:
                                        or self.settings.batch_size, next(model.parameters()).device,
                                        self.settings.precision, max_batches=self.settings.eval_batches)
 
+    def progress(self) -> tuple[str, int | None, int]:
+        return "pretraining", self.settings.steps, self.loop_settings.start_step
+
     def fit(self, work: Path, sink=None):
-        with console.training_progress("pretraining", self.settings.steps,
-                                       self.loop_settings.start_step) as on_log:
-            return train(self.model, self.train_data, self.loop_settings, work,
-                         evaluate=self.evaluate if self.validation is not None else None,
-                         on_log=training.logging_to(on_log, sink),
-                         step_metrics=self.objective.step_metrics,
-                         optimizer_state=self.optimizer_from)
+        return train(self.model, self.train_data, self.loop_settings, work,
+                     evaluate=self.evaluate if self.validation is not None else None,
+                     on_log=sink, step_metrics=self.objective.step_metrics,
+                     optimizer_state=self.optimizer_from)
 
     def write(self, result, tmp: Path) -> dict:
         models.write_model(result.model, tmp, self.data.path)

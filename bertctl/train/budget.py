@@ -54,7 +54,7 @@ class BatchFit:
                 f"{self.expected_steps} steps in {self.budget_s:g}s{short}")
 
 
-def choose(asked: int, step_unit: int, min_steps: int, budget_s: float,
+def largest_batch_in_budget(asked: int, step_unit: int, min_steps: int, budget_s: float,
            seconds_per_example: float, world: int) -> BatchFit:
     """The largest of asked, asked/2, asked/4, ... (a multiple of step_unit, at least
     SMALLEST_BATCH unless asked is smaller) whose steps fit min_steps times into the budget;
@@ -70,7 +70,7 @@ def choose(asked: int, step_unit: int, min_steps: int, budget_s: float,
     return BatchFit(batch, asked, min_steps, budget_s, seconds_per_example, steps(batch))
 
 
-def measure(model: nn.Module, data: DataSource, rows: int, device: torch.device,
+def seconds_per_example(model: nn.Module, data: DataSource, rows: int, device: torch.device,
             precision: str, repeats: int = 2) -> float:
     """Seconds per example of a forward and backward pass over the first `rows` training
     examples, the best of `repeats` after one untimed pass. The weights are not updated and the
@@ -118,10 +118,10 @@ def fit(model: nn.Module, data: DataSource, asked: int, step_unit: int, min_step
             asked, min_steps, budget_s):
         return earlier
     rows = max(1, min(PROBE_ROWS, len(data), asked // world))
-    own = measure(model, data, rows, device, precision)
+    own = seconds_per_example(model, data, rows, device, precision)
     mean = float(dist.all_reduce_sum(torch.tensor([own], dtype=torch.float64,
                                                   device=device)).item()) / world
-    chosen = choose(asked, step_unit, min_steps, budget_s, mean, world)
+    chosen = largest_batch_in_budget(asked, step_unit, min_steps, budget_s, mean, world)
     if dist.is_main():
         work_dir.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp")

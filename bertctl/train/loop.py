@@ -42,7 +42,6 @@ from bertctl.train import checkpoint as ckpt
 from bertctl.train.compiling import CompileChoice
 from bertctl.train.encoders import attention_policies, set_checkpointing
 from bertctl.train import distributed as dist
-from bertctl.train import tensorboard
 from bertctl.train.plan import halved, plan_batch
 from bertctl.train.optim import (decay_steps, lr_at, lr_at_share, make_optimizer, set_lr,
                                  warmup_steps)
@@ -74,8 +73,8 @@ def train(model: nn.Module, train_data: DataSource, settings: LoopSettings, work
         precision (the evaluation functions take it), so the loop adds no autocast.
     select: (metric key, "max" | "min") keeps the best evaluated weights in work_dir/best/ and
         returns the model holding them; without it the model holds the final weights.
-    on_log(record): rank 0 only, for every record of metrics.jsonl (e.g. a progress display)
-        and for "resume" (step, path), "plan" (steps or budget_s) and "note" (text: a batch
+    on_log(record): rank 0 only, for every record of metrics.jsonl (train/sinks/: the console,
+        TensorBoard, a tracker) and for "resume" (step, path), "plan" (steps or budget_s) and "note" (text: a batch
         fitted to a budget or to memory) records, which it does not hold.
     step_metrics(outputs, batch) -> {name: (numerator, denominator)}: called after each
         micro-batch's forward (no_grad); numerators and denominators are summed over
@@ -115,8 +114,6 @@ class Trainer:
         self.data, self.work_dir = data, work_dir
         self.evaluate_fn, self.select, self.on_log = evaluate, select, on_log
         self.step_metrics = step_metrics
-        if s.tensorboard:
-            tensorboard.require()
         self.info = dist.init(s.device)
         self.device, self.world, self.rank = self.info.device, self.info.world_size, self.info.rank
         hardware.check_precision(s.precision, self.device)
@@ -171,7 +168,7 @@ class Trainer:
         self.resumed_from: int | None = None
         self.stopped_by_patience: dict[str, int] | None = None
         self.elapsed = 0.0   # seconds spent in the loop, by the ranks' mean clock
-        self.board, self.ddp = None, self.model
+        self.ddp = self.model
         self.optimizer_state: Path | None = None   # (train() sets it: a phase continued)
 
     # -- setup and resume
@@ -200,9 +197,6 @@ class Trainer:
             if found is None:
                 ckpt.clear_best(self.work_dir)  # a fresh run owns no best weights yet
         dist.barrier()
-        if info.is_main and s.tensorboard:
-            self.board = tensorboard.ScalarWriter(
-                s.tensorboard, purge_step=self.step + 1 if found else None)
         self.ddp = dist.wrap(self.model, info, s.find_unused_parameters)
         if info.is_main and self.on_log is not None:
             if found is not None:
@@ -307,8 +301,6 @@ class Trainer:
             self.read()   # (steps a stop left unlogged: their checks and the interval's sums)
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
-            if self.board is not None:
-                self.board.close()
         return self._result()
 
     def load_step(self, global_step: int) -> Loaded:
@@ -474,8 +466,6 @@ class Trainer:
             append_jsonl(self.work_dir / METRICS_FILE, record)
             if self.on_log is not None:
                 self.on_log(record)
-            if self.board is not None:
-                self.board.log(record)
 
     def log(self, lr: float, seen: list[int], elapsed: float) -> None:
         means = self.interval.record()

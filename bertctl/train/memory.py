@@ -269,7 +269,7 @@ def probe_rows(data, rows: int) -> list[int]:
     return [int(i) for i in np.argsort(-values, kind="stable")[:rows]]
 
 
-def measure(model: nn.Module, data, device: torch.device, precision: str,
+def step_envelope(model: nn.Module, data, device: torch.device, precision: str,
             most: int = 2) -> tuple[np.ndarray, np.ndarray, int]:
     """(fixed bytes, bytes per row, sequences per row) of a training step's tensors at each
     moment of it (`envelope`), from the longest rows at one and two rows, or two and three
@@ -298,7 +298,7 @@ def measure(model: nn.Module, data, device: torch.device, precision: str,
     return fixed, per_row, per_sequence
 
 
-def choose(asked: int, given: bool, state: int, fixed, per_row, available: int,
+def micro_batch_that_fits(asked: int, given: bool, state: int, fixed, per_row, available: int,
            splittable: bool = True, live_rows=None, hint: str = "",
            checkpointing: bool = False, parameters: int = 0) -> MemoryFit:
     """The micro-batch to train with: `asked` where it fits; else, where the user did not
@@ -355,12 +355,12 @@ def fit_to_memory(model: nn.Module, data, settings, batch_size: int, device: tor
         raise BertctlError(f"--micro-batch-size {asked}: this loss compares the rows of a "
                            f"batch (in-batch negatives), which micro-batches of {asked} would "
                            f"split from the batch of {batch_size}; give {compares}")
-    fixed, per_row, per_sequence = measure(model, data, device, s.precision, asked)
+    fixed, per_row, per_sequence = step_envelope(model, data, device, s.precision, asked)
     available = available_bytes(device)
     if dist.active():   # the same rows measure the same on every rank: only this may differ
         available = min(int(a) for a in dist.all_gather_object(available))
     chunk = getattr(model, "cache_negatives", 0)
-    fit = choose(asked, s.micro_batch_size is not None, state_bytes(model, s.optimizer), fixed,
+    fit = micro_batch_that_fits(asked, s.micro_batch_size is not None, state_bytes(model, s.optimizer), fixed,
                  per_row, available, splittable=compares is None,
                  live_rows=(lambda r: min(r, chunk / per_sequence)) if chunk else None,
                  hint=compares or "", checkpointing=s.gradient_checkpointing,

@@ -23,7 +23,6 @@ from bertctl.data.collate import TaskData
 from bertctl.evaluation import evaluate_task
 from bertctl.model import architectures
 from bertctl.stages.common import models
-from bertctl.stages.common.training import logging_to
 from bertctl.tasks.base import Calibrates, NumericLabels
 from bertctl.train import distributed as dist
 from bertctl.train.loop import train
@@ -179,6 +178,9 @@ class TaskJob:
         # per-type figures).
         return {k: v for k, v in metrics.items() if not isinstance(v, (dict, list))}
 
+    def progress(self) -> tuple[str, int | None, int]:
+        return f"{self.by.verb} {self.spec.name}", self.settings.steps, 0
+
     def fit(self, work: Path, sink=None):
         settings = self.settings
         module = self.family.training_module(self.model, self.spec)
@@ -186,12 +188,9 @@ class TaskJob:
         setup = self.by.loop_setup(module, self.train_features, work)
         data = TaskData(self.train_features, settings.pack, self.max_len, setup.model.packs,
                         setup.extras, per_token=self.family.marks)
-        with console.training_progress(f"{self.by.verb} {self.spec.name}",
-                                       settings.steps) as on_log:
-            result = train(setup.model, data, LoopSettings.of(settings), work,
-                           evaluate=self.evaluate if self.dev_features is not None else None,
-                           select=self.select, on_log=logging_to(on_log, sink),
-                           step_metrics=setup.step_metrics)
+        result = train(setup.model, data, LoopSettings.of(settings), work,
+                       evaluate=self.evaluate if self.dev_features is not None else None,
+                       select=self.select, on_log=sink, step_metrics=setup.step_metrics)
         # The loss module trained the model in place; the model is what is written.
         return result if module is self.model else dataclasses.replace(result,
                                                                        model=self.model)

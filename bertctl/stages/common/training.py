@@ -20,32 +20,26 @@ from bertctl.contract import artifacts, locks, placement
 from bertctl import settings as settings_mod
 from bertctl.errors import Interrupted
 from bertctl.train import distributed as dist
-from bertctl.train import trackers
+from bertctl.train import sinks
+from bertctl.train.sinks import trackers
 from bertctl.train.checkpoint import list_checkpoints
 
 
 class TrainingJob(Protocol):
     """A training stage's own part, called by `train_to_artifact` in this order on every rank:
     `prepare()` (read the data, build the model: everything before the first step), `fit(work,
-    sink)` (the training loop, resuming from `work`'s checkpoints; `sink` takes each record the
-    loop logs, as `on_log` does, on rank 0: `logging_to`), and on rank 0 `write(result, tmp)`
-    (the model directory; returns the manifest stats)."""
+    sink)` (the training loop, resuming from `work`'s checkpoints; `sink`, on rank 0, is the
+    loop's `on_log`: train/sinks' fan-out), and on rank 0 `write(result, tmp)` (the model
+    directory; returns the manifest stats). `progress()`: the console display's description,
+    total steps and first step."""
 
     def prepare(self) -> None: ...
+
+    def progress(self) -> tuple[str, int | None, int]: ...
 
     def fit(self, work: Path, sink: Callable[[dict], None] | None = None) -> Any: ...
 
     def write(self, result: Any, tmp: Path) -> dict: ...
-
-
-def logging_to(*sinks: Callable[[dict], None] | None) -> Callable[[dict], None]:
-    """One `on_log` for the training loop that hands each record to every sink given."""
-    given = [s for s in sinks if s is not None]
-
-    def log(record: dict) -> None:
-        for sink in given:
-            sink(record)
-    return log
 
 
 def train_to_artifact(settings, inputs: list[artifacts.InputRef], target: artifacts.Target,
@@ -75,7 +69,9 @@ def _train(settings, target, job: TrainingJob, planned: artifacts.Plan):
     work = placement.work_dir(out_path, artifact_id)
     marks = {"start": time.perf_counter()}
     tracker = None
-    if getattr(settings, "log_to", None) and dist.is_main():   # reached before any work
+    if dist.is_main():   # reached before any work
+        sinks.require(settings)
+    if getattr(settings, "log_to", None) and dist.is_main():
         tracker = trackers.Tracker(settings.log_to, work, artifact_id,
                                    settings_mod.as_dict(settings),
                                    [{"role": i.role, "kind": i.kind, "id": i.id} for i in inputs])
@@ -102,7 +98,8 @@ def _trained(settings, job: TrainingJob, planned: artifacts.Plan, work: Path, ma
         return None
 
     def build(tmp: Path) -> dict:
-        result = job.fit(work, tracker.log if tracker is not None else None)
+        with sinks.fanned_out(job.progress(), settings, tracker) as sink:
+            result = job.fit(work, sink)
         marks["trained"] = time.perf_counter()
         marks["loop"] = getattr(result, "loop_started", 0.0) or marks["start"]
         stats = job.write(result, tmp)

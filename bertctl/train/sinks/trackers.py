@@ -27,7 +27,7 @@ from typing import Any
 
 from bertctl import console
 from bertctl.errors import BertctlError
-from bertctl.train.tensorboard import scalars   # the same names --tensorboard gives
+from bertctl.train.sinks.tensorboard import scalars   # the same names --tensorboard gives
 
 KINDS = ("mlflow", "wandb")
 _STATE = "tracker.json"
