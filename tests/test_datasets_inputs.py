@@ -287,3 +287,54 @@ def test_embed_mine_and_distill_read_a_saved_dataset(minilm_dir, tiny_pretrained
     m = r.json()
     assert m["stats"]["train_examples"] == len(sst2.text_a)
     assert any(i["role"] == "train" and i["path"].endswith("sst2/train") for i in m["inputs"])
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".csv", ".tsv", ".parquet", ".arrow"])
+def test_one_reader_streams_a_column_as_it_reads_the_whole_table(suffix, tmp_path):
+    """data/tables.py is the one tabular reader: a corpus's column streamed (`stream_column`)
+    holds what the task reader's whole table (`read_table`) holds, in every format, an Arrow
+    file (memory-mapped, for a task file too) included."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from bertctl.data import tables
+
+    texts = ["a first row", 'with "quotes"', "comma, inside", "ünïcode"]
+    table = pa.table({"label": ["0", "1", "0", "1"], "text": texts})
+    path = tmp_path / f"rows{suffix}"
+    if suffix == ".jsonl":
+        path.write_text("".join(json.dumps(r) + "\n" for r in table.to_pylist()))
+    elif suffix in (".csv", ".tsv"):
+        sep = "," if suffix == ".csv" else "\t"
+        quote = (lambda t: '"' + t.replace('"', '""') + '"') if suffix == ".csv" else str
+        path.write_text("label" + sep + "text\n" + "".join(
+            f"{r['label']}{sep}{quote(r['text'])}\n" for r in table.to_pylist()))
+    elif suffix == ".parquet":
+        pq.write_table(table, path)
+    else:
+        with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as w:
+            w.write_table(table)
+    spec = tables.BY_NAME if suffix != ".tsv" else type(tables.BY_NAME)(
+        format="auto", quoting=True, header=True, column_names=None)
+    whole = tables.text_column(tables.read_table(spec, path), "text", path)
+    assert whole == texts
+    assert list(tables.stream_column(path, None)) == texts   # `text` picked by name
+    assert list(tables.stream_column(path, "label")) == ["0", "1", "0", "1"]
+
+
+def test_arrow_shards_are_one_table_and_a_shard_of_other_columns_is_one_line(tmp_path):
+    import pyarrow as pa
+
+    from bertctl.data import tables
+    from bertctl.errors import BertctlError
+
+    for i, cols in enumerate([{"text": ["a", "b"]}, {"text": ["c"]}, {"other": ["d"]}]):
+        table = pa.table(cols)
+        with pa.OSFile(str(tmp_path / f"part-{i}.arrow"), "wb") as sink, \
+                pa.ipc.new_stream(sink, table.schema) as w:
+            w.write_table(table)
+    with pytest.raises(BertctlError, match=r"part-2\.arrow: its columns \(other\) are not those"):
+        tables.read_table(tables.BY_NAME, tmp_path)
+    (tmp_path / "part-2.arrow").unlink()
+    assert tables.text_column(tables.read_table(tables.BY_NAME, tmp_path), "text",
+                              tmp_path) == ["a", "b", "c"]

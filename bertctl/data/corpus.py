@@ -17,12 +17,12 @@ import glob
 import gzip
 import io
 import os
-import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from bertctl.data.tables import is_saved_dataset, no_such_path, saved_dataset_files
+from bertctl.data.tables import (FORMATS, base_suffix, format_of, is_saved_dataset,
+                                  no_such_path, saved_dataset_files, stream_column)
 from bertctl.errors import BertctlError
 
 # What a directory contributes: files with these endings (optionally .gz), so that a README or
@@ -37,10 +37,6 @@ def _size(path: Path) -> int:
         return path.stat().st_size
     except OSError:
         return 0
-TABULAR_FORMATS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".tsv": "csv",
-                   ".parquet": "parquet", ".arrow": "arrow"}
-
-
 @dataclass
 class CorpusStats:
     files: int = 0
@@ -79,18 +75,6 @@ def _count_and_replace(err: UnicodeDecodeError):
 codecs.register_error("bertctl-count", _count_and_replace)
 
 
-def _base_suffix(path: Path) -> str:
-    """The suffix that names the format, looking through a trailing .gz."""
-    suffixes = [s.lower() for s in path.suffixes]
-    if suffixes and suffixes[-1] == ".gz":
-        suffixes = suffixes[:-1]
-    return suffixes[-1] if suffixes else ""
-
-
-def _format_of(path: Path) -> str:
-    return TABULAR_FORMATS.get(_base_suffix(path), "text")
-
-
 def expand_sources(sources: Iterable[str | os.PathLike]) -> list[Path]:
     """Files, glob patterns and directories (searched recursively) as a sorted, de-duplicated list.
 
@@ -104,9 +88,9 @@ def expand_sources(sources: Iterable[str | os.PathLike]) -> list[Path]:
         if is_saved_dataset(path):
             found.extend(saved_dataset_files(path))
         elif path.is_dir():
-            known = TEXT_SUFFIXES | set(TABULAR_FORMATS)
+            known = TEXT_SUFFIXES | set(FORMATS)
             files = sorted(p for p in path.rglob("*") if p.is_file()
-                           and not p.name.startswith(".") and _base_suffix(p) in known)
+                           and not p.name.startswith(".") and base_suffix(p) in known)
             if not files:
                 raise BertctlError(f"{text}: directory holds no corpus files "
                                    f"({', '.join(sorted(known))}, optionally .gz)")
@@ -166,87 +150,6 @@ def _text_file_lines(path: Path, stats: "CorpusStats | None" = None,
         raise BertctlError(f"{path}: cannot read: {exc}") from None
 
 
-def _arrow_rows(path: Path, text_column: str | None) -> Iterator[str]:
-    """The text column of an Arrow file (an IPC stream, as save_to_disk writes, or an IPC
-    file), memory-mapped and read a record batch at a time: memory flat in the file's size."""
-    import pyarrow as pa
-
-    try:
-        source = pa.memory_map(str(path))
-        try:
-            reader = pa.ipc.open_stream(source)
-        except pa.ArrowInvalid:
-            source.seek(0)
-            file = pa.ipc.open_file(source)
-            reader = (file.get_batch(i) for i in range(file.num_record_batches))
-            schema = file.schema
-        else:
-            schema = reader.schema
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise BertctlError(f"{path}: not an Arrow file ({str(exc).splitlines()[0]})") from None
-    text_column = _column(path, schema.names, text_column)
-    if not (pa.types.is_string(schema.field(text_column).type)
-            or pa.types.is_large_string(schema.field(text_column).type)):
-        raise BertctlError(f"{path}: column {text_column!r} holds "
-                           f"{schema.field(text_column).type}, not text")
-    try:
-        for batch in reader:
-            for value in batch.column(text_column).to_pylist():
-                yield "" if value is None else value
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise BertctlError(f"{path}: cannot read: {str(exc).splitlines()[0]}") from None
-
-
-def _tabular_rows(path: Path, fmt: str, text_column: str | None) -> Iterator[str]:
-    if fmt == "arrow":
-        yield from _arrow_rows(path, text_column)
-        return
-    # Imported here: `datasets` costs a second at import and plain-text corpora never need it.
-    import datasets
-
-    datasets.disable_progress_bars()
-    kwargs = {"delimiter": "\t"} if _base_suffix(path) == ".tsv" else {}
-    # Its builder's lock file goes to the cache dir: a temporary one, so that nothing is
-    # written outside --out and the system temp dir (never ~/.cache/huggingface).
-    with tempfile.TemporaryDirectory(prefix="bertctl-read-") as cache:
-        yield from _stream_column(datasets, path, fmt, text_column, cache, kwargs)
-
-
-def _column(path: Path, columns: list[str], text_column: str | None) -> str:
-    """The column asked; unset, `text` or a table's only column, as transformers' run_mlm
-    takes them."""
-    if text_column is None:
-        if "text" in columns:
-            return "text"
-        if len(columns) == 1:
-            return columns[0]
-        raise BertctlError(f"{path}: no column named text: name one with --text-column "
-                           f"(columns: {', '.join(columns) or 'none'})")
-    if text_column not in columns:
-        raise BertctlError(f"{path}: has no column {text_column!r} (columns: "
-                           f"{', '.join(columns) or 'none'})")
-    return text_column
-
-
-def _stream_column(datasets, path: Path, fmt: str, text_column: str | None, cache: str,
-                   kwargs: dict) -> Iterator[str]:
-    try:
-        stream = datasets.load_dataset(fmt, data_files=str(path), split="train", streaming=True,
-                                       cache_dir=cache, **kwargs)
-        columns = stream.column_names
-        if columns is None:  # some streaming builders only know them after the first row
-            first = next(iter(stream), None)
-            columns = list(first) if first else []
-        text_column = _column(path, [str(c) for c in columns], text_column)
-        for row in stream.select_columns([text_column]):
-            value = row[text_column]
-            yield "" if value is None else str(value)
-    except BertctlError:
-        raise
-    except Exception as exc:  # datasets wraps parse errors in many exception types
-        raise BertctlError(f"{path}: cannot read as {fmt}: {str(exc).splitlines()[0]}") from None
-
-
 def iter_documents(sources: Iterable[str | os.PathLike], text_column: str | None = None,
                    stats: CorpusStats | None = None) -> Iterator[list[str]]:
     """Yield documents, each a list of stripped, non-empty sentences, in corpus order.
@@ -260,7 +163,7 @@ def iter_documents(sources: Iterable[str | os.PathLike], text_column: str | None
         stats.files += 1
         stats.paths.append(str(path))
         before = _invalid_bytes
-        fmt = _format_of(path)
+        fmt = format_of(path) or "text"
         doc: list[str] = []
         if fmt == "text":
             for line in _text_file_lines(path, stats):
@@ -279,7 +182,7 @@ def iter_documents(sources: Iterable[str | os.PathLike], text_column: str | None
                 stats.sentences += len(doc)
                 yield doc
         else:
-            for text in _tabular_rows(path, fmt, text_column):
+            for text in stream_column(path, text_column):
                 stats.lines += 1
                 stats.characters += len(text)
                 doc = [s for s in (part.strip() for part in text.splitlines()) if s]

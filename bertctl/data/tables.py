@@ -1,7 +1,8 @@
-"""Reading task files: one table reader for every family.
+"""Reading tabular files: one reader for every family's task files and for corpora's rows.
 
-Files are read through the `datasets` library (TSV, CSV, JSON lines, parquet, or a directory
-written by `save_to_disk`). TSV/CSV cells are always read as text (no type guessing: a sentence
+Files are read through the `datasets` library (TSV, CSV, JSON lines, parquet, a directory
+written by `save_to_disk`) or, an Arrow file, memory-mapped by pyarrow: whole as a table
+(`open_table`, a task file) or one column streamed (`stream_column`, a corpus's text). TSV/CSV cells are always read as text (no type guessing: a sentence
 "NA" or "1.5" stays text), a UTF-8 byte-order mark is dropped, and quoting is off where the spec
 says so: the GLUE TSVs are written without quoting and hold unbalanced quotes, which a quoting
 parser silently merges across rows (MRPC, STS-B, RTE). A headerless file's columns are named "0",
@@ -30,8 +31,9 @@ import numpy as np
 
 from bertctl.errors import BertctlError
 
-_SUFFIX_FORMATS = {".tsv": "tsv", ".csv": "csv", ".json": "json", ".jsonl": "json",
-                   ".parquet": "parquet"}
+# Every tabular format, by the suffix that names it (a trailing .gz looked through).
+FORMATS = {".tsv": "tsv", ".csv": "csv", ".json": "json", ".jsonl": "json",
+           ".parquet": "parquet", ".arrow": "arrow"}
 
 
 
@@ -121,7 +123,7 @@ def table_files(path: Path) -> list[Path]:
                     f"{', ...' if len(deeper) > 3 else ''}): name one, or a pattern such as "
                     f"'{path / deeper[0] / '*'}'" if deeper else "")
             raise BertctlError(f"{path}: no table files in it "
-                               f"({', '.join(sorted(_SUFFIX_FORMATS))}) and not a directory "
+                               f"({', '.join(sorted(FORMATS))}) and not a directory "
                                f"written by save_to_disk{hint}")
     elif glob.has_magic(str(path)):
         files = sorted(Path(p) for p in glob.glob(str(path), recursive=True)
@@ -162,6 +164,14 @@ def sort_labels(keys) -> tuple[str, ...]:
         return tuple(sorted(keys))
 
 
+def base_suffix(path: Path) -> str:
+    """The suffix that names a file's format, looking through a trailing .gz."""
+    suffixes = [s.lower() for s in path.suffixes]
+    if suffixes and suffixes[-1] == ".gz":
+        suffixes = suffixes[:-1]
+    return suffixes[-1] if suffixes else ""
+
+
 def format_of(path: Path) -> str | None:
     """The format a path's name (or being a directory save_to_disk wrote) says, or None. A
     directory of shards or a glob pattern says its files' format."""
@@ -172,10 +182,7 @@ def format_of(path: Path) -> str | None:
             return format_of(table_files(path)[0])
         except BertctlError:
             return None
-    for s in reversed([s.lower() for s in path.suffixes]):
-        if s in _SUFFIX_FORMATS:
-            return _SUFFIX_FORMATS[s]
-    return None
+    return FORMATS.get(base_suffix(path))
 
 
 def detect_format(spec, path: Path) -> str:
@@ -405,6 +412,8 @@ def _load(datasets, spec, given: Path, files: list[Path], fmt: str, cache: str,
           in_memory: bool):
     path = files[0]   # the file a header's message names: the only one, or the first shard
     try:
+        if fmt == "arrow" and not is_saved_dataset(path):
+            return _arrow_table(files)
         if fmt == "arrow":
             try:
                 ds = datasets.load_from_disk(str(path), keep_in_memory=in_memory)
@@ -460,6 +469,105 @@ def _load(datasets, spec, given: Path, files: list[Path], fmt: str, cache: str,
         raise BertctlError(f"{given}: cannot read as {fmt.upper()}"
                            f"{' (' + where + ')' if where else ''}: {_root_cause(exc)}") from None
 
+
+
+def _arrow_batches(path: Path):
+    """(schema, record batches) of an Arrow file (an IPC stream, as save_to_disk writes, or an
+    IPC file), memory-mapped: read a batch at a time, memory flat in the file's size."""
+    import pyarrow as pa
+
+    try:
+        source = pa.memory_map(str(path))
+        try:
+            reader = pa.ipc.open_stream(source)
+        except pa.ArrowInvalid:
+            source.seek(0)
+            file = pa.ipc.open_file(source)
+            return file.schema, (file.get_batch(i) for i in range(file.num_record_batches))
+        return reader.schema, reader
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise BertctlError(f"{path}: not an Arrow file ({str(exc).splitlines()[0]})") from None
+
+
+def _arrow_table(files: list[Path]):
+    """Arrow files (shards of one table) as one table, memory-mapped."""
+    import pyarrow as pa
+
+    parts = []
+    for f in files:
+        schema, batches = _arrow_batches(f)
+        try:
+            parts.append(pa.Table.from_batches(list(batches), schema=schema))
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise BertctlError(f"{f}: cannot read: {str(exc).splitlines()[0]}") from None
+        if parts[0].schema.names != schema.names:
+            raise BertctlError(f"{f}: its columns ({', '.join(schema.names)}) are not those "
+                               f"of {files[0]} ({', '.join(parts[0].schema.names)})")
+    return pa.concat_tables(parts, promote_options="default") if len(parts) > 1 else parts[0]
+
+
+def pick_column(path: Path, columns: list[str], name: str | None) -> str:
+    """The column asked; unset, `text` or a table's only column, as transformers' run_mlm
+    takes them."""
+    if name is None:
+        if "text" in columns:
+            return "text"
+        if len(columns) == 1:
+            return columns[0]
+        raise BertctlError(f"{path}: no column named text: name one with --text-column "
+                           f"(columns: {', '.join(columns) or 'none'})")
+    if name not in columns:
+        raise BertctlError(f"{path}: has no column {name!r} (columns: "
+                           f"{', '.join(columns) or 'none'})")
+    return name
+
+
+def stream_column(path: Path, name: str | None):
+    """One column of a tabular file as text, row by row (`pick_column`'s; None cells are
+    empty): an Arrow file memory-mapped a batch at a time, the others streamed by `datasets`,
+    so a corpus of any size is read in flat memory."""
+    fmt = format_of(path)
+    if fmt == "arrow":
+        yield from _arrow_column(path, name)
+        return
+    # Its builder's lock file goes to the cache dir: a temporary one, so that nothing is
+    # written outside --out and the system temp dir (never ~/.cache/huggingface).
+    with _quiet_datasets() as datasets, \
+            tempfile.TemporaryDirectory(prefix=f"{_CACHE_PREFIX}{os.getpid()}-") as cache:
+        kwargs = {"delimiter": "\t"} if fmt == "tsv" else {}
+        builder = "csv" if fmt == "tsv" else fmt
+        try:
+            stream = datasets.load_dataset(builder, data_files=str(path), split="train",
+                                           streaming=True, cache_dir=cache, **kwargs)
+            columns = stream.column_names
+            if columns is None:  # some streaming builders only know them after the first row
+                first = next(iter(stream), None)
+                columns = list(first) if first else []
+            name = pick_column(path, [str(c) for c in columns], name)
+            for row in stream.select_columns([name]):
+                value = row[name]
+                yield "" if value is None else str(value)
+        except BertctlError:
+            raise
+        except Exception as exc:  # datasets wraps parse errors in many exception types
+            raise BertctlError(f"{path}: cannot read as {builder}: "
+                               f"{str(exc).splitlines()[0]}") from None
+
+
+def _arrow_column(path: Path, name: str | None):
+    import pyarrow as pa
+
+    schema, batches = _arrow_batches(path)
+    name = pick_column(path, schema.names, name)
+    kind = schema.field(name).type
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+        raise BertctlError(f"{path}: column {name!r} holds {kind}, not text")
+    try:
+        for batch in batches:
+            for value in batch.column(name).to_pylist():
+                yield "" if value is None else value
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise BertctlError(f"{path}: cannot read: {str(exc).splitlines()[0]}") from None
 
 def text_column(table, name: str, path: Path, *, allow_empty: bool = False,
                 first_row: int = 0) -> list[str]:
