@@ -37,7 +37,7 @@ def direct(files, vocab_size):
 
 def bertctl_stage(files, vocab_size, out):
     from bertctl.contract.artifacts import Target
-    from bertctl.stages.settings.declared import TokenizeSettings
+    from bertctl.stages.settings.tokenize import TokenizeSettings
     from bertctl.stages import tokenize
 
     outcome = tokenize.run(TokenizeSettings(vocab_size=vocab_size), Target(out),

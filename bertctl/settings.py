@@ -50,6 +50,24 @@ def meta(panel: str, *, identity: bool = True, flag: str | None = None,
     return extra
 
 
+def batch_size_field(default: int, *, step: bool, what: str = "Examples", note: str = "") -> Any:
+    """`--batch-size`, declared here for every command with each one's default. `step`: the
+    examples of an optimizer step over all processes (a training stage's: part of what it
+    makes); else a forward pass's (how a stage runs: outside the artifact's id)."""
+    if step:
+        return Field(default, ge=1, description="Examples per optimizer step, over all "
+                     f"processes{note}.", json_schema_extra=meta(TRAINING))
+    return Field(default, ge=1, description=f"{what} per forward pass.",
+                 json_schema_extra=meta(RUNTIME, identity=False))
+
+
+def corpus_text_column() -> Any:
+    """`--text-column` of a command that reads a corpus (tokenize, build-pretrain-data, audit)."""
+    return Field(None, description="Column holding the text in JSON lines, CSV, parquet or "
+                 "Arrow corpus files; unset: text, or a table's only column.",
+                 json_schema_extra=meta(DATA))
+
+
 def field_meta(field) -> dict[str, Any]:
     return field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
 
@@ -206,7 +224,7 @@ def identity(config: StageConfig) -> dict[str, Any]:
 
 
 # Every stage's settings class, registered by the stages' settings package when it is imported
-# (bertctl.stages.settings.declared): the contract checks artifact ids with them and, being
+# (bertctl.stages.settings): the contract checks artifact ids with them and, being
 # below the stages, must not import them.
 _STAGE_SETTINGS: list[type[StageConfig]] = []
 

@@ -111,12 +111,30 @@ SETTINGS = PACKAGE / "stages" / "settings"
 
 
 def test_the_declared_settings_know_no_task_family():
-    """stages/settings/declared.py composes the stage settings from the core's; the families'
+    """Each command's settings file declares its fields on the core's blocks; the families'
     options, names and presets come from the task registry (assembled.py), never the other
     way round."""
-    for name in ("declared.py", "search.py"):
-        bad = sorted(n for n in _imports(SETTINGS / name) if n.startswith("bertctl.tasks"))
-        assert not bad, f"{name} imports {bad}"
+    declared = sorted(p for p in SETTINGS.glob("*.py") if p.name != "assembled.py")
+    assert len(declared) >= 17, declared   # one a command, the task block and the package
+    for path in declared:
+        bad = sorted(n for n in _imports(path) if n.startswith("bertctl.tasks"))
+        assert not bad, f"{path.name} imports {bad}"
+
+
+def test_each_command_has_one_settings_file():
+    """#104: a command's settings are read in one file named after it; the batch size and a
+    corpus's text column are declared once (bertctl/settings.py), each command giving its
+    default."""
+    from bertctl.cli import app
+    from bertctl.stages.settings import STAGE_SETTINGS
+
+    files = {c.__module__.rsplit(".", 1)[1]: c for c in STAGE_SETTINGS}
+    commands = {c.name.replace("-", "_") for c in app.registered_commands if c.name}
+    assert set(files) <= commands, sorted(set(files) - commands)
+    text = "\n".join(p.read_text(encoding="utf-8") for p in SETTINGS.glob("*.py"))
+    train = (PACKAGE / "train" / "settings.py").read_text(encoding="utf-8")
+    assert "    batch_size: int = Field(" not in text + train
+    assert "corpus files; unset: text" not in text
 
 
 def test_the_top_level_is_a_few_modules_and_rooms():
@@ -215,7 +233,7 @@ def test_every_stage_settings_class_is_declared_once_for_the_id_check():
     whatever subclasses happen to be imported: each command's class is one of them, or is
     composed from one (the families' options added) and leaves out exactly what it does."""
     from bertctl.cli import _STAGES, settings_of
-    from bertctl.stages.settings.declared import STAGE_SETTINGS
+    from bertctl.stages.settings import STAGE_SETTINGS
     from bertctl.settings import field_meta
 
     def excluded(cls):

@@ -75,7 +75,7 @@ def test_the_measurement_leaves_the_weights_and_gradients_alone():
 def test_min_steps_needs_a_budget_and_leaves_old_ids_alone():
     with pytest.raises(BertctlError, match="min_steps fits the batch size to a time budget"):
         LoopSettings(steps=10, min_steps=100)
-    from bertctl.stages.settings.declared import PretrainSettings
+    from bertctl.stages.settings.pretrain import PretrainSettings
 
     assert "min_steps" not in identity(PretrainSettings(time_budget="30m").resolved())
     assert identity(PretrainSettings(time_budget="30m", min_steps=600).resolved()

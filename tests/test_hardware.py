@@ -10,7 +10,9 @@ import torch
 
 from bertctl import hardware
 from bertctl.errors import BertctlError
-from bertctl.stages.settings.declared import EvalSettings, FinetuneSettings, PretrainSettings
+from bertctl.stages.settings.eval import EvalSettings
+from bertctl.stages.settings.finetune import FinetuneSettings
+from bertctl.stages.settings.pretrain import PretrainSettings
 from bertctl.settings import SettingsError, identity
 from bertctl.train.settings import LoopSettings
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch import nn
 
-from bertctl.data import tables
+from bertctl.data import label_columns
 from bertctl.model import architectures
 from bertctl.model.composed import Head
 from bertctl.tasks import registry
@@ -74,7 +74,7 @@ class Prototypes(SequenceFamily):
             raise ValueError("a 'prototypes' task takes one text column")
 
     def read_labels(self, values, path, column, spec, label_list, first_row=0):
-        return tables.class_labels(values, path, column, label_list, first_row)
+        return label_columns.class_labels(values, path, column, label_list, first_row)
 
     def head_kwargs(self, spec, label_list):
         return {"num_labels": len(label_list)}

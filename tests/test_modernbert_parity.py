@@ -52,7 +52,7 @@ def test_bert_ids_and_weights_do_not_move():
     """`--architecture bert` (the default) is left out of the id: a BERT run keeps the id
     it had before architectures existed."""
     from bertctl import settings as settings_mod
-    from bertctl.stages.settings.declared import PretrainSettings
+    from bertctl.stages.settings.pretrain import PretrainSettings
 
     default = settings_mod.identity(PretrainSettings(steps=10).resolved())
     assert "architecture" not in default

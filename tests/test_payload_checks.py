@@ -81,7 +81,7 @@ def test_search_counts_the_vectors_it_reads_not_the_manifests_stats(cli, example
 def test_compile_is_in_the_id_and_off_keeps_the_old_ids():
     """--compile trains other weights (compiled kernels round differently): a run with it has
     another id; off (the default) hashes as before it was counted."""
-    from bertctl.stages.settings.declared import FinetuneSettings
+    from bertctl.stages.settings.finetune import FinetuneSettings
     from bertctl.contract.identity import compute_id
     from bertctl.settings import identity as identity_config
 

@@ -4,7 +4,7 @@ number (YAML's true), a warm-up longer than the run, a judgement grade past any 
 import pytest
 
 from bertctl.errors import BertctlError
-from bertctl.stages.settings.search import MineSettings
+from bertctl.stages.settings.mine import MineSettings
 from bertctl.train.optim import warmup_steps
 
 from conftest import one_line_error

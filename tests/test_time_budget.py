@@ -105,7 +105,7 @@ def test_pretrain_with_a_budget_through_the_cli(cli, pretrain_data, tmp_path):
 
 
 def test_a_budget_is_one_setting_however_written():
-    from bertctl.stages.settings.declared import PretrainSettings
+    from bertctl.stages.settings.pretrain import PretrainSettings
     from bertctl.settings import identity
 
     assert identity(PretrainSettings(time_budget="30m").resolved()) == identity(

@@ -254,7 +254,7 @@ def test_a_tabular_corpus_writes_nothing_under_the_hub_cache(cli, tmp_path, monk
 def test_inspect_shows_the_settings_that_differ_and_all_with_all(small_tokenizer, cli):
     """The tokenizer fixture was trained with --vocab-size 4000: the one setting that differs
     from TokenizeSettings' defaults; --all shows every recorded setting."""
-    from bertctl.stages.settings.declared import TokenizeSettings
+    from bertctl.stages.settings.tokenize import TokenizeSettings
 
     recorded = json.loads((small_tokenizer / "artifact.json").read_text())["config"]
     changed = {k for k, v in recorded.items()

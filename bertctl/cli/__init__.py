@@ -22,11 +22,11 @@ from bertctl.errors import BertctlError
 from bertctl.data import hub
 from bertctl.contract import signals
 from bertctl.contract.artifacts import Target
-from bertctl.stages.settings.declared import (AuditSettings, BuildPretrainDataSettings, DistillSettings, EmbedSettings,
-                            EvalSettings, ExportSettings, FinetuneSettings, GlueSummarySettings,
-                            IndexSettings, MineSettings, PretrainSettings, ReportSettings,
-                            TokenizeSettings)
-from bertctl.stages.settings.search import ChooseSettings, SplitSettings
+from bertctl.stages.settings import (AuditSettings, BuildPretrainDataSettings, ChooseSettings,
+                                    DistillSettings, EmbedSettings, EvalSettings, ExportSettings,
+                                    FinetuneSettings, GlueSummarySettings, IndexSettings,
+                                    MineSettings, PretrainSettings, ReportSettings, SplitSettings,
+                                    TokenizeSettings)
 from bertctl.cli.flags import COMMON, PanelledCommand, field_parameter
 from bertctl.cli.handling import _handled, _report
 from bertctl.cli.plain import PLAIN as _PLAIN

@@ -1,7 +1,7 @@
 """The settings that determine pretraining instances, owned by the builder that reads them
-(`data.pretraining.build`) and the loader that re-draws dynamic masks (`data.pretraining.dataset`);
-and those of the tokenizer (`data.tokenizer.training`, `data.tokenizer.extension`) and of the contamination
-audit (`data.overlap`)."""
+(`data.pretraining.build`) and the loader that re-draws dynamic masks
+(`data.pretraining.dataset`): the block build-pretrain-data's settings
+(stages/settings/build_pretrain_data.py) mix in."""
 
 from __future__ import annotations
 
@@ -11,50 +11,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from bertctl.settings import DATA, DEFAULT_LENGTH, RUNTIME, SEQ_LENGTH, StageConfig, meta
-
-
-TOKENIZER = "Tokenizer"
-
-
-class TokenizeSettings(StageConfig):
-    produces: ClassVar[str | None] = "tokenizer"
-    model: Literal["wordpiece", "bpe", "byte-level-bpe", "unigram"] = Field(
-        "wordpiece", description="The vocabulary's kind: BERT's WordPiece; BPE or Unigram "
-        "over SentencePiece's word marker (XLM-R's and DeBERTa-v3's are Unigram); GPT-2's and "
-        "RoBERTa's byte-level BPE (nothing is ever unknown).",
-        json_schema_extra=meta(TOKENIZER, hashed_if_changed=True))
-    special_tokens: Literal["bert", "roberta"] | None = Field(
-        None, description="How the special tokens are spelled: BERT's [CLS] [SEP] [PAD] "
-        "[MASK] [UNK] (bert, DeBERTa, ModernBERT, ELECTRA) or RoBERTa's <s> </s> <pad> <mask> "
-        "<unk> (roberta, xlm-roberta); unset: bert for wordpiece, roberta for the others.",
-        json_schema_extra=meta(TOKENIZER, hashed_if_changed=True))
-    unicode: Literal["nfkc", "nfc", "nfd", "nfkd", "none"] | None = Field(
-        None, description="The Unicode normal form text takes before a BPE or Unigram "
-        "vocabulary reads it; unset: nfkc (SentencePiece's). WordPiece has BERT's own "
-        "normaliser.", json_schema_extra=meta(TOKENIZER, hashed_if_changed=True))
-    vocab_size: int = Field(30522, ge=1, description="Vocabulary size, special and [unused] "
-                            "tokens included.", json_schema_extra=meta(TOKENIZER))
-    cased: bool = Field(False, description="Keep case and accents (a cased model) instead of "
-                        "lowercasing.", json_schema_extra=meta(TOKENIZER, flag="--cased/--uncased"))
-    strip_accents: bool | None = Field(None, description="Strip accents; unset follows "
-                                       "--uncased as Google's models do.",
-                                       json_schema_extra=meta(TOKENIZER))
-    min_frequency: int = Field(2, ge=1, description="Minimum count for a piece to be merged "
-                               "into the vocabulary.", json_schema_extra=meta(TOKENIZER))
-    limit_alphabet: int = Field(1000, ge=1, description="Most distinct characters kept in "
-                                "the alphabet; rarer ones become [UNK].",
-                                json_schema_extra=meta(TOKENIZER))
-    unused_tokens: int = Field(99, ge=0, le=100000, description="Reserved [unusedN] slots for "
-                               "adding domain words later (Google's layout: [UNK]=100 with 99).",
-                               json_schema_extra=meta(TOKENIZER))
-    text_column: str | None = Field(None, description="Column holding the text in JSON lines, "
-                                    "CSV, parquet or Arrow corpus files; unset: text, or a "
-                                    "table's only column.", json_schema_extra=meta(DATA))
-    add: int | None = Field(None, ge=1, le=1_000_000, description="With --extend: the number of "
-                            "words to add as pieces (those that shorten the corpus's "
-                            "tokenization most).",
-                            json_schema_extra=meta(TOKENIZER, hashed_if_changed=True))
+from bertctl.settings import DATA, DEFAULT_LENGTH, SEQ_LENGTH, StageConfig, meta
 
 
 def predictions_for(length: int, rate: float) -> int:
@@ -153,33 +110,3 @@ class PretrainingDataSettings(StageConfig):
         """The settings as stored beside the data, dupe_factor and short_seq_prob resolved."""
         return {**self.model_dump(mode="json"), "dupe_factor": self.passes,
                 "short_seq_prob": self.short_share}
-
-
-class AuditSettings(StageConfig):
-    """`bertctl audit`: which task examples share word n-grams with a corpus (data/overlap.py)."""
-
-    produces: ClassVar[str | None] = "audit"
-    ngram: int = Field(13, ge=2, le=64, description="Words in the n-grams compared (GPT-3's "
-                       "contamination check used 13); a shorter text is compared whole.",
-                       json_schema_extra=meta(DATA))
-    min_ngram: int = Field(8, ge=1, description="Texts of fewer words are not audited (a short "
-                           "phrase in a large corpus tells nothing); they are counted apart.",
-                           json_schema_extra=meta(DATA))
-    against_column: list[str] | None = Field(None, description="The task files' columns to "
-                                             "audit (repeat the flag); unset: every column whose "
-                                             "median cell has at least 4 words.",
-                                             json_schema_extra=meta(DATA))
-    text_column: str | None = Field(None, description="Column holding the text in JSON lines, "
-                                    "CSV, parquet or Arrow corpus files; unset: text, or a "
-                                    "table's only column.", json_schema_extra=meta(DATA))
-    max_listed: int = Field(20, ge=0, description="Overlapping examples shown per task file in "
-                            "the log (all are in overlaps.jsonl).",
-                            json_schema_extra=meta(RUNTIME, identity=False))
-
-    @model_validator(mode="after")
-    def _lengths(self):
-        if self.min_ngram > self.ngram:
-            raise ValueError(f"min_ngram {self.min_ngram} is above ngram {self.ngram}")
-        if self.against_column is not None and not self.against_column:
-            raise ValueError("against_column is empty: name a column, or leave it unset")
-        return self

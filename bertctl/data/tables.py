@@ -9,8 +9,8 @@ parser silently merges across rows (MRPC, STS-B, RTE). A headerless file's colum
 "1", ... unless the spec names them.
 
 Problems a user can fix raise `BertctlError` as one line naming the file, the row (1-based,
-counting data rows only: the header and blank lines are not rows) and the column. The label
-helpers at the end turn a label column into class indices, choice indices or floats.
+counting data rows only: the header and blank lines are not rows) and the column. A label
+column's cells become labels in label_columns.py.
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ from bertctl.errors import BertctlError
 # Every tabular format, by the suffix that names it (a trailing .gz looked through).
 FORMATS = {".tsv": "tsv", ".csv": "csv", ".json": "json", ".jsonl": "json",
            ".parquet": "parquet", ".arrow": "arrow"}
-
 
 
 # What `datasets`' save_to_disk leaves in a directory (a Dataset, or a DatasetDict).
@@ -145,23 +144,6 @@ def table_files(path: Path) -> list[Path]:
 def column_name(value: Any) -> Any:
     # Columns of a headerless file are named by their index; accept the index as an int.
     return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
-
-
-def label_key(value: Any) -> str:
-    """The label list's spelling of a label value: 1, 1.0, "1" and " 1 " are all "1"."""
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return str(value).strip()
-
-
-def sort_labels(keys) -> tuple[str, ...]:
-    keys = set(keys)
-    try:
-        return tuple(sorted(keys, key=lambda k: (float(k), k)))   # numeric labels in numeric order
-    except ValueError:
-        return tuple(sorted(keys))
 
 
 def base_suffix(path: Path) -> str:
@@ -470,7 +452,6 @@ def _load(datasets, spec, given: Path, files: list[Path], fmt: str, cache: str,
                            f"{' (' + where + ')' if where else ''}: {_root_cause(exc)}") from None
 
 
-
 def _arrow_batches(path: Path):
     """(schema, record batches) of an Arrow file (an IPC stream, as save_to_disk writes, or an
     IPC file), memory-mapped: read a batch at a time, memory flat in the file's size."""
@@ -596,65 +577,3 @@ def require_columns(table, columns, path: Path) -> None:
     if missing:
         have = ", ".join(f"'{c}'" for c in table.column_names)
         raise BertctlError(f"{path}: column '{missing[0]}' not found; the file has columns {have}")
-
-
-def _empty(v: Any) -> bool:
-    return v is None or (isinstance(v, str) and not v.strip()) or (isinstance(v, float) and math.isnan(v))
-
-
-def float_labels(values: list, path: Path, col: str, first_row: int = 0) -> np.ndarray:
-    out = np.empty(len(values), dtype=np.float64)
-    for i, v in enumerate(values, first_row):
-        if _empty(v):
-            raise BertctlError(f"{path}: row {i + 1}, column '{col}': empty label")
-        try:
-            x = float(v) if not isinstance(v, bool) else math.nan
-        except (TypeError, ValueError):
-            x = math.nan
-        if not math.isfinite(x):
-            raise BertctlError(f"{path}: row {i + 1}, column '{col}': regression label {v!r} "
-                               "is not a (finite) number")
-        out[i - first_row] = x
-    return out
-
-
-def choice_labels(values: list, path: Path, col: str, num_choices: int,
-                  first_row: int = 0) -> np.ndarray:
-    out = np.empty(len(values), dtype=np.int64)
-    for i, v in enumerate(values, first_row):
-        key = None if _empty(v) else label_key(v)
-        if key is None or not key.lstrip("-").isdigit() or not 0 <= int(key) < num_choices:
-            raise BertctlError(f"{path}: row {i + 1}, column '{col}': label {v!r} is not a choice "
-                               f"index 0..{num_choices - 1}")
-        out[i - first_row] = int(key)
-    return out
-
-
-def labels_of(values, path: Path, col: str) -> tuple[str, ...]:
-    """The label list a file's label column gives (its distinct values are enough): sorted, and
-    not a single one. (Empty cells are left to the row checks.)"""
-    label_list = sort_labels({label_key(v) for v in values if not _empty(v)})
-    if len(label_list) == 1:
-        raise BertctlError(f"{path}: column '{col}': only one label ({label_list[0]!r}) in the "
-                           "file; a classifier needs at least 2 (or give the label list)")
-    return label_list
-
-
-def class_labels(values: list, path: Path, col: str, label_list: tuple[str, ...] | None,
-                 first_row: int = 0) -> tuple[np.ndarray, tuple[str, ...]]:
-    keys = []
-    for i, v in enumerate(values, first_row):
-        if _empty(v):
-            raise BertctlError(f"{path}: row {i + 1}, column '{col}': empty label")
-        keys.append(label_key(v))
-    if label_list is None:
-        label_list = labels_of(keys, path, col)
-    index = {k: j for j, k in enumerate(label_list)}
-    out = np.empty(len(keys), dtype=np.int64)
-    for i, k in enumerate(keys):
-        j = index.get(k)
-        if j is None:
-            raise BertctlError(f"{path}: row {first_row + i + 1}, column '{col}': label {k!r} is "
-                               f"not one of the training labels {list(label_list)}")
-        out[i] = j
-    return out, tuple(label_list)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from bertctl import console
 from bertctl.contract import artifacts
-from bertctl.stages.settings.declared import AuditSettings
+from bertctl.stages.settings.audit import AuditSettings
 from bertctl.data import corpus, overlap
 from bertctl.errors import BertctlError
 from bertctl.stages.common import task_texts

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from bertctl import console
 from bertctl.contract import artifacts
-from bertctl.stages.settings.declared import BuildPretrainDataSettings
+from bertctl.stages.settings.build_pretrain_data import BuildPretrainDataSettings
 from bertctl.data.settings import PretrainingDataSettings
 from bertctl.data import corpus
 from bertctl.data.pretraining.build import build_pretraining_data

@@ -13,7 +13,7 @@ from bertctl import console
 from bertctl.contract import artifacts
 from bertctl.errors import BertctlError
 from bertctl.report import choices, gains
-from bertctl.stages.settings.search import ChooseSettings
+from bertctl.stages.settings.choose import ChooseSettings
 
 
 def run(settings: ChooseSettings, target: artifacts.Target, given: list[str]):

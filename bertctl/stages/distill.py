@@ -16,7 +16,7 @@ from pathlib import Path
 
 from bertctl import console, distillation
 from bertctl.contract import artifacts
-from bertctl.stages.settings.declared import DistillSettings
+from bertctl.stages.settings.distill import DistillSettings
 from bertctl.errors import BertctlError, NonFiniteOutputs
 from bertctl.model import LoadReport, build, read_config
 from bertctl.stages.common import models, runtime, training

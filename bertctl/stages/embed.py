@@ -9,7 +9,7 @@ from pathlib import Path
 from bertctl import console, evaluation, frozen_features
 from bertctl.contract import artifacts
 from bertctl.data import tables
-from bertctl.stages.settings.declared import EmbedSettings
+from bertctl.stages.settings.embed import EmbedSettings
 from bertctl.errors import BertctlError
 from bertctl.model import architectures, sentence_layout
 from bertctl.model.features import parse_layers

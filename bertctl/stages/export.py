@@ -30,7 +30,7 @@ from bertctl.model import onnx_model
 from bertctl.contract import artifacts
 from bertctl.metrics import json_safe
 from bertctl.model import architectures, sentence_layout
-from bertctl.stages.settings.declared import ExportSettings
+from bertctl.stages.settings.export import ExportSettings
 from bertctl.errors import BertctlError
 from bertctl.contract.expectations import ExpectationsUnmet
 from bertctl.contract.exports import ExportFacts

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from bertctl import tasks
 from bertctl.contract import artifacts
-from bertctl.stages.settings.declared import FinetuneSettings
+from bertctl.stages.settings.finetune import FinetuneSettings
 from bertctl.errors import BertctlError
 from bertctl.model.features import parse_layers
 from bertctl.stages.common import models, runtime, training

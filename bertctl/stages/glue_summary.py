@@ -12,7 +12,7 @@ from bertctl import console
 from bertctl.tasks import glue
 from bertctl.contract import artifacts
 from bertctl.metrics import json_safe
-from bertctl.stages.settings.declared import GlueSummarySettings
+from bertctl.stages.settings.glue_summary import GlueSummarySettings
 from bertctl.errors import BertctlError
 
 SUMMARY = "summary.json"

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from bertctl import console
 from bertctl.contract import artifacts
-from bertctl.stages.settings.declared import IndexSettings
+from bertctl.stages.settings.index import IndexSettings
 from bertctl.stages.common import runtime, vectors
 from bertctl.search import approximate
 

@@ -9,7 +9,7 @@ from bertctl import console
 
 from bertctl.contract import lineage
 from bertctl.contract import artifacts
-from bertctl.stages.settings.declared import STAGE_SETTINGS
+from bertctl.stages.settings import STAGE_SETTINGS
 from bertctl.errors import IntegrityError
 from bertctl.data.pretraining.dataset import describe
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 from bertctl import console, tasks
 from bertctl.contract import artifacts
-from bertctl.stages.settings.declared import MineSettings
+from bertctl.stages.settings.mine import MineSettings
 from bertctl.errors import BertctlError
 from bertctl.model import sentence_layout
 from bertctl.data.npy import NpyAppender

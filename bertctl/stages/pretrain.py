@@ -21,7 +21,7 @@ from bertctl.stages.common import agreement
 
 from bertctl.contract import modelcard
 from bertctl.contract import artifacts
-from bertctl.stages.settings.declared import PretrainSettings
+from bertctl.stages.settings.pretrain import PretrainSettings
 from bertctl.data.tokenizer import extension
 from bertctl.data.tokenizer.files import load as load_tokenizer
 from bertctl.data.tokenizer.specials import SPELLINGS, spelling

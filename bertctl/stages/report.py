@@ -8,7 +8,7 @@ from pathlib import Path
 
 from bertctl import console
 from bertctl.contract import artifacts
-from bertctl.stages.settings.declared import ReportSettings
+from bertctl.stages.settings.report import ReportSettings
 from bertctl.errors import BertctlError
 from bertctl.report import page, plots
 from bertctl.report import title as report_title

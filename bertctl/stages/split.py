@@ -10,7 +10,7 @@ from pathlib import Path
 from bertctl import console
 from bertctl.contract import artifacts
 from bertctl.errors import BertctlError
-from bertctl.stages.settings.search import SplitSettings
+from bertctl.stages.settings.split import SplitSettings
 from bertctl.stages.common import models
 from bertctl.tasks.retrieval import split
 

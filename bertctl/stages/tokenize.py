@@ -6,7 +6,7 @@ from pathlib import Path
 
 from bertctl import console
 from bertctl.contract import artifacts
-from bertctl.stages.settings.declared import TokenizeSettings
+from bertctl.stages.settings.tokenize import TokenizeSettings
 from bertctl.data import corpus
 from bertctl.data.tokenizer import extension, specials, training
 from bertctl.data.tokenizer import files as tokenizer_files

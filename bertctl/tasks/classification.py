@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from bertctl.errors import BertctlError
-from bertctl.data import tables
+from bertctl.data import label_columns
 from bertctl.tasks.registry import register
 from bertctl.tasks.sequence import SequenceFamily
 from bertctl.tasks.base import architecture_name, model_roles, role_name
@@ -104,7 +104,7 @@ class Classification(SequenceClassifierHead, SequenceFamily):
             raise ValueError("metric 'pearson_spearman' is for 'regression' tasks")
 
     def read_labels(self, values, path, column, spec, label_list, first_row=0):
-        return tables.class_labels(values, path, column, label_list, first_row)
+        return label_columns.class_labels(values, path, column, label_list, first_row)
 
     def head_kwargs(self, spec, label_list) -> dict[str, Any]:
         return {"num_labels": len(label_list), "problem_type": "single_label_classification"}
@@ -113,7 +113,7 @@ class Classification(SequenceClassifierHead, SequenceFamily):
         """Always the model's own names; --labels (or a preset's labels) only name the classes
         of a model whose config.json has placeholders."""
         own = model_labels(model_task, hf_config)
-        given = tuple(tables.label_key(x) for x in given) if given else None
+        given = tuple(label_columns.label_key(x) for x in given) if given else None
         if own is not None:
             if given is not None and given != own:
                 raise BertctlError(f"--labels {list(given)} disagree with the labels the model "

@@ -5,7 +5,7 @@ index of the right one."""
 from __future__ import annotations
 
 from bertctl.errors import BertctlError
-from bertctl.data import tables
+from bertctl.data import label_columns, tables
 from bertctl.tasks.base import architecture_name, model_roles
 from bertctl.tasks.registry import register
 from bertctl.tasks.sequence import SequenceFamily
@@ -57,7 +57,7 @@ class MultipleChoice(SequenceFamily):
         return context, None, choices
 
     def read_labels(self, values, path, column, spec, label_list, first_row=0):
-        return tables.choice_labels(values, path, column, spec.num_choices, first_row), None
+        return label_columns.choice_labels(values, path, column, spec.num_choices, first_row), None
 
 
 MULTIPLE_CHOICE = register(MultipleChoice())

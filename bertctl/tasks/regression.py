@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from bertctl.data import tables
+from bertctl.data import label_columns
 from bertctl.tasks.base import logits_of
 from bertctl.tasks.classification import SequenceClassifierHead
 from bertctl.tasks.registry import register
@@ -35,7 +35,7 @@ class Regression(SequenceClassifierHead, SequenceFamily):
             raise ValueError("a 'regression' task is scored with metric 'pearson_spearman'")
 
     def read_labels(self, values, path, column, spec, label_list, first_row=0):
-        return tables.float_labels(values, path, column, first_row), None
+        return label_columns.float_labels(values, path, column, first_row), None
 
     def label_range(self, examples) -> list[float] | None:
         labels = examples.labels

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from bertctl.errors import BertctlError
-from bertctl.data import tables
+from bertctl.data import label_columns, tables
 from bertctl.data.tokenizer.specials import PAD, special_id
 from bertctl.tasks.base import Family, logits_of
 from tokenizers import Tokenizer
@@ -207,7 +207,7 @@ class SequenceFamily(Family):
             if labelled and self.label_list and label_list is None:
                 import pyarrow.compute as pc
 
-                label_list = tables.labels_of(pc.unique(table.column(lab)).to_pylist(), path, lab)
+                label_list = label_columns.labels_of(pc.unique(table.column(lab)).to_pylist(), path, lab)
             step = rows or table.num_rows
             for start in range(0, table.num_rows, step):
                 part = table.slice(start, step)

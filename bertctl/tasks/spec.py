@@ -14,7 +14,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
 from bertctl.errors import BertctlError
-from bertctl.data.tables import column_name, label_key
+from bertctl.data.label_columns import label_key
+from bertctl.data.tables import column_name
 from bertctl.tasks.registry import FAMILIES
 from bertctl.data.tables import format_of
 

@@ -7,7 +7,8 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from bertctl.settings import CHECKPOINTS, EVALUATION, RUNTIME, TRAINING, Runtime, meta
+from bertctl.settings import (CHECKPOINTS, EVALUATION, RUNTIME, TRAINING, batch_size_field, meta,
+                              Runtime)
 from bertctl.train.optimizers import OPTIMIZERS
 import re
 
@@ -31,8 +32,7 @@ class TrainingSettings(Runtime):
         "and checkpoints count against it; a resumed run has the budget it had left at its "
         "last checkpoint.",
         json_schema_extra=meta(TRAINING, text=True))
-    batch_size: int = Field(32, ge=1, description="Examples per optimizer step, over all "
-                            "processes.", json_schema_extra=meta(TRAINING))
+    batch_size: int = batch_size_field(32, step=True)
     min_steps: int | None = Field(
         None, ge=1, description="With --time-budget: the optimizer steps the budget should buy "
         "at least. A few forward and backward passes measure the time per example on this "

@@ -10,7 +10,7 @@ from bertctl import console
 
 from bertctl.contract import expectations
 from bertctl.contract import artifacts
-from bertctl.stages.settings.declared import EvalSettings
+from bertctl.stages.settings.eval import EvalSettings
 from bertctl.errors import BertctlError
 from bertctl.contract.expectations import ExpectationsUnmet
 from bertctl.stages.common import models, runtime

@@ -13,7 +13,7 @@ from bertctl import console, objectives
 from bertctl.stages.common import agreement
 from bertctl.contract import artifacts
 from bertctl.metrics import json_safe
-from bertctl.stages.settings.declared import EvalSettings
+from bertctl.stages.settings.eval import EvalSettings
 from bertctl.errors import BertctlError, NonFiniteOutputs
 from bertctl.model import architectures
 from bertctl.stages.common.models import ModelSource

@@ -17,7 +17,7 @@ from typing import Any
 from bertctl import console, evaluation
 from bertctl.contract import artifacts
 from bertctl.metrics import json_safe
-from bertctl.stages.settings.declared import EvalSettings
+from bertctl.stages.settings.eval import EvalSettings
 from bertctl.errors import BertctlError
 from bertctl.stages.common import models
 from bertctl.stages.common import cross

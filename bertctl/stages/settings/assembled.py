@@ -1,7 +1,7 @@
 """Every stage's settings as the command shows them, assembled in this one place: the classes
-`declared.py` declares (the fields each stage and the core own) plus what the registries hold
-now, so that a plug-in's names and options reach the flags, `--config` and docs/cli.md without
-touching a stage, the CLI or `declared.py`:
+each command's file declares (the fields each stage and the core own) plus what the registries
+hold now, so that a plug-in's names and options reach the flags, `--config` and docs/cli.md
+without touching a stage, the CLI or a command's settings file:
 
 - finetune, eval, distill: each registered task family's own options, one flag per option in a
   help panel of the family's, with the family names, the presets and the families' default
@@ -27,8 +27,11 @@ from typing import Any, Literal, Optional
 
 from pydantic import Field, create_model, model_validator
 
-from bertctl.stages.settings.declared import (DistillSettings, EvalSettings, FinetuneSettings, PretrainSettings,
-                            TaskSettings)
+from bertctl.stages.settings.distill import DistillSettings
+from bertctl.stages.settings.eval import EvalSettings
+from bertctl.stages.settings.finetune import FinetuneSettings
+from bertctl.stages.settings.pretrain import PretrainSettings
+from bertctl.stages.settings.task import TaskSettings
 from bertctl.model import ARCHITECTURES
 from bertctl.objectives import OBJECTIVES
 from bertctl.settings import TASK, TRAINING, meta, plugin_option_fields

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from bertctl.errors import BertctlError
-from bertctl.data import tables
+from bertctl.data import label_columns, tables
 
 QUERIES, CORPUS, QRELS = "queries.jsonl", "corpus.jsonl", "qrels"
 # A teacher's score of a candidate column C is the column score_C (bertctl mine --teacher).
@@ -106,9 +106,9 @@ def read_table_chunks(spec, path: Path, rows: int | None) -> Iterator[RetrievalE
             part = table.slice(start, step)
             cols = [tables.text_column(part, c, path, first_row=start) for c in columns]
             texts = [list(t) for t in zip(*cols)]
-            scores = (tables.float_labels(part.column(spec.label_column).to_pylist(), path,
+            scores = (label_columns.float_labels(part.column(spec.label_column).to_pylist(), path,
                                          spec.label_column, start) if scored else None)
-            teacher = (np.stack([tables.float_labels(part.column(c).to_pylist(), path, c, start)
+            teacher = (np.stack([label_columns.float_labels(part.column(c).to_pylist(), path, c, start)
                                  for c in taught], axis=1) if found else None)
             yield RetrievalExamples(str(path), "scored" if scored else "pairs", texts, scores,
                                     keys=[[digest(t) for t in row] for row in texts],

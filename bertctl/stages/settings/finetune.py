@@ -1,0 +1,37 @@
+"""`bertctl finetune`: the task block plus the frozen encoder's (feature-based) head."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from bertctl.settings import meta
+from bertctl.stages.settings.task import TaskTrainingSettings
+
+FROZEN = "Frozen encoder (feature-based)"
+
+
+class FinetuneSettings(TaskTrainingSettings):
+    # Feature-based use (the paper's ELMo-style ablation): bertctl/model/features.py.
+    freeze_encoder: bool = Field(False, description="Train only a head on the frozen encoder's "
+                                 "hidden states (no dropout, no gradient through it).",
+                                 json_schema_extra=meta(FROZEN))
+    features: str = Field("-1", description="With --freeze-encoder: the hidden states used "
+                          "(0 the embeddings layer, -1 the last; comma-separated, or all).",
+                          json_schema_extra=meta(FROZEN))
+    combine: Literal["concat", "sum", "mean", "weighted"] = Field(
+        "concat", description="With --freeze-encoder: how several layers are joined; weighted "
+        "is ELMo's learned scalar mix.", json_schema_extra=meta(FROZEN))
+    head: Literal["linear", "bilstm"] = Field("linear", description="With --freeze-encoder: "
+                                              "a linear classifier, or (tagging) the paper's "
+                                              "two-layer BiLSTM under it.",
+                                              json_schema_extra=meta(FROZEN))
+
+    @model_validator(mode="after")
+    def _features_need_freezing(self):
+        if not self.freeze_encoder and (self.features != "-1" or self.combine != "concat"
+                                        or self.head != "linear"):
+            raise ValueError("--features, --combine and --head describe a frozen encoder's "
+                             "head: add --freeze-encoder")
+        return self
