@@ -18,7 +18,7 @@ def test_the_cli_reference_is_generated_from_the_code():
 
 
 def test_every_relative_link_in_the_docs_resolves():
-    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    pages = [ROOT / "README.md", ROOT / "benchmarks" / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
     broken = []
     for page in pages:
         for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text(encoding="utf-8")):
@@ -29,12 +29,36 @@ def test_every_relative_link_in_the_docs_resolves():
     assert not broken, broken
 
 
+
+def _anchors(page: Path) -> set[str]:
+    """The anchors a page's headings get on GitHub (lowercase, punctuation dropped, spaces as
+    hyphens), code blocks left out."""
+    prose = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.S)
+    return {re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-")
+            for m in re.finditer(r"^#{1,6} (.*)$", prose, re.M)}
+
+
+def test_every_anchor_in_the_docs_names_a_heading():
+    """A link to a section (#104 moved the studies to a page each) lands on a heading."""
+    pages = [ROOT / "README.md", ROOT / "benchmarks" / "README.md",
+             *sorted((ROOT / "docs").rglob("*.md"))]
+    broken = []
+    for page in pages:
+        if page.name == "cli.md":
+            continue
+        for target in re.findall(r"\]\(([^)\s]+#[^)\s]+)\)", page.read_text(encoding="utf-8")):
+            path, anchor = target.split("#", 1)
+            dest = page.parent / path if path else page
+            if "://" not in target and dest.suffix == ".md" and anchor not in _anchors(dest):
+                broken.append(f"{page.relative_to(ROOT)}: {target}")
+    assert not broken, broken
+
 # --- every command the docs show parses ----------------------------------------------------------
 
 def _shown_commands():
     """(page, command line) for every `bertctl ...` and `make ...` the README and docs/ show: the
     lines of shell blocks (continuations joined) and inline code spans. cli.md is generated."""
-    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    pages = [ROOT / "README.md", ROOT / "benchmarks" / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
     for page in pages:
         if page.name == "cli.md":
             continue

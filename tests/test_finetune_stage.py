@@ -149,7 +149,7 @@ def test_sequences_longer_than_the_models_positions_are_refused(cli, tiny_pretra
 
 def test_random_batches_by_default_grouping_on_request(tmp_path, tiny_pretrained, cli):
     """Fine-tuning draws random batches unless --group-by-length asks for length-grouped ones
-    (which cost dev quality on small data, see benchmarks/bench_finetune_quality.py): the default and
+    (which cost dev quality on small data, see benchmarks/studies/finetune_quality/bench_finetune_quality.py): the default and
     --no-group-by-length train the same weights, --group-by-length other ones."""
     from safetensors.torch import load_file
 

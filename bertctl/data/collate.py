@@ -47,7 +47,7 @@ def length_grouped_batches(lengths: np.ndarray, batch_size: int, seed: int | Non
 
     Even windows of 8 cost accuracy on small training sets (up to 4-6 points on a 2,000-row pair
     task), so fine-tuning trains on random batches by default and grouping is an opt-in
-    (FinetuneSettings.group_by_length; benchmarks/bench_finetune_quality.py measures both).
+    (FinetuneSettings.group_by_length; benchmarks/studies/finetune_quality/bench_finetune_quality.py measures both).
     Prediction (`seed=None`) always sorts: there the order changes nothing.
     """
     lengths = np.asarray(lengths)

@@ -4,7 +4,7 @@ product written out where that is faster.
 Why two: on a CPU the fused kernel (flash attention) is the faster one in fp32 at every
 length, but its bf16 backward is slow on short sequences. On an AMD EPYC with AVX512-BF16 (no
 AMX), one layer's forward and backward at batch 16, 4 heads of 64, 128 positions ran 1.3-2.2x
-faster written out (benchmarks/bench_attention.py; in the budget recipe's ModernBERT mini step
+faster written out (benchmarks/speed/bench_attention.py; in the budget recipe's ModernBERT mini step
 the fused kernel was 35% of the time); from 256 positions on the two were level or the fused
 kernel won. Which one wins depends on the CPU's kernels, so it is not assumed: the first
 training step of each shape times both and keeps the faster (as cuDNN's benchmark mode does),

@@ -28,7 +28,7 @@ from bertctl.train.encoders import encoders
 
 WARMUP, EAGER, COMPILED = 2, 3, 3
 # A compile's cost before it is measured: 10-25 s for a layer on these CPUs
-# (benchmarks/bench_compile.py); a GPU's base model is unmeasured here.
+# (benchmarks/speed/bench_compile.py); a GPU's base model is unmeasured here.
 COMPILE_GUESS_S = 60.0
 # The smallest gain a trial is run for: below it the compile's cost is not repaid in time.
 GAIN_FLOOR = 0.1

@@ -40,7 +40,7 @@ from bertctl.train.order import check_fits
 
 # The tensors counted are not the whole of the process's growth: the allocator keeps freed
 # blocks, and small tensors share pages. Measured against the peak resident memory of one step
-# (benchmarks/bench_memory_fit.py): see docs/benchmarks.md for the ratios it covers.
+# (benchmarks/speed/bench_memory_fit.py): see docs/benchmarks.md for the ratios it covers.
 ACTIVATION_MARGIN = 1.25
 # Bytes of optimizer state per byte of trained weights: AdamW and LAMB keep two moments.
 OPTIMIZER_STATES = 2

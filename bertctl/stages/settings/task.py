@@ -73,7 +73,7 @@ class TaskTrainingSettings(TrainingSettings, TaskSettings):
     # 4-6 points of accuracy on issue #10's 2,000-row pair task, -0.015 F1 on MRPC's full
     # training set (3 seeds, all-MiniLM-L6-v2). Random batches keep a plain loop's sampling, and
     # `pack` below wins most of grouping's speed back without changing the batches.
-    # benchmarks/bench_finetune_quality.py and docs/benchmarks.md. Grouping stays available.
+    # benchmarks/studies/finetune_quality/bench_finetune_quality.py and docs/benchmarks.md. Grouping stays available.
     group_by_length: bool = Field(False, description="Batch examples of similar length "
                                   "together: less padding, faster, but measured to cost "
                                   "accuracy on small data (see docs/benchmarks.md).",
