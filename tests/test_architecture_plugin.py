@@ -15,7 +15,7 @@ import pytest
 
 from bertctl.model import architectures
 
-from conftest import EXAMPLES, with_plugin
+from helpers import EXAMPLES, with_plugin
 from toy_architecture import TOY
 from toy_architecture.config import ToyConfig
 from toy_architecture.modeling import ToyForMaskedLM, ToyModel

@@ -11,7 +11,7 @@ import pytest
 from bertctl.contract import artifacts
 from bertctl.errors import BertctlError
 
-from conftest import CORPUS, ROOT, run_bertctl
+from helpers import CORPUS, ROOT, run_bertctl
 
 
 def _left(directory):

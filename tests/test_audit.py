@@ -11,7 +11,7 @@ import pytest
 
 from bertctl.data import overlap
 
-from conftest import ROOT
+from helpers import ROOT
 
 SST2_DEV = ROOT / "examples/glue/SST-2/dev.tsv"
 

@@ -83,7 +83,7 @@ def test_min_steps_needs_a_budget_and_leaves_old_ids_alone():
 
 
 def test_pretrain_fits_its_batch_through_the_cli(cli, pretrain_data, tmp_path):
-    from conftest import TINY_MODEL
+    from helpers import TINY_MODEL
 
     out = tmp_path / "m"
     r = cli("pretrain", pretrain_data, *TINY_MODEL, "--time-budget", "2s", "--batch-size", "32",

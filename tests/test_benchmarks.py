@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from helpers import ROOT
 
 SCRIPTS = sorted(p for p in (ROOT / "benchmarks").rglob("*.py")
                  if '__name__ == "__main__"' in p.read_text(encoding="utf-8"))

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from conftest import CORPUS, one_line_error
+from helpers import CORPUS, one_line_error
 
 BOOK = CORPUS / "alice.txt"
 

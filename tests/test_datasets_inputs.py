@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from conftest import CORPUS, FIXTURES, one_line_error
+from helpers import CORPUS, FIXTURES, one_line_error
 
 datasets = pytest.importorskip("datasets")
 
@@ -114,7 +114,7 @@ def test_a_task_reads_a_split_of_a_saved_dataset_dict(tmp_path):
     """DIR/train reads as the TSV it came from; DIR alone is one line naming the splits."""
     from bertctl.errors import BertctlError
     from bertctl.tasks import make_task_spec
-    from conftest import read_examples
+    from helpers import read_examples
 
     spec = make_task_spec("glue/sst2")
     rows = read_examples(spec, FIXTURES / "glue" / "SST-2" / "train.tsv")
@@ -158,7 +158,7 @@ def sst2_shards(tmp_path_factory):
     """SST-2's training rows as three parquet shards in a directory (as the hub keeps a split:
     data/train-0000N-of-00003.parquet), as three JSON lines shards and as three TSV shards."""
     from bertctl.tasks import make_task_spec
-    from conftest import read_examples
+    from helpers import read_examples
 
     rows = read_examples(make_task_spec("glue/sst2"), FIXTURES / "glue" / "SST-2" / "train.tsv")
     texts, labels = list(rows.text_a), [int(x) for x in rows.labels]
@@ -178,7 +178,7 @@ def sst2_shards(tmp_path_factory):
 def test_a_task_reads_a_directory_or_a_glob_of_shards(sst2_shards):
     """Shards read as one table, in name order: the rows the single file holds."""
     from bertctl.tasks import make_task_spec
-    from conftest import read_examples
+    from helpers import read_examples
 
     root, texts, labels = sst2_shards
     spec = make_task_spec("glue/sst2")
@@ -251,7 +251,7 @@ def test_embed_mine_and_distill_read_a_saved_dataset(minilm_dir, tiny_pretrained
     import numpy as np
 
     from bertctl.tasks import make_task_spec
-    from conftest import read_examples
+    from helpers import read_examples
 
     rows = [{"query": f"what is item {i}", "positive": f"item {i} is thing number {i}"}
             for i in range(24)]

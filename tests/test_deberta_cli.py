@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from conftest import CORPUS, EXAMPLES, FAMILY_DATA, _made
+from helpers import CORPUS, EXAMPLES, FAMILY_DATA, made
 from tolerance import TINY_FP32  # (each tolerance's reason)
 
 TINY_DEBERTA = ["--architecture", "deberta-v2", "--model-size", "tiny", "--hidden-size", "32",
@@ -18,14 +18,14 @@ TINY_DEBERTA = ["--architecture", "deberta-v2", "--model-size", "tiny", "--hidde
 
 @pytest.fixture(scope="module")
 def deberta(tmp_path_factory, continuous_data):
-    return _made(tmp_path_factory, "deberta", "pretrain", continuous_data, "--objective", "mlm",
+    return made(tmp_path_factory, "deberta", "pretrain", continuous_data, "--objective", "mlm",
                  *TINY_DEBERTA, "--steps", "6", "--batch-size", "8", "--lr", "2e-3",
                  "--eval-every", "3", "--eval-batches", "2")
 
 
 @pytest.fixture(scope="module")
 def deberta_tasks(tmp_path_factory, deberta):
-    return {family: _made(tmp_path_factory, f"d-{family}", "finetune", deberta, *data,
+    return {family: made(tmp_path_factory, f"d-{family}", "finetune", deberta, *data,
                           "--steps", "4", "--batch-size", "8")
             for family, (data, _) in FAMILY_DATA.items()}
 

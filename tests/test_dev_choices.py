@@ -8,7 +8,7 @@ import statistics
 from pathlib import Path
 
 import pytest
-from conftest import EXAMPLES, one_line_error, worked_example
+from helpers import EXAMPLES, one_line_error, worked_example
 
 from bertctl.report import choices
 
@@ -189,7 +189,7 @@ def test_chain_stops_at_the_first_step_that_does_not_gain(tmp_path):
 def dev_evals(tmp_path_factory, minilm_l2):
     """The two-layer MiniLM's first stage on the example's dev judgements, and its search
     reordered by its own token vectors, and its first stage on the test judgements."""
-    from conftest import invoke
+    from helpers import invoke
 
     tmp = tmp_path_factory.mktemp("dev-evals")
     beir = EXAMPLES / "retrieval" / "beir"

@@ -6,7 +6,7 @@ import shutil
 
 import bertctl
 
-from conftest import CORPUS, write_manifest
+from helpers import CORPUS, write_manifest
 
 
 def test_runs_that_differ_only_in_seed(sst2_seed_runs, cli):

@@ -23,7 +23,7 @@ from bertctl.train.loop import train
 from bertctl.train.settings import LoopSettings
 from bertctl.distillation import Distiller, soft_loss
 
-from conftest import FAMILY_DATA, FIXTURES, one_line_error
+from helpers import FAMILY_DATA, FIXTURES, one_line_error
 from tolerance import EPS32, MODEL_FP32, TINY_FP32, fp32_kl, fp32_sum
 
 GLUE = FIXTURES / "glue"
@@ -180,7 +180,7 @@ def test_the_teacher_is_frozen_and_not_part_of_the_trained_model(tmp_path):
 @pytest.fixture(scope="module")
 def teachers(tmp_path_factory, tiny_pretrained):
     """family -> a tiny model fine-tuned on the family's real rows (the teacher)."""
-    from conftest import invoke
+    from helpers import invoke
 
     root = tmp_path_factory.mktemp("teachers")
     out = {}

@@ -14,7 +14,7 @@ from bertctl.data.pretraining.dataset import PretrainingDataset
 from bertctl.model import BertConfig, BertForElectraPreTraining
 from bertctl.model.electra.pretraining import generator_config, replace_masked
 
-from conftest import TINY_MODEL
+from helpers import TINY_MODEL
 from tolerance import MODEL_FP32  # (each tolerance's reason)
 
 MASK = 4

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from conftest import EXAMPLES, FAMILY_DATA, _made
+from helpers import EXAMPLES, FAMILY_DATA, made
 
 ARCHS = {"electra": "Electra", "distilbert": "DistilBert"}
 TINY = ["--model-size", "tiny", "--hidden-size", "32", "--num-attention-heads", "2",
@@ -16,7 +16,7 @@ TINY = ["--model-size", "tiny", "--hidden-size", "32", "--num-attention-heads", 
 @pytest.fixture(scope="module", params=sorted(ARCHS))
 def pretrained(request, tmp_path_factory, continuous_data):
     name = request.param
-    return name, _made(tmp_path_factory, f"p-{name}", "pretrain", continuous_data, "--objective",
+    return name, made(tmp_path_factory, f"p-{name}", "pretrain", continuous_data, "--objective",
                        "mlm", "--architecture", name, *TINY, "--steps", "4", "--batch-size", "8")
 
 

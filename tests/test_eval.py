@@ -25,7 +25,7 @@ from bertctl.model import (BertConfig, BertForMultipleChoice, BertForPreTraining
 from bertctl.stages.common.models import write_model
 from bertctl.stages.eval import task as task_eval
 
-from conftest import FIXTURES
+from helpers import FIXTURES
 from tolerance import MODEL_FP32  # (each tolerance's reason)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -152,7 +152,7 @@ def test_predictions_equal_transformers_argmax(cli, models, tmp_path, which):
 def test_pair_logits_equal_transformers(models, minilm_dir):
     """Core API: evaluation.predict's logits, in file order, equal transformers' on MRPC pairs
     (BOM, no quoting); the length-sorted batches are put back in example order."""
-    from conftest import encode_examples, read_examples
+    from helpers import encode_examples, read_examples
     from bertctl.stages.common.models import open_model
 
     source = open_model(models["mrpc"])

@@ -6,7 +6,7 @@ import pytest
 from bertctl.cli import settings_of
 from bertctl.settings import resolve
 
-from conftest import EXAMPLES
+from helpers import EXAMPLES
 
 CONFIGS = sorted((EXAMPLES / "configs").glob("*.yaml"))
 
@@ -15,7 +15,7 @@ def test_every_config_the_pipelines_and_docs_name_is_shipped_and_every_shipped_o
     """The configs are the ones the Makefiles and README run: none missing, none orphaned."""
     import re
 
-    from conftest import ROOT
+    from helpers import ROOT
 
     texts = [p.read_text() for p in [*(ROOT / "pipelines").glob("*"), ROOT / "README.md",
                                      *(ROOT / "docs").glob("*.md")] if p.is_file()]

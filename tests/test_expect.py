@@ -7,7 +7,7 @@ import pytest
 from bertctl.contract import expectations
 from bertctl.errors import BertctlError
 
-from conftest import FIXTURES, run_bertctl
+from helpers import FIXTURES, run_bertctl
 
 DEV = FIXTURES / "glue" / "SST-2" / "dev.tsv"
 

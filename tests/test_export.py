@@ -21,7 +21,7 @@ from bertctl.model import onnx_model
 from bertctl.errors import BertctlError  # noqa: E402
 from bertctl.model import BertConfig, BertForTokenClassification, BertModel  # noqa: E402
 
-from conftest import FAMILY_DATA, FIXTURES  # noqa: E402
+from helpers import FAMILY_DATA, FIXTURES  # noqa: E402
 from tolerance import MODEL_FP32  # (each tolerance's reason)
 
 GLUE = FIXTURES / "glue"
@@ -32,7 +32,7 @@ FAMILIES = FAMILY_DATA   # family: (finetune's data and flags, the check / eval 
 def finetuned(tmp_path_factory, tiny_pretrained):
     """family -> a fine-tuned tiny model artifact. A high learning rate for a few steps moves
     the heads enough that predictions differ from example to example."""
-    from conftest import invoke
+    from helpers import invoke
 
     root = tmp_path_factory.mktemp("export-models")
     models = {}
@@ -336,7 +336,7 @@ def test_a_rerankers_export_scores_as_the_reranker_everywhere(cli, minilm_l2,
     """A reranker's export (its graph scores one sequence a row) takes the grouped batches
     the reranker does: eval EXPORT ROWS, export --check and eval --rerank EXPORT score as
     the PyTorch reranker (fp32 graph: MODEL_FP32), where each failed on the input's rank."""
-    from conftest import EXAMPLES
+    from helpers import EXAMPLES
 
     mined = tmp_path / "mined"
     assert cli("mine", minilm_l2, EXAMPLES / "retrieval" / "train.tsv", "--negatives", "2",

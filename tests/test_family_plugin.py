@@ -14,7 +14,7 @@ from bertctl.tasks import registry
 from bertctl.tasks.base import check_options
 from bertctl.tasks.classification import Classification
 
-from conftest import with_plugin
+from helpers import with_plugin
 
 GLUE = Path(__file__).resolve().parent / "fixtures" / "glue"
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import FIXTURES
+from helpers import FIXTURES
 
 GLUE = FIXTURES / "glue"
 FAST = ["--batch-size", "8", "--log-every", "5", "--device", "cpu", "--max-seq-length", "64"]
@@ -53,7 +53,7 @@ def test_finetune_eval_and_transformers_agree(tmp_path, tiny_pretrained, cli, ta
     hf = getattr(transformers, hf_class).from_pretrained(str(model)).eval()
     tok = transformers.BertTokenizerFast.from_pretrained(str(model))
     from bertctl.tasks import make_task_spec
-    from conftest import read_examples
+    from helpers import read_examples
 
     examples = read_examples(make_task_spec(task), GLUE / folder / "dev.tsv",
                              label_list=m["stats"]["label_list"])
@@ -121,7 +121,7 @@ def test_train_from_a_saved_dataset_directory(tmp_path, tiny_pretrained, cli):
     """`datasets`' save_to_disk output is task data too, not a preset's data directory."""
     datasets = pytest.importorskip("datasets")
     from bertctl.tasks import make_task_spec
-    from conftest import read_examples
+    from helpers import read_examples
 
     rows = read_examples(make_task_spec("glue/sst2"), GLUE / "SST-2" / "train.tsv")
     saved = tmp_path / "sst2-saved"

@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 from bertctl.model import load_model
 from bertctl.model.features import FrozenFeatures, combine_layers
 
-from conftest import FIXTURES
+from helpers import FIXTURES
 
 RTE = FIXTURES / "glue" / "RTE"
 CONLL = FIXTURES / "conll2003"

@@ -24,7 +24,7 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from conftest import tiny_embedder  # noqa: E402
+from helpers import tiny_embedder  # noqa: E402
 from test_train_loop import RepeatedTokens, records, tiny_pretraining  # noqa: E402
 
 from bertctl.model import BertConfig, build  # noqa: E402

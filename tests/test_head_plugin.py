@@ -20,7 +20,7 @@ from bertctl.tasks import registry
 from bertctl.tasks.classification import model_labels
 from bertctl.tasks.sequence import SequenceFamily
 
-from conftest import EXAMPLES, make_app
+from helpers import EXAMPLES, make_app
 from toy_architecture import TOY
 
 SST2 = EXAMPLES / "glue" / "SST-2"

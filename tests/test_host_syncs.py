@@ -16,7 +16,7 @@ import threading
 import pytest
 import torch
 
-from conftest import EXAMPLES, FAMILY_DATA, FIXTURES, TINY_MODEL, _made
+from helpers import EXAMPLES, FAMILY_DATA, FIXTURES, TINY_MODEL, made
 from test_stage_matrix import ROBERTA_SPELLED, TINY, bpe_data  # noqa: F401 (a fixture)
 from bertctl import step_scope
 from bertctl.model import ARCHITECTURES
@@ -101,7 +101,7 @@ def test_a_pretraining_step_waits_for_nothing_on_every_objective(
 
 @pytest.fixture(scope="module")
 def tiny_bert(tmp_path_factory, continuous_data):
-    return _made(tmp_path_factory, "sync-bert", "pretrain", continuous_data, "--objective",
+    return made(tmp_path_factory, "sync-bert", "pretrain", continuous_data, "--objective",
                  "mlm", *TINY_MODEL, "--steps", "1", "--batch-size", "8", "--eval-batches", "1")
 
 

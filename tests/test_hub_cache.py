@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from conftest import CORPUS, FIXTURES, one_line_error
+from helpers import CORPUS, FIXTURES, one_line_error
 
 COMMIT = "a" * 40
 OTHER = "b" * 40
@@ -92,7 +92,7 @@ def test_a_hub_split_kept_as_parquet_shards_reads_by_pattern(tmp_path, monkeypat
     datasets = pytest.importorskip("datasets")
     from bertctl.cli import _local
     from bertctl.tasks import make_task_spec
-    from conftest import read_examples
+    from helpers import read_examples
 
     spec = make_task_spec("glue/sst2")
     rows = read_examples(spec, FIXTURES / "glue" / "SST-2" / "train.tsv")

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from conftest import CORPUS, EXAMPLES
+from helpers import CORPUS, EXAMPLES
 
 SST2_DEV = EXAMPLES / "glue" / "SST-2" / "dev.tsv"
 

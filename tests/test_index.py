@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from conftest import EXAMPLES, one_line_error
+from helpers import EXAMPLES, one_line_error
 
 faiss = pytest.importorskip("faiss", reason="pip install 'bertctl[search]'")
 from bertctl.search import approximate, ranking  # noqa: E402

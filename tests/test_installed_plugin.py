@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from conftest import FIXTURES, ROOT
+from helpers import FIXTURES, ROOT
 
 GLUE = FIXTURES / "glue" / "SST-2"
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 from bertctl.search import late, ranking
-from conftest import (EXAMPLES, beir_texts, loss_trained_on, one_line_error, read_run,
+from helpers import (EXAMPLES, beir_texts, loss_trained_on, one_line_error, read_run,
                       reranked_eval, tiny_embedder, write_manifest)
 from tolerance import TINY_FP32, fp32_sum
 

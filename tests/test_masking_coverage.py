@@ -12,7 +12,7 @@ import random
 import numpy as np
 import pytest
 
-from conftest import one_line_error
+from helpers import one_line_error
 from bertctl.data.tokenizer import training as tokenizer_training
 from bertctl.data.tokenizer.specials import ROBERTA
 from bertctl.data.pretraining.build import build_pretraining_data, check_mask_coverage
@@ -124,7 +124,7 @@ def test_predictions_per_instance_follow_the_length_and_rate(length, rate, expec
 
 
 def test_a_cap_far_under_the_rate_is_said(cli, small_tokenizer, tmp_path):
-    from conftest import CORPUS
+    from helpers import CORPUS
 
     r = cli("build-pretrain-data", small_tokenizer, CORPUS / "alice.txt", "--max-seq-length",
             "512", "--max-predictions-per-seq", "20", "--masking", "dynamic", "--no-nsp",

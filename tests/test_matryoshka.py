@@ -12,7 +12,7 @@ import torch
 from bertctl.tasks.retrieval.contrastive import ContrastiveLoss, cosent, info_nce
 from bertctl.tasks.retrieval.loss import LOSSES
 
-from conftest import EXAMPLES, tiny_embedder
+from helpers import EXAMPLES, tiny_embedder
 from tolerance import TINY_FP32
 
 RET = EXAMPLES / "retrieval"

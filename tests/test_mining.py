@@ -9,7 +9,7 @@ import pytest
 
 from bertctl.tasks.retrieval import mining
 
-from conftest import EXAMPLES, one_line_error
+from helpers import EXAMPLES, one_line_error
 
 TRAIN = EXAMPLES / "retrieval" / "train.tsv"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES
+from helpers import FIXTURES
 
 
 def _sections(card: str) -> dict[str, list[list[str]]]:
@@ -137,7 +137,7 @@ def test_finetuned_model_card(sst2_seed_runs, tiny_pretrained):
 def test_lineage_resolves_from_another_working_directory(tmp_path, monkeypatch, cli):
     """#26 item 12: stages run from different directories with relative paths: the model card
     still finds the tokenizer's and the data's facts (input paths are stored absolute)."""
-    from conftest import CORPUS, TINY_MODEL
+    from helpers import CORPUS, TINY_MODEL
 
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir()

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import CORPUS, EXAMPLES, FAMILY_DATA, _made, one_line_error
+from helpers import CORPUS, EXAMPLES, FAMILY_DATA, made, one_line_error
 from tolerance import MODEL_FP32, TINY_FP32  # (each tolerance's reason)
 
 TINY_MODERN = ["--architecture", "modernbert", "--model-size", "tiny", "--hidden-size", "32",
@@ -19,7 +19,7 @@ TINY_MODERN = ["--architecture", "modernbert", "--model-size", "tiny", "--hidden
 
 @pytest.fixture(scope="module")
 def modern(tmp_path_factory, continuous_data):
-    return _made(tmp_path_factory, "modern", "pretrain", continuous_data, "--objective", "mlm",
+    return made(tmp_path_factory, "modern", "pretrain", continuous_data, "--objective", "mlm",
                  *TINY_MODERN, "--steps", "6", "--batch-size", "8", "--lr", "2e-3",
                  "--eval-every", "3", "--eval-batches", "2")
 
@@ -29,7 +29,7 @@ def modern_tasks(tmp_path_factory, modern):
     """One fine-tuned tiny ModernBERT per family."""
     made = {}
     for family, (data, _) in FAMILY_DATA.items():
-        made[family] = _made(tmp_path_factory, f"modern-{family}", "finetune", modern, *data,
+        made[family] = made(tmp_path_factory, f"modern-{family}", "finetune", modern, *data,
                              "--steps", "4", "--batch-size", "8")
     return made
 
@@ -37,7 +37,7 @@ def modern_tasks(tmp_path_factory, modern):
 @pytest.fixture(scope="module")
 def long_data(tmp_path_factory, small_tokenizer):
     """512-token rows: longer than the tiny ModernBERT declares (256)."""
-    return _made(tmp_path_factory, "mlmdata512", "build-pretrain-data", small_tokenizer,
+    return made(tmp_path_factory, "mlmdata512", "build-pretrain-data", small_tokenizer,
                  CORPUS / "alice.txt", "--max-seq-length", "512", "--no-nsp", "--masking",
                  "dynamic", "--workers", "1")
 

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from bertctl.objectives import registry
 from bertctl.objectives.mlm import MaskedLM
 
-from conftest import TINY_MODEL, with_plugin
+from helpers import TINY_MODEL, with_plugin
 
 
 class WarmOptions(BaseModel):

@@ -11,7 +11,7 @@ import torch
 
 from bertctl.data.pretraining.dataset import PretrainingDataset
 
-from conftest import CORPUS, FIXTURES, TINY_MODEL
+from helpers import CORPUS, FIXTURES, TINY_MODEL
 from tolerance import MODEL_FP32, TINY_FP32  # (each tolerance's reason)
 
 

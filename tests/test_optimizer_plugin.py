@@ -9,7 +9,7 @@ import torch
 
 from bertctl.train import optimizers
 
-from conftest import EXAMPLES, with_plugin
+from helpers import EXAMPLES, with_plugin
 
 BUILT = []
 

@@ -7,7 +7,7 @@ import shutil
 
 import numpy as np
 
-from conftest import EXAMPLES, one_line_error, write_manifest
+from helpers import EXAMPLES, one_line_error, write_manifest
 
 QUERY = ["--query", "Who were the Normans?"]
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import forkserver
-from conftest import FIXTURES, ROOT
+from helpers import FIXTURES, ROOT
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(shutil.which("make") is None, reason="needs make")]

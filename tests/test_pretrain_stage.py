@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TINY_MODEL, one_line_error
+from helpers import TINY_MODEL, one_line_error
 from tolerance import TINY_FP32  # (each tolerance's reason)
 
 KILLPOINT = Path(__file__).parent / "faults" / "killpoint.py"

@@ -5,7 +5,7 @@ import re
 
 from bertctl import console
 
-from conftest import FAMILY_DATA
+from helpers import FAMILY_DATA
 
 
 def test_lines_carry_the_total_and_the_time_left(monkeypatch):

@@ -315,7 +315,7 @@ def test_groups_are_compared_in_standard_errors_as_welch_does():
 def test_seed_groups_of_evals_name_their_models_seeds(cli, sst2_seed_runs, tmp_path):
     """#52 class 8: evals of runs that differ in their seed were headed `seed None` (an eval
     has no seed of its own: its model's is the one)."""
-    from conftest import FIXTURES
+    from helpers import FIXTURES
 
     first, second, ev0 = sst2_seed_runs
     ev1 = tmp_path / "ev1"

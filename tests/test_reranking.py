@@ -14,7 +14,7 @@ import torch
 from bertctl.tasks.reranking.loss import RankingLoss, ranking_loss
 from bertctl.search import ranking
 
-from conftest import (EXAMPLES, beir_texts, loss_trained_on, one_line_error, read_run,
+from helpers import (EXAMPLES, beir_texts, loss_trained_on, one_line_error, read_run,
                       reranked_eval)
 
 TRAIN = EXAMPLES / "retrieval" / "train.tsv"
@@ -64,7 +64,7 @@ def test_a_grouped_batch_scores_each_candidate_as_alone(minilm_l2):
 @pytest.fixture(scope="module")
 def reranker(tmp_path_factory, minilm_l2):
     """A reranker fine-tuned from all-MiniLM-L6-v2's first two layers on negatives mined with it."""
-    from conftest import invoke as cli
+    from helpers import invoke as cli
 
     root = tmp_path_factory.mktemp("rerank")
     r = cli("mine", minilm_l2, TRAIN, "--negatives", "3", "--precision", "fp32",

@@ -18,7 +18,7 @@ from bertctl.tasks.retrieval.contrastive import ContrastiveLoss, cosent, info_nc
 from bertctl.tasks.retrieval.loss import LOSSES
 from bertctl.search import ranking
 
-from conftest import (EXAMPLES, FIXTURES, ROOT, TINY_MODEL, _made, one_line_error,
+from helpers import (EXAMPLES, FIXTURES, ROOT, TINY_MODEL, made, one_line_error,
                       tiny_embedder)
 from tolerance import EPS32, TINY_FP32 as TINY_TOL, fp32_sum
 
@@ -296,7 +296,7 @@ def _as_written(words, model, runs):
 def minilm_search(tmp_path_factory, minilm_l2):
     """The docs' worked example: the two-layer MiniLM fine-tuned on the example pairs, by the
     example's own line."""
-    from conftest import invoke
+    from helpers import invoke
 
     runs = tmp_path_factory.mktemp("runs")
     finetune = _worked_example()[0]
@@ -379,7 +379,7 @@ def test_both_architectures_train_cls_pooled_models_sentence_transformers_reads(
 
 
 def _made_modern(tmp_path, data):
-    from conftest import invoke
+    from helpers import invoke
 
     out = tmp_path / "modern"
     r = invoke("pretrain", data, "--objective", "mlm", "--architecture", "modernbert",
@@ -557,7 +557,7 @@ def test_scores_given_to_the_in_batch_loss_are_refused(cli, minilm_l2, tmp_path)
 
 
 def test_a_classifier_is_not_scored_as_a_retrieval_model(cli, tiny_pretrained, tmp_path):
-    clf = _made(tmp_path_factory_like(tmp_path), "clf", "finetune", tiny_pretrained,
+    clf = made(tmp_path_factory_like(tmp_path), "clf", "finetune", tiny_pretrained,
                 FIXTURES / "glue" / "SST-2", "--task", "glue/sst2", "--steps", "1",
                 "--batch-size", "4", *[])
     r = cli("eval", clf, RET / "beir", "--task", "retrieval", "--out", tmp_path / "ev")

@@ -10,7 +10,7 @@ import json
 import pytest
 import torch
 
-from conftest import CORPUS, EXAMPLES, FAMILY_DATA, _made, one_line_error
+from helpers import CORPUS, EXAMPLES, FAMILY_DATA, made, one_line_error
 from tolerance import TINY_FP32  # (each tolerance's reason)
 
 TINY_ROBERTA = ["--architecture", "roberta", "--model-size", "tiny", "--hidden-size", "32",
@@ -20,27 +20,27 @@ TINY_ROBERTA = ["--architecture", "roberta", "--model-size", "tiny", "--hidden-s
 
 @pytest.fixture(scope="module")
 def bpe_tokenizer(tmp_path_factory):
-    return _made(tmp_path_factory, "bpe", "tokenize", CORPUS, "--model", "byte-level-bpe",
+    return made(tmp_path_factory, "bpe", "tokenize", CORPUS, "--model", "byte-level-bpe",
                  "--cased", "--vocab-size", "2000")
 
 
 @pytest.fixture(scope="module")
 def roberta_data(tmp_path_factory, bpe_tokenizer):
-    return _made(tmp_path_factory, "rdata", "build-pretrain-data", bpe_tokenizer,
+    return made(tmp_path_factory, "rdata", "build-pretrain-data", bpe_tokenizer,
                  CORPUS / "alice.txt", "--max-seq-length", "64", "--no-nsp", "--masking",
                  "dynamic", "--validation-fraction", "0.1", "--workers", "1")
 
 
 @pytest.fixture(scope="module")
 def roberta(tmp_path_factory, roberta_data):
-    return _made(tmp_path_factory, "roberta", "pretrain", roberta_data, "--objective", "mlm",
+    return made(tmp_path_factory, "roberta", "pretrain", roberta_data, "--objective", "mlm",
                  *TINY_ROBERTA, "--steps", "6", "--batch-size", "8", "--lr", "2e-3",
                  "--eval-every", "3", "--eval-batches", "2")
 
 
 @pytest.fixture(scope="module")
 def roberta_tasks(tmp_path_factory, roberta):
-    return {family: _made(tmp_path_factory, f"r-{family}", "finetune", roberta, *data,
+    return {family: made(tmp_path_factory, f"r-{family}", "finetune", roberta, *data,
                           "--steps", "4", "--batch-size", "8")
             for family, (data, _) in FAMILY_DATA.items()}
 

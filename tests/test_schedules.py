@@ -89,7 +89,7 @@ def test_a_decay_that_does_not_fit_is_refused():
 ])
 def test_schedule_options_that_do_not_apply_are_one_line(args, parts, cli, tmp_path,
                                                          tiny_pretrained):
-    from conftest import FIXTURES, one_line_error
+    from helpers import FIXTURES, one_line_error
 
     base = ["finetune", tiny_pretrained, FIXTURES / "glue" / "SST-2" / "train.tsv", "--task",
             "glue/sst2", "--batch-size", "8", "--max-seq-length", "32", "--device", "cpu"]
@@ -102,7 +102,7 @@ def test_schedule_options_that_do_not_apply_are_one_line(args, parts, cli, tmp_p
 def test_a_wsd_run_is_its_own_artifact_and_ends_decayed(cli, tmp_path, tiny_pretrained):
     import json
 
-    from conftest import FIXTURES
+    from helpers import FIXTURES
 
     base = ["finetune", tiny_pretrained, FIXTURES / "glue" / "SST-2" / "train.tsv", "--task",
             "glue/sst2", "--batch-size", "8", "--max-seq-length", "32", "--device", "cpu",
@@ -129,7 +129,7 @@ def test_a_decay_branched_from_a_stable_phase_is_the_whole_run(cli, tmp_path, pr
 
     from safetensors.torch import load_file
 
-    from conftest import TINY_MODEL, one_line_error
+    from helpers import TINY_MODEL, one_line_error
 
     run = ["--batch-size", "8", "--log-every", "1", "--device", "cpu", "--dropout", "0",
            "--lr", "1e-3", "--schedule", "wsd", "--json"]

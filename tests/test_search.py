@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from conftest import EXAMPLES, one_line_error, run_bertctl, worked_example
+from helpers import EXAMPLES, one_line_error, run_bertctl, worked_example
 
 CORPUS = EXAMPLES / "retrieval" / "beir" / "corpus.jsonl"
 QUERIES = ["Who were the Normans?", "What is computational complexity theory?",
@@ -229,7 +229,7 @@ def test_a_reader_that_stops_early_ends_search_quietly(example_index, tmp_path):
     import subprocess
     import sys
 
-    from conftest import ROOT
+    from helpers import ROOT
 
     queries = tmp_path / "q.txt"
     queries.write_text("".join(f"query {i} about the normans\n" for i in range(300)))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from helpers import ROOT
 from test_pipelines import _small_search_set, make, manifest
 
 pytestmark = [pytest.mark.slow,

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import EXAMPLES, one_line_error
+from helpers import EXAMPLES, one_line_error
 
 st = pytest.importorskip("sentence_transformers")
 from sentence_transformers.base.modules import Dense, Normalize  # noqa: E402

@@ -7,7 +7,7 @@ from bertctl.errors import BertctlError
 from bertctl.stages.settings.mine import MineSettings
 from bertctl.train.optim import warmup_steps
 
-from conftest import one_line_error
+from helpers import one_line_error
 
 
 @pytest.mark.parametrize("value", [True, False])
@@ -54,7 +54,7 @@ def test_a_rerank_deeper_than_the_corpus_records_the_depth_reranked(cli, minilm_
     import json
     import shutil
 
-    from conftest import EXAMPLES
+    from helpers import EXAMPLES
 
     beir = tmp_path / "beir"
     shutil.copytree(EXAMPLES / "retrieval" / "beir", beir)
@@ -85,7 +85,7 @@ def test_a_killed_reads_cache_is_swept_by_the_next_read(tmp_path, monkeypatch):
     import tempfile
 
     from bertctl import tasks
-    from conftest import read_examples
+    from helpers import read_examples
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
@@ -104,7 +104,7 @@ def test_a_killed_reads_cache_is_swept_by_the_next_read(tmp_path, monkeypatch):
 
 def test_an_out_ending_in_dotdot_is_refused_before_any_work(cli, tmp_path):
     """--out X/sub/.. --force ended in a raw OSError from the rename into place."""
-    from conftest import EXAMPLES
+    from helpers import EXAMPLES
 
     (tmp_path / "X").mkdir()
     (tmp_path / "X" / "keep.txt").write_text("mine")
@@ -118,7 +118,7 @@ def test_a_finished_run_removes_the_checkpoints_of_other_settings_for_its_out(
         cli, minilm_dir, tmp_path):
     """A rerun that changed the id left the old run's .OUT.run-ID (its checkpoints) forever;
     once an artifact is in place there, no rerun can resume into it."""
-    from conftest import EXAMPLES
+    from helpers import EXAMPLES
 
     stale = tmp_path / ".model.run-0123456789abcdef"
     (stale / "checkpoints").mkdir(parents=True)

@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from conftest import CORPUS, EXAMPLES, FAMILY_DATA, _made
+from helpers import CORPUS, EXAMPLES, FAMILY_DATA, made
 from bertctl.model import ARCHITECTURES
 
 TINY = ["--model-size", "tiny", "--hidden-size", "32", "--num-attention-heads", "2",
@@ -30,9 +30,9 @@ MATRIX = sorted(ARCHITECTURES)
 
 @pytest.fixture(scope="module")
 def bpe_data(tmp_path_factory):
-    tok = _made(tmp_path_factory, "mbpe", "tokenize", CORPUS / "alice.txt", "--model",
+    tok = made(tmp_path_factory, "mbpe", "tokenize", CORPUS / "alice.txt", "--model",
                 "byte-level-bpe", "--vocab-size", "1200")
-    return _made(tmp_path_factory, "mbdata", "build-pretrain-data", tok, CORPUS / "alice.txt",
+    return made(tmp_path_factory, "mbdata", "build-pretrain-data", tok, CORPUS / "alice.txt",
                  "--max-seq-length", "64", "--no-nsp", "--masking", "dynamic", "--workers", "1")
 
 
@@ -40,7 +40,7 @@ def bpe_data(tmp_path_factory):
 def tiny(request, tmp_path_factory, continuous_data, bpe_data):
     arch = request.param
     data = bpe_data if arch in ROBERTA_SPELLED else continuous_data
-    return arch, _made(tmp_path_factory, f"m-{arch}", "pretrain", data, "--objective", "mlm",
+    return arch, made(tmp_path_factory, f"m-{arch}", "pretrain", data, "--objective", "mlm",
                        "--architecture", arch, *TINY, "--steps", "2", "--batch-size", "8",
                        "--eval-batches", "1")
 

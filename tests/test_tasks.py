@@ -10,7 +10,7 @@ import torch
 from bertctl import tasks
 from bertctl.data.collate import length_grouped_batches
 from bertctl.errors import BertctlError
-from conftest import encode_examples, read_examples
+from helpers import encode_examples, read_examples
 
 FIX = pathlib.Path(__file__).parent / "fixtures" / "glue"
 
@@ -337,7 +337,7 @@ def test_a_number_or_nan_in_a_json_text_column_is_named_with_its_row(tmp_path):
 def test_stages_refuse_a_shifted_table_before_any_work(cli, minilm_dir, tmp_path):
     """The probe's cases: finetune of a single-sentence task and mine over (query, positive)
     rows with a third field each: exit 2, one line, nothing written."""
-    from conftest import one_line_error
+    from helpers import one_line_error
 
     single = tmp_path / "single.tsv"
     single.write_text("sentence\tlabel\n" + "".join(f"text {i}\t{i % 2}\t0\n" for i in range(8)))

@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import TINY_MODEL
+from helpers import TINY_MODEL
 
 ARGS = [*TINY_MODEL, "--steps", "6", "--batch-size", "8", "--log-every", "2", "--eval-every", "3",
         "--eval-batches", "2", "--device", "cpu"]

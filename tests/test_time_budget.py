@@ -84,7 +84,7 @@ def test_bad_budgets_are_settings_errors(settings, message):
 
 
 def test_pretrain_with_a_budget_through_the_cli(cli, pretrain_data, tmp_path):
-    from conftest import TINY_MODEL
+    from helpers import TINY_MODEL
 
     out = tmp_path / "m"
     r = cli("pretrain", pretrain_data, *TINY_MODEL, "--time-budget", "3s", "--batch-size", "8",

@@ -8,7 +8,7 @@ from tokenizers import Tokenizer
 
 from bertctl.data import corpus
 
-from conftest import CORPUS, run_bertctl
+from helpers import CORPUS, run_bertctl
 
 HELD_OUT = [
     "Mr. Sherlock Holmes, who was usually very late in the mornings, was seated at breakfast.",

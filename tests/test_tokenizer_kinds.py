@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import CORPUS, one_line_error
+from helpers import CORPUS, one_line_error
 from bertctl.data.tokenizer import files as tokenizer_files
 from bertctl.data.tokenizer import specials
 from bertctl.data.tokenizer import words as word_pieces

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, one_line_error
+from helpers import FIXTURES, one_line_error
 
 mlflow = pytest.importorskip("mlflow")
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import CORPUS, one_line_error
+from helpers import CORPUS, one_line_error
 
 BOOKS = sorted(str(p) for p in CORPUS.glob("*.txt"))
 

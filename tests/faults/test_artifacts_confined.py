@@ -9,7 +9,7 @@ import pytest
 from bertctl.contract import artifacts
 from bertctl.errors import BertctlError
 
-from conftest import CORPUS
+from helpers import CORPUS
 
 
 def _artifact(path, files):

@@ -15,7 +15,7 @@ from bertctl.data.pretraining import build as pretraining
 from bertctl.data.corpus import iter_documents
 from bertctl.data.workers import OrderedWorkers
 from bertctl.errors import BertctlError
-from conftest import CORPUS
+from helpers import CORPUS
 
 KILLPOINT = Path(__file__).with_name("killpoint.py")
 ROOT = Path(__file__).resolve().parents[2]

@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from conftest import FIXTURES
+from helpers import FIXTURES
 
 SST2 = FIXTURES / "glue" / "SST-2"
 

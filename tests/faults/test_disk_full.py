@@ -10,7 +10,7 @@ from bertctl.contract import artifacts
 from bertctl.errors import DiskFull
 from bertctl.train import checkpoint
 
-from conftest import TINY_MODEL
+from helpers import TINY_MODEL
 
 
 def test_a_checkpoint_write_that_runs_out_of_space(cli, pretrain_data, tmp_path, monkeypatch):

@@ -4,7 +4,7 @@ budget has one parser and one upper bound, so 1e308 and 1e18s get the same answe
 
 import pytest
 
-from conftest import FIXTURES
+from helpers import FIXTURES
 
 
 def _one_line(r, *parts):

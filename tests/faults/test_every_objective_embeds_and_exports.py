@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import FIXTURES
+from helpers import FIXTURES
 from tolerance import MODEL_FP32  # (each tolerance's reason)
 
 pytest.importorskip("onnxruntime")

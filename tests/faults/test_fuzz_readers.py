@@ -18,7 +18,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 from bertctl import tasks  # noqa: E402
 
-from bertctl.stages.settings import declared as config
+from bertctl.stages import settings as config
 from bertctl.contract import artifacts
 from bertctl.data import corpus  # noqa: E402
 from bertctl.errors import BertctlError  # noqa: E402
@@ -26,7 +26,7 @@ from bertctl.settings import resolve  # noqa: E402
 from bertctl.stages.settings.assembled import finetune_settings  # noqa: E402
 from bertctl.tasks.span.reader import read_span_examples  # noqa: E402
 from bertctl.tasks.tagging.reader import read_tagged  # noqa: E402
-from conftest import read_examples  # noqa: E402
+from helpers import read_examples  # noqa: E402
 
 FUZZ = settings(max_examples=40, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.function_scoped_fixture,

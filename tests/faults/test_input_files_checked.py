@@ -5,7 +5,7 @@ import shutil
 
 import pytest
 
-from conftest import TINY_MODEL, write_manifest
+from helpers import TINY_MODEL, write_manifest
 
 
 @pytest.fixture
@@ -61,7 +61,7 @@ def _swap_vocab_lines_and_resign(artifact):
 def test_a_vocab_txt_that_disagrees_with_tokenizer_json_is_refused(cli, small_tokenizer,
                                                                    data, tiny_pretrained,
                                                                    tmp_path):
-    from conftest import CORPUS
+    from helpers import CORPUS
 
     tok = tmp_path / "tok"
     shutil.copytree(small_tokenizer, tok)

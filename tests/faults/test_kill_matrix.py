@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 import forkserver
-from conftest import CORPUS, FIXTURES, TINY_MODEL
+from helpers import CORPUS, FIXTURES, TINY_MODEL
 
 pytestmark = pytest.mark.slow
 

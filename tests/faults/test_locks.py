@@ -10,7 +10,7 @@ import time
 
 from bertctl.contract import locks
 
-from conftest import run_bertctl
+from helpers import run_bertctl
 
 
 def _tokenize(minilm_dir, out, *extra):

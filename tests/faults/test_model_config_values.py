@@ -9,14 +9,14 @@ import shutil
 
 import pytest
 
-from conftest import FIXTURES, _made
+from helpers import FIXTURES, made
 
 TEXTS = FIXTURES / "glue" / "SST-2" / "dev.tsv"
 
 
 @pytest.fixture(scope="module")
 def modern(tmp_path_factory, continuous_data):
-    return _made(tmp_path_factory, "modern-config", "pretrain", continuous_data, "--objective",
+    return made(tmp_path_factory, "modern-config", "pretrain", continuous_data, "--objective",
                  "mlm", "--architecture", "modernbert", "--model-size", "tiny", "--hidden-size",
                  "32", "--num-attention-heads", "2", "--intermediate-size", "48", "--steps", "1",
                  "--batch-size", "4")

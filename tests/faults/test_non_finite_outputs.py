@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from conftest import FAMILY_DATA, FIXTURES, invoke, write_manifest
+from helpers import FAMILY_DATA, FIXTURES, invoke, write_manifest
 
 # Finite weights whose products overflow float32 (max 3.4e38): the last layer's output
 # projection at 3e38 makes every hidden state inf - inf = NaN after its LayerNorm, so every

@@ -4,7 +4,7 @@ one that has checkpoints keeps them for the rerun."""
 
 import pytest
 
-from conftest import TINY_MODEL
+from helpers import TINY_MODEL
 
 
 def _hidden(parent):

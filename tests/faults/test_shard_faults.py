@@ -9,7 +9,7 @@ import pytest
 from bertctl.data.pretraining.dataset import PretrainingDataset
 from bertctl.errors import BertctlError
 
-from conftest import TINY_MODEL, write_manifest
+from helpers import TINY_MODEL, write_manifest
 
 SHARD = "train-00000of00001-00000"
 

@@ -3,7 +3,7 @@ process."""
 
 import json
 
-from conftest import CORPUS, run_bertctl
+from helpers import CORPUS, run_bertctl
 
 
 def test_training_gives_one_vocabulary_in_every_process(tmp_path):

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from bertctl.errors import BertctlError
-from conftest import FIXTURES, run_bertctl
+from helpers import FIXTURES, run_bertctl
 
 
 @pytest.mark.parametrize("args,needle", [
@@ -57,7 +57,7 @@ def test_bounds_and_micro_batches_are_checked_before_any_work(cli, tmp_path, pre
 
 
 def test_extend_refuses_the_settings_it_cannot_apply(cli, tmp_path, minilm_dir):
-    from conftest import CORPUS
+    from helpers import CORPUS
 
     for extra in (("--cased",), ("--vocab-size", "1000"), ("--from-vocab",
                                                            minilm_dir / "vocab.txt")):
@@ -68,7 +68,7 @@ def test_extend_refuses_the_settings_it_cannot_apply(cli, tmp_path, minilm_dir):
 
 
 def test_an_exclusion_given_twice_or_reordered_is_one_id(cli, tmp_path, small_tokenizer):
-    from conftest import CORPUS
+    from helpers import CORPUS
 
     dev, rte = FIXTURES / "glue" / "SST-2" / "dev.tsv", FIXTURES / "glue" / "RTE" / "dev.tsv"
     ids = []

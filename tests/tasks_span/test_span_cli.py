@@ -12,7 +12,7 @@ import pytest
 from bertctl.tasks.span.metrics import squad_v1_metrics, squad_v2_metrics
 from bertctl.tasks.span.reader import read_span_examples
 
-from conftest import FIXTURES
+from helpers import FIXTURES
 
 pytestmark = pytest.mark.slow   # processes and real runs: seconds each
 
@@ -32,7 +32,7 @@ def _finetune(cli, minilm_dir, out, task, data, *extra):
 
 @pytest.fixture(scope="module")
 def v2_model(tmp_path_factory, minilm_dir):
-    from conftest import invoke as cli
+    from helpers import invoke as cli
 
     out = tmp_path_factory.mktemp("span") / "v2"
     return out, _finetune(cli, minilm_dir, out, "squad_v2", V2)

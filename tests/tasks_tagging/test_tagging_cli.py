@@ -15,7 +15,7 @@ from bertctl.tasks.tagging.metrics import score_lines
 from bertctl.tasks.tagging.reader import read_tagged
 from bertctl.tasks.tagging.schemes import convert, detect
 
-from conftest import FIXTURES
+from helpers import FIXTURES
 
 CONLL = FIXTURES / "conll2003"
 IOB1_TRAIN, IOB1_DEV = CONLL / "original_iob1" / "eng.train", CONLL / "original_iob1" / "eng.testa"
@@ -38,7 +38,7 @@ def _finetune(cli, minilm_dir, out, data, *extra):
 @pytest.fixture(scope="module")
 def iob1_model(tmp_path_factory, minilm_dir):
     """A model fine-tuned on the original IOB1 files (train and dev)."""
-    from conftest import invoke as cli
+    from helpers import invoke as cli
 
     out = tmp_path_factory.mktemp("tagging") / "iob1"
     return out, _finetune(cli, minilm_dir, out, IOB1_TRAIN, "--dev", IOB1_DEV)

@@ -8,7 +8,7 @@ import pytest
 from bertctl.errors import BertctlError
 from bertctl.tasks.tagging.reader import CONLL2003_COLUMNS, read_tagged
 
-from conftest import FIXTURES
+from helpers import FIXTURES
 
 CONLL = FIXTURES / "conll2003"
 NAMES = ["O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC"]

@@ -9,7 +9,7 @@ from bertctl.tasks.tagging import schemes
 from bertctl.tasks.tagging.metrics import score
 from bertctl.tasks.tagging.reader import read_tagged
 
-from conftest import FIXTURES
+from helpers import FIXTURES
 
 CONLL = FIXTURES / "conll2003"
 

@@ -13,7 +13,7 @@ from bertctl.tasks.tagging.predict import (WordPredictions, conlleval_token, pre
 from bertctl.tasks.tagging.reader import TaggedExamples, read_tagged
 from bertctl.tasks.tagging.windows import encode_tagged, make_batch, word_index
 
-from conftest import FIXTURES
+from helpers import FIXTURES
 
 CONLL = FIXTURES / "conll2003"
 
