@@ -25,6 +25,8 @@ CORPUS = EXAMPLES / "corpus"
 
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
+# The fault tests' kill points, armed in a child process (tests/faults/killpoint.py).
+KILLPOINT = Path(__file__).resolve().parent / "faults" / "killpoint.py"
 
 
 class Result:

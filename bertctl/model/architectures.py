@@ -8,7 +8,7 @@ architecture at hand: config.json's `model_type` says which for a saved model, `
 --architecture` for a new one; the flag's choices and `--model-size`'s come from here. What an
 architecture provides is written below as Protocols (`ArchitectureConfig`, `Encoder`, and
 `EncoderWithHead` in shared.py for the headed models), which tests/test_architecture.py checks
-of every registered one and tests/test_architecture_plugin.py proves with a toy architecture.
+of every registered one and tests/model/test_architecture_plugin.py proves with a toy architecture.
 
 Declaring one imports no torch (`bertctl pretrain --help` reads the names and sizes): the model
 classes may be given as "module:Class" strings, imported when a model is built.

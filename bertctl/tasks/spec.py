@@ -135,7 +135,7 @@ def _glue(name, family, text_columns, label_column, labels, metric="accuracy", *
 class Presets(Mapping[str, TaskSpec]):
     """The presets by name, each made (and checked by its family) when first asked for: the
     families register themselves when their modules are imported, and a family module may
-    import this one before the others are registered (tests/test_tasks.py checks them all)."""
+    import this one before the others are registered (tests/tasks/test_tasks.py checks them all)."""
 
     def __init__(self, specs: list[dict[str, Any]]):
         self._fields = {s["name"]: s for s in specs}

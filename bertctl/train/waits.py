@@ -1,7 +1,7 @@
 """The ops of a training step that make a GPU's host wait for the device, recorded on any
 device: reads of a value, and ops whose output's size depends on the data (nonzero,
 masked_select, boolean indexing, unique). The suite holds the step to none of them
-(tests/test_host_syncs.py) and the GPU check counts them where it runs on a CPU
+(tests/train/test_host_syncs.py) and the GPU check counts them where it runs on a CPU
 (benchmarks/speed/bench_gpu.py); on a GPU, torch.cuda.set_sync_debug_mode says the same.
 
 Not seen on a CPU: a tensor made on a GPU from Python data (a copy from pageable memory,

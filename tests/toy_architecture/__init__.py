@@ -1,7 +1,7 @@
 """A toy architecture written outside bertctl in the shape of bertctl's own (model/<name>/):
 config.py, modeling.py, and here its `Architecture` entry. bertctl's packages call `register`
 when imported; the tests register this one for their own length
-(tests/test_architecture_plugin.py), so the rest of the suite never sees it."""
+(tests/model/test_architecture_plugin.py), so the rest of the suite never sees it."""
 
 from bertctl.model.architectures import Architecture
 

@@ -93,7 +93,7 @@ def run_plain(task, data_dir, model_dir, a, bertctl_model=False):
     kw = (dict(num_labels=1, problem_type="regression") if t["labels"] is None
           else dict(num_labels=len(t["labels"]), problem_type="single_label_classification"))
     if bertctl_model:
-        # bertctl's model class (numerically HF's: tests/test_model.py) in this very loop: the
+        # bertctl's model class (numerically HF's: tests/model/test_model.py) in this very loop: the
         # head is initialised from the same distribution by other draws of the seeded
         # generator; since model revision 4 its CPU dropout masks come from another stream too
         # (the saved session-6 runs predate it: the same masks as transformers').

@@ -2,7 +2,7 @@
 BERT, with its reserved [unused] slots), BPE and Unigram (SentencePiece's Metaspace), byte-level
 BPE (GPT-2's and RoBERTa's), each with its text pipeline; what a trained vocabulary measures on
 its corpus. The special tokens are specials.py's; the same corpus and settings give the same
-tokenizer.json in every process (tests/test_tokenize.py)."""
+tokenizer.json in every process (tests/data/test_tokenize.py)."""
 
 from __future__ import annotations
 

@@ -43,7 +43,7 @@ class WordMarks:
     "(word" is two words, as GPT-2's pre-tokenizer makes it); a piece at a character of a
     script written without spaces begins one in every kind (`spaceless`). Whole-word masking groups a
     word's pieces by it, in numpy over token ids, so it needs no word ids stored with the data;
-    tests/test_tokenizer_kinds.py holds it to the pre-tokenizer's own word ids on real text."""
+    tests/data/test_tokenizer_kinds.py holds it to the pre-tokenizer's own word ids on real text."""
 
     marked: np.ndarray   # bool per id
     first: np.ndarray    # int8 per id: the class of its first character

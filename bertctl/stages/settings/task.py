@@ -79,7 +79,7 @@ class TaskTrainingSettings(TrainingSettings, TaskSettings):
                                   "accuracy on small data (see docs/benchmarks.md).",
                                   json_schema_extra=meta(TRAINING))
     # On by default: a packed batch is the padded batch laid out tighter (the same loss and
-    # gradients, tests/test_packing.py), so it cannot bias training the way grouping does; only
+    # gradients, tests/data/test_packing.py), so it cannot bias training the way grouping does; only
     # the dropout draws differ. Side by side (seed 0, GLUE 2,000-row slices, bf16, 1 thread):
     # 1.37x (SST-2) to 2.0x (RTE) faster per epoch than padded random batches, 2.2x on STS-B's
     # full set, 2.3x on CoNLL-2003 (fp32). Quality per task and seed: docs/benchmarks.md.

@@ -3,7 +3,7 @@ line of help, what the batch's labels must be, and the function (or "module:func
 that declaring one imports no torch: `--help` reads this module). `--loss` takes any
 registered name; the job wraps the model in contrastive.ContrastiveLoss with it. The built-in
 ones, their definitions and the sentence-transformers losses they equal: contrastive.py.
-Another loss is one `LOSSES.register(Loss(...))` from any module (tests/test_retrieval.py
+Another loss is one `LOSSES.register(Loss(...))` from any module (tests/tasks/test_retrieval.py
 registers one and trains with it)."""
 
 from __future__ import annotations

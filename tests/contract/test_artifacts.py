@@ -11,7 +11,7 @@ import pytest
 from bertctl.contract import artifacts
 from bertctl.errors import BertctlError
 
-from helpers import CORPUS, ROOT, run_bertctl
+from helpers import CORPUS, KILLPOINT, ROOT, run_bertctl
 
 
 def _left(directory):
@@ -187,7 +187,7 @@ def test_killed_cli_stage_leaves_no_artifact(tmp_path):
     out = tmp_path / "tok"
     # The signal comes just before the written files are hashed (tests/faults/killpoint.py):
     # a signal timed from outside could come after the run finished on a fast machine.
-    killpoint = Path(__file__).parent / "faults" / "killpoint.py"
+    killpoint = KILLPOINT
     proc = subprocess.run([sys.executable, str(killpoint), "bertctl.contract.artifacts:_hash_files", "1",
                            "before", "TERM", "--", "tokenize", str(big), "--out", str(out)],
                           capture_output=True, text=True, timeout=600)

@@ -6,7 +6,7 @@ compute the same function). The DDP run is interrupted and resumed (every rank r
 checkpoint), and an audit hook on rank 1 records any file it writes or creates in the work
 directory: only rank 0 may write.
 
-Run as a script (`python -m torch.distributed.run ... tests/test_train_ddp.py WORK_DIR
+Run as a script (`python -m torch.distributed.run ... tests/train/test_train_ddp.py WORK_DIR
 STOP_AFTER`) this file is the worker; data and model come from test_train_loop (synthetic).
 """
 
@@ -25,8 +25,8 @@ import torch
 pytestmark = pytest.mark.slow   # processes and real runs: seconds each
 
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+TESTS = Path(__file__).resolve().parents[1]   # tests/: its shared modules, run under torchrun too
+sys.path.insert(0, str(TESTS))
 
 from test_train_loop import RepeatedTokens, fixed_eval, records, tiny_pretraining  # noqa: E402
 

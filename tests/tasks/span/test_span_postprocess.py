@@ -1,7 +1,6 @@
 """Post-processing hand-built logits into answers, and the output files."""
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,8 +11,9 @@ from bertctl.tasks.span.outputs import write_span_outputs
 from bertctl.tasks.span.postprocess import NO_SPAN_ODDS, postprocess
 from bertctl.tasks.span.reader import read_span_examples
 from bertctl.tasks.span.windows import encode_windows
+from helpers import FIXTURES
 
-SQUAD = Path(__file__).resolve().parents[1] / "fixtures" / "squad"
+SQUAD = FIXTURES / "squad"
 CONTEXT = ("Paris  is the CAPITAL of   France. It has the Eiffel Tower, built in 1889 for the "
            "World's Fair, and the Louvre.")
 SMALL = dict(max_seq_length=24, doc_stride=6, max_query_length=8)

@@ -2,14 +2,14 @@
 
 import copy
 import json
-from pathlib import Path
 
 import pytest
 
 from bertctl.errors import BertctlError
 from bertctl.tasks.span.reader import SpanColumns, read_span_examples
+from helpers import FIXTURES
 
-SQUAD = Path(__file__).resolve().parents[1] / "fixtures" / "squad"
+SQUAD = FIXTURES / "squad"
 V2 = SQUAD / "dev-v2.0-sample.json"
 V1 = SQUAD / "dev-v1.1-sample.json"
 

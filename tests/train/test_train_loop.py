@@ -29,8 +29,8 @@ from bertctl.train.loop import TrainingDiverged, train
 from bertctl.train.optim import lr_at, make_optimizer, no_decay_names, param_groups, warmup_steps
 from bertctl.train.order import BatchOrder
 from bertctl.train.settings import LoopSettings
+from helpers import FIXTURES
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
 TINY = dict(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
             intermediate_size=64, max_position_embeddings=32)
 PAD, CLS, SEP, MASK = 0, 2, 3, 4

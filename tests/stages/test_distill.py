@@ -23,11 +23,10 @@ from bertctl.train.loop import train
 from bertctl.train.settings import LoopSettings
 from bertctl.distillation import Distiller, soft_loss
 
-from helpers import FAMILY_DATA, FIXTURES, one_line_error
+from helpers import FAMILY_DATA, FIXTURES, KILLPOINT, one_line_error
 from tolerance import EPS32, MODEL_FP32, TINY_FP32, fp32_kl, fp32_sum
 
 GLUE = FIXTURES / "glue"
-KILLPOINT = Path(__file__).parent / "faults" / "killpoint.py"
 FAMILIES = FAMILY_DATA   # family: (finetune's data and flags, the dev / eval file)
 RUN = ["--batch-size", "8", "--device", "cpu", "--precision", "fp32"]
 

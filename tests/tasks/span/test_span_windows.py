@@ -1,7 +1,6 @@
 """Windows on real SQuAD rows with the real all-MiniLM-L6-v2 WordPiece tokenizer."""
 
 import copy
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,8 +9,9 @@ from bertctl.data.tokenizer.files import from_hf_directory
 from bertctl.errors import BertctlError
 from bertctl.tasks.span.reader import read_span_examples
 from bertctl.tasks.span.windows import encode_windows
+from helpers import FIXTURES
 
-SQUAD = Path(__file__).resolve().parents[1] / "fixtures" / "squad"
+SQUAD = FIXTURES / "squad"
 # Small windows, so that the fixture's passages (up to ~330 tokens) need several each; an odd
 # stride makes a token's context in two overlapping windows tie (the max-context tie rule).
 SMALL = dict(max_seq_length=96, doc_stride=31, max_query_length=24)

@@ -12,12 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from helpers import FIXTURES, one_line_error
+from helpers import FIXTURES, KILLPOINT, one_line_error
 
 mlflow = pytest.importorskip("mlflow")
 
 TRAIN = FIXTURES / "glue" / "SST-2" / "train.tsv"
-KILLPOINT = Path(__file__).parent / "faults" / "killpoint.py"
 
 
 @pytest.fixture

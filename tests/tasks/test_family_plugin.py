@@ -3,7 +3,6 @@ becomes a finetune and eval flag in its own help panel, reaches the family throu
 spec, is stored with the model and read back by eval. No stage, CLI or config file changes."""
 
 import json
-from pathlib import Path
 
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
@@ -14,9 +13,9 @@ from bertctl.tasks import registry
 from bertctl.tasks.base import check_options
 from bertctl.tasks.classification import Classification
 
-from helpers import with_plugin
+from helpers import FIXTURES, with_plugin
 
-GLUE = Path(__file__).resolve().parent / "fixtures" / "glue"
+GLUE = FIXTURES / "glue"
 
 
 class MarkerOptions(BaseModel):

@@ -4,14 +4,12 @@ import json
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from helpers import TINY_MODEL, one_line_error
+from helpers import KILLPOINT, TINY_MODEL, one_line_error
 from tolerance import TINY_FP32  # (each tolerance's reason)
 
-KILLPOINT = Path(__file__).parent / "faults" / "killpoint.py"
 SAVE_CHECKPOINT = "bertctl.train.checkpoint:save_checkpoint"
 
 

@@ -5,7 +5,7 @@ prediction, and a tagger's, whose micro-batches hold different numbers of them) 
 in-batch negatives (retrieval, with and without cached
 negatives), whose negatives are every rank's documents.
 
-Run as a script (`python -m torch.distributed.run ... tests/test_global_batch.py OUT CASE`),
+Run as a script (`python -m torch.distributed.run ... tests/train/test_global_batch.py OUT CASE`),
 this file is the worker.
 """
 
@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 import torch
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+TESTS = Path(__file__).resolve().parents[1]   # tests/: its shared modules, run under torchrun too
+sys.path.insert(0, str(TESTS))
 
 from helpers import tiny_embedder  # noqa: E402
 from test_train_loop import RepeatedTokens, records, tiny_pretraining  # noqa: E402

@@ -1,7 +1,7 @@
 """A pretraining objective added from outside bertctl, with an option of its own: one module and
 one `register` call. Its option becomes a pretrain flag in the objective's help panel and a
 `--config` key, is part of the artifact's settings, reaches the objective, and is refused for
-another objective. No stage, CLI or config file changes (as tests/test_family_plugin.py shows
+another objective. No stage, CLI or config file changes (as tests/tasks/test_family_plugin.py shows
 for task families)."""
 
 import json

@@ -18,8 +18,9 @@ from bertctl.data.pretraining.dataset import (PretrainingDataset, decode_instanc
 from bertctl.data.pretraining.masking import (
     _sample_without_replacement, generator_uniform_at, hashed_uniform_at, num_to_predict)
 from bertctl.errors import BertctlError
+from helpers import FIXTURES
 
-FIXTURES = Path(__file__).parent / "fixtures" / "pretrain"
+PRETRAIN = FIXTURES / "pretrain"
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
 
@@ -40,7 +41,7 @@ def read_documents(path: Path) -> list[list[str]]:
 
 @pytest.fixture(scope="session")
 def corpus() -> list[list[str]]:
-    return [d for f in sorted(FIXTURES.glob("*.txt")) for d in read_documents(f)]
+    return [d for f in sorted(PRETRAIN.glob("*.txt")) for d in read_documents(f)]
 
 
 @pytest.fixture(scope="session")
@@ -52,7 +53,7 @@ def tokenizer() -> Tokenizer:
     tok.decoder = decoders.WordPiece()
     trainer = trainers.WordPieceTrainer(vocab_size=2000, special_tokens=["[PAD]", "[UNK]", "[SEP]",
                                                                          "[CLS]", "[MASK]"])
-    tok.train([str(f) for f in sorted(FIXTURES.glob("*.txt"))], trainer)
+    tok.train([str(f) for f in sorted(PRETRAIN.glob("*.txt"))], trainer)
     return tok
 
 

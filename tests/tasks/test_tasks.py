@@ -1,7 +1,6 @@
 """Task files -> examples -> features -> batches, on real GLUE / SWAG subsets (tests/fixtures/glue)."""
 
 import json
-import pathlib
 
 import numpy as np
 import pytest
@@ -10,9 +9,9 @@ import torch
 from bertctl import tasks
 from bertctl.data.collate import length_grouped_batches
 from bertctl.errors import BertctlError
-from helpers import encode_examples, read_examples
+from helpers import FIXTURES, ROOT, encode_examples, read_examples
 
-FIX = pathlib.Path(__file__).parent / "fixtures" / "glue"
+FIX = FIXTURES / "glue"
 
 # preset -> (fixture dir, header?, text column indices in the raw TSV, label column index)
 GLUE = {
@@ -452,7 +451,7 @@ def test_core_does_not_import_cli_libraries():
     code = ("import sys, bertctl.tasks, bertctl.metrics; "
             "print(sorted(m for m in ('typer', 'rich') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=pathlib.Path(__file__).parent.parent)
+                         cwd=ROOT)
     assert out.stdout.strip() == "[]"
 
 

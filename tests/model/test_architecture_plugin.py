@@ -3,7 +3,7 @@ shape of bertctl's own (config.py, modeling.py, and its `Architecture` entry in 
 written on the shared parts (the config base, the encoder base, the roles) and registered for
 the length of a test. Its name and size become choices of `pretrain --architecture` and
 `--model-size`, and it runs the chain pretrain -> finetune -> eval -> export with no stage, CLI
-or model-core change (as tests/test_objective_plugin.py shows for objectives and
+or model-core change (as tests/objectives/test_objective_plugin.py shows for objectives and
 test_family_plugin.py for families).
 
 The toy encoder is deliberately not BERT-shaped: pre-norm blocks with one fused projection, no
