@@ -135,11 +135,11 @@ def architecture_fields() -> dict[str, tuple[Any, Any]]:
     archs = list(ARCHITECTURES.values())
     sizes = tuple(dict.fromkeys(n for a in archs for n in a.config_class.presets))
     base = PretrainSettings.model_fields
-    arch_help = ("The encoder, from the registry (bertctl/model/architectures.py): "
+    arch_help = (base["architecture"].description + ": "
                  + "; ".join(f"{a.name}, {a.description}" if a.description else a.name
                              for a in archs)
                  + ". With --init-from or --model-config, their config.json says.")
-    size_help = ("The architecture's size presets (layers/hidden/heads): "
+    size_help = (base["model_size"].description + ": "
                  + "; ".join(f"{a.name}'s " + ", ".join(f"{n} {shape}" for n, shape in
                                                        a.config_class.presets.items())
                              for a in archs)

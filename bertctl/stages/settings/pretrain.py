@@ -31,10 +31,12 @@ class PretrainSettings(TrainingSettings):
                                     "the data's raises its --max-predictions-per-seq to what the "
                                     "rate needs (stats.masking in the manifest says both).",
                                     json_schema_extra=meta(TRAINING))
-    # Their choices and help are the registry's (assembled.py: architecture_fields).
-    architecture: str = Field("bert", description="The encoder, from the registry.",
+    # Declared here; assembled.py narrows them to the registry's names and lists them.
+    architecture: str = Field("bert", description="The encoder, from the registry "
+                              "(bertctl/model/architectures.py)",
                               json_schema_extra=meta(MODEL, hashed_if_changed=True))
-    model_size: str = Field("base", description="The architecture's size preset.",
+    model_size: str = Field("base", description="The architecture's size presets "
+                            "(layers/hidden/heads)",
                             json_schema_extra=meta(MODEL))
     num_hidden_layers: int | None = Field(None, ge=1, description="Override the preset's layers.",
                                           json_schema_extra=meta(MODEL))
