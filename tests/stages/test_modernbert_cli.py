@@ -27,11 +27,11 @@ def modern(tmp_path_factory, continuous_data):
 @pytest.fixture(scope="module")
 def modern_tasks(tmp_path_factory, modern):
     """One fine-tuned tiny ModernBERT per family."""
-    made = {}
+    tuned = {}
     for family, (data, _) in FAMILY_DATA.items():
-        made[family] = made(tmp_path_factory, f"modern-{family}", "finetune", modern, *data,
-                             "--steps", "4", "--batch-size", "8")
-    return made
+        tuned[family] = made(tmp_path_factory, f"modern-{family}", "finetune", modern, *data,
+                              "--steps", "4", "--batch-size", "8")
+    return tuned
 
 
 @pytest.fixture(scope="module")
