@@ -1,11 +1,20 @@
 import json
 import os
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 from typer.testing import CliRunner
 
-from bertctl.cli import app
+# A few test modules import what another room's module defines (test_train_loop's tiny
+# pretraining, test_pipelines' search set): every room is importable, whatever the order of
+# collection or the files a run names.
+_TESTS = Path(__file__).resolve().parent
+sys.path[:0] = [str(_TESTS / room) for room in ("model", "data", "train", "objectives", "tasks",
+                                                "stages", "contract", "faults")]
+
+from bertctl.cli import app  # noqa: E402
 from helpers import (CORPUS, EXAMPLES, FIXTURES, TINY_MODEL, invoke, made, minilm_path)
 
 # The tests' models are tiny: a second thread costs more in synchronisation than it gains, and

@@ -7,6 +7,7 @@ Options that do not apply to a kind are refused in one line."""
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -60,10 +61,11 @@ def test_bpe_is_sentencepiece_bpe_of_the_reference_trainer():
 
 @pytest.mark.parametrize("kind", ["bpe", "byte-level-bpe", "unigram"])
 def test_the_same_corpus_gives_the_same_bytes_in_two_processes(kind):
-    code = ("import sys; from test_tokenizer_kinds import _ours; "
-            f"sys.stdout.write(_ours({kind!r}).to_str())")
+    here = Path(__file__).resolve().parent   # this module, and tests/ for its helpers
+    code = (f"import sys; sys.path[:0] = [{str(here)!r}, {str(here.parent)!r}]; "
+            f"from test_tokenizer_kinds import _ours; sys.stdout.write(_ours({kind!r}).to_str())")
     runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                           check=True, cwd=str(CORPUS.parents[1] / "tests")).stdout
+                           check=True, cwd=str(here)).stdout
             for _ in range(2)]
     assert runs[0] == runs[1] and len(runs[0]) > 1000
 
