@@ -35,6 +35,26 @@ ROLES = ("encoder", "pretraining", "masked_lm", "electra", "sequence_classificat
          "multiple_choice", "question_answering", "token_classification")
 
 
+# The class-name suffix transformers gives each role's model (BertForMaskedLM, ...).
+SUFFIXES = {"encoder": "Model", "pretraining": "ForPreTraining", "masked_lm": "ForMaskedLM",
+            "sequence_classification": "ForSequenceClassification",
+            "multiple_choice": "ForMultipleChoice",
+            "question_answering": "ForQuestionAnswering",
+            "token_classification": "ForTokenClassification"}
+
+
+def transformers_classes(module: str, prefix: str, *, pretraining: bool = False,
+                         **other: str) -> dict[str, str]:
+    """An architecture's `heads`: role -> "module:Class" for the classes `module` names as
+    transformers does (`prefix` + the role's suffix): the encoder, the masked LM (and the
+    pretraining heads when it has them) and the four fine-tuning roles. `other` roles name
+    their class in full ("module:Class")."""
+    named = {role: f"{module}:{prefix}{suffix}" for role, suffix in SUFFIXES.items()
+             if role != "pretraining" or pretraining}
+    named.update(other)
+    return {role: named[role] for role in ROLES if role in named}
+
+
 @runtime_checkable
 class ArchitectureConfig(Protocol):
     """An architecture's config: config.json's fields under transformers' names, checked when

@@ -6,7 +6,7 @@ own (`architectures.ArchitectureConfig` is the interface)."""
 
 from __future__ import annotations
 
-from dataclasses import fields, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any, ClassVar
 
 from bertctl.errors import BertctlError
@@ -97,3 +97,26 @@ class ConfigBase:
             raise BertctlError(str(exc).replace("model config:", f"{source}:", 1)) from None
         except TypeError as exc:   # a string where a number belongs
             raise BertctlError(f"{source}: {exc}") from None
+
+
+@dataclass
+class BertFields(ConfigBase):
+    """BERT's shape and training fields under transformers' names (BertConfig's, which
+    ELECTRA, RoBERTa and DeBERTa keep), BERT-Base's defaults: a config that has them derives
+    from this and overrides the defaults that are not its own."""
+
+    KEPT_WHEN_SIZED = ("vocab_size", "max_position_embeddings", "type_vocab_size",
+                       "pad_token_id")
+
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    initializer_range: float = 0.02
+    layer_norm_eps: float = 1e-12

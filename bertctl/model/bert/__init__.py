@@ -3,22 +3,16 @@ config.py (the config and Google's size presets), modeling.py (the encoder, pret
 fine-tuning heads). Its `electra` role, ELECTRA's generator and discriminator on this encoder,
 is model/electra/pretraining.py."""
 
-from bertctl.model.architectures import Architecture, register
+from bertctl.model.architectures import Architecture, register, transformers_classes
 from bertctl.model.bert.config import BertConfig
 
-_HEADS = "bertctl.model.bert.modeling:"
 
 register(Architecture(
     name="bert", model_type="bert", config_class=BertConfig,
     description="the paper's",
-    heads={"encoder": "bertctl.model.bert.modeling:BertModel",
-           "pretraining": _HEADS + "BertForPreTraining",
-           "masked_lm": _HEADS + "BertForMaskedLM",
-           "electra": "bertctl.model.electra.pretraining:BertForElectraPreTraining",
-           "sequence_classification": _HEADS + "BertForSequenceClassification",
-           "multiple_choice": _HEADS + "BertForMultipleChoice",
-           "question_answering": _HEADS + "BertForQuestionAnswering",
-           "token_classification": _HEADS + "BertForTokenClassification"},
+    heads=transformers_classes(
+        "bertctl.model.bert.modeling", "Bert", pretraining=True,
+        electra="bertctl.model.electra.pretraining:BertForElectraPreTraining"),
     encoder_name="bert", bare_prefixes=("embeddings.", "encoder.", "pooler."),
     # HF's non-persistent index buffers (older versions saved them) and the decoder weight,
     # which is the word embeddings.

@@ -8,11 +8,11 @@ from typing import Any, ClassVar
 
 from bertctl.errors import BertctlError
 from bertctl.model.architectures import check_config
-from bertctl.model.config_base import ConfigBase
+from bertctl.model.config_base import BertFields
 
 
 @dataclass
-class BertConfig(ConfigBase):
+class BertConfig(BertFields):
     """Hyper-parameters under Hugging Face's field names, so config.json maps one to one.
 
     The defaults are BERT-Base with the uncased English vocabulary.
@@ -20,21 +20,7 @@ class BertConfig(ConfigBase):
 
     architecture = "bert"   # model.architectures
     model_type: ClassVar[str] = "bert"   # config.json's
-    KEPT_WHEN_SIZED = ("vocab_size", "max_position_embeddings", "type_vocab_size",
-                       "pad_token_id")
 
-    vocab_size: int = 30522
-    hidden_size: int = 768
-    num_hidden_layers: int = 12
-    num_attention_heads: int = 12
-    intermediate_size: int = 3072
-    hidden_act: str = "gelu"
-    hidden_dropout_prob: float = 0.1
-    attention_probs_dropout_prob: float = 0.1
-    max_position_embeddings: int = 512
-    type_vocab_size: int = 2
-    initializer_range: float = 0.02
-    layer_norm_eps: float = 1e-12
     pad_token_id: int | None = 0
     # HF's optional override of the dropout before sequence/token classifiers (None: hidden's).
     classifier_dropout: float | None = None

@@ -2,20 +2,14 @@
 transformers' DebertaV2 classes: config.py, modeling.py (disentangled attention over log-bucketed
 relative positions, the encoder and its heads)."""
 
-from bertctl.model.architectures import Architecture, register
+from bertctl.model.architectures import Architecture, register, transformers_classes
 from bertctl.model.deberta.config import DebertaV2Config
 
-_MODEL = "bertctl.model.deberta.modeling:"
 
 register(Architecture(
     name="deberta-v2", model_type="deberta-v2", config_class=DebertaV2Config,
     description="DeBERTa-v2's and v3's",
-    heads={"encoder": f"{_MODEL}DebertaV2Model",
-           "masked_lm": f"{_MODEL}DebertaV2ForMaskedLM",
-           "sequence_classification": f"{_MODEL}DebertaV2ForSequenceClassification",
-           "multiple_choice": f"{_MODEL}DebertaV2ForMultipleChoice",
-           "question_answering": f"{_MODEL}DebertaV2ForQuestionAnswering",
-           "token_classification": f"{_MODEL}DebertaV2ForTokenClassification"},
+    heads=transformers_classes("bertctl.model.deberta.modeling", "DebertaV2"),
     encoder_name="deberta", bare_prefixes=("embeddings.", "encoder."),
     # transformers' index buffer and the tied decoder.
     ignored_keys=("deberta.embeddings.position_ids", "cls.predictions.decoder.weight",

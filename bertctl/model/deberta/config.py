@@ -8,33 +8,22 @@ from typing import Any, ClassVar
 
 from bertctl.errors import BertctlError
 from bertctl.model.architectures import check_config, encoder_flops
-from bertctl.model.config_base import ConfigBase
+from bertctl.model.config_base import BertFields
 
 ATTENTION_TYPES = ("c2p", "p2c")   # content-to-position and position-to-content
 
 
 @dataclass
-class DebertaV2Config(ConfigBase):
+class DebertaV2Config(BertFields):
     """The defaults are DeBERTa-v3's (He et al., 2021): relative attention over 256 log
     buckets, both disentangled terms with the content projections shared, no absolute
     positions, no token types, its 128k SentencePiece vocabulary; the base size."""
 
     architecture = "deberta-v2"
     model_type: ClassVar[str] = "deberta-v2"
-    KEPT_WHEN_SIZED = ("vocab_size", "max_position_embeddings", "type_vocab_size",
-                       "pad_token_id")
 
     vocab_size: int = 128100
-    hidden_size: int = 768
-    num_hidden_layers: int = 12
-    num_attention_heads: int = 12
-    intermediate_size: int = 3072
-    hidden_act: str = "gelu"
-    hidden_dropout_prob: float = 0.1
-    attention_probs_dropout_prob: float = 0.1
-    max_position_embeddings: int = 512
     type_vocab_size: int = 0
-    initializer_range: float = 0.02
     layer_norm_eps: float = 1e-7
     relative_attention: bool = True
     max_relative_positions: int = -1      # below 1: max_position_embeddings

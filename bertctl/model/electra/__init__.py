@@ -4,20 +4,14 @@ width (projected up), and ELECTRA's heads: config.py, modeling.py. pretraining.p
 bertctl's own ELECTRA pretraining (`--objective electra`), which trains a BERT-shaped
 discriminator and saves it as a BERT."""
 
-from bertctl.model.architectures import Architecture, register
+from bertctl.model.architectures import Architecture, register, transformers_classes
 from bertctl.model.electra.config import ElectraConfig
 
-_MODEL = "bertctl.model.electra.modeling:"
 
 register(Architecture(
     name="electra", model_type="electra", config_class=ElectraConfig,
     description="ELECTRA's discriminator",
-    heads={"encoder": f"{_MODEL}ElectraModel",
-           "masked_lm": f"{_MODEL}ElectraForMaskedLM",
-           "sequence_classification": f"{_MODEL}ElectraForSequenceClassification",
-           "multiple_choice": f"{_MODEL}ElectraForMultipleChoice",
-           "question_answering": f"{_MODEL}ElectraForQuestionAnswering",
-           "token_classification": f"{_MODEL}ElectraForTokenClassification"},
+    heads=transformers_classes("bertctl.model.electra.modeling", "Electra"),
     encoder_name="electra", bare_prefixes=("embeddings.", "embeddings_project.", "encoder."),
     # transformers' index buffers, and the generator's decoder, which is the word embeddings.
     ignored_keys=("electra.embeddings.position_ids", "electra.embeddings.token_type_ids",

@@ -1,22 +1,16 @@
 """ModernBERT (Warner et al., 2024) as a bertctl architecture, saved as transformers'
 ModernBERT: config.py (the config and presets), modeling.py (the encoder and its heads)."""
 
-from bertctl.model.architectures import Architecture, register
+from bertctl.model.architectures import Architecture, register, transformers_classes
 from bertctl.model.modernbert.config import ModernBertConfig
 
-_HEADS = "bertctl.model.modernbert.modeling:"
 
 register(Architecture(
     name="modernbert", model_type="modernbert", config_class=ModernBertConfig,
     description="ModernBERT's (pre-norm, GeGLU, rotary positions, no biases, local "
     "attention), saved as transformers' ModernBERT, trained by --objective mlm",
     # No next-sentence head and no ELECTRA discriminator: ModernBERT pretrains by masked LM.
-    heads={"encoder": "bertctl.model.modernbert.modeling:ModernBertModel",
-           "masked_lm": _HEADS + "ModernBertForMaskedLM",
-           "sequence_classification": _HEADS + "ModernBertForSequenceClassification",
-           "multiple_choice": _HEADS + "ModernBertForMultipleChoice",
-           "question_answering": _HEADS + "ModernBertForQuestionAnswering",
-           "token_classification": _HEADS + "ModernBertForTokenClassification"},
+    heads=transformers_classes("bertctl.model.modernbert.modeling", "ModernBert"),
     encoder_name="model", bare_prefixes=("embeddings.", "layers.", "final_norm."),
     ignored_keys=("decoder.weight",), position_table=False, rope_base="global_rope_theta",
     own_config_keys=("layer_types", "global_rope_theta", "rope_parameters", "norm_eps",

@@ -3,22 +3,16 @@ saved as transformers' classes of the same names: BERT's blocks (model/bert) und
 embeddings (positions past the padding id, one token type) and heads (`lm_head`, the
 classifier's own dense layer). config.py, modeling.py."""
 
-from bertctl.model.architectures import Architecture, register
+from bertctl.model.architectures import Architecture, register, transformers_classes
 from bertctl.model.roberta.config import RobertaConfig, XLMRobertaConfig
 
-_MODEL = "bertctl.model.roberta.modeling:"
 
 for _name, _config, _prefix, _what in (
         ("roberta", RobertaConfig, "Roberta", "RoBERTa's"),
         ("xlm-roberta", XLMRobertaConfig, "XLMRoberta", "XLM-RoBERTa's")):
     register(Architecture(
         name=_name, model_type=_name, config_class=_config, description=_what,
-        heads={"encoder": f"{_MODEL}{_prefix}Model",
-               "masked_lm": f"{_MODEL}{_prefix}ForMaskedLM",
-               "sequence_classification": f"{_MODEL}{_prefix}ForSequenceClassification",
-               "multiple_choice": f"{_MODEL}{_prefix}ForMultipleChoice",
-               "question_answering": f"{_MODEL}{_prefix}ForQuestionAnswering",
-               "token_classification": f"{_MODEL}{_prefix}ForTokenClassification"},
+        heads=transformers_classes("bertctl.model.roberta.modeling", _prefix),
         encoder_name="roberta", bare_prefixes=("embeddings.", "encoder.", "pooler."),
         # transformers' index buffers, and the decoder, which is the word embeddings and the
         # head's bias.
