@@ -52,6 +52,19 @@ def test_id_is_stable_and_depends_on_config_and_inputs(tmp_path, monkeypatch):
                                      [artifacts.file_input(f, "corpus")])
 
 
+def test_the_default_architecture_is_left_out_of_a_runs_id():
+    """`--architecture bert` (the default) is not in the id: a BERT run keeps the id it had
+    before architectures existed; another architecture is in it."""
+    from bertctl import settings as settings_mod
+    from bertctl.stages.settings.pretrain import PretrainSettings
+
+    default = settings_mod.identity(PretrainSettings(steps=10).resolved())
+    assert "architecture" not in default
+    modern = settings_mod.identity(PretrainSettings(steps=10, architecture="modernbert"
+                                                    ).resolved())
+    assert modern["architecture"] == "modernbert"
+
+
 def test_produce_writes_manifest_and_skips_when_up_to_date(tmp_path):
     out = tmp_path / "art"
     first = artifacts.produce("eval", {"k": 1}, [], artifacts.Target(out), _build())

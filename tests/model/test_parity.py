@@ -5,8 +5,8 @@ by transformers, loads into bertctl with nothing missing and gives its outputs; 
 computes for each sequence what it computes alone. Padded batches throughout.
 
 An architecture is a row of CASES (with its variants: ELECTRA's narrow embeddings, DeBERTa's
-v2 and v3 attention, ModernBERT's local windows). What only one architecture has is tested in
-its own file (test_<name>_parity.py, test_model.py for BERT).
+v2 and v3 attention, ModernBERT's local windows). What only one architecture has is at the end
+of this file, under its name (BERT's in test_model.py).
 """
 
 from __future__ import annotations
@@ -44,6 +44,8 @@ class Case:
     token_types: bool = False       # a second segment in every row
     starts_with: int | None = None  # a first token every row has (RoBERTa's <s>)
     lengths: tuple[int, ...] = (40,)
+    # the sequences of a packed row, in each row checked
+    packed: tuple[tuple[int, ...], ...] = ((9, 30, 17),)
     head_values: dict = field(default_factory=dict)   # what transformers' heads need besides
 
 
@@ -83,6 +85,8 @@ CASES = {
     "modernbert": Case("modernbert", "ModernBert", dict(
         SHAPE, num_hidden_layers=4, local_attention=32, max_position_embeddings=512,
         cls_token_id=2, sep_token_id=3, decoder_bias=True), lengths=(16, 40, 300),
+        # near a neighbour's edge in a local window, and across windows
+        packed=((9, 30), (50, 70, 11), (130, 170)),
         head_values=dict(bos_token_id=2, eos_token_id=3, norm_bias=True, attention_bias=True,
                          mlp_bias=True, classifier_bias=True)),
     "modernbert-mean": Case("modernbert", "ModernBert", dict(
@@ -179,7 +183,9 @@ def test_a_packed_row_keeps_its_sequences_apart(name):
     """Packed rows (sequence numbers in the mask, positions restarting at 0): each sequence's
     states are those it has alone."""
     case = CASES[name]
-    check_packed_row(_ours(case, "encoder"), VOCAB, case.pad)
+    model = _ours(case, "encoder")
+    for lengths in case.packed:
+        check_packed_row(model, VOCAB, case.pad, lengths)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -210,3 +216,99 @@ def test_the_variable_length_path_computes_what_the_masked_one_does(name):
     encoder = _ours(case, "encoder")
     encoder.attention_policy.configure("varlen")
     check_packed_row(encoder, VOCAB, case.pad)
+
+
+# ---------------------------------------------------------------------------------------------
+# What one architecture has
+
+
+def test_roberta_reads_any_segment_id_as_its_one_type_and_refuses_length():
+    """RoBERTa has one token type; positions count from the padding id, so the longest input
+    is two short of the table."""
+    case = CASES["roberta"]
+    model = _ours(case, "encoder")
+    inputs = _inputs(case, 40)
+    ids, mask = inputs["input_ids"], inputs["attention_mask"]
+    segments = (torch.arange(ids.size(1)) > 10).long().expand_as(ids)
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids, segments, mask)["last_hidden_state"],
+                                   model(ids, None, mask)["last_hidden_state"])
+    table = case.values["max_position_embeddings"]
+    assert model.config.longest_input == table - 2
+    with pytest.raises(ValueError, match="exceeds"):
+        model(torch.full((1, table - 1), 5))
+
+
+def test_roberta_config_without_room_past_the_padding_is_refused():
+    from bertctl.errors import BertctlError
+    from bertctl.model.roberta import RobertaConfig, XLMRobertaConfig
+
+    with pytest.raises(BertctlError, match="leaves no position past the padding id"):
+        RobertaConfig.from_hf_dict({**ROBERTA, "model_type": "roberta",
+                                    "max_position_embeddings": 2})
+    with pytest.raises(BertctlError, match="model_type is 'roberta', not 'xlm-roberta'"):
+        XLMRobertaConfig.from_hf_dict({**ROBERTA, "model_type": "roberta"})
+
+
+def test_distilbert_sinusoidal_table_is_transformers():
+    from bertctl.model.distilbert.modeling import sinusoidal_table
+
+    torch.manual_seed(0)
+    theirs = transformers.DistilBertModel(transformers.DistilBertConfig(
+        **CASES["distilbert-sinusoidal"].values))
+    torch.testing.assert_close(sinusoidal_table(64, 64),
+                               theirs.embeddings.position_embeddings.weight.detach(),
+                               atol=1e-6, rtol=0)   # float64 -> float32 rounding, both
+
+
+def test_electra_discriminator_checkpoint_is_an_encoder(tmp_path):
+    """ElectraForPreTraining (replaced-token detection, no bertctl role): its encoder loads
+    whole; only the detection head is left out, and said."""
+    case = CASES["electra-narrow"]
+    torch.manual_seed(0)
+    theirs = shaken(transformers.ElectraForPreTraining(transformers.ElectraConfig(
+        **case.values)))
+    theirs.save_pretrained(str(tmp_path))
+    ours, report = load_model(tmp_path, role="sequence_classification", num_labels=2)
+    assert not report.missing or all(k.startswith("classifier.") for k in report.missing)
+    assert all(k.startswith("discriminator_predictions.") for k in report.unexpected)
+    encoder, report = load_model(tmp_path, role="encoder")
+    assert not report.missing, report
+    inputs = _inputs(case, 40)
+    with torch.no_grad():
+        got = _call(encoder.eval(), inputs)["last_hidden_state"]
+        ref = theirs.electra(**inputs).last_hidden_state
+    close_where(got, ref, inputs["attention_mask"].bool())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("packed", [False, True])
+def test_modernbert_rotary_positions_are_their_definition_bit_for_bit(dtype, packed):
+    """`rotate` against RoFormer's definition as transformers writes it, x * cos +
+    rotate_half(x) * sin with rotate_half(x) = (-x2, x1), in fp32: the same products and sums,
+    so the output and the input's gradient are equal bit for bit (no tolerance), far positions
+    and bf16 inputs included. The input is a view of a fused projection, as the attention
+    passes it; packed rows have positions of their own."""
+    from bertctl.model.modernbert.modeling import Rotary, rotate
+
+    gen = torch.Generator().manual_seed(0)
+    T = 135
+    positions = (torch.randint(0, 8192, (2, T), generator=gen) if packed
+                 else torch.arange(0, 8192, 61))
+    cos, sin = Rotary(64, 160_000.0)(positions)
+    qkv = torch.randn(2, T, 3, 4, 64, generator=gen).to(dtype)
+    grad = torch.randn(2, 4, T, 64, generator=gen).to(dtype)
+
+    def definition(t):
+        t32 = t.float()
+        turned = torch.cat((-t32[..., 32:], t32[..., :32]), dim=-1)
+        return (t32 * cos + turned * sin).to(dtype)
+
+    ours, theirs = qkv.clone().requires_grad_(), qkv.clone().requires_grad_()
+    out = rotate(ours.permute(2, 0, 3, 1, 4)[0], cos, sin)
+    want = definition(theirs.permute(2, 0, 3, 1, 4)[0])
+    out.backward(grad)
+    want.backward(grad)
+    assert torch.equal(out, want) and torch.equal(ours.grad, theirs.grad)
+    with torch.no_grad():   # evaluation and export take the same arithmetic without autograd
+        assert torch.equal(rotate(qkv.permute(2, 0, 3, 1, 4)[0], cos, sin), want)
