@@ -337,13 +337,13 @@ def test_function_level_imports_only_where_they_pay():
 @pytest.mark.parametrize("name", sorted(ARCHITECTURES))
 def test_every_registered_architecture_fulfils_the_contract(name):
     """#54: what an architecture provides is written as Protocols (model/architectures.py);
-    each registered one is checked against them, its heads are EncoderWithHead models of the
+    each registered one is checked against them, its heads are Composed models of the
     roles they claim, and its package imports only the shared module, never another
     architecture's files but those of the one it declares it builds on (RoBERTa on BERT's)."""
     import torch
 
     from bertctl.model import architectures, build
-    from bertctl.model.shared import EncoderWithHead
+    from bertctl.model.composed import Composed
 
     from bertctl.model.shared import ACTIVATIONS
 
@@ -362,7 +362,7 @@ def test_every_registered_architecture_fulfils_the_contract(name):
     for role in arch.heads:
         cls = arch.head(role)
         assert cls.__name__ == arch.head_name(role)
-        assert role == "encoder" or issubclass(cls, EncoderWithHead), (role, cls)
+        assert role == "encoder" or issubclass(cls, Composed), (role, cls)
     assert architectures.of_model(encoder) is arch
     def room(a):   # the package its config class is declared in (xlm-roberta: roberta's)
         return a.config_class.__module__.split(".")[2]

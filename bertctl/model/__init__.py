@@ -1,7 +1,7 @@
 """The shared PyTorch model core: the architectures, each a package that registers itself
 (bert/, modernbert/; the contract in architectures.py), what their model files share
-(shared.py), the roles their heads play (roles.py) and Hugging Face checkpoint reading and
-writing (hf.py).
+(shared.py), the one way a headed model is made (composed.py), the heads of the roles,
+written once (roles.py), and Hugging Face checkpoint reading and writing (hf.py).
 
 Importing the package registers the architectures without importing torch (the CLI's help
 lists them). Every registered architecture's config class and model classes (its heads, by
@@ -21,10 +21,9 @@ for _package in sorted(m.name for m in pkgutil.iter_modules(__path__) if m.ispkg
     importlib.import_module(f"{__name__}.{_package}")
 
 _LAZY = {
-    "bertctl.model.bert.modeling": ("BertWithHead",),
+    "bertctl.model.composed": ("Composed", "Head"),
     "bertctl.model.hf": ("LoadReport", "load_model", "read_config", "read_config_dict",
                          "save_model"),
-    "bertctl.model.shared": ("EncoderWithHead",),
 }
 _WHERE = {name: module for module, names in _LAZY.items() for name in names}
 

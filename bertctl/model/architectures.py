@@ -6,8 +6,8 @@ bertctl/model/__init__.py.
 The rest of bertctl asks for a role ("sequence_classification") and gets the class of the
 architecture at hand: config.json's `model_type` says which for a saved model, `pretrain
 --architecture` for a new one; the flag's choices and `--model-size`'s come from here. What an
-architecture provides is written below as Protocols (`ArchitectureConfig`, `Encoder`, and
-`EncoderWithHead` in shared.py for the headed models), which tests/test_architecture.py checks
+architecture provides is written below as Protocols (`ArchitectureConfig`, `Encoder`; its
+headed models are composed.Composed, an encoder and a head), which tests/test_architecture.py checks
 of every registered one and tests/model/test_architecture_plugin.py proves with a toy architecture.
 
 Declaring one imports no torch (`bertctl pretrain --help` reads the names and sizes): the model
@@ -35,23 +35,28 @@ ROLES = ("encoder", "pretraining", "masked_lm", "electra", "sequence_classificat
          "multiple_choice", "question_answering", "token_classification")
 
 
-# The class-name suffix transformers gives each role's model (BertForMaskedLM, ...).
+# The class-name suffix transformers gives each role's model (BertForMaskedLM, ...); the
+# model class of a role is the encoder class's prefix and it (config.json's `architectures`).
 SUFFIXES = {"encoder": "Model", "pretraining": "ForPreTraining", "masked_lm": "ForMaskedLM",
+            "electra": "ForElectraPreTraining",
             "sequence_classification": "ForSequenceClassification",
             "multiple_choice": "ForMultipleChoice",
             "question_answering": "ForQuestionAnswering",
             "token_classification": "ForTokenClassification"}
 
 
-def transformers_classes(module: str, prefix: str, *, pretraining: bool = False,
-                         **other: str) -> dict[str, str]:
-    """An architecture's `heads`: role -> "module:Class" for the classes `module` names as
-    transformers does (`prefix` + the role's suffix): the encoder, the masked LM (and the
-    pretraining heads when it has them) and the four fine-tuning roles. `other` roles name
-    their class in full ("module:Class")."""
-    named = {role: f"{module}:{prefix}{suffix}" for role, suffix in SUFFIXES.items()
-             if role != "pretraining" or pretraining}
-    named.update(other)
+def heads_named(module: str, prefix: str, *, pretraining: bool = False, heads: str | None = None,
+                **other: str) -> dict[str, str]:
+    """An architecture's `heads` as its modeling `module` names them: the encoder class
+    `prefix` + "Model", and each role's Head class, the `heads` prefix (default `prefix`), the
+    role's name and "Head" (BertMaskedLMHead, BertSequenceClassificationHead): the masked LM
+    (and the pretraining heads when it has them) and the four fine-tuning roles. `other`
+    roles name their Head in full ("module:Class")."""
+    heads = heads or prefix
+    named = {role: f"{module}:{heads}{suffix.removeprefix('For')}Head"
+             for role, suffix in SUFFIXES.items()
+             if role not in ("encoder", "electra") and (role != "pretraining" or pretraining)}
+    named.update(encoder=f"{module}:{prefix}Model", **other)
     return {role: named[role] for role in ROLES if role in named}
 
 
@@ -170,24 +175,33 @@ class Architecture:
         return [*self.heads, *(r for r in HEADS if r not in self.heads)]
 
     def head(self, role: str, where: str = "model") -> type:
-        """The model class of `role`: the architecture's own, or its encoder composed with a
-        registered head (bertctl/model/composed.py)."""
+        """The model class of `role`: the encoder's, or the encoder and the role's Head (the
+        architecture's own, else a family's registered one), composed
+        (bertctl/model/composed.py)."""
+        if role == "encoder":
+            return _imported(self.heads["encoder"])
         if role in self.heads:
-            return _imported(self.heads[role])
-        if role in HEADS:   # a Head (bertctl/model/composed.py) on this encoder
-            return _imported(HEADS[role].head).composed(
-                self.head("encoder"), self.encoder_name, self.head_name(role),
-                f"The {self.name} encoder with the {role.replace('_', ' ')} head")
-        raise BertctlError(f"{where}: the {self.name} architecture has no "
-                           f"{role.replace('_', ' ')} model")
+            head = _imported(self.heads[role])
+        elif role in HEADS:
+            head = _imported(HEADS[role].head)
+        else:
+            raise BertctlError(f"{where}: the {self.name} architecture has no "
+                               f"{role.replace('_', ' ')} model")
+        from bertctl.model.composed import composed_class   # (torch: not at import)
+
+        return composed_class(self.head_name(role), self.head("encoder"), self.encoder_name,
+                              head, f"The {self.name} encoder with the "
+                                    f"{role.replace('_', ' ')} head")
 
     def head_name(self, role: str) -> str:
         """The class name of a role's model (config.json's `architectures`), imported or not:
-        a composed one's is the encoder class's prefix and the head's suffix."""
-        if role not in self.heads and role in HEADS:
-            return self.head_name("encoder").removesuffix("Model") + HEADS[role].suffix
-        found = self.heads[role]
-        return found.partition(":")[2] if isinstance(found, str) else found.__name__
+        the encoder class's prefix and the role's suffix (a family's head's own)."""
+        found = self.heads["encoder"]
+        encoder = found.partition(":")[2] if isinstance(found, str) else found.__name__
+        if role == "encoder":
+            return encoder
+        suffix = SUFFIXES[role] if role in self.heads else HEADS[role].suffix
+        return encoder.removesuffix("Model") + suffix
 
     def config_from_hf(self, hf: dict[str, Any], source: str):
         return self.config_class.from_hf_dict(hf, source=source)

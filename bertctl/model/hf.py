@@ -23,7 +23,7 @@ from torch import nn
 
 from bertctl.errors import BertctlError, DiskFull, is_disk_full
 from bertctl.model import architectures, sentence_layout as sentence
-from bertctl.model.shared import EncoderWithHead
+from bertctl.model.composed import Composed
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
@@ -123,12 +123,12 @@ def save_model(model: nn.Module, directory: str | Path, extra_config: dict[str, 
     directory.mkdir(parents=True, exist_ok=True)
     config = model.config.to_hf_dict()
     config["architectures"] = [type(model).__name__]
-    if isinstance(model, EncoderWithHead):
+    if isinstance(model, Composed):
         config.update(model.hf_config())
     config.update(extra_config or {})
     (directory / CONFIG_NAME).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n",
                                          encoding="utf-8")
-    headed = isinstance(model, EncoderWithHead)
+    headed = isinstance(model, Composed)
     for name, content in (model.extra_files() if headed else {}).items():
         (directory / name).parent.mkdir(parents=True, exist_ok=True)
         if isinstance(content, dict) and content and \
@@ -243,7 +243,7 @@ def load_state_dict(model: nn.Module, state_dict: dict[str, torch.Tensor], sourc
     model = _unwrap(model)
     arch = architectures.of_model(model)
     ours = model.state_dict()
-    headed = isinstance(model, EncoderWithHead)
+    headed = isinstance(model, Composed)
     encoder = f"{model.encoder_name}." if headed else ""
     full = f"{arch.encoder_name}."
 
@@ -309,7 +309,7 @@ def load_model(directory: str | Path, role: str | type | None = None,
                                f"load (\"encoder\" for its encoder alone)")
         role = known[0] if known else "encoder"
     head_class = arch.head(role, str(directory))
-    if issubclass(head_class, EncoderWithHead) and (
+    if issubclass(head_class, Composed) and (
             head_class.__name__ in names or getattr(head_class, "kwargs_from_any_config", False)):
         # A checkpoint of this very head type knows its label count; another head's does not.
         given = "num_labels" in head_kwargs   # the caller's count wins (a new head)
@@ -323,7 +323,7 @@ def load_model(directory: str | Path, role: str | type | None = None,
                 head_kwargs["problem_type"] = "regression"
     model = head_class(config, **head_kwargs)
     tensors = read_safetensors(directory)
-    if issubclass(head_class, EncoderWithHead):
+    if issubclass(head_class, Composed):
         extra = head_class.extra_weights(directory, hf_config)
         _refuse_non_finite(extra, directory)
         tensors.update(extra)

@@ -1,10 +1,11 @@
-"""What a head of each role takes and returns, for any architecture: the masked LM's outputs
-(`masked_lm`) and the fine-tuning roles transformers has classes for (`SequenceClassifier`,
-`MultipleChoice`, `QuestionAnswering`, `TokenClassifier`). A family's head of its own is not a
-role of the architectures but a `bertctl.model.composed.Head` in the family's folder. An architecture's head class mixes a role in and says
-how it pools (`_pool`, where it does not read the first token as `EncoderWithHead`'s
-default does), how its classifier reads a vector (`_classify`) and how it scores spans
-(`_span_logits`); its encoder is at `encoder`.
+"""The heads of the roles transformers has classes for, written once for every architecture:
+what each takes and returns, and its loss (`MaskedLM`, `SequenceClassifier`, `MultipleChoice`,
+`QuestionAnswering`, `TokenClassifier`). Each is a `composed.Head` whose modules are the
+model's own (`RoleHead`). An architecture's head of a role derives from the role and says what
+is its own: its modules under transformers' names, built in `__init__`; how it initialises
+them (`init_module`); how it pools a sequence (`pool`, where not the first token), how its
+classifier reads a vector (`classify`), how it scores spans (`span_logits`) and predicts the
+vocabulary (`predict`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import torch
 import torch.nn.functional as F
 
 from bertctl.labels import IGNORE_INDEX
-from bertctl.model.shared import token_mean, vocabulary_cross_entropy
+from bertctl.model.composed import Head
+from bertctl.model.shared import first_tokens, token_mean, vocabulary_cross_entropy
 from bertctl.step_scope import scope_for
 
 
@@ -44,14 +46,49 @@ def masked_lm(predict: Callable[[torch.Tensor], torch.Tensor], hidden: torch.Ten
     return out
 
 
-class SequenceClassifier:
+class RoleHead(Head):
+    """A role's head: its modules are the model's own, named as transformers' class of the role
+    names them."""
+
+    attribute = None
+
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+
+    def width(self, features) -> int:
+        """What a classifier reads: the hidden size, or a frozen encoder's combined width."""
+        return features.width if features is not None else self.config.hidden_size
+
+
+class MaskedLM(RoleHead):
+    """Masked-LM outputs (`masked_lm`) of `predict` (hidden states -> vocabulary logits)."""
+
+
+    def predict(self, model, hidden: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def forward(self, model, input_ids: torch.Tensor,
+                token_type_ids: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None, labels: torch.Tensor | None = None,
+                position_ids: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        hidden = model.encoder(input_ids, token_type_ids, attention_mask,
+                               position_ids=position_ids)["last_hidden_state"]
+        out = masked_lm(lambda h: self.predict(model, h), hidden, labels)
+        if labels is not None:
+            out["loss"] = out["mlm_loss"]
+        return out
+
+
+class SequenceClassifier(RoleHead):
     """A classifier on a pooled sequence vector: classification (CE) or regression (MSE, one
     output)."""
 
     PROBLEM_TYPES = ("single_label_classification", "regression")
     supports_packing = True
+    reads_features = True
 
-    def _problem(self, num_labels: int | None, problem_type: str) -> int:
+    def problem(self, num_labels: int | None, problem_type: str) -> int:
         if problem_type not in self.PROBLEM_TYPES:
             raise ValueError(f"problem_type must be one of {self.PROBLEM_TYPES}, got {problem_type!r}")
         if num_labels is None:
@@ -61,23 +98,34 @@ class SequenceClassifier:
         self.num_labels, self.problem_type = num_labels, problem_type
         return num_labels
 
-    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
+    def pool(self, model, input_ids, token_type_ids, attention_mask, position_ids=None,
+             sequence_starts=None) -> torch.Tensor:
+        """The vector the classifier reads: the first token's last hidden state (each packed
+        sequence's own, `sequence_starts`)."""
+        return first_tokens(model.sequence(input_ids, token_type_ids, attention_mask,
+                                           position_ids), sequence_starts)
+
+    def classify(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def forward(self, model, input_ids: torch.Tensor,
+                token_type_ids: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None,
                 labels: torch.Tensor | None = None,
                 position_ids: torch.Tensor | None = None,
                 sequence_starts: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         if input_ids.dim() == 3:
-            return self._grouped(input_ids, token_type_ids, attention_mask, labels)
-        pooled = self._pool(input_ids, token_type_ids, attention_mask, position_ids,
-                            sequence_starts)
+            return self._grouped(model, input_ids, token_type_ids, attention_mask, labels)
+        pooled = self.pool(model, input_ids, token_type_ids, attention_mask, position_ids,
+                           sequence_starts)
         if self.problem_type == "regression":
             # A score is read as a number, not an argmax: bf16's 8 bits of mantissa would round
             # STS-B's 0-5 scores to steps of 1/64 and tie their ranks (Spearman). One output
             # costs nothing to compute in fp32, under autocast or not.
             with torch.autocast(pooled.device.type, enabled=False):
-                logits = self._classify(pooled.float())
+                logits = self.classify(pooled.float())
         else:
-            logits = self._classify(pooled)
+            logits = self.classify(pooled)
         out = {"logits": logits}
         if labels is not None:
             if self.problem_type == "regression":
@@ -86,7 +134,7 @@ class SequenceClassifier:
                 out["loss"] = F.cross_entropy(logits.float(), labels.reshape(-1))
         return out
 
-    def _grouped(self, input_ids, token_type_ids, attention_mask, labels) -> dict:
+    def _grouped(self, model, input_ids, token_type_ids, attention_mask, labels) -> dict:
         """(B, G, T): G sequences an example (a reranker's candidates for one query), each
         classified on its own: `logits` (B, G), or (B, G, labels). How a group is trained is
         the task's (a ranking loss around the model), not the classifier's."""
@@ -95,16 +143,15 @@ class SequenceClassifier:
         B, G, T = input_ids.shape
         flat = [None if t is None else t.reshape(B * G, T)
                 for t in (input_ids, token_type_ids, attention_mask)]
-        logits = self.forward(*flat)["logits"]
+        logits = self.forward(model, *flat)["logits"]
         return {"logits": logits.view(B, G) if self.num_labels == 1 else logits.view(B, G, -1)}
 
     def hf_config(self) -> dict[str, Any]:
-        return {"problem_type": self.problem_type, **label_maps(self.num_labels),
-                **self._feature_config()}
+        return {"problem_type": self.problem_type, **label_maps(self.num_labels)}
 
     @classmethod
     def kwargs_from_hf(cls, hf_config: dict[str, Any]) -> dict[str, Any]:
-        kwargs = {"num_labels": num_labels_of(hf_config), **cls._feature_kwargs(hf_config)}
+        kwargs = {"num_labels": num_labels_of(hf_config)}
         if hf_config.get("problem_type") in cls.PROBLEM_TYPES:
             kwargs["problem_type"] = hf_config["problem_type"]
         elif kwargs["num_labels"] == 1:
@@ -112,13 +159,22 @@ class SequenceClassifier:
         return {k: v for k, v in kwargs.items() if v is not None}
 
 
-class MultipleChoice:
+class MultipleChoice(RoleHead):
     """One score per (context, choice) pair from the pooled vector; softmax over the choices.
-    Inputs are (B, C, T); the C choices run through the encoder as C * B sequences."""
+    Inputs are (B, C, T); the C choices run through the encoder as C * B sequences. `pool` and
+    `classify` as a sequence classifier's."""
 
     input_rank = 3
 
-    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
+    def pool(self, model, input_ids, token_type_ids, attention_mask) -> torch.Tensor:
+        return model.encoder(input_ids, token_type_ids, attention_mask)[
+            "last_hidden_state"][:, 0]
+
+    def classify(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def forward(self, model, input_ids: torch.Tensor,
+                token_type_ids: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None,
                 labels: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         B, C, T = input_ids.shape
@@ -126,27 +182,33 @@ class MultipleChoice:
         def flat(t: torch.Tensor | None) -> torch.Tensor | None:
             return None if t is None else t.reshape(B * C, T)
 
-        pooled = self._pool(flat(input_ids), flat(token_type_ids), flat(attention_mask))
-        logits = self._classify(pooled).view(B, C)
+        pooled = self.pool(model, flat(input_ids), flat(token_type_ids), flat(attention_mask))
+        logits = self.classify(pooled).view(B, C)
         out = {"logits": logits}
         if labels is not None:
             out["loss"] = F.cross_entropy(logits.float(), labels.reshape(-1))
         return out
 
 
-class QuestionAnswering:
-    """Start and end logits per token for extractive span QA (SQuAD).
+class QuestionAnswering(RoleHead):
+    """Start and end logits per token for extractive span QA (SQuAD), from `span_logits`
+    ((B, T, H) -> (B, T, 2)).
 
     Gold positions outside the window (>= T, e.g. an answer cut off by the doc stride) carry no
     loss, as in HF; the loss is the mean of the start and end cross-entropies.
     """
 
-    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
+
+    def span_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.qa_outputs(hidden)
+
+    def forward(self, model, input_ids: torch.Tensor,
+                token_type_ids: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None,
                 start_positions: torch.Tensor | None = None,
                 end_positions: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        hidden = self.encoder(input_ids, token_type_ids, attention_mask)["last_hidden_state"]
-        start_logits, end_logits = self._span_logits(hidden).float().unbind(-1)
+        hidden = model.encoder(input_ids, token_type_ids, attention_mask)["last_hidden_state"]
+        start_logits, end_logits = self.span_logits(hidden).float().unbind(-1)
         out = {"start_logits": start_logits, "end_logits": end_logits}
         if start_positions is not None and end_positions is not None:
             T = start_logits.size(1)
@@ -160,17 +222,23 @@ class QuestionAnswering:
         return label_maps(2)  # HF sizes the span output by num_labels, which defaults to 2
 
 
-class TokenClassifier:
-    """Per-token labels (NER tagging); positions labelled IGNORE_INDEX carry no loss."""
+class TokenClassifier(RoleHead):
+    """Per-token labels (NER tagging) from `classify`; positions labelled IGNORE_INDEX carry no
+    loss."""
 
     supports_packing = True
+    reads_features = True
 
-    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
+    def classify(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def forward(self, model, input_ids: torch.Tensor,
+                token_type_ids: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None,
                 labels: torch.Tensor | None = None,
                 position_ids: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        hidden = self._sequence(input_ids, token_type_ids, attention_mask, position_ids)
-        logits = self._classify(hidden)
+        hidden = model.sequence(input_ids, token_type_ids, attention_mask, position_ids)
+        logits = self.classify(hidden)
         out = {"logits": logits}
         if labels is not None:
             flat = labels.reshape(-1)
@@ -180,12 +248,12 @@ class TokenClassifier:
         return out
 
     def hf_config(self) -> dict[str, Any]:
-        return {**label_maps(self.num_labels), **self._feature_config()}
+        return label_maps(self.num_labels)
 
     @classmethod
     def kwargs_from_hf(cls, hf_config: dict[str, Any]) -> dict[str, Any]:
         n = num_labels_of(hf_config)
-        return {**({} if n is None else {"num_labels": n}), **cls._feature_kwargs(hf_config)}
+        return {} if n is None else {"num_labels": n}
 
 
 def label_maps(num_labels: int) -> dict[str, Any]:

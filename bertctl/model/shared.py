@@ -1,8 +1,7 @@
 """What every architecture's model files share: the activations config.json names (their
 functions; the names are the contract's, architectures.ACTIVATION_NAMES), attention masks,
 layer selection, [CLS] gathering, the pieces of post-LN layers and classifiers that several
-architectures name alike, `EncoderBase` (the layer stack) and `EncoderWithHead`, the base of
-every headed model. An architecture's own package (model/bert/,
+architectures name alike, and `EncoderBase` (the layer stack). An architecture's own package (model/bert/,
 model/modernbert/) imports from here, never from another architecture's."""
 
 from __future__ import annotations
@@ -18,7 +17,6 @@ from torch import nn
 
 from bertctl.model import varlen
 from bertctl.model.dropout import Dropout
-from bertctl.model.features import FrozenFeatures
 from bertctl.step_scope import StepTargets
 
 # HF's names for the activations BERT checkpoints use. "gelu" is the exact erf form, as in the
@@ -304,115 +302,3 @@ def token_mean(total: torch.Tensor, count: torch.Tensor | int, scope: StepTarget
             return total / count.clamp(min=1)
         return total / max(count, 1)
     return total / denominator
-
-
-class EncoderWithHead(nn.Module):
-    """An encoder plus a head, for any architecture: the encoder sits at `encoder_name` (BERT's
-    `bert`, ModernBERT's `model`, as transformers names them); subclasses build the head and
-    call `_init_head()`."""
-
-    encoder_name: ClassVar[str] = "bert"
-    supports_packing = False   # see `packs`
-    input_rank = 2   # (batch, sequence) inputs; multiple choice: (batch, choices, sequence)
-
-    def __init__(self, config, features: dict[str, Any] | None = None):
-        super().__init__()
-        self.config = config
-        setattr(self, self.encoder_name, self._build_encoder(config))
-        # Feature-based use (the paper's ELMo-style ablation): the encoder frozen, the head
-        # trained on its combined hidden states. Heads that support it pass `features`.
-        self.features = None
-        if features is not None:
-            self.features = FrozenFeatures(config.hidden_size, **features)
-            self.encoder.requires_grad_(False)
-
-    @property
-    def encoder(self) -> nn.Module:
-        return getattr(self, self.encoder_name)
-
-    def _build_encoder(self, config) -> nn.Module:
-        raise NotImplementedError
-
-    def _init_module(self, module: nn.Module) -> None:
-        """Initialise one of the head's modules as the architecture does."""
-        raise NotImplementedError
-
-    def train(self, mode: bool = True):
-        super().train(mode)
-        if self.features is not None:
-            self.encoder.eval()   # a frozen encoder's features are fixed: no dropout
-        return self
-
-    def hidden_state_modules(self) -> list[nn.Module]:
-        """The encoder's modules whose outputs are its hidden states 0 (the embeddings) to L."""
-        return self.encoder.hidden_state_modules()
-
-    def layer_state(self, layers: list[int]) -> dict[str, torch.Tensor]:
-        """This model's weights with only `layers` of its encoder, renumbered from 0: the
-        weights of the same model class with `len(layers)` layers."""
-        return self.encoder.layer_state(layers, self.state_dict(),
-                                        prefix=f"{self.encoder_name}.")
-
-    @property
-    def packs(self) -> bool:
-        """Whether training batches may be packed (`data.collate.pack_batch`): true for heads
-        that read each sequence on its own tokens, false for a BiLSTM, which would run on
-        across the sequences of a row."""
-        return self.supports_packing and (self.features is None or self.features.lstm is None)
-
-    def _sequence(self, input_ids, token_type_ids, attention_mask,
-                  position_ids=None) -> torch.Tensor:
-        """(B, T, width): the last hidden state, or the frozen encoder's features."""
-        if self.features is not None:
-            return self.features(self.encoder, input_ids, token_type_ids, attention_mask,
-                                 position_ids)
-        return self.encoder(input_ids, token_type_ids, attention_mask,
-                            position_ids=position_ids)["last_hidden_state"]
-
-    def _pool(self, input_ids, token_type_ids, attention_mask, position_ids=None,
-              sequence_starts=None) -> torch.Tensor:
-        """The vector a sentence-level head reads: the first token's last hidden state (each
-        packed sequence's own, `sequence_starts`). A head whose architecture pools otherwise
-        (BERT's pooler, DeBERTa's, ModernBERT's mean) says how."""
-        return first_tokens(self._sequence(input_ids, token_type_ids, attention_mask,
-                                           position_ids), sequence_starts)
-
-    def _feature_config(self) -> dict[str, Any]:
-        # Not a transformers key: transformers would load such a checkpoint's classifier onto
-        # the last layer's output and drop the mixing and LSTM weights.
-        return {"bertctl_features": self.features.settings()} if self.features else {}
-
-    @staticmethod
-    def _feature_kwargs(hf_config: dict[str, Any]) -> dict[str, Any]:
-        features = hf_config.get("bertctl_features")
-        return {"features": features} if isinstance(features, dict) else {}
-
-    def _init_head(self) -> None:
-        # The encoder initialised itself; only the head's modules are still at PyTorch defaults.
-        for name, child in self.named_children():
-            if name != self.encoder_name:
-                child.apply(self._init_module)
-
-    def hf_config(self) -> dict[str, Any]:
-        """Keys this head adds to config.json (num_labels, problem_type, ...)."""
-        return {}
-
-    @classmethod
-    def kwargs_from_hf(cls, hf_config: dict[str, Any]) -> dict[str, Any]:
-        """Constructor arguments recovered from a config.json this head wrote."""
-        return {}
-
-    # State-dict prefixes whose weights extra_files writes (another library's files), not
-    # model.safetensors.
-    weights_elsewhere: ClassVar[tuple[str, ...]] = ()
-
-    def extra_files(self) -> dict[str, Any]:
-        """Files written beside config.json (path relative to the model directory -> text, a
-        JSON-able object, or a dict of tensors for a safetensors file): another library's
-        layout of the same model (sentence-transformers' modules)."""
-        return {}
-
-    @classmethod
-    def extra_weights(cls, directory, hf_config: dict[str, Any]) -> dict[str, torch.Tensor]:
-        """The weights of `weights_elsewhere`, read back from a directory's other files."""
-        return {}

@@ -11,7 +11,7 @@ import torch
 from bertctl.data.collate import pack_batch, pad_to_tensor
 from bertctl.model.bert.config import BertConfig
 from bertctl.labels import IGNORE_INDEX
-from bertctl.model.bert.modeling import BertForSequenceClassification, BertForTokenClassification
+from bertctl.model import BertForSequenceClassification, BertForTokenClassification
 
 PAD = 0
 

@@ -18,7 +18,7 @@ from bertctl.model import architectures
 from helpers import EXAMPLES, with_plugin
 from toy_architecture import TOY
 from toy_architecture.config import ToyConfig
-from toy_architecture.modeling import ToyForMaskedLM, ToyModel
+from toy_architecture.modeling import ToyMaskedLMHead, ToyModel
 
 
 @pytest.fixture
@@ -37,7 +37,7 @@ def test_a_registered_architecture_exports_its_classes(toy_cli):
     there while it is registered, as BERT's and ModernBERT's are."""
     import bertctl.model as model
 
-    assert model.ToyConfig is ToyConfig and model.ToyForMaskedLM is ToyForMaskedLM
+    assert model.ToyConfig is ToyConfig and model.ToyForMaskedLM.head_class is ToyMaskedLMHead
     assert "ToyForSequenceClassification" in dir(model)
     assert model.ModernBertForMaskedLM.__name__ == "ModernBertForMaskedLM"
 

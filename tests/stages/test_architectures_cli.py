@@ -187,9 +187,6 @@ def test_search_embed_distill_and_the_frozen_encoder_take_it(arch, models, cli, 
     r = cli("finetune", model, tmp_path / "mined" / "pairs.jsonl", "--task", "reranking",
             "--steps", "2", "--batch-size", "4", "--out", tmp_path / "rr")
     assert r.exit_code == 0, r.stderr
-    r = cli("eval", tmp_path / "emb", EXAMPLES / "retrieval" / "beir", "--task", "retrieval",
-            "--rerank", tmp_path / "rr", "--out", tmp_path / "ev")
-    assert r.exit_code == 0, r.stderr
     embedder = st.SentenceTransformer(str(tmp_path / "emb"), device="cpu")
     assert type(embedder[0].auto_model).__name__ == f"{prefix}Model"
     scorer = st.CrossEncoder(str(tmp_path / "rr"), device="cpu")

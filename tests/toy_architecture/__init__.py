@@ -11,6 +11,6 @@ _MODELING = "toy_architecture.modeling:"
 
 TOY = Architecture(
     name="toy", model_type="toy", config_class=ToyConfig, description="a test's",
-    heads={"encoder": f"{_MODELING}ToyModel", "masked_lm": f"{_MODELING}ToyForMaskedLM",
-           "sequence_classification": f"{_MODELING}ToyForSequenceClassification"},
+    heads={"encoder": f"{_MODELING}ToyModel", "masked_lm": f"{_MODELING}ToyMaskedLMHead",
+           "sequence_classification": f"{_MODELING}ToySequenceClassificationHead"},
     encoder_name="toy", bare_prefixes=("embeddings.", "blocks.", "norm."))

@@ -10,8 +10,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertctl.model.attention import AttentionPolicy
-from bertctl.model.roles import SequenceClassifier, masked_lm
-from bertctl.model.shared import EncoderBase, EncoderWithHead, attention_bias, first_tokens
+from bertctl.model.roles import MaskedLM, RoleHead, SequenceClassifier
+from bertctl.model.shared import EncoderBase, attention_bias
 
 from toy_architecture.config import ToyConfig
 
@@ -78,40 +78,26 @@ class ToyModel(EncoderBase):
         return [self.embeddings, *self.blocks[:-1], self.norm]
 
 
-class ToyWithHead(EncoderWithHead):
-    encoder_name = "toy"
-
-    def _build_encoder(self, config):
-        return ToyModel(config)
-
-    def _init_module(self, module):
+class ToyHead(RoleHead):
+    def init_module(self, module):
         init(module)
 
-    def _add_classifier(self, num_outputs):
-        self.classifier = nn.Linear(self.config.hidden_size, num_outputs)
-        self._init_head()
 
-    def _classify(self, x):
-        return self.classifier(x)
+class ToyMaskedLMHead(ToyHead, MaskedLM):
+    """Its decoder is the token table, with no weights of its own."""
 
-
-class ToyForMaskedLM(ToyWithHead):
-    def forward(self, input_ids, token_type_ids=None, attention_mask=None, labels=None,
-                position_ids=None):
-        hidden = self.toy(input_ids, None, attention_mask)["last_hidden_state"]
-        out = masked_lm(lambda h: F.linear(h, self.toy.embeddings.tokens.weight), hidden,
-                        labels)
-        if labels is not None:
-            out["loss"] = out["mlm_loss"]
-        return out
+    def predict(self, model, hidden):
+        return F.linear(hidden, model.encoder.embeddings.tokens.weight)
 
 
-class ToyForSequenceClassification(SequenceClassifier, ToyWithHead):
+class ToySequenceClassificationHead(ToyHead, SequenceClassifier):
+    """A linear classifier on the first token (the role's pooling)."""
+
     def __init__(self, config, num_labels=None, problem_type="single_label_classification",
                  features=None):
-        super().__init__(config, features)
-        self._add_classifier(self._problem(num_labels, problem_type))
+        super().__init__(config)
+        self.classifier = nn.Linear(self.width(features),
+                                    self.problem(num_labels, problem_type))
 
-    def _pool(self, input_ids, token_type_ids, attention_mask, position_ids=None,
-              sequence_starts=None):
-        return first_tokens(self._sequence(input_ids, None, attention_mask), sequence_starts)
+    def classify(self, x):
+        return self.classifier(x)

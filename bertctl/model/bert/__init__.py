@@ -3,16 +3,16 @@ config.py (the config and Google's size presets), modeling.py (the encoder, pret
 fine-tuning heads). Its `electra` role, ELECTRA's generator and discriminator on this encoder,
 is model/electra/pretraining.py."""
 
-from bertctl.model.architectures import Architecture, register, transformers_classes
+from bertctl.model.architectures import Architecture, register, heads_named
 from bertctl.model.bert.config import BertConfig
 
 
 register(Architecture(
     name="bert", model_type="bert", config_class=BertConfig,
     description="the paper's",
-    heads=transformers_classes(
+    heads=heads_named(
         "bertctl.model.bert.modeling", "Bert", pretraining=True,
-        electra="bertctl.model.electra.pretraining:BertForElectraPreTraining"),
+        electra="bertctl.model.electra.pretraining:ElectraPreTrainingHead"),
     encoder_name="bert", bare_prefixes=("embeddings.", "encoder.", "pooler."),
     # HF's non-persistent index buffers (older versions saved them) and the decoder weight,
     # which is the word embeddings.

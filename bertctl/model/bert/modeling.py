@@ -22,10 +22,11 @@ from torch import nn
 from bertctl.model.attention import AttentionPolicy
 from bertctl.model.bert.config import BertConfig
 from bertctl.model.dropout import Dropout
-from bertctl.model.roles import (MultipleChoice, QuestionAnswering, SequenceClassifier,
-                                 TokenClassifier, masked_lm)
-from bertctl.model.shared import (ACTIVATIONS, EncoderBase, EncoderWithHead, Intermediate,
-                                  ProjectAddNorm, first_tokens, init_normal, layer_mask)
+from bertctl.model.roles import (MaskedLM, MultipleChoice, QuestionAnswering, RoleHead,
+                                 SequenceClassifier, TokenClassifier, masked_lm)
+from bertctl.model.shared import (ACTIVATIONS, DenseClassificationHead, EncoderBase,
+                                  Intermediate, ProjectAddNorm, first_tokens, init_normal,
+                                  layer_mask)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -192,34 +193,90 @@ class BertModel(EncoderBase):
         return self.embeddings(input_ids, token_type_ids, position_ids)
 
 
+# ---------------------------------------------------------------------------------------------
+# Heads: each role's (roles.py) with BERT's modules under transformers' names; RoBERTa and
+# ELECTRA take those that are the same for them.
 
-class BertWithHead(EncoderWithHead):
-    """BERT's encoder at `bert` plus a head."""
 
-    add_pooling_layer = True
-    encoder_class: type[nn.Module] = BertModel   # an architecture on BERT's blocks sets its own
+class BertHead(RoleHead):
+    """BERT's heads initialise as its encoder does, and have no pooler unless they read it."""
 
-    def _build_encoder(self, config: BertConfig) -> nn.Module:
-        return self.encoder_class(config, add_pooling_layer=self.add_pooling_layer)
+    encoder_pooler = False
 
-    def _init_module(self, module: nn.Module) -> None:
+    def init_module(self, module: nn.Module) -> None:
         init_bert_weights(module, self.config.initializer_range)
 
-    def _add_classifier(self, num_outputs: int) -> None:
-        """HF's classifier head: `dropout` (classifier_dropout, else the hidden dropout) then a
-        linear `classifier`, initialised; the names match HF's weights."""
+
+class BertClassifier(BertHead):
+    """transformers' classifier: `dropout` (classifier_dropout, else the hidden dropout), then
+    a linear `classifier`."""
+
+    def add_classifier(self, width: int, num_outputs: int) -> None:
         p = self.config.classifier_dropout
         self.dropout = Dropout(self.config.hidden_dropout_prob if p is None else p)
-        width = self.features.width if self.features is not None else self.config.hidden_size
         self.classifier = nn.Linear(width, num_outputs)
-        self._init_head()
 
-    def _classify(self, x: torch.Tensor) -> torch.Tensor:
+    def classify(self, x: torch.Tensor) -> torch.Tensor:
         return self.classifier(self.dropout(x))
 
 
-# ---------------------------------------------------------------------------------------------
-# Pretraining
+class BertPooledClassifier(BertClassifier):
+    """The classifier on the pooler's output ([CLS], dense, tanh); a frozen encoder's is the
+    combined [CLS] vector."""
+
+    encoder_pooler = True
+
+    def pool(self, model, input_ids, token_type_ids, attention_mask, position_ids=None,
+             sequence_starts=None) -> torch.Tensor:
+        if model.features is not None:
+            return first_tokens(model.sequence(input_ids, token_type_ids, attention_mask,
+                                               position_ids), sequence_starts)
+        return model.encoder(input_ids, token_type_ids, attention_mask,
+                             position_ids=position_ids,
+                             sequence_starts=sequence_starts)["pooler_output"]
+
+
+class BertSequenceClassificationHead(BertPooledClassifier, SequenceClassifier):
+    def __init__(self, config: BertConfig, num_labels: int | None = None,
+                 problem_type: str = "single_label_classification", features=None):
+        super().__init__(config)
+        self.add_classifier(self.width(features), self.problem(num_labels, problem_type))
+
+
+class BertMultipleChoiceHead(BertPooledClassifier, MultipleChoice):
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.add_classifier(config.hidden_size, 1)
+
+
+class BertQuestionAnsweringHead(BertHead, QuestionAnswering):
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.qa_outputs = nn.Linear(config.hidden_size, 2)
+
+
+class BertTokenClassificationHead(BertClassifier, TokenClassifier):
+    def __init__(self, config: BertConfig, num_labels: int = 2, features=None):
+        super().__init__(config)
+        self.num_labels = num_labels
+        self.add_classifier(self.width(features), num_labels)
+
+
+class BertDenseClassifierHead(BertHead, SequenceClassifier):
+    """A sequence classifier with a dense layer of its own on the first token (RoBERTa's and
+    ELECTRA's, where BERT's reads the pooler), with their `activation`."""
+
+    activation = staticmethod(torch.tanh)
+
+    def __init__(self, config: BertConfig, num_labels: int | None = None,
+                 problem_type: str = "single_label_classification", features=None):
+        super().__init__(config)
+        self.classifier = DenseClassificationHead(
+            config, self.width(features), self.problem(num_labels, problem_type),
+            self.activation)
+
+    def classify(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(x)
 
 
 class BertPredictionHeadTransform(nn.Module):
@@ -254,112 +311,49 @@ class BertPreTrainingHeads(nn.Module):
         self.seq_relationship = nn.Linear(config.hidden_size, 2)
 
 
-class BertMaskedLMHead(BertWithHead):
-    """A head at `cls` whose `predictions` is BERT's masked-LM head."""
-
-    def _predict(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.cls.predictions(hidden, self.bert.embeddings.word_embeddings.weight)
-
-
-class BertForPreTraining(BertMaskedLMHead):
-    """Masked LM (`masked_lm`) + next-sentence prediction, BERT's two pretraining tasks.
-    `next_sentence_label=None` trains MLM only (data built without NSP)."""
-
-    def __init__(self, config: BertConfig):
-        super().__init__(config)
-        self.cls = BertPreTrainingHeads(config)
-        self._init_head()
-
-    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
-                attention_mask: torch.Tensor | None = None, labels: torch.Tensor | None = None,
-                next_sentence_label: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        enc = self.bert(input_ids, token_type_ids, attention_mask)
-        out = masked_lm(self._predict, enc["last_hidden_state"], labels)
-        out["nsp_logits"] = self.cls.seq_relationship(enc["pooler_output"])
-        losses = [out["mlm_loss"]] if labels is not None else []
-        if next_sentence_label is not None:
-            out["nsp_loss"] = F.cross_entropy(out["nsp_logits"].float(), next_sentence_label.reshape(-1))
-            losses.append(out["nsp_loss"])
-        if losses:
-            out["loss"] = sum(losses[1:], losses[0])
-        return out
-
-
 class BertOnlyMLMHead(nn.Module):
     def __init__(self, config: BertConfig):
         super().__init__()
         self.predictions = BertLMPredictionHead(config)
 
 
-class BertForMaskedLM(BertMaskedLMHead):
-    """Masked LM alone (RoBERTa's objective), as transformers' BertForMaskedLM: no pooler, the
-    head at `cls.predictions`, the decoder tied to the word embeddings."""
+class BertPredicting(BertHead, MaskedLM):
+    """A masked LM at `cls.predictions`, its decoder the word embedding table."""
 
-    add_pooling_layer = False
+    def predict(self, model, hidden: torch.Tensor) -> torch.Tensor:
+        return self.cls.predictions(hidden, model.encoder.embeddings.word_embeddings.weight)
+
+
+class BertMaskedLMHead(BertPredicting):
+    """Masked LM alone (RoBERTa's objective), as transformers' BertForMaskedLM: no pooler."""
 
     def __init__(self, config: BertConfig):
         super().__init__(config)
         self.cls = BertOnlyMLMHead(config)
-        self._init_head()
 
-    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
-                attention_mask: torch.Tensor | None = None,
-                labels: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        enc = self.bert(input_ids, token_type_ids, attention_mask)
-        out = masked_lm(self._predict, enc["last_hidden_state"], labels)
-        if labels is not None:
-            out["loss"] = out["mlm_loss"]
+
+class BertPreTrainingHead(BertPredicting):
+    """Masked LM + next-sentence prediction (on the pooler's output), BERT's two pretraining
+    tasks. `next_sentence_label=None` trains MLM only (data built without NSP)."""
+
+    encoder_pooler = True
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.cls = BertPreTrainingHeads(config)
+
+    def forward(self, model, input_ids: torch.Tensor,
+                token_type_ids: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None, labels: torch.Tensor | None = None,
+                next_sentence_label: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        enc = model.encoder(input_ids, token_type_ids, attention_mask)
+        out = masked_lm(lambda h: self.predict(model, h), enc["last_hidden_state"], labels)
+        out["nsp_logits"] = self.cls.seq_relationship(enc["pooler_output"])
+        losses = [out["mlm_loss"]] if labels is not None else []
+        if next_sentence_label is not None:
+            out["nsp_loss"] = F.cross_entropy(out["nsp_logits"].float(),
+                                              next_sentence_label.reshape(-1))
+            losses.append(out["nsp_loss"])
+        if losses:
+            out["loss"] = sum(losses[1:], losses[0])
         return out
-
-
-# ---------------------------------------------------------------------------------------------
-# Fine-tuning
-
-
-class BertForSequenceClassification(SequenceClassifier, BertWithHead):
-    """Dropout + linear on the pooled [CLS]."""
-
-    def __init__(self, config: BertConfig, num_labels: int | None = None,
-                 problem_type: str = "single_label_classification",
-                 features: dict[str, Any] | None = None):
-        super().__init__(config, features)
-        self._add_classifier(self._problem(num_labels, problem_type))
-
-    def _pool(self, input_ids, token_type_ids, attention_mask, position_ids=None,
-              sequence_starts=None) -> torch.Tensor:
-        if self.features is not None:   # feature-based: the combined [CLS] vector
-            return first_tokens(self._sequence(input_ids, token_type_ids, attention_mask,
-                                               position_ids), sequence_starts)
-        return self.bert(input_ids, token_type_ids, attention_mask, position_ids=position_ids,
-                         sequence_starts=sequence_starts)["pooler_output"]
-
-
-class BertForMultipleChoice(MultipleChoice, BertWithHead):
-    def __init__(self, config: BertConfig):
-        super().__init__(config)
-        self._add_classifier(1)
-
-    def _pool(self, input_ids, token_type_ids, attention_mask) -> torch.Tensor:
-        return self.bert(input_ids, token_type_ids, attention_mask)["pooler_output"]
-
-
-class BertForQuestionAnswering(QuestionAnswering, BertWithHead):
-    add_pooling_layer = False
-
-    def __init__(self, config: BertConfig):
-        super().__init__(config)
-        self.qa_outputs = nn.Linear(config.hidden_size, 2)
-        self._init_head()
-
-    def _span_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.qa_outputs(hidden)
-
-
-class BertForTokenClassification(TokenClassifier, BertWithHead):
-    add_pooling_layer = False
-
-    def __init__(self, config: BertConfig, num_labels: int = 2,
-                 features: dict[str, Any] | None = None):
-        super().__init__(config, features)
-        self.num_labels = num_labels
-        self._add_classifier(num_labels)

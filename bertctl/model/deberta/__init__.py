@@ -2,14 +2,14 @@
 transformers' DebertaV2 classes: config.py, modeling.py (disentangled attention over log-bucketed
 relative positions, the encoder and its heads)."""
 
-from bertctl.model.architectures import Architecture, register, transformers_classes
+from bertctl.model.architectures import Architecture, register, heads_named
 from bertctl.model.deberta.config import DebertaV2Config
 
 
 register(Architecture(
     name="deberta-v2", model_type="deberta-v2", config_class=DebertaV2Config,
     description="DeBERTa-v2's and v3's",
-    heads=transformers_classes("bertctl.model.deberta.modeling", "DebertaV2"),
+    heads=heads_named("bertctl.model.deberta.modeling", "DebertaV2"),
     encoder_name="deberta", bare_prefixes=("embeddings.", "encoder."),
     # transformers' index buffer and the tied decoder.
     ignored_keys=("deberta.embeddings.position_ids", "cls.predictions.decoder.weight",

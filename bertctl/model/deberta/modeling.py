@@ -23,10 +23,10 @@ from torch import nn
 from bertctl.model.attention import AttentionPolicy, written_attention
 from bertctl.model.deberta.config import DebertaV2Config
 from bertctl.model.dropout import Dropout, dropout
-from bertctl.model.roles import (MultipleChoice, QuestionAnswering, SequenceClassifier,
-                                 TokenClassifier, masked_lm)
-from bertctl.model.shared import (ACTIVATIONS, EncoderBase, EncoderWithHead, Intermediate,
-                                  ProjectAddNorm, attention_bias, first_tokens, init_normal)
+from bertctl.model.roles import (MaskedLM, MultipleChoice, QuestionAnswering, RoleHead,
+                                 SequenceClassifier, TokenClassifier)
+from bertctl.model.shared import (ACTIVATIONS, EncoderBase, Intermediate, ProjectAddNorm,
+                                  attention_bias, first_tokens, init_normal)
 
 
 def relative_positions(length: int, buckets: int, max_distance: int,
@@ -224,19 +224,6 @@ class DebertaV2Model(EncoderBase):
 # Heads
 
 
-class DebertaV2WithHead(EncoderWithHead):
-    encoder_name = "deberta"
-
-    def _build_encoder(self, config: DebertaV2Config) -> nn.Module:
-        return DebertaV2Model(config)
-
-    def _init_module(self, module: nn.Module) -> None:
-        init_normal(module, self.config.initializer_range)
-
-    def _hidden(self, input_ids, token_type_ids, attention_mask, position_ids=None):
-        return self._sequence(input_ids, token_type_ids, attention_mask, position_ids)
-
-
 class ContextPooler(nn.Module):
     """The first token's state: dropout, dense, the pooler's activation."""
 
@@ -250,61 +237,56 @@ class ContextPooler(nn.Module):
         return self.act(self.dense(self.dropout(first)))
 
 
-class _Pooled(DebertaV2WithHead):
+class DebertaV2Head(RoleHead):
+    def init_module(self, module: nn.Module) -> None:
+        init_normal(module, self.config.initializer_range)
+
+
+class DebertaV2Pooled(DebertaV2Head):
     """A classifier on the pooled first token (sequence classification, multiple choice)."""
 
-    def _add_pooled_classifier(self, num_outputs: int) -> None:
-        width = self.features.width if self.features is not None else self.config.hidden_size
+    def add_pooled_classifier(self, width: int, num_outputs: int) -> None:
         self.pooler = ContextPooler(self.config, width)
         p = self.config.cls_dropout
         self.dropout = Dropout(self.config.hidden_dropout_prob if p is None else p)
         self.classifier = nn.Linear(self.config.hidden_size, num_outputs)
-        self._init_head()
 
-    def _pool(self, input_ids, token_type_ids, attention_mask, position_ids=None,
-              sequence_starts=None) -> torch.Tensor:
-        hidden = self._hidden(input_ids, token_type_ids, attention_mask, position_ids)
+    def pool(self, model, input_ids, token_type_ids, attention_mask, position_ids=None,
+             sequence_starts=None) -> torch.Tensor:
+        hidden = model.sequence(input_ids, token_type_ids, attention_mask, position_ids)
         return self.pooler(first_tokens(hidden, sequence_starts))
 
-    def _classify(self, x: torch.Tensor) -> torch.Tensor:
+    def classify(self, x: torch.Tensor) -> torch.Tensor:
         return self.classifier(self.dropout(x))
 
 
-class DebertaV2ForSequenceClassification(SequenceClassifier, _Pooled):
+class DebertaV2SequenceClassificationHead(DebertaV2Pooled, SequenceClassifier):
     def __init__(self, config: DebertaV2Config, num_labels: int | None = None,
-                 problem_type: str = "single_label_classification",
-                 features: dict[str, Any] | None = None):
-        super().__init__(config, features)
-        self._add_pooled_classifier(self._problem(num_labels, problem_type))
+                 problem_type: str = "single_label_classification", features=None):
+        super().__init__(config)
+        self.add_pooled_classifier(self.width(features), self.problem(num_labels, problem_type))
 
 
-class DebertaV2ForMultipleChoice(MultipleChoice, _Pooled):
+class DebertaV2MultipleChoiceHead(DebertaV2Pooled, MultipleChoice):
     def __init__(self, config: DebertaV2Config):
         super().__init__(config)
-        self._add_pooled_classifier(1)
+        self.add_pooled_classifier(config.hidden_size, 1)
 
 
-class DebertaV2ForQuestionAnswering(QuestionAnswering, DebertaV2WithHead):
+class DebertaV2QuestionAnsweringHead(DebertaV2Head, QuestionAnswering):
     def __init__(self, config: DebertaV2Config):
         super().__init__(config)
         self.qa_outputs = nn.Linear(config.hidden_size, 2)
-        self._init_head()
-
-    def _span_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.qa_outputs(hidden)
 
 
-class DebertaV2ForTokenClassification(TokenClassifier, DebertaV2WithHead):
-    def __init__(self, config: DebertaV2Config, num_labels: int = 2,
-                 features: dict[str, Any] | None = None):
-        super().__init__(config, features)
+class DebertaV2TokenClassificationHead(DebertaV2Head, TokenClassifier):
+    def __init__(self, config: DebertaV2Config, num_labels: int = 2, features=None):
+        super().__init__(config)
         self.num_labels = num_labels
         self.dropout = Dropout(config.hidden_dropout_prob)
-        width = self.features.width if self.features is not None else config.hidden_size
-        self.classifier = nn.Linear(width, num_labels)
-        self._init_head()
+        self.classifier = nn.Linear(self.width(features), num_labels)
 
-    def _classify(self, x: torch.Tensor) -> torch.Tensor:
+    def classify(self, x: torch.Tensor) -> torch.Tensor:
         return self.classifier(self.dropout(x))
 
 
@@ -339,23 +321,13 @@ class DebertaV2OnlyMLMHead(nn.Module):
         self.predictions = DebertaV2LMPredictionHead(config)
 
 
-class DebertaV2ForMaskedLM(DebertaV2WithHead):
+class DebertaV2MaskedLMHead(DebertaV2Head, MaskedLM):
     def __init__(self, config: DebertaV2Config):
         super().__init__(config)
         self.cls = DebertaV2OnlyMLMHead(config)
-        self._init_head()
 
-    def _predict(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.cls.predictions(hidden, self.deberta.embeddings.word_embeddings.weight)
-
-    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
-                attention_mask: torch.Tensor | None = None,
-                labels: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        enc = self.deberta(input_ids, token_type_ids, attention_mask)
-        out = masked_lm(self._predict, enc["last_hidden_state"], labels)
-        if labels is not None:
-            out["loss"] = out["mlm_loss"]
-        return out
+    def predict(self, model, hidden: torch.Tensor) -> torch.Tensor:
+        return self.cls.predictions(hidden, model.encoder.embeddings.word_embeddings.weight)
 
     def hf_config(self) -> dict[str, Any]:
         return {"legacy": True}

@@ -14,10 +14,9 @@ from torch import nn
 from bertctl.model.attention import AttentionPolicy
 from bertctl.model.distilbert.config import DistilBertConfig
 from bertctl.model.dropout import Dropout
-from bertctl.model.roles import (MultipleChoice, QuestionAnswering, SequenceClassifier,
-                                 TokenClassifier, masked_lm)
-from bertctl.model.shared import (ACTIVATIONS, EncoderBase, EncoderWithHead, TiedOutputBias,
-                                  init_normal, layer_mask)
+from bertctl.model.roles import (MaskedLM, MultipleChoice, QuestionAnswering, RoleHead,
+                                 SequenceClassifier, TokenClassifier)
+from bertctl.model.shared import ACTIVATIONS, EncoderBase, TiedOutputBias, init_normal, layer_mask
 
 
 def sinusoidal_table(positions: int, dim: int) -> torch.Tensor:
@@ -141,89 +140,67 @@ class DistilBertModel(EncoderBase):
 # Heads
 
 
-class DistilBertWithHead(EncoderWithHead):
-    encoder_name = "distilbert"
-
-    def _build_encoder(self, config: DistilBertConfig) -> nn.Module:
-        return DistilBertModel(config)
-
-    def _init_module(self, module: nn.Module) -> None:
+class DistilBertHead(RoleHead):
+    def init_module(self, module: nn.Module) -> None:
         init_normal(module, self.config.initializer_range)
 
 
-class _PreClassified(DistilBertWithHead):
+class DistilBertPreClassified(DistilBertHead):
     """pre_classifier, ReLU, dropout, classifier on the first token (sequence classification,
     multiple choice)."""
 
-    def _add_pre_classifier(self, num_outputs: int) -> None:
-        width = self.features.width if self.features is not None else self.config.dim
+    def add_pre_classifier(self, width: int, num_outputs: int) -> None:
         self.pre_classifier = nn.Linear(width, self.config.dim)
         self.classifier = nn.Linear(self.config.dim, num_outputs)
         self.dropout = Dropout(self.config.seq_classif_dropout)
-        self._init_head()
 
-    def _classify(self, x: torch.Tensor) -> torch.Tensor:
+    def classify(self, x: torch.Tensor) -> torch.Tensor:
         return self.classifier(self.dropout(F.relu(self.pre_classifier(x))))
 
 
-class DistilBertForSequenceClassification(SequenceClassifier, _PreClassified):
+class DistilBertSequenceClassificationHead(DistilBertPreClassified, SequenceClassifier):
     def __init__(self, config: DistilBertConfig, num_labels: int | None = None,
-                 problem_type: str = "single_label_classification",
-                 features: dict[str, Any] | None = None):
-        super().__init__(config, features)
-        self._add_pre_classifier(self._problem(num_labels, problem_type))
+                 problem_type: str = "single_label_classification", features=None):
+        super().__init__(config)
+        self.add_pre_classifier(self.width(features), self.problem(num_labels, problem_type))
 
 
-class DistilBertForMultipleChoice(MultipleChoice, _PreClassified):
+class DistilBertMultipleChoiceHead(DistilBertPreClassified, MultipleChoice):
     def __init__(self, config: DistilBertConfig):
         super().__init__(config)
-        self._add_pre_classifier(1)
+        self.add_pre_classifier(config.dim, 1)
 
 
-class DistilBertForQuestionAnswering(QuestionAnswering, DistilBertWithHead):
+class DistilBertQuestionAnsweringHead(DistilBertHead, QuestionAnswering):
     def __init__(self, config: DistilBertConfig):
         super().__init__(config)
         self.qa_outputs = nn.Linear(config.dim, 2)
         self.dropout = Dropout(config.qa_dropout)
-        self._init_head()
 
-    def _span_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+    def span_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.qa_outputs(self.dropout(hidden))
 
 
-class DistilBertForTokenClassification(TokenClassifier, DistilBertWithHead):
-    def __init__(self, config: DistilBertConfig, num_labels: int = 2,
-                 features: dict[str, Any] | None = None):
-        super().__init__(config, features)
+class DistilBertTokenClassificationHead(DistilBertHead, TokenClassifier):
+    def __init__(self, config: DistilBertConfig, num_labels: int = 2, features=None):
+        super().__init__(config)
         self.num_labels = num_labels
-        width = self.features.width if self.features is not None else config.dim
         self.dropout = Dropout(config.dropout)
-        self.classifier = nn.Linear(width, num_labels)
-        self._init_head()
+        self.classifier = nn.Linear(self.width(features), num_labels)
 
-    def _classify(self, x: torch.Tensor) -> torch.Tensor:
+    def classify(self, x: torch.Tensor) -> torch.Tensor:
         return self.classifier(self.dropout(x))
 
 
-class DistilBertForMaskedLM(DistilBertWithHead):
+class DistilBertMaskedLMHead(DistilBertHead, MaskedLM):
     def __init__(self, config: DistilBertConfig):
         super().__init__(config)
         self.vocab_transform = nn.Linear(config.dim, config.dim)
         self.act = ACTIVATIONS[config.activation]
         self.vocab_layer_norm = nn.LayerNorm(config.dim, eps=config.layer_norm_eps)
         self.vocab_projector = TiedOutputBias(config.vocab_size)
-        self._init_head()
 
-    def _predict(self, hidden: torch.Tensor) -> torch.Tensor:
+    def predict(self, model, hidden: torch.Tensor) -> torch.Tensor:
         x = self.vocab_layer_norm(self.act(self.vocab_transform(hidden)))
-        return F.linear(x, self.distilbert.embeddings.word_embeddings.weight,
+        return F.linear(x, model.encoder.embeddings.word_embeddings.weight,
                         self.vocab_projector.bias)
-
-    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
-                attention_mask: torch.Tensor | None = None,
-                labels: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        enc = self.distilbert(input_ids, None, attention_mask)
-        out = masked_lm(self._predict, enc["last_hidden_state"], labels)
-        if labels is not None:
-            out["loss"] = out["mlm_loss"]
-        return out

@@ -7,19 +7,18 @@ transformers' Electra* classes unchanged."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertctl.model.bert.modeling import (BertEmbeddings, BertModel, BertWithHead,
-                                         init_bert_weights)
+from bertctl.model.bert.modeling import (BertDenseClassifierHead, BertEmbeddings, BertHead,
+                                         BertModel, BertQuestionAnsweringHead,
+                                         BertTokenClassificationHead, init_bert_weights)
 from bertctl.model.dropout import Dropout
 from bertctl.model.electra.config import ElectraConfig
-from bertctl.model.roles import (MultipleChoice, QuestionAnswering, SequenceClassifier,
-                                 TokenClassifier, masked_lm)
-from bertctl.model.shared import ACTIVATIONS, DenseClassificationHead, TiedOutputBias
+from bertctl.model.roles import MaskedLM, MultipleChoice
+from bertctl.model.shared import ACTIVATIONS, TiedOutputBias
 
 
 class ElectraEmbeddings(BertEmbeddings):
@@ -52,25 +51,15 @@ class ElectraModel(BertModel):
         return [first, *self.encoder.layer]
 
 
-class ElectraWithHead(BertWithHead):
-    encoder_name = "electra"
-    encoder_class = ElectraModel
-    add_pooling_layer = False
+# ---------------------------------------------------------------------------------------------
+# Heads: ELECTRA's own; span QA and tagging are BERT's.
+
+ElectraQuestionAnsweringHead = BertQuestionAnsweringHead
+ElectraTokenClassificationHead = BertTokenClassificationHead
 
 
-class ElectraForSequenceClassification(SequenceClassifier, ElectraWithHead):
-    def __init__(self, config: ElectraConfig, num_labels: int | None = None,
-                 problem_type: str = "single_label_classification",
-                 features: dict[str, Any] | None = None):
-        super().__init__(config, features)
-        width = self.features.width if self.features is not None else config.hidden_size
-        # GELU where BERT's pooler has tanh
-        self.classifier = DenseClassificationHead(
-            config, width, self._problem(num_labels, problem_type), F.gelu)
-        self._init_head()
-
-    def _classify(self, x: torch.Tensor) -> torch.Tensor:
-        return self.classifier(x)
+class ElectraSequenceClassificationHead(BertDenseClassifierHead):
+    activation = staticmethod(F.gelu)   # where BERT's pooler has tanh
 
 
 class ElectraSequenceSummary(nn.Module):
@@ -88,37 +77,18 @@ class ElectraSequenceSummary(nn.Module):
         return self.last_dropout(self.act(self.summary(hidden[:, 0])))
 
 
-class ElectraForMultipleChoice(MultipleChoice, ElectraWithHead):
+class ElectraMultipleChoiceHead(BertHead, MultipleChoice):
     def __init__(self, config: ElectraConfig):
         super().__init__(config)
         self.sequence_summary = ElectraSequenceSummary(config)
         self.classifier = nn.Linear(config.hidden_size, 1)
-        self._init_head()
 
-    def _pool(self, input_ids, token_type_ids, attention_mask) -> torch.Tensor:
+    def pool(self, model, input_ids, token_type_ids, attention_mask) -> torch.Tensor:
         return self.sequence_summary(
-            self.electra(input_ids, token_type_ids, attention_mask)["last_hidden_state"])
+            model.encoder(input_ids, token_type_ids, attention_mask)["last_hidden_state"])
 
-    def _classify(self, x: torch.Tensor) -> torch.Tensor:
+    def classify(self, x: torch.Tensor) -> torch.Tensor:
         return self.classifier(x)
-
-
-class ElectraForQuestionAnswering(QuestionAnswering, ElectraWithHead):
-    def __init__(self, config: ElectraConfig):
-        super().__init__(config)
-        self.qa_outputs = nn.Linear(config.hidden_size, 2)
-        self._init_head()
-
-    def _span_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.qa_outputs(hidden)
-
-
-class ElectraForTokenClassification(TokenClassifier, ElectraWithHead):
-    def __init__(self, config: ElectraConfig, num_labels: int = 2,
-                 features: dict[str, Any] | None = None):
-        super().__init__(config, features)
-        self.num_labels = num_labels
-        self._add_classifier(num_labels)
 
 
 class ElectraGeneratorPredictions(nn.Module):
@@ -131,25 +101,15 @@ class ElectraGeneratorPredictions(nn.Module):
         return self.LayerNorm(F.gelu(self.dense(x)))
 
 
-class ElectraForMaskedLM(ElectraWithHead):
+class ElectraMaskedLMHead(BertHead, MaskedLM):
     """An ELECTRA generator's masked LM (transformers' ElectraForMaskedLM)."""
 
     def __init__(self, config: ElectraConfig):
         super().__init__(config)
         self.generator_predictions = ElectraGeneratorPredictions(config)
         self.generator_lm_head = TiedOutputBias(config.vocab_size)
-        self._init_head()
 
-    def _predict(self, hidden: torch.Tensor) -> torch.Tensor:
+    def predict(self, model, hidden: torch.Tensor) -> torch.Tensor:
         return F.linear(self.generator_predictions(hidden),
-                        self.electra.embeddings.word_embeddings.weight,
+                        model.encoder.embeddings.word_embeddings.weight,
                         self.generator_lm_head.bias)
-
-    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
-                attention_mask: torch.Tensor | None = None,
-                labels: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        enc = self.electra(input_ids, token_type_ids, attention_mask)
-        out = masked_lm(self._predict, enc["last_hidden_state"], labels)
-        if labels is not None:
-            out["loss"] = out["mlm_loss"]
-        return out

@@ -26,7 +26,7 @@ from torch import nn
 from bertctl.labels import IGNORE_INDEX
 from bertctl.model.attention import AttentionPolicy
 from bertctl.model.bert.config import BertConfig
-from bertctl.model.bert.modeling import BertLayer, BertWithHead
+from bertctl.model.bert.modeling import BertHead, BertLayer
 from bertctl.model.roles import masked_lm
 from bertctl.model.shared import ACTIVATIONS, layer_mask, token_mean
 from bertctl.step_scope import scope_for
@@ -100,8 +100,9 @@ def replace_masked(input_ids: torch.Tensor, labels: torch.Tensor, samples: torch
     return corrupted, corrupted != original
 
 
-class BertForElectraPreTraining(BertWithHead):
-    add_pooling_layer = False
+class ElectraPreTrainingHead(BertHead):
+    """The generator and the discriminator's head on the BERT encoder, which is the
+    discriminator."""
 
     def __init__(self, config: BertConfig, generator_size: float = GENERATOR_SIZE,
                  discriminator_weight: float = DISCRIMINATOR_WEIGHT):
@@ -109,7 +110,6 @@ class BertForElectraPreTraining(BertWithHead):
         self.generator_size, self.discriminator_weight = generator_size, discriminator_weight
         self.generator = ElectraGenerator(config, generator_config(config, generator_size))
         self.discriminator_predictions = ElectraDiscriminatorHead(config)
-        self._init_head()
 
     def hf_config(self) -> dict[str, Any]:
         return {"bertctl_electra": {"generator_size": self.generator_size,
@@ -125,7 +125,8 @@ class BertForElectraPreTraining(BertWithHead):
                 if k in ("generator_size", "discriminator_weight")
                 and isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < 1e6}
 
-    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
+    def forward(self, model, input_ids: torch.Tensor,
+                token_type_ids: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None, labels: torch.Tensor | None = None,
                 sample_generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
         """With `labels` (the masked positions' original ids): the generator's masked-LM
@@ -135,9 +136,9 @@ class BertForElectraPreTraining(BertWithHead):
         if labels is None:
             raise ValueError("ELECTRA pretraining needs the masked positions (labels)")
         mask = layer_mask(self.generator.attention_policy, attention_mask, False, input_ids)
-        embedded = self.bert.embeddings(input_ids, token_type_ids)
+        embedded = model.encoder.embeddings(input_ids, token_type_ids)
         hidden = self.generator(embedded, mask)
-        table = self.bert.embeddings.word_embeddings.weight
+        table = model.encoder.embeddings.word_embeddings.weight
         out = masked_lm(lambda h: self.generator.logits(h, table), hidden, labels)
         logits, targets = out["mlm_logits"], out["mlm_targets"]
         with torch.no_grad():
@@ -150,7 +151,7 @@ class BertForElectraPreTraining(BertWithHead):
         corrupted, replaced = replace_masked(input_ids, labels, samples,
                                              scope.positions if scope else None)
         disc = self.discriminator_predictions(
-            self.bert(corrupted, token_type_ids, attention_mask)["last_hidden_state"])
+            model.encoder(corrupted, token_type_ids, attention_mask)["last_hidden_state"])
         real = (attention_mask.bool() if attention_mask is not None
                 else torch.ones_like(replaced))
         per_token = F.binary_cross_entropy_with_logits(disc.float(), replaced.float(),

@@ -1,7 +1,7 @@
 """ModernBERT (Warner et al., 2024) as a bertctl architecture, saved as transformers'
 ModernBERT: config.py (the config and presets), modeling.py (the encoder and its heads)."""
 
-from bertctl.model.architectures import Architecture, register, transformers_classes
+from bertctl.model.architectures import Architecture, register, heads_named
 from bertctl.model.modernbert.config import ModernBertConfig
 
 
@@ -10,7 +10,7 @@ register(Architecture(
     description="ModernBERT's (pre-norm, GeGLU, rotary positions, no biases, local "
     "attention), saved as transformers' ModernBERT, trained by --objective mlm",
     # No next-sentence head and no ELECTRA discriminator: ModernBERT pretrains by masked LM.
-    heads=transformers_classes("bertctl.model.modernbert.modeling", "ModernBert"),
+    heads=heads_named("bertctl.model.modernbert.modeling", "ModernBert"),
     encoder_name="model", bare_prefixes=("embeddings.", "layers.", "final_norm."),
     ignored_keys=("decoder.weight",), position_table=False, rope_base="global_rope_theta",
     own_config_keys=("layer_types", "global_rope_theta", "rope_parameters", "norm_eps",

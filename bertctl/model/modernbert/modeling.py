@@ -25,11 +25,11 @@ from torch import nn
 from bertctl.model.attention import AttentionPolicy
 from bertctl.model.dropout import Dropout
 from bertctl.model.modernbert.config import GLOBAL, ModernBertConfig
-from bertctl.model.roles import (MultipleChoice, QuestionAnswering, SequenceClassifier,
-                                 TokenClassifier, masked_lm)
+from bertctl.model.roles import (MaskedLM, MultipleChoice, QuestionAnswering, RoleHead,
+                                 SequenceClassifier, TokenClassifier)
 from bertctl.model.sentence import mean_pool
 from bertctl.model import varlen
-from bertctl.model.shared import (ACTIVATIONS, EncoderBase, EncoderWithHead, first_tokens,
+from bertctl.model.shared import (ACTIVATIONS, EncoderBase, first_tokens,
                                   layer_mask)
 
 
@@ -330,13 +330,12 @@ class ModernBertPredictionHead(nn.Module):
         return self.norm(self.act(self.dense(x)))
 
 
-class ModernBertWithHead(EncoderWithHead):
-    encoder_name = "model"
+# ---------------------------------------------------------------------------------------------
+# Heads
 
-    def _build_encoder(self, config: ModernBertConfig) -> nn.Module:
-        return ModernBertModel(config)
 
-    def _init_module(self, module: nn.Module) -> None:
+class ModernBertHead(RoleHead):
+    def init_module(self, module: nn.Module) -> None:
         init_modernbert_weights(module, self.config)
         if isinstance(module, nn.Linear) and module is getattr(self, "classifier", None):
             # transformers' classifier init: N(0, 1/sqrt(hidden)), as a final output layer.
@@ -344,24 +343,71 @@ class ModernBertWithHead(EncoderWithHead):
             nn.init.trunc_normal_(module.weight, std=self.config.hidden_size ** -0.5,
                                   a=-cut, b=cut)
 
-    def _add_classifier(self, num_outputs: int) -> None:
-        """`head` (unless a frozen encoder's features are read), `drop`, `classifier`."""
-        if self.features is None:
+
+class ModernBertClassifier(ModernBertHead):
+    """`head` (unless a frozen encoder's features are read), `drop`, `classifier`; the first
+    token's state (classifier_pooling "cls") or the mean of the real tokens' ("mean")."""
+
+    def add_classifier(self, features, num_outputs: int) -> None:
+        if features is None:
             self.head = ModernBertPredictionHead(self.config)
         self.drop = Dropout(self.config.classifier_dropout)
-        width = self.features.width if self.features is not None else self.config.hidden_size
-        self.classifier = nn.Linear(width, num_outputs)
-        self._init_head()
+        self.classifier = nn.Linear(self.width(features), num_outputs)
 
-    def _classify(self, pooled: torch.Tensor) -> torch.Tensor:
-        if self.features is None:
+    def classify(self, pooled: torch.Tensor) -> torch.Tensor:
+        if hasattr(self, "head"):
             pooled = self.head(pooled)
         return self.classifier(self.drop(pooled))
 
+    def pooled(self, hidden: torch.Tensor, attention_mask, sequence_starts=None) -> torch.Tensor:
+        if self.config.classifier_pooling == "mean":
+            return mean_pool(hidden, attention_mask)
+        return first_tokens(hidden, sequence_starts)
 
-class ModernBertForMaskedLM(ModernBertWithHead):
-    """The masked LM: `head`, then the token-embedding table as the decoder (transformers
-    re-ties `decoder.weight` from tie_word_embeddings; only `decoder.bias` is saved)."""
+
+class ModernBertSequenceClassificationHead(ModernBertClassifier, SequenceClassifier):
+    def __init__(self, config: ModernBertConfig, num_labels: int | None = None,
+                 problem_type: str = "single_label_classification", features=None):
+        super().__init__(config)
+        # A packed row's mean would need each sequence's own span: only [CLS] pooling packs.
+        self.supports_packing = config.classifier_pooling == "cls"
+        self.add_classifier(features, self.problem(num_labels, problem_type))
+
+    def pool(self, model, input_ids, token_type_ids, attention_mask, position_ids=None,
+             sequence_starts=None) -> torch.Tensor:
+        return self.pooled(model.sequence(input_ids, None, attention_mask, position_ids),
+                           attention_mask, sequence_starts)
+
+
+class ModernBertMultipleChoiceHead(ModernBertClassifier, MultipleChoice):
+    def __init__(self, config: ModernBertConfig):
+        super().__init__(config)
+        self.add_classifier(None, 1)
+
+    def pool(self, model, input_ids, token_type_ids, attention_mask) -> torch.Tensor:
+        return self.pooled(model.encoder(input_ids, None, attention_mask)["last_hidden_state"],
+                           attention_mask)
+
+
+class ModernBertQuestionAnsweringHead(ModernBertClassifier, QuestionAnswering):
+    def __init__(self, config: ModernBertConfig):
+        super().__init__(config)
+        self.add_classifier(None, 2)
+
+    def span_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.classify(hidden)
+
+
+class ModernBertTokenClassificationHead(ModernBertClassifier, TokenClassifier):
+    def __init__(self, config: ModernBertConfig, num_labels: int = 2, features=None):
+        super().__init__(config)
+        self.num_labels = num_labels
+        self.add_classifier(features, num_labels)
+
+
+class ModernBertMaskedLMHead(ModernBertHead, MaskedLM):
+    """`head`, then the token-embedding table as the decoder (transformers re-ties
+    `decoder.weight` from tie_word_embeddings; only `decoder.bias` is saved)."""
 
     def __init__(self, config: ModernBertConfig):
         super().__init__(config)
@@ -369,70 +415,7 @@ class ModernBertForMaskedLM(ModernBertWithHead):
         self.decoder = nn.Module()
         if config.decoder_bias:
             self.decoder.bias = nn.Parameter(torch.zeros(config.vocab_size))
-        self._init_head()
 
-    def _predict(self, hidden: torch.Tensor) -> torch.Tensor:
-        return F.linear(self.head(hidden), self.model.embeddings.tok_embeddings.weight,
+    def predict(self, model, hidden: torch.Tensor) -> torch.Tensor:
+        return F.linear(self.head(hidden), model.encoder.embeddings.tok_embeddings.weight,
                         getattr(self.decoder, "bias", None))
-
-    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
-                attention_mask: torch.Tensor | None = None,
-                labels: torch.Tensor | None = None,
-                position_ids: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        enc = self.model(input_ids, None, attention_mask, position_ids=position_ids)
-        out = masked_lm(self._predict, enc["last_hidden_state"], labels)
-        if labels is not None:
-            out["loss"] = out["mlm_loss"]
-        return out
-
-
-class ModernBertForSequenceClassification(SequenceClassifier, ModernBertWithHead):
-    """The first token's state (classifier_pooling "cls") or the mean of the real tokens'
-    ("mean"), then head, drop, classifier."""
-
-    def __init__(self, config: ModernBertConfig, num_labels: int | None = None,
-                 problem_type: str = "single_label_classification",
-                 features: dict[str, Any] | None = None):
-        super().__init__(config, features)
-        self._add_classifier(self._problem(num_labels, problem_type))
-
-    @property
-    def packs(self) -> bool:
-        # A packed row's mean would need each sequence's own span: only [CLS] pooling packs.
-        return super().packs and self.config.classifier_pooling == "cls"
-
-    def _pool(self, input_ids, token_type_ids, attention_mask, position_ids=None,
-              sequence_starts=None) -> torch.Tensor:
-        hidden = self._sequence(input_ids, None, attention_mask, position_ids)
-        if self.config.classifier_pooling == "mean":
-            return mean_pool(hidden, attention_mask)
-        return first_tokens(hidden, sequence_starts)
-
-
-class ModernBertForMultipleChoice(MultipleChoice, ModernBertWithHead):
-    def __init__(self, config: ModernBertConfig):
-        super().__init__(config)
-        self._add_classifier(1)
-
-    def _pool(self, input_ids, token_type_ids, attention_mask) -> torch.Tensor:
-        hidden = self.model(input_ids, None, attention_mask)["last_hidden_state"]
-        if self.config.classifier_pooling == "mean":
-            return mean_pool(hidden, attention_mask)
-        return hidden[:, 0]
-
-
-class ModernBertForQuestionAnswering(QuestionAnswering, ModernBertWithHead):
-    def __init__(self, config: ModernBertConfig):
-        super().__init__(config)
-        self._add_classifier(2)
-
-    def _span_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self._classify(hidden)
-
-
-class ModernBertForTokenClassification(TokenClassifier, ModernBertWithHead):
-    def __init__(self, config: ModernBertConfig, num_labels: int = 2,
-                 features: dict[str, Any] | None = None):
-        super().__init__(config, features)
-        self.num_labels = num_labels
-        self._add_classifier(num_labels)

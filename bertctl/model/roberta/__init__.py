@@ -3,7 +3,7 @@ saved as transformers' classes of the same names: BERT's blocks (model/bert) und
 embeddings (positions past the padding id, one token type) and heads (`lm_head`, the
 classifier's own dense layer). config.py, modeling.py."""
 
-from bertctl.model.architectures import Architecture, register, transformers_classes
+from bertctl.model.architectures import Architecture, register, heads_named
 from bertctl.model.roberta.config import RobertaConfig, XLMRobertaConfig
 
 
@@ -12,7 +12,7 @@ for _name, _config, _prefix, _what in (
         ("xlm-roberta", XLMRobertaConfig, "XLMRoberta", "XLM-RoBERTa's")):
     register(Architecture(
         name=_name, model_type=_name, config_class=_config, description=_what,
-        heads=transformers_classes("bertctl.model.roberta.modeling", _prefix),
+        heads=heads_named("bertctl.model.roberta.modeling", _prefix, heads="Roberta"),
         encoder_name="roberta", bare_prefixes=("embeddings.", "encoder.", "pooler."),
         # transformers' index buffers, and the decoder, which is the word embeddings and the
         # head's bias.

@@ -6,18 +6,16 @@ state dict moves between bertctl and transformers' Roberta* and XLMRoberta* clas
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertctl.model.bert.modeling import BertModel, BertWithHead
+from bertctl.model.bert.modeling import (BertDenseClassifierHead, BertHead, BertModel,
+                                         BertMultipleChoiceHead, BertQuestionAnsweringHead,
+                                         BertTokenClassificationHead)
 from bertctl.model.dropout import Dropout
 from bertctl.model.roberta.config import RobertaConfig
-from bertctl.model.roles import (MultipleChoice, QuestionAnswering, SequenceClassifier,
-                                 TokenClassifier, masked_lm)
-from bertctl.model.shared import DenseClassificationHead
+from bertctl.model.roles import MaskedLM
 
 
 class RobertaEmbeddings(nn.Module):
@@ -64,11 +62,6 @@ class RobertaModel(BertModel):
     embeddings_class = RobertaEmbeddings
 
 
-class RobertaWithHead(BertWithHead):
-    encoder_name = "roberta"
-    encoder_class = RobertaModel
-
-
 class RobertaLMHead(nn.Module):
     """dense, exact GELU, LayerNorm, then the vocabulary projection by the word embedding table
     (passed in at call time: the tie cannot break) plus the head's bias."""
@@ -83,93 +76,23 @@ class RobertaLMHead(nn.Module):
         return F.linear(self.layer_norm(F.gelu(self.dense(x))), word_embeddings, self.bias)
 
 
-class RobertaForMaskedLM(RobertaWithHead):
+class RobertaMaskedLMHead(BertHead, MaskedLM):
     """Masked LM alone, RoBERTa's objective: no pooler, the head at `lm_head`."""
-
-    add_pooling_layer = False
 
     def __init__(self, config: RobertaConfig):
         super().__init__(config)
         self.lm_head = RobertaLMHead(config)
-        self._init_head()
 
-    def _predict(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.lm_head(hidden, self.roberta.embeddings.word_embeddings.weight)
-
-    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
-                attention_mask: torch.Tensor | None = None,
-                labels: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        enc = self.roberta(input_ids, token_type_ids, attention_mask)
-        out = masked_lm(self._predict, enc["last_hidden_state"], labels)
-        if labels is not None:
-            out["loss"] = out["mlm_loss"]
-        return out
+    def predict(self, model, hidden: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(hidden, model.encoder.embeddings.word_embeddings.weight)
 
 
-class RobertaForSequenceClassification(SequenceClassifier, RobertaWithHead):
-    add_pooling_layer = False
+# The classifier has no pooler: its dense layer is its own (tanh); multiple choice reads the
+# pooled <s> as BERT's does; span QA and tagging are BERT's.
+RobertaSequenceClassificationHead = BertDenseClassifierHead
+RobertaMultipleChoiceHead = BertMultipleChoiceHead
+RobertaQuestionAnsweringHead = BertQuestionAnsweringHead
+RobertaTokenClassificationHead = BertTokenClassificationHead
 
-    def __init__(self, config: RobertaConfig, num_labels: int | None = None,
-                 problem_type: str = "single_label_classification",
-                 features: dict[str, Any] | None = None):
-        super().__init__(config, features)
-        width = self.features.width if self.features is not None else config.hidden_size
-        # RoBERTa has no pooler in its classifier: the dense layer is the classifier's own
-        self.classifier = DenseClassificationHead(
-            config, width, self._problem(num_labels, problem_type), torch.tanh)
-        self._init_head()
-
-    def _classify(self, x: torch.Tensor) -> torch.Tensor:
-        return self.classifier(x)
-
-
-class RobertaForMultipleChoice(MultipleChoice, RobertaWithHead):
-    """The pooled <s> of each choice, dropout and a linear score, as BERT's."""
-
-    def __init__(self, config: RobertaConfig):
-        super().__init__(config)
-        self._add_classifier(1)
-
-    def _pool(self, input_ids, token_type_ids, attention_mask) -> torch.Tensor:
-        return self.roberta(input_ids, token_type_ids, attention_mask)["pooler_output"]
-
-
-class RobertaForQuestionAnswering(QuestionAnswering, RobertaWithHead):
-    add_pooling_layer = False
-
-    def __init__(self, config: RobertaConfig):
-        super().__init__(config)
-        self.qa_outputs = nn.Linear(config.hidden_size, 2)
-        self._init_head()
-
-    def _span_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.qa_outputs(hidden)
-
-
-class RobertaForTokenClassification(TokenClassifier, RobertaWithHead):
-    add_pooling_layer = False
-
-    def __init__(self, config: RobertaConfig, num_labels: int = 2,
-                 features: dict[str, Any] | None = None):
-        super().__init__(config, features)
-        self.num_labels = num_labels
-        self._add_classifier(num_labels)
-
-
-def _xlm(cls: type) -> type:
-    """transformers' XLM-RoBERTa class of the same role: the same model under its own name
-    (config.json's `architectures`)."""
-    return type(cls.__name__.replace("Roberta", "XLMRoberta", 1), (cls,),
-                {"__module__": __name__, "__doc__": f"XLM-RoBERTa's {cls.__name__}."})
-
-
-XLMRobertaModel = _xlm(RobertaModel)
-XLMRobertaForMaskedLM = _xlm(RobertaForMaskedLM)
-XLMRobertaForSequenceClassification = _xlm(RobertaForSequenceClassification)
-XLMRobertaForMultipleChoice = _xlm(RobertaForMultipleChoice)
-XLMRobertaForQuestionAnswering = _xlm(RobertaForQuestionAnswering)
-XLMRobertaForTokenClassification = _xlm(RobertaForTokenClassification)
-for _cls in (XLMRobertaForMaskedLM, XLMRobertaForSequenceClassification,
-             XLMRobertaForMultipleChoice, XLMRobertaForQuestionAnswering,
-             XLMRobertaForTokenClassification):
-    _cls.encoder_class = XLMRobertaModel
+XLMRobertaModel = type("XLMRobertaModel", (RobertaModel,),
+                       {"__module__": __name__, "__doc__": "XLM-RoBERTa's RobertaModel."})
