@@ -12,6 +12,7 @@ from bertctl.errors import BertctlError
 from bertctl.model.features import parse_layers
 from bertctl.stages.common import models, runtime, training
 from bertctl.stages.common.task_training import TaskJob
+from bertctl.tasks import class_loss
 from bertctl.tasks.resolve import training_files
 from bertctl.stages.settings.assembled import task_spec
 
@@ -28,6 +29,19 @@ def frozen_features(settings: FinetuneSettings, family, source: models.ModelSour
     return {"features": {"layers": list(layers), "combine": settings.combine, "head": settings.head}}
 
 
+def check_class_loss(settings: FinetuneSettings, family) -> None:
+    """--class-weights and --label-smoothing where the family's loss has classes, and a named
+    file's weights readable, before any work."""
+    if settings.class_weights is not None and family.class_loss != "classes":
+        raise BertctlError(f"--class-weights: a '{family.name}' task's loss has no classes to "
+                           f"weigh (classification and tagging tasks have)")
+    if settings.label_smoothing and family.class_loss is None:
+        raise BertctlError(f"--label-smoothing: a '{family.name}' task's loss has no classes "
+                           f"to smooth (classification, tagging and multiple choice have)")
+    if settings.class_weights not in (None, class_loss.BALANCED):
+        class_loss.named(settings.class_weights)
+
+
 def run(settings: FinetuneSettings, target: artifacts.Target, model_dir: Path, train_path: Path,
         dev_path: Path | None = None):
     settings = runtime.applied(settings)
@@ -42,10 +56,14 @@ def run(settings: FinetuneSettings, target: artifacts.Target, model_dir: Path, t
             settings = settings.model_copy(update={"max_seq_length": longest})
     spec = family.for_model(spec, source.hf_config)
     features = frozen_features(settings, family, source)   # a bad --head fails before any work
+    check_class_loss(settings, family)
     train_file, dev_file = training_files(spec, train_path, dev_path)
     inputs = [source.ref, models.data_input(train_file, "train")]
     if dev_file is not None:
         inputs.append(models.data_input(dev_file, "dev"))
+    weights_file = class_loss.weights_file(settings.class_weights)
+    if weights_file is not None:   # its content is part of the id
+        inputs.append(models.data_input(weights_file, "class-weights"))
     job = TaskJob(settings, spec, family, source, train_file, dev_file, settings.max_seq_length,
                   spec.labels, features=features)
     return training.train_to_artifact(settings, inputs, target, job)

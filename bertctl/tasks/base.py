@@ -71,6 +71,10 @@ class Family:
     # mark of the tokens a student imitates on untagged words); moved with their tokens when
     # a batch is packed, left out when a model only predicts.
     marks: ClassVar[tuple[str, ...]] = ()
+    # Whether its loss is a cross-entropy over classes that `finetune --class-weights` and
+    # `--label-smoothing` may weigh and smooth (tasks/class_loss.py): "classes" both,
+    # "choices" smoothing only (a choice is no class), None neither.
+    class_loss: ClassVar[str | None] = None
 
     def inputs(self, batch: dict) -> dict:
         """A batch of this family's features as the model's inputs alone (inference)."""
@@ -112,6 +116,11 @@ class Family:
         module around it (at `.model`) where the family's loss is the job's choice, not the
         model's (a reranker's ranking loss over a query's candidates)."""
         return model
+
+    def training_classes(self, features):
+        """A "classes" family's label index of each training unit (an example, a word): what
+        balanced class weights count."""
+        raise NotImplementedError
 
     def feature_stats(self, features) -> dict[str, Any]:
         """Facts about the encoding for the log and the manifest (span QA: windows per

@@ -80,6 +80,7 @@ class SequenceClassifierHead:
 class Classification(SequenceClassifierHead, SequenceFamily):
     default_metric = "accuracy"
     label_list = True
+    class_loss = "classes"
 
     def __init__(self, name: str, title: str, text_columns: int):
         self.name = name
@@ -108,6 +109,9 @@ class Classification(SequenceClassifierHead, SequenceFamily):
 
     def head_kwargs(self, spec, label_list) -> dict[str, Any]:
         return {"num_labels": len(label_list), "problem_type": "single_label_classification"}
+
+    def training_classes(self, features) -> np.ndarray:
+        return features.labels
 
     def resolve_labels(self, spec, model_task, hf_config, given, where):
         """Always the model's own names; --labels (or a preset's labels) only name the classes

@@ -17,6 +17,7 @@ class MultipleChoice(SequenceFamily):
     default_metric = "accuracy"
     head = "multiple_choice"
     soft_targets = {"logits": "classes"}   # one score per choice: a softmax over them
+    class_loss = "choices"
 
     def check_spec(self, spec) -> None:
         if spec.text_columns:

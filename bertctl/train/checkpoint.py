@@ -124,16 +124,18 @@ def _link_or_copy(src: Path, dst: Path) -> None:
 
 def save_checkpoint(work_dir: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer,
                     scaler_state: dict[str, Any], rng_states: list[dict[str, Any]],
-                    trainer: dict[str, Any], keep_last: int | None) -> Path:
+                    trainer: dict[str, Any], keep_last: int | None,
+                    average: dict[str, Any] | None = None) -> Path:
     """Write checkpoint `step` atomically, then delete all but the newest `keep_last`. A SIGTERM
-    meanwhile waits for the checkpoint to be complete (bertctl.contract.signals)."""
+    meanwhile waits for the checkpoint to be complete (bertctl.contract.signals). `average`:
+    the weight average's state (--ema)."""
     with signals.deferred():
         return _save_checkpoint(work_dir, step, model, optimizer, scaler_state, rng_states,
-                                trainer, keep_last)
+                                trainer, keep_last, average)
 
 
 def _save_checkpoint(work_dir, step, model, optimizer, scaler_state, rng_states, trainer,
-                     keep_last) -> Path:
+                     keep_last, average) -> Path:
     final = step_dir(work_dir, step)
     root = final.parent
     root.mkdir(parents=True, exist_ok=True)
@@ -144,7 +146,8 @@ def _save_checkpoint(work_dir, step, model, optimizer, scaler_state, rng_states,
     try:
         save_file(_state_dict(model), str(tmp / WEIGHTS), metadata={"step": str(step)})
         torch.save(optimizer.state_dict(), tmp / OPTIMIZER)
-        torch.save({"scaler": scaler_state, "rng": rng_states}, tmp / STATE)
+        torch.save({"scaler": scaler_state, "rng": rng_states,
+                    **({"average": average} if average is not None else {})}, tmp / STATE)
         best = Path(work_dir) / BEST / WEIGHTS
         if trainer.get("best") and best.is_file():
             _link_or_copy(best, tmp / BEST_LINK)

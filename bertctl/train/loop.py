@@ -45,6 +45,7 @@ from bertctl.train import distributed as dist
 from bertctl.train.plan import halved, plan_batch
 from bertctl.train.optim import (decay_steps, lr_at, lr_at_share, make_optimizer, set_lr,
                                  warmup_steps)
+from bertctl.train.averaging import WeightAverage
 from bertctl.train.order import BatchOrder, DataSource, lengths_of
 from bertctl.train.records import (METRICS_FILE, Best, Interval, Loaded, TrainingDiverged,
                                    TrainResult, Unread, append_jsonl, count_tokens, plain,
@@ -153,6 +154,7 @@ class Trainer:
         self.optimizer = make_optimizer(self.model, s.lr, s.weight_decay, tuple(s.betas), s.eps,
                                         s.optimizer, s.layer_decay)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=s.precision == "fp16")
+        self.average = WeightAverage(self.model, s.ema) if s.ema is not None else None
         self.data_key = {"num_examples": len(data), "batch_size": self.plan.batch_size,
                          "seed": s.seed,
                          "group_by_length": s.group_by_length, "start_step": s.start_step}
@@ -225,6 +227,11 @@ class Trainer:
         state = found.load_state()
         if self.scaler.is_enabled() and state["scaler"]:
             self.scaler.load_state_dict(state["scaler"])
+        if self.average is not None:
+            if "average" not in state:
+                raise BertctlError(f"{found.path}: cannot resume with --ema: the checkpoint "
+                                   f"has no weight average; use another work directory")
+            self.average.load_state_dict(state["average"])
         if len(state["rng"]) == self.world:
             ckpt.set_rng_state(state["rng"][self.rank], self.device)
         else:  # another world size: exact dropout replay is impossible; stay deterministic
@@ -386,6 +393,8 @@ class Trainer:
             del self.optimizer.found_inf
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
+        if self.average is not None:
+            self.average.update()
         self.step += 1
         self.unread.add_step(self.step, lr, loss_sum, norm.detach(), loaded.tokens,
                              loaded.examples)
@@ -487,23 +496,25 @@ class Trainer:
 
     def evaluate(self) -> None:
         """Evaluate, select the best weights (with `select`) and record the result."""
-        self.model.eval()
-        with torch.no_grad():
-            metrics = {k: plain(v) for k, v in self.evaluate_fn(self.model).items()}
-        self.model.train()
-        record = {"split": "validation", "step": self.step, "epoch": self.epoch_of(self.step),
-                  **metrics}
-        self.last_eval = record
-        if self.select is not None:
-            key, mode = self.select
-            if key not in metrics:
-                raise BertctlError(f"select: evaluate returned no {key!r} (it returned "
-                                   f"{', '.join(metrics) or 'nothing'})")
-            value = float(metrics[key])
-            if self.best.improves(value, mode):
-                self.best = Best(value, self.step, record)
-                if self.info.is_main:
-                    ckpt.write_best(self.work_dir, self.model, self.step)
+        averaged = self.average.applied() if self.average else contextlib.nullcontext()
+        with averaged:   # (--ema: the average is what is evaluated and kept)
+            self.model.eval()
+            with torch.no_grad():
+                metrics = {k: plain(v) for k, v in self.evaluate_fn(self.model).items()}
+            self.model.train()
+            record = {"split": "validation", "step": self.step,
+                      "epoch": self.epoch_of(self.step), **metrics}
+            self.last_eval = record
+            if self.select is not None:
+                key, mode = self.select
+                if key not in metrics:
+                    raise BertctlError(f"select: evaluate returned no {key!r} (it returned "
+                                       f"{', '.join(metrics) or 'nothing'})")
+                value = float(metrics[key])
+                if self.best.improves(value, mode):
+                    self.best = Best(value, self.step, record)
+                    if self.info.is_main:
+                        ckpt.write_best(self.work_dir, self.model, self.step)
         self.emit({**record, "elapsed_s": round(self.elapsed, 1)})   # the log only
         if self.select is not None and self.s.patience is not None:
             self._stop_if_patience_spent()
@@ -553,7 +564,8 @@ class Trainer:
             "compile": self.compiler.record,
         }
         ckpt.save_checkpoint(self.work_dir, self.step, self.model, self.optimizer,
-                             self.scaler.state_dict(), rngs, trainer, s.keep_last)
+                             self.scaler.state_dict(), rngs, trainer, s.keep_last,
+                             self.average.state_dict() if self.average else None)
 
     def _result(self) -> TrainResult:
         """The best evaluated weights (with `select`), or the final ones."""
@@ -561,6 +573,8 @@ class Trainer:
         dist.barrier()  # rank 0 has finished writing best/
         if self.select is not None and self.best.step is not None and not stopped_early:
             ckpt.load_weights(self.work_dir / ckpt.BEST / ckpt.WEIGHTS, self.model)
+        elif self.average is not None and not stopped_early:
+            self.average.copy_to()
         return TrainResult(step=self.step, epoch=self.epoch_of(self.step), history=self.history,
                            eval_metrics=self.last_eval, best_metrics=self.best.metrics,
                            best_step=self.best.step, model=self.model,

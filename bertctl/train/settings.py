@@ -80,6 +80,11 @@ class TrainingSettings(Runtime):
         "DeBERTa's fine-tuning recipes): the head at the full rate, each encoder layer at the "
         "one above's times this, the embeddings lowest. Unset: one rate for every weight.",
         json_schema_extra=meta(TRAINING, hashed_if_changed=True))
+    ema: float | None = Field(
+        None, gt=0, lt=1, description="Keep an exponential moving average of the weights with "
+        "this decay (e.g. 0.999; at most (1 + t) / (10 + t) at update t), and evaluate, select "
+        "and save it in place of the trained weights. Unset: the trained weights.",
+        json_schema_extra=meta(TRAINING, hashed_if_changed=True))
     warmup: float = Field(0.1, ge=0, description="Linear warm-up: a fraction of the steps if "
                           "below 1, else a step count; then the --schedule.",
                           json_schema_extra=meta(TRAINING))

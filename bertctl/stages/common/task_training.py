@@ -23,6 +23,7 @@ from bertctl.data.collate import TaskData
 from bertctl.evaluation import evaluate_task
 from bertctl.model import architectures
 from bertctl.stages.common import models
+from bertctl.tasks import class_loss
 from bertctl.tasks.base import Calibrates, NumericLabels
 from bertctl.train import distributed as dist
 from bertctl.train.loop import train
@@ -120,6 +121,7 @@ class TaskJob:
                                             training=True)
         self.dev_features = (family.encode(self.dev_examples, tok, self.max_len)
                              if self.dev_examples is not None else None)
+        self.class_loss = self._class_loss()
         torch.manual_seed(settings.seed)  # the new head's initial weights are part of --seed
         self.model, report = by.build_model(self.source, family.head,
                                             family.head_kwargs(spec, self.label_list),
@@ -140,6 +142,17 @@ class TaskJob:
         if span:
             self.task_record["label_range"] = span
         by.prepared(self)
+
+    def _class_loss(self) -> tuple | None:
+        """(weights, smoothing) where finetune --class-weights or --label-smoothing asks for
+        them (tasks/class_loss.py), the weights one per label."""
+        value = getattr(self.settings, "class_weights", None)
+        smoothing = getattr(self.settings, "label_smoothing", 0.0)
+        if value is None and not smoothing:
+            return None
+        weights = (class_loss.class_weights(value, self.family.training_classes(
+            self.train_features), self.label_list) if value is not None else None)
+        return weights, smoothing
 
     def _check_outputs(self) -> None:
         """The model's outputs on the first training examples, before the first step: a model
@@ -184,6 +197,8 @@ class TaskJob:
     def fit(self, work: Path, sink=None):
         settings = self.settings
         module = self.family.training_module(self.model, self.spec)
+        if self.class_loss is not None:
+            module = class_loss.ClassLoss(module, *self.class_loss, self.label_list)
         self.trained_with = module
         setup = self.by.loop_setup(module, self.train_features, work)
         data = TaskData(self.train_features, settings.pack, self.max_len, setup.model.packs,

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from bertctl.settings import meta
+from bertctl.settings import TRAINING, meta
 from bertctl.stages.settings.task import TaskTrainingSettings
 
 FROZEN = "Frozen encoder (feature-based)"
@@ -27,6 +27,17 @@ class FinetuneSettings(TaskTrainingSettings):
                                               "a linear classifier, or (tagging) the paper's "
                                               "two-layer BiLSTM under it.",
                                               json_schema_extra=meta(FROZEN))
+
+    class_weights: str | None = Field(
+        None, description="Classification and tagging: weigh each class's term of the loss: "
+        "'balanced' (scikit-learn's: the training examples, or a tagging file's words, over "
+        "the classes times the class's count), LABEL=W,LABEL=W (a class not named weighs 1) or "
+        "a JSON file of {label: weight}. Recorded in the manifest.",
+        json_schema_extra=meta(TRAINING, hashed_if_changed=True))
+    label_smoothing: float = Field(
+        0.0, ge=0, lt=1, description="Classification, tagging and multiple choice: the share "
+        "of each target spread evenly over the classes (torch's label_smoothing).",
+        json_schema_extra=meta(TRAINING, hashed_if_changed=True))
 
     @model_validator(mode="after")
     def _features_need_freezing(self):

@@ -108,6 +108,7 @@ class Tagging(Family):
     marks = (IMITATED,)
     metric_in_percent = True   # conlleval's precision, recall and F1
     feature_heads = ("linear", "bilstm")   # bilstm: the paper's feature-based NER head
+    class_loss = "classes"
 
     def check_spec(self, spec) -> None:
         if spec.text_columns or spec.choice_columns or spec.context_column \
@@ -180,6 +181,9 @@ class Tagging(Family):
 
     def feature_stats(self, features) -> dict[str, Any]:
         return dict(features.stats)
+
+    def training_classes(self, features):
+        return features.word_labels
 
     # -- the head
 
