@@ -11,18 +11,10 @@ from bertctl.train import checkpoint as ckpt
 from bertctl.train.averaging import WeightAverage
 from bertctl.train.loop import train
 from bertctl.train.settings import LoopSettings
-from test_train_loop import RepeatedTokens, tiny_pretraining
+from test_train_loop import one_thread, RepeatedTokens, tiny_pretraining  # noqa: F401 (a fixture)
 
 DECAY = 0.8
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    # a 32-wide model: one intra-op thread is faster, and the numbers do not depend on it
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 RUN = dict(steps=6, batch_size=8, lr=1e-2, warmup=0, seed=3)
 
 

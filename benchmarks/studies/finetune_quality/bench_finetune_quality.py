@@ -15,6 +15,9 @@ gradient clipping 1.0, max length (pairs truncated longest-first) and precision:
 - `padded`: the same with `--no-pack`: random batches padded to their longest row (the default
   before packing; the saved runs labelled so ran before `--pack` existed);
 - `grouped`: `--group-by-length` (length-grouped batches; the saved runs are padded ones);
+- `ema`: the default with `--ema 0.999` (on runs of a few hundred steps the average's
+  (1 + t) / (10 + t) bound sets its decay);
+- `layer_decay`: the default with `--layer-decay 0.8` (ELECTRA's base recipe);
 - `plain`: a hand-written PyTorch loop over transformers' `AutoModelForSequenceClassification`
   (`from_pretrained`, new head after `torch.manual_seed(seed)`; BERT's for the default
   checkpoint, `--model` any architecture's; a regression's fp32 head is BERT's pooler's),
@@ -56,8 +59,10 @@ from tools import common  # noqa: E402
 from speed.bench_finetune import (DEFAULT_GLUE, TASKS, capped_copy, hf_examples,  # noqa: E402
                             run_bertctl)
 
-VARIANTS = ("default", "padded", "grouped", "plain", "plain_bertctl_model")
-FLAGS = {"default": [], "padded": ["--no-pack"], "grouped": ["--group-by-length"]}
+VARIANTS = ("default", "padded", "grouped", "ema", "layer_decay", "plain",
+            "plain_bertctl_model")
+FLAGS = {"default": [], "padded": ["--no-pack"], "grouped": ["--group-by-length"],
+         "ema": ["--ema", "0.999"], "layer_decay": ["--layer-decay", "0.8"]}
 
 
 def run_plain(task, data_dir, model_dir, a, bertctl_model=False):
