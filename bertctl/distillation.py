@@ -13,7 +13,8 @@ cannot switch the teacher's dropout on, and the forward puts it on the batch's d
 
 The losses (Hinton et al. 2015; TinyBERT for the hidden states):
 - soft: per score output of the head, T^2 * KL(softmax(teacher / T) || softmax(student / T))
-  averaged over the rows it is taken over ("classes": examples or choices, "tokens": the
+  averaged over the rows it is taken over ("classes": examples or choices, "labels": the same
+  with each label's sigmoid a distribution of its own, summed over the labels, "tokens": the
   labelled tokens where the batch has labels, else every real token, "positions": a softmax
   over each sequence's real tokens), or the squared error for a "score" (regression); the mean
   over the head's outputs (span QA: start and end).
@@ -54,7 +55,7 @@ from bertctl.train import distributed as dist
 # token: packing moves them with their sequences or tokens, as it moves the labels.
 TEACHER = "teacher:"
 
-KINDS = ("classes", "tokens", "positions", "score")
+KINDS = ("classes", "labels", "tokens", "positions", "score")
 # A logit far below any real one but finite, so masked positions get probability 0 in both
 # distributions without producing inf - inf.
 _MASKED = -1e4
@@ -67,6 +68,12 @@ def soft_loss(kind: str, student: torch.Tensor, teacher: torch.Tensor,
     s, t = student.float(), teacher.float()
     if kind == "score":
         return F.mse_loss(s.reshape(-1), t.reshape(-1))
+    if kind == "labels":   # (N, L): one two-way distribution (a sigmoid) per label
+        s, t = s / temperature, t / temperature
+        p_t = torch.sigmoid(t)
+        kl = (p_t * (F.logsigmoid(t) - F.logsigmoid(s))
+              + (1 - p_t) * (F.logsigmoid(-t) - F.logsigmoid(-s))).sum(-1).mean()
+        return kl * temperature ** 2
     if kind == "positions":   # (B, T): one distribution over each sequence's tokens
         if mask is not None:
             real = mask.reshape(s.shape) > 0

@@ -166,6 +166,41 @@ def spearman(predictions, labels) -> float:
     return pearson(rankdata(x), rankdata(y))
 
 
+def label_set_counts(predictions, labels) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per label (column) of (N, L) 0/1 label sets: true positives, false positives, false
+    negatives."""
+    p = np.asarray(predictions).astype(bool)
+    y = np.asarray(labels).astype(bool)
+    if p.ndim != 2 or p.shape != y.shape:
+        raise ValueError(f"label sets: predictions {p.shape} and labels {y.shape} must be one "
+                         f"(examples, labels) shape")
+    if not len(p):
+        raise BertctlError("label sets: cannot compute on 0 examples (empty evaluation set)")
+    tp = (p & y).sum(0).astype(np.float64)
+    return tp, (p & ~y).sum(0).astype(np.float64), (~p & y).sum(0).astype(np.float64)
+
+
+def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    return np.divide(num, den, out=np.zeros_like(num), where=den > 0)
+
+
+def multi_label_scores(predictions, labels) -> dict[str, float]:
+    """Label sets' figures as scikit-learn gives them with zero_division=0: micro and macro F1,
+    micro precision and recall (`f1_score`, `precision_score`, `recall_score` with
+    average="micro"/"macro"), subset accuracy (`accuracy_score`: the whole set right) and
+    the Hamming loss (`hamming_loss`: the share of wrong example-label cells)."""
+    tp, fp, fn = label_set_counts(predictions, labels)
+    TP, FP, FN = (float(x.sum()) for x in (tp, fp, fn))
+    p = np.asarray(predictions).astype(bool)
+    y = np.asarray(labels).astype(bool)
+    return {"micro_f1": 2 * TP / (2 * TP + FP + FN) if TP else 0.0,
+            "macro_f1": float(_ratio(2 * tp, 2 * tp + fp + fn).mean()),
+            "micro_precision": TP / (TP + FP) if TP else 0.0,
+            "micro_recall": TP / (TP + FN) if TP else 0.0,
+            "subset_accuracy": float((p == y).all(1).mean()),
+            "hamming_loss": float((p != y).mean())}
+
+
 # --- task metrics by name ------------------------------------------------------------------------
 
 def _accuracy(p, y):
@@ -207,6 +242,7 @@ register(Metric("f1_accuracy", _f1_accuracy, "f1"))    # MRPC, QQP: F1 of class 
 register(Metric("matthews", _matthews, "mcc"))         # CoLA
 register(Metric("pearson_spearman", _pearson_spearman, "spearman"))  # STS-B: the paper's Spearman
 register(Metric("macro_f1", _macro_f1, "macro_f1"))
+register(Metric("multi_label", multi_label_scores, "micro_f1"))    # label sets
 
 
 def compute_metrics(name: str, predictions, labels) -> dict[str, float]:

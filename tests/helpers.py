@@ -196,6 +196,11 @@ FAMILY_DATA = {
               "--doc-stride", "48"], _SQUAD / "dev-v1.1-sample.json"),
     "tagging": ([_CONLL, "--task", "conll2003", "--max-seq-length", "64"],
                 _CONLL / "valid.txt"),
+    # the entity types each CoNLL sentence names (benchmarks/studies/multi_label)
+    "multi_label": ([FIXTURES / "entity_types" / "train.tsv", "--dev",
+                     FIXTURES / "entity_types" / "dev.tsv", "--family", "multi_label",
+                     "--text-column", "text", "--label-column", "labels"],
+                    FIXTURES / "entity_types" / "dev.tsv"),
 }
 
 

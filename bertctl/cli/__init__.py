@@ -222,7 +222,7 @@ RunnableModel = Annotated[Path, typer.Argument(
 
 @stage("finetune", finetune_settings, help="Fine-tune a model artifact or Hugging Face BERT "
        "directory on a task of any registered family (single sentence or pair classification, "
-       "regression, multiple choice, span QA, tagging: see --family) into a model artifact "
+       "multi-label, regression, multiple choice, span QA, tagging: see --family) into a model artifact "
        "with the task head. Runs data-parallel under torchrun.")
 def finetune(settings: FinetuneSettings, target: Target,
              model: ModelArgument,

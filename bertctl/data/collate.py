@@ -125,7 +125,8 @@ def pack_batch(batch: dict[str, torch.Tensor], capacity: int, pad_id: int,
     flat row * width + column index.
     The model then computes for each sequence what it would unpacked (`model.bert.
     attention_bias`). Per-example `labels` (B,) are reordered to the order of `sequence_starts`;
-    per-token `labels` (B, T) move with their tokens, `label_pad` on padding. Other values the
+    per-token `labels` (B, T; integers) move with their tokens, `label_pad` on padding; label
+    sets (B, L; floats) move with their sequences. Other values the
     batch carries move the same way: those named in `per_token` (B, T, ...) with their tokens
     (0 on padding), those in `per_example` (B, ...) with their sequences. A batch with per-token
     labels or values is a token-level one: it has no `sequence_starts`.
@@ -163,7 +164,7 @@ def pack_batch(batch: dict[str, torch.Tensor], capacity: int, pad_id: int,
         "position_ids": place(np.broadcast_to(np.arange(T), (B, T)), 0),
     }
     labels = batch.get("labels")
-    if labels is not None and labels.dim() == 2:
+    if labels is not None and labels.dim() == 2 and not labels.is_floating_point():
         packed["labels"] = place(labels.numpy(), label_pad).to(labels.dtype)
     elif not any(key in batch for key in per_token):   # a sequence-level batch
         packed["sequence_starts"] = torch.from_numpy((row * width + col)[order])

@@ -90,3 +90,45 @@ def class_labels(values: list, path: Path, col: str, label_list: tuple[str, ...]
                                f"not one of the training labels {list(label_list)}")
         out[i] = j
     return out, tuple(label_list)
+
+
+def label_set(value: Any, separator: str) -> list[str]:
+    """One cell of a multi-label column as its label keys: a list (JSON, Parquet, Arrow) or a
+    string joined by `separator`; an empty cell or list is the empty set."""
+    if _empty(value):
+        return []
+    items = value if isinstance(value, (list, tuple)) else str(value).split(separator)
+    return [label_key(x) for x in items if not _empty(x) and label_key(x)]
+
+
+def label_sets_of(column, path: Path, col: str, separator: str) -> tuple[str, ...]:
+    """The label list a multi-label file's column gives: every label of every row, sorted,
+    computed by Arrow over the column (a file of any size)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not (pa.types.is_list(column.type) or pa.types.is_large_list(column.type)):
+        column = pc.split_pattern(pc.cast(column, pa.string()), separator)
+    keys = {label_key(x) for x in pc.unique(pc.list_flatten(column)).to_pylist()
+            if not _empty(x)} - {""}
+    if len(keys) < 2:
+        raise BertctlError(f"{path}: column '{col}': {len(keys)} label{'s' * (len(keys) != 1)} "
+                           f"in the file; a multi-label classifier needs at least 2 (or give "
+                           f"the label list)")
+    return sort_labels(keys)
+
+
+def label_sets(values: list, path: Path, col: str, separator: str,
+               label_list: tuple[str, ...], first_row: int = 0) -> np.ndarray:
+    """(rows, labels) float32 0/1: each row's labels among `label_list` (a label outside it is
+    an error naming its row)."""
+    index = {k: j for j, k in enumerate(label_list)}
+    out = np.zeros((len(values), len(label_list)), dtype=np.float32)
+    for i, v in enumerate(values):
+        for k in label_set(v, separator):
+            j = index.get(k)
+            if j is None:
+                raise BertctlError(f"{path}: row {first_row + i + 1}, column '{col}': label "
+                                   f"{k!r} is not one of the training labels {list(label_list)}")
+            out[i, j] = 1.0
+    return out

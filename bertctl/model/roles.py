@@ -81,10 +81,11 @@ class MaskedLM(RoleHead):
 
 
 class SequenceClassifier(RoleHead):
-    """A classifier on a pooled sequence vector: classification (CE) or regression (MSE, one
+    """A classifier on a pooled sequence vector: classification (CE), label sets (a sigmoid
+    and binary CE per label, transformers' multi_label_classification) or regression (MSE, one
     output)."""
 
-    PROBLEM_TYPES = ("single_label_classification", "regression")
+    PROBLEM_TYPES = ("single_label_classification", "multi_label_classification", "regression")
     supports_packing = True
     reads_features = True
 
@@ -130,6 +131,8 @@ class SequenceClassifier(RoleHead):
         if labels is not None:
             if self.problem_type == "regression":
                 out["loss"] = F.mse_loss(logits.float().squeeze(-1), labels.float().reshape(-1))
+            elif self.problem_type == "multi_label_classification":
+                out["loss"] = F.binary_cross_entropy_with_logits(logits.float(), labels.float())
             else:
                 out["loss"] = F.cross_entropy(logits.float(), labels.reshape(-1))
         return out

@@ -17,7 +17,7 @@ from bertctl.tasks.registry import FAMILIES, get, register
 
 # The built-in families register themselves on import (before any spec is validated).
 from bertctl.tasks import classification, regression, multiple_choice, retrieval, span, tagging  # noqa: E402,F401,I001
-from bertctl.tasks import reranking  # noqa: E402,F401
+from bertctl.tasks import multi_label, reranking  # noqa: E402,F401
 from bertctl.tasks.spec import PRESETS, TaskSpec, make_task_spec  # noqa: E402
 
 

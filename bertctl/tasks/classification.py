@@ -40,12 +40,33 @@ def num_labels(hf_config: dict[str, Any]) -> int | None:
     return num_labels_of(hf_config)
 
 
+# How a task of each problem type and a model with it are named in messages.
+_TASK_KIND = {"regression": "a regression", "single_label_classification": "a classification",
+              "multi_label_classification": "a multi-label classification"}
+
+
+def problem_of(hf_config: dict[str, Any]) -> tuple[str, int]:
+    """A sequence classifier's problem type and output count, as transformers reads them
+    (no problem_type: regression for one output, else one label per example)."""
+    num = num_labels(hf_config) or 2
+    problem = hf_config.get("problem_type")
+    if problem not in _TASK_KIND:
+        problem = "regression" if num == 1 else "single_label_classification"
+    return problem, num
+
+
+def _model_kind(problem: str, num: int) -> str:
+    if problem == "regression":
+        return "has a regression head (one output)"
+    return f"is a {num}-label {'multi-label ' * (problem != 'single_label_classification')}classifier"
+
+
 class SequenceClassifierHead:
-    """The head rules shared by classification and regression: a sequence classifier whose
-    problem type and label count fit the task."""
+    """The head rules shared by classification, label sets and regression: a sequence
+    classifier whose problem type and label count fit the task."""
 
     head = "sequence_classification"
-    regression = False
+    problem_type = "single_label_classification"
     soft_targets = {"logits": "classes"}
     feature_heads = ("linear",)     # on the combined [CLS] vector
 
@@ -57,19 +78,11 @@ class SequenceClassifierHead:
                     if "multiple_choice" not in roles else "")
             raise BertctlError(f"{where}: task {spec.name} needs a {role_name(self.head)} "
                                f"model but the model is {architecture_name(arch)}{hint}")
-        problem = hf_config.get("problem_type")
-        if problem == "multi_label_classification":
-            raise BertctlError(f"{where}: a multi-label classifier; bertctl tasks have one label "
-                               f"per example")
-        num = num_labels(hf_config) or 2
-        regression = problem == "regression" or (problem is None and num == 1)
-        if self.regression and not regression:
-            raise BertctlError(f"{where}: task {spec.name} is a regression but the model is a "
-                               f"{num}-label classifier")
-        if not self.regression:
-            if regression:
-                raise BertctlError(f"{where}: task {spec.name} is a classification but the "
-                                   f"model has a regression head (one output)")
+        problem, num = problem_of(hf_config)
+        if problem != self.problem_type:
+            raise BertctlError(f"{where}: task {spec.name} is {_TASK_KIND[self.problem_type]} "
+                               f"but the model {_model_kind(problem, num)}")
+        if problem != "regression":
             for labels in (spec.labels, label_list):  # the task's own labels, then the model's
                 if labels is not None and len(labels) != num:
                     raise BertctlError(f"{where}: the model is a {num}-label classifier but "
@@ -108,7 +121,7 @@ class Classification(SequenceClassifierHead, SequenceFamily):
         return label_columns.class_labels(values, path, column, label_list, first_row)
 
     def head_kwargs(self, spec, label_list) -> dict[str, Any]:
-        return {"num_labels": len(label_list), "problem_type": "single_label_classification"}
+        return {"num_labels": len(label_list), "problem_type": self.problem_type}
 
     def training_classes(self, features) -> np.ndarray:
         return features.labels

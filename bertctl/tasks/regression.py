@@ -16,7 +16,7 @@ class Regression(SequenceClassifierHead, SequenceFamily):
     name = "regression"
     title = "Regression"
     default_metric = "pearson_spearman"
-    regression = True
+    problem_type = "regression"
     soft_targets = {"logits": "score"}
 
     def check_spec(self, spec) -> None:

@@ -176,6 +176,12 @@ class SequenceFamily(Family):
                     ) -> tuple[np.ndarray, Any]:
         raise NotImplementedError
 
+    def file_labels(self, column, path: Path, name: str, spec) -> tuple[str, ...]:
+        """The label list of a file's whole label column (an Arrow column), sorted."""
+        import pyarrow.compute as pc
+
+        return label_columns.labels_of(pc.unique(column).to_pylist(), path, name)
+
     def read(self, spec, path, label_list=None, require_labels=False) -> TaskExamples:
         """Read and validate one task file.
 
@@ -205,9 +211,7 @@ class SequenceFamily(Family):
                 raise BertctlError(f"{path}: the task has no label column; set label_column")
             label_list = label_list or spec.labels
             if labelled and self.label_list and label_list is None:
-                import pyarrow.compute as pc
-
-                label_list = label_columns.labels_of(pc.unique(table.column(lab)).to_pylist(), path, lab)
+                label_list = self.file_labels(table.column(lab), path, lab, spec)
             step = rows or table.num_rows
             for start in range(0, table.num_rows, step):
                 part = table.slice(start, step)

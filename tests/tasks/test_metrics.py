@@ -135,9 +135,11 @@ def test_compute_metrics_by_name():
     assert m["pearson"] == pytest.approx(scipy.stats.pearsonr(s, t)[0])
     assert {name: metrics.main_metric(name) for name in metrics.METRICS} == {
         "accuracy": "accuracy", "f1_accuracy": "f1", "matthews": "mcc",
-        "pearson_spearman": "spearman", "macro_f1": "macro_f1"}
+        "pearson_spearman": "spearman", "macro_f1": "macro_f1", "multi_label": "micro_f1"}
     for name in metrics.METRICS:
-        assert metrics.main_metric(name) in metrics.compute_metrics(name, p, y)
+        sets = name == "multi_label"   # label sets: (examples, labels) 0/1
+        pn, yn = (p.reshape(-1, 2), y.reshape(-1, 2)) if sets else (p, y)
+        assert metrics.main_metric(name) in metrics.compute_metrics(name, pn, yn)
     with pytest.raises(BertctlError, match="unknown metric 'bleu'"):
         metrics.compute_metrics("bleu", p, y)
 
