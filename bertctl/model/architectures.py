@@ -169,6 +169,9 @@ class Architecture:
     # config.json keys only this architecture's config has: a file without model_type that
     # holds one is this architecture's with its model_type lost, not an old BERT file.
     own_config_keys: tuple[str, ...] = ()
+    # The linear layers finetune --lora-rank adapts unless --lora-targets names others: the
+    # attention's query and value projections, as the LoRA paper's (ModernBERT: its fused qkv).
+    lora_targets: tuple[str, ...] = ("query", "value")
 
     def roles(self) -> list[str]:
         """Every role it builds a model of: its own classes' and the registered heads'."""

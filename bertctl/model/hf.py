@@ -22,7 +22,7 @@ from safetensors.torch import save_file
 from torch import nn
 
 from bertctl.errors import BertctlError, DiskFull, is_disk_full
-from bertctl.model import architectures, sentence_layout as sentence
+from bertctl.model import architectures, lora, sentence_layout as sentence
 from bertctl.model.composed import Composed
 
 CONFIG_NAME = "config.json"
@@ -110,11 +110,14 @@ def _unwrap(model: nn.Module) -> nn.Module:
     return model
 
 
-def save_model(model: nn.Module, directory: str | Path, extra_config: dict[str, Any] | None = None) -> None:
+def save_model(model: nn.Module, directory: str | Path, extra_config: dict[str, Any] | None = None,
+               base: Path | None = None) -> None:
     """Write config.json and model.safetensors so `transformers` loads them with from_pretrained.
 
     `extra_config` adds or overrides config.json keys: id2label/label2id with the real label
-    names, problem_type, and anything a later stage wants to read back.
+    names, problem_type, and anything a later stage wants to read back. A model with LoRA
+    adapters (model/lora.py) is written as its adapters and head in peft's format instead of
+    its weights, naming `base`, the model directory they adapt.
     """
     model = _unwrap(model)
     if architectures.role_of(type(model).__name__) is None:
@@ -140,6 +143,15 @@ def save_model(model: nn.Module, directory: str | Path, extra_config: dict[str, 
     # The decoder is not a parameter of ours (it reads the embedding table), so nothing is shared
     # and transformers re-ties it from `tie_word_embeddings`, exactly as for its own files.
     # Weights another library keeps in its own files (extra_files) stay out of the encoder's.
+    if lora.adapted(model):
+        if base is None:
+            raise ValueError("a model with LoRA adapters is saved naming its base model")
+        tensors, adapter = lora.adapter_files(model, base,
+                                              architectures.role_of(type(model).__name__))
+        _save_tensors(tensors, directory / lora.WEIGHTS)
+        (directory / lora.CONFIG).write_text(json.dumps(adapter, indent=2) + "\n",
+                                             encoding="utf-8")
+        return
     elsewhere = model.weights_elsewhere if headed else ()
     tensors = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()
                if not (elsewhere and k.startswith(elsewhere))}
@@ -180,14 +192,17 @@ def read_safetensors(directory: str | Path) -> dict[str, torch.Tensor]:
         raise BertctlError(f"{directory / WEIGHTS_NAME}: not found")
     tensors: dict[str, torch.Tensor] = {}
     for path in files:
-        try:
-            with safe_open(str(path), framework="pt") as f:
-                for key in f.keys():
-                    tensors[key] = f.get_tensor(key)
-        except Exception as exc:  # safetensors raises several types for truncated/corrupt files
-            raise BertctlError(f"{path}: cannot read safetensors file: {exc}") from None
+        tensors.update(_read_file(path))
     _refuse_non_finite(tensors, directory)
     return tensors
+
+
+def _read_file(path: Path) -> dict[str, torch.Tensor]:
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            return {key: f.get_tensor(key) for key in f.keys()}
+    except Exception as exc:  # safetensors raises several types for missing or corrupt files
+        raise BertctlError(f"{path}: cannot read safetensors file: {exc}") from None
 
 
 _HEAD_WEIGHT = re.compile(r"(^|\.)(classifier(\.out_proj)?|score)\.weight$")
@@ -322,12 +337,20 @@ def load_model(directory: str | Path, role: str | type | None = None,
             if outputs == 1 and hf_config.get("problem_type") is None:
                 head_kwargs["problem_type"] = "regression"
     model = head_class(config, **head_kwargs)
-    tensors = read_safetensors(directory)
+    base = lora.base_of(directory)   # an adapter's weights are its base's and its own
+    tensors = read_safetensors(base or directory)
     if issubclass(head_class, Composed):
         extra = head_class.extra_weights(directory, hf_config)
         _refuse_non_finite(extra, directory)
         tensors.update(extra)
     report = load_state_dict(model, tensors, source=str(directory))
+    if base is not None:
+        adapter = _read_file(directory / lora.WEIGHTS)
+        _refuse_non_finite(adapter, directory)
+        model, given = lora.load(model, directory, adapter, arch.encoder_name)
+        report.source = f"{directory} (a LoRA adapter on {base}, merged)"
+        report.missing = [k for k in report.missing if k not in given]
+        report.mismatched = [k for k in report.mismatched if k not in given]
     return model, report
 
 

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import torch
+
 from bertctl import tasks
 from bertctl.contract import artifacts
 from bertctl.stages.settings.finetune import FinetuneSettings
 from bertctl.errors import BertctlError
+from bertctl.model import architectures, lora
 from bertctl.model.features import parse_layers
 from bertctl.stages.common import models, runtime, training
 from bertctl.stages.common.task_training import TaskJob
@@ -42,6 +45,22 @@ def check_class_loss(settings: FinetuneSettings, family) -> None:
         class_loss.named(settings.class_weights)
 
 
+def check_adapters(settings: FinetuneSettings, source: models.ModelSource) -> None:
+    """--lora-rank and --lora-targets fit the model's encoder (checked on its structure built
+    on the meta device: no memory, no weights), before any work."""
+    wanted = settings.lora()
+    if wanted is None:
+        return
+    where = str(source.path)
+    if lora.base_of(source.path) is not None:
+        raise BertctlError(f"{where}: is a LoRA adapter itself; train new adapters on its "
+                           f"base, or fine-tune it whole (without --lora-rank)")
+    arch = architectures.of_config(source.hf_config, where)
+    with torch.device("meta"):
+        encoder = arch.head("encoder", where)(source.config)
+    lora.chosen_layers(encoder, wanted, arch.lora_targets, where)
+
+
 def run(settings: FinetuneSettings, target: artifacts.Target, model_dir: Path, train_path: Path,
         dev_path: Path | None = None):
     settings = runtime.applied(settings)
@@ -57,6 +76,7 @@ def run(settings: FinetuneSettings, target: artifacts.Target, model_dir: Path, t
     spec = family.for_model(spec, source.hf_config)
     features = frozen_features(settings, family, source)   # a bad --head fails before any work
     check_class_loss(settings, family)
+    check_adapters(settings, source)
     train_file, dev_file = training_files(spec, train_path, dev_path)
     inputs = [source.ref, models.data_input(train_file, "train")]
     if dev_file is not None:

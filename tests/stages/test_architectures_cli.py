@@ -156,6 +156,39 @@ def test_every_family_finetunes_and_evaluates_as_transformers_class(arch, family
     assert json.loads((tmp_path / "ev" / "metrics.json").read_text()), "no metrics"
 
 
+@pytest.mark.parametrize("family", ["single", "tagging"])
+@pytest.mark.parametrize("arch", sorted(ARCHS))
+def test_lora_adapters_are_what_peft_reads_on_transformers_class(arch, family, models, cli,
+                                                                tmp_path):
+    """finetune --lora-rank on each architecture's default targets: peft's PeftModel over
+    transformers' class of the base gives bertctl's logits, and eval reads the adapter."""
+    transformers = pytest.importorskip("transformers")
+    peft = pytest.importorskip("peft")
+    from bertctl.model import load_model
+
+    data, dev = FAMILY_DATA[family]
+    base, out = models.pretrained(arch), tmp_path / "adapter"
+    r = cli("finetune", base, *data, "--steps", "3", "--batch-size", "8", "--lr", "5e-3",
+            "--lora-rank", "2", "--out", out)
+    assert r.exit_code == 0, r.stderr
+    assert not (out / "model.safetensors").exists()
+    auto = (transformers.AutoModelForSequenceClassification if family == "single"
+            else transformers.AutoModelForTokenClassification)
+    hf = auto.from_pretrained(str(base), num_labels=len(_config(out)["id2label"]))
+    theirs = peft.PeftModel.from_pretrained(hf, str(out)).eval()
+    ours = load_model(out)[0].eval()
+    tok = transformers.AutoTokenizer.from_pretrained(str(out))
+    enc = tok(["Alice was beginning to get very tired.", "Down the rabbit hole."],
+              padding=True, return_tensors="pt")
+    with torch.no_grad():
+        expected = theirs(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).logits
+        got = ours(enc["input_ids"], None, enc["attention_mask"])["logits"]
+    real = enc["attention_mask"].bool() if family == "tagging" else slice(None)
+    torch.testing.assert_close(got[real], expected[real], **TINY_FP32)
+    r = cli("eval", out, dev, "--out", tmp_path / "ev")
+    assert r.exit_code == 0, r.stderr
+
+
 @pytest.mark.parametrize("quantize", ["none", "int8"])
 @pytest.mark.parametrize("arch", sorted(ARCHS))
 def test_export_is_checked_and_runs(arch, quantize, models, cli, tmp_path):

@@ -7,6 +7,7 @@ from bertctl.model.deberta.config import DebertaV2Config
 
 
 register(Architecture(
+    lora_targets=("query_proj", "value_proj"),
     name="deberta-v2", model_type="deberta-v2", config_class=DebertaV2Config,
     description="DeBERTa-v2's and v3's",
     heads=heads_named("bertctl.model.deberta.modeling", "DebertaV2"),

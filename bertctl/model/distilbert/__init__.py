@@ -7,6 +7,7 @@ from bertctl.model.distilbert.config import DistilBertConfig
 
 
 register(Architecture(
+    lora_targets=("q_lin", "v_lin"),
     name="distilbert", model_type="distilbert", config_class=DistilBertConfig,
     description="DistilBERT's",
     heads=heads_named("bertctl.model.distilbert.modeling", "DistilBert"),

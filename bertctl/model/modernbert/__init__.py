@@ -6,6 +6,7 @@ from bertctl.model.modernbert.config import ModernBertConfig
 
 
 register(Architecture(
+    lora_targets=("Wqkv",),
     name="modernbert", model_type="modernbert", config_class=ModernBertConfig,
     description="ModernBERT's (pre-norm, GeGLU, rotary positions, no biases, local "
     "attention), saved as transformers' ModernBERT, trained by --objective mlm",

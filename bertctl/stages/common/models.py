@@ -213,6 +213,7 @@ def open_model(path: str | Path, role: str = "model", exports: bool = False) -> 
         if not path.is_dir():
             raise BertctlError(f"{path}: no such model directory")
         ref = _hf_directory_ref(path, role)
+    _check_adapter_base(path, ref)
     config = read_config(path)  # a clear error now if this is not a BERT we can build
     tokenizer_files(path)
     hf_config = read_config_dict(path)
@@ -280,14 +281,32 @@ def copy_tokenizer(source: Path, directory: Path) -> None:
         shutil.copyfile(path, directory / path.name)
 
 
+def _check_adapter_base(path: Path, ref: artifacts.InputRef) -> None:
+    """A LoRA adapter's base is there and, where the adapter's lineage records it, the very
+    model it was trained on (by id): adapters on another base compute something else."""
+    from bertctl.model import lora
+
+    base = lora.base_of(path)
+    if base is None:
+        return
+    recorded = [i for i in ref.inputs or () if i.role == "model"]
+    if recorded:
+        found = open_model(base).ref.id
+        if found != recorded[0].id:
+            raise BertctlError(f"{path}: its base model {base} is not the one it was trained "
+                               f"on (id {found[:12]}, recorded {recorded[0].id[:12]})")
+
+
 def write_model(model, directory: Path, tokenizer_dir: Path, extra_config: dict | None = None,
-                task: dict | None = None, max_length: int | None = None) -> None:
+                task: dict | None = None, max_length: int | None = None,
+                base: Path | None = None) -> None:
     """A Hugging Face compatible model directory: weights, config, tokenizer and task.
     `max_length`: the length the model was trained to read, as the tokenizer's
-    model_max_length (where another library truncates a reranker's pairs)."""
+    model_max_length (where another library truncates a reranker's pairs). A model with LoRA
+    adapters is written as its adapters and head, naming `base`, the model they adapt."""
     from bertctl.model.hf import save_model
 
-    save_model(model, directory, extra_config)
+    save_model(model, directory, extra_config, base=base)
     copy_tokenizer(tokenizer_dir, directory)
     settings = directory / "tokenizer_config.json"
     if max_length is not None and settings.is_file():

@@ -21,7 +21,7 @@ import torch
 from bertctl import console, evaluation
 from bertctl.data.collate import TaskData
 from bertctl.evaluation import evaluate_task
-from bertctl.model import architectures
+from bertctl.model import architectures, lora
 from bertctl.stages.common import models
 from bertctl.tasks import class_loss
 from bertctl.tasks.base import Calibrates, NumericLabels
@@ -128,6 +128,7 @@ class TaskJob:
                                             self.features)
         if dist.is_main():
             self._log_summary(str(report))
+        self.adapters = self._attach_adapters()
         self._check_outputs()
         self.select = (self.metric_key, "max") if (self.dev_features is not None
                                                    and settings.keep == "best") else None
@@ -142,6 +143,25 @@ class TaskJob:
         if span:
             self.task_record["label_range"] = span
         by.prepared(self)
+
+    def _attach_adapters(self) -> dict | None:
+        """LoRA adapters on the model where finetune --lora-rank asks for them: the facts the
+        manifest records (model/lora.py)."""
+        wanted = self.settings.lora() if hasattr(self.settings, "lora") else None
+        if wanted is None:
+            return None
+        where = str(self.source.path)
+        layers = lora.attach(self.model, wanted, architectures.of_model(self.model)
+                             .lora_targets, where)
+        trained, total = lora.trainable_parameters(self.model)
+        if dist.is_main():
+            console.log(f"LoRA rank {wanted.rank} (alpha {wanted.alpha:g}) on {len(layers)} "
+                        f"layers; training {trained:,} of {total:,} parameters "
+                        f"({100 * trained / total:.2f}%), the head's included")
+        return {"rank": wanted.rank, "alpha": wanted.alpha, "dropout": wanted.dropout,
+                "targets": sorted({n.rsplit(".", 1)[-1] for n in layers}),
+                "adapted_layers": len(layers), "head_modules": lora.head_modules(self.model),
+                "trained_parameters": trained, "parameters": total}
 
     def _class_loss(self) -> tuple | None:
         """(weights, smoothing) where finetune --class-weights or --label-smoothing asks for
@@ -221,10 +241,16 @@ class TaskJob:
             self.task_record["calibration"] = calibration
         elif not calibrates:
             self.task_record.update(self.by.inherited_task(self.source))
+        if self.adapters is not None:
+            # What every reader runs is the merged model: how far it is from the adapted one.
+            rows = list(range(min(8, len(self.train_features))))
+            inputs = self.family.inputs(self.train_features.batch(rows))
+            self.adapters["merged_max_abs_difference"] = lora.max_difference(model, inputs)
         models.write_model(model, tmp, self.source.path,
                            extra_config=family.config_extras(spec, self.label_list),
                            task=self.task_record,
-                           max_length=self.max_len if family.records_length else None)
+                           max_length=self.max_len if family.records_length else None,
+                           base=self.source.path)
         chosen = result.best_metrics if self.select else result.eval_metrics
         train_stats = family.feature_stats(self.train_features)
         # What a loss module around the model chose where the settings left it to the data
@@ -243,6 +269,7 @@ class TaskJob:
                 **({"resumed_from_step": result.resumed_from}
                    if result.resumed_from is not None else {}),
                 **result.fits(),
+                **({"lora": self.adapters} if self.adapters is not None else {}),
                 "metrics": chosen or {}, **self.by.stats(model)}
 
 
