@@ -216,6 +216,7 @@ def run_bertctl(task, data_dir, model_dir, a):
     return {"metrics": keep, "train_seconds": seconds, "epochs": stats["epochs"],
             "steps": stats["step"], "train_examples": stats["train_examples"],
             "interval_examples_per_s": rates, "model_revision": REVISIONS["model"],
+            **({"lora": stats["lora"]} if "lora" in stats else {}),
             "command": " ".join(cmd)}
 
 

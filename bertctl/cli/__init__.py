@@ -25,8 +25,8 @@ from bertctl.contract.artifacts import Target
 from bertctl.stages.settings import (AuditSettings, BuildPretrainDataSettings, ChooseSettings,
                                     DistillSettings, EmbedSettings, EvalSettings, ExportSettings,
                                     FinetuneSettings, GlueSummarySettings, IndexSettings,
-                                    MineSettings, PretrainSettings, ReportSettings, SplitSettings,
-                                    TokenizeSettings)
+                                    MergeSettings, MineSettings, PretrainSettings, ReportSettings,
+                                    SplitSettings, TokenizeSettings)
 from bertctl.cli.flags import COMMON, PanelledCommand, field_parameter
 from bertctl.cli.handling import _handled, _report
 from bertctl.cli.plain import PLAIN as _PLAIN
@@ -359,6 +359,20 @@ def choose(settings: ChooseSettings, target: Target,
                show_default=False)]):
     from bertctl.stages import choose as stage_module
     return stage_module.run(settings, target, candidate)
+
+
+@stage("merge", MergeSettings, help="Merge models of one architecture, shape, vocabulary "
+       "and head (checkpoints of a run, branches of a decay, fine-tuned seeds) into one model "
+       "artifact: their weighted average, or a greedy soup chosen on --dev.")
+def merge(settings: MergeSettings, target: Target,
+          model: Annotated[list[Path], typer.Argument(
+              help="Model artifacts or Hugging Face directories, in order.",
+              show_default=False)],
+          dev: Annotated[Optional[Path], typer.Option(
+              help="A labelled file of the models' task: each model and the merged one are "
+                   "scored on it (the soup is chosen on it with --soup greedy).")] = None):
+    from bertctl.stages import merge as stage_module
+    return stage_module.run(settings, target, model, dev)
 
 
 @stage("audit", AuditSettings, help="Audit a corpus for task examples: which examples of "

@@ -18,6 +18,8 @@ gradient clipping 1.0, max length (pairs truncated longest-first) and precision:
 - `ema`: the default with `--ema 0.999` (on runs of a few hundred steps the average's
   (1 + t) / (10 + t) bound sets its decay);
 - `layer_decay`: the default with `--layer-decay 0.8` (ELECTRA's base recipe);
+- `lora`: the default with `--lora-rank 8` at lr 5e-4 (its own rate, overriding `--lr`):
+  adapters on the attention's query and value and the head, all else frozen;
 - `plain`: a hand-written PyTorch loop over transformers' `AutoModelForSequenceClassification`
   (`from_pretrained`, new head after `torch.manual_seed(seed)`; BERT's for the default
   checkpoint, `--model` any architecture's; a regression's fp32 head is BERT's pooler's),
@@ -59,10 +61,13 @@ from tools import common  # noqa: E402
 from speed.bench_finetune import (DEFAULT_GLUE, TASKS, capped_copy, hf_examples,  # noqa: E402
                             run_bertctl)
 
-VARIANTS = ("default", "padded", "grouped", "ema", "layer_decay", "plain",
+VARIANTS = ("default", "padded", "grouped", "ema", "layer_decay", "lora", "plain",
             "plain_bertctl_model")
 FLAGS = {"default": [], "padded": ["--no-pack"], "grouped": ["--group-by-length"],
-         "ema": ["--ema", "0.999"], "layer_decay": ["--layer-decay", "0.8"]}
+         "ema": ["--ema", "0.999"], "layer_decay": ["--layer-decay", "0.8"],
+         # the LoRA paper's rank for GLUE and its RoBERTa-base learning rate (adapters
+         # start at zero and need a rate ten times a full fine-tune's)
+         "lora": ["--lora-rank", "8", "--lr", "5e-4"]}
 
 
 def run_plain(task, data_dir, model_dir, a, bertctl_model=False):
@@ -149,13 +154,18 @@ def run_plain(task, data_dir, model_dir, a, bertctl_model=False):
 
 
 def run_one(a) -> None:
+    import resource
+
     os.environ["HF_HUB_OFFLINE"] = "1"
     data_dir, model_dir = Path(a.data_dir), Path(a.model)
     if a.run_one in ("plain", "plain_bertctl_model"):
         result = run_plain(a.task, data_dir, model_dir, a, a.run_one == "plain_bertctl_model")
+        who = resource.RUSAGE_SELF
     else:
         a.bertctl_flags = FLAGS[a.run_one]
         result = run_bertctl(a.task, data_dir, model_dir, a)
+        who = resource.RUSAGE_CHILDREN   # the bertctl process (this one holds no model)
+    result["peak_mb"] = round(resource.getrusage(who).ru_maxrss / 1024)   # Linux: KiB
     print(json.dumps(result))
 
 
@@ -170,7 +180,7 @@ def table(results: list[dict]) -> str:
     seeds, its standard error, the difference from the plain loop's mean in units of the plain
     loop's SE and of the difference's own SE, sqrt(SE^2 + SE_plain^2), and seconds per epoch."""
     head = ["task", "rows", "variant", "metric", "mean ± sd (n)", "SE", "Δ vs plain",
-            "Δ/SE(plain)", "Δ/SE(Δ)", "s/epoch"]
+            "Δ/SE(plain)", "Δ/SE(Δ)", "s/epoch", "peak MB"]
     lines = []
     keys = list(dict.fromkeys((r["task"], r["train_examples"]) for r in results))
     for task, n in sorted(keys, key=lambda k: (list(TASKS).index(k[0]), k[1])):
@@ -192,8 +202,10 @@ def table(results: list[dict]) -> str:
                 cells = [f"{d:+.4f}", f"{d / plain[2]:+.2f}" if plain[2] > 0 else "-",
                          f"{d / se_d:+.2f}" if se_d > 0 else "-"]
             secs = statistics.fmean(r["train_seconds"] / r["epochs"] for r in by[v])
+            peaks = [r["peak_mb"] for r in by[v] if "peak_mb" in r]
             lines.append([task, str(n), v, key, f"{mean:.4f} ± {sd:.4f} ({len(by[v])})",
-                          f"{se:.4f}", *cells, f"{secs:.1f}"])
+                          f"{se:.4f}", *cells, f"{secs:.1f}",
+                          f"{statistics.fmean(peaks):.0f}" if peaks else "-"])
     widths = [max(len(x) for x in col) for col in zip(head, *lines)]
     out = [" | ".join(h.ljust(w) for h, w in zip(head, widths)),
            "-+-".join("-" * w for w in widths)]

@@ -21,6 +21,7 @@ from bertctl.stages.settings.export import ExportSettings
 from bertctl.stages.settings.finetune import FinetuneSettings
 from bertctl.stages.settings.glue_summary import GlueSummarySettings
 from bertctl.stages.settings.index import IndexSettings
+from bertctl.stages.settings.merge import MergeSettings
 from bertctl.stages.settings.mine import MineSettings
 from bertctl.stages.settings.pretrain import PretrainSettings
 from bertctl.stages.settings.report import ReportSettings
@@ -31,7 +32,7 @@ STAGE_SETTINGS: tuple[type[StageConfig], ...] = (
     TokenizeSettings, BuildPretrainDataSettings, PretrainSettings, FinetuneSettings,
     DistillSettings, EvalSettings, EmbedSettings, ExportSettings, ReportSettings,
     GlueSummarySettings, AuditSettings, MineSettings, IndexSettings, SplitSettings,
-    ChooseSettings)
+    ChooseSettings, MergeSettings)
 register_stage_settings(*STAGE_SETTINGS)
 
 __all__ = ["STAGE_SETTINGS", *(c.__name__ for c in STAGE_SETTINGS)]
