@@ -70,6 +70,22 @@ class SequenceClassifierHead:
     soft_targets = {"logits": "classes"}
     feature_heads = ("linear",)     # on the combined [CLS] vector
 
+    def check_columns(self, spec, counts: tuple[int, ...]) -> None:
+        """ValueError unless the spec names `counts` text columns and no multiple-choice ones."""
+        n = len(spec.text_columns)
+        if n not in counts:
+            raise ValueError(f"a '{self.name}' task takes {' or '.join(map(str, counts))} text "
+                             f"column{'s' if counts != (1,) else ''}, got {n}")
+        if spec.context_column or spec.choice_columns or spec.choice_prefix_column:
+            raise ValueError("context_column, choice_prefix_column and choice_columns are for "
+                             "'multiple_choice' tasks only")
+
+    @staticmethod
+    def check_label_list(spec) -> None:
+        if spec.labels is not None and (len(set(spec.labels)) != len(spec.labels)
+                                        or len(spec.labels) < 2):
+            raise ValueError(f"labels must be at least 2 distinct values, got {list(spec.labels)}")
+
     def check_head(self, hf_config, spec, label_list, where: str) -> None:
         arch = hf_config.get("architectures") or []
         roles = model_roles(arch)
@@ -101,16 +117,8 @@ class Classification(SequenceClassifierHead, SequenceFamily):
         self.text_columns = text_columns
 
     def check_spec(self, spec) -> None:
-        n = len(spec.text_columns)
-        if n != self.text_columns:
-            raise ValueError(f"a '{self.name}' task takes {self.text_columns} text column"
-                             f"{'s' if self.text_columns > 1 else ''}, got {n}")
-        if spec.context_column or spec.choice_columns or spec.choice_prefix_column:
-            raise ValueError("context_column, choice_prefix_column and choice_columns are for "
-                             "'multiple_choice' tasks only")
-        if spec.labels is not None and (len(set(spec.labels)) != len(spec.labels)
-                                        or len(spec.labels) < 2):
-            raise ValueError(f"labels must be at least 2 distinct values, got {list(spec.labels)}")
+        self.check_columns(spec, (self.text_columns,))
+        self.check_label_list(spec)
 
     def check_metric(self, spec) -> None:
         super().check_metric(spec)

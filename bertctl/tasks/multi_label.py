@@ -87,15 +87,8 @@ class MultiLabel(Classification):
     class_loss = None      # binary cross-entropy per label: no classes to weigh
 
     def check_spec(self, spec) -> None:
-        n = len(spec.text_columns)
-        if n not in (1, 2):
-            raise ValueError(f"a 'multi_label' task takes 1 or 2 text columns, got {n}")
-        if spec.context_column or spec.choice_columns or spec.choice_prefix_column:
-            raise ValueError("context_column, choice_prefix_column and choice_columns are for "
-                             "'multiple_choice' tasks only")
-        if spec.labels is not None and (len(set(spec.labels)) != len(spec.labels)
-                                        or len(spec.labels) < 2):
-            raise ValueError(f"labels must be at least 2 distinct values, got {list(spec.labels)}")
+        self.check_columns(spec, (1, 2))
+        self.check_label_list(spec)
 
     def check_metric(self, spec) -> None:
         metrics.METRICS.known(spec.metric)

@@ -20,12 +20,7 @@ class Regression(SequenceClassifierHead, SequenceFamily):
     soft_targets = {"logits": "score"}
 
     def check_spec(self, spec) -> None:
-        n = len(spec.text_columns)
-        if n not in (1, 2):
-            raise ValueError(f"a 'regression' task takes 1 or 2 text columns, got {n}")
-        if spec.context_column or spec.choice_columns or spec.choice_prefix_column:
-            raise ValueError("context_column, choice_prefix_column and choice_columns are for "
-                             "'multiple_choice' tasks only")
+        self.check_columns(spec, (1, 2))
         if spec.labels is not None:
             raise ValueError("a 'regression' task has no label list")
 
