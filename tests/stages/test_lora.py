@@ -160,3 +160,21 @@ def test_an_adapter_is_not_adapted_again(adapter, cli, tmp_path):
     r = cli("finetune", adapter, SST2, "--task", "glue/sst2", "--out", tmp_path / "out",
             "--steps", "1", "--lora-rank", "2")
     one_line_error(r, "is a LoRA adapter itself")
+
+
+def test_a_plain_adapter_directory_is_identified_by_its_weights_and_its_base(adapter, tmp_path):
+    """Without a manifest an adapter is a Hugging Face directory: its id hashes its adapter
+    files and its base's, so another adapter (or base) is never taken for a finished run's."""
+    from safetensors.torch import load_file, save_file
+
+    from bertctl.stages.common import models
+
+    plain = tmp_path / "plain"
+    shutil.copytree(adapter, plain)
+    (plain / "artifact.json").unlink()
+    before = models.open_model(plain).ref.id
+    weights = load_file(str(plain / lora.WEIGHTS))
+    key = next(k for k in weights if ".lora_B." in k)
+    weights[key] = weights[key] * 2
+    save_file(weights, str(plain / lora.WEIGHTS))
+    assert models.open_model(plain).ref.id != before

@@ -26,7 +26,7 @@ from bertctl.data.tokenizer.files import check_vocab_agrees, from_hf_directory
 from bertctl.data.tokenizer.specials import PAD, special_id, special_ids
 from bertctl.errors import BertctlError
 from bertctl.contract.exports import ExportFacts
-from bertctl.model import architectures, sentence_layout as sentence
+from bertctl.model import architectures, lora, sentence_layout as sentence
 from bertctl.model.architectures import role_of
 from bertctl.settings import SEQ_LENGTH
 from bertctl.tasks.resolve import TASK_FILE
@@ -34,7 +34,8 @@ from bertctl.tasks.retrieval import reader
 
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json",
                    "special_tokens_map.json")
-MODEL_FILES = ("config.json", "model.safetensors", "model.safetensors.index.json")
+MODEL_FILES = ("config.json", "model.safetensors", "model.safetensors.index.json",
+               "adapter_config.json", "adapter_model.safetensors")
 ONNX_FILE = "model.onnx"
 SENTENCE_FILES = ("modules.json", "sentence_bert_config.json",
                   "config_sentence_transformers.json")
@@ -127,6 +128,10 @@ def _hf_directory_ref(path: Path, role: str) -> artifacts.InputRef:
                          if p.is_file() and not p.is_symlink())
     files = [path / n for n in MODEL_FILES + TOKENIZER_FILES if (path / n).is_file()] + layout
     digest, size = _digest(path, files)
+    base = lora.base_of(path)
+    if base is not None:   # a LoRA adapter computes what its base and it compute together
+        digest = hashlib.sha256(f"{digest}:{_hf_directory_ref(base, role).id}".encode()
+                                ).hexdigest()
     return artifacts.InputRef(role=role, kind="hf-model", id=digest,
                               path=str(path.resolve()), size=size)
 
@@ -284,8 +289,6 @@ def copy_tokenizer(source: Path, directory: Path) -> None:
 def _check_adapter_base(path: Path, ref: artifacts.InputRef) -> None:
     """A LoRA adapter's base is there and, where the adapter's lineage records it, the very
     model it was trained on (by id): adapters on another base compute something else."""
-    from bertctl.model import lora
-
     base = lora.base_of(path)
     if base is None:
         return
