@@ -2,6 +2,7 @@
 anything else is a bug or an environment failure and exits 1 (with a traceback under --debug)."""
 
 import errno
+import json
 
 
 class BertctlError(Exception):
@@ -77,3 +78,16 @@ def is_disk_full(exc: BaseException) -> bool:
     if isinstance(exc, RuntimeError) and any(m in str(exc) for m in _SHORT_WRITE):
         return True
     return isinstance(exc, Exception) and any(m in str(exc) for m in _RUST_FULL)
+
+
+def read_json_object(path, what: str, expected: str = "a JSON object") -> dict:
+    """A user's JSON file whose top level is an object, or one line naming the file and the
+    problem: `PATH: cannot read WHAT: REASON`, `PATH: WHAT must be EXPECTED`."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BertctlError(f"{path}: cannot read {what}: {' '.join(str(exc).split())}") from None
+    if not isinstance(data, dict):
+        raise BertctlError(f"{path}: {what} must be {expected}")
+    return data

@@ -98,7 +98,7 @@ def label_set(value: Any, separator: str) -> list[str]:
     if _empty(value):
         return []
     items = value if isinstance(value, (list, tuple)) else str(value).split(separator)
-    return [label_key(x) for x in items if not _empty(x) and label_key(x)]
+    return [k for k in (label_key(x) for x in items if not _empty(x)) if k]
 
 
 def label_sets_of(column, path: Path, col: str, separator: str) -> tuple[str, ...]:

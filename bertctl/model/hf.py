@@ -21,7 +21,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import nn
 
-from bertctl.errors import BertctlError, DiskFull, is_disk_full
+from bertctl.errors import BertctlError, DiskFull, is_disk_full, read_json_object
 from bertctl.model import architectures, lora, sentence_layout as sentence
 from bertctl.model.composed import Composed
 
@@ -69,12 +69,7 @@ def read_config_dict(directory: str | Path) -> dict[str, Any]:
     path = directory / CONFIG_NAME
     if not path.is_file():
         raise BertctlError(f"{path}: not found (not a Hugging Face model directory?)")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BertctlError(f"{path}: cannot read: {exc}") from None
-    if not isinstance(data, dict):
-        raise BertctlError(f"{path}: expected a JSON object")
+    data = read_json_object(path, "the model config")
     # A sentence-transformers layout is the model's sentence head (what bertctl wrote agrees
     # with it); one bertctl does not compute is kept as its refusal, which only a stage that
     # reads the head raises: the encoder alone is still an encoder.
@@ -140,9 +135,6 @@ def save_model(model: nn.Module, directory: str | Path, extra_config: dict[str, 
         else:
             (directory / name).write_text(content if isinstance(content, str) else
                                           json.dumps(content, indent=2) + "\n", encoding="utf-8")
-    # The decoder is not a parameter of ours (it reads the embedding table), so nothing is shared
-    # and transformers re-ties it from `tie_word_embeddings`, exactly as for its own files.
-    # Weights another library keeps in its own files (extra_files) stay out of the encoder's.
     if lora.adapted(model):
         if base is None:
             raise ValueError("a model with LoRA adapters is saved naming its base model")
@@ -152,6 +144,9 @@ def save_model(model: nn.Module, directory: str | Path, extra_config: dict[str, 
         (directory / lora.CONFIG).write_text(json.dumps(adapter, indent=2) + "\n",
                                              encoding="utf-8")
         return
+    # The decoder is not a parameter of ours (it reads the embedding table), so nothing is shared
+    # and transformers re-ties it from `tie_word_embeddings`, exactly as for its own files.
+    # Weights another library keeps in its own files (extra_files) stay out of the encoder's.
     elsewhere = model.weights_elsewhere if headed else ()
     tensors = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()
                if not (elsewhere and k.startswith(elsewhere))}

@@ -14,7 +14,6 @@ export), which `load` returns for a saved adapter.
 from __future__ import annotations
 
 import copy
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from bertctl.errors import BertctlError
+from bertctl.errors import BertctlError, read_json_object
 
 CONFIG = "adapter_config.json"
 WEIGHTS = "adapter_model.safetensors"
@@ -165,14 +164,10 @@ def read_config(directory: Path) -> dict[str, Any] | None:
     path = Path(directory) / CONFIG
     if not path.is_file():
         return None
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BertctlError(f"{path}: cannot read the adapter config: "
-                           f"{' '.join(str(exc).split())}") from None
-    if not isinstance(config, dict) or config.get("peft_type") != "LORA":
+    config = read_json_object(path, "the adapter config")
+    if config.get("peft_type") != "LORA":
         raise BertctlError(f"{path}: not a LoRA adapter (peft_type "
-                           f"{config.get('peft_type') if isinstance(config, dict) else None!r})")
+                           f"{config.get('peft_type')!r})")
     for key, kind in (("r", int), ("lora_alpha", (int, float)), ("target_modules", list),
                       ("base_model_name_or_path", str)):
         if not isinstance(config.get(key), kind) or isinstance(config.get(key), bool):

@@ -94,25 +94,29 @@ def check_fit(sources: list[models.ModelSource]) -> None:
     first = sources[0]
     arch = architectures.of_config(first.hf_config, str(first.path))
     vocab = first.tokenizer()[0].get_vocab()
+    ours = _sizes(first)
     for other in sources[1:]:
         where = f"merge: {other.path} does not fit {first.path}"
         theirs = architectures.of_config(other.hf_config, str(other.path))
         if theirs.name != arch.name:
             raise BertctlError(f"{where}: architecture {theirs.name}, not {arch.name}")
-        sizes = {k for k in (*first.config.to_hf_dict(), *other.config.to_hf_dict())
-                 if k.endswith(("_size", "_layers", "_heads", "_embeddings", "vocab_size"))}
-        shape = [k for k in sorted(sizes) if first.config.to_hf_dict().get(k)
-                 != other.config.to_hf_dict().get(k)]
+        sizes = _sizes(other)
+        shape = [k for k in sorted({*ours, *sizes}) if ours.get(k) != sizes.get(k)]
         if shape:
-            raise BertctlError(f"{where}: another shape ({shape[0]} "
-                               f"{other.config.to_hf_dict().get(shape[0])}, not "
-                               f"{first.config.to_hf_dict().get(shape[0])})")
+            raise BertctlError(f"{where}: another shape ({shape[0]} {sizes.get(shape[0])}, "
+                               f"not {ours.get(shape[0])})")
         head = [k for k in HEAD_KEYS if first.hf_config.get(k) != other.hf_config.get(k)]
         if head:
             raise BertctlError(f"{where}: another head ({head[0]} {other.hf_config.get(head[0])}"
                                f", not {first.hf_config.get(head[0])})")
         if other.tokenizer()[0].get_vocab() != vocab:
             raise BertctlError(f"{where}: another vocabulary")
+
+
+def _sizes(source: models.ModelSource) -> dict:
+    """The config fields that set a weight's shape (widths, depths, heads, tables)."""
+    return {k: v for k, v in source.config.to_hf_dict().items()
+            if k.endswith(("_size", "_layers", "_heads", "_embeddings"))}
 
 
 def average(sources: list[models.ModelSource], weights: list[float]) -> torch.nn.Module:

@@ -9,7 +9,6 @@ kept in a hidden sibling of --out keyed by the artifact id.
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -29,7 +28,7 @@ from bertctl.data.pretraining.build import check_mask_coverage
 from bertctl.data.pretraining.dataset import (PretrainingDataset, check_mask_rate,
                                               read_pretraining_info)
 from bertctl.data.settings import PretrainingDataSettings
-from bertctl.errors import BertctlError
+from bertctl.errors import BertctlError, read_json_object
 from bertctl.model import ARCHITECTURES, architectures, build
 from bertctl.model.dropout import set_training_dropout
 from bertctl.model.vocabulary import grow_vocabulary
@@ -144,13 +143,7 @@ def _check_spelling(arch, path: Path) -> None:
             f"vocabulary with bertctl tokenize {wanted.trained_by}")
 
 def _read_model_config(model_config: Path) -> dict:
-    try:
-        hf = json.loads(Path(model_config).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BertctlError(f"{model_config}: cannot read model config: {exc}") from None
-    if not isinstance(hf, dict):
-        raise BertctlError(f"{model_config}: expected a JSON object")
-    return hf
+    return read_json_object(model_config, "model config")
 
 
 def _grow_vocabulary(model, data: artifacts.Artifact,

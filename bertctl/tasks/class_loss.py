@@ -11,7 +11,6 @@ targets' weights; tagging without weights keeps the role's mean over the step's 
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -20,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertctl.errors import BertctlError
+from bertctl.errors import BertctlError, read_json_object
 from bertctl.labels import IGNORE_INDEX
 from bertctl.model.shared import token_mean
 from bertctl.step_scope import scope_for
@@ -50,12 +49,7 @@ def named(value: str) -> dict[str, object]:
     """The weights a flag names: a JSON file of {label: weight}, or LABEL=W,LABEL=W."""
     path = weights_file(value)
     if path is not None:
-        try:
-            read = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise BertctlError(f"{path}: cannot read class weights: {exc}") from None
-        if not isinstance(read, dict):
-            raise BertctlError(f"{path}: class weights must be a JSON object of label: weight")
+        read = read_json_object(path, "class weights", "a JSON object of label: weight")
         return {str(k): v for k, v in read.items()}
     pairs = [p.partition("=") for p in value.split(",") if p.strip()]
     if not pairs or any(not sep for _, sep, _ in pairs):

@@ -105,9 +105,6 @@ class MultiLabel(Classification):
         return (label_columns.label_sets(values, path, column, options(spec).label_separator,
                                          label_list, first_row), label_list)
 
-    def training_classes(self, features):
-        raise NotImplementedError("label sets have no one class per example")
-
     def predictions(self, outputs, features, examples, spec, calibration=None) -> LabelSets:
         logits = logits_of(outputs).astype(np.float64)
         probabilities = 1.0 / (1.0 + np.exp(-logits))

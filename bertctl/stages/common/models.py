@@ -24,9 +24,9 @@ from bertctl.contract import artifacts, placement
 from bertctl.data import tables
 from bertctl.data.tokenizer.files import check_vocab_agrees, from_hf_directory
 from bertctl.data.tokenizer.specials import PAD, special_id, special_ids
-from bertctl.errors import BertctlError
+from bertctl.errors import BertctlError, read_json_object
 from bertctl.contract.exports import ExportFacts
-from bertctl.model import architectures, lora, sentence_layout as sentence
+from bertctl.model import architectures, sentence_layout as sentence
 from bertctl.model.architectures import role_of
 from bertctl.settings import SEQ_LENGTH
 from bertctl.tasks.resolve import TASK_FILE
@@ -128,6 +128,8 @@ def _hf_directory_ref(path: Path, role: str) -> artifacts.InputRef:
                          if p.is_file() and not p.is_symlink())
     files = [path / n for n in MODEL_FILES + TOKENIZER_FILES if (path / n).is_file()] + layout
     digest, size = _digest(path, files)
+    from bertctl.model import lora   # here: it imports torch, which inspect and --help need not
+
     base = lora.base_of(path)
     if base is not None:   # a LoRA adapter computes what its base and it compute together
         digest = hashlib.sha256(f"{digest}:{_hf_directory_ref(base, role).id}".encode()
@@ -226,13 +228,7 @@ def open_model(path: str | Path, role: str = "model", exports: bool = False) -> 
     _check_tokenizer_fits(path, config, architectures.of_config(hf_config, str(path)))
     task = None
     if (path / TASK_FILE).is_file():
-        try:
-            task = json.loads((path / TASK_FILE).read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise BertctlError(f"{path / TASK_FILE}: cannot read the model's task file: "
-                               f"{' '.join(str(exc).split())}") from None
-        if not isinstance(task, dict):
-            raise BertctlError(f"{path / TASK_FILE}: the model's task file is not a JSON object")
+        task = read_json_object(path / TASK_FILE, "the model's task file")
     return ModelSource(path, ref, hf_config, task, onnx, config)
 
 
@@ -289,6 +285,8 @@ def copy_tokenizer(source: Path, directory: Path) -> None:
 def _check_adapter_base(path: Path, ref: artifacts.InputRef) -> None:
     """A LoRA adapter's base is there and, where the adapter's lineage records it, the very
     model it was trained on (by id): adapters on another base compute something else."""
+    from bertctl.model import lora   # here: it imports torch
+
     base = lora.base_of(path)
     if base is None:
         return
